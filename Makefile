@@ -1,0 +1,55 @@
+# ghofl — the two commands of the set-up contract are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# Real datasets: $GHOFL_DATA_DIR, else ../shared/data when it exists.
+GHOFL_DATA_DIR ?= $(if $(wildcard ../shared/data/.),$(abspath ../shared/data),)
+export GHOFL_DATA_DIR
+export FLWR_TELEMETRY_ENABLED=0
+export FLWR_DISABLE_UPDATE_CHECK=1
+export RAY_USAGE_STATS_ENABLED=0
+export HF_HUB_OFFLINE=1
+export TRANSFORMERS_OFFLINE=1
+export PYTHONDONTWRITEBYTECODE=1
+
+DEMO_EXTRAS := torch,bench
+TEST_EXTRAS := dev,torch,bench,text
+
+.PHONY: demo test lint typecheck pytest bench clean venv
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# Re-install only when pyproject.toml changes or another set of extras is asked for.
+$(VENV)/.stamp-%: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install --quiet -e ".[$*]"
+	@rm -f $(VENV)/.stamp-*
+	@touch $@
+
+venv: $(VENV)/.stamp-$(TEST_EXTRAS)
+
+demo: $(VENV)/.stamp-$(DEMO_EXTRAS)
+	$(VENV)/bin/ghofl demo
+
+lint: $(VENV)/.stamp-$(TEST_EXTRAS)
+	$(VENV)/bin/ruff check src tests benchmarks
+
+typecheck: $(VENV)/.stamp-$(TEST_EXTRAS)
+	$(VENV)/bin/mypy
+
+pytest: $(VENV)/.stamp-$(TEST_EXTRAS)
+	$(VENV)/bin/pytest -q
+
+test: $(VENV)/.stamp-$(TEST_EXTRAS)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -q --durations=15
+
+bench: $(VENV)/.stamp-$(TEST_EXTRAS)
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,75 @@
+"""Helpers for benchmark scripts: write JSON results and replace one section of BENCHMARKS.md.
+
+Each benchmark script owns one section, delimited by ``<!-- BEGIN name -->`` and
+``<!-- END name -->``; re-running a script rewrites only its section, atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ghofl.stats.codec import atomic_write
+
+HEADER = (
+    "# Benchmarks\n\nEvery section below is written by the script named in it; do not edit by hand.\n"
+    "Re-run a script to refresh its section (`make bench` runs them all).\n"
+)
+
+
+def machine_summary() -> str:
+    """One line describing the machine (CPU count, Python, numpy BLAS)."""
+    import numpy as np
+
+    blas = ""
+    try:
+        from threadpoolctl import threadpool_info
+
+        info = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+        if info:
+            blas = f", BLAS {info[0].get('internal_api')} {info[0].get('version')} " \
+                   f"({info[0].get('architecture')}, {info[0].get('num_threads')} threads)"
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        pass
+    return (f"{os.cpu_count()} CPU cores, Python {platform.python_version()}, "
+            f"numpy {np.__version__}{blas}")
+
+
+def median_time(fn: Callable[[], Any], repeats: int = 5) -> tuple[float, list[float]]:
+    """Median wall-clock seconds of ``repeats`` calls of ``fn`` (and all the samples)."""
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples), samples
+
+
+def write_json(path: str | os.PathLike[str], data: Any) -> None:
+    """Write ``data`` as indented JSON atomically."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def update_section(path: str | os.PathLike[str], name: str, body: str) -> None:
+    """Replace (or append) the section ``name`` of the markdown file ``path`` atomically."""
+    p = Path(path)
+    text = p.read_text() if p.exists() else HEADER
+    block = f"<!-- BEGIN {name} -->\n{body.rstrip()}\n<!-- END {name} -->"
+    pattern = re.compile(rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    atomic_write(p, lambda tmp: Path(tmp).write_text(text))
+
+
+def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A GitHub-flavoured markdown table."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)

@@ -1,0 +1,68 @@
+"""Small float64 linear-algebra helpers shared by the closed-form heads."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.linalg import LinAlgError, cholesky, solve_triangular
+
+from ghofl.moments.core import GhoflWarning
+
+F64 = NDArray[np.float64]
+
+
+def stable_cholesky(cov: F64, what: str) -> tuple[F64, float]:
+    """Lower Cholesky factor of ``cov`` (d, d), adding the smallest diagonal jitter that makes
+    it positive definite (starting at 1e-12·tr(Σ)/d, ×10 per try, at most 1e-3·tr(Σ)/d).
+
+    Returns ``(L, jitter)``; a non-zero jitter is reported with a :class:`GhoflWarning`.
+    """
+    d = cov.shape[0]
+    scale = max(float(np.trace(cov)) / d, np.finfo(float).tiny)
+    jitter = 0.0
+    for step in range(11):
+        try:
+            m = cov if jitter == 0.0 else cov + jitter * np.eye(d)
+            L: F64 = cholesky(m, lower=True, check_finite=False)
+            if not np.all(np.isfinite(L)):
+                raise LinAlgError("non-finite factor")
+        except LinAlgError:
+            jitter = scale * 10.0 ** (step - 12)
+            continue
+        if jitter:
+            warnings.warn(
+                f"{what} is singular; added a ridge of {jitter:.3g} to its diagonal "
+                "(use shrinkage > 0 to avoid this)",
+                GhoflWarning,
+                stacklevel=3,
+            )
+        return L, jitter
+    raise LinAlgError(f"{what} is not positive definite even with a ridge of {jitter:.3g}")
+
+
+def chol_solve(L: F64, B: F64) -> F64:
+    """Solve (L Lᵀ) X = B for X given the lower Cholesky factor ``L``."""
+    y = solve_triangular(L, B, lower=True, check_finite=False)
+    out: F64 = solve_triangular(L.T, y, lower=False, check_finite=False)
+    return out
+
+
+def linear_discriminant(means: F64, cov: F64, log_priors: F64, what: str) -> tuple[F64, F64, float]:
+    """Coefficients of a shared-covariance Gaussian classifier.
+
+    g_c(x) = xᵀ W_c + b_c with W = Σ⁻¹ μᵀ (d, C) and b_c = −½ μ_cᵀ W_c + log π_c.
+
+    Returns ``(coef (C, d), intercept (C,), jitter)``.
+    """
+    L, jitter = stable_cholesky(cov, what)
+    w = chol_solve(L, means.T)  # (d, C)
+    intercept = -0.5 * np.einsum("cd,dc->c", means, w) + log_priors
+    return np.ascontiguousarray(w.T), intercept, jitter
+
+
+def safe_log(p: F64) -> F64:
+    with np.errstate(divide="ignore"):
+        out: F64 = np.log(p)
+    return out

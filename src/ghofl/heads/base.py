@@ -1,0 +1,206 @@
+"""The head protocol: scikit-learn's surface, fitted from moments only, scored in log space."""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Self
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import logsumexp
+
+from ghofl.errors import ConfigError, InputError, NotFittedError, UnsupportedModeError
+from ghofl.moments.core import Moments, compute_moments
+from ghofl.stats.accumulate import compute_stats
+from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import Mode, StatsMeta
+
+F64 = NDArray[np.float64]
+_MODE_RANK = {"diag": 0, "pooled": 1, "full": 2}
+
+
+class Head(ABC):
+    """Base class of every classification head.
+
+    Subclasses store hyperparameters in ``__init__`` (no work, no validation there), declare
+    their fitted array attributes (names ending in ``_``) in ``fitted_arrays`` and implement
+    :meth:`_fit` and :meth:`_decision`.
+
+    Fitted attributes common to all heads
+    -------------------------------------
+    meta_ : StatsMeta
+        Metadata of the statistics the head was fitted on (encoder, projection, classes).
+    classes_ : ndarray of int64, shape (C,)
+        ``arange(C)``; predictions are indices into ``meta_.classes``.
+    n_features_in_ : int
+        Dimension of the inputs accepted: the encoder dimension d (projected internally when
+        the statistics were projected).
+    """
+
+    name: ClassVar[str] = ""
+    #: lowest upload mode the head can be fitted from
+    min_mode: ClassVar[Mode] = "diag"
+    #: names of fitted ndarray attributes saved with the head
+    fitted_arrays: ClassVar[tuple[str, ...]] = ()
+    #: names of fitted JSON-serialisable (non-array) attributes saved with the head
+    fitted_scalars: ClassVar[tuple[str, ...]] = ()
+
+    # ------------------------------------------------------------------ parameters
+    def get_params(self) -> dict[str, Any]:
+        """Hyperparameters as given to ``__init__``."""
+        sig = inspect.signature(type(self).__init__)
+        return {p: getattr(self, p) for p in sig.parameters if p != "self"}
+
+    def set_params(self, **params: Any) -> Self:
+        valid = self.get_params()
+        for key, value in params.items():
+            if key not in valid:
+                raise ConfigError(
+                    f"{type(self).__name__} has no parameter {key!r}; valid parameters: "
+                    f"{', '.join(sorted(valid))}"
+                )
+            setattr(self, key, value)
+        return self
+
+    def _validate_params(self) -> None:
+        """Check hyperparameters (called at fit time); raise ConfigError naming the parameter."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    # ------------------------------------------------------------------ fitting
+    def fit_from_stats(self, stats: ClientStats) -> Self:
+        """Fit from aggregated statistics (the federated path)."""
+        self._check_mode(stats.meta)
+        return self.fit_from_moments(compute_moments(stats))
+
+    def fit_from_moments(self, moments: Moments) -> Self:
+        """Fit from :class:`~ghofl.moments.Moments` derived from the aggregate."""
+        self._validate_params()
+        self._check_mode(moments.meta)
+        self.meta_ = moments.meta
+        self.classes_ = np.arange(moments.num_classes, dtype=np.int64)
+        proj = moments.meta.projection
+        self.n_features_in_ = proj.input_dim if proj is not None else moments.dim
+        self._fit(moments)
+        return self
+
+    def fit(self, X: NDArray[Any], y: NDArray[Any], classes: Any = None) -> Self:
+        """Convenience: fit on pooled data by computing its statistics first.
+
+        Parameters
+        ----------
+        X : array_like, shape (n, d)
+        y : array_like of int, shape (n,), labels in 0..C-1
+        classes : int or sequence of str, optional
+            Number or names of classes (default: ``max(y) + 1``).
+        """
+        y_arr = np.asarray(y)
+        if classes is None:
+            classes = int(y_arr.max()) + 1 if y_arr.size else 1
+        return self.fit_from_stats(compute_stats(X, y_arr, classes, mode=self.min_mode))
+
+    def _check_mode(self, meta: StatsMeta) -> None:
+        if _MODE_RANK[meta.mode] < _MODE_RANK[self.min_mode]:
+            raise UnsupportedModeError(
+                f"head {self.name!r} needs upload mode {self.min_mode!r} or richer; the "
+                f"statistics are mode {meta.mode!r}. Recompute the client statistics with "
+                f"--mode {self.min_mode}, or choose heads that fit mode {meta.mode!r}"
+            )
+
+    @abstractmethod
+    def _fit(self, moments: Moments) -> None:
+        """Set the fitted arrays from moments (dimension = statistics space)."""
+
+    @abstractmethod
+    def _decision(self, Z: F64) -> F64:
+        """Unnormalised log-scores (n, C) for inputs in the statistics space."""
+
+    # ------------------------------------------------------------------ prediction
+    def _is_fitted(self) -> bool:
+        return hasattr(self, "meta_")
+
+    def _check_fitted(self) -> None:
+        if not self._is_fitted():
+            raise NotFittedError(
+                f"this {type(self).__name__} is not fitted yet; call fit_from_stats, "
+                "fit_from_moments or fit first"
+            )
+
+    def _prepare(self, X: NDArray[Any]) -> F64:
+        self._check_fitted()
+        X = np.asarray(X)
+        if X.ndim != 2:
+            raise InputError(f"inputs must be a 2-D array (n, d); got shape {X.shape}")
+        if X.shape[1] != self.n_features_in_:
+            raise InputError(
+                f"{type(self).__name__} was fitted on {self.n_features_in_}-dimensional "
+                f"embeddings but got {X.shape[1]} features; use the same encoder as the clients"
+            )
+        if X.dtype.kind not in "fiu":
+            raise InputError(f"inputs must be numeric; got dtype {X.dtype}")
+        Z = np.asarray(X, dtype=np.float64)
+        if not np.all(np.isfinite(Z)):
+            raise InputError("inputs contain NaN or infinite values; clean them before predicting")
+        if self.meta_.projection is not None:
+            Z = self.meta_.projection.apply(Z)
+        return Z
+
+    def decision_function(self, X: NDArray[Any]) -> F64:
+        """Joint log-likelihood-like scores, shape (n, C); argmax = prediction."""
+        return self._decision(self._prepare(X))
+
+    def predict_log_proba(self, X: NDArray[Any]) -> F64:
+        """Log posterior probabilities (n, C), computed with log-sum-exp."""
+        s = self.decision_function(X)
+        out: F64 = s - logsumexp(s, axis=1, keepdims=True)
+        return out
+
+    def predict_proba(self, X: NDArray[Any]) -> F64:
+        """Posterior probabilities (n, C); rows sum to 1."""
+        return np.exp(self.predict_log_proba(X))
+
+    def predict(self, X: NDArray[Any]) -> NDArray[np.int64]:
+        """Class indices (n,), into ``meta_.classes``."""
+        out: NDArray[np.int64] = np.argmax(self.decision_function(X), axis=1).astype(np.int64)
+        return out
+
+    def score(self, X: NDArray[Any], y: NDArray[Any]) -> float:
+        """Accuracy on (X, y)."""
+        return float(np.mean(self.predict(X) == np.asarray(y)))
+
+    # ------------------------------------------------------------------ persistence
+    def get_state(self) -> tuple[dict[str, NDArray[Any]], dict[str, Any]]:
+        """Fitted arrays and fitted scalars (for :func:`ghofl.heads.save_head`)."""
+        self._check_fitted()
+        arrays = {k: np.ascontiguousarray(getattr(self, k)) for k in self.fitted_arrays}
+        scalars = {k: _jsonable(getattr(self, k)) for k in self.fitted_scalars}
+        return arrays, scalars
+
+    def set_state(self, meta: StatsMeta, arrays: dict[str, NDArray[Any]],
+                  scalars: dict[str, Any]) -> Self:
+        """Restore a fitted head (inverse of :meth:`get_state`)."""
+        missing = [k for k in self.fitted_arrays if k not in arrays]
+        missing += [k for k in self.fitted_scalars if k not in scalars]
+        if missing:
+            raise InputError(
+                f"saved {type(self).__name__} lacks fitted value(s) {missing}; the file is corrupt"
+            )
+        self.meta_ = meta
+        self.classes_ = np.arange(meta.num_classes, dtype=np.int64)
+        self.n_features_in_ = meta.projection.input_dim if meta.projection else meta.dim
+        for k in self.fitted_arrays:
+            setattr(self, k, arrays[k])
+        for k in self.fitted_scalars:
+            setattr(self, k, scalars[k])
+        return self
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, tuple):
+        return list(v)
+    return v

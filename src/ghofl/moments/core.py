@@ -1,0 +1,182 @@
+"""Moments: the first non-additive step. Only this module divides sums by counts.
+
+From aggregated sums (method.md §2):
+μ_c = A_c/N_c; π_c = N_c/N; within-class scatter W = B − Σ_c A_c A_cᵀ/N_c;
+Σ_pool = W/(N − C); Σ_c = (S_c − A_c A_cᵀ/N_c)/(N_c − 1); diagonal variances
+v_c = D_c/N_c − μ_c² (maximum likelihood, as Gaussian naive Bayes); total covariance
+Σ_tot = (B − A Aᵀ/N)/(N − 1) with A = Σ_c A_c.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.errors import StatsValidationError, UnsupportedModeError
+from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import StatsMeta
+
+F64 = NDArray[np.float64]
+
+
+class GhoflWarning(UserWarning):
+    """Warnings about statistically fragile situations (tiny classes, singular covariances)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Moments:
+    """Means, priors and covariances derived from aggregated :class:`ClientStats`.
+
+    Attributes
+    ----------
+    meta : StatsMeta
+    counts : ndarray of int64, shape (C,)
+    priors : ndarray, shape (C,)
+        π_c = N_c / N.
+    means : ndarray, shape (C, d)
+    class_vars : ndarray, shape (C, d)
+        Maximum-likelihood per-class diagonal variances D_c/N_c − μ_c², clipped at 0.
+    within_scatter : ndarray, shape (d, d), or None
+        W = B − Σ_c N_c μ_c μ_cᵀ (``None`` in ``diag`` mode).
+    total_scatter : ndarray, shape (d, d), or None
+        B − N m mᵀ around the global mean m (``None`` in ``diag`` mode).
+    """
+
+    meta: StatsMeta
+    counts: NDArray[np.int64]
+    priors: F64
+    means: F64
+    class_vars: F64
+    within_scatter: F64 | None
+    total_scatter: F64 | None
+    stats: ClientStats
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.counts.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.means.shape[1])
+
+    @property
+    def global_mean(self) -> F64:
+        """m = Σ_c π_c μ_c, shape (d,)."""
+        out: F64 = self.priors @ self.means
+        return out
+
+    @property
+    def has_class_covariances(self) -> bool:
+        return self.stats.class_scatter is not None
+
+    def pooled_covariance(self, divisor: str = "n-c") -> F64:
+        """Σ_pool = W / (N − C) (``"n-c"``, unbiased, the paper) or W / N (``"n"``, MLE)."""
+        w = self._require_scatter(self.within_scatter, "the pooled covariance")
+        n, c = self.n_samples, self.num_classes
+        den = n - c if divisor == "n-c" else n
+        if den <= 0:
+            raise StatsValidationError(
+                f"the pooled covariance needs more samples than classes; got N={n}, C={c}"
+            )
+        return w / den
+
+    def total_covariance(self) -> F64:
+        """Σ_tot = (B − N m mᵀ)/(N − 1): the covariance around the global mean (FedCGS)."""
+        t = self._require_scatter(self.total_scatter, "the total covariance")
+        if self.n_samples < 2:
+            raise StatsValidationError("the total covariance needs at least 2 samples")
+        return t / (self.n_samples - 1)
+
+    def class_covariance(self, c: int, divisor: str = "n-1") -> F64:
+        """Σ_c = (S_c − N_c μ_c μ_cᵀ)/(N_c − 1), shape (d, d) (``divisor="n"``: ÷N_c, MLE).
+
+        Needs ``full`` statistics. A class with N_c = 1 falls back to the pooled covariance
+        with a :class:`GhoflWarning`.
+        """
+        s = self.stats.class_scatter
+        if s is None:
+            raise UnsupportedModeError(
+                "per-class covariances need upload mode 'full' (per-class second moments S_c); "
+                f"these statistics are mode {self.meta.mode!r}. Recompute the client statistics "
+                "with --mode full, or use a head that needs only pooled statistics"
+            )
+        n_c = int(self.counts[c])
+        if n_c < 2:
+            warnings.warn(
+                f"class {self.meta.classes[c]!r} has {n_c} sample(s): its covariance cannot be "
+                "estimated, using the pooled covariance instead",
+                GhoflWarning,
+                stacklevel=2,
+            )
+            return self.pooled_covariance()
+        mu = self.means[c]
+        cov = (s[c] - n_c * np.outer(mu, mu)) / (n_c - 1 if divisor == "n-1" else n_c)
+        out: F64 = 0.5 * (cov + cov.T)
+        return out
+
+    def _require_scatter(self, m: F64 | None, what: str) -> F64:
+        if m is None:
+            raise UnsupportedModeError(
+                f"{what} needs a second-moment matrix (upload mode 'pooled' or 'full'); these "
+                f"statistics are mode {self.meta.mode!r}. Recompute the client statistics with "
+                "--mode pooled or --mode full, or use the naive Bayes head ('nb')"
+            )
+        return m
+
+
+def compute_moments(stats: ClientStats, allow_empty_classes: bool = False) -> Moments:
+    """Derive :class:`Moments` from aggregated statistics.
+
+    Parameters
+    ----------
+    stats : ClientStats
+        The aggregate over all clients.
+    allow_empty_classes : bool, default False
+        A class with N_c = 0 cannot be modelled; by default this raises
+        :class:`StatsValidationError` naming the class.
+    """
+    counts = stats.counts
+    n = int(counts.sum())
+    if n == 0:
+        raise StatsValidationError(
+            "the statistics hold no samples at all; aggregate the client payloads first"
+        )
+    empty = np.flatnonzero(counts == 0)
+    if empty.size and not allow_empty_classes:
+        names = ", ".join(repr(stats.meta.classes[i]) for i in empty[:5])
+        raise StatsValidationError(
+            f"class(es) {names} have no samples in the aggregate, so no head can model them; "
+            "collect data for them, or drop them from the class list on every client"
+        )
+    safe = np.maximum(counts, 1).astype(np.float64)
+    means = stats.sums / safe[:, None]
+    class_vars = np.maximum(stats.diag_sums / safe[:, None] - means**2, 0.0)
+    b = stats.total_scatter
+    within = total = None
+    if b is not None:
+        between = (stats.sums.T / safe) @ stats.sums  # Σ_c A_c A_cᵀ / N_c
+        within = _sym(b - between)
+        a = stats.sums.sum(axis=0)
+        total = _sym(b - np.outer(a, a) / n)
+    return Moments(
+        meta=stats.meta,
+        counts=counts,
+        priors=counts / n,
+        means=means,
+        class_vars=class_vars,
+        within_scatter=within,
+        total_scatter=total,
+        stats=stats,
+    )
+
+
+def _sym(m: F64) -> F64:
+    out: F64 = 0.5 * (m + m.T)
+    return out

@@ -1,0 +1,183 @@
+"""Incremental client-side accumulation of :class:`ClientStats` from batches of embeddings.
+
+Per-class accumulation sorts each batch by label once and issues one symmetric rank-k update
+(BLAS ``dsyrk``) per class present, so the cost is one pass of Σ_c n_c d² flops, i.e. the
+cost of a single ``xᵀx`` with half the work skipped by symmetry. No Python loop runs per sample.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.linalg.blas import dsyrk
+
+from ghofl.errors import InputError
+from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import EncoderInfo, Mode, StatsMeta
+from ghofl.stats.projection import ProjectionSpec
+
+
+class StatsAccumulator:
+    """Accumulate statistics over batches so a client never holds all its embeddings at once.
+
+    Parameters
+    ----------
+    classes : sequence of str or int
+        Class names, or the number of classes C (names become ``"0".."C-1"``).
+    dim : int
+        Encoder dimension d of the embeddings passed to :meth:`update`.
+    mode : {"full", "pooled", "diag"}
+        Upload mode (see :class:`ClientStats`).
+    encoder : EncoderInfo, optional
+        Fingerprint of the encoder that produced the embeddings.
+    projection : ProjectionSpec, optional
+        Public projection applied to each batch before accumulation (statistics live in
+        the k-dimensional space, S_z included).
+
+    Examples
+    --------
+    >>> acc = StatsAccumulator(3, dim=4, mode="full")
+    >>> acc.update(np.ones((2, 4)), np.array([0, 2]))
+    >>> acc.result().counts.tolist()
+    [1, 0, 1]
+    """
+
+    def __init__(
+        self,
+        classes: Any,
+        dim: int,
+        mode: Mode = "full",
+        encoder: EncoderInfo | None = None,
+        projection: ProjectionSpec | None = None,
+    ) -> None:
+        names = (
+            tuple(str(i) for i in range(int(classes)))
+            if isinstance(classes, int | np.integer)
+            else tuple(str(c) for c in classes)
+        )
+        if projection is not None and projection.input_dim != dim:
+            raise InputError(
+                f"projection expects input dim {projection.input_dim} but the embeddings have "
+                f"dim {dim}; rebuild the ProjectionSpec with input_dim={dim}"
+            )
+        out_dim = projection.dim if projection is not None else dim
+        self.meta = StatsMeta(mode, out_dim, names, encoder, projection)
+        self.input_dim = dim
+        c = len(names)
+        self._counts = np.zeros(c, np.int64)
+        self._sums = np.zeros((c, out_dim))
+        self._sq = np.zeros((c, out_dim)) if mode != "full" else None
+        # dsyrk writes the upper triangle of Fortran-ordered outputs in place.
+        self._cs = [np.zeros((out_dim, out_dim), order="F") for _ in range(c)] if mode == "full" else None
+        self._b = np.zeros((out_dim, out_dim), order="F") if mode == "pooled" else None
+
+    def update(self, x: NDArray[Any], y: NDArray[Any]) -> None:
+        """Add a batch.
+
+        Parameters
+        ----------
+        x : array_like, shape (n, d)
+            Finite embeddings (any float dtype; accumulated in float64).
+        y : array_like of int, shape (n,)
+            Labels in ``0..C-1``.
+        """
+        x64, yy = _check_batch(x, y, self.input_dim, self.meta.num_classes)
+        if self.meta.projection is not None:
+            x64 = self.meta.projection.apply(x64)
+        if x64.shape[0] == 0:
+            return
+        order = np.argsort(yy, kind="stable")
+        xs = np.ascontiguousarray(x64[order])
+        counts = np.bincount(yy, minlength=self.meta.num_classes)
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        self._counts += counts
+        for c in np.flatnonzero(counts):
+            block = xs[bounds[c] : bounds[c + 1]]
+            self._sums[c] += block.sum(axis=0)
+            if self._sq is not None:
+                self._sq[c] += np.einsum("ij,ij->j", block, block)
+            if self._cs is not None:
+                self._cs[c] = dsyrk(1.0, block.T, beta=1.0, c=self._cs[c], trans=0, overwrite_c=1)
+        if self._b is not None:
+            self._b = dsyrk(1.0, xs.T, beta=1.0, c=self._b, trans=0, overwrite_c=1)
+
+    def result(self) -> ClientStats:
+        """Return the accumulated statistics as a validated, immutable :class:`ClientStats`."""
+        cs = None if self._cs is None else np.stack([_symmetrize_upper(m) for m in self._cs])
+        b = None if self._b is None else _symmetrize_upper(self._b)
+        return ClientStats(
+            self.meta,
+            self._counts.copy(),
+            self._sums.copy(),
+            sq_sums=None if self._sq is None else self._sq.copy(),
+            class_scatter=cs,
+            scatter=b,
+        )
+
+
+def compute_stats(
+    x: NDArray[Any],
+    y: NDArray[Any],
+    classes: Any,
+    mode: Mode = "full",
+    encoder: EncoderInfo | None = None,
+    projection: ProjectionSpec | None = None,
+    batch_size: int = 32768,
+) -> ClientStats:
+    """Statistics of a whole labelled embedding matrix ``x`` (n, d), ``y`` (n,), in batches."""
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise InputError(f"embeddings must be a 2-D array (n, d); got shape {x.shape}")
+    acc = StatsAccumulator(classes, x.shape[1], mode, encoder, projection)
+    yy = np.asarray(y)
+    if yy.shape[:1] != x.shape[:1]:
+        raise InputError(
+            f"embeddings and labels disagree in length: {x.shape[0]} rows vs {yy.shape[0]} labels"
+        )
+    for start in range(0, max(x.shape[0], 1), batch_size):
+        acc.update(x[start : start + batch_size], yy[start : start + batch_size])
+    return acc.result()
+
+
+def _check_batch(
+    x: NDArray[Any], y: NDArray[Any], dim: int, num_classes: int
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    x = np.asarray(x)
+    y = np.asarray(y)
+    if x.ndim != 2 or x.shape[1] != dim:
+        raise InputError(f"embeddings must have shape (n, {dim}); got {x.shape}")
+    if y.ndim != 1 or y.shape[0] != x.shape[0]:
+        raise InputError(
+            f"labels must have shape ({x.shape[0]},) to match the embeddings; got {y.shape}"
+        )
+    if x.dtype.kind not in "fiu":
+        raise InputError(f"embeddings must be numeric; got dtype {x.dtype}")
+    if y.size and y.dtype.kind not in "iu":
+        if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+            y = y.astype(np.int64)
+        else:
+            raise InputError(f"labels must be integers in 0..{num_classes - 1}; got dtype {y.dtype}")
+    x64 = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(x64)):
+        bad = int(np.flatnonzero(~np.all(np.isfinite(x64), axis=1))[0])
+        raise InputError(
+            f"embeddings contain NaN or infinite values (first bad row {bad}); fix the encoder "
+            "output or drop those rows before computing statistics"
+        )
+    yy = y.astype(np.int64, copy=False)
+    if yy.size and (yy.min() < 0 or yy.max() >= num_classes):
+        bad_label = int(yy.min() if yy.min() < 0 else yy.max())
+        raise InputError(
+            f"label {bad_label} is out of range: labels must lie in 0..{num_classes - 1} "
+            f"for {num_classes} classes"
+        )
+    return x64, yy
+
+
+def _symmetrize_upper(m: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Full symmetric (C-ordered) matrix from one whose upper triangle is valid."""
+    up = np.triu(m)
+    out: NDArray[np.float64] = np.ascontiguousarray(up + np.triu(m, 1).T)
+    return out

@@ -1,0 +1,191 @@
+"""Metadata carried by every statistics payload: encoder fingerprint, projection, classes, mode."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, get_args
+
+from ghofl.errors import StatsFormatError, StatsValidationError
+
+Mode = Literal["full", "pooled", "diag"]
+MODES: tuple[str, ...] = get_args(Mode)
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class EncoderInfo:
+    """Identity of the frozen encoder that produced the embeddings.
+
+    Two payloads can be added only if their encoders have the same :meth:`fingerprint`.
+
+    Parameters
+    ----------
+    name : str
+        Human-readable encoder name, e.g. ``"efficientnet-lite0"``.
+    dim : int
+        Embedding dimension d produced by the encoder.
+    weights_hash : str
+        Hash of the weights file (or ``""`` when unknown).
+    preprocessing : str
+        Description of the preprocessing (resize, normalisation) applied before the encoder.
+    resolution : int or None
+        Input resolution in pixels for image encoders.
+    """
+
+    name: str
+    dim: int
+    weights_hash: str = ""
+    preprocessing: str = ""
+    resolution: int | None = None
+
+    def fingerprint(self) -> str:
+        """Return a 16-hex-digit SHA-256 digest of the canonical JSON of all fields."""
+        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EncoderInfo:
+        try:
+            return cls(
+                name=str(data["name"]),
+                dim=int(data["dim"]),
+                weights_hash=str(data.get("weights_hash", "")),
+                preprocessing=str(data.get("preprocessing", "")),
+                resolution=None if data.get("resolution") is None else int(data["resolution"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StatsFormatError(
+                f"encoder metadata is malformed ({exc!r}); expected keys name, dim, "
+                "weights_hash, preprocessing, resolution"
+            ) from exc
+
+
+@dataclass(frozen=True)
+class StatsMeta:
+    """Metadata of a :class:`~ghofl.stats.ClientStats` value.
+
+    Parameters
+    ----------
+    mode : {"full", "pooled", "diag"}
+        Upload mode: ``full`` holds per-class second moments S_c (every head),
+        ``pooled`` holds per-class diagonals D_c and the global B (no QDA),
+        ``diag`` holds only D_c (naive Bayes only).
+    dim : int
+        Dimension of the statistics space: d, or k under a random projection.
+    classes : tuple of str
+        Class names; label ``c`` refers to ``classes[c]``.
+    encoder : EncoderInfo or None
+        Encoder that produced the embeddings (``None`` for raw features).
+    projection : ProjectionSpec or None
+        Public random projection applied before accumulation, if any.
+    schema_version : int
+        Version of the statistics schema.
+    """
+
+    mode: Mode
+    dim: int
+    classes: tuple[str, ...]
+    encoder: EncoderInfo | None = None
+    projection: ProjectionSpec | None = None
+    schema_version: int = field(default=SCHEMA_VERSION)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise StatsValidationError(
+                f"statistics mode must be one of {', '.join(MODES)}; got {self.mode!r}"
+            )
+        if int(self.dim) < 1:
+            raise StatsValidationError(f"statistics dim must be >= 1; got {self.dim}")
+        if len(self.classes) < 1:
+            raise StatsValidationError("statistics need at least one class; got an empty class list")
+        if len(set(self.classes)) != len(self.classes):
+            raise StatsValidationError(f"class names must be unique; got {list(self.classes)}")
+        if self.projection is not None and self.projection.dim != self.dim:
+            raise StatsValidationError(
+                f"projection output dim {self.projection.dim} does not match statistics dim {self.dim}"
+            )
+        if (
+            self.encoder is not None
+            and self.projection is None
+            and self.encoder.dim != self.dim
+        ):
+            raise StatsValidationError(
+                f"encoder {self.encoder.name!r} produces d={self.encoder.dim} but the statistics "
+                f"have dim {self.dim}"
+            )
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def with_mode(self, mode: Mode) -> StatsMeta:
+        return StatsMeta(mode, self.dim, self.classes, self.encoder, self.projection)
+
+    def differences(self, other: StatsMeta) -> list[str]:
+        """List, in words, every field in which ``other`` differs from ``self``."""
+        out: list[str] = []
+        if self.schema_version != other.schema_version:
+            out.append(f"schema version ({self.schema_version} vs {other.schema_version})")
+        if self.mode != other.mode:
+            out.append(f"mode ({self.mode!r} vs {other.mode!r})")
+        if self.dim != other.dim:
+            out.append(f"dim ({self.dim} vs {other.dim})")
+        if self.classes != other.classes:
+            if len(self.classes) != len(other.classes):
+                out.append(f"number of classes ({len(self.classes)} vs {len(other.classes)})")
+            else:
+                diff = [(a, b) for a, b in zip(self.classes, other.classes, strict=True) if a != b]
+                out.append(f"class names (first difference {diff[0][0]!r} vs {diff[0][1]!r})")
+        fa = None if self.encoder is None else self.encoder.fingerprint()
+        fb = None if other.encoder is None else other.encoder.fingerprint()
+        if fa != fb:
+            out.append(f"encoder ({_describe_encoder(self.encoder)} vs {_describe_encoder(other.encoder)})")
+        if self.projection != other.projection:
+            out.append(f"projection ({self.projection} vs {other.projection})")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "mode": self.mode,
+            "dim": self.dim,
+            "classes": list(self.classes),
+            "encoder": None if self.encoder is None else self.encoder.to_dict(),
+            "projection": None if self.projection is None else self.projection.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StatsMeta:
+        from ghofl.stats.projection import ProjectionSpec
+
+        try:
+            enc = data.get("encoder")
+            proj = data.get("projection")
+            return cls(
+                mode=data["mode"],
+                dim=int(data["dim"]),
+                classes=tuple(str(c) for c in data["classes"]),
+                encoder=None if enc is None else EncoderInfo.from_dict(enc),
+                projection=None if proj is None else ProjectionSpec.from_dict(proj),
+                schema_version=int(data["schema_version"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise StatsFormatError(
+                f"statistics metadata is malformed (missing or invalid {exc}); "
+                "the file was not written by ghofl or is corrupt"
+            ) from exc
+
+
+def _describe_encoder(enc: EncoderInfo | None) -> str:
+    if enc is None:
+        return "none"
+    res = f"@{enc.resolution}" if enc.resolution else ""
+    return f"{enc.name}{res} d={enc.dim} fingerprint {enc.fingerprint()}"
+
+
+from ghofl.stats.projection import ProjectionSpec  # noqa: E402  (circular-safe re-export)

@@ -1,0 +1,146 @@
+"""Statistics file format: round trips, packing, atomicity and clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ghofl.errors import StatsFormatError
+from ghofl.stats import EncoderInfo, ProjectionSpec, compute_stats, load_stats, payload_nbytes, save_stats
+from ghofl.stats.codec import pack_upper, unpack_upper
+from tests.helpers import gaussian_mixture
+
+
+@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+def test_round_trip_is_bit_exact(tmp_path: Path, mode: str) -> None:
+    x, y = gaussian_mixture(0, num_classes=3, dim=6, n=90)
+    enc = EncoderInfo("toy", 6, weights_hash="abc", preprocessing="none", resolution=32)
+    s = compute_stats(x, y, ("a", "b", "c"), mode=mode, encoder=enc)  # type: ignore[arg-type]
+    size = save_stats(s, tmp_path / "s.ghs")
+    back = load_stats(tmp_path / "s.ghs")
+    assert back.meta == s.meta
+    for name, arr in s.arrays().items():
+        other = back.arrays()[name]
+        assert (arr is None and other is None) or np.array_equal(arr, other)
+    assert size >= payload_nbytes(s)
+    assert [p.name for p in tmp_path.iterdir()] == ["s.ghs"]  # no temporary left behind
+
+
+def test_projection_metadata_round_trips(tmp_path: Path) -> None:
+    x, y = gaussian_mixture(1, num_classes=2, dim=10, n=40)
+    s = compute_stats(x, y, 2, projection=ProjectionSpec(5, 10, 4))
+    save_stats(s, tmp_path / "p.ghs")
+    assert load_stats(tmp_path / "p.ghs").meta.projection == ProjectionSpec(5, 10, 4)
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("full", 3 * 8 + 3 * 4 * 8 + 3 * (4 * 5 // 2) * 8),  # N, A, triu(S_c); B and D derived
+    ("pooled", 3 * 8 + 2 * (3 * 4 * 8) + (4 * 5 // 2) * 8),
+    ("diag", 3 * 8 + 2 * (3 * 4 * 8)),
+])
+def test_payload_bytes_use_upper_triangles(mode: str, expected: int) -> None:
+    x, y = gaussian_mixture(2, num_classes=3, dim=4, n=30)
+    s = compute_stats(x, y, 3, mode=mode)  # type: ignore[arg-type]
+    assert payload_nbytes(s) == expected
+
+
+def test_pack_unpack_inverse() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(3, 5, 5))
+    a = a + np.swapaxes(a, 1, 2)
+    np.testing.assert_array_equal(unpack_upper(pack_upper(a), 5), a)
+    with pytest.raises(StatsFormatError, match=r"expected d\(d\+1\)/2 = 15 for d=5"):
+        unpack_upper(np.zeros(14), 5)
+
+
+def _saved(tmp_path: Path) -> Path:
+    x, y = gaussian_mixture(3, num_classes=2, dim=4, n=30)
+    p = tmp_path / "s.ghs"
+    save_stats(compute_stats(x, y, 2), p)
+    return p
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(StatsFormatError, match=r"statistics file '.*nope.ghs' does not exist; check the path"):
+        load_stats(tmp_path / "nope.ghs")
+
+
+def test_truncated_file(tmp_path: Path) -> None:
+    p = _saved(tmp_path)
+    p.write_bytes(p.read_bytes()[:-40])
+    with pytest.raises(StatsFormatError, match="is not a readable ghofl statistics file .*truncated, corrupt"):
+        load_stats(p)
+
+
+def test_foreign_file(tmp_path: Path) -> None:
+    p = tmp_path / "x.npz"
+    np.savez(p, x=np.zeros(3))
+    with pytest.raises(StatsFormatError, match="is not a readable ghofl statistics file"):
+        load_stats(p)
+
+
+def _rewrite_header(p: Path, **changes: str) -> None:
+    from safetensors.numpy import load_file, save_file
+    from safetensors import safe_open
+
+    with safe_open(str(p), framework="np") as f:
+        meta = dict(f.metadata())
+    meta.update(changes)
+    save_file(load_file(str(p)), str(p), metadata=meta)
+
+
+@pytest.mark.parametrize(("changes", "match"), [
+    ({"format": "other.thing"}, r"is not a ghofl statistics file \(format tag 'other.thing'"),
+    ({"schema_version": "99"}, r"schema version 99, newer than this ghofl supports \(1\); upgrade ghofl"),
+    ({"schema_version": "0"}, r"schema version 0, older than this ghofl supports"),
+    ({"meta": "{not json"}, "has a missing or corrupt metadata header"),
+    ({"meta": json.dumps({"mode": "full"})}, "statistics metadata is malformed"),
+])
+def test_bad_headers(tmp_path: Path, changes: dict[str, str], match: str) -> None:
+    p = _saved(tmp_path)
+    _rewrite_header(p, **changes)
+    with pytest.raises(StatsFormatError, match=match):
+        load_stats(p)
+
+
+def test_corrupted_values_are_rejected(tmp_path: Path) -> None:
+    from safetensors.numpy import load_file, save_file
+    from safetensors import safe_open
+
+    p = _saved(tmp_path)
+    with safe_open(str(p), framework="np") as f:
+        meta = dict(f.metadata())
+    t = load_file(str(p))
+    t["sums"] = t["sums"].copy()
+    t["sums"][0, 0] = np.nan
+    save_file(t, str(p), metadata=meta)
+    with pytest.raises(Exception, match="sums contains NaN or infinite values"):
+        load_stats(p)
+
+
+def test_failed_write_leaves_previous_file_intact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = _saved(tmp_path)
+    before = p.read_bytes()
+    import safetensors.numpy as stn
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(stn, "save_file", boom)
+    x, y = gaussian_mixture(9, num_classes=2, dim=4, n=30)
+    with pytest.raises(OSError, match="disk full"):
+        save_stats(compute_stats(x, y, 2), p)
+    assert p.read_bytes() == before
+    assert [q.name for q in tmp_path.iterdir()] == ["s.ghs"]
+
+
+@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+@pytest.mark.parametrize(("c", "d"), [(2, 3), (5, 9)])
+def test_expected_payload_nbytes_matches_real_payload(mode: str, c: int, d: int) -> None:
+    from ghofl.stats.codec import expected_payload_nbytes
+
+    x, y = gaussian_mixture(c + d, num_classes=c, dim=d, n=10 * c)
+    assert expected_payload_nbytes(mode, c, d) == payload_nbytes(compute_stats(x, y, c, mode=mode))  # type: ignore[arg-type]
