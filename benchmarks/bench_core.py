@@ -14,7 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from ghofl.bench.report import machine_summary, markdown_table, median_time, update_section, write_json
+from ghofl.bench.report import (
+    machine_summary,
+    markdown_table,
+    median_time,
+    update_section,
+    write_json,
+)
 from ghofl.heads import make_head
 from ghofl.moments import compute_moments
 from ghofl.stats import ClientStats, compute_stats
@@ -99,10 +105,21 @@ def render(res: dict[str, Any]) -> str:
         markdown_table(
             ["what", "median seconds", "ratio to GEMM"],
             [["`x.T @ x` (numpy GEMM/SYRK)", f"{g['gemm_seconds_median']:.3f}", "1.00"]]
-            + [[f"`compute_stats` mode `{m}`", f"{g[f'{m}_seconds_median']:.3f}",
-                f"{g[f'{m}_ratio_to_gemm']:.2f}"] for m in ("full", "pooled", "diag")]
-            + [["`compute_stats` mode `full`, float32 input", "",
-                f"{g['full_float32_input_ratio_to_gemm']:.2f}"]],
+            + [
+                [
+                    f"`compute_stats` mode `{m}`",
+                    f"{g[f'{m}_seconds_median']:.3f}",
+                    f"{g[f'{m}_ratio_to_gemm']:.2f}",
+                ]
+                for m in ("full", "pooled", "diag")
+            ]
+            + [
+                [
+                    "`compute_stats` mode `full`, float32 input",
+                    "",
+                    f"{g['full_float32_input_ratio_to_gemm']:.2f}",
+                ]
+            ],
         ),
         "",
         "### Closed-form fit time from aggregated statistics (d = 1280, median of "
@@ -110,9 +127,17 @@ def render(res: dict[str, Any]) -> str:
         "",
         markdown_table(
             ["C", "moments s", "nb s", "lda s", "qda s", "fedcgs s"],
-            [[r["C"], f"{r['moments_seconds']:.3f}", f"{r['nb_fit_seconds']:.3f}",
-              f"{r['lda_fit_seconds']:.3f}", f"{r['qda_fit_seconds']:.3f}",
-              f"{r['fedcgs_fit_seconds']:.3f}"] for r in res["fit_times"]],
+            [
+                [
+                    r["C"],
+                    f"{r['moments_seconds']:.3f}",
+                    f"{r['nb_fit_seconds']:.3f}",
+                    f"{r['lda_fit_seconds']:.3f}",
+                    f"{r['qda_fit_seconds']:.3f}",
+                    f"{r['fedcgs_fit_seconds']:.3f}",
+                ]
+                for r in res["fit_times"]
+            ],
         ),
         "",
         "### Upload bytes per client (array data; header < 1 KB)",
@@ -122,10 +147,31 @@ def render(res: dict[str, Any]) -> str:
         "mode; `full_rpK` = `full` after a public K-dim projection.",
         "",
         markdown_table(
-            ["d", "C", "paper", "full", "full / paper", "pooled", "diag", "full_rp128", "full_rp256"],
-            [[r["d"], r["C"], _mb(r["paper"]), _mb(r["full"]), f"{r['full'] / r['paper']:.2f}",
-              _mb(r["pooled"]), _mb(r["diag"]), _mb(r["full_rp128"]), _mb(r["full_rp256"])]
-             for r in res["bytes"]],
+            [
+                "d",
+                "C",
+                "paper",
+                "full",
+                "full / paper",
+                "pooled",
+                "diag",
+                "full_rp128",
+                "full_rp256",
+            ],
+            [
+                [
+                    r["d"],
+                    r["C"],
+                    _mb(r["paper"]),
+                    _mb(r["full"]),
+                    f"{r['full'] / r['paper']:.2f}",
+                    _mb(r["pooled"]),
+                    _mb(r["diag"]),
+                    _mb(r["full_rp128"]),
+                    _mb(r["full_rp256"]),
+                ]
+                for r in res["bytes"]
+            ],
         ),
     ]
     return "\n".join(lines)

@@ -7,7 +7,11 @@ from numpy.typing import NDArray
 
 
 def gaussian_mixture(
-    seed: int, num_classes: int = 4, dim: int = 8, n: int = 600, sep: float = 2.0,
+    seed: int,
+    num_classes: int = 4,
+    dim: int = 8,
+    n: int = 600,
+    sep: float = 2.0,
     class_cov: bool = True,
 ) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
     """Labelled Gaussian data: class means ~ N(0, sep²), per-class random covariances.
@@ -16,8 +20,12 @@ def gaussian_mixture(
     """
     rng = np.random.default_rng(seed)
     means = rng.normal(scale=sep, size=(num_classes, dim))
-    y = np.concatenate([np.repeat(np.arange(num_classes), 2),
-                        rng.integers(0, num_classes, max(n - 2 * num_classes, 0))])
+    y = np.concatenate(
+        [
+            np.repeat(np.arange(num_classes), 2),
+            rng.integers(0, num_classes, max(n - 2 * num_classes, 0)),
+        ]
+    )
     rng.shuffle(y)
     x = np.empty((y.size, dim))
     for c in range(num_classes):

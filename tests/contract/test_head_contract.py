@@ -41,7 +41,9 @@ def test_not_fitted_error(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", HEADS)
-def test_shapes_probabilities_and_consistency(name: str, data: tuple[np.ndarray, np.ndarray, int]) -> None:
+def test_shapes_probabilities_and_consistency(
+    name: str, data: tuple[np.ndarray, np.ndarray, int]
+) -> None:
     x, y, c = data
     head = _make(name).fit_from_stats(compute_stats(x, y, c))
     n = 17
@@ -59,7 +61,9 @@ def test_shapes_probabilities_and_consistency(name: str, data: tuple[np.ndarray,
 
 
 @pytest.mark.parametrize("name", HEADS)
-def test_float32_input_gives_same_predictions(name: str, data: tuple[np.ndarray, np.ndarray, int]) -> None:
+def test_float32_input_gives_same_predictions(
+    name: str, data: tuple[np.ndarray, np.ndarray, int]
+) -> None:
     x, y, c = data
     head = _make(name).fit_from_stats(compute_stats(x, y, c))
     x32 = x.astype(np.float32)
@@ -67,7 +71,9 @@ def test_float32_input_gives_same_predictions(name: str, data: tuple[np.ndarray,
 
 
 @pytest.mark.parametrize("name", HEADS)
-def test_save_load_round_trip(name: str, tmp_path: Path, data: tuple[np.ndarray, np.ndarray, int]) -> None:
+def test_save_load_round_trip(
+    name: str, tmp_path: Path, data: tuple[np.ndarray, np.ndarray, int]
+) -> None:
     x, y, c = data
     head = _make(name).fit_from_stats(compute_stats(x, y, c))
     save_head(head, tmp_path / f"{name}.ghh")
@@ -106,7 +112,9 @@ def test_mode_requirement_is_enforced(name: str) -> None:
     for mode in ("diag", "pooled", "full"):
         stats = compute_stats(x, y, 3, mode=mode)  # type: ignore[arg-type]
         if rank[mode] < rank[cls.min_mode]:
-            with pytest.raises(UnsupportedModeError, match=f"head '{name}' needs upload mode '{cls.min_mode}'"):
+            with pytest.raises(
+                UnsupportedModeError, match=f"head '{name}' needs upload mode '{cls.min_mode}'"
+            ):
                 _make(name).fit_from_stats(stats)
         else:
             assert _make(name).fit_from_stats(stats).predict(x[:2]).shape == (2,)
@@ -124,5 +132,7 @@ def test_params_round_trip_and_unknown_param(name: str) -> None:
 
 
 def test_unknown_head_lists_available() -> None:
-    with pytest.raises(ConfigError, match="unknown head 'svm'; available heads: nb, lda, qda, fedcgs"):
+    with pytest.raises(
+        ConfigError, match="unknown head 'svm'; available heads: nb, lda, qda, fedcgs"
+    ):
         make_head("svm")

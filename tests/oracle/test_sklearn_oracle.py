@@ -68,8 +68,10 @@ def test_nb_matches_gaussian_nb(c: int, d: int) -> None:
 
 def test_nb_works_from_every_mode() -> None:
     x, y = gaussian_mixture(1, num_classes=3, dim=5, n=200)
-    probs = [make_head("nb").fit_from_stats(compute_stats(x, y, 3, mode=m)).predict_proba(x)
-             for m in ("full", "pooled", "diag")]
+    probs = [
+        make_head("nb").fit_from_stats(compute_stats(x, y, 3, mode=m)).predict_proba(x)
+        for m in ("full", "pooled", "diag")
+    ]
     np.testing.assert_allclose(probs[0], probs[1], atol=1e-12)
     np.testing.assert_allclose(probs[0], probs[2], atol=1e-12)
 
@@ -84,7 +86,11 @@ def test_fedcgs_matches_its_reference_formula() -> None:
     s = (b_x - np.outer(mu, a_x) - np.outer(a_x, mu) + n * np.outer(mu, mu)) / (n - 1)
     s_inv = np.linalg.inv(s)
     means = np.stack([x[y == j].mean(0) for j in range(4)])
-    logits = x @ s_inv @ means.T - 0.5 * np.einsum("cd,de,ce->c", means, s_inv, means) + np.log(np.bincount(y) / n)
+    logits = (
+        x @ s_inv @ means.T
+        - 0.5 * np.einsum("cd,de,ce->c", means, s_inv, means)
+        + np.log(np.bincount(y) / n)
+    )
     np.testing.assert_allclose(head.decision_function(x), logits, rtol=1e-8, atol=1e-8)
     assert head.jitter_ == 0.0  # type: ignore[attr-defined]
 
@@ -101,6 +107,7 @@ def test_lda_auto_shrinkage_uses_oas_on_pooled_covariance() -> None:
     from ghofl.moments import oas_shrinkage
 
     assert head.shrinkage_ == pytest.approx(  # type: ignore[attr-defined]
-        oas_shrinkage(centered.T @ centered / len(y), len(y) - 3), rel=1e-10)
+        oas_shrinkage(centered.T @ centered / len(y), len(y) - 3), rel=1e-10
+    )
     assert 0.0 < head.shrinkage_ < 1.0  # type: ignore[attr-defined]
     assert abs(head.shrinkage_ - expected) < 0.1  # type: ignore[attr-defined]

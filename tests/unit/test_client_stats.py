@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from ghofl.errors import IncompatibleStatsError, InputError, StatsValidationError
-from ghofl.stats import ClientStats, EncoderInfo, StatsAccumulator, StatsMeta, compute_stats, sum_stats
+from ghofl.stats import (
+    ClientStats,
+    EncoderInfo,
+    StatsAccumulator,
+    StatsMeta,
+    compute_stats,
+    sum_stats,
+)
 from tests.helpers import gaussian_mixture
 
 
@@ -60,11 +67,23 @@ def test_accumulator_empty_batch_and_class_names() -> None:
 @pytest.mark.parametrize(
     ("x", "y", "match"),
     [
-        (np.ones((3, 4)), np.array([0, 1, 2]), r"label 2 is out of range: labels must lie in 0\.\.1"),
+        (
+            np.ones((3, 4)),
+            np.array([0, 1, 2]),
+            r"label 2 is out of range: labels must lie in 0\.\.1",
+        ),
         (np.ones((3, 4)), np.array([0, -1, 1]), r"label -1 is out of range"),
-        (np.ones((3, 5)), np.array([0, 1, 1]), r"embeddings must have shape \(n, 4\); got \(3, 5\)"),
+        (
+            np.ones((3, 5)),
+            np.array([0, 1, 1]),
+            r"embeddings must have shape \(n, 4\); got \(3, 5\)",
+        ),
         (np.ones((3, 4)), np.array([0, 1]), r"labels must have shape \(3,\)"),
-        (np.array([[np.nan] * 4] * 3), np.array([0, 1, 1]), r"NaN or infinite values \(first bad row 0\)"),
+        (
+            np.array([[np.nan] * 4] * 3),
+            np.array([0, 1, 1]),
+            r"NaN or infinite values \(first bad row 0\)",
+        ),
         (np.ones((3, 4)), np.array([0.5, 1, 1]), r"labels must be integers in 0\.\.1"),
     ],
 )
@@ -82,12 +101,18 @@ def _meta(mode: str = "full", dim: int = 3, classes: tuple[str, ...] = ("a", "b"
     ("kwargs", "match"),
     [
         ({"counts": np.array([1, 2], np.int32)}, r"counts must have dtype int64; got int32"),
-        ({"counts": np.array([-1, 2], np.int64)}, r"class counts must be non-negative; got -1 for class 'a'"),
+        (
+            {"counts": np.array([-1, 2], np.int64)},
+            r"class counts must be non-negative; got -1 for class 'a'",
+        ),
         ({"sums": np.zeros((2, 4))}, r"sums must have shape \(2, 3\); got \(2, 4\)"),
         ({"sums": np.full((2, 3), np.nan)}, r"sums contains NaN or infinite values"),
         ({"class_scatter": None}, r"mode 'full' statistics must hold class_scatter; it is missing"),
         ({"scatter": np.eye(3)}, r"must not hold scatter \(it belongs to another mode\)"),
-        ({"class_scatter": np.stack([np.eye(3), np.triu(np.ones((3, 3)))])}, r"class_scatter must be symmetric"),
+        (
+            {"class_scatter": np.stack([np.eye(3), np.triu(np.ones((3, 3)))])},
+            r"class_scatter must be symmetric",
+        ),
         ({"counts": np.array([0, 2], np.int64)}, r"class 'a' has zero samples but non-zero sums"),
         ({"sums": np.full((2, 3), 10.0)}, r"N_c·D_c < A_c²"),
     ],
@@ -104,11 +129,15 @@ def test_validation_errors_name_the_problem(kwargs: dict[str, object], match: st
 
 
 def test_meta_validation() -> None:
-    with pytest.raises(StatsValidationError, match="mode must be one of full, pooled, diag; got 'half'"):
+    with pytest.raises(
+        StatsValidationError, match="mode must be one of full, pooled, diag; got 'half'"
+    ):
         StatsMeta("half", 3, ("a",))  # type: ignore[arg-type]
     with pytest.raises(StatsValidationError, match="class names must be unique"):
         StatsMeta("full", 3, ("a", "a"))
-    with pytest.raises(StatsValidationError, match="encoder 'enc' produces d=5 but the statistics have dim 3"):
+    with pytest.raises(
+        StatsValidationError, match="encoder 'enc' produces d=5 but the statistics have dim 3"
+    ):
         StatsMeta("full", 3, ("a",), encoder=EncoderInfo("enc", 5))
 
 
@@ -121,10 +150,15 @@ def _stats(seed: int, **meta_kw: object) -> ClientStats:
     ("other_kw", "match"),
     [
         ({"mode": "pooled"}, r"differ in mode \('full' vs 'pooled'\)"),
-        ({"encoder": EncoderInfo("lite0", 3, resolution=224)}, r"differ in encoder \(none vs lite0@224 d=3"),
+        (
+            {"encoder": EncoderInfo("lite0", 3, resolution=224)},
+            r"differ in encoder \(none vs lite0@224 d=3",
+        ),
     ],
 )
-def test_adding_incompatible_stats_names_the_difference(other_kw: dict[str, object], match: str) -> None:
+def test_adding_incompatible_stats_names_the_difference(
+    other_kw: dict[str, object], match: str
+) -> None:
     with pytest.raises(IncompatibleStatsError, match=match):
         _ = _stats(0) + _stats(1, **other_kw)
 
@@ -132,14 +166,18 @@ def test_adding_incompatible_stats_names_the_difference(other_kw: dict[str, obje
 def test_incompatible_dims_and_classes_listed_together() -> None:
     x, y = gaussian_mixture(0, num_classes=3, dim=4, n=40)
     other = compute_stats(x, y, ("a", "b", "c"))
-    with pytest.raises(IncompatibleStatsError, match=r"dim \(3 vs 4\); number of classes \(2 vs 3\)"):
+    with pytest.raises(
+        IncompatibleStatsError, match=r"dim \(3 vs 4\); number of classes \(2 vs 3\)"
+    ):
         _ = _stats(0) + other
 
 
 def test_subtraction_inverts_addition_and_checks_counts() -> None:
     a, b = _stats(0), _stats(1)
     assert ((a + b) - b).allclose(a, rtol=1e-12)
-    with pytest.raises(StatsValidationError, match="cannot subtract statistics holding more samples"):
+    with pytest.raises(
+        StatsValidationError, match="cannot subtract statistics holding more samples"
+    ):
         _ = a - (a + b)
 
 
@@ -166,7 +204,10 @@ def test_to_mode_is_exact_and_one_way() -> None:
     x, y = gaussian_mixture(0, num_classes=2, dim=3, n=40)
     assert pooled.allclose(compute_stats(x, y, ("a", "b"), mode="pooled"), rtol=1e-12)
     assert full.to_mode("diag").sq_sums is not None
-    with pytest.raises(StatsValidationError, match="cannot convert statistics from mode 'pooled' to the richer mode 'full'"):
+    with pytest.raises(
+        StatsValidationError,
+        match="cannot convert statistics from mode 'pooled' to the richer mode 'full'",
+    ):
         pooled.to_mode("full")
 
 

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from ghofl.errors import StatsFormatError
-from ghofl.stats import EncoderInfo, ProjectionSpec, compute_stats, load_stats, payload_nbytes, save_stats
+from ghofl.stats import (
+    EncoderInfo,
+    ProjectionSpec,
+    compute_stats,
+    load_stats,
+    payload_nbytes,
+    save_stats,
+)
 from ghofl.stats.codec import pack_upper, unpack_upper
 from tests.helpers import gaussian_mixture
 
@@ -36,11 +43,14 @@ def test_projection_metadata_round_trips(tmp_path: Path) -> None:
     assert load_stats(tmp_path / "p.ghs").meta.projection == ProjectionSpec(5, 10, 4)
 
 
-@pytest.mark.parametrize(("mode", "expected"), [
-    ("full", 3 * 8 + 3 * 4 * 8 + 3 * (4 * 5 // 2) * 8),  # N, A, triu(S_c); B and D derived
-    ("pooled", 3 * 8 + 2 * (3 * 4 * 8) + (4 * 5 // 2) * 8),
-    ("diag", 3 * 8 + 2 * (3 * 4 * 8)),
-])
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("full", 3 * 8 + 3 * 4 * 8 + 3 * (4 * 5 // 2) * 8),  # N, A, triu(S_c); B and D derived
+        ("pooled", 3 * 8 + 2 * (3 * 4 * 8) + (4 * 5 // 2) * 8),
+        ("diag", 3 * 8 + 2 * (3 * 4 * 8)),
+    ],
+)
 def test_payload_bytes_use_upper_triangles(mode: str, expected: int) -> None:
     x, y = gaussian_mixture(2, num_classes=3, dim=4, n=30)
     s = compute_stats(x, y, 3, mode=mode)  # type: ignore[arg-type]
@@ -64,14 +74,18 @@ def _saved(tmp_path: Path) -> Path:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(StatsFormatError, match=r"statistics file '.*nope.ghs' does not exist; check the path"):
+    with pytest.raises(
+        StatsFormatError, match=r"statistics file '.*nope.ghs' does not exist; check the path"
+    ):
         load_stats(tmp_path / "nope.ghs")
 
 
 def test_truncated_file(tmp_path: Path) -> None:
     p = _saved(tmp_path)
     p.write_bytes(p.read_bytes()[:-40])
-    with pytest.raises(StatsFormatError, match="is not a readable ghofl statistics file .*truncated, corrupt"):
+    with pytest.raises(
+        StatsFormatError, match=r"is not a readable ghofl statistics file .*truncated, corrupt"
+    ):
         load_stats(p)
 
 
@@ -83,8 +97,8 @@ def test_foreign_file(tmp_path: Path) -> None:
 
 
 def _rewrite_header(p: Path, **changes: str) -> None:
-    from safetensors.numpy import load_file, save_file
     from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
 
     with safe_open(str(p), framework="np") as f:
         meta = dict(f.metadata())
@@ -92,13 +106,19 @@ def _rewrite_header(p: Path, **changes: str) -> None:
     save_file(load_file(str(p)), str(p), metadata=meta)
 
 
-@pytest.mark.parametrize(("changes", "match"), [
-    ({"format": "other.thing"}, r"is not a ghofl statistics file \(format tag 'other.thing'"),
-    ({"schema_version": "99"}, r"schema version 99, newer than this ghofl supports \(1\); upgrade ghofl"),
-    ({"schema_version": "0"}, r"schema version 0, older than this ghofl supports"),
-    ({"meta": "{not json"}, "has a missing or corrupt metadata header"),
-    ({"meta": json.dumps({"mode": "full"})}, "statistics metadata is malformed"),
-])
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"format": "other.thing"}, r"is not a ghofl statistics file \(format tag 'other.thing'"),
+        (
+            {"schema_version": "99"},
+            r"schema version 99, newer than this ghofl supports \(1\); upgrade ghofl",
+        ),
+        ({"schema_version": "0"}, r"schema version 0, older than this ghofl supports"),
+        ({"meta": "{not json"}, "has a missing or corrupt metadata header"),
+        ({"meta": json.dumps({"mode": "full"})}, "statistics metadata is malformed"),
+    ],
+)
 def test_bad_headers(tmp_path: Path, changes: dict[str, str], match: str) -> None:
     p = _saved(tmp_path)
     _rewrite_header(p, **changes)
@@ -107,8 +127,8 @@ def test_bad_headers(tmp_path: Path, changes: dict[str, str], match: str) -> Non
 
 
 def test_corrupted_values_are_rejected(tmp_path: Path) -> None:
-    from safetensors.numpy import load_file, save_file
     from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
 
     p = _saved(tmp_path)
     with safe_open(str(p), framework="np") as f:
@@ -121,7 +141,9 @@ def test_corrupted_values_are_rejected(tmp_path: Path) -> None:
         load_stats(p)
 
 
-def test_failed_write_leaves_previous_file_intact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_write_leaves_previous_file_intact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = _saved(tmp_path)
     before = p.read_bytes()
     import safetensors.numpy as stn

@@ -30,7 +30,9 @@ def test_moments_match_numpy_on_pooled_data() -> None:
 def test_empty_class_is_refused_by_name() -> None:
     x, y = gaussian_mixture(1, num_classes=2, dim=3, n=50)
     s = compute_stats(x, y, ("a", "b", "ghost"))
-    with pytest.raises(StatsValidationError, match=r"class\(es\) 'ghost' have no samples in the aggregate"):
+    with pytest.raises(
+        StatsValidationError, match=r"class\(es\) 'ghost' have no samples in the aggregate"
+    ):
         compute_moments(s)
     assert compute_moments(s, allow_empty_classes=True).counts[2] == 0
 
@@ -54,7 +56,9 @@ def test_single_sample_class_falls_back_to_pooled_with_warning() -> None:
 def test_mode_errors_explain_the_fix() -> None:
     x, y = gaussian_mixture(3, num_classes=2, dim=3, n=50)
     m = compute_moments(compute_stats(x, y, 2, mode="diag"))
-    with pytest.raises(UnsupportedModeError, match="needs a second-moment matrix .* --mode pooled or --mode full"):
+    with pytest.raises(
+        UnsupportedModeError, match=r"needs a second-moment matrix .* --mode pooled or --mode full"
+    ):
         m.pooled_covariance()
     mp = compute_moments(compute_stats(x, y, 2, mode="pooled"))
     with pytest.raises(UnsupportedModeError, match="per-class covariances need upload mode 'full'"):

@@ -22,7 +22,9 @@ _HASH_SNIPPET = (
 
 def test_matrix_identical_across_processes() -> None:
     here = hashlib.sha256(ProjectionSpec(7, 50, 12).matrix().tobytes()).hexdigest()
-    out = subprocess.run([sys.executable, "-c", _HASH_SNIPPET], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _HASH_SNIPPET], capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == here
 
 
@@ -64,7 +66,9 @@ def test_heads_fitted_on_projected_stats_take_raw_embeddings() -> None:
     spec = ProjectionSpec(2, 20, 8)
     head = make_head("qda").fit_from_stats(compute_stats(x, y, 3, projection=spec))
     manual = make_head("qda").fit_from_stats(compute_stats(x @ spec.matrix(), y, 3))
-    np.testing.assert_allclose(head.predict_proba(x), manual.predict_proba(x @ spec.matrix()), atol=1e-12)
+    np.testing.assert_allclose(
+        head.predict_proba(x), manual.predict_proba(x @ spec.matrix()), atol=1e-12
+    )
 
 
 def test_projection_mismatch_is_refused_on_merge() -> None:
@@ -88,5 +92,7 @@ def test_spec_validation(args: tuple[int, int, int], match: str) -> None:
 
 
 def test_accumulator_checks_projection_input_dim() -> None:
-    with pytest.raises(InputError, match="projection expects input dim 10 but the embeddings have dim 12"):
+    with pytest.raises(
+        InputError, match="projection expects input dim 10 but the embeddings have dim 12"
+    ):
         StatsAccumulator(2, dim=12, projection=ProjectionSpec(0, 10, 4))

@@ -1,1 +1,1 @@
-"""Experiment runner and benchmark reporting (the only place besides the CLI that writes reports)."""
+"""Experiment runner and benchmark reporting (with the CLI, the only code that writes reports)."""

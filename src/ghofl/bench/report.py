@@ -19,7 +19,8 @@ from typing import Any
 from ghofl.stats.codec import atomic_write
 
 HEADER = (
-    "# Benchmarks\n\nEvery section below is written by the script named in it; do not edit by hand.\n"
+    "# Benchmarks\n\nEvery section below is written by the script named in it; "
+    "do not edit by hand.\n"
     "Re-run a script to refresh its section (`make bench` runs them all).\n"
 )
 
@@ -34,12 +35,16 @@ def machine_summary() -> str:
 
         info = [i for i in threadpool_info() if i.get("user_api") == "blas"]
         if info:
-            blas = f", BLAS {info[0].get('internal_api')} {info[0].get('version')} " \
-                   f"({info[0].get('architecture')}, {info[0].get('num_threads')} threads)"
+            blas = (
+                f", BLAS {info[0].get('internal_api')} {info[0].get('version')} "
+                f"({info[0].get('architecture')}, {info[0].get('num_threads')} threads)"
+            )
     except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
         pass
-    return (f"{os.cpu_count()} CPU cores, Python {platform.python_version()}, "
-            f"numpy {np.__version__}{blas}")
+    return (
+        f"{os.cpu_count()} CPU cores, Python {platform.python_version()}, "
+        f"numpy {np.__version__}{blas}"
+    )
 
 
 def median_time(fn: Callable[[], Any], repeats: int = 5) -> tuple[float, list[float]]:
@@ -63,8 +68,14 @@ def update_section(path: str | os.PathLike[str], name: str, body: str) -> None:
     p = Path(path)
     text = p.read_text() if p.exists() else HEADER
     block = f"<!-- BEGIN {name} -->\n{body.rstrip()}\n<!-- END {name} -->"
-    pattern = re.compile(rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    pattern = re.compile(
+        rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S
+    )
+    text = (
+        pattern.sub(lambda _: block, text)
+        if pattern.search(text)
+        else text.rstrip() + "\n\n" + block + "\n"
+    )
     atomic_write(p, lambda tmp: Path(tmp).write_text(text))
 
 

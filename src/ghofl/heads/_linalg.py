@@ -15,21 +15,21 @@ F64 = NDArray[np.float64]
 
 def stable_cholesky(cov: F64, what: str) -> tuple[F64, float]:
     """Lower Cholesky factor of ``cov`` (d, d), adding the smallest diagonal jitter that makes
-    it positive definite (starting at 1e-12·tr(Σ)/d, ×10 per try, at most 1e-3·tr(Σ)/d).
+    it positive definite (starting at 1e-10·tr(Σ)/d, ×10 per try, at most 1e-2·tr(Σ)/d).
 
     Returns ``(L, jitter)``; a non-zero jitter is reported with a :class:`GhoflWarning`.
     """
     d = cov.shape[0]
     scale = max(float(np.trace(cov)) / d, np.finfo(float).tiny)
     jitter = 0.0
-    for step in range(11):
+    for step in range(10):
         try:
             m = cov if jitter == 0.0 else cov + jitter * np.eye(d)
             L: F64 = cholesky(m, lower=True, check_finite=False)
             if not np.all(np.isfinite(L)):
                 raise LinAlgError("non-finite factor")
         except LinAlgError:
-            jitter = scale * 10.0 ** (step - 12)
+            jitter = scale * 10.0 ** (step - 10)
             continue
         if jitter:
             warnings.warn(

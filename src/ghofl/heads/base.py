@@ -63,7 +63,7 @@ class Head(ABC):
             setattr(self, key, value)
         return self
 
-    def _validate_params(self) -> None:
+    def _validate_params(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Check hyperparameters (called at fit time); raise ConfigError naming the parameter."""
 
     def __repr__(self) -> str:
@@ -179,8 +179,9 @@ class Head(ABC):
         scalars = {k: _jsonable(getattr(self, k)) for k in self.fitted_scalars}
         return arrays, scalars
 
-    def set_state(self, meta: StatsMeta, arrays: dict[str, NDArray[Any]],
-                  scalars: dict[str, Any]) -> Self:
+    def set_state(
+        self, meta: StatsMeta, arrays: dict[str, NDArray[Any]], scalars: dict[str, Any]
+    ) -> Self:
         """Restore a fitted head (inverse of :meth:`get_state`)."""
         missing = [k for k in self.fitted_arrays if k not in arrays]
         missing += [k for k in self.fitted_scalars if k not in scalars]

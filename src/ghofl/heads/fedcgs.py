@@ -26,7 +26,9 @@ class FedCGSHead(Head):
 
     def _fit(self, moments: Moments) -> None:
         self.coef_, self.intercept_, self.jitter_ = linear_discriminant(
-            moments.means, moments.total_covariance(), safe_log(moments.priors),
+            moments.means,
+            moments.total_covariance(),
+            safe_log(moments.priors),
             "the FedCGS total covariance",
         )
 

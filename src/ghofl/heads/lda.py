@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-
 from ghofl.errors import ConfigError
 from ghofl.heads._linalg import F64, linear_discriminant, safe_log
 from ghofl.heads.base import Head
@@ -12,15 +11,20 @@ from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import Shrinkage, check_shrinkage, resolve_shrinkage, shrink
 
 
-def lda_covariance(moments: Moments, shrinkage: Shrinkage, divisor: str = "n-c") -> tuple[F64, float]:
+def lda_covariance(
+    moments: Moments, shrinkage: Shrinkage, divisor: str = "n-c"
+) -> tuple[F64, float]:
     """Shrunk pooled covariance Σ̃_pool (d, d) and the coefficient used.
 
     ``"auto"`` picks the OAS coefficient with n = N − C effective samples.
     """
     cov = moments.pooled_covariance(divisor)
     n_eff = moments.n_samples - moments.num_classes
-    mle = cov * ((moments.n_samples - moments.num_classes) / moments.n_samples) \
-        if divisor == "n-c" else cov
+    mle = (
+        cov * ((moments.n_samples - moments.num_classes) / moments.n_samples)
+        if divisor == "n-c"
+        else cov
+    )
     a = resolve_shrinkage(shrinkage, mle, n_eff)
     return shrink(cov, a), a
 
@@ -43,8 +47,9 @@ class LDAHead(Head):
     fitted_arrays = ("coef_", "intercept_", "means_")
     fitted_scalars = ("shrinkage_", "jitter_")
 
-    def __init__(self, shrinkage: Shrinkage = 0.05,
-                 covariance_divisor: Literal["n-c", "n"] = "n-c") -> None:
+    def __init__(
+        self, shrinkage: Shrinkage = 0.05, covariance_divisor: Literal["n-c", "n"] = "n-c"
+    ) -> None:
         self.shrinkage = shrinkage
         self.covariance_divisor = covariance_divisor
 

@@ -50,7 +50,9 @@ class NBDiagHead(Head):
 
     def _decision(self, Z: F64) -> F64:
         inv = 1.0 / self.vars_  # (C, d)
-        quad = (Z**2) @ inv.T - 2.0 * Z @ (self.means_ * inv).T + np.sum(self.means_**2 * inv, axis=1)
+        quad = (
+            (Z**2) @ inv.T - 2.0 * Z @ (self.means_ * inv).T + np.sum(self.means_**2 * inv, axis=1)
+        )
         const = -0.5 * np.sum(np.log(2.0 * np.pi * self.vars_), axis=1)
         out: F64 = self.log_priors_ + const - 0.5 * quad
         return out

@@ -15,7 +15,9 @@ from ghofl.moments.shrinkage import Shrinkage, Target, check_shrinkage, resolve_
 
 
 def qda_params(
-    moments: Moments, shrinkage: Shrinkage, target: Target = "scaled_identity",
+    moments: Moments,
+    shrinkage: Shrinkage,
+    target: Target = "scaled_identity",
     divisor: str = "n-1",
 ) -> tuple[F64, F64, F64, list[float]]:
     """Per-class whitening factors for QDA.
@@ -35,8 +37,9 @@ def qda_params(
         n_c = int(moments.counts[c])
         mle = cov * (n_c - 1) / max(n_c, 1) if divisor == "n-1" else cov
         a = resolve_shrinkage(shrinkage, mle, n_c)
-        L, _ = stable_cholesky(shrink(cov, a, target), f"the QDA covariance of class "
-                               f"{moments.meta.classes[c]!r}")
+        L, _ = stable_cholesky(
+            shrink(cov, a, target), f"the QDA covariance of class {moments.meta.classes[c]!r}"
+        )
         prec[c] = solve_triangular(L, eye, lower=True, check_finite=False).T
         half_logdet[c] = float(np.sum(np.log(np.diag(L))))
         coefs.append(a)
@@ -62,9 +65,12 @@ class QDAHead(Head):
     fitted_arrays = ("means_", "precision_chol_", "half_log_det_", "log_priors_")
     fitted_scalars = ("shrinkage_",)
 
-    def __init__(self, shrinkage: Shrinkage = 0.1,
-                 shrinkage_target: Literal["scaled_identity", "identity"] = "scaled_identity",
-                 covariance_divisor: Literal["n-1", "n"] = "n-1") -> None:
+    def __init__(
+        self,
+        shrinkage: Shrinkage = 0.1,
+        shrinkage_target: Literal["scaled_identity", "identity"] = "scaled_identity",
+        covariance_divisor: Literal["n-1", "n"] = "n-1",
+    ) -> None:
         self.shrinkage = shrinkage
         self.shrinkage_target = shrinkage_target
         self.covariance_divisor = covariance_divisor

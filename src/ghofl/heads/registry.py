@@ -33,7 +33,9 @@ def register_head(name: str, target: str | type[Head]) -> None:
     """Register a head class (or a ``"module:Class"`` path) under ``name``."""
     if not name or not name.replace("_", "").replace("-", "").isalnum():
         raise ConfigError(f"head names must be alphanumeric (with - or _); got {name!r}")
-    _REGISTRY[name] = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
+    _REGISTRY[name] = (
+        target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
+    )
 
 
 def available_heads() -> list[str]:
@@ -111,6 +113,8 @@ def load_head(path: str | os.PathLike[str]) -> Head:
         scalars = json.loads(header["scalars"])
         meta = StatsMeta.from_dict(json.loads(header["meta"]))
     except (KeyError, json.JSONDecodeError) as exc:
-        raise StatsFormatError(f"{str(path)!r} has a missing or corrupt head header ({exc})") from exc
+        raise StatsFormatError(
+            f"{str(path)!r} has a missing or corrupt head header ({exc})"
+        ) from exc
     head = make_head(name, **params)
     return head.set_state(meta, arrays, scalars)

@@ -32,7 +32,9 @@ def check_shrinkage(name: str, value: object) -> Shrinkage:
     return v
 
 
-def shrink(cov: NDArray[np.float64], a: float, target: Target = "scaled_identity") -> NDArray[np.float64]:
+def shrink(
+    cov: NDArray[np.float64], a: float, target: Target = "scaled_identity"
+) -> NDArray[np.float64]:
     """Shrink a covariance toward a multiple of the identity.
 
     Σ̃ = (1 − a) Σ + a·τ·I with τ = tr(Σ)/d (``scaled_identity``, the paper's and

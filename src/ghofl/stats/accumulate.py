@@ -70,7 +70,9 @@ class StatsAccumulator:
         self._sums = np.zeros((c, out_dim))
         self._sq = np.zeros((c, out_dim)) if mode != "full" else None
         # dsyrk writes the upper triangle of Fortran-ordered outputs in place.
-        self._cs = [np.zeros((out_dim, out_dim), order="F") for _ in range(c)] if mode == "full" else None
+        self._cs = (
+            [np.zeros((out_dim, out_dim), order="F") for _ in range(c)] if mode == "full" else None
+        )
         self._b = np.zeros((out_dim, out_dim), order="F") if mode == "pooled" else None
 
     def update(self, x: NDArray[Any], y: NDArray[Any]) -> None:
@@ -158,7 +160,9 @@ def _check_batch(
         if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
             y = y.astype(np.int64)
         else:
-            raise InputError(f"labels must be integers in 0..{num_classes - 1}; got dtype {y.dtype}")
+            raise InputError(
+                f"labels must be integers in 0..{num_classes - 1}; got dtype {y.dtype}"
+            )
     x64 = np.asarray(x, dtype=np.float64)
     if not np.all(np.isfinite(x64)):
         bad = int(np.flatnonzero(~np.all(np.isfinite(x64), axis=1))[0])

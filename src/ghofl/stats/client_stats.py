@@ -88,8 +88,14 @@ class ClientStats:
     ) -> ClientStats:
         """Build without re-validating (for results of exact operations on valid values)."""
         obj = object.__new__(cls)
-        for name, val in (("meta", meta), ("counts", counts), ("sums", sums), ("sq_sums", sq_sums),
-                          ("class_scatter", class_scatter), ("scatter", scatter)):
+        for name, val in (
+            ("meta", meta),
+            ("counts", counts),
+            ("sums", sums),
+            ("sq_sums", sq_sums),
+            ("class_scatter", class_scatter),
+            ("scatter", scatter),
+        ):
             if isinstance(val, np.ndarray):
                 val.setflags(write=False)
             object.__setattr__(obj, name, val)
@@ -208,7 +214,9 @@ class ClientStats:
                 return False
             if a is None or name == "counts":
                 continue
-            scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+            scale = max(
+                float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0))
+            )
             if float(np.max(np.abs(a - b), initial=0.0)) > atol + rtol * scale:
                 return False
         return True
@@ -254,7 +262,9 @@ def sum_stats(items: Iterable[ClientStats]) -> ClientStats:
         except IncompatibleStatsError as exc:
             raise IncompatibleStatsError(f"payload #{i} (0-based): {exc}") from exc
     if total is None:
-        raise StatsValidationError("cannot sum an empty collection of statistics; give at least one")
+        raise StatsValidationError(
+            "cannot sum an empty collection of statistics; give at least one"
+        )
     return total
 
 
@@ -263,11 +273,22 @@ def _zero_empty_classes(s: ClientStats) -> ClientStats:
     empty = s.counts == 0
     if not np.any(empty):
         return s
-    arrays = {k: (None if v is None else np.array(v)) for k, v in s.arrays().items()}
-    for key in ("sums", "sq_sums", "class_scatter"):
-        if arrays[key] is not None:
-            arrays[key][empty] = 0.0
-    return ClientStats(s.meta, **arrays)
+
+    def zeroed(a: F64 | None) -> F64 | None:
+        if a is None:
+            return None
+        out = np.array(a)
+        out[empty] = 0.0
+        return out
+
+    return ClientStats(
+        s.meta,
+        s.counts.copy(),
+        np.asarray(zeroed(s.sums)),
+        zeroed(s.sq_sums),
+        zeroed(s.class_scatter),
+        None if s.scatter is None else s.scatter.copy(),
+    )
 
 
 # ---------------------------------------------------------------------- validation
@@ -310,7 +331,9 @@ def _validate(s: ClientStats) -> None:
         )
     empty = s.counts == 0
     if np.any(empty) and (np.any(s.sums[empty] != 0) or np.any(diag[empty] != 0)):
-        cls = s.meta.classes[int(np.flatnonzero(empty & (np.abs(s.sums).sum(1) + diag.sum(1) > 0))[0])]
+        cls = s.meta.classes[
+            int(np.flatnonzero(empty & (np.abs(s.sums).sum(1) + diag.sum(1) > 0))[0])
+        ]
         raise StatsValidationError(
             f"class {cls!r} has zero samples but non-zero sums; the payload is corrupt"
         )
@@ -324,7 +347,9 @@ def _validate(s: ClientStats) -> None:
     if mode == "pooled" and s.scatter is not None:
         tr_b = np.diagonal(s.scatter)
         tr_d = diag.sum(axis=0)
-        if not np.allclose(tr_b, tr_d, rtol=1e-8, atol=1e-8 * (1.0 + float(np.abs(tr_d).max(initial=0)))):
+        if not np.allclose(
+            tr_b, tr_d, rtol=1e-8, atol=1e-8 * (1.0 + float(np.abs(tr_d).max(initial=0)))
+        ):
             raise StatsValidationError(
                 "diag(B) must equal Σ_c D_c in 'pooled' statistics; the payload is corrupt "
                 "or its parts come from different data"

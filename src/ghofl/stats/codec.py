@@ -76,7 +76,8 @@ def stats_from_tensors(meta: StatsMeta, t: dict[str, NDArray[Any]]) -> ClientSta
             t["counts"],
             t["sums"],
             sq_sums=t.get("sq_sums"),
-            class_scatter=None if "class_scatter_triu" not in t
+            class_scatter=None
+            if "class_scatter_triu" not in t
             else unpack_upper(t["class_scatter_triu"], d),
             scatter=None if "scatter_triu" not in t else unpack_upper(t["scatter_triu"], d),
         )
@@ -99,12 +100,15 @@ def expected_payload_nbytes(mode: str, num_classes: int, dim: int) -> int:
     return 8 * words
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) -> None:
+def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -> None:
     """Call ``write(tmp_path)`` then rename onto ``path``; nothing is left behind on failure."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; follow the umask like open() does
     try:
         write(tmp)
         os.replace(tmp, target)
@@ -117,15 +121,19 @@ def save_stats(stats: ClientStats, path: str | os.PathLike[str]) -> int:
     """Write ``stats`` to ``path`` atomically; return the file size in bytes."""
     from safetensors.numpy import save_file
 
-    meta = {"format": FORMAT, "schema_version": str(SCHEMA_VERSION),
-            "meta": json.dumps(stats.meta.to_dict(), sort_keys=True)}
+    meta = {
+        "format": FORMAT,
+        "schema_version": str(SCHEMA_VERSION),
+        "meta": json.dumps(stats.meta.to_dict(), sort_keys=True),
+    }
     tensors = stats_tensors(stats)
     atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
     return Path(path).stat().st_size
 
 
-def read_safetensors(path: str | os.PathLike[str], expected_format: str,
-                     what: str) -> tuple[dict[str, str], dict[str, NDArray[Any]]]:
+def read_safetensors(
+    path: str | os.PathLike[str], expected_format: str, what: str
+) -> tuple[dict[str, str], dict[str, NDArray[Any]]]:
     """Read a ghofl safetensors file, checking its format tag and schema version."""
     from safetensors import SafetensorError, safe_open
 

@@ -102,18 +102,17 @@ class StatsMeta:
         if int(self.dim) < 1:
             raise StatsValidationError(f"statistics dim must be >= 1; got {self.dim}")
         if len(self.classes) < 1:
-            raise StatsValidationError("statistics need at least one class; got an empty class list")
+            raise StatsValidationError(
+                "statistics need at least one class; got an empty class list"
+            )
         if len(set(self.classes)) != len(self.classes):
             raise StatsValidationError(f"class names must be unique; got {list(self.classes)}")
         if self.projection is not None and self.projection.dim != self.dim:
             raise StatsValidationError(
-                f"projection output dim {self.projection.dim} does not match statistics dim {self.dim}"
+                f"projection output dim {self.projection.dim} does not match statistics "
+                f"dim {self.dim}"
             )
-        if (
-            self.encoder is not None
-            and self.projection is None
-            and self.encoder.dim != self.dim
-        ):
+        if self.encoder is not None and self.projection is None and self.encoder.dim != self.dim:
             raise StatsValidationError(
                 f"encoder {self.encoder.name!r} produces d={self.encoder.dim} but the statistics "
                 f"have dim {self.dim}"
@@ -144,7 +143,9 @@ class StatsMeta:
         fa = None if self.encoder is None else self.encoder.fingerprint()
         fb = None if other.encoder is None else other.encoder.fingerprint()
         if fa != fb:
-            out.append(f"encoder ({_describe_encoder(self.encoder)} vs {_describe_encoder(other.encoder)})")
+            out.append(
+                f"encoder ({_describe_encoder(self.encoder)} vs {_describe_encoder(other.encoder)})"
+            )
         if self.projection != other.projection:
             out.append(f"projection ({self.projection} vs {other.projection})")
         return out

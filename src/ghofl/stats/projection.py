@@ -57,7 +57,8 @@ class ProjectionSpec:
             )
         if self.generator != GENERATOR:
             raise ConfigError(
-                f"unknown projection generator {self.generator!r}; this ghofl supports {GENERATOR!r}"
+                f"unknown projection generator {self.generator!r}; "
+                f"this ghofl supports {GENERATOR!r}"
             )
 
     def matrix(self) -> NDArray[np.float64]:
@@ -74,14 +75,22 @@ class ProjectionSpec:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "input_dim": self.input_dim, "dim": self.dim,
-                "generator": self.generator}
+        return {
+            "seed": self.seed,
+            "input_dim": self.input_dim,
+            "dim": self.dim,
+            "generator": self.generator,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProjectionSpec:
         try:
-            return cls(int(data["seed"]), int(data["input_dim"]), int(data["dim"]),
-                       str(data.get("generator", GENERATOR)))
+            return cls(
+                int(data["seed"]),
+                int(data["input_dim"]),
+                int(data["dim"]),
+                str(data.get("generator", GENERATOR)),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise StatsFormatError(f"projection metadata is malformed: {exc!r}") from exc
 
@@ -94,6 +103,6 @@ def _rademacher(seed: int, d: int, k: int) -> NDArray[np.float64]:
     if not np.little_endian:  # pragma: no cover - the view above is little-endian byte order
         raise RuntimeError("big-endian hosts are not supported by the projection generator")
     scale = 1.0 / np.sqrt(float(k))
-    r = np.where(bits.reshape(d, k) == 1, -scale, scale).astype(np.float64)
+    r: NDArray[np.float64] = np.where(bits.reshape(d, k) == 1, -scale, scale).astype(np.float64)
     r.setflags(write=False)
     return r

@@ -1,0 +1,129 @@
+"""Run the experiment configs under benchmarks/configs with the experiment runner and write their
+tables into BENCHMARKS.md (one section per config) plus results under benchmarks/results/NAME/.
+
+Run: ``.venv/bin/python benchmarks/bench_experiments.py cifar10_main text upload_size``
+(`--resume` continues an interrupted run). Needs the real data (GHOFL_DATA_DIR) and the
+``torch``, ``text`` and ``bench`` extras. The first run embeds the datasets (about 15 minutes
+for CIFAR-10 at 224 px on 2 cores); later runs read the embedding cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ghofl.bench.config import load_config
+from ghofl.bench.report import machine_summary, markdown_table, update_section
+from ghofl.bench.runner import run_experiment
+from ghofl.bench.tables import accuracy_tables, invariance_summary
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "benchmarks" / "configs"
+GH_HEADS = ("nb", "lda", "qda", "fishermix", "protohyper")
+
+
+def headline(records: list[dict[str, Any]]) -> str:
+    """Best GH head (mean over every federation) vs the centralised probes, per dataset."""
+    rows = []
+    by_ds: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_ds[(r["dataset"], r["encoder"])].append(r)
+    for (ds, enc), recs in by_ds.items():
+        fed = [r for r in recs if r["mode"] != "reference" and not r["projection_dim"]]
+        means = {
+            h: statistics.fmean(r["accuracy"] for r in fed if r["head"] == h)
+            for h in {r["head"] for r in fed}
+        }
+        gh = {h: v for h, v in means.items() if h in GH_HEADS}
+        refs = {r["head"]: r["accuracy"] for r in recs if r["mode"] == "reference"}
+        if not gh:
+            continue
+        best = max(gh, key=lambda h: gh[h])
+        row = [
+            ds,
+            enc,
+            best,
+            f"{100 * gh[best]:.2f}",
+            f"{100 * means['fedcgs']:.2f}" if "fedcgs" in means else "-",
+        ]
+        for ref in ("logreg", "sklearn_lda"):
+            row.append(f"{100 * refs[ref]:.2f}" if ref in refs else "-")
+        row.append(f"{100 * (gh[best] - refs['logreg']):+.2f}" if "logreg" in refs else "-")
+        rows.append(row)
+    return markdown_table(
+        [
+            "dataset",
+            "encoder",
+            "best GH head",
+            "its accuracy %",
+            "FedCGS %",
+            "logreg (centralised) %",
+            "sklearn LDA (centralised) %",
+            "best GH − logreg (points)",
+        ],
+        rows,
+    )
+
+
+def stage_summary(records: list[dict[str, Any]]) -> str:
+    """Median server seconds per head (fit) across the grid."""
+    fit: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        if r["mode"] != "reference":
+            fit[r["head"]].append(r["fit_seconds"])
+    return markdown_table(
+        ["head", "median fit seconds", "federations"],
+        [[h, f"{statistics.median(v):.2f}", len(v)] for h, v in fit.items()],
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("configs", nargs="+", help="config names in benchmarks/configs (without .toml)")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--progress", action="store_true")
+    args = ap.parse_args()
+    for name in args.configs:
+        cfg = load_config(CONFIGS / f"{name}.toml")
+        out = ROOT / "benchmarks" / "results" / name
+        t0 = time.perf_counter()
+        records = run_experiment(
+            cfg,
+            out,
+            resume=args.resume,
+            progress=args.progress,
+            log=lambda m: print(m, file=sys.stderr, flush=True),
+        )
+        wall = time.perf_counter() - t0
+        body = "\n".join(
+            [
+                f"## Experiment `{name}` (`benchmarks/configs/{name}.toml`, "
+                "`benchmarks/bench_experiments.py`)",
+                "",
+                f"Machine: {machine_summary()}. Measured {time.strftime('%Y-%m-%d')}; "
+                "this run took "
+                f"{wall / 60:.1f} min (embeddings from the cache when present). Full records: "
+                f"`benchmarks/results/{name}/results.json`; plots beside it.",
+                "",
+                headline(records),
+                "",
+                accuracy_tables(records),
+                "",
+                invariance_summary(records),
+                "",
+                "Server fit time per head (median over the grid):",
+                "",
+                stage_summary(records),
+            ]
+        )
+        update_section(ROOT / "BENCHMARKS.md", f"experiment-{name}", body)
+        print(body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Embedded train/test features for one (dataset, encoder) cell of an experiment grid.
+
+Embeddings go through the on-disk cache (:func:`ghofl.client.embed.embed_dataset_cached`), so
+a second run never re-encodes. In the simulated federation each client reads only the rows of
+its own shard from this matrix, which is what a real client computes by encoding its own data:
+the server side only ever sees the aggregated statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.bench.config import ExperimentConfig
+from ghofl.errors import ConfigError
+from ghofl.stats.meta import EncoderInfo
+
+TEXT_ENCODERS = ("minilm", "all-minilm-l6-v2")
+
+
+@dataclass(frozen=True)
+class Features:
+    """Embedded splits of one dataset under one encoder."""
+
+    dataset: str
+    encoder_name: str
+    x_train: NDArray[np.float32]
+    y_train: NDArray[np.int64]
+    x_test: NDArray[np.float32]
+    y_test: NDArray[np.int64]
+    classes: tuple[str, ...]
+    encoder_info: EncoderInfo
+    note: str = ""
+
+
+def load_features(
+    dataset: str,
+    encoder_name: str,
+    cfg: ExperimentConfig,
+    *,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> Features:
+    """Embed (or read from the cache) the train and test splits of ``dataset``."""
+    from ghofl.client.embed import embed_dataset_cached
+    from ghofl.client.encoders import get_encoder
+    from ghofl.data.registry import load_dataset, subsample
+    from ghofl.data.text import TextDataset
+
+    say = log or (lambda _m: None)
+    splits = {}
+    for split in ("train", "test"):
+        splits[split] = load_dataset(dataset, split, data_dir=cfg.data_dir)
+    is_text = isinstance(splits["train"], TextDataset)
+    if is_text != (encoder_name.lower() in TEXT_ENCODERS):
+        kind = "a text" if is_text else "an image"
+        raise ConfigError(
+            f"dataset {dataset!r} is {kind} dataset but encoder {encoder_name!r} is not "
+            f"{'a text' if is_text else 'an image'} encoder; pair text datasets with 'minilm' "
+            "and image datasets with an image encoder (e.g. 'efficientnet-lite0')"
+        )
+    encoder = get_encoder(encoder_name, resolution=cfg.resolution, backend=cfg.backend)
+    out: dict[str, tuple[NDArray[np.float32], NDArray[np.int64]]] = {}
+    for split, per_class in (("train", cfg.train_per_class), ("test", cfg.test_per_class)):
+        src: Any = splits[split]
+        idx = subsample(src.labels, per_class=per_class, seed=0) if per_class else None
+        n = len(src.labels) if idx is None else len(idx)
+        say(
+            f"embedding {dataset}/{split}: {n} items with {encoder_name} "
+            "(cached after the first run)"
+        )
+        out[split] = embed_dataset_cached(
+            dataset, split, encoder, idx, data_dir=cfg.data_dir, progress=progress
+        )
+    return Features(
+        dataset=dataset,
+        encoder_name=encoder_name,
+        x_train=out["train"][0],
+        y_train=out["train"][1],
+        x_test=out["test"][0],
+        y_test=out["test"][1],
+        classes=tuple(splits["train"].classes),
+        encoder_info=encoder.info,
+        note=getattr(splits["train"], "note", ""),
+    )

@@ -1,0 +1,309 @@
+"""The ``ghofl`` command run for real, as subprocesses, on tiny archives.
+
+The file flow client-stats → aggregate → fit → evaluate must give the accuracies of heads
+fitted centrally; every bad input must exit non-zero with one line on stderr, no traceback,
+and no output file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ghofl.cli.main import main
+from ghofl.data.partition import dirichlet_partition
+from ghofl.heads.registry import make_head
+from ghofl.stats import EncoderInfo, compute_stats, load_stats, save_stats
+from tests.helpers import gaussian_mixture
+from tests.helpers_cli import run_cli, tree, write_npz
+
+C, D = 3, 5
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace of inputs: train/test/client archives, statistics files, a model dir."""
+    w = tmp_path_factory.mktemp("ws")
+    x, y = gaussian_mixture(5, num_classes=C, dim=D, n=360, sep=1.5)
+    xtr, ytr, xte, yte = x[:300], y[:300], x[300:], y[300:]
+    np.save(w / "arrays.npy", np.arange(3))
+    write_npz(w / "train.npz", xtr, ytr)
+    write_npz(w / "test.npz", xte, yte)
+    write_npz(w / "test_d4.npz", xte[:, :4], yte)
+    parts = dirichlet_partition(ytr, 3, 0.5, seed=1, min_per_client=5)
+    no_top = np.flatnonzero(ytr != C - 1)  # a client that lacks the highest class
+    parts[0] = np.setdiff1d(parts[0], np.setdiff1d(parts[0], no_top))
+    parts[1] = np.union1d(parts[1], np.setdiff1d(np.arange(300), np.concatenate(parts)))
+    for i, idx in enumerate(parts):
+        write_npz(w / f"client{i}.npz", xtr[idx], ytr[idx])
+    write_npz(w / "named.npz", xtr[:30], ytr[:30], classes=["cat", "dog", "emu"])
+    write_npz(w / "named2.npz", xtr[:30], ytr[:30], classes=["cat", "dog", "gnu"])
+    np.savez(w / "nox.npz", y=ytr[:30])
+    write_npz(w / "flat.npz", xtr[:30, 0], ytr[:30])
+    bad = xtr[:30].copy()
+    bad[4, 1] = np.nan
+    write_npz(w / "nan.npz", bad, ytr[:30])
+    neg = ytr[:30].copy()
+    neg[3] = -1
+    write_npz(w / "neg.npz", xtr[:30], neg)
+    (w / "corrupt.npz").write_bytes(b"PK\x03\x04 this is not really a zip archive")
+    (w / "garbage.ghs").write_bytes(b"\x00" * 64)
+    save_stats(compute_stats(xtr[:40], ytr[:40], C, "full"), w / "good.ghs")
+    save_stats(compute_stats(xtr[:40, :4], ytr[:40], C, "full"), w / "d4.ghs")
+    save_stats(compute_stats(xtr[:40], ytr[:40], C, "pooled"), w / "pooled.ghs")
+    save_stats(compute_stats(xtr[:40], ytr[:40], C, "full", EncoderInfo("lite0", D)),
+               w / "enc.ghs")
+    assert main(["fit", str(w / "good.ghs"), "--heads", "nb,lda", "--out", str(w / "model")]) == 0
+    return w
+
+
+def _ok(result: object) -> None:
+    rc = getattr(result, "returncode", None)
+    assert rc == 0, f"exit {rc}\nstdout: {getattr(result, 'stdout', '')}\n" \
+        f"stderr: {getattr(result, 'stderr', '')}"
+
+
+# ---------------------------------------------------------------------- the happy paths
+@pytest.mark.slow
+def test_file_flow_matches_centralised_heads(ws: Path, tmp_path: Path) -> None:
+    for i in range(3):
+        r = run_cli("client-stats", "--embeddings", ws / f"client{i}.npz", "--out",
+                    f"c{i}.ghs", "--num-classes", str(C), cwd=tmp_path)
+        _ok(r)
+        assert re.fullmatch(rf"wrote c{i}\.ghs: n=\d+ samples, 3 classes, mode full, dim 5, "
+                            r"\d+ bytes of statistics \(\d+ on disk\)\n", r.stdout)
+    r = run_cli("aggregate", "c0.ghs", "c1.ghs", "c2.ghs", "--out", "total.ghs", cwd=tmp_path)
+    _ok(r)
+    assert "aggregated 3 files into total.ghs: n=300 samples" in r.stdout
+    heads = ["nb", "lda", "qda", "fedcgs"]
+    r = run_cli("fit", "total.ghs", "--heads", ",".join(heads), "--param", "lda.shrinkage=auto",
+                "--param", "qda.shrinkage=0.2", "--out", "model", cwd=tmp_path)
+    _ok(r)
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == \
+        sorted([f"{h}.ghh" for h in heads] + ["manifest.json"])
+    manifest = json.loads((tmp_path / "model" / "manifest.json").read_text())
+    assert manifest["format"] == "ghofl.model" and list(manifest["heads"]) == heads
+    assert manifest["heads"]["lda"]["params"]["shrinkage"] == "auto"
+    assert manifest["stats"]["n_samples"] == 300 and manifest["stats"]["mode"] == "full"
+    assert "ghofl_version" in manifest
+    r = run_cli("evaluate", "model", "--embeddings", ws / "test.npz", "--json", "eval.json",
+                cwd=tmp_path)
+    _ok(r)
+    report = json.loads((tmp_path / "eval.json").read_text())
+
+    train = np.load(ws / "train.npz")
+    test = np.load(ws / "test.npz")
+    central = compute_stats(train["x"], train["y"], C, "full")
+    params: dict[str, dict[str, object]] = {"lda": {"shrinkage": "auto"},
+                                            "qda": {"shrinkage": 0.2}}
+    for h in heads:
+        expected = make_head(h, **params.get(h, {})).fit_from_stats(central)
+        assert report["heads"][h]["accuracy"] == expected.score(test["x"], test["y"])
+        assert report["heads"][h]["n"] == 60
+        assert h in r.stdout
+
+    # refitting replaces the model directory as a whole; a failed fit leaves it intact
+    _ok(run_cli("fit", "total.ghs", "--heads", "nb", "--out", "model", cwd=tmp_path))
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["manifest.json", "nb.ghh"]
+    r = run_cli("fit", "total.ghs", "--heads", "lda", "--param", "lda.shrinkage=7",
+                "--out", "model", cwd=tmp_path)
+    assert r.returncode == 2 and "shrinkage must be a number in [0, 1]" in r.stderr
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["manifest.json", "nb.ghh"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_simulate_writes_the_json_contract(ws: Path, tmp_path: Path) -> None:
+    r = run_cli("simulate", "--train", ws / "train.npz", "--test", ws / "test.npz",
+                "--clients", "7", "--alpha", "0.1", "--seed", "3", "--heads", "nb,lda",
+                "--param", "lda.shrinkage=0.1", "--json", "sim.json", cwd=tmp_path)
+    _ok(r)
+    out = json.loads((tmp_path / "sim.json").read_text())
+    assert (out["clients"], out["alpha"], out["seed"], out["mode"]) == (7, 0.1, 3, "full")
+    assert (out["n_train"], out["n_test"], out["num_classes"]) == (300, 60, 3)
+    assert out["projection_dim"] is None and len(out["client_sizes"]) == 7
+    assert out["upload_bytes_per_client"] == 8 * (3 + 3 * 5 + 3 * 15)
+    assert out["heads"]["lda"]["params"]["shrinkage"] == 0.1
+    assert set(out["heads"]["nb"]) == {"accuracy", "fit_seconds", "predict_seconds", "params"}
+    assert {"partition", "client_stats", "aggregate", "fit/nb", "evaluate/lda"} <= \
+        set(out["stage_seconds"])
+    assert "7 clients, alpha=0.1" in r.stdout and "lda" in r.stdout
+
+
+def test_heads_lists_modes_and_defaults(tmp_path: Path) -> None:
+    r = run_cli("heads", "--json", cwd=tmp_path)
+    _ok(r)
+    info = json.loads(r.stdout)
+    assert info["nb"]["min_mode"] == "diag" and info["qda"]["min_mode"] == "full"
+    assert info["lda"]["params"]["shrinkage"] == 0.05
+    _ok(plain := run_cli("heads", cwd=tmp_path))
+    assert re.search(r"^lda\s+pooled\s+shrinkage=0\.05", plain.stdout, re.M)
+
+
+def test_version_and_help(tmp_path: Path) -> None:
+    r = run_cli("--version", cwd=tmp_path)
+    _ok(r)
+    assert r.stdout.startswith("ghofl ")
+    r = run_cli(cwd=tmp_path)
+    _ok(r)
+    assert "client-stats" in r.stdout and "simulate" in r.stdout
+
+
+def test_debug_shows_the_traceback(ws: Path, tmp_path: Path) -> None:
+    r = run_cli("aggregate", ws / "nope.ghs", "--out", "t.ghs", cwd=tmp_path,
+                env={"GHOFL_DEBUG": "1"})
+    assert r.returncode != 0 and "Traceback" in r.stderr and "StatsFormatError" in r.stderr
+
+
+# ---------------------------------------------------------------------- bad inputs
+W = "{w}"
+# Run as subprocesses: the bad inputs the CLI contract lists.
+BAD_CASES = [
+    ("missing-file", ["client-stats", "--embeddings", f"{W}/nope.npz", "--out", "o.ghs"],
+     r"--embeddings file '.*nope\.npz' does not exist; check the path"),
+    ("npz-without-x", ["client-stats", "--embeddings", f"{W}/nox.npz", "--out", "o.ghs"],
+     r"'.*nox\.npz' has no array 'x' \(it holds: y\); write it with numpy\.savez"),
+    ("x-not-2d", ["client-stats", "--embeddings", f"{W}/flat.npz", "--out", "o.ghs"],
+     r"x must be a 2-D array \(n, d\); got shape \(30,\)"),
+    ("nan-in-x", ["client-stats", "--embeddings", f"{W}/nan.npz", "--out", "o.ghs"],
+     r"embeddings contain NaN or infinite values \(first bad row 4\)"),
+    ("label-too-large", ["client-stats", "--embeddings", f"{W}/client1.npz", "--num-classes",
+                         "2", "--out", "o.ghs"],
+     r"label 2 is out of range for 2 classes \(0\.\.1\); pass --num-classes or --classes"),
+    ("negative-label", ["client-stats", "--embeddings", f"{W}/neg.npz", "--out", "o.ghs"],
+     r"labels must be class indices 0\.\.2; got the negative label -1"),
+    ("corrupt-npz", ["client-stats", "--embeddings", f"{W}/corrupt.npz", "--out", "o.ghs"],
+     r"'.*corrupt\.npz' is not a readable \.npz archive \(.*\); write it with numpy\.savez"),
+    ("aggregate-dim", ["aggregate", f"{W}/good.ghs", f"{W}/d4.ghs", "--out", "t.ghs"],
+     r"cannot add '.*d4\.ghs' to the total of the files before it: .*differ in dim \(5 vs 4\)"),
+    ("aggregate-mode", ["aggregate", f"{W}/good.ghs", f"{W}/pooled.ghs", "--out", "t.ghs"],
+     r"cannot add '.*pooled\.ghs' .*differ in mode \('full' vs 'pooled'\)"),
+    ("aggregate-encoder", ["aggregate", f"{W}/good.ghs", f"{W}/enc.ghs", "--out", "t.ghs"],
+     r"cannot add '.*enc\.ghs' .*differ in encoder \(none vs lite0"),
+    ("fit-unknown-head", ["fit", f"{W}/good.ghs", "--heads", "nb,svm", "--out", "m"],
+     r"unknown head 'svm'; available heads: nb, lda, qda, fedcgs"),
+    ("fit-unknown-param", ["fit", f"{W}/good.ghs", "--heads", "lda", "--param", "lda.foo=1",
+                           "--out", "m"],
+     r"--param 'lda\.foo=1': head 'lda' has no parameter 'foo'; valid keys: "
+     r"covariance_divisor, shrinkage"),
+    ("fit-richer-mode", ["fit", f"{W}/pooled.ghs", "--heads", "nb,qda", "--out", "m"],
+     r"head 'qda' needs upload mode 'full' or richer, but the statistics are mode 'pooled'; "
+     r"compute the client statistics with mode 'full' \(--mode full\)"),
+    ("evaluate-dims", ["evaluate", f"{W}/model", "--embeddings", f"{W}/test_d4.npz",
+                       "--json", "e.json"],
+     r"'.*test_d4\.npz' has 4-dimensional embeddings but the model in '.*model' expects d=5"),
+    ("simulate-richer-mode", ["simulate", "--train", f"{W}/train.npz", "--test",
+                              f"{W}/test.npz", "--clients", "3", "--alpha", "0.1", "--mode",
+                              "diag", "--heads", "nb,lda", "--json", "s.json"],
+     r"head 'lda' needs upload mode 'pooled' or richer, but the statistics are mode 'diag'"),
+]
+# Run in-process through main() (same code path, without the interpreter start-up).
+MORE_BAD_CASES = [
+    ("not-an-npz", ["client-stats", "--embeddings", f"{W}/arrays.npy", "--out", "o.ghs"],
+     r"'.*arrays\.npy' (holds a single array|is not a readable \.npz archive)"),
+    ("bad-mode", ["client-stats", "--embeddings", f"{W}/train.npz", "--mode", "huge",
+                  "--out", "o.ghs"], r"--mode must be one of full, pooled, diag; got 'huge'"),
+    ("classes-disagree", ["client-stats", "--embeddings", f"{W}/train.npz", "--classes", "a,b",
+                          "--num-classes", "3", "--out", "o.ghs"],
+     r"--num-classes 3 disagrees with --classes, which names 2 classes"),
+    ("archive-classes-disagree", ["client-stats", "--embeddings", f"{W}/named.npz",
+                                  "--num-classes", "4", "--out", "o.ghs"],
+     r"--num-classes 4 disagrees with '.*named\.npz', which stores 3 class names"),
+    ("seed-without-dim", ["client-stats", "--embeddings", f"{W}/train.npz",
+                          "--projection-seed", "3", "--out", "o.ghs"],
+     r"--projection-seed needs --projection-dim"),
+    ("missing-option", ["client-stats", "--embeddings", f"{W}/train.npz"],
+     r"Missing option '--out'.*see 'ghofl client-stats --help'"),
+    ("aggregate-missing", ["aggregate", f"{W}/good.ghs", f"{W}/nope.ghs", "--out", "t.ghs"],
+     r"statistics file '.*nope\.ghs' does not exist"),
+    ("aggregate-corrupt", ["aggregate", f"{W}/good.ghs", f"{W}/garbage.ghs", "--out", "t.ghs"],
+     r"'.*garbage\.ghs' is not a readable ghofl statistics file"),
+    ("fit-param-value", ["fit", f"{W}/good.ghs", "--heads", "nb", "--param",
+                         "nb.var_smoothing=abc", "--out", "m"],
+     r"--param 'nb\.var_smoothing=abc': expected a number \(or auto\); got 'abc'"),
+    ("fit-param-format", ["fit", f"{W}/good.ghs", "--heads", "lda", "--param", "lda",
+                          "--out", "m"], r"--param 'lda' must look like HEAD\.KEY=VALUE"),
+    ("fit-param-other-head", ["fit", f"{W}/good.ghs", "--heads", "nb", "--param",
+                              "lda.shrinkage=0.1", "--out", "m"],
+     r"names head 'lda', which is not among the heads to fit \(nb\)"),
+    ("fit-out-not-model", ["fit", f"{W}/good.ghs", "--heads", "nb", "--out", f"{W}"],
+     r"refusing to replace --out '.*': it is a non-empty directory that is not a ghofl model"),
+    ("evaluate-not-model", ["evaluate", f"{W}", "--embeddings", f"{W}/test.npz",
+                            "--json", "e.json"], r"has no manifest\.json, so it is not a ghofl "
+     r"model directory"),
+    ("simulate-alpha", ["simulate", "--train", f"{W}/train.npz", "--test", f"{W}/test.npz",
+                        "--clients", "3", "--alpha", "0", "--json", "s.json"],
+     r"alpha \(the Dirichlet concentration\) must be a finite number > 0; got 0\.0"),
+    ("simulate-clients", ["simulate", "--train", f"{W}/train.npz", "--test", f"{W}/test.npz",
+                          "--clients", "0", "--alpha", "0.1", "--json", "s.json"],
+     r"num_clients must be an integer >= 1; got 0"),
+    ("simulate-test-dims", ["simulate", "--train", f"{W}/train.npz", "--test",
+                            f"{W}/test_d4.npz", "--clients", "3", "--alpha", "0.1",
+                            "--json", "s.json"],
+     r"test embeddings have d=4 but training embeddings have d=5"),
+    ("simulate-bad-number", ["simulate", "--train", f"{W}/train.npz", "--test",
+                             f"{W}/test.npz", "--clients", "many", "--alpha", "0.1"],
+     r"Invalid value for '--clients': 'many' is not a valid integer"),
+]
+
+
+@pytest.mark.parametrize(("args", "pattern"), [c[1:] for c in BAD_CASES],
+                         ids=[c[0] for c in BAD_CASES])
+def test_bad_input_fails_with_one_clear_line(
+    ws: Path, tmp_path: Path, args: list[str], pattern: str
+) -> None:
+    before = tree(ws)
+    r = run_cli(*[a.replace(W, str(ws)) for a in args], cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert re.fullmatch(r"ghofl: error: .+", lines[0])
+    assert re.search(pattern, lines[0]), lines[0]
+    assert tree(tmp_path) == [], "a failed command left output behind"
+    assert tree(ws) == before
+
+
+@pytest.mark.parametrize(("args", "pattern"), [c[1:] for c in MORE_BAD_CASES],
+                         ids=[c[0] for c in MORE_BAD_CASES])
+def test_more_bad_input_in_process(
+    ws: Path, tmp_path: Path, args: list[str], pattern: str,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = tree(ws)
+    monkeypatch.chdir(tmp_path)
+    rc = main([a.replace(W, str(ws)) for a in args])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert re.fullmatch(r"ghofl: error: .+", lines[0])
+    assert re.search(pattern, lines[0]), lines[0]
+    assert tree(tmp_path) == [], "a failed command left output behind"
+    assert tree(ws) == before
+
+
+def test_named_classes_projection_and_encoder_in_process(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["client-stats", "--embeddings", str(ws / "named.npz"), "--out", "n.ghs",
+                 "--projection-dim", "3", "--projection-seed", "7",
+                 "--encoder-name", "lite0"]) == 0
+    stats = load_stats(tmp_path / "n.ghs")
+    assert stats.meta.classes == ("cat", "dog", "emu") and stats.dim == 3
+    assert stats.meta.projection is not None and stats.meta.projection.seed == 7
+    assert stats.meta.encoder is not None and stats.meta.encoder.name == "lite0"
+    assert main(["fit", "n.ghs", "--heads", "nb,qda", "--out", "m"]) == 0
+    assert main(["evaluate", "m", "--embeddings", str(ws / "named.npz"), "--json", "e.json"]) == 0
+    report = json.loads((tmp_path / "e.json").read_text())
+    assert set(report["heads"]) == {"nb", "qda"} and report["heads"]["qda"]["n"] == 30
+    capsys.readouterr()
+    assert main(["evaluate", "m", "--embeddings", str(ws / "test.npz")]) == 0  # unnamed: fine
+    assert main(["evaluate", "m", "--embeddings", str(ws / "named2.npz")]) == 2
+    assert re.search(r"'.*named2\.npz' stores the class names \[cat, dog, gnu\], which differ "
+                     r"from the model's \[cat, dog, emu\]", capsys.readouterr().err)
