@@ -1,0 +1,227 @@
+"""On-disk cache of embeddings, keyed by dataset, split, encoder fingerprint and subset.
+
+Layout (``cache_dir``: argument, else ``GHOFL_CACHE_DIR``, else ``~/.cache/ghofl``)::
+
+    <cache_dir>/embeddings/<dataset>/<split>/<encoder name>-r<resolution>-<fingerprint>/
+        <indices key>.npz     x float32 (n, d), y int64 (n,)   (uncompressed)
+        <indices key>.json    format, version, key fields, shapes, SHA-256 of x and y
+
+The fingerprint (:meth:`EncoderInfo.fingerprint`) covers the encoder's weights hash,
+preprocessing and resolution; the indices key is ``all`` or ``sub-<16 hex of SHA-256 of the
+int64 indices>``. Both files are written atomically (temporary file + ``os.replace``), data
+first. A missing, unreadable or inconsistent pair (bad JSON, other version, ``np.load`` failure,
+shape or checksum mismatch) is treated as a miss: recomputed and rewritten, never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+import zipfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.client.encoders.base import Encoder
+from ghofl.errors import ConfigError
+from ghofl.stats.meta import EncoderInfo
+
+__all__ = [
+    "CACHE_DIR_ENV",
+    "CACHE_FORMAT",
+    "CACHE_VERSION",
+    "cached_embeddings",
+    "default_cache_dir",
+    "embedding_cache_path",
+    "load_cached_embeddings",
+    "save_cached_embeddings",
+    "subset_key",
+]
+
+CACHE_DIR_ENV = "GHOFL_CACHE_DIR"
+CACHE_FORMAT = "ghofl-embeddings"
+CACHE_VERSION = 1
+_log = logging.getLogger(__name__)
+
+Embeddings = tuple[NDArray[np.float32], NDArray[np.int64]]
+
+
+def default_cache_dir() -> Path:
+    """``GHOFL_CACHE_DIR`` when set, else ``~/.cache/ghofl``."""
+    env = os.environ.get(CACHE_DIR_ENV, "").strip()
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "ghofl"
+
+
+def subset_key(indices: NDArray[np.integer[Any]] | Sequence[int] | str | None) -> str:
+    """Subset part of the cache key.
+
+    ``"all"`` for ``None``, a string as is (made file-name safe), else ``sub-`` + 16 hex of the
+    SHA-256 of the indices as int64.
+    """
+    if indices is None:
+        return "all"
+    if isinstance(indices, str):
+        return _safe(indices)
+    idx = np.ascontiguousarray(np.asarray(indices, dtype=np.int64))
+    return "sub-" + hashlib.sha256(idx.tobytes()).hexdigest()[:16]
+
+
+def _safe(part: str) -> str:
+    clean = re.sub(r"[^A-Za-z0-9_.-]+", "_", part).strip(".") or "_"
+    if clean != part:
+        clean += "-" + hashlib.sha256(part.encode()).hexdigest()[:8]
+    return clean
+
+
+def _info(encoder: Encoder | EncoderInfo) -> EncoderInfo:
+    return encoder if isinstance(encoder, EncoderInfo) else encoder.info
+
+
+def embedding_cache_path(
+    dataset_key: str,
+    split: str,
+    encoder: Encoder | EncoderInfo,
+    indices: NDArray[np.integer[Any]] | Sequence[int] | str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Path of the ``.npz`` file for this key (its sidecar is the same path with ``.json``)."""
+    info = _info(encoder)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    res = f"-r{info.resolution}" if info.resolution else ""
+    enc = _safe(f"{info.name}{res}") + "-" + info.fingerprint()
+    folder = root / "embeddings" / _safe(dataset_key) / _safe(split) / enc
+    return folder / f"{subset_key(indices)}.npz"
+
+
+def _sha256(a: NDArray[Any]) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a).view(np.uint8).reshape(-1).data).hexdigest()
+
+
+def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _validate(x: Any, y: Any, dim: int) -> Embeddings:
+    x = np.asarray(x)
+    y = np.asarray(y)
+    if x.ndim != 2 or x.shape[1] != dim or y.shape != (x.shape[0],):
+        raise ConfigError(
+            f"embeddings to cache must be x of shape (n, {dim}) and y of shape (n,); got x "
+            f"{x.shape} and y {y.shape}"
+        )
+    return np.ascontiguousarray(x, dtype=np.float32), np.ascontiguousarray(y, dtype=np.int64)
+
+
+def save_cached_embeddings(
+    path: Path, x: NDArray[Any], y: NDArray[Any], meta: dict[str, Any]
+) -> None:
+    """Write ``x``, ``y`` to ``path`` and the sidecar ``path.with_suffix('.json')``, atomically."""
+    sidecar = {
+        "format": CACHE_FORMAT,
+        "version": CACHE_VERSION,
+        **meta,
+        "x_shape": list(x.shape),
+        "y_shape": list(y.shape),
+        "sha256_x": _sha256(x),
+        "sha256_y": _sha256(y),
+    }
+    _atomic_write(path, lambda fh: np.savez(fh, x=x, y=y))
+    _atomic_write(
+        path.with_suffix(".json"), lambda fh: fh.write(json.dumps(sidecar, indent=1).encode())
+    )
+
+
+def load_cached_embeddings(path: Path, info: EncoderInfo | None = None) -> Embeddings | None:
+    """Return the cached ``(x, y)`` at ``path`` if present and intact, else ``None``.
+
+    Intact means: the sidecar parses, has this format and version (and, when ``info`` is given,
+    its fingerprint), and the arrays load with the recorded shapes, dtypes and checksums.
+    """
+    sidecar = path.with_suffix(".json")
+    if not path.is_file() or not sidecar.is_file():
+        return None
+    try:
+        meta = json.loads(sidecar.read_text())
+        if meta.get("format") != CACHE_FORMAT or meta.get("version") != CACHE_VERSION:
+            raise ValueError(f"format {meta.get('format')!r} version {meta.get('version')!r}")
+        if info is not None and meta.get("fingerprint") != info.fingerprint():
+            raise ValueError("encoder fingerprint differs")
+        with np.load(path, allow_pickle=False) as npz:
+            x, y = npz["x"], npz["y"]
+        if (
+            x.dtype != np.float32 or y.dtype != np.int64
+            or list(x.shape) != meta["x_shape"] or list(y.shape) != meta["y_shape"]
+            or _sha256(x) != meta["sha256_x"] or _sha256(y) != meta["sha256_y"]
+        ):
+            raise ValueError("shape, dtype or checksum mismatch")
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+        _log.warning("ignoring corrupt embedding cache %s (%s); recomputing", path, exc)
+        return None
+    return x, y
+
+
+def cached_embeddings(
+    dataset_key: str,
+    split: str,
+    encoder: Encoder | EncoderInfo,
+    indices_key: NDArray[np.integer[Any]] | Sequence[int] | str | None,
+    compute_fn: Callable[[], tuple[NDArray[Any], NDArray[Any]]],
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> Embeddings:
+    """Return cached embeddings for the key, or compute, store and return them.
+
+    Parameters
+    ----------
+    dataset_key : str
+        Dataset identity, e.g. ``"cifar10"``.
+    split : str
+        Split name, e.g. ``"train"``.
+    encoder : Encoder or EncoderInfo
+        Its fingerprint (weights, preprocessing, resolution) is part of the key.
+    indices_key : array of int, str or None
+        The subset: ``None`` (everything) -> ``"all"``; an index array is hashed; a string is
+        used as is.
+    compute_fn : callable
+        ``() -> (x (n, d), y (n,))``, called only on a miss (or a corrupt entry).
+    cache_dir : str or os.PathLike or None
+        Root of the cache; ``None`` uses ``GHOFL_CACHE_DIR`` or ``~/.cache/ghofl``.
+
+    Returns
+    -------
+    x : ndarray of float32, shape (n, d)
+    y : ndarray of int64, shape (n,)
+    """
+    info = _info(encoder)
+    path = embedding_cache_path(dataset_key, split, info, indices_key, cache_dir)
+    hit = load_cached_embeddings(path, info)
+    if hit is not None:
+        return hit
+    x, y = _validate(*compute_fn(), dim=info.dim)
+    meta = {
+        "dataset": dataset_key,
+        "split": split,
+        "indices": subset_key(indices_key),
+        "encoder": info.to_dict(),
+        "fingerprint": info.fingerprint(),
+    }
+    save_cached_embeddings(path, x, y, meta)
+    return x, y
+

