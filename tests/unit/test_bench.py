@@ -144,3 +144,19 @@ def test_config_dataclass_is_frozen() -> None:
     cfg = ExperimentConfig(datasets=("x",))
     with pytest.raises(AttributeError):
         cfg.name = "y"  # type: ignore[misc]
+
+
+def test_reference_results_are_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ghofl.bench.references as refs
+
+    x, y = gaussian_mixture(1, num_classes=3, dim=4, n=120)
+    first = refs.run_reference("sklearn_lda", x, y, x, y, cache_dir=tmp_path)
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(refs, "sklearn_lda_reference", boom)
+    again = refs.run_reference("sklearn_lda", x, y, x, y, cache_dir=tmp_path)
+    assert again == first
+    with pytest.raises(AssertionError, match="recomputed"):  # other data: a new key
+        refs.run_reference("sklearn_lda", x[:-1], y[:-1], x, y, cache_dir=tmp_path)

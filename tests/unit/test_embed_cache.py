@@ -133,8 +133,14 @@ def test_second_call_is_served_from_the_cache(tmp_path: Path, counter: _Counter)
     np.testing.assert_array_equal(x1, x2)
     np.testing.assert_array_equal(y2, counter.y)
     assert y2.dtype == np.int64 and x2.dtype == np.float32
-    cached_embeddings("ds", "train", info, np.arange(3), counter, cache_dir=tmp_path)
+    # a subset of a split whose full embeddings are cached is sliced from them, not encoded
+    xs, ys = cached_embeddings("ds", "train", info, np.array([4, 1]), counter, cache_dir=tmp_path)
+    assert counter.calls == 1
+    np.testing.assert_array_equal(xs, x1[[4, 1]])
+    np.testing.assert_array_equal(ys, counter.y[[4, 1]])
     cached_embeddings("ds", "test", info, None, counter, cache_dir=tmp_path)
+    assert counter.calls == 2
+    cached_embeddings("ds", "test2", info, np.arange(3), counter, cache_dir=tmp_path)
     assert counter.calls == 3
     assert not list(tmp_path.rglob("*.tmp"))
     meta = json.loads(

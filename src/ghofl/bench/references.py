@@ -10,15 +10,20 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import require_extra
+from ghofl.stats.codec import atomic_write
 
 
 @dataclass
@@ -101,7 +106,32 @@ def run_reference(
     x_test: NDArray[Any],
     y_test: NDArray[Any],
     seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> ReferenceResult:
+    """Run reference ``name``; results are cached on disk keyed by a hash of the four arrays,
+    the reference name, its settings and the scikit-learn version (so warm runs are instant).
+    ``cache_dir=None`` uses ``GHOFL_CACHE_DIR`` or ``~/.cache/ghofl``."""
+    import sklearn
+
+    from ghofl.client.cache import default_cache_dir
+
+    h = hashlib.sha256()
+    for a in (x_train, y_train, x_test, y_test):
+        arr = np.ascontiguousarray(a)
+        h.update(str((arr.shape, arr.dtype.str)).encode())
+        h.update(arr.tobytes())
+    h.update(f"{name}|{seed}|sklearn {sklearn.__version__}|v1".encode())
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = root / "references" / f"{name}-{h.hexdigest()[:20]}.json"
+    if path.exists():
+        try:
+            return ReferenceResult(**json.loads(path.read_text()))
+        except (json.JSONDecodeError, TypeError):
+            path.unlink(missing_ok=True)  # damaged entry: recompute
     if name == "logreg":
-        return logreg_reference(x_train, y_train, x_test, y_test, seed=seed)
-    return sklearn_lda_reference(x_train, y_train, x_test, y_test)
+        res = logreg_reference(x_train, y_train, x_test, y_test, seed=seed)
+    else:
+        res = sklearn_lda_reference(x_train, y_train, x_test, y_test)
+    text = json.dumps(asdict(res))
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    return res

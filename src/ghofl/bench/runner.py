@@ -31,9 +31,10 @@ def _cell_key(rec: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(rec.get(k) for k in CELL_KEYS)
 
 
-def _load_previous(path: Path, cfg: ExperimentConfig) -> list[dict[str, Any]]:
+def _load_previous(path: Path, cfg: ExperimentConfig) -> tuple[list[dict[str, Any]], float]:
+    """Records and wall seconds of an earlier run of the same config (for ``resume``)."""
     if not path.exists():
-        return []
+        return [], 0.0
     try:
         prev = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -47,7 +48,7 @@ def _load_previous(path: Path, cfg: ExperimentConfig) -> list[dict[str, Any]]:
             "another --out folder or run without --resume"
         )
     records: list[dict[str, Any]] = prev.get("records", [])
-    return records
+    return records, float(prev.get("wall_seconds", 0.0))
 
 
 def run_experiment(
@@ -68,14 +69,14 @@ def run_experiment(
     out.mkdir(parents=True, exist_ok=True)
     say = log or (lambda _msg: None)
     results_path = out / "results.json"
-    records = _load_previous(results_path, cfg) if resume else []
+    records, earlier = _load_previous(results_path, cfg) if resume else ([], 0.0)
     done = {_cell_key(r) for r in records}
     started = time.time()
 
     def flush() -> None:
+        wall = earlier + time.time() - started
         write_json(
-            results_path,
-            {"config": cfg.to_dict(), "records": records, "wall_seconds": time.time() - started},
+            results_path, {"config": cfg.to_dict(), "records": records, "wall_seconds": wall}
         )
 
     total, cell = cfg.n_cells(), 0

@@ -214,6 +214,14 @@ def cached_embeddings(
     hit = load_cached_embeddings(path, info)
     if hit is not None:
         return hit
+    if indices_key is not None and not isinstance(indices_key, str):
+        # A subset of a split whose full embeddings are cached is a slice of them: no encoding.
+        whole = load_cached_embeddings(
+            embedding_cache_path(dataset_key, split, info, None, cache_dir), info
+        )
+        idx = np.asarray(indices_key, dtype=np.int64)
+        if whole is not None and (idx.size == 0 or (idx.min() >= 0 and idx.max() < len(whole[1]))):
+            return np.ascontiguousarray(whole[0][idx]), whole[1][idx]
     x, y = _validate(*compute_fn(), dim=info.dim)
     meta = {
         "dataset": dataset_key,
