@@ -8,7 +8,14 @@ side effects and does not import torch or flwr.
 from ghofl.errors import GhoflError
 from ghofl.heads.registry import available_heads, load_head, make_head, save_head
 from ghofl.moments import Moments, compute_moments
-from ghofl.stats import ClientStats, EncoderInfo, ProjectionSpec, StatsAccumulator, load_stats, save_stats
+from ghofl.stats import (
+    ClientStats,
+    EncoderInfo,
+    ProjectionSpec,
+    StatsAccumulator,
+    load_stats,
+    save_stats,
+)
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,176 @@
+"""Class-conditional Gaussian synthesis in the Fisher space (method.md §3, reference-notes §5).
+
+For each class c (eq. S1)::
+
+    z_f ~ N(μ_cᶠ, τ² Σ̃_cᶠ),   μ_cᶠ = Vᵀ μ_c,   Σ̃_cᶠ = Vᵀ shrink(Σ_c, a_syn) V
+
+with the class covariances Σ_c when the statistics are mode ``full`` (``covariance="class"``)
+and the pooled Σ_pool otherwise (``covariance="pooled"``). Samples are drawn as
+z = μ_cᶠ + ε L_cᵀ with ε ~ N(0, I) and L_c the lower Cholesky factor of τ² Σ̃_cᶠ, computed once
+per class (a ridge is added only if a factor does not exist, with a warning).
+
+Randomness: every function takes an explicit ``numpy.random.Generator`` (PCG64); nothing uses a
+global RNG. The fixed set (the paper) is drawn class by class, c = 0..C−1, one
+``standard_normal((n, k_f))`` call each. Fresh sampling (the ``SynthGaussianZ`` variant) draws a
+new class-balanced set every epoch in chunks, so memory is O(chunk · k_f), never C·n·k_f.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.errors import UnsupportedModeError
+from ghofl.heads._linalg import stable_cholesky
+from ghofl.heads.fisher import fisher_class_covariances, fisher_pooled_covariance
+from ghofl.moments.core import Moments
+from ghofl.moments.shrinkage import Shrinkage
+
+F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
+CovarianceSource = Literal["auto", "class", "pooled"]
+
+#: samples generated per chunk when sampling fresh data (rounded to whole batches)
+CHUNK_SAMPLES = 16384
+
+
+@dataclass(frozen=True, eq=False)
+class FisherGaussians:
+    """Per-class Gaussians in the Fisher space, ready to sample.
+
+    Attributes
+    ----------
+    means : ndarray, shape (C, k_f)
+        μ_cᶠ.
+    chols : ndarray, shape (C, k_f, k_f)
+        Lower Cholesky factors L_c of τ² Σ̃_cᶠ.
+    source : {"class", "pooled"}
+        Which covariance was used.
+    tau : float
+    """
+
+    means: F64
+    chols: F64
+    source: Literal["class", "pooled"]
+    tau: float
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.means.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.means.shape[1])
+
+    def covariances(self) -> F64:
+        """τ² Σ̃_cᶠ = L_c L_cᵀ, shape (C, k_f, k_f)."""
+        out: F64 = self.chols @ np.swapaxes(self.chols, 1, 2)
+        return out
+
+
+def fisher_gaussians(
+    moments: Moments,
+    V: F64,
+    tau: float = 0.9,
+    shrinkage: Shrinkage = 0.05,
+    covariance: CovarianceSource = "auto",
+) -> FisherGaussians:
+    """Build the class Gaussians of eq. S1.
+
+    Parameters
+    ----------
+    moments : Moments
+    V : ndarray, shape (d, k_f)
+        Fisher directions (:func:`ghofl.heads.fisher.fisher_subspace`).
+    tau : float, default 0.9
+        Covariance scale τ (paper: ``syn_tau_base``, constant).
+    shrinkage : float in [0, 1] or "auto", default 0.05
+        a_syn (paper: ``syn_shrink``).
+    covariance : {"auto", "class", "pooled"}, default "auto"
+        ``"auto"`` uses class covariances when the statistics hold them (mode ``full``), else
+        the pooled one; ``"class"`` requires mode ``full``.
+    """
+    if covariance == "class" and not moments.has_class_covariances:
+        raise UnsupportedModeError(
+            "synthesis from class covariances needs upload mode 'full'; these statistics are "
+            f"mode {moments.meta.mode!r}. Use the pooled covariance (syn_class_cov=False) or "
+            "recompute the statistics with --mode full"
+        )
+    use_class = covariance == "class" or (covariance == "auto" and moments.has_class_covariances)
+    k = V.shape[1]
+    if use_class:
+        covs = fisher_class_covariances(moments, V, shrinkage)
+    else:
+        covs = np.broadcast_to(fisher_pooled_covariance(moments, V, shrinkage),
+                               (moments.num_classes, k, k))
+    chols = np.empty((moments.num_classes, k, k))
+    for c in range(moments.num_classes):
+        chols[c], _ = stable_cholesky(tau**2 * covs[c], "the synthesis covariance of class "
+                                      f"{moments.meta.classes[c]!r}")
+    means_f: F64 = moments.means @ V
+    return FisherGaussians(means=means_f, chols=chols, source="class" if use_class else "pooled",
+                           tau=float(tau))
+
+
+def sample_class(g: FisherGaussians, c: int, n: int, rng: np.random.Generator) -> F64:
+    """n draws from class c: μ_cᶠ + ε L_cᵀ, shape (n, k_f)."""
+    eps = rng.standard_normal((n, g.dim))
+    out: F64 = g.means[c] + eps @ g.chols[c].T
+    return out
+
+
+def sample_fixed(g: FisherGaussians, n_per_class: int,
+                 rng: np.random.Generator) -> tuple[F64, I64]:
+    """The paper's fixed, class-balanced set, class-blocked (c = 0..C−1).
+
+    Returns ``(z (C·n, k_f) float64, y (C·n,) int64)``.
+    """
+    z = np.empty((g.num_classes * n_per_class, g.dim))
+    for c in range(g.num_classes):
+        z[c * n_per_class:(c + 1) * n_per_class] = sample_class(g, c, n_per_class, rng)
+    y = np.repeat(np.arange(g.num_classes, dtype=np.int64), n_per_class)
+    return z, y
+
+
+def shuffled_batches(n_total: int, batch_size: int,
+                     rng: np.random.Generator) -> Iterator[I64]:
+    """One epoch of index batches over ``range(n_total)`` in a fresh random order."""
+    perm = rng.permutation(n_total)
+    for start in range(0, n_total, batch_size):
+        yield perm[start:start + batch_size]
+
+
+def fresh_batches(g: FisherGaussians, n_per_class: int, batch_size: int,
+                  rng: np.random.Generator,
+                  chunk_samples: int = CHUNK_SAMPLES) -> Iterator[tuple[F64, I64]]:
+    """One epoch of newly drawn, shuffled batches ``(z (b, k_f), y (b,))``.
+
+    Every class appears exactly ``n_per_class`` times per epoch. Samples are generated one
+    chunk of ≈ ``chunk_samples`` rows (whole batches) at a time, class by class inside the
+    chunk, so peak memory is O(chunk · k_f) plus the C·n labels.
+    """
+    labels = rng.permutation(np.repeat(np.arange(g.num_classes, dtype=np.int64), n_per_class))
+    chunk = batch_size * max(1, chunk_samples // batch_size)
+    for start in range(0, labels.size, chunk):
+        y = labels[start:start + chunk]
+        z = np.empty((y.size, g.dim))
+        for c in np.unique(y):
+            idx = np.flatnonzero(y == c)
+            z[idx] = sample_class(g, int(c), idx.size, rng)
+        for b in range(0, y.size, batch_size):
+            yield z[b:b + batch_size], y[b:b + batch_size]
+
+
+__all__ = [
+    "CHUNK_SAMPLES",
+    "FisherGaussians",
+    "fisher_gaussians",
+    "fresh_batches",
+    "sample_class",
+    "sample_fixed",
+    "shuffled_batches",
+]
