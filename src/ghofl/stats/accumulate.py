@@ -74,6 +74,10 @@ class StatsAccumulator:
             [np.zeros((out_dim, out_dim), order="F") for _ in range(c)] if mode == "full" else None
         )
         self._b = np.zeros((out_dim, out_dim), order="F") if mode == "pooled" else None
+        self._buf: NDArray[np.float64] | None = None
+        # Rows per BLAS call: large enough for an efficient rank-k update, small enough
+        # (about 32 MB) to keep the gather buffer cheap.
+        self._chunk = max(256, (32 << 20) // (8 * out_dim))
 
     def update(self, x: NDArray[Any], y: NDArray[Any]) -> None:
         """Add a batch.
@@ -85,31 +89,62 @@ class StatsAccumulator:
         y : array_like of int, shape (n,)
             Labels in ``0..C-1``.
         """
-        x64, yy = _check_batch(x, y, self.input_dim, self.meta.num_classes)
-        if self.meta.projection is not None:
-            x64 = self.meta.projection.apply(x64)
-        if x64.shape[0] == 0:
+        xin, yy = _check_batch(x, y, self.input_dim, self.meta.num_classes)
+        if xin.shape[0] == 0:
             return
+        if self.meta.projection is not None:
+            xin = self.meta.projection.apply(xin)
         order = np.argsort(yy, kind="stable")
-        xs = np.ascontiguousarray(x64[order])
         counts = np.bincount(yy, minlength=self.meta.num_classes)
         bounds = np.concatenate([[0], np.cumsum(counts)])
         self._counts += counts
         for c in np.flatnonzero(counts):
-            block = xs[bounds[c] : bounds[c + 1]]
-            self._sums[c] += block.sum(axis=0)
-            if self._sq is not None:
-                self._sq[c] += np.einsum("ij,ij->j", block, block)
-            if self._cs is not None:
-                self._cs[c] = dsyrk(1.0, block.T, beta=1.0, c=self._cs[c], trans=0, overwrite_c=1)
+            rows = order[bounds[c] : bounds[c + 1]]
+            for start in range(0, rows.size, self._chunk):
+                self._add_class_block(c, self._gather(xin, rows[start : start + self._chunk]))
         if self._b is not None:
-            self._b = dsyrk(1.0, xs.T, beta=1.0, c=self._b, trans=0, overwrite_c=1)
+            direct = xin.dtype == np.float64 and xin.flags.c_contiguous
+            for start in range(0, xin.shape[0], self._chunk):
+                stop = min(start + self._chunk, xin.shape[0])
+                block = xin[start:stop] if direct else self._gather(xin, np.arange(start, stop))
+                self._b = dsyrk(1.0, block.T, beta=1.0, c=self._b, trans=0, overwrite_c=1)
+
+    def _add_class_block(self, c: int, block: NDArray[np.float64]) -> None:
+        """Add rows ``block`` (m, k) of class ``c`` to A_c and to D_c or S_c."""
+        self._sums[c] += block.sum(axis=0)
+        if self._sq is not None:
+            self._sq[c] += np.einsum("ij,ij->j", block, block)
+        if self._cs is not None:
+            self._cs[c] = dsyrk(1.0, block.T, beta=1.0, c=self._cs[c], trans=0, overwrite_c=1)
+
+    def _gather(self, xin: NDArray[Any], rows: NDArray[np.intp]) -> NDArray[np.float64]:
+        """Rows ``rows`` of ``xin`` as a contiguous float64 block in a buffer reused across
+        chunks: at most ``_chunk`` rows, so the copy stays small and its pages stay mapped
+        (fresh large allocations cost page faults that rival the BLAS work itself)."""
+        m, d = rows.size, xin.shape[1]
+        if self._buf is None:
+            self._buf = np.empty((self._chunk, d))
+        out = self._buf[:m]
+        if xin.dtype == np.float64:
+            np.take(xin, rows, axis=0, out=out)
+        else:
+            np.copyto(out, xin[rows], casting="unsafe")
+        return out
 
     def result(self) -> ClientStats:
-        """Return the accumulated statistics as a validated, immutable :class:`ClientStats`."""
-        cs = None if self._cs is None else np.stack([_symmetrize_upper(m) for m in self._cs])
-        b = None if self._b is None else _symmetrize_upper(self._b)
-        return ClientStats(
+        """Return the accumulated statistics as an immutable :class:`ClientStats`.
+
+        The arrays are exact sums of checked, finite batches and symmetric by construction,
+        so they are not re-validated (that check is for payloads from outside).
+        """
+        cs = None
+        if self._cs is not None:
+            d = self.meta.dim
+            cs = np.empty((len(self._cs), d, d))
+            for c, m in enumerate(self._cs):
+                _symmetrize_upper(m, out=cs[c])
+        b = None if self._b is None else _symmetrize_upper(self._b, out=None)
+        return ClientStats._trusted(
             self.meta,
             self._counts.copy(),
             self._sums.copy(),
@@ -145,7 +180,7 @@ def compute_stats(
 
 def _check_batch(
     x: NDArray[Any], y: NDArray[Any], dim: int, num_classes: int
-) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+) -> tuple[NDArray[Any], NDArray[np.int64]]:
     x = np.asarray(x)
     y = np.asarray(y)
     if x.ndim != 2 or x.shape[1] != dim:
@@ -163,9 +198,8 @@ def _check_batch(
             raise InputError(
                 f"labels must be integers in 0..{num_classes - 1}; got dtype {y.dtype}"
             )
-    x64 = np.asarray(x, dtype=np.float64)
-    if not np.all(np.isfinite(x64)):
-        bad = int(np.flatnonzero(~np.all(np.isfinite(x64), axis=1))[0])
+    if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
+        bad = int(np.flatnonzero(~np.all(np.isfinite(x), axis=1))[0])
         raise InputError(
             f"embeddings contain NaN or infinite values (first bad row {bad}); fix the encoder "
             "output or drop those rows before computing statistics"
@@ -177,11 +211,15 @@ def _check_batch(
             f"label {bad_label} is out of range: labels must lie in 0..{num_classes - 1} "
             f"for {num_classes} classes"
         )
-    return x64, yy
+    return x, yy
 
 
-def _symmetrize_upper(m: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Full symmetric (C-ordered) matrix from one whose upper triangle is valid."""
-    up = np.triu(m)
-    out: NDArray[np.float64] = np.ascontiguousarray(up + np.triu(m, 1).T)
-    return out
+def _symmetrize_upper(
+    m: NDArray[np.float64], out: NDArray[np.float64] | None = None
+) -> NDArray[np.float64]:
+    """Full symmetric (C-ordered) matrix from ``m`` whose upper triangle holds the values and
+    whose strict lower triangle is zero (as ``dsyrk`` leaves a zero-initialised output)."""
+    res = np.add(m, m.T, out=out)
+    diag = np.einsum("ii->i", res)
+    diag *= 0.5
+    return res
