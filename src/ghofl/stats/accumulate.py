@@ -101,7 +101,7 @@ class StatsAccumulator:
         for c in np.flatnonzero(counts):
             rows = order[bounds[c] : bounds[c + 1]]
             for start in range(0, rows.size, self._chunk):
-                self._add_class_block(c, self._gather(xin, rows[start : start + self._chunk]))
+                self._add_class_block(int(c), self._gather(xin, rows[start : start + self._chunk]))
         if self._b is not None:
             direct = xin.dtype == np.float64 and xin.flags.c_contiguous
             for start in range(0, xin.shape[0], self._chunk):
