@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 from ghofl.errors import ConfigError, InputError
 from ghofl.stats.meta import EncoderInfo
 
-__all__ = ["CallableEncoder", "Encoder", "as_image_batch", "check_embeddings"]
+__all__ = ["CallableEncoder", "Encoder", "InfoEncoder", "as_image_batch", "check_embeddings"]
 
 
 @runtime_checkable
@@ -65,7 +65,25 @@ def as_image_batch(batch: Any, name: str) -> NDArray[Any]:
     )
 
 
-class CallableEncoder:
+class InfoEncoder:
+    """Mixin giving ``name``, ``dim`` and ``info`` from the ``_info`` an encoder sets."""
+
+    _info: EncoderInfo
+
+    @property
+    def name(self) -> str:
+        return self._info.name
+
+    @property
+    def dim(self) -> int:
+        return self._info.dim
+
+    @property
+    def info(self) -> EncoderInfo:
+        return self._info
+
+
+class CallableEncoder(InfoEncoder):
     """Wrap any callable ``fn(batch) -> array (b, dim)`` as an :class:`Encoder`.
 
     Parameters
@@ -98,17 +116,6 @@ class CallableEncoder:
         self._fn = fn
         self._info = EncoderInfo(str(name), int(dim), weights_hash, preprocessing, resolution)
 
-    @property
-    def name(self) -> str:
-        return self._info.name
-
-    @property
-    def dim(self) -> int:
-        return self._info.dim
-
-    @property
-    def info(self) -> EncoderInfo:
-        return self._info
 
     def embed(self, batch: Any) -> NDArray[np.float32]:
         """Return ``fn(batch)`` checked to be float32 of shape (len(batch), dim)."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.client.encoders.base import as_image_batch, check_embeddings
+from ghofl.client.encoders.base import InfoEncoder, as_image_batch, check_embeddings
 from ghofl.errors import require_extra
 from ghofl.stats.meta import EncoderInfo
 
@@ -67,7 +67,7 @@ def export_onnx(module: torch.nn.Module, example: NDArray[Any], path: Path) -> P
     return path
 
 
-class OnnxEncoder:
+class OnnxEncoder(InfoEncoder):
     """An image encoder run by ONNX Runtime from a cached export of a torch module.
 
     Parameters
@@ -100,17 +100,6 @@ class OnnxEncoder:
         self.threads = int(threads) if threads else (os.cpu_count() or 1)
         self._sessions: dict[tuple[int, int, str], Any] = {}
 
-    @property
-    def name(self) -> str:
-        return self._info.name
-
-    @property
-    def dim(self) -> int:
-        return self._info.dim
-
-    @property
-    def info(self) -> EncoderInfo:
-        return self._info
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

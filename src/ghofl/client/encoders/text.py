@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.client.encoders.base import check_embeddings
+from ghofl.client.encoders.base import InfoEncoder, check_embeddings
 from ghofl.errors import ConfigError, DataError, InputError, require_extra
 from ghofl.stats.meta import EncoderInfo
 
@@ -49,7 +49,7 @@ def _weights_file(model_dir: Path) -> Path:
     )
 
 
-class SentenceTransformerEncoder:
+class SentenceTransformerEncoder(InfoEncoder):
     """A local sentence-transformers model as an :class:`~ghofl.client.encoders.Encoder`.
 
     Parameters
@@ -99,17 +99,6 @@ class SentenceTransformerEncoder:
                 return int(dim)
         return int(self.load().get_sentence_embedding_dimension())
 
-    @property
-    def name(self) -> str:
-        return self._info.name
-
-    @property
-    def dim(self) -> int:
-        return self._info.dim
-
-    @property
-    def info(self) -> EncoderInfo:
-        return self._info
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.client.encoders.base import as_image_batch, check_embeddings
+from ghofl.client.encoders.base import InfoEncoder, as_image_batch, check_embeddings
 from ghofl.errors import ConfigError, require_extra
 from ghofl.stats.meta import EncoderInfo
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["TorchModuleEncoder"]
 
 
-class TorchModuleEncoder:
+class TorchModuleEncoder(InfoEncoder):
     """A torch module ``(b, ...) -> (b, dim)`` as an :class:`Encoder`.
 
     Parameters
@@ -69,17 +69,6 @@ class TorchModuleEncoder:
             str(name), int(dim), weights_hash, preprocessing, resolution
         )
 
-    @property
-    def name(self) -> str:
-        return self._info.name
-
-    @property
-    def dim(self) -> int:
-        return self._info.dim
-
-    @property
-    def info(self) -> EncoderInfo:
-        return self._info
 
     def embed(self, batch: Any) -> NDArray[np.float32]:
         """Embed one batch; returns float32 of shape (b, dim)."""
