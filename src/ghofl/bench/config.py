@@ -7,6 +7,7 @@ Example (every key except ``datasets`` has a default)::
     encoders = ["efficientnet-lite0"]    # see ghofl.client.encoders.get_encoder
     resolution = 224
     backend = "onnx"                      # or "torch"
+    feature_transform = "none"            # or "sqrt" (client-side power transform)
     alphas = [0.05, 0.1, 0.5]
     clients = [10, 50, 100]
     seeds = [0, 1, 2]
@@ -45,6 +46,7 @@ class ExperimentConfig:
     encoders: tuple[str, ...] = ("efficientnet-lite0",)
     resolution: int = 224
     backend: str = "onnx"
+    feature_transform: str = "none"
     alphas: tuple[float, ...] = (0.1,)
     clients: tuple[int, ...] = (10,)
     seeds: tuple[int, ...] = (0,)
@@ -97,6 +99,9 @@ class ExperimentConfig:
         for r in self.references:
             if r not in REFERENCES:
                 raise ConfigError(f"unknown reference {r!r}; choose among {', '.join(REFERENCES)}")
+        from ghofl.client.transforms import check_feature_transform
+
+        check_feature_transform(self.feature_transform)
         if self.backend not in ("onnx", "torch"):
             raise ConfigError(f"backend must be 'onnx' or 'torch'; got {self.backend!r}")
         if self.resolution < 16:

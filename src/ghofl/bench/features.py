@@ -76,14 +76,17 @@ def load_features(
         out[split] = embed_dataset_cached(
             dataset, split, encoder, idx, data_dir=cfg.data_dir, progress=progress
         )
+    from ghofl.client.transforms import apply_feature_transform, transformed_info
+
+    ft = cfg.feature_transform
     return Features(
         dataset=dataset,
-        encoder_name=encoder_name,
-        x_train=out["train"][0],
+        encoder_name=encoder_name if ft == "none" else f"{encoder_name}+{ft}",
+        x_train=apply_feature_transform(out["train"][0], ft),
         y_train=out["train"][1],
-        x_test=out["test"][0],
+        x_test=apply_feature_transform(out["test"][0], ft),
         y_test=out["test"][1],
         classes=tuple(splits["train"].classes),
-        encoder_info=encoder.info,
+        encoder_info=transformed_info(encoder.info, ft),
         note=getattr(splits["train"], "note", ""),
     )
