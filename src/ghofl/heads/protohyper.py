@@ -56,6 +56,13 @@ from scipy.linalg import solve_triangular
 from scipy.special import log_softmax
 
 from ghofl.heads._linalg import linear_discriminant, safe_log, stable_cholesky
+from ghofl.heads._training import (
+    F64,
+    FisherTrainedHead,
+    check_owned_shrinkage,
+    run_training,
+    uniform_init,
+)
 from ghofl.heads.fisher import (
     FisherSubspace,
     check_choice,
@@ -64,7 +71,6 @@ from ghofl.heads.fisher import (
     fisher_class_covariances,
     project_covariance,
 )
-from ghofl.heads.fishermix import F64, FisherTrainedHead, _shrinkage, run_training, uniform_init
 from ghofl.heads.synthesis import FisherGaussians, sample_fixed
 from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import Shrinkage
@@ -269,6 +275,14 @@ class ProtoHyperHead(FisherTrainedHead):
                       "k_f_", "fisher_shrinkage_", "fisher_ridge_", "syn_covariance_",
                       "final_loss_", "fit_seconds_")
 
+    rank: int | None
+    teacher: TeacherKind
+    teacher_blend: float | None
+    teacher_scale: TeacherScale
+    qda_shrinkage: Shrinkage
+    kd_alpha: float
+    kd_temperature: float
+
     def __init__(
         self,
         rank: int | None = 16,
@@ -296,30 +310,7 @@ class ProtoHyperHead(FisherTrainedHead):
         num_threads: int | None = 1,
         progress: bool = False,
     ) -> None:
-        self.rank = rank
-        self.teacher = teacher
-        self.teacher_blend = teacher_blend
-        self.teacher_scale = teacher_scale
-        self.qda_shrinkage = qda_shrinkage
-        self.kd_alpha = kd_alpha
-        self.kd_temperature = kd_temperature
-        self.fisher_shrinkage = fisher_shrinkage
-        self.fisher_energy = fisher_energy
-        self.fisher_max_dim = fisher_max_dim
-        self.fisher_min_dim = fisher_min_dim
-        self.tau = tau
-        self.n_per_class = n_per_class
-        self.syn_shrink = syn_shrink
-        self.syn_class_cov = syn_class_cov
-        self.fresh_samples = fresh_samples
-        self.center = center
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.seed = seed
-        self.num_threads = num_threads
-        self.progress = progress
+        self._store_init_args(locals())
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -329,7 +320,7 @@ class ProtoHyperHead(FisherTrainedHead):
         if self.teacher_blend is not None:
             check_number(owner, "teacher_blend", self.teacher_blend, lo=0.0, hi=1.0)
         check_choice(owner, "teacher_scale", self.teacher_scale, ("base", "unit"))
-        self.qda_shrinkage = _shrinkage(owner, "qda_shrinkage", self.qda_shrinkage)
+        self.qda_shrinkage = check_owned_shrinkage(owner, "qda_shrinkage", self.qda_shrinkage)
         check_number(owner, "kd_alpha", self.kd_alpha, lo=0.0, hi=1.0)
         check_number(owner, "kd_temperature", self.kd_temperature, lo=0.0, lo_open=True)
 
