@@ -307,3 +307,37 @@ def test_named_classes_projection_and_encoder_in_process(
     assert main(["evaluate", "m", "--embeddings", str(ws / "named2.npz")]) == 2
     assert re.search(r"'.*named2\.npz' stores the class names \[cat, dog, gnu\], which differ "
                      r"from the model's \[cat, dog, emu\]", capsys.readouterr().err)
+
+
+ALL_HEADS = "nb,lda,qda,fedcgs,fishermix,protohyper"
+FAST_TRAINING = ("--param", "fishermix.epochs=3", "--param", "protohyper.epochs=3",
+                 "--param", "fishermix.n_per_class=300", "--param", "protohyper.n_per_class=300")
+
+
+def test_simulate_with_every_head_is_partition_invariant(ws: Path, tmp_path: Path) -> None:
+    accs = []
+    for clients, alpha in ((3, 0.05), (20, 0.5)):
+        out = f"sim-{clients}.json"
+        r = run_cli("simulate", "--train", ws / "train.npz", "--test", ws / "test.npz",
+                    "--clients", str(clients), "--alpha", str(alpha), "--seed", "1",
+                    "--heads", ALL_HEADS, *FAST_TRAINING, "--json", out, cwd=tmp_path)
+        _ok(r)
+        res = json.loads((tmp_path / out).read_text())
+        assert list(res["heads"]) == ALL_HEADS.split(",")
+        assert res["heads"]["fishermix"]["params"]["epochs"] == 3
+        assert res["heads"]["protohyper"]["params"]["seed"] == 1  # the simulation seed
+        accs.append({h: v["accuracy"] for h, v in res["heads"].items()})
+    assert accs[0] == accs[1]
+
+
+def test_fit_and_evaluate_every_head(ws: Path, tmp_path: Path) -> None:
+    _ok(run_cli("client-stats", "--embeddings", ws / "train.npz", "--out", "t.ghs", cwd=tmp_path))
+    _ok(run_cli("fit", "t.ghs", "--heads", ALL_HEADS, *FAST_TRAINING, "--out", "model",
+                cwd=tmp_path))
+    assert sorted(p.name for p in (tmp_path / "model").glob("*.ghh")) == sorted(
+        f"{h}.ghh" for h in ALL_HEADS.split(","))
+    _ok(run_cli("evaluate", "model", "--embeddings", ws / "test.npz", "--json", "e.json",
+                cwd=tmp_path))
+    scores = json.loads((tmp_path / "e.json").read_text())["heads"]
+    assert set(scores) == set(ALL_HEADS.split(",")) and all(
+        s["accuracy"] > 0.5 for s in scores.values())
