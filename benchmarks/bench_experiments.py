@@ -10,6 +10,7 @@ for CIFAR-10 at 224 px on 2 cores); later runs read the embedding cache.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -70,6 +71,25 @@ def headline(records: list[dict[str, Any]]) -> str:
     )
 
 
+def bytes_table(records: list[dict[str, Any]]) -> str:
+    """Accuracy of every head per (mode, projection), with the upload size: accuracy vs bytes."""
+    fed = [r for r in records if r["mode"] != "reference"]
+    combos = sorted({(r["mode"], r["projection_dim"] or 0) for r in fed},
+                    key=lambda mk: (mk[0] != "full", -(mk[1] or 10**9)))
+    if len(combos) < 2:
+        return ""
+    heads = list(dict.fromkeys(r["head"] for r in fed))
+    rows = []
+    for mode, k in combos:
+        recs = [r for r in fed if r["mode"] == mode and (r["projection_dim"] or 0) == k]
+        acc = {h: statistics.fmean(r["accuracy"] for r in recs if r["head"] == h)
+               for h in heads if any(r["head"] == h for r in recs)}
+        rows.append([mode, k or "-", f"{recs[0]['upload_bytes_per_client'] / 1e6:.2f}"]
+                    + [f"{100 * acc[h]:.2f}" if h in acc else "n/a" for h in heads])
+    return "Accuracy vs upload size:\n\n" + markdown_table(
+        ["mode", "projection k", "MB per client", *heads], rows)
+
+
 def stage_summary(records: list[dict[str, Any]]) -> str:
     """Median server seconds per head (fit) across the grid."""
     fit: dict[str, list[float]] = defaultdict(list)
@@ -91,7 +111,6 @@ def main() -> None:
     for name in args.configs:
         cfg = load_config(CONFIGS / f"{name}.toml")
         out = ROOT / "benchmarks" / "results" / name
-        t0 = time.perf_counter()
         records = run_experiment(
             cfg,
             out,
@@ -99,14 +118,14 @@ def main() -> None:
             progress=args.progress,
             log=lambda m: print(m, file=sys.stderr, flush=True),
         )
-        wall = time.perf_counter() - t0
+        wall = json.loads((out / "results.json").read_text())["wall_seconds"]  # over resumes
         body = "\n".join(
             [
                 f"## Experiment `{name}` (`benchmarks/configs/{name}.toml`, "
                 "`benchmarks/bench_experiments.py`)",
                 "",
                 f"Machine: {machine_summary()}. Measured {time.strftime('%Y-%m-%d')}; "
-                "this run took "
+                "the grid took "
                 f"{wall / 60:.1f} min (embeddings from the cache when present). Full records: "
                 f"`benchmarks/results/{name}/results.json`; plots beside it.",
                 "",
