@@ -30,6 +30,15 @@ def test_transform_changes_the_fingerprint_so_payloads_cannot_mix() -> None:
         _ = a + b
 
 
+def test_concat_transform_doubles_the_dimension() -> None:
+    x = np.array([[1.0, 4.0]])
+    np.testing.assert_array_equal(apply_feature_transform(x, "x+sqrt"), [[1.0, 4.0, 1.0, 2.0]])
+    info = transformed_info(EncoderInfo("lite0", 2), "x+sqrt")
+    assert info.dim == 4 and info.preprocessing == "x+sqrt"
+    s = compute_stats(apply_feature_transform(x, "x+sqrt"), np.array([0]), 1, encoder=info)
+    assert s.dim == 4
+
+
 def test_unknown_transform() -> None:
-    with pytest.raises(ConfigError, match="feature_transform must be one of none, sqrt; got 'log'"):
+    with pytest.raises(ConfigError, match="feature_transform must be one of none, sqrt, x\\+sqrt; got 'log'"):
         apply_feature_transform(np.zeros((1, 1)), "log")

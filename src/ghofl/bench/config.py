@@ -7,7 +7,7 @@ Example (every key except ``datasets`` has a default)::
     encoders = ["efficientnet-lite0"]    # see ghofl.client.encoders.get_encoder
     resolution = 224
     backend = "onnx"                      # or "torch"
-    feature_transform = "none"            # or "sqrt" (client-side power transform)
+    feature_transform = "none"            # or "sqrt", "x+sqrt" (see ghofl.client.transforms)
     alphas = [0.05, 0.1, 0.5]
     clients = [10, 50, 100]
     seeds = [0, 1, 2]
