@@ -56,14 +56,20 @@ def write_plots(records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
         written.append(p)
 
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for head, hr in _group(recs, ("head",)).items():
+        colors: dict[str, Any] = {}
+        styles = {"full": "-", "pooled": "--", "diag": ":"}
+        for (head, mode), hr in _group(recs, ("head", "mode")).items():
             pts = sorted(_by(hr, "upload_bytes_per_client").items())
-            ax.plot(
+            line = ax.plot(
                 [b / 1e6 for b, _ in pts],
                 [100 * mean_std(v)[0] for _, v in pts],
                 marker="o",
-                label=head[0],
+                ls=styles.get(mode, "-"),
+                color=colors.get(head),
+                label=f"{head} ({mode})",
             )
+            colors.setdefault(head, line[0].get_color())
+
         ax.set_xscale("log")
         ax.set_xlabel("upload per client (MB, log scale)")
         ax.set_ylabel("test accuracy (%)")
