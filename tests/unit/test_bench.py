@@ -160,3 +160,14 @@ def test_reference_results_are_cached(tmp_path: Path, monkeypatch: pytest.Monkey
     assert again == first
     with pytest.raises(AssertionError, match="recomputed"):  # other data: a new key
         refs.run_reference("sklearn_lda", x[:-1], y[:-1], x, y, cache_dir=tmp_path)
+
+
+def test_resume_accepts_configs_saved_before_new_keys_existed() -> None:
+    from ghofl.bench.runner import _same_config
+
+    cfg = config_from_dict({"datasets": ["cifar10"], "alphas": [0.1]})
+    old = cfg.to_dict()
+    del old["feature_transform"]  # a results.json written before this key existed
+    assert _same_config(old, cfg)
+    assert not _same_config({**old, "alphas": [0.5]}, cfg)
+    assert not _same_config(None, cfg)

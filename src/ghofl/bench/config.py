@@ -163,7 +163,7 @@ def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> Experiment
     kw: dict[str, Any] = {}
     for key, value in data.items():
         if key in _LIST_KEYS:
-            items = value if isinstance(value, list) else [value]
+            items = value if isinstance(value, list | tuple) else [value]
             conv = {"alphas": float, "clients": int, "seeds": int, "projection_dims": int}.get(
                 key, str
             )

@@ -42,13 +42,27 @@ def _load_previous(path: Path, cfg: ExperimentConfig) -> tuple[list[dict[str, An
             f"cannot resume: {str(path)!r} is not valid JSON ({exc}); move it away or run "
             "without --resume"
         ) from None
-    if prev.get("config") != json.loads(json.dumps(cfg.to_dict())):
+    if not _same_config(prev.get("config"), cfg):
         raise ConfigError(
             f"cannot resume: {str(path)!r} was produced by a different configuration; use "
             "another --out folder or run without --resume"
         )
     records: list[dict[str, Any]] = prev.get("records", [])
     return records, float(prev.get("wall_seconds", 0.0))
+
+
+def _same_config(previous: Any, cfg: ExperimentConfig) -> bool:
+    """Whether a stored config equals ``cfg`` once both are normalised (so keys added to the
+    config format later, at their defaults, do not block resuming)."""
+    from ghofl.bench.config import config_from_dict
+
+    if not isinstance(previous, dict):
+        return False
+    try:
+        prev = config_from_dict(previous)
+    except ConfigError:
+        return False
+    return json.dumps(prev.to_dict(), sort_keys=True) == json.dumps(cfg.to_dict(), sort_keys=True)
 
 
 def run_experiment(
