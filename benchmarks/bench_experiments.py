@@ -22,6 +22,7 @@ from ghofl.bench.config import load_config
 from ghofl.bench.report import machine_summary, markdown_table, update_section
 from ghofl.bench.runner import run_experiment
 from ghofl.bench.tables import accuracy_tables, invariance_summary
+from ghofl.heads.registry import available_heads
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "benchmarks" / "configs"
@@ -74,20 +75,28 @@ def headline(records: list[dict[str, Any]]) -> str:
 def bytes_table(records: list[dict[str, Any]]) -> str:
     """Accuracy of every head per (mode, projection), with the upload size: accuracy vs bytes."""
     fed = [r for r in records if r["mode"] != "reference"]
-    combos = sorted({(r["mode"], r["projection_dim"] or 0) for r in fed},
-                    key=lambda mk: (mk[0] != "full", -(mk[1] or 10**9)))
+    combos = sorted(
+        {(r["mode"], r["projection_dim"] or 0) for r in fed},
+        key=lambda mk: (mk[0] != "full", -(mk[1] or 10**9)),
+    )
     if len(combos) < 2:
         return ""
     heads = list(dict.fromkeys(r["head"] for r in fed))
     rows = []
     for mode, k in combos:
         recs = [r for r in fed if r["mode"] == mode and (r["projection_dim"] or 0) == k]
-        acc = {h: statistics.fmean(r["accuracy"] for r in recs if r["head"] == h)
-               for h in heads if any(r["head"] == h for r in recs)}
-        rows.append([mode, k or "-", f"{recs[0]['upload_bytes_per_client'] / 1e6:.2f}"]
-                    + [f"{100 * acc[h]:.2f}" if h in acc else "n/a" for h in heads])
+        acc = {
+            h: statistics.fmean(r["accuracy"] for r in recs if r["head"] == h)
+            for h in heads
+            if any(r["head"] == h for r in recs)
+        }
+        rows.append(
+            [mode, k or "-", f"{recs[0]['upload_bytes_per_client'] / 1e6:.2f}"]
+            + [f"{100 * acc[h]:.2f}" if h in acc else "n/a" for h in heads]
+        )
     return "Accuracy vs upload size:\n\n" + markdown_table(
-        ["mode", "projection k", "MB per client", *heads], rows)
+        ["mode", "projection k", "MB per client", *heads], rows
+    )
 
 
 def stage_summary(records: list[dict[str, Any]]) -> str:
@@ -102,9 +111,83 @@ def stage_summary(records: list[dict[str, Any]]) -> str:
     )
 
 
+def summary(results_root: Path) -> str:
+    """One row per (config, dataset, encoder, mode, projection) over every results.json:
+    each head's mean accuracy, the upload size and the centralised probes on the same features."""
+    rows = []
+    heads_seen: list[str] = []
+    for path in sorted(results_root.glob("*/results.json")):
+        recs = json.loads(path.read_text())["records"]
+        for r in recs:
+            if r["mode"] != "reference" and r["head"] not in heads_seen:
+                heads_seen.append(r["head"])
+    order = {h: i for i, h in enumerate(available_heads())}
+    heads_seen.sort(key=lambda h: order.get(h, len(order)))
+    for path in sorted(results_root.glob("*/results.json")):
+        name = path.parent.name
+        recs = json.loads(path.read_text())["records"]
+        refs = {
+            (r["dataset"], r["encoder"], r["head"]): r["accuracy"]
+            for r in recs
+            if r["mode"] == "reference"
+        }
+        groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+        for r in recs:
+            if r["mode"] != "reference":
+                groups[(r["dataset"], r["encoder"], r["mode"], r["projection_dim"])].append(r)
+        for (ds, enc, mode, proj), g in groups.items():
+            row: list[Any] = [
+                name,
+                ds,
+                enc,
+                mode,
+                proj or "-",
+                f"{g[0]['upload_bytes_per_client'] / 1e6:.2f}",
+                len(g) // len({r["head"] for r in g}),
+            ]
+            for h in heads_seen:
+                accs = [r["accuracy"] for r in g if r["head"] == h]
+                row.append(f"{100 * statistics.fmean(accs):.2f}" if accs else "")
+            lr = refs.get((ds, enc, "logreg"))
+            row.append(f"{100 * lr:.2f}" if lr is not None else "")
+            rows.append(row)
+    return "\n".join(
+        [
+            "## Summary of all experiments (`benchmarks/bench_experiments.py`)",
+            "",
+            "Mean test accuracy % of each head over every federation of the group (all α, client "
+            "counts and seeds: the heads are partition invariant, so the spread comes from the "
+            "seeds of the trainable heads only; see each experiment's section). `logreg` is the "
+            "centralised logistic-regression probe on the same features (C by cross-validation on "
+            "train). Encoder names with `+sqrt` / `+x+sqrt` use a client-side feature transform "
+            "(`ghofl.client.transforms`).",
+            "",
+            markdown_table(
+                [
+                    "config",
+                    "dataset",
+                    "encoder",
+                    "mode",
+                    "proj k",
+                    "MB/client",
+                    "federations",
+                    *heads_seen,
+                    "logreg (centralised)",
+                ],
+                rows,
+            ),
+        ]
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("configs", nargs="+", help="config names in benchmarks/configs (without .toml)")
+    ap.add_argument(
+        "configs",
+        nargs="*",
+        help="config names in benchmarks/configs (without .toml); none: only "
+        "rewrite the summary from the existing results",
+    )
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args()
@@ -142,6 +225,12 @@ def main() -> None:
         )
         update_section(ROOT / "BENCHMARKS.md", f"experiment-{name}", body)
         print(body)
+    update_section(
+        ROOT / "BENCHMARKS.md",
+        "experiment-summary",
+        summary(ROOT / "benchmarks" / "results"),
+        first=True,
+    )
 
 
 if __name__ == "__main__":

