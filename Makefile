@@ -48,8 +48,14 @@ test: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q --durations=15
 
+# Every benchmark script rewrites its own BENCHMARKS.md section (about 45 minutes in all on
+# 2 cores the first time: CIFAR-10 and text embeddings are computed once, then cached).
 bench: $(VENV)/.stamp-$(TEST_EXTRAS)
-	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/bench_core.py
+	$(PY) benchmarks/bench_encoders.py
+	$(PY) benchmarks/bench_trainable_heads.py
+	$(PY) benchmarks/bench_demo.py
+	$(PY) benchmarks/bench_experiments.py cifar10_main upload_size text cifar10_auto cifar10_sqrt cifar10_expand
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
