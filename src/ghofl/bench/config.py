@@ -35,6 +35,18 @@ from ghofl.heads.registry import available_heads
 from ghofl.stats.meta import MODES
 
 REFERENCES = ("logreg", "sklearn_lda")
+#: keys holding lists; every one but ``references`` must be non-empty
+_LIST_KEYS = (
+    "datasets",
+    "encoders",
+    "alphas",
+    "clients",
+    "seeds",
+    "heads",
+    "modes",
+    "projection_dims",
+    "references",
+)
 
 
 @dataclass(frozen=True)
@@ -62,17 +74,7 @@ class ExperimentConfig:
     data_dir: str | None = None
 
     def __post_init__(self) -> None:
-        _nonempty(
-            self,
-            "datasets",
-            "encoders",
-            "alphas",
-            "clients",
-            "seeds",
-            "heads",
-            "modes",
-            "projection_dims",
-        )
+        _nonempty(self, *(k for k in _LIST_KEYS if k != "references"))
         for a in self.alphas:
             if not a > 0:
                 raise ConfigError(f"alphas must be positive numbers; got {a}")
@@ -132,19 +134,6 @@ def _nonempty(cfg: ExperimentConfig, *names: str) -> None:
     for n in names:
         if not getattr(cfg, n):
             raise ConfigError(f"experiment key {n!r} must be a non-empty list")
-
-
-_LIST_KEYS = {
-    "datasets",
-    "encoders",
-    "alphas",
-    "clients",
-    "seeds",
-    "heads",
-    "modes",
-    "projection_dims",
-    "references",
-}
 
 
 def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> ExperimentConfig:
