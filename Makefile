@@ -54,6 +54,7 @@ bench: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_encoders.py
 	$(PY) benchmarks/bench_trainable_heads.py
+	$(PY) benchmarks/bench_ablation_cifar10.py
 	$(PY) benchmarks/bench_demo.py
 	$(PY) benchmarks/bench_experiments.py cifar10_main upload_size text cifar10_auto cifar10_sqrt cifar10_expand
 
