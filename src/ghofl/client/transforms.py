@@ -8,10 +8,10 @@ Every client must apply the same transform, so it is part of the encoder fingerp
   non-negative pooled activations of ReLU/ReLU6 networks closer to Gaussian, which the Gaussian
   heads assume.
 * ``"x+sqrt"``: x ↦ [x, √max(x, 0)] (dimension 2d): statistics of this expanded map give the
-  linear heads a non-linear (power-basis) decision function of x. Chosen on a held-out part of
-  the CIFAR-10 training split (LDA with ``shrinkage="auto"``: 81.1 → 81.8 % there); see
-  BENCHMARKS.md for test numbers. In ``pooled`` mode the payload grows only with (2d)², which at
-  d = 1280 is still 2.5× smaller than ``full`` mode on x alone.
+  linear heads a non-linear (power-basis) decision function of x. It was chosen on a held-out
+  part of the CIFAR-10 training split, not on the test set; BENCHMARKS.md (``cifar10_expand``)
+  has the test numbers. In ``pooled`` mode the payload grows only with (2d)², so it stays
+  smaller than ``full`` mode on x alone.
 """
 
 from __future__ import annotations
