@@ -45,15 +45,15 @@ def write_plots(records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
         alphas = sorted({r["alpha"] for r in base})
         ax.set_xticks(alphas, [f"{a:g}" for a in alphas])
         ax.minorticks_off()
-        ax.set_xlabel("Dirichlet α (label skew; smaller = more skewed)")
-        ax.set_ylabel("test accuracy (%)")
-        ax.set_title(f"{ds} / {enc}: one-shot heads vs α ({k0} clients)")
-        ax.legend(fontsize=8, loc="lower right")
-        fig.tight_layout()
-        p = out_dir / f"accuracy_vs_alpha_{_slug(ds)}_{_slug(enc)}.png"
-        fig.savefig(p, dpi=120)
-        plt.close(fig)
-        written.append(p)
+        written.append(
+            _finish(
+                fig,
+                ax,
+                "Dirichlet α (label skew; smaller = more skewed)",
+                f"{ds} / {enc}: one-shot heads vs α ({k0} clients)",
+                out_dir / f"accuracy_vs_alpha_{_slug(ds)}_{_slug(enc)}.png",
+            )
+        )
 
         fig, ax = plt.subplots(figsize=(7, 4.5))
         colors: dict[str, Any] = {}
@@ -71,16 +71,30 @@ def write_plots(records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
             colors.setdefault(head, line[0].get_color())
 
         ax.set_xscale("log")
-        ax.set_xlabel("upload per client (MB, log scale)")
-        ax.set_ylabel("test accuracy (%)")
-        ax.set_title(f"{ds} / {enc}: accuracy vs upload size")
-        ax.legend(fontsize=8, loc="lower right")
-        fig.tight_layout()
-        p = out_dir / f"accuracy_vs_bytes_{_slug(ds)}_{_slug(enc)}.png"
-        fig.savefig(p, dpi=120)
-        plt.close(fig)
-        written.append(p)
+        written.append(
+            _finish(
+                fig,
+                ax,
+                "upload per client (MB, log scale)",
+                f"{ds} / {enc}: accuracy vs upload size",
+                out_dir / f"accuracy_vs_bytes_{_slug(ds)}_{_slug(enc)}.png",
+            )
+        )
     return written
+
+
+def _finish(fig: Any, ax: Any, xlabel: str, title: str, path: Path) -> Path:
+    """Label an accuracy plot, save it as PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def _group(
