@@ -17,7 +17,9 @@ export PYTHONDONTWRITEBYTECODE=1
 DEMO_EXTRAS := torch,bench
 TEST_EXTRAS := dev,torch,bench,text
 
-.PHONY: demo test lint typecheck pytest bench clean venv
+FLOWER_VENV ?= .venv-flower
+
+.PHONY: demo test lint typecheck pytest bench bench-secure clean venv
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +59,17 @@ bench: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) benchmarks/bench_ablation_cifar10.py
 	$(PY) benchmarks/bench_demo.py
 	$(PY) benchmarks/bench_experiments.py cifar10_main upload_size text cifar10_auto cifar10_sqrt cifar10_expand
+	$(PY) benchmarks/bench_clip_norms.py
+	$(MAKE) bench-secure
+
+# Flower (for the side-by-side SecAgg+ comparison) lives in its own virtualenv.
+$(FLOWER_VENV)/bin/python:
+	$(PYTHON) -m venv $(FLOWER_VENV)
+	$(FLOWER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(FLOWER_VENV)/bin/python -m pip install --quiet "flwr[simulation]==1.42.0" numpy
+
+bench-secure: $(VENV)/.stamp-$(TEST_EXTRAS) $(FLOWER_VENV)/bin/python
+	$(PY) benchmarks/bench_secure.py --flower-python $(FLOWER_VENV)/bin/python
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(FLOWER_VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -40,6 +40,15 @@ class UnsupportedModeError(GhoflError, ValueError):
     """A head needs statistics that the upload mode does not contain."""
 
 
+class ProtocolError(GhoflError, ValueError):
+    """A protocol message is malformed, out of order, or inconsistent with an earlier stage."""
+
+
+class AggregationAbortedError(GhoflError, RuntimeError):
+    """A secure aggregation round stopped without a result (too few clients remained, or a
+    secret could not be recovered); nothing partial was produced."""
+
+
 class MissingExtraError(GhoflError, ImportError):
     """An optional dependency is not installed."""
 

@@ -1,9 +1,10 @@
 """In-process one-shot federation: partition → client statistics → aggregate → heads → accuracy.
 
 Used by ``ghofl simulate`` and by the experiment runner. Each simulated client computes its
-statistics from its own rows only, the payloads go through an :class:`~ghofl.secure.Aggregator`
-one at a time (memory independent of the number of clients), and every head is fitted from the
-returned total alone — exactly what a real server would see.
+statistics from its own rows only (computed when its protocol asks for them), the clients and
+the server run an aggregation protocol over the in-memory transport — the plain one-stage sum,
+or the secure protocol of :mod:`ghofl.secure` — and every head is fitted from the total alone,
+exactly what a real server would see.
 
 Heads are handled generically through the registry (:mod:`ghofl.heads.registry`): any head
 accepting a ``seed`` parameter gets the simulation seed, any head accepting ``progress`` gets
@@ -15,7 +16,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,19 +24,27 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.data.partition import dirichlet_partition
-from ghofl.errors import ConfigError, InputError, UnsupportedModeError
+from ghofl.errors import ConfigError, InputError, StatsValidationError, UnsupportedModeError
 from ghofl.heads.base import Head
 from ghofl.heads.registry import available_heads, head_class, make_head, parse_head_list
-from ghofl.secure.plain import Aggregator, PlainSumAggregator
-from ghofl.stats.accumulate import compute_stats
+from ghofl.secure import (
+    AggregationReport,
+    InMemoryTransport,
+    PlainClient,
+    PlainServer,
+    SecAggClient,
+    SecAggConfig,
+    SecAggServer,
+    run_aggregation,
+)
+from ghofl.stats.accumulate import StatsAccumulator, compute_stats
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.codec import payload_nbytes
-from ghofl.stats.meta import MODES, EncoderInfo, Mode
+from ghofl.stats.meta import EncoderInfo, Mode
 from ghofl.stats.projection import ProjectionSpec
+from ghofl.stats.schema import SCHEMAS, mode_supports, schema_for
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
-_MODE_RANK = {"diag": 0, "pooled": 1, "full": 2}
 
 __all__ = [
     "HeadResult",
@@ -99,6 +108,14 @@ class SimulationResult:
         (slowest single client), ``aggregate``, and ``fit/<head>``, ``evaluate/<head>``.
     client_sizes : list of int
         Training samples per client (length ``clients``).
+    aggregation : dict
+        :meth:`~ghofl.secure.AggregationReport.to_dict` of the protocol run: ``protocol``
+        (``"plain"`` or ``"secure"``), per-stage seconds and bytes, survivors, dropped and
+        excluded clients, public parameters.
+    clip_norm : float or None
+        Per-sample L2 clipping bound R applied by every client.
+    n_clipped : int
+        Training samples (of the surviving clients) that clipping scaled down.
     predictions : dict of str to ndarray of int64, shape (n_test,)
         Test predictions per head (not part of :meth:`to_dict`).
     """
@@ -117,6 +134,9 @@ class SimulationResult:
     classes: list[str]
     stage_seconds: dict[str, float]
     client_sizes: list[int]
+    aggregation: dict[str, Any] = field(default_factory=dict)
+    clip_norm: float | None = None
+    n_clipped: int = 0
     predictions: dict[str, I64] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,6 +162,9 @@ class SimulationResult:
             "classes": list(self.classes),
             "stage_seconds": dict(self.stage_seconds),
             "client_sizes": list(self.client_sizes),
+            "clip_norm": self.clip_norm,
+            "n_clipped": self.n_clipped,
+            "aggregation": dict(self.aggregation),
             "ghofl_version": __version__,
         }
 
@@ -163,7 +186,9 @@ def simulate_federation(
     projection_seed: int = 0,
     encoder: EncoderInfo | None = None,
     min_per_client: int = 0,
-    aggregator: Aggregator | None = None,
+    clip_norm: float | None = None,
+    secure: SecAggConfig | None = None,
+    drops: Mapping[str, int] | None = None,
     progress: bool = False,
 ) -> SimulationResult:
     """Simulate a one-shot federation on embeddings and evaluate every head on a test set.
@@ -199,8 +224,14 @@ def simulate_federation(
         Encoder fingerprint stored in the payloads.
     min_per_client : int, default 0
         Redraw the partition until every client holds at least this many samples.
-    aggregator : Aggregator, optional
-        How payloads are summed (default :class:`~ghofl.secure.PlainSumAggregator`).
+    clip_norm : float, optional
+        Per-sample L2 clipping bound R every client applies (‖x‖ ≤ R); required by ``secure``.
+    secure : SecAggConfig, optional
+        Run the secure protocol with these parameters (default: the plain sum). Its
+        ``clip_norm`` is used when ``clip_norm`` is not given; the two must agree.
+    drops : mapping of str to int, optional
+        Clients that vanish per stage (``{"mask": 2}``; stage ``"input"`` for the plain sum),
+        drawn with ``seed``. Heads are fitted from the survivors' total.
     progress : bool, default False
         Passed to heads that take a ``progress`` parameter.
 
@@ -214,6 +245,8 @@ def simulate_federation(
         A head needs a richer upload mode than ``mode`` (raised before any work).
     ConfigError, InputError
         Invalid parameters or data.
+    AggregationAbortedError
+        The protocol aborted (too few clients remained).
     """
     names = parse_head_list(list(heads) if not isinstance(heads, str) else heads)
     mode = _check_mode(mode)
@@ -242,22 +275,35 @@ def simulate_federation(
     parts = dirichlet_partition(ytr, clients, alpha, seed, min_per_client=min_per_client)
     stages["partition"] = time.perf_counter() - t0
 
+    clip = _clip_norm(clip_norm, secure)
+    ids = [f"client-{i:0{len(str(max(clients - 1, 1)))}d}" for i in range(clients)]
     client_seconds: list[float] = []
-    upload: list[int] = []
 
-    def payloads() -> Iterator[ClientStats]:
-        for idx in parts:  # each client sees only its own rows
+    def stats_of(idx: I64) -> Callable[[], ClientStats]:
+        def make() -> ClientStats:  # each client sees only its own rows
             t = time.perf_counter()
-            s = compute_stats(xtr[idx], ytr[idx], class_names, mode, encoder, projection)
+            out = compute_stats(xtr[idx], ytr[idx], class_names, mode, encoder, projection,
+                                clip_norm=clip)
             client_seconds.append(time.perf_counter() - t)
-            if not upload:
-                upload.append(payload_nbytes(s))
-            yield s
+            return out
+        return make
 
-    agg = aggregator if aggregator is not None else PlainSumAggregator()
+    meta = StatsAccumulator(class_names, xtr.shape[1], mode, encoder, projection,
+                            clip_norm=clip).meta
+    server: SecAggServer | PlainServer
+    halves: list[SecAggClient] | list[PlainClient]
+    if secure is not None:
+        halves = [SecAggClient(cid, stats_of(idx), meta=meta)
+                  for cid, idx in zip(ids, parts, strict=True)]
+        server = SecAggServer(secure, meta, ids)
+    else:
+        halves = [PlainClient(cid, stats_of(idx)) for cid, idx in zip(ids, parts, strict=True)]
+        server = PlainServer(ids, meta)
     t0 = time.perf_counter()
-    total = agg.aggregate(payloads())
+    report: AggregationReport = run_aggregation(server, InMemoryTransport(halves, drops,
+                                                                          seed=seed))
     elapsed = time.perf_counter() - t0
+    total = report.total
     stages["client_stats"] = float(sum(client_seconds))
     stages["client_stats_max"] = max(client_seconds, default=0.0)
     stages["aggregate"] = max(elapsed - stages["client_stats"], 0.0)
@@ -271,13 +317,16 @@ def simulate_federation(
         mode=mode,
         projection_dim=None if projection is None else projection.dim,
         projection_seed=None if projection is None else projection.seed,
-        upload_bytes_per_client=upload[0] if upload else 0,
+        upload_bytes_per_client=schema_for(mode).nbytes(c, meta.dim),
         n_train=int(ytr.size),
         n_test=int(yte.size),
         num_classes=c,
         classes=list(class_names),
         stage_seconds=stages,
         client_sizes=[int(p.size) for p in parts],
+        aggregation=report.to_dict(),
+        clip_norm=clip,
+        n_clipped=total.n_clipped,
         predictions=preds,
     )
 
@@ -344,7 +393,7 @@ def build_heads(
     out: dict[str, Head] = {}
     for name in names:
         cls = head_class(name)
-        if mode is not None and _MODE_RANK[cls.min_mode] > _MODE_RANK[mode]:
+        if mode is not None and not mode_supports(mode, cls.min_mode):
             raise UnsupportedModeError(
                 f"head {name!r} needs upload mode {cls.min_mode!r} or richer, but the statistics "
                 f"are mode {mode!r}; compute the client statistics with mode {cls.min_mode!r} "
@@ -468,10 +517,21 @@ def _class_names(classes: int | Sequence[str]) -> tuple[str, ...]:
 
 
 def _check_mode(mode: str) -> Mode:
-    if mode not in MODES:
-        raise ConfigError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
-    out: Mode = mode  # type: ignore[assignment]
-    return out
+    try:
+        return schema_for(mode).mode
+    except StatsValidationError:
+        raise ConfigError(f"mode must be one of {', '.join(SCHEMAS)}; got {mode!r}") from None
+
+
+def _clip_norm(clip_norm: float | None, secure: SecAggConfig | None) -> float | None:
+    if secure is None:
+        return None if clip_norm is None else float(clip_norm)
+    if clip_norm is not None and float(clip_norm) != float(secure.clip_norm):
+        raise ConfigError(
+            f"clip_norm={clip_norm:g} disagrees with the secure configuration's clipping bound "
+            f"R={secure.clip_norm:g}; give one value"
+        )
+    return float(secure.clip_norm)
 
 
 def _check_seed(seed: Any) -> int:

@@ -247,6 +247,34 @@ MORE_BAD_CASES = [
     ("simulate-bad-number", ["simulate", "--train", f"{W}/train.npz", "--test",
                              f"{W}/test.npz", "--clients", "many", "--alpha", "0.1"],
      r"Invalid value for '--clients': 'many' is not a valid integer"),
+    ("secure-without-clip", ["simulate", "--train", f"{W}/train.npz", "--test",
+                             f"{W}/test.npz", "--clients", "5", "--alpha", "0.1", "--secure",
+                             "--json", "s.json"],
+     r"--secure needs --clip R: embeddings read from an \.npz file have no default clipping "
+     r"bound, .*\(the largest in --train is 7\.948\), e\.g\. --clip 8\.4$"),
+    ("threshold-without-secure", ["simulate", "--train", f"{W}/train.npz", "--test",
+                                  f"{W}/test.npz", "--clients", "5", "--alpha", "0.1",
+                                  "--threshold", "3"],
+     r"--threshold only applies to the secure protocol; add --secure"),
+    ("secure-bad-drop", ["simulate", "--train", f"{W}/train.npz", "--test", f"{W}/test.npz",
+                         "--clients", "5", "--alpha", "0.1", "--secure", "--clip", "50",
+                         "--drop", "input=1"],
+     r"--drop must look like STAGE=COUNT with STAGE one of advertise, share, mask, unmask; "
+     r"got 'input=1'"),
+    ("secure-below-threshold", ["simulate", "--train", f"{W}/train.npz", "--test",
+                                f"{W}/test.npz", "--clients", "6", "--alpha", "0.5",
+                                "--secure", "--clip", "50", "--threshold", "4", "--drop",
+                                "share=3", "--json", "s.json"],
+     r"secure aggregation aborted: only 3 of 6 clients sent their secret shares, below the "
+     r"threshold t=4; no result was produced"),
+    ("secure-threshold-too-high", ["simulate", "--train", f"{W}/train.npz", "--test",
+                                   f"{W}/test.npz", "--clients", "3", "--alpha", "0.5",
+                                   "--secure", "--clip", "50", "--threshold", "4"],
+     r"threshold t=4 is larger than the number of clients \(3\); give --threshold between 2 "
+     r"and 3"),
+    ("secure-bad-clip", ["simulate", "--train", f"{W}/train.npz", "--test", f"{W}/test.npz",
+                         "--clients", "3", "--alpha", "0.5", "--secure", "--clip", "-1"],
+     r"secure aggregation needs a clipping bound R > 0 \(--clip R\); got -1\.0"),
 ]
 
 
@@ -298,6 +326,11 @@ def test_named_classes_projection_and_encoder_in_process(
     assert stats.meta.classes == ("cat", "dog", "emu") and stats.dim == 3
     assert stats.meta.projection is not None and stats.meta.projection.seed == 7
     assert stats.meta.encoder is not None and stats.meta.encoder.name == "lite0"
+    assert main(["client-stats", "--embeddings", str(ws / "train.npz"), "--out", "c.ghs",
+                 "--clip", "1.0"]) == 0
+    clipped = load_stats(tmp_path / "c.ghs")
+    assert clipped.meta.clip_norm == 1.0 and 0 < clipped.n_clipped <= 300
+    assert f"{clipped.n_clipped} samples clipped to norm 1" in capsys.readouterr().out
     assert main(["fit", "n.ghs", "--heads", "nb,qda", "--out", "m"]) == 0
     assert main(["evaluate", "m", "--embeddings", str(ws / "named.npz"), "--json", "e.json"]) == 0
     report = json.loads((tmp_path / "e.json").read_text())
@@ -328,6 +361,50 @@ def test_simulate_with_every_head_is_partition_invariant(ws: Path, tmp_path: Pat
         assert res["heads"]["protohyper"]["params"]["seed"] == 1  # the simulation seed
         accs.append({h: v["accuracy"] for h, v in res["heads"].items()})
     assert accs[0] == accs[1]
+
+
+def _simulate_json(ws: Path, tmp_path: Path, out: str, *extra: str) -> dict[str, object]:
+    r = run_cli("simulate", "--train", ws / "train.npz", "--test", ws / "test.npz",
+                "--clients", "8", "--alpha", "0.5", "--seed", "2", "--heads", ALL_HEADS,
+                *FAST_TRAINING, "--json", out, *extra, cwd=tmp_path)
+    _ok(r)
+    res: dict[str, object] = json.loads((tmp_path / out).read_text())
+    res["stdout"] = r.stdout
+    return res
+
+
+@pytest.mark.slow
+def test_secure_simulation_gives_the_plain_accuracies(ws: Path, tmp_path: Path) -> None:
+    plain = _simulate_json(ws, tmp_path, "plain.json", "--clip", "50")
+    secure = _simulate_json(ws, tmp_path, "secure.json", "--secure", "--clip", "50")
+    late = _simulate_json(ws, tmp_path, "late.json", "--secure", "--clip", "50",
+                          "--drop", "unmask=2")
+    acc = {name: {h: v["accuracy"] for h, v in res["heads"].items()}  # type: ignore[attr-defined]
+           for name, res in (("plain", plain), ("secure", secure), ("late", late))}
+    assert acc["secure"] == acc["plain"] and acc["late"] == acc["plain"]
+    agg = secure["aggregation"]
+    assert isinstance(agg, dict) and agg["protocol"] == "secure" and agg["survivors"] == 8
+    assert list(agg["stages"]) == ["advertise", "share", "mask", "unmask"]
+    for stage in agg["stages"].values():
+        assert stage["server_seconds"] >= 0 and stage["client_sent_bytes_mean"] > 0
+        assert stage["client_received_bytes_mean"] > 0 and stage["server_received_bytes"] > 0
+    assert agg["params"]["threshold"] == 5 and agg["params"]["clip_norm"] == 50.0
+    assert secure["clip_norm"] == 50.0 and secure["n_clipped"] == 0
+    late_agg = late["aggregation"]
+    assert isinstance(late_agg, dict) and late_agg["survivors"] == 8
+    assert sorted(late_agg["dropped"].values()) == ["unmask", "unmask"]
+    assert "(its input is in the sum)" in str(late["stdout"])
+    assert "secure aggregation: 8 of 8 clients in the sum" in str(secure["stdout"])
+
+
+def test_secure_simulation_with_dropouts_fits_the_survivors(ws: Path, tmp_path: Path) -> None:
+    res = _simulate_json(ws, tmp_path, "drop.json", "--secure", "--clip", "1.5",
+                         "--drop", "mask=2", "--drop", "advertise=1", "--threshold", "5")
+    agg = res["aggregation"]
+    assert isinstance(agg, dict) and agg["survivors"] == 5
+    assert sorted(agg["dropped"].values()) == ["advertise", "mask", "mask"]
+    assert 0 < int(res["n_clipped"]) < 300  # type: ignore[call-overload]
+    assert "samples were scaled down" in str(res["stdout"])
 
 
 def test_fit_and_evaluate_every_head(ws: Path, tmp_path: Path) -> None:

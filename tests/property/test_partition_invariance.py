@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from ghofl.data.partition import dirichlet_partition
 from ghofl.heads.registry import head_class, make_head
 from ghofl.moments.core import GhoflWarning
-from ghofl.secure import PlainSumAggregator
+from ghofl.secure import InMemoryTransport, PlainClient, PlainServer, run_aggregation
 from ghofl.stats import ClientStats, ProjectionSpec, compute_stats, sum_stats
 from ghofl.stats.meta import Mode
 
@@ -77,9 +77,11 @@ def test_aggregate_equals_centralised(mode: Mode, f: Federation) -> None:
     central = compute_stats(f.x, f.y, f.num_classes, mode, projection=f.projection)
     clients = _client_stats(f, mode)
     assert sum_stats(clients).allclose(central, rtol=1e-10)
-    agg = PlainSumAggregator()
-    assert agg.aggregate(iter(clients)).allclose(central, rtol=1e-10)
-    assert agg.num_aggregated_ == len(f.parts)
+    ids = [f"c{i}" for i in range(len(clients))]
+    report = run_aggregation(PlainServer(ids), InMemoryTransport(
+        [PlainClient(c, s) for c, s in zip(ids, clients, strict=True)]))
+    assert report.total.allclose(central, rtol=1e-10)
+    assert len(report.survivors) == len(f.parts)
 
 
 def _assert_same_predictions(a: np.ndarray, b: np.ndarray, scores: np.ndarray) -> None:

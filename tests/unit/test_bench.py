@@ -44,6 +44,10 @@ def test_config_defaults_and_grid_size() -> None:
         ),
         ({"datasets": ["x"], "alphas": ["a"]}, "alphas must be a list of float"),
         ({"datasets": ["x"], "head_params": {"lda": 3}}, r"head_params must be tables"),
+        ({"datasets": ["x"], "secure": "yes"}, r"secure must be true or false; got 'yes'"),
+        ({"datasets": ["x"], "clip": -1.0},
+         r"clip must be a finite number >= 0 \(0 = no clipping\); got -1\.0"),
+        ({"datasets": ["x"], "clip": "auto"}, r"clip must be a finite number >= 0"),
     ],
 )
 def test_config_errors(data: dict[str, object], match: str) -> None:
@@ -62,6 +66,24 @@ def test_repository_configs_are_valid() -> None:
     assert configs
     for p in configs:
         assert load_config(p).n_cells() >= 1
+
+
+def test_clipping_bound_of_a_run() -> None:
+    from ghofl.bench.runner import resolve_clip
+    from ghofl.client.encoders import default_clip_norm
+    from ghofl.client.encoders.efficientnet_lite import lite_encoder_info
+    from ghofl.stats import EncoderInfo
+
+    lite0 = lite_encoder_info("efficientnet-lite0", 224)
+    unknown = EncoderInfo("mine", 8)
+    base = {"datasets": ["x"]}
+    assert resolve_clip(config_from_dict(base), lite0) is None
+    assert resolve_clip(config_from_dict({**base, "clip": 12.5}), unknown) == 12.5
+    assert resolve_clip(config_from_dict({**base, "secure": True}), lite0) == \
+        default_clip_norm(lite0)
+    with pytest.raises(ConfigError, match=r"secure = true needs a clipping bound, and encoder "
+                       r"'mine' has no default one; set clip = R in the experiment config"):
+        resolve_clip(config_from_dict({**base, "secure": True}), unknown)
 
 
 def test_heads_for_mode() -> None:

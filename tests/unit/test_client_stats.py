@@ -128,6 +128,17 @@ def test_validation_errors_name_the_problem(kwargs: dict[str, object], match: st
         ClientStats(_meta(), **base)  # type: ignore[arg-type]
 
 
+def test_pooled_scatter_must_agree_with_the_diagonals() -> None:
+    s = _stats(0, mode="pooled")
+    arrays = dict(s.arrays())
+    arrays["scatter"] = s.scatter + np.eye(3)  # type: ignore[operator]
+    with pytest.raises(
+        StatsValidationError,
+        match=r"diag\(B\) must equal Σ_c D_c in 'pooled' statistics; the payload is corrupt",
+    ):
+        ClientStats(s.meta, **arrays)
+
+
 def test_meta_validation() -> None:
     with pytest.raises(
         StatsValidationError, match="mode must be one of full, pooled, diag; got 'half'"

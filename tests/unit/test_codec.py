@@ -112,7 +112,7 @@ def _rewrite_header(p: Path, **changes: str) -> None:
         ({"format": "other.thing"}, r"is not a ghofl statistics file \(format tag 'other.thing'"),
         (
             {"schema_version": "99"},
-            r"schema version 99, newer than this ghofl supports \(1\); upgrade ghofl",
+            r"schema version 99, newer than this ghofl supports \(2\); upgrade ghofl",
         ),
         ({"schema_version": "0"}, r"schema version 0, older than this ghofl supports"),
         ({"meta": "{not json"}, "has a missing or corrupt metadata header"),
@@ -166,3 +166,42 @@ def test_expected_payload_nbytes_matches_real_payload(mode: str, c: int, d: int)
 
     x, y = gaussian_mixture(c + d, num_classes=c, dim=d, n=10 * c)
     assert expected_payload_nbytes(mode, c, d) == payload_nbytes(compute_stats(x, y, c, mode=mode))  # type: ignore[arg-type]
+
+
+def test_header_records_n_clipped(tmp_path: Path) -> None:
+    from safetensors import safe_open
+
+    x, y = gaussian_mixture(4, num_classes=2, dim=3, n=40, sep=4.0)
+    s = compute_stats(x, y, 2, clip_norm=1.0)
+    save_stats(s, tmp_path / "c.ghs")
+    with safe_open(str(tmp_path / "c.ghs"), framework="np") as f:
+        header = f.metadata()
+    assert s.n_clipped > 0 and header["n_clipped"] == str(s.n_clipped)
+    assert header["schema_version"] == "2"
+    assert json.loads(header["meta"])["clip_norm"] == 1.0
+
+
+def test_malformed_arrays_name_the_file(tmp_path: Path) -> None:
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    p = _saved(tmp_path)  # full mode, C=2, d=4
+    with safe_open(str(p), framework="np") as f:
+        meta = dict(f.metadata())
+    t = load_file(str(p))
+    t["class_scatter_triu"] = t["class_scatter_triu"][:, :-1].copy()
+    save_file(t, str(p), metadata=meta)
+    with pytest.raises(
+        StatsFormatError,
+        match=r"'.*s.ghs' holds malformed statistics: array 'class_scatter_triu' must have "
+        r"shape \(2, 10\) \(row-major upper triangles\) for C=2 classes and d=4; got \(2, 9\)",
+    ):
+        load_stats(p)
+    del t["class_scatter_triu"]
+    save_file(t, str(p), metadata=meta)
+    with pytest.raises(
+        StatsFormatError,
+        match=r"'.*s.ghs' holds malformed statistics: statistics payload lacks the array "
+        r"'class_scatter_triu'; it is corrupt",
+    ):
+        load_stats(p)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -12,9 +11,8 @@ import pytest
 from ghofl.errors import ConfigError, InputError, UnsupportedModeError
 from ghofl.heads import registry
 from ghofl.heads.nb import NBDiagHead
-from ghofl.secure import PlainSumAggregator
 from ghofl.simulation import build_heads, head_defaults, simulate_federation
-from ghofl.stats import ClientStats, Mode, ProjectionSpec, compute_stats, payload_nbytes
+from ghofl.stats import Mode, ProjectionSpec, compute_stats, payload_nbytes
 from tests.helpers import gaussian_mixture
 
 CLOSED = ["nb", "lda", "qda", "fedcgs"]
@@ -29,24 +27,6 @@ class SeededHead(NBDiagHead):
         super().__init__(var_smoothing)
         self.seed = seed
         self.progress = progress
-
-
-class SpyAggregator:
-    """Counts the payloads it is given, then sums them in the clear."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.seen = 0
-
-    def aggregate(self, payloads: Iterable[ClientStats]) -> ClientStats:
-        self.calls += 1
-
-        def count() -> Iterable[ClientStats]:
-            for p in payloads:
-                self.seen += 1
-                yield p
-
-        return PlainSumAggregator().aggregate(count())
 
 
 @pytest.fixture(scope="module")
@@ -130,10 +110,20 @@ def test_params_of_heads_not_fitted_are_ignored(data: dict[str, np.ndarray]) -> 
     assert list(result.heads) == ["lda"]
 
 
-def test_payloads_go_through_the_given_aggregator(data: dict[str, np.ndarray]) -> None:
-    spy = SpyAggregator()
-    _run(data, clients=13, aggregator=spy)
-    assert (spy.calls, spy.seen) == (1, 13)
+def test_payloads_go_through_the_plain_protocol(data: dict[str, np.ndarray]) -> None:
+    result = _run(data, clients=13)
+    agg = result.aggregation
+    assert agg["protocol"] == "plain" and agg["survivors"] == 13
+    assert list(agg["stages"]) == ["input"]
+    assert agg["stages"]["input"]["replies"] == 13
+    header = agg["stages"]["input"]["client_sent_bytes_max"] - result.upload_bytes_per_client
+    assert 0 < header < 64  # version, round id, stage, sender
+
+
+def test_dropped_clients_are_left_out_of_the_total(data: dict[str, np.ndarray]) -> None:
+    result = _run(data, clients=13, drops={"input": 3})
+    assert result.aggregation["survivors"] == 10
+    assert sorted(result.aggregation["dropped"].values()) == ["input"] * 3
 
 
 def test_seed_and_progress_reach_heads_that_take_them(
@@ -148,14 +138,11 @@ def test_seed_and_progress_reach_heads_that_take_them(
 
 
 def test_head_needing_a_richer_mode_fails_before_any_work(data: dict[str, np.ndarray]) -> None:
-    spy = SpyAggregator()
     bad_x = np.full_like(data["xtr"], np.nan)  # would fail later if any work were done
     with pytest.raises(UnsupportedModeError, match=r"head 'qda' needs upload mode 'full' or "
                        r"richer, but the statistics are mode 'pooled'; .*--mode full"):
         simulate_federation(bad_x, data["ytr"], data["xte"], data["yte"], classes=4,
-                            clients=5, alpha=0.5, seed=0, heads=["nb", "qda"], mode="pooled",
-                            aggregator=spy)
-    assert spy.calls == 0
+                            clients=5, alpha=0.5, seed=0, heads=["nb", "qda"], mode="pooled")
 
 
 def test_unknown_head_and_parameter_are_rejected(data: dict[str, np.ndarray]) -> None:
@@ -205,3 +192,33 @@ def test_projection_spec_matches_what_clients_use(data: dict[str, np.ndarray]) -
     spec = ProjectionSpec(1, 6, 2)
     assert result.upload_bytes_per_client == payload_nbytes(
         compute_stats(data["xtr"][:2], data["ytr"][:2], 4, "full", projection=spec))
+
+
+def test_secure_simulation_predicts_like_the_plain_one(data: dict[str, np.ndarray]) -> None:
+    from ghofl.secure import SecAggConfig
+
+    heads = ["nb", "lda", "qda", "fedcgs", "fishermix", "protohyper"]
+    fast = {"fishermix": {"epochs": 3, "n_per_class": 200},
+            "protohyper": {"epochs": 3, "n_per_class": 200}}
+    plain = _run(data, heads=heads, head_params=fast, clip_norm=20.0)
+    secure = _run(data, heads=heads, head_params=fast, secure=SecAggConfig(clip_norm=20.0))
+    for h in heads:
+        np.testing.assert_array_equal(secure.predictions[h], plain.predictions[h])
+    assert secure.aggregation["protocol"] == "secure"
+    assert secure.clip_norm == plain.clip_norm == 20.0
+
+
+def test_clipping_without_secure_aggregation_is_recorded(data: dict[str, np.ndarray]) -> None:
+    norms = np.linalg.norm(data["xtr"], axis=1)
+    bound = float(np.median(norms))
+    result = _run(data, clip_norm=bound)
+    assert result.n_clipped == int(np.sum(norms > bound))
+    assert result.to_dict()["clip_norm"] == bound
+
+
+def test_secure_and_plain_clipping_bounds_must_agree(data: dict[str, np.ndarray]) -> None:
+    from ghofl.secure import SecAggConfig
+
+    with pytest.raises(ConfigError, match=r"clip_norm=3 disagrees with the secure "
+                       r"configuration's clipping bound R=4; give one value"):
+        _run(data, clip_norm=3.0, secure=SecAggConfig(clip_norm=4.0))

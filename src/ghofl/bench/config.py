@@ -18,6 +18,9 @@ Example (every key except ``datasets`` has a default)::
     train_per_class = 0                   # 0 = the whole split; else a stratified subsample
     test_per_class = 0
     references = ["logreg", "sklearn_lda"]
+    secure = false                        # true: the secure aggregation protocol
+    clip = 0.0                            # per-sample L2 bound R; 0 = none, or the encoder's
+                                          # default R when secure = true
 
     [head_params.fishermix]
     epochs = 40
@@ -32,7 +35,7 @@ from typing import Any
 
 from ghofl.errors import ConfigError
 from ghofl.heads.registry import available_heads
-from ghofl.stats.meta import MODES
+from ghofl.stats.schema import SCHEMAS
 
 REFERENCES = ("logreg", "sklearn_lda")
 #: keys holding lists; every one but ``references`` must be non-empty
@@ -72,6 +75,8 @@ class ExperimentConfig:
     references: tuple[str, ...] = REFERENCES
     head_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     data_dir: str | None = None
+    secure: bool = False
+    clip: float = 0.0
 
     def __post_init__(self) -> None:
         _nonempty(self, *(k for k in _LIST_KEYS if k != "references"))
@@ -93,8 +98,15 @@ class ExperimentConfig:
                     f"[head_params.{h}] names an unknown head; available heads: {', '.join(known)}"
                 )
         for m in self.modes:
-            if m not in MODES:
-                raise ConfigError(f"modes must be among {', '.join(MODES)}; got {m!r}")
+            if m not in SCHEMAS:
+                raise ConfigError(f"modes must be among {', '.join(SCHEMAS)}; got {m!r}")
+        if not isinstance(self.secure, bool):
+            raise ConfigError(f"secure must be true or false; got {self.secure!r}")
+        if (isinstance(self.clip, bool) or not isinstance(self.clip, int | float)
+                or not self.clip >= 0 or self.clip == float("inf")):
+            raise ConfigError(
+                f"clip must be a finite number >= 0 (0 = no clipping); got {self.clip!r}"
+            )
         for p in self.projection_dims:
             if int(p) < 0:
                 raise ConfigError(f"projection_dims must be >= 0 (0 = none); got {p}")

@@ -19,6 +19,8 @@ from ghofl.bench.features import Features, load_features
 from ghofl.bench.references import run_reference
 from ghofl.bench.report import write_json
 from ghofl.errors import ConfigError
+from ghofl.secure import SecAggConfig
+from ghofl.stats.meta import EncoderInfo
 
 Log = Callable[[str], None]
 
@@ -122,6 +124,7 @@ def run_experiment(
                                     f"clients={clients} seed={seed}"
                                 )
                                 heads = heads_for_mode(cfg.heads, mode)
+                                clip = resolve_clip(cfg, feats.encoder_info)
                                 res = simulate_federation(
                                     feats.x_train,
                                     feats.y_train,
@@ -139,6 +142,9 @@ def run_experiment(
                                     encoder=feats.encoder_info,
                                     min_per_client=cfg.min_per_client,
                                     progress=progress,
+                                    clip_norm=clip,
+                                    secure=SecAggConfig(clip_norm=clip)
+                                    if cfg.secure and clip is not None else None,
                                 ).to_dict()
                                 for head, hres in res["heads"].items():
                                     records.append(
@@ -161,6 +167,8 @@ def run_experiment(
                                             "n_train": res["n_train"],
                                             "n_test": res["n_test"],
                                             "params": hres.get("params", {}),
+                                            "protocol": res["aggregation"]["protocol"],
+                                            "clip_norm": res["clip_norm"],
                                         }
                                     )
                                 done.add(key)
@@ -178,12 +186,36 @@ def run_experiment(
     return records
 
 
+def resolve_clip(cfg: ExperimentConfig, info: EncoderInfo) -> float | None:
+    """The clipping bound of a run: ``cfg.clip`` when > 0, else the encoder's default R when
+    ``cfg.secure`` (a secure run needs one), else none.
+
+    Raises
+    ------
+    ConfigError
+        A secure run on an encoder without a default R and no ``clip`` in the config.
+    """
+    if cfg.clip > 0:
+        return float(cfg.clip)
+    if not cfg.secure:
+        return None
+    from ghofl.client.encoders import default_clip_norm
+
+    found = default_clip_norm(info)
+    if found is None:
+        raise ConfigError(
+            f"secure = true needs a clipping bound, and encoder {info.name!r} has no default "
+            "one; set clip = R in the experiment config (R at or above the embeddings' norms)"
+        )
+    return found
+
+
 def heads_for_mode(heads: tuple[str, ...], mode: str) -> list[str]:
     """The heads of ``heads`` that can be fitted from statistics of upload ``mode``."""
     from ghofl.heads.registry import head_class
+    from ghofl.stats.schema import mode_supports
 
-    rank = {"diag": 0, "pooled": 1, "full": 2}
-    return [h for h in heads if rank[head_class(h).min_mode] <= rank[mode]]
+    return [h for h in heads if mode_supports(mode, head_class(h).min_mode)]
 
 
 def _run_references(

@@ -22,7 +22,8 @@ from ghofl.errors import ConfigError, GhoflError, InputError, StatsValidationErr
 from ghofl.simulation import head_defaults
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import atomic_write, load_stats
-from ghofl.stats.meta import MODES, Mode
+from ghofl.stats.meta import Mode
+from ghofl.stats.schema import SCHEMAS, schema_for
 
 MANIFEST = "manifest.json"
 MODEL_FORMAT = "ghofl.model"
@@ -183,11 +184,13 @@ def read_stats(path: Path) -> ClientStats:
 
 
 def check_mode(mode: str) -> Mode:
-    """Validate ``--mode``."""
-    if mode not in MODES:
-        raise ConfigError(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
-    out: Mode = mode  # type: ignore[assignment]
-    return out
+    """Validate ``--mode`` against the upload modes of :data:`~ghofl.stats.schema.SCHEMAS`."""
+    try:
+        return schema_for(mode).mode
+    except StatsValidationError:
+        raise ConfigError(
+            f"--mode must be one of {', '.join(SCHEMAS)}; got {mode!r}"
+        ) from None
 
 
 # ---------------------------------------------------------------------- --param

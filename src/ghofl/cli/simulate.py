@@ -10,14 +10,28 @@ The JSON written by ``--json`` is :meth:`ghofl.simulation.SimulationResult.to_di
      "classes": ["0", ...],
      "stage_seconds": {"partition": ..., "client_stats": ..., "client_stats_max": ...,
                        "aggregate": ..., "fit/lda": ..., "evaluate/lda": ...},
-     "client_sizes": [512, ...], "ghofl_version": "0.1.0"}
+     "client_sizes": [512, ...], "clip_norm": null, "n_clipped": 0,
+     "aggregation": {"protocol": "plain" | "secure", "seconds": ..., "survivors": 10,
+                     "survivor_ids": [...], "dropped": {"client-3": "mask"},
+                     "excluded": {"client-5": "<stage>: <reason>"}, "notes": [...],
+                     "params": {"num_clients": 10, "threshold": 6, "neighbours": 9, ...},
+                     "stages": {"advertise": {
+                         "server_seconds": ..., "client_seconds_total": ...,
+                         "client_seconds_max": ..., "server_sent_bytes": ...,
+                         "server_received_bytes": ..., "client_sent_bytes_mean": ...,
+                         "client_sent_bytes_max": ..., "client_received_bytes_mean": ...,
+                         "client_received_bytes_max": ..., "replies": 10},
+                         "share": {...}, "mask": {...}, "unmask": {...}}},
+     "ghofl_version": "0.1.0"}
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 
 from ghofl.cli.app import app
@@ -33,7 +47,8 @@ from ghofl.cli.io import (
 from ghofl.cli.model_cmds import DEFAULT_HEADS
 from ghofl.errors import ConfigError
 from ghofl.heads.registry import parse_head_list
-from ghofl.simulation import simulate_federation
+from ghofl.secure import DEFAULT_MAX_SAMPLES, SecAggConfig, parse_drops
+from ghofl.simulation import SimulationResult, simulate_federation
 
 
 @app.command("simulate")
@@ -62,6 +77,27 @@ def simulate(
     min_per_client: Annotated[int, typer.Option(
         "--min-per-client", help="Redraw the partition until every client has this many.")]
         = 0,
+    clip: Annotated[float | None, typer.Option(
+        "--clip", help="Per-sample L2 clipping bound R: each client scales embeddings to "
+        "norm <= R (required by --secure; also works without it).")] = None,
+    secure: Annotated[bool, typer.Option(
+        "--secure", help="Aggregate with the secure protocol (the server learns only the "
+        "sum).")] = False,
+    threshold: Annotated[int | None, typer.Option(
+        "--threshold", help="Secure: fewest clients that must remain (default: a strict "
+        "majority).")] = None,
+    neighbours: Annotated[int | None, typer.Option(
+        "--neighbours", help="Secure: neighbours per client on the SecAgg+ graph (default "
+        "2*ceil(1.5*log2 n), complete graph up to 13 clients).")] = None,
+    max_samples: Annotated[int | None, typer.Option(
+        "--max-samples", help="Secure: public maximum samples per client (default "
+        f"{DEFAULT_MAX_SAMPLES:,}).")] = None,
+    limbs: Annotated[int | None, typer.Option(
+        "--limbs", help="Secure: 64-bit words per float statistic, 2 (exact, default) or 1.")]
+        = None,
+    drop: Annotated[list[str] | None, typer.Option(
+        "--drop", help="STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, share, "
+        "mask, unmask; plain: input). Repeatable.")] = None,
     progress: Annotated[bool, typer.Option(
         "--progress", help="Show progress of trainable heads.")] = False,
     json_out: Annotated[Path | None, typer.Option(
@@ -69,24 +105,40 @@ def simulate(
 ) -> None:
     """Simulate a Dirichlet-partitioned one-shot federation and report accuracy per head.
 
-    Every client computes statistics from its own rows only; the server fits each head from
-    the aggregate and scores it on the test set.
+    Every client computes statistics from its own rows only; the clients and the server run
+    the plain sum or, with --secure, the secure aggregation protocol; the server fits each
+    head from the total and scores it on the test set.
     """
     m = check_mode(mode)
     if projection_seed is not None and projection_dim is None:
         raise ConfigError("--projection-seed needs --projection-dim; give both or neither")
     names = parse_head_list(heads)
     params = parse_param_options(param, names)
+    secure_only = {"--threshold": threshold, "--neighbours": neighbours,
+                   "--max-samples": max_samples, "--limbs": limbs}
+    given = [k for k, v in secure_only.items() if v is not None]
+    if given and not secure:
+        raise ConfigError(f"{given[0]} only applies to the secure protocol; add --secure")
+    drops = parse_drops(drop, ("advertise", "share", "mask", "unmask") if secure
+                        else ("input",))
     if json_out is not None:
         check_output_file(json_out, "--json")
     tr = load_embeddings(train, "--train")
     te = load_embeddings(test, "--test")
+    if secure and clip is None:
+        raise ConfigError(_clip_needed(tr.x))
+    config = None
+    if secure:
+        assert clip is not None
+        config = SecAggConfig(clip_norm=clip, threshold=threshold, neighbours=neighbours,
+                              max_samples=max_samples or DEFAULT_MAX_SAMPLES, limbs=limbs or 2)
     class_names = resolve_classes(classes, num_classes, [tr, te])
     result = simulate_federation(
         tr.x, tr.y, te.x, te.y,
         classes=list(class_names), clients=clients, alpha=alpha, seed=seed, heads=names,
         head_params=params, mode=m, projection_dim=projection_dim,
         projection_seed=projection_seed or 0, min_per_client=min_per_client, progress=progress,
+        clip_norm=clip, secure=config, drops=drops,
     )
     if json_out is not None:
         write_json(json_out, result.to_dict())
@@ -94,5 +146,41 @@ def simulate(
         f"{result.clients} clients, alpha={result.alpha:g}, seed={result.seed}, mode "
         f"{result.mode}, {result.upload_bytes_per_client} bytes uploaded per client"
     )
+    _echo_aggregation(result)
     typer.echo(table(["head", "accuracy", "fit_seconds"],
                      [[n, r.accuracy, r.fit_seconds] for n, r in result.heads.items()]))
+
+
+def _clip_needed(x: np.ndarray) -> str:
+    """The message asking for --clip, with the largest norm and a suggested bound."""
+    norms = np.linalg.norm(np.asarray(x, dtype=np.float64), axis=1)
+    if norms.size == 0:
+        return "--secure needs --clip R (the training embeddings are empty)"
+    largest = float(norms.max())
+    digits = 1 - math.floor(math.log10(max(largest * 1.05, 1e-300)))
+    suggestion = math.ceil(largest * 1.05 * 10**digits) / 10**digits
+    return ("--secure needs --clip R: embeddings read from an .npz file have no default "
+            "clipping bound, and the fixed-point encoding of the secure sum needs one. Give an "
+            f"R at or above the embeddings' norms (the largest in --train is {largest:.4g}), "
+            f"e.g. --clip {suggestion:g}")
+
+
+def _echo_aggregation(result: SimulationResult) -> None:
+    agg = result.aggregation
+    if result.clip_norm is not None:
+        typer.echo(f"clipping bound R={result.clip_norm:g}: {result.n_clipped} of "
+                   f"{result.n_train} training samples were scaled down")
+    lost = len(result.client_sizes) - agg["survivors"]
+    if agg["protocol"] == "plain" and not lost and not agg["excluded"]:
+        return
+    typer.echo(f"{agg['protocol']} aggregation: {agg['survivors']} of {result.clients} clients "
+               f"in the sum, {agg['seconds']:.2f} s")
+    for client, stage in agg["dropped"].items():
+        kept = " (its input is in the sum)" if stage == "unmask" else ""
+        typer.echo(f"  dropped at {stage}: {client}{kept}")
+    for client, reason in agg["excluded"].items():
+        typer.echo(f"  excluded {client}: {reason}")
+    typer.echo(table(
+        ["stage", "server_s", "clients_s", "sent_per_client_B", "received_per_client_B"],
+        [[s, v["server_seconds"], v["client_seconds_total"], round(v["client_sent_bytes_mean"]),
+          round(v["client_received_bytes_mean"])] for s, v in agg["stages"].items()]))

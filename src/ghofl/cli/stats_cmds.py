@@ -17,10 +17,9 @@ from ghofl.cli.io import (
     resolve_classes,
 )
 from ghofl.errors import ConfigError, IncompatibleStatsError
-from ghofl.secure.plain import PlainSumAggregator
 from ghofl.simulation import check_labelled_embeddings
 from ghofl.stats.accumulate import compute_stats
-from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.client_stats import ClientStats, sum_stats
 from ghofl.stats.codec import payload_nbytes, save_stats
 from ghofl.stats.meta import EncoderInfo
 from ghofl.stats.projection import ProjectionSpec
@@ -46,6 +45,9 @@ def client_stats(
     encoder_name: Annotated[str | None, typer.Option(
         "--encoder-name", help="Encoder name stored in the payload; clients must agree.")]
         = None,
+    clip: Annotated[float | None, typer.Option(
+        "--clip", help="Per-sample L2 clipping bound R (embeddings scaled to norm <= R); "
+        "every client must use the same R.")] = None,
 ) -> None:
     """Compute one client's statistics from its labelled embeddings.
 
@@ -68,11 +70,13 @@ def client_stats(
     if projection_dim is not None:
         projection = ProjectionSpec(projection_seed or 0, d, projection_dim)
     encoder = EncoderInfo(encoder_name, d) if encoder_name else None
-    stats = compute_stats(x, y, names, m, encoder, projection)
+    stats = compute_stats(x, y, names, m, encoder, projection, clip_norm=clip)
     size = save_stats(stats, out)
+    clipped = "" if clip is None else f", {stats.n_clipped} samples clipped to norm {clip:g}"
     typer.echo(
         f"wrote {out}: n={stats.n_samples} samples, {stats.num_classes} classes, mode {m}, "
         f"dim {stats.dim}, {payload_nbytes(stats)} bytes of statistics ({size} on disk)"
+        f"{clipped}"
     )
 
 
@@ -94,9 +98,8 @@ def aggregate(
             current[:] = [path]
             yield read_stats(path)
 
-    agg = PlainSumAggregator()
     try:
-        total = agg.aggregate(payloads())
+        total = sum_stats(payloads())
     except IncompatibleStatsError as exc:
         reason = exc.__cause__ if exc.__cause__ is not None else exc
         raise IncompatibleStatsError(
@@ -104,6 +107,6 @@ def aggregate(
         ) from exc
     size = save_stats(total, out)
     typer.echo(
-        f"aggregated {agg.num_aggregated_} files into {out}: n={total.n_samples} samples, "
+        f"aggregated {len(files)} files into {out}: n={total.n_samples} samples, "
         f"{total.num_classes} classes, mode {total.mode}, dim {total.dim} ({size} bytes)"
     )

@@ -15,9 +15,9 @@ from ghofl.moments.core import Moments, compute_moments
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import Mode, StatsMeta
+from ghofl.stats.schema import mode_supports
 
 F64 = NDArray[np.float64]
-_MODE_RANK = {"diag": 0, "pooled": 1, "full": 2}
 
 
 class Head(ABC):
@@ -103,7 +103,8 @@ class Head(ABC):
         return self.fit_from_stats(compute_stats(X, y_arr, classes, mode=self.min_mode))
 
     def _check_mode(self, meta: StatsMeta) -> None:
-        if _MODE_RANK[meta.mode] < _MODE_RANK[self.min_mode]:
+        """Raise UnsupportedModeError unless the schema of ``meta.mode`` supports ``min_mode``."""
+        if not mode_supports(meta.mode, self.min_mode):
             raise UnsupportedModeError(
                 f"head {self.name!r} needs upload mode {self.min_mode!r} or richer; the "
                 f"statistics are mode {meta.mode!r}. Recompute the client statistics with "

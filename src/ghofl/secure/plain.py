@@ -1,101 +1,177 @@
-"""The aggregation seam: how the server turns client payloads into one total.
+"""The plain protocol: the trivial, one-stage aggregation in the clear.
 
-The server side of ghofl only ever sees the value returned by :meth:`Aggregator.aggregate`: the
-sum of the client statistics. :class:`PlainSumAggregator` computes it in the clear (the
-simulation default and the ``ghofl aggregate`` command); a secure-aggregation implementation
-(method.md §5) provides the same method but learns nothing about any single payload.
+Each client sends its statistics as they are; the server adds them one at a time (memory
+independent of the number of clients). It has the same two halves and the same driver as the
+secure protocol (:mod:`ghofl.secure.server`), so every caller can run either; it offers no
+privacy from the server and needs no clipping bound.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+import secrets
+from collections.abc import Iterable, Sequence
+from typing import Literal
 
-from ghofl.errors import IncompatibleStatsError, InputError, StatsValidationError
+from ghofl.errors import AggregationAbortedError, ConfigError, ProtocolError
+from ghofl.secure.messages import (
+    PROTOCOL_VERSION,
+    ClientMessage,
+    PlainInput,
+    PlainRequest,
+    ServerMessage,
+    Stage,
+)
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import StatsMeta
 
-__all__ = ["Aggregator", "PlainSumAggregator"]
+__all__ = ["PlainClient", "PlainServer"]
 
 
-@runtime_checkable
-class Aggregator(Protocol):
-    """Anything that sums client statistics for the server.
+class PlainClient:
+    """A client of the plain protocol: answers the one ``input`` request with its statistics.
 
-    Implementations must return exactly Σ_u payload_u (up to their numeric precision), check
-    that payloads are compatible, and treat a dropped client as simply absent from
-    ``payloads``.
+    Parameters
+    ----------
+    client_id : str
+    stats : ClientStats or callable returning ClientStats
+        Computed lazily when it is a callable.
     """
 
-    def aggregate(self, payloads: Iterable[ClientStats]) -> ClientStats:
-        """Return the sum of ``payloads`` (consumed once, in order)."""
-        ...
+    def __init__(self, client_id: str, stats: ClientStats | object) -> None:
+        self.client_id = str(client_id)
+        self._stats = stats
+        self.state: Literal["ready", "done", "failed"] = "ready"
+
+    def handle(self, request: ServerMessage) -> ClientMessage:
+        """Answer the ``input`` request; any other request raises :class:`ProtocolError`."""
+        if (not isinstance(request, PlainRequest) or request.version != PROTOCOL_VERSION
+                or self.state != "ready"):
+            self.state = "failed"
+            raise ProtocolError(
+                f"client {self.client_id!r} refused a {type(request).__name__} in state "
+                f"{self.state!r} (out of order or replayed)"
+            )
+        stats = self._stats() if callable(self._stats) else self._stats
+        assert isinstance(stats, ClientStats)
+        self.state = "done"
+        return PlainInput(PROTOCOL_VERSION, request.round_id, "input", self.client_id, stats)
 
 
-class PlainSumAggregator:
-    """Streaming sum in the clear: one payload in memory at a time, plus the running total.
+class PlainServer:
+    """The server of the plain protocol.
+
+    Parameters
+    ----------
+    clients : sequence of str
+        The clients invited.
+    meta : StatsMeta, optional
+        The statistics expected; default: those of the first valid reply.
+    threshold : int, default 1
+        Fewest clients whose statistics must arrive; below it the round aborts.
+    round_id : bytes, optional
+    record_view : bool, default False
+        Keep every reply in :attr:`view`.
 
     Attributes
     ----------
-    num_aggregated_ : int
-        Number of payloads summed by the last call of :meth:`aggregate` (0 before any call).
-
-    Examples
-    --------
-    >>> agg = PlainSumAggregator()
-    >>> total = agg.aggregate(client_payloads)  # doctest: +SKIP
-    >>> agg.num_aggregated_  # doctest: +SKIP
-    10
+    state, dropped, excluded, ignored, view :
+        As in :class:`~ghofl.secure.server.SecAggServer`.
     """
 
-    def __init__(self) -> None:
-        self.num_aggregated_ = 0
+    stages: tuple[Stage, ...] = ("input",)
 
-    def aggregate(self, payloads: Iterable[ClientStats]) -> ClientStats:
-        """Sum ``payloads`` one at a time (memory independent of how many there are).
+    def __init__(self, clients: Sequence[str], meta: StatsMeta | None = None, *,
+                 threshold: int = 1, round_id: bytes | None = None,
+                 record_view: bool = False) -> None:
+        ids = [str(c) for c in clients]
+        if len(set(ids)) != len(ids):
+            raise ConfigError("client ids must be unique; the list of clients repeats one")
+        if not 1 <= threshold <= max(len(ids), 1):
+            raise ConfigError(
+                f"threshold must be between 1 and the number of clients ({len(ids)}); "
+                f"got {threshold}"
+            )
+        self.clients = tuple(ids)
+        self.meta = meta
+        self.threshold = threshold
+        self.round_id = round_id if round_id is not None else secrets.token_bytes(16)
+        self.state: Literal["input", "done", "aborted"] = "input"
+        self.dropped: dict[str, str] = {}
+        self.excluded: dict[str, str] = {}
+        self.ignored: list[str] = []
+        self.view: list[tuple[str, str, ClientMessage]] = []
+        self._record = record_view
+        self._total: ClientStats | None = None
+        self._survivors: list[str] = []
 
-        Parameters
-        ----------
-        payloads : iterable of ClientStats
-            Client statistics with identical metadata (mode, dim, classes, encoder,
-            projection). A generator is consumed lazily.
+    def requests(self) -> dict[str, ServerMessage]:
+        """One ``input`` request per invited client."""
+        req = PlainRequest(PROTOCOL_VERSION, self.round_id, "input")
+        return {c: req for c in self.clients}
 
-        Returns
-        -------
-        ClientStats
-            The total.
+    def receive(self, replies: Iterable[tuple[str, ClientMessage]]) -> None:
+        """Add each valid reply to the total as it arrives (one payload in memory at a time).
 
         Raises
         ------
-        IncompatibleStatsError
-            A payload differs from the first one; the message names its 1-based position
-            and every differing field.
-        StatsValidationError
-            No payload arrived.
-        InputError
-            An item is not a :class:`ClientStats`.
+        AggregationAbortedError
+            Fewer than ``threshold`` clients sent valid statistics.
         """
-        total: ClientStats | None = None
-        count = 0
-        for count, item in enumerate(payloads, start=1):
-            if not isinstance(item, ClientStats):
-                raise InputError(
-                    f"payload {count} is a {type(item).__name__}, not ClientStats; pass the "
-                    "statistics computed by the clients"
-                )
-            if total is None:
-                total = item
+        seen: set[str] = set()
+        for client, msg in replies:
+            if self._record:
+                self.view.append(("input", client, msg))
+            reason = self._problem(client, msg, seen)
+            if reason is not None:
+                self.excluded.setdefault(client, f"input: {reason}")
                 continue
-            try:
-                total = total + item
-            except IncompatibleStatsError as exc:
-                raise IncompatibleStatsError(
-                    f"payload {count} cannot be added to the total of the payloads before it: "
-                    f"{exc}"
-                ) from exc
-        if total is None:
-            raise StatsValidationError(
-                "no client payload arrived, so there is nothing to aggregate; at least one "
-                "client must upload its statistics"
+            seen.add(client)
+            assert isinstance(msg, PlainInput)
+            self._add(msg.stats)
+            self._survivors.append(client)
+        for client in self.clients:
+            if client not in seen and client not in self.excluded:
+                self.dropped[client] = "input"
+        if len(self._survivors) < self.threshold or self._total is None:
+            self.state = "aborted"
+            raise AggregationAbortedError(
+                f"aggregation aborted: {len(self._survivors)} of {len(self.clients)} clients "
+                f"sent valid statistics, fewer than the {self.threshold} required"
+                + (f" (excluded: {'; '.join(f'{k}: {v}' for k, v in self.excluded.items())})"
+                   if self.excluded else "")
             )
-        self.num_aggregated_ = count
-        return total
+        self.state = "done"
+
+    def _problem(self, client: str, msg: object, seen: set[str]) -> str | None:
+        if client not in self.clients:
+            return "is not one of the invited clients"
+        if client in seen:
+            return "sent its statistics twice"
+        if not isinstance(msg, PlainInput) or not isinstance(msg.stats, ClientStats):
+            return f"sent a {type(msg).__name__}, not its statistics (malformed)"
+        if msg.version != PROTOCOL_VERSION or msg.round_id != self.round_id:
+            return "sent a message of another protocol version or round (replayed)"
+        if msg.sender != client:
+            return f"sent a message claiming to come from {msg.sender!r}"
+        reference = self.meta if self.meta is not None else (
+            self._total.meta if self._total is not None else None)
+        if reference is not None:
+            diffs = reference.differences(msg.stats.meta)
+            if diffs:
+                return "holds statistics that differ from the federation's in " + "; ".join(diffs)
+        return None
+
+    def _add(self, stats: ClientStats) -> None:
+        self._total = stats if self._total is None else self._total + stats
+
+    def result(self) -> ClientStats:
+        """The total over the clients whose statistics arrived."""
+        if self._total is None or self.state != "done":
+            raise AggregationAbortedError(
+                f"the round has no result (state {self.state!r}); run the input stage first"
+            )
+        return self._total
+
+    @property
+    def survivors(self) -> tuple[str, ...]:
+        return tuple(self._survivors)

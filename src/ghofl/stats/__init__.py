@@ -1,22 +1,42 @@
-"""The additive value clients upload: ClientStats, its accumulator, projection and file format."""
+"""The additive value clients upload: ClientStats, its accumulator, projection and file format.
+
+The rules of each upload mode (arrays, ranks, packing, flat layouts) live in
+:mod:`ghofl.stats.schema`.
+"""
 
 from ghofl.stats.accumulate import StatsAccumulator, compute_stats
 from ghofl.stats.client_stats import ClientStats, sum_stats
 from ghofl.stats.codec import load_stats, payload_nbytes, save_stats
 from ghofl.stats.meta import MODES, EncoderInfo, Mode, StatsMeta
 from ghofl.stats.projection import ProjectionSpec
+from ghofl.stats.schema import (
+    SCHEMAS,
+    ArraySpec,
+    Kind,
+    ModeSchema,
+    Segment,
+    mode_supports,
+    schema_for,
+)
 
 __all__ = [
     "MODES",
+    "SCHEMAS",
+    "ArraySpec",
     "ClientStats",
     "EncoderInfo",
+    "Kind",
     "Mode",
+    "ModeSchema",
     "ProjectionSpec",
+    "Segment",
     "StatsAccumulator",
     "StatsMeta",
     "compute_stats",
     "load_stats",
+    "mode_supports",
     "payload_nbytes",
     "save_stats",
+    "schema_for",
     "sum_stats",
 ]

@@ -7,7 +7,8 @@ and, by upload mode (method.md §1):
 * ``pooled`` — per-class diagonals D_c = Σ x⊙x and the global B = Σ x xᵀ;
 * ``diag``   — per-class diagonals D_c only.
 
-All arrays are float64 (counts int64) and read-only.
+All arrays are float64 (counts int64) and read-only. Which arrays a mode holds, their shapes
+and how modes convert are defined once, in :mod:`ghofl.stats.schema`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from numpy.typing import NDArray
 
 from ghofl.errors import IncompatibleStatsError, StatsValidationError
 from ghofl.stats.meta import Mode, StatsMeta
+from ghofl.stats.schema import ARRAY_NAMES, schema_for
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
@@ -46,6 +48,9 @@ class ClientStats:
         S_c = Σ_{y=c} x xᵀ; stored in ``full`` mode only.
     scatter : ndarray of float64, shape (d, d), or None
         B = Σ x xᵀ; stored in ``pooled`` mode only.
+    n_clipped : int, default 0
+        Number of samples whose norm exceeded the clipping bound ``meta.clip_norm`` and were
+        scaled down to it; additive like the counts, 0 ≤ n_clipped ≤ Σ_c N_c.
     """
 
     meta: StatsMeta
@@ -54,10 +59,12 @@ class ClientStats:
     sq_sums: F64 | None = None
     class_scatter: F64 | None = None
     scatter: F64 | None = None
+    n_clipped: int = 0
 
     def __post_init__(self) -> None:
         _validate(self)
-        for name in ("counts", "sums", "sq_sums", "class_scatter", "scatter"):
+        object.__setattr__(self, "n_clipped", int(self.n_clipped))
+        for name in ARRAY_NAMES:
             arr = getattr(self, name)
             if arr is not None:
                 arr.setflags(write=False)
@@ -66,15 +73,8 @@ class ClientStats:
     @classmethod
     def zeros(cls, meta: StatsMeta) -> ClientStats:
         """Return the identity of ``+`` for ``meta`` (a client with no samples)."""
-        c, d = meta.num_classes, meta.dim
-        return cls(
-            meta,
-            np.zeros(c, np.int64),
-            np.zeros((c, d)),
-            sq_sums=None if meta.mode == "full" else np.zeros((c, d)),
-            class_scatter=np.zeros((c, d, d)) if meta.mode == "full" else None,
-            scatter=np.zeros((d, d)) if meta.mode == "pooled" else None,
-        )
+        arrays: dict[str, Any] = schema_for(meta.mode).zeros(meta.num_classes, meta.dim)
+        return cls(meta, **arrays)
 
     @classmethod
     def _trusted(
@@ -85,6 +85,7 @@ class ClientStats:
         sq_sums: F64 | None = None,
         class_scatter: F64 | None = None,
         scatter: F64 | None = None,
+        n_clipped: int = 0,
     ) -> ClientStats:
         """Build without re-validating (for results of exact operations on valid values)."""
         obj = object.__new__(cls)
@@ -95,6 +96,7 @@ class ClientStats:
             ("sq_sums", sq_sums),
             ("class_scatter", class_scatter),
             ("scatter", scatter),
+            ("n_clipped", int(n_clipped)),
         ):
             if isinstance(val, np.ndarray):
                 val.setflags(write=False)
@@ -137,13 +139,7 @@ class ClientStats:
 
     def arrays(self) -> dict[str, Any]:
         """The stored arrays by field name (``None`` for the ones this mode does not hold)."""
-        return {
-            "counts": self.counts,
-            "sums": self.sums,
-            "sq_sums": self.sq_sums,
-            "class_scatter": self.class_scatter,
-            "scatter": self.scatter,
-        }
+        return {name: getattr(self, name) for name in ARRAY_NAMES}
 
     # ------------------------------------------------------------------ algebra
     def check_compatible(self, other: ClientStats) -> None:
@@ -157,8 +153,9 @@ class ClientStats:
             raise IncompatibleStatsError(
                 "cannot combine these statistics because they differ in "
                 + "; ".join(diffs)
-                + ". Every client must use the same encoder, projection, class list and upload "
-                "mode (convert with ClientStats.to_mode to a common, lower mode if needed)."
+                + ". Every client must use the same encoder, projection, class list, clipping "
+                "bound and upload mode (convert with ClientStats.to_mode to a common, lower mode "
+                "if needed)."
             )
 
     def __add__(self, other: ClientStats) -> ClientStats:
@@ -180,33 +177,33 @@ class ClientStats:
                 f"class {self.meta.classes[bad[0]]!r} has {self.counts[bad[0]]} on the left and "
                 f"{other.counts[bad[0]]} on the right"
             )
+        if other.n_clipped > self.n_clipped:
+            raise StatsValidationError(
+                "cannot subtract statistics holding more clipped samples than the left operand: "
+                f"n_clipped is {self.n_clipped} on the left and {other.n_clipped} on the right"
+            )
         return self._combine(other, -1)
 
     def _combine(self, other: ClientStats, sign: int) -> ClientStats:
-        def op(a: F64 | None, b: F64 | None) -> F64 | None:
-            if a is None or b is None:
-                return None
-            return a + b if sign > 0 else a - b
-
-        counts = self.counts + other.counts if sign > 0 else self.counts - other.counts
-        # Sums of validated payloads are valid by construction; only removal is re-validated.
-        make = ClientStats._trusted if sign > 0 else ClientStats
-        out = make(
-            self.meta,
-            counts,
-            np.asarray(op(self.sums, other.sums)),
-            op(self.sq_sums, other.sq_sums),
-            op(self.class_scatter, other.class_scatter),
-            op(self.scatter, other.scatter),
+        op = np.add if sign > 0 else np.subtract
+        arrays = {
+            name: op(getattr(self, name), getattr(other, name))
+            for name in schema_for(self.mode).names
+        }
+        n_clipped = self.n_clipped + sign * other.n_clipped
+        if sign > 0:  # sums of validated payloads are valid by construction
+            return ClientStats._trusted(self.meta, n_clipped=n_clipped, **arrays)
+        # Only removal is re-validated, after zeroing the sums of classes left empty.
+        return ClientStats(
+            self.meta, n_clipped=n_clipped, **_zero_empty_classes(self.meta, arrays)
         )
-        if sign < 0:
-            out = _zero_empty_classes(out)
-        return out
 
     def allclose(self, other: ClientStats, rtol: float = 1e-10, atol: float = 0.0) -> bool:
         """Equality with tolerance: same metadata, identical counts, arrays within
         ``rtol`` relative to each array's largest magnitude (plus ``atol``)."""
         if self.meta.differences(other.meta) or not np.array_equal(self.counts, other.counts):
+            return False
+        if self.n_clipped != other.n_clipped:
             return False
         for name, a in self.arrays().items():
             b = other.arrays()[name]
@@ -222,23 +219,21 @@ class ClientStats:
         return True
 
     def to_mode(self, mode: Mode) -> ClientStats:
-        """Convert to a lower upload mode (``full`` → ``pooled`` → ``diag``); exact."""
-        order = {"full": 2, "pooled": 1, "diag": 0}
-        if order[mode] > order[self.mode]:
+        """Convert to a lower upload mode (``full`` → ``pooled`` → ``diag``); exact.
+
+        Each array of the target mode is read from its schema ``source`` attribute (e.g.
+        ``sq_sums`` from :attr:`diag_sums`, ``scatter`` from :attr:`total_scatter`).
+        """
+        target = schema_for(mode)
+        if not schema_for(self.mode).supports(target.mode):
             raise StatsValidationError(
                 f"cannot convert statistics from mode {self.mode!r} to the richer mode {mode!r}: "
                 "the missing second moments were never collected; recompute them on the client"
             )
-        if mode == self.mode:
+        if target.mode == self.mode:
             return self
-        meta = self.meta.with_mode(mode)
-        return ClientStats(
-            meta,
-            self.counts.copy(),
-            self.sums.copy(),
-            sq_sums=self.diag_sums.copy(),
-            scatter=None if mode == "diag" else self.total_scatter,
-        )
+        arrays = {spec.name: np.array(getattr(self, spec.source)) for spec in target.arrays}
+        return ClientStats(self.meta.with_mode(target.mode), n_clipped=self.n_clipped, **arrays)
 
     def __repr__(self) -> str:
         return (
@@ -268,62 +263,42 @@ def sum_stats(items: Iterable[ClientStats]) -> ClientStats:
     return total
 
 
-def _zero_empty_classes(s: ClientStats) -> ClientStats:
-    """After exact subtraction, classes with N_c = 0 must hold exactly zero sums."""
-    empty = s.counts == 0
-    if not np.any(empty):
-        return s
-
-    def zeroed(a: F64 | None) -> F64 | None:
-        if a is None:
-            return None
-        out = np.array(a)
-        out[empty] = 0.0
-        return out
-
-    return ClientStats(
-        s.meta,
-        s.counts.copy(),
-        np.asarray(zeroed(s.sums)),
-        zeroed(s.sq_sums),
-        zeroed(s.class_scatter),
-        None if s.scatter is None else s.scatter.copy(),
-    )
+def _zero_empty_classes(meta: StatsMeta, arrays: dict[str, Any]) -> dict[str, Any]:
+    """After exact subtraction, classes with N_c = 0 must hold exactly zero sums: zero the
+    per-class rows (arrays whose first axis is ``C``) of those classes, in place."""
+    empty = arrays["counts"] == 0
+    if np.any(empty):
+        for spec in schema_for(meta.mode).float_arrays:
+            if spec.axes[0] == "C":
+                arrays[spec.name][empty] = 0.0
+    return arrays
 
 
 # ---------------------------------------------------------------------- validation
 def _validate(s: ClientStats) -> None:
     c, d, mode = s.meta.num_classes, s.meta.dim, s.meta.mode
-    _check_array("counts", s.counts, (c,), np.int64)
+    schema = schema_for(mode)
+    for spec in schema.arrays:
+        arr = getattr(s, spec.name)
+        if arr is None:
+            raise StatsValidationError(
+                f"mode {mode!r} statistics must hold {spec.name}; it is missing"
+            )
+        _check_array(spec.name, arr, spec.shape(c, d), spec.dtype)
+        if spec.symmetric:
+            _check_symmetric(spec.name, arr)
+    for name in ARRAY_NAMES:
+        if not schema.has(name) and getattr(s, name) is not None:
+            raise StatsValidationError(
+                f"mode {mode!r} statistics must not hold {name} (it belongs to another mode); "
+                "pass None or change the mode"
+            )
     if np.any(s.counts < 0):
         raise StatsValidationError(
             f"class counts must be non-negative; got {s.counts.min()} for class "
             f"{s.meta.classes[int(np.argmin(s.counts))]!r}"
         )
-    _check_array("sums", s.sums, (c, d), np.float64)
-    expected = {
-        "full": ("class_scatter",),
-        "pooled": ("sq_sums", "scatter"),
-        "diag": ("sq_sums",),
-    }[mode]
-    shapes = {"sq_sums": (c, d), "class_scatter": (c, d, d), "scatter": (d, d)}
-    for name, shape in shapes.items():
-        arr = getattr(s, name)
-        if name in expected:
-            if arr is None:
-                raise StatsValidationError(
-                    f"mode {mode!r} statistics must hold {name}; it is missing"
-                )
-            _check_array(name, arr, shape, np.float64)
-        elif arr is not None:
-            raise StatsValidationError(
-                f"mode {mode!r} statistics must not hold {name} (it belongs to another mode); "
-                "pass None or change the mode"
-            )
-    if s.class_scatter is not None:
-        _check_symmetric("class_scatter", s.class_scatter)
-    if s.scatter is not None:
-        _check_symmetric("scatter", s.scatter)
+    _check_n_clipped(s)
     diag = s.diag_sums
     if np.any(diag < -_tol(diag)):
         raise StatsValidationError(
@@ -344,19 +319,40 @@ def _validate(s: ClientStats) -> None:
             "per-class sums of squares are smaller than the squared sums allow (N_c·D_c < A_c²): "
             "the payload is corrupt or its parts come from different data"
         )
-    if mode == "pooled" and s.scatter is not None:
+    if s.scatter is not None and s.sq_sums is not None:
         tr_b = np.diagonal(s.scatter)
         tr_d = diag.sum(axis=0)
         if not np.allclose(
             tr_b, tr_d, rtol=1e-8, atol=1e-8 * (1.0 + float(np.abs(tr_d).max(initial=0)))
         ):
             raise StatsValidationError(
-                "diag(B) must equal Σ_c D_c in 'pooled' statistics; the payload is corrupt "
+                f"diag(B) must equal Σ_c D_c in {mode!r} statistics; the payload is corrupt "
                 "or its parts come from different data"
             )
 
 
-def _check_array(name: str, arr: Any, shape: tuple[int, ...], dtype: type) -> None:
+def _check_n_clipped(s: ClientStats) -> None:
+    """0 ≤ n_clipped ≤ Σ_c N_c, and clipped samples need a recorded clipping bound."""
+    n = s.n_clipped
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+        raise StatsValidationError(
+            f"n_clipped (the number of samples scaled down to the clipping bound) must be a "
+            f"non-negative integer; got {n!r}; pass 0 when nothing was clipped"
+        )
+    total = int(s.counts.sum())
+    if n > total:
+        raise StatsValidationError(
+            f"n_clipped is {n} but the statistics hold only {total} samples; at most every "
+            "sample can be clipped, so the payload is corrupt"
+        )
+    if n > 0 and s.meta.clip_norm is None:
+        raise StatsValidationError(
+            f"n_clipped is {n} but meta.clip_norm is None: clipped statistics must record their "
+            "clipping bound; set StatsMeta(clip_norm=R) or pass n_clipped=0"
+        )
+
+
+def _check_array(name: str, arr: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
     if not isinstance(arr, np.ndarray):
         raise StatsValidationError(f"{name} must be a numpy array; got {type(arr).__name__}")
     if arr.shape != shape:

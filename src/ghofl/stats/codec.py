@@ -6,10 +6,16 @@ zip), it is readable from Rust/JS/C++ without numpy, it loads lazily tensor by t
 length-prefixed header makes truncation detectable before any data is trusted.
 
 * header metadata: ``format = "ghofl.stats"``, ``schema_version``, ``meta`` (JSON of
-  :class:`StatsMeta`);
-* tensors: ``counts`` int64 (C,), ``sums`` float64 (C, d), and by mode ``sq_sums`` (C, d),
-  ``class_scatter_triu`` (C, d(d+1)/2) and ``scatter_triu`` (d(d+1)/2,): symmetric matrices
-  travel as their upper triangles in row-major order (``numpy.triu_indices``), which halves them.
+  :class:`StatsMeta`, including the clipping bound ``clip_norm``) and ``n_clipped`` (decimal
+  count of clipped samples; absent in version-1 files, read as 0);
+* tensors: the arrays of the mode's :class:`~ghofl.stats.schema.ModeSchema` under their
+  ``stored_name``: ``counts`` int64 (C,), ``sums`` float64 (C, d), and by mode ``sq_sums``
+  (C, d), ``class_scatter_triu`` (C, d(d+1)/2) and ``scatter_triu`` (d(d+1)/2,): symmetric
+  matrices travel as their upper triangles in row-major order (``numpy.triu_indices``), which
+  halves them.
+
+Schema version 2 added ``clip_norm`` and ``n_clipped``; version-1 files still load (as unclipped
+statistics, upgraded to the current version so they combine with new payloads).
 
 Writes are atomic: a temporary file in the target folder, then ``os.replace``.
 """
@@ -23,81 +29,101 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import GhoflError, StatsFormatError
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.meta import SCHEMA_VERSION, StatsMeta
+from ghofl.stats.meta import MIN_SCHEMA_VERSION, SCHEMA_VERSION, StatsMeta
+from ghofl.stats.schema import pack_upper, schema_for, unpack_upper
+
+__all__ = [
+    "FORMAT",
+    "MIN_SCHEMA_VERSION",
+    "atomic_write",
+    "expected_payload_nbytes",
+    "load_stats",
+    "pack_upper",
+    "payload_nbytes",
+    "read_safetensors",
+    "save_stats",
+    "stats_from_tensors",
+    "stats_tensors",
+    "unpack_upper",
+]
 
 FORMAT = "ghofl.stats"
-MIN_SCHEMA_VERSION = 1
-
-
-def pack_upper(m: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Upper triangle of symmetric matrices: (..., d, d) -> (..., d(d+1)/2), row-major."""
-    d = m.shape[-1]
-    iu = np.triu_indices(d)
-    return np.ascontiguousarray(m[..., iu[0], iu[1]])
-
-
-def unpack_upper(packed: NDArray[np.float64], d: int) -> NDArray[np.float64]:
-    """Inverse of :func:`pack_upper`: (..., d(d+1)/2) -> symmetric (..., d, d)."""
-    if packed.shape[-1] != d * (d + 1) // 2:
-        raise StatsFormatError(
-            f"packed symmetric matrix has {packed.shape[-1]} entries; expected d(d+1)/2 = "
-            f"{d * (d + 1) // 2} for d={d}; the file is corrupt"
-        )
-    out = np.zeros((*packed.shape[:-1], d, d))
-    iu = np.triu_indices(d)
-    out[..., iu[0], iu[1]] = packed
-    out[..., iu[1], iu[0]] = packed
-    return out
 
 
 def stats_tensors(stats: ClientStats) -> dict[str, NDArray[Any]]:
-    """The arrays that travel for ``stats`` (symmetric ones packed)."""
-    t: dict[str, NDArray[Any]] = {"counts": stats.counts, "sums": stats.sums}
-    if stats.sq_sums is not None:
-        t["sq_sums"] = stats.sq_sums
-    if stats.class_scatter is not None:
-        t["class_scatter_triu"] = pack_upper(stats.class_scatter)
-    if stats.scatter is not None:
-        t["scatter_triu"] = pack_upper(stats.scatter)
-    return {k: np.ascontiguousarray(v) for k, v in t.items()}
+    """The arrays that travel for ``stats``, by stored name (symmetric ones packed).
+
+    Returns
+    -------
+    dict of str to ndarray
+        One C-contiguous array per :class:`~ghofl.stats.schema.ArraySpec` of the mode, shape
+        :meth:`~ghofl.stats.schema.ArraySpec.packed_shape`.
+    """
+    return {
+        spec.stored_name: spec.pack(getattr(stats, spec.name))
+        for spec in schema_for(stats.mode).arrays
+    }
 
 
-def stats_from_tensors(meta: StatsMeta, t: dict[str, NDArray[Any]]) -> ClientStats:
-    """Rebuild :class:`ClientStats` from :func:`stats_tensors` output (validates)."""
-    d = meta.dim
-    try:
-        return ClientStats(
-            meta,
-            t["counts"],
-            t["sums"],
-            sq_sums=t.get("sq_sums"),
-            class_scatter=None
-            if "class_scatter_triu" not in t
-            else unpack_upper(t["class_scatter_triu"], d),
-            scatter=None if "scatter_triu" not in t else unpack_upper(t["scatter_triu"], d),
+def stats_from_tensors(
+    meta: StatsMeta, t: dict[str, NDArray[Any]], n_clipped: int = 0
+) -> ClientStats:
+    """Rebuild :class:`ClientStats` from :func:`stats_tensors` output (validates).
+
+    Parameters
+    ----------
+    meta : StatsMeta
+        Metadata; its mode decides which arrays ``t`` must hold.
+    t : dict of str to ndarray
+        Exactly the stored arrays of that mode, packed shapes.
+    n_clipped : int, default 0
+        Number of clipped samples (travels in the header, not as an array).
+
+    Raises
+    ------
+    StatsFormatError
+        An array is missing, unexpected, or of the wrong packed shape.
+    StatsValidationError
+        The arrays do not form valid statistics.
+    """
+    schema = schema_for(meta.mode)
+    stored = [spec.stored_name for spec in schema.arrays]
+    missing = [name for name in stored if name not in t]
+    if missing:
+        raise StatsFormatError(
+            f"statistics payload lacks the array {missing[0]!r}; it is corrupt (mode "
+            f"{meta.mode!r} payloads hold {', '.join(stored)})"
         )
-    except KeyError as exc:
-        raise StatsFormatError(f"statistics payload lacks the array {exc}; it is corrupt") from exc
+    extra = sorted(name for name in t if name not in stored)
+    if extra:
+        raise StatsFormatError(
+            f"statistics payload of mode {meta.mode!r} holds unexpected array(s) "
+            f"{', '.join(map(repr, extra))}; it holds exactly {', '.join(stored)}, so it is "
+            "corrupt or its metadata names the wrong mode"
+        )
+    arrays = {
+        spec.name: spec.unpack(t[spec.stored_name], meta.num_classes, meta.dim)
+        for spec in schema.arrays
+    }
+    return ClientStats(meta, n_clipped=n_clipped, **arrays)
 
 
 def payload_nbytes(stats: ClientStats) -> int:
     """Bytes of array data one client uploads for ``stats`` (excluding the small header)."""
-    return int(sum(a.nbytes for a in stats_tensors(stats).values()))
+    return expected_payload_nbytes(stats.mode, stats.num_classes, stats.dim)
 
 
 def expected_payload_nbytes(mode: str, num_classes: int, dim: int) -> int:
     """Bytes of array data of a payload of ``mode`` for C classes in dimension d (no allocation).
 
-    full: N + A + C·d(d+1)/2; pooled: N + A + D + d(d+1)/2; diag: N + A + D (8 bytes each).
+    full: N + A + C·d(d+1)/2; pooled: N + A + D + d(d+1)/2; diag: N + A + D (8 bytes each);
+    see :meth:`~ghofl.stats.schema.ModeSchema.nbytes`.
     """
-    c, d, tri = num_classes, dim, dim * (dim + 1) // 2
-    words = c + c * d + {"full": c * tri, "pooled": c * d + tri, "diag": c * d}[mode]
-    return 8 * words
+    return schema_for(mode).nbytes(num_classes, dim)
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -> None:
@@ -125,6 +151,7 @@ def save_stats(stats: ClientStats, path: str | os.PathLike[str]) -> int:
         "format": FORMAT,
         "schema_version": str(SCHEMA_VERSION),
         "meta": json.dumps(stats.meta.to_dict(), sort_keys=True),
+        "n_clipped": str(stats.n_clipped),
     }
     tensors = stats_tensors(stats)
     atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
@@ -186,4 +213,20 @@ def load_stats(path: str | os.PathLike[str]) -> ClientStats:
         meta_dict = json.loads(header["meta"])
     except (KeyError, json.JSONDecodeError) as exc:
         raise StatsFormatError(f"{str(path)!r} has a missing or corrupt metadata header") from exc
-    return stats_from_tensors(StatsMeta.from_dict(meta_dict), tensors)
+    meta = StatsMeta.from_dict(meta_dict)
+    n_clipped = _header_n_clipped(header, path)
+    try:
+        return stats_from_tensors(meta, tensors, n_clipped)
+    except StatsFormatError as exc:
+        raise StatsFormatError(f"{str(path)!r} holds malformed statistics: {exc}") from exc
+
+
+def _header_n_clipped(header: dict[str, str], path: str | os.PathLike[str]) -> int:
+    """The ``n_clipped`` header value (0 when absent, as in version-1 files)."""
+    raw = header.get("n_clipped", "0")
+    if not (raw.isascii() and raw.isdigit()):
+        raise StatsFormatError(
+            f"{str(path)!r} has header n_clipped {raw!r}; expected a non-negative decimal "
+            "integer; the file is corrupt, re-create it with ghofl"
+        )
+    return int(raw)

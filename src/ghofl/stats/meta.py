@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
@@ -11,7 +13,10 @@ from ghofl.errors import StatsFormatError, StatsValidationError
 
 Mode = Literal["full", "pooled", "diag"]
 MODES: tuple[str, ...] = get_args(Mode)
-SCHEMA_VERSION = 1
+#: Version 2 added the clipping bound (meta ``clip_norm``) and the ``n_clipped`` count.
+SCHEMA_VERSION = 2
+#: Oldest version still read; older metadata is upgraded on read (version 1 had no clipping).
+MIN_SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,10 @@ class StatsMeta:
         Public random projection applied before accumulation, if any.
     schema_version : int
         Version of the statistics schema.
+    clip_norm : float or None
+        Per-sample L2 clipping bound R the client applied in the statistics space (after the
+        projection, if any): every accumulated vector z satisfies ‖z‖ ≤ R. ``None``: no
+        clipping. Payloads with different bounds cannot be added.
     """
 
     mode: Mode
@@ -93,6 +102,7 @@ class StatsMeta:
     encoder: EncoderInfo | None = None
     projection: ProjectionSpec | None = None
     schema_version: int = field(default=SCHEMA_VERSION)
+    clip_norm: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -117,13 +127,17 @@ class StatsMeta:
                 f"encoder {self.encoder.name!r} produces d={self.encoder.dim} but the statistics "
                 f"have dim {self.dim}"
             )
+        if self.clip_norm is not None:
+            object.__setattr__(self, "clip_norm", _check_clip_norm(self.clip_norm))
 
     @property
     def num_classes(self) -> int:
         return len(self.classes)
 
     def with_mode(self, mode: Mode) -> StatsMeta:
-        return StatsMeta(mode, self.dim, self.classes, self.encoder, self.projection)
+        return StatsMeta(
+            mode, self.dim, self.classes, self.encoder, self.projection, clip_norm=self.clip_norm
+        )
 
     def differences(self, other: StatsMeta) -> list[str]:
         """List, in words, every field in which ``other`` differs from ``self``."""
@@ -148,6 +162,11 @@ class StatsMeta:
             )
         if self.projection != other.projection:
             out.append(f"projection ({self.projection} vs {other.projection})")
+        if self.clip_norm != other.clip_norm:
+            a, b = _describe_clip(self.clip_norm), _describe_clip(other.clip_norm)
+            if a == b:  # bounds that differ beyond the short form: show them in full
+                a, b = f"R={self.clip_norm!r}", f"R={other.clip_norm!r}"
+            out.append(f"clipping bound ({a} vs {b})")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,28 +177,76 @@ class StatsMeta:
             "classes": list(self.classes),
             "encoder": None if self.encoder is None else self.encoder.to_dict(),
             "projection": None if self.projection is None else self.projection.to_dict(),
+            "clip_norm": self.clip_norm,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StatsMeta:
+        """Inverse of :meth:`to_dict`.
+
+        Metadata of an older supported schema version is upgraded to :data:`SCHEMA_VERSION`
+        (version 1 had no clipping: ``clip_norm`` is ``None``), so old payloads combine with
+        new ones.
+
+        Raises
+        ------
+        StatsFormatError
+            A key is missing or malformed, or the schema version is not supported.
+        """
         from ghofl.stats.projection import ProjectionSpec
 
         try:
             enc = data.get("encoder")
             proj = data.get("projection")
-            return cls(
-                mode=data["mode"],
-                dim=int(data["dim"]),
-                classes=tuple(str(c) for c in data["classes"]),
-                encoder=None if enc is None else EncoderInfo.from_dict(enc),
-                projection=None if proj is None else ProjectionSpec.from_dict(proj),
-                schema_version=int(data["schema_version"]),
-            )
-        except (KeyError, TypeError) as exc:
+            version = int(data["schema_version"])
+            fields: dict[str, Any] = {
+                "mode": data["mode"],
+                "dim": int(data["dim"]),
+                "classes": tuple(str(c) for c in data["classes"]),
+                "encoder": None if enc is None else EncoderInfo.from_dict(enc),
+                "projection": None if proj is None else ProjectionSpec.from_dict(proj),
+            }
+        except StatsFormatError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
             raise StatsFormatError(
                 f"statistics metadata is malformed (missing or invalid {exc}); "
                 "the file was not written by ghofl or is corrupt"
             ) from exc
+        if not MIN_SCHEMA_VERSION <= version <= SCHEMA_VERSION:
+            raise StatsFormatError(
+                f"statistics metadata has schema version {version}; this ghofl reads versions "
+                f"{MIN_SCHEMA_VERSION} to {SCHEMA_VERSION}; re-create the statistics with this "
+                "ghofl, or upgrade ghofl if they are newer"
+            )
+        return cls(**fields, clip_norm=_parse_clip_norm(data.get("clip_norm")))
+
+
+def _check_clip_norm(value: Any) -> float:
+    """``value`` as a float if it is a finite number > 0, else StatsValidationError."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not ok or not (math.isfinite(float(value)) and float(value) > 0):
+        raise StatsValidationError(
+            f"clip_norm (the per-sample L2 clipping bound R) must be a finite number > 0; got "
+            f"{value!r}; pass a positive bound, or None for no clipping"
+        )
+    return float(value)
+
+
+def _parse_clip_norm(value: Any) -> float | None:
+    """Read ``clip_norm`` from metadata JSON (absent or null: no clipping)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):  # JSON numbers
+        raise StatsFormatError(
+            f"statistics metadata has clip_norm {value!r}; expected a number or null; the file "
+            "was not written by ghofl or is corrupt"
+        )
+    return float(value)
+
+
+def _describe_clip(clip_norm: float | None) -> str:
+    return "none" if clip_norm is None else f"R={clip_norm:g}"
 
 
 def _describe_encoder(enc: EncoderInfo | None) -> str:

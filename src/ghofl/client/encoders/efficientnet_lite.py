@@ -7,6 +7,24 @@ are always loaded from the installed file (never from the network).
 Features: the global average of ``extract_features`` (the last 1x1 convolution, ReLU6), d = 1280,
 on inputs preprocessed inside the module: uint8 NHWC -> float, bilinear resize to
 ``resolution`` (align_corners=False), ``(v - 127) / 128`` on values v in [0, 255].
+
+Default clipping bound: secure aggregation and differential privacy clip every embedding to an
+L2 norm of at most R; :func:`~ghofl.client.encoders.default_clip_norm` gives R for these
+encoders with the pinned weights. R was chosen from the norms of real CIFAR-10 embeddings after
+each feature transform: 1.25 times the largest norm observed, rounded up to two significant
+digits, so that clipping practically never triggers (a held-out sample confirms it) while R stays
+tight. The norms depend strongly on the input resolution, so R exists only for the resolutions
+below; any other resolution or weights has no default (``None``).
+
+==================  ==========  ====  ====  ======
+variant             resolution  none  sqrt  x+sqrt
+==================  ==========  ====  ====  ======
+efficientnet-lite0  128         58    38    69
+efficientnet-lite0  160         41    32    52
+efficientnet-lite0  224         28    26    37
+efficientnet-lite1  224         29    27    39
+efficientnet-lite2  224         31    28    42
+==================  ==========  ====  ====  ======
 """
 
 from __future__ import annotations

@@ -66,6 +66,12 @@ def get_encoder(
         For an unknown name, backend or option (the message lists the valid ones).
     MissingExtraError
         When the extra that the encoder needs is not installed.
+
+    See Also
+    --------
+    ghofl.client.encoders.default_clip_norm : the default per-sample L2 clipping bound R of
+        ``encoder.info`` (measured for the Lite encoders at some resolutions and for MiniLM;
+        ``None`` for the torchvision backbones).
     """
     key = str(name).strip().lower()
     if backend not in ("onnx", "torch"):

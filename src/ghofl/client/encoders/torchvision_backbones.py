@@ -14,6 +14,12 @@ Preprocessing (inside the module): uint8 NHWC -> ``/255``, bilinear resize to ``
 (default 224, align_corners=False), ImageNet mean/std. Weights: ``"imagenet"`` (torchvision's
 IMAGENET1K_V1, from the torch hub cache or downloaded), a path to a local state dict, or ``None``
 (random init from ``seed``; the fingerprint says so, for tests only).
+
+No default clipping bound: the norms of these features have no tight bound by construction and
+could not be measured where the other defaults were (torchvision was not installable there), so
+:func:`~ghofl.client.encoders.default_clip_norm` returns ``None`` for them; choose the clipping
+bound R from the norms of your own embeddings, e.g. with the rule of
+``benchmarks/bench_clip_norms.py`` (1.25 times the largest norm, rounded up).
 """
 
 from __future__ import annotations

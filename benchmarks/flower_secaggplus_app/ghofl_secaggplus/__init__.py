@@ -1,0 +1,1 @@
+"""Flower App running one SecAgg+ round over fixed client vectors (ghofl benchmark)."""

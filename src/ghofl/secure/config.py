@@ -1,0 +1,146 @@
+"""Public parameters of a secure aggregation round, agreed by the server and every client."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ghofl.errors import ConfigError, ProtocolError
+from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES, FixedPointCodec
+from ghofl.secure.graph import default_neighbours
+
+__all__ = ["SecAggConfig", "SessionParams", "default_threshold"]
+
+
+def default_threshold(n: int) -> int:
+    """Default threshold t for n clients: a strict majority, ⌊n/2⌋ + 1 (at least 2)."""
+    return max(2, n // 2 + 1)
+
+
+@dataclass(frozen=True)
+class SecAggConfig:
+    """What a user chooses for a secure round; resolved per round by :meth:`for_clients`.
+
+    Parameters
+    ----------
+    clip_norm : float
+        R, the per-sample L2 clipping bound every client applies (public).
+    threshold : int, optional
+        t, the fewest clients that must remain at every stage; below it the round aborts.
+        Default: a strict majority of the clients, ⌊n/2⌋ + 1. The server learns only sums
+        over at least t clients, and up to t − 1 colluding clients learn nothing.
+    neighbours : int, optional
+        k, neighbours per client on the SecAgg+ graph. Default 2·⌈1.5·log2 n⌉, or the complete
+        graph (k = n − 1) when that is at least n − 1.
+    max_samples : int, default 1,000,000
+        M, the public maximum number of samples per client (bounds the fixed-point range).
+    limbs : {1, 2}, default 2
+        64-bit words per float statistic (2: exact to float64 precision; 1: half the bytes).
+    """
+
+    clip_norm: float
+    threshold: int | None = None
+    neighbours: int | None = None
+    max_samples: int = DEFAULT_MAX_SAMPLES
+    limbs: int = 2
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.clip_norm, int | float) and math.isfinite(self.clip_norm)
+                and self.clip_norm > 0):
+            raise ConfigError(
+                f"secure aggregation needs a clipping bound R > 0 (--clip R); got "
+                f"{self.clip_norm!r}"
+            )
+        if self.threshold is not None and self.threshold < 2:
+            raise ConfigError(
+                f"the threshold must be at least 2 (a sum over one client is that client's "
+                f"statistics); got {self.threshold}"
+            )
+        if self.neighbours is not None and self.neighbours < 1:
+            raise ConfigError(f"neighbours must be at least 1; got {self.neighbours}")
+        FixedPointCodec(2, self.max_samples, float(self.clip_norm), self.limbs)  # checks
+
+    def for_clients(self, n: int) -> SessionParams:
+        """Resolve the defaults for a round over ``n`` clients.
+
+        Raises
+        ------
+        ConfigError
+            Fewer than two clients, or a threshold larger than the number of clients.
+        """
+        if n < 2:
+            raise ConfigError(
+                f"secure aggregation needs at least 2 clients (the sum of one client is its "
+                f"own statistics); got {n}"
+            )
+        t = default_threshold(n) if self.threshold is None else int(self.threshold)
+        if t > n:
+            raise ConfigError(
+                f"threshold t={t} is larger than the number of clients ({n}); give "
+                f"--threshold between 2 and {n}"
+            )
+        k = default_neighbours(n) if self.neighbours is None else min(int(self.neighbours), n - 1)
+        return SessionParams(n, t, k, self.max_samples, float(self.clip_norm), self.limbs)
+
+
+@dataclass(frozen=True)
+class SessionParams:
+    """The resolved public parameters of one round (sent to every client at stage 1).
+
+    Attributes
+    ----------
+    num_clients : int
+        n, clients invited to the round (the K of the fixed-point bounds).
+    threshold : int
+        t, fewest clients that must remain at every stage.
+    neighbours : int
+        k, neighbours per client (n − 1: complete graph).
+    max_samples, clip_norm, limbs :
+        The fixed-point bounds (:class:`~ghofl.secure.fixedpoint.FixedPointCodec`).
+    """
+
+    num_clients: int
+    threshold: int
+    neighbours: int
+    max_samples: int
+    clip_norm: float
+    limbs: int
+
+    @property
+    def complete_graph(self) -> bool:
+        return self.neighbours >= self.num_clients - 1
+
+    @property
+    def share_threshold(self) -> int:
+        """Shares needed to recover one client's secrets: t on the complete graph, else the
+        same fraction of its k + 1 share holders, ⌈(k + 1)·t / n⌉ (at least 2)."""
+        if self.complete_graph:
+            return self.threshold
+        return max(2, math.ceil((self.neighbours + 1) * self.threshold / self.num_clients))
+
+    @property
+    def codec(self) -> FixedPointCodec:
+        return FixedPointCodec(self.num_clients, self.max_samples, self.clip_norm, self.limbs)
+
+    def items(self) -> tuple[tuple[str, str], ...]:
+        """The parameters as (name, text) pairs, as they travel."""
+        return tuple((k, repr(v)) for k, v in self.to_dict().items())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"num_clients": self.num_clients, "threshold": self.threshold,
+                "neighbours": self.neighbours, "max_samples": self.max_samples,
+                "clip_norm": self.clip_norm, "limbs": self.limbs}
+
+    @classmethod
+    def from_items(cls, items: tuple[tuple[str, str], ...]) -> SessionParams:
+        """Parse :meth:`items`; raises :class:`ProtocolError` when malformed."""
+        try:
+            d = dict(items)
+            return cls(int(d["num_clients"]), int(d["threshold"]), int(d["neighbours"]),
+                       int(d["max_samples"]), float(d["clip_norm"]), int(d["limbs"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(
+                f"the round's public parameters are malformed ({exc!r}); the server and this "
+                "client run incompatible versions of ghofl"
+            ) from exc

@@ -1,0 +1,211 @@
+"""Exact fixed-point encoding of client statistics as 64-bit words (integers mod 2^64).
+
+Secure aggregation adds vectors modulo 2^64, so every statistic must become an integer whose
+sum over all clients can never wrap. The public bounds that make this possible are agreed by
+every party before the round:
+
+* K, the number of clients that may contribute;
+* M, the maximum number of samples one client may hold;
+* R, the per-sample L2 clipping bound (‖x‖ ≤ R, applied on the client).
+
+With them, one client's statistic of kind ``count`` is at most M in absolute value, of kind
+``first`` (Σ x) at most M·R, of kind ``second`` (Σ x xᵀ, Σ x⊙x) at most M·R². The integer
+words of ``counts`` and ``n_clipped`` travel as they are. Each float statistic x with bound B
+travels as two 64-bit limbs (``limbs=2``, the default):
+
+    hi = round(x · 2^e1),   lo = round((x · 2^e1 − hi) · 2^e2),
+
+with e1 the largest exponent for which K·B·2^e1 ≤ 2^62, and e2 = 62 − ⌈log2 K⌉. Both limbs
+are summed independently: |Σ hi| ≤ 2^62 and |Σ lo| ≤ K·2^(e2−1) < 2^62, so no sum wraps and
+the reinterpreted int64 totals are exact. Scaling by powers of two is exact in floating point,
+so the only error is the final rounding of lo: at most K·2^−(e1+e2+1) per entry, far below
+float64 resolution of the total. ``limbs=1`` sends hi only (half the words) with error at most
+K·2^−(e1+1) per entry, which :meth:`FixedPointCodec.error_bound` reports.
+
+The decoded total is therefore the float64 sum to within one rounding of the final value, for
+any number of clients and any data within the bounds; counts are exact.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.errors import ConfigError, InputError
+from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import StatsMeta
+from ghofl.stats.schema import Kind, ModeSchema, schema_for
+
+__all__ = ["DEFAULT_MAX_SAMPLES", "FixedPointCodec"]
+
+#: Default public maximum number of samples per client (M).
+DEFAULT_MAX_SAMPLES = 1_000_000
+_HEADROOM_BITS = 62
+_RELATIVE_SLACK = 1e-9  # accumulation rounding may exceed an exact bound by a few ulps
+
+
+@dataclass(frozen=True)
+class FixedPointCodec:
+    """Public parameters of the encoding and the encode/decode maps.
+
+    Parameters
+    ----------
+    num_clients : int
+        K, the number of clients that may contribute (the roster size).
+    max_samples : int
+        M, the public maximum number of samples per client.
+    clip_norm : float
+        R, the per-sample L2 clipping bound every client applied.
+    limbs : {1, 2}, default 2
+        64-bit words per float statistic.
+    """
+
+    num_clients: int
+    max_samples: int
+    clip_norm: float
+    limbs: int = 2
+
+    def __post_init__(self) -> None:
+        if int(self.num_clients) < 1:
+            raise ConfigError(f"num_clients must be >= 1; got {self.num_clients}")
+        if int(self.max_samples) < 1:
+            raise ConfigError(f"max_samples must be >= 1; got {self.max_samples}")
+        if not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
+            raise ConfigError(
+                f"the clipping bound R must be a finite number > 0; got {self.clip_norm!r}"
+            )
+        if self.limbs not in (1, 2):
+            raise ConfigError(f"limbs must be 1 or 2; got {self.limbs!r}")
+        if self.num_clients * self.max_samples >= 2**_HEADROOM_BITS:
+            raise ConfigError(
+                f"num_clients × max_samples = {self.num_clients * self.max_samples} does not fit "
+                "in 62 bits, so counts could wrap; lower max_samples"
+            )
+
+    # ------------------------------------------------------------------ public bounds
+    def bound(self, kind: Kind) -> float:
+        """Largest absolute value one client's statistic of ``kind`` can take."""
+        r = float(self.clip_norm)
+        return float(self.max_samples) * {"count": 1.0, "first": r, "second": r * r}[kind]
+
+    def exponents(self, kind: Kind) -> tuple[int, int]:
+        """(e1, e2): the power-of-two scales of the high and low limbs for ``kind``."""
+        total = self.num_clients * self.bound(kind) * (1.0 + _RELATIVE_SLACK)
+        e1 = math.floor(_HEADROOM_BITS - math.log2(total))
+        e2 = _HEADROOM_BITS - math.ceil(math.log2(max(self.num_clients, 2)))
+        return e1, e2
+
+    def error_bound(self, kind: Kind) -> float:
+        """Largest absolute error of a decoded total entry of ``kind`` (before float64
+        rounding of the result)."""
+        e1, e2 = self.exponents(kind)
+        bits = e1 + (e2 if self.limbs == 2 else 0) + 1
+        return float(self.num_clients) * math.ldexp(1.0, -bits)
+
+    def length(self, meta: StatsMeta) -> int:
+        """Number of uint64 words of an encoded payload of ``meta``."""
+        sch = schema_for(meta.mode)
+        n_int = sum(s.size for s in sch.int_layout(meta.num_classes, meta.dim))
+        n_float = sum(s.size for s in sch.float_layout(meta.num_classes, meta.dim))
+        return n_int + self.limbs * n_float
+
+    # ------------------------------------------------------------------ encode
+    def encode(self, stats: ClientStats) -> NDArray[np.uint64]:
+        """Encode one client's statistics as uint64 words (integers, then hi limbs, then lo).
+
+        Raises
+        ------
+        InputError
+            The statistics were clipped with another bound, or exceed the public bounds (more
+            than M samples, or values larger than clipping to R allows).
+        """
+        meta = stats.meta
+        if meta.clip_norm is None or not math.isclose(meta.clip_norm, self.clip_norm,
+                                                      rel_tol=0.0, abs_tol=0.0):
+            got = "no clipping" if meta.clip_norm is None else f"R={meta.clip_norm:g}"
+            raise InputError(
+                f"secure aggregation uses the public clipping bound R={self.clip_norm:g} but "
+                f"these statistics were computed with {got}; recompute them with "
+                f"--clip {self.clip_norm:g}"
+            )
+        if stats.n_samples > self.max_samples:
+            raise InputError(
+                f"this client holds {stats.n_samples} samples, more than the public maximum "
+                f"M={self.max_samples} per client that bounds the fixed-point encoding; raise "
+                "max_samples (--max-samples) for the whole federation"
+            )
+        sch = schema_for(meta.mode)
+        ints, floats = sch.flatten(stats)
+        layout = sch.float_layout(meta.num_classes, meta.dim)
+        hi = np.empty(floats.size, np.int64)
+        lo = np.empty(floats.size, np.int64) if self.limbs == 2 else None
+        for seg in layout:
+            part = floats[seg.offset : seg.offset + seg.size]
+            _check_bound(part, self.bound(seg.kind), seg.name)
+            e1, e2 = self.exponents(seg.kind)
+            scaled = np.ldexp(part, e1)
+            high = np.rint(scaled)
+            hi[seg.offset : seg.offset + seg.size] = high
+            if lo is not None:
+                lo[seg.offset : seg.offset + seg.size] = np.rint(np.ldexp(scaled - high, e2))
+        words = [ints.astype(np.int64), hi] + ([lo] if lo is not None else [])
+        return np.concatenate(words).view(np.uint64)
+
+    # ------------------------------------------------------------------ decode
+    def decode(self, meta: StatsMeta, total: NDArray[np.uint64]) -> ClientStats:
+        """Decode the modular sum of encoded payloads into the total statistics.
+
+        Parameters
+        ----------
+        meta : StatsMeta
+            Metadata shared by every payload.
+        total : ndarray of uint64, shape (length(meta),)
+            Σ_u encode(stats_u) mod 2^64.
+
+        Returns
+        -------
+        ClientStats
+            The validated total.
+        """
+        sch: ModeSchema = schema_for(meta.mode)
+        expected = self.length(meta)
+        if total.shape != (expected,) or total.dtype != np.uint64:
+            raise InputError(
+                f"the aggregated vector must be uint64 of length {expected} for these "
+                f"statistics; got {total.dtype} of shape {total.shape}"
+            )
+        signed = total.view(np.int64)
+        n_int = sum(s.size for s in sch.int_layout(meta.num_classes, meta.dim))
+        n_float = (expected - n_int) // self.limbs
+        ints = np.array(signed[:n_int])
+        hi = signed[n_int : n_int + n_float]
+        lo = signed[n_int + n_float :] if self.limbs == 2 else None
+        floats = np.empty(n_float)
+        for seg in sch.float_layout(meta.num_classes, meta.dim):
+            e1, e2 = self.exponents(seg.kind)
+            sl = slice(seg.offset, seg.offset + seg.size)
+            value = hi[sl].astype(np.float64)
+            if lo is not None:
+                value = value + np.ldexp(lo[sl].astype(np.float64), -e2)
+            floats[sl] = np.ldexp(value, -e1)
+        return sch.unflatten(meta, ints, floats)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"num_clients": self.num_clients, "max_samples": self.max_samples,
+                "clip_norm": self.clip_norm, "limbs": self.limbs}
+
+
+def _check_bound(values: NDArray[np.float64], bound: float, name: str) -> None:
+    if values.size == 0:
+        return
+    peak = float(np.max(np.abs(values)))
+    if peak > bound * (1.0 + _RELATIVE_SLACK):
+        raise InputError(
+            f"{name} holds a value of magnitude {peak:.6g}, above the public bound {bound:.6g} "
+            "that clipping to R with at most M samples guarantees; the client did not clip its "
+            "embeddings to R before computing statistics"
+        )

@@ -1,0 +1,400 @@
+"""The server half of the secure sum (Bonawitz et al. 2017 on the SecAgg+ graph of Bell et al.
+2020), as explicit state transitions.
+
+For each stage the driver asks :meth:`SecAggServer.requests` what to send, hands the replies to
+:meth:`SecAggServer.receive`, and moves on; :meth:`SecAggServer.result` gives the total. The
+server never holds a client's statistics: it sees public keys, encrypted shares it cannot open,
+masked vectors indistinguishable from uniform words, and, in the last stage, exactly one kind
+of secret per client: the self-mask seed of a survivor or the mask key of a dropped client.
+
+Clients that do not answer a stage are dropouts; their secrets' shares let the survivors'
+pairwise masks be removed. A reply that is malformed, from another round or stage, claims
+another sender, or contradicts an earlier stage excludes its sender, with the reason in
+:attr:`SecAggServer.excluded`. Whenever fewer than t clients remain the round aborts with
+:class:`~ghofl.errors.AggregationAbortedError` and no partial result.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.errors import AggregationAbortedError, ConfigError, StatsFormatError
+from ghofl.secure import primitives as cr
+from ghofl.secure import shamir
+from ghofl.secure._common import Topology, seed_commitment
+from ghofl.secure.config import SecAggConfig, SessionParams
+from ghofl.secure.messages import (
+    PROTOCOL_VERSION,
+    SECURE_STAGES,
+    AdvertiseKeys,
+    AdvertiseRequest,
+    ClientMessage,
+    MaskedInput,
+    MaskRequest,
+    RosterEntry,
+    SealedShare,
+    ServerMessage,
+    ShareKeys,
+    ShareRequest,
+    Stage,
+    UnmaskRequest,
+    UnmaskShares,
+)
+from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import StatsMeta
+
+__all__ = ["SecAggServer", "ServerState"]
+
+ServerState = Literal["advertise", "share", "mask", "unmask", "done", "aborted"]
+_SEALED_BYTES = cr.NONCE_BYTES + 132 + 16
+_MAX_RECONSTRUCTION_TRIES = 64
+
+
+class SecAggServer:
+    """The server of one secure aggregation round.
+
+    Parameters
+    ----------
+    config : SecAggConfig
+        Threshold, neighbours and fixed-point bounds.
+    meta : StatsMeta
+        The statistics every client must hold (mode, dim, classes, encoder, projection,
+        clipping bound); a client advertising other metadata is excluded.
+    clients : sequence of str
+        The clients invited to the round.
+    round_id : bytes, optional
+        Public identifier of the round (default: 16 fresh random bytes).
+    record_view : bool, default False
+        Keep every message received in :attr:`view` (for audits and tests).
+
+    Attributes
+    ----------
+    params : SessionParams
+    state : str
+        The stage awaited next, ``"done"`` or ``"aborted"``.
+    dropped : dict of str to str
+        Clients that did not answer, with the stage they missed.
+    excluded : dict of str to str
+        Clients excluded for a bad message, with the reason.
+    ignored : list of str
+        Problems with replies that did not exclude anyone (e.g. a bad unmask share).
+    view : list of (str, str, ClientMessage)
+        (stage, client, message) of every reply received, when ``record_view``.
+    """
+
+    stages: tuple[Stage, ...] = SECURE_STAGES
+
+    def __init__(self, config: SecAggConfig, meta: StatsMeta, clients: Sequence[str], *,
+                 round_id: bytes | None = None, record_view: bool = False) -> None:
+        ids = [str(c) for c in clients]
+        if len(set(ids)) != len(ids):
+            raise ConfigError("client ids must be unique; the list of clients repeats one")
+        if meta.clip_norm is None or float(meta.clip_norm) != float(config.clip_norm):
+            raise ConfigError(
+                f"the statistics metadata must carry the round's clipping bound "
+                f"R={config.clip_norm:g}; it has {meta.clip_norm!r}"
+            )
+        self.params: SessionParams = config.for_clients(len(ids))
+        self.meta = meta
+        self.clients = tuple(ids)
+        self.round_id = round_id if round_id is not None else secrets.token_bytes(16)
+        self.state: ServerState = "advertise"
+        self.dropped: dict[str, str] = {}
+        self.excluded: dict[str, str] = {}
+        self.ignored: list[str] = []
+        self.view: list[tuple[str, str, ClientMessage]] = []
+        self._record = record_view
+        self._meta_json = json.dumps(meta.to_dict(), sort_keys=True)
+        self._active: list[str] = list(ids)
+        self._roster: dict[str, RosterEntry] = {}
+        self._topology: Topology | None = None
+        self._shares: dict[str, ShareKeys] = {}
+        self._vectors: dict[str, NDArray[np.uint64]] = {}
+        self._survivors: tuple[str, ...] = ()
+        self._gone: tuple[str, ...] = ()
+        self._result: ClientStats | None = None
+
+    # ------------------------------------------------------------------ requests
+    def requests(self) -> dict[str, ServerMessage]:
+        """The request for each client still in the round, for the current stage."""
+        head = {"version": PROTOCOL_VERSION, "round_id": self.round_id, "stage": self.state}
+        if self.state == "advertise":
+            req = AdvertiseRequest(**head, params=self.params.items(),  # type: ignore[arg-type]
+                                   meta=self._meta_json)
+            return {c: req for c in self._active}
+        if self.state == "share":
+            share = ShareRequest(**head,  # type: ignore[arg-type]
+                                 roster=tuple(self._roster[c] for c in self._active))
+            return {c: share for c in self._active}
+        if self.state == "mask":
+            inbox: dict[str, list[SealedShare]] = {c: [] for c in self._active}
+            for msg in self._shares.values():
+                for box in msg.shares:
+                    if box.recipient in inbox:
+                        inbox[box.recipient].append(box)
+            sharers = tuple(self._active)
+            return {c: MaskRequest(**head, sharers=sharers,  # type: ignore[arg-type]
+                                   shares=tuple(inbox[c])) for c in self._active}
+        if self.state == "unmask":
+            un = UnmaskRequest(**head, survivors=self._survivors,  # type: ignore[arg-type]
+                               dropped=self._gone)
+            return {c: un for c in self._survivors}
+        raise AggregationAbortedError(f"the round is {self.state}; there is nothing to send")
+
+    # ------------------------------------------------------------------ replies
+    def receive(self, replies: Iterable[tuple[str, ClientMessage]]) -> None:
+        """Consume the replies of the current stage and move to the next one.
+
+        Raises
+        ------
+        AggregationAbortedError
+            Fewer than t clients remain, or a secret cannot be recovered.
+        """
+        stage = self.state
+        expected_type = {"advertise": AdvertiseKeys, "share": ShareKeys, "mask": MaskedInput,
+                         "unmask": UnmaskShares}[stage]
+        asked = set(self._survivors if stage == "unmask" else self._active)
+        accepted: dict[str, Any] = {}
+        for client, msg in replies:
+            if self._record:
+                self.view.append((stage, client, msg))
+            if client not in asked:
+                self.ignored.append(f"{stage}: unsolicited reply from {client!r}")
+                continue
+            reason = _header_problem(msg, expected_type, stage, client, self.round_id)
+            if reason is None and client in accepted:
+                reason = f"sent two replies in stage {stage!r}"
+            if reason is None:
+                reason = self._check(stage, client, msg)
+            if reason is not None and stage == "unmask":
+                # The input is in the sum already; only this client's shares go unused.
+                self.ignored.append(f"unmask: {client!r} {reason}; its shares were not used")
+                continue
+            if reason is not None:
+                accepted.pop(client, None)
+                self._exclude(client, reason, stage)
+                asked.discard(client)
+                continue
+            accepted[client] = msg
+        for client in sorted(asked - set(accepted) - set(self.excluded)):
+            self.dropped.setdefault(client, stage)
+        getattr(self, f"_after_{stage}")(accepted)
+
+    def _exclude(self, client: str, reason: str, stage: str) -> None:
+        self.excluded.setdefault(client, f"{stage}: {reason}")
+
+    def _check(self, stage: str, client: str, msg: Any) -> str | None:
+        return getattr(self, f"_check_{stage}")(client, msg)  # type: ignore[no-any-return]
+
+    def _require(self, remaining: int, what: str) -> None:
+        if remaining < self.params.threshold:
+            self.state = "aborted"
+            raise AggregationAbortedError(
+                f"secure aggregation aborted: only {remaining} of {len(self.clients)} clients "
+                f"{what}, below the threshold t={self.params.threshold}; no result was "
+                f"produced (dropped: {_names(self.dropped)}; excluded: {_names(self.excluded)})"
+            )
+
+    # ------------------------------------------------------------------ stage 1
+    def _check_advertise(self, client: str, msg: AdvertiseKeys) -> str | None:
+        for name in ("enc_public", "mask_public"):
+            key = getattr(msg, name)
+            if not isinstance(key, bytes) or len(key) != cr.KEY_BYTES:
+                return f"advertised a malformed {name} (not {cr.KEY_BYTES} bytes)"
+            try:
+                cr.agree(cr.KeyPair.generate().private, key)
+            except ValueError:
+                return f"advertised an invalid X25519 {name}"
+        if msg.enc_public == msg.mask_public:
+            return "advertised the same key for encryption and masking"
+        if msg.meta != self._meta_json:
+            return _meta_difference(msg.meta, self.meta)
+        return None
+
+    def _after_advertise(self, accepted: dict[str, AdvertiseKeys]) -> None:
+        seen: dict[bytes, str] = {}
+        for client in sorted(accepted):
+            for key in (accepted[client].enc_public, accepted[client].mask_public):
+                if key in seen:
+                    self._exclude(client, f"reuses a public key of {seen[key]!r}", "advertise")
+                seen.setdefault(key, client)
+        self._active = [c for c in self.clients if c in accepted and c not in self.excluded]
+        self._require(len(self._active), "advertised valid keys")
+        self._roster = {c: RosterEntry(c, accepted[c].enc_public, accepted[c].mask_public)
+                        for c in self._active}
+        self._topology = Topology.build(tuple(self._roster[c] for c in self._active),
+                                        self.params, self.round_id)
+        self.state = "share"
+
+    # ------------------------------------------------------------------ stage 2
+    def _check_share(self, client: str, msg: ShareKeys) -> str | None:
+        assert self._topology is not None
+        if not isinstance(msg.seed_commitment, bytes) or len(msg.seed_commitment) != 32:
+            return "sent a malformed seed commitment"
+        want = self._topology.neighbours(client)
+        got = [b.recipient for b in msg.shares if isinstance(b, SealedShare)]
+        if len(got) != len(msg.shares) or sorted(got) != sorted(want):
+            return ("sent shares to a set of clients other than its neighbours on the graph "
+                    "(inconsistent with the roster)")
+        if any(b.sender != client or not isinstance(b.sealed, bytes)
+               or len(b.sealed) != _SEALED_BYTES for b in msg.shares):
+            return "sent a malformed encrypted share"
+        return None
+
+    def _after_share(self, accepted: dict[str, ShareKeys]) -> None:
+        self._shares = accepted
+        self._active = [c for c in self._active if c in accepted]
+        self._require(len(self._active), "sent their secret shares")
+        self.state = "mask"
+
+    # ------------------------------------------------------------------ stage 3
+    def _check_mask(self, client: str, msg: MaskedInput) -> str | None:
+        length = self.params.codec.length(self.meta)
+        v = msg.vector
+        if not isinstance(v, np.ndarray) or v.dtype != np.uint64 or v.shape != (length,):
+            shape = getattr(v, "shape", None)
+            return (f"sent a masked vector of dtype {getattr(v, 'dtype', type(v).__name__)} "
+                    f"and shape {shape}; expected uint64 of length {length}")
+        if not isinstance(msg.complaints, tuple):
+            return "sent malformed complaints"
+        return None
+
+    def _after_mask(self, accepted: dict[str, MaskedInput]) -> None:
+        assert self._topology is not None
+        for client in sorted(accepted):
+            for accused, why in accepted[client].complaints:
+                if accused in self._topology.neighbours(client) and accused in self._shares:
+                    self._exclude(str(accused), f"reported by {client!r}: {why}", "mask")
+                else:
+                    self.ignored.append(f"mask: {client!r} complained about a non-neighbour")
+        survivors = [c for c in self._active if c in accepted and c not in self.excluded]
+        self._require(len(survivors), "sent valid masked inputs")
+        self._vectors = {c: accepted[c].vector for c in survivors}
+        self._survivors = tuple(survivors)
+        self._gone = tuple(c for c in self._active if c not in self._vectors)
+        self.state = "unmask"
+
+    # ------------------------------------------------------------------ stage 4
+    def _check_unmask(self, client: str, msg: UnmaskShares) -> str | None:
+        for pairs in (msg.seed_shares, msg.key_shares):
+            if not isinstance(pairs, tuple) or not all(
+                isinstance(p, tuple) and len(p) == 2 for p in pairs
+            ):
+                return "sent malformed shares"
+        return None  # bad individual shares are skipped (and logged) in _after_unmask
+
+    def _after_unmask(self, accepted: dict[str, UnmaskShares]) -> None:
+        assert self._topology is not None
+        self._require(len(accepted), "answered the unmask stage")
+        topo, survivors, gone = self._topology, set(self._survivors), set(self._gone)
+        seed_pts: dict[str, list[tuple[int, bytes]]] = {}
+        key_pts: dict[str, list[tuple[int, bytes]]] = {}
+        for holder, msg in sorted(accepted.items()):
+            mine = topo.neighbours(holder) | {holder}
+            for kind, pairs, pool, owners in (("seed", msg.seed_shares, seed_pts, survivors),
+                                               ("key", msg.key_shares, key_pts, gone)):
+                for owner, share in pairs:
+                    if owner in owners and owner in mine and isinstance(share, bytes):
+                        pool.setdefault(owner, []).append((topo.point(holder), share))
+                    else:
+                        self.ignored.append(
+                            f"unmask: {holder!r} sent an unexpected {kind} share for {owner!r}"
+                        )
+        total = np.zeros(self.params.codec.length(self.meta), np.uint64)
+        for client in self._survivors:
+            total += self._vectors.pop(client)
+        for client in self._survivors:
+            seed = self._recover(client, seed_pts.get(client, []), "self-mask seed",
+                                 lambda s, c=client: seed_commitment(
+                                     self.round_id, c, s) == self._shares[c].seed_commitment)
+            total -= cr.mask_words(seed, total.size)
+        for client in self._gone:
+            key = self._recover(client, key_pts.get(client, []), "mask key",
+                                lambda s, c=client: cr.public_from_private(s)
+                                == self._roster[c].mask_public)
+            for other in sorted(topo.neighbours(client) & survivors):
+                shared = cr.agree(key, self._roster[other].mask_public)
+                words = cr.mask_words(cr.derive_key(shared, b"mask", self.round_id), total.size)
+                if topo.sign(other, client) > 0:
+                    total -= words
+                else:
+                    total += words
+        try:
+            self._result = self.params.codec.decode(self.meta, total)
+        except (StatsFormatError, ValueError) as exc:
+            self.state = "aborted"
+            raise AggregationAbortedError(
+                f"secure aggregation aborted: the unmasked sum is not valid statistics ({exc}); "
+                "a client sent an inconsistent masked input"
+            ) from exc
+        self.state = "done"
+
+    def _recover(self, client: str, points: list[tuple[int, bytes]], what: str,
+                 valid: Any) -> bytes:
+        t_s = self.params.share_threshold
+        for tries, subset in enumerate(itertools.combinations(points, t_s)):
+            if tries >= _MAX_RECONSTRUCTION_TRIES:
+                break
+            secret = shamir.reconstruct(subset, t_s)
+            if secret is not None and valid(secret):
+                return secret
+        self.state = "aborted"
+        holders = len(self._topology.holders(client)) if self._topology else 0
+        raise AggregationAbortedError(
+            f"secure aggregation aborted: the {what} of client {client!r} cannot be recovered "
+            f"({len(points)} valid shares from its {holders} share holders, {t_s} needed); no "
+            "result was produced"
+        )
+
+    # ------------------------------------------------------------------ result
+    def result(self) -> ClientStats:
+        """The total over the surviving clients (after the unmask stage)."""
+        if self._result is None:
+            raise AggregationAbortedError(
+                f"the round has no result (state {self.state!r}); run every stage first"
+            )
+        return self._result
+
+    @property
+    def survivors(self) -> tuple[str, ...]:
+        """Clients whose statistics are in the sum."""
+        return self._survivors
+
+
+def _header_problem(msg: Any, expected: type, stage: str, client: str,
+                    round_id: bytes) -> str | None:
+    if not isinstance(msg, ClientMessage):
+        return f"sent a {type(msg).__name__}, not a protocol message (malformed)"
+    if msg.version != PROTOCOL_VERSION:
+        return f"speaks protocol version {msg.version!r}, not {PROTOCOL_VERSION}"
+    if msg.round_id != round_id:
+        return "sent a message from another round (replayed)"
+    if msg.stage != stage or not isinstance(msg, expected):
+        return (f"sent a {type(msg).__name__} for stage {msg.stage!r} during stage {stage!r} "
+                "(replayed or reordered)")
+    if msg.sender != client:
+        return f"sent a message claiming to come from {msg.sender!r}"
+    return None
+
+
+def _meta_difference(text: str, meta: StatsMeta) -> str:
+    try:
+        theirs = StatsMeta.from_dict(json.loads(text))
+    except (ValueError, TypeError, StatsFormatError) as exc:
+        return f"advertised malformed statistics metadata ({exc})"
+    diffs = meta.differences(theirs) or ["their canonical form"]
+    return "holds statistics that differ from the federation's in " + "; ".join(diffs)
+
+
+def _names(d: dict[str, str]) -> str:
+    if not d:
+        return "none"
+    shown = ", ".join(sorted(d)[:5])
+    return shown + (f" and {len(d) - 5} more" if len(d) > 5 else "")

@@ -1,0 +1,487 @@
+"""One schema per upload mode: the single source of the rules of each mode.
+
+A :class:`ModeSchema` says which arrays statistics of a mode hold (name, axes, dtype, magnitude
+class, symmetry), how modes are ordered (``diag`` < ``pooled`` < ``full``), how the arrays travel
+(symmetric matrices as row-major upper triangles) and how a payload flattens into one integer
+vector and one float vector (the layout used by secure aggregation). Validation, zeros, mode
+conversion, the file format, the byte counts and every "does mode X support head Y" check are
+derived from :data:`SCHEMAS`.
+
+Symbols: ``C`` is the number of classes, ``d`` the dimension of the statistics space.
+
+================  ===============================================  =====
+mode              arrays                                           rank
+================  ===============================================  =====
+``full``          counts (C,), sums (C, d), class_scatter (C, d, d)    2
+``pooled``        counts (C,), sums (C, d), sq_sums (C, d),            1
+                  scatter (d, d)
+``diag``          counts (C,), sums (C, d), sq_sums (C, d)             0
+================  ===============================================  =====
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.errors import StatsFormatError, StatsValidationError
+from ghofl.stats.meta import MODES, Mode, StatsMeta
+
+if TYPE_CHECKING:
+    from ghofl.stats.client_stats import ClientStats
+
+__all__ = [
+    "ARRAY_NAMES",
+    "SCHEMAS",
+    "ArraySpec",
+    "Kind",
+    "ModeSchema",
+    "Segment",
+    "mode_supports",
+    "pack_upper",
+    "schema_for",
+    "unpack_upper",
+]
+
+#: Magnitude class of an array per sample under an L2 clipping bound R:
+#: ``count`` ≤ 1, ``first`` ≤ R, ``second`` ≤ R².
+Kind = Literal["count", "first", "second"]
+
+_INT64: np.dtype[Any] = np.dtype(np.int64)
+_FLOAT64: np.dtype[Any] = np.dtype(np.float64)
+_AXES = ("C", "d")
+
+
+# ---------------------------------------------------------------------- upper triangles
+def pack_upper(m: NDArray[Any]) -> NDArray[Any]:
+    """Upper triangle of symmetric matrices, row-major (``numpy.triu_indices``).
+
+    Parameters
+    ----------
+    m : ndarray, shape (..., d, d)
+
+    Returns
+    -------
+    ndarray, shape (..., d(d+1)/2), C-contiguous, same dtype as ``m``.
+    """
+    iu = np.triu_indices(m.shape[-1])
+    return np.ascontiguousarray(m[..., iu[0], iu[1]])
+
+
+def unpack_upper(packed: NDArray[Any], d: int) -> NDArray[Any]:
+    """Inverse of :func:`pack_upper`.
+
+    Parameters
+    ----------
+    packed : ndarray, shape (..., d(d+1)/2)
+    d : int
+
+    Returns
+    -------
+    ndarray, shape (..., d, d), symmetric, same dtype as ``packed``.
+
+    Raises
+    ------
+    StatsFormatError
+        The last axis of ``packed`` is not d(d+1)/2 long.
+    """
+    tri = d * (d + 1) // 2
+    if packed.shape[-1:] != (tri,):
+        got = packed.shape[-1] if packed.ndim else "no"
+        raise StatsFormatError(
+            f"packed symmetric matrix has {got} entries; expected d(d+1)/2 = {tri} for d={d}; "
+            "the file is corrupt"
+        )
+    out = np.zeros((*packed.shape[:-1], d, d), dtype=packed.dtype)
+    iu = np.triu_indices(d)
+    out[..., iu[0], iu[1]] = packed
+    out[..., iu[1], iu[0]] = packed
+    return out
+
+
+# ---------------------------------------------------------------------- one array
+@dataclass(frozen=True)
+class ArraySpec:
+    """One array held by statistics of some mode.
+
+    Parameters
+    ----------
+    name : str
+        :class:`~ghofl.stats.ClientStats` attribute, e.g. ``"class_scatter"``.
+    axes : tuple of str
+        Axis symbols, ``"C"`` (classes) or ``"d"`` (dimension), e.g. ``("C", "d", "d")``.
+    dtype : numpy.dtype
+        ``int64`` or ``float64``.
+    kind : {"count", "first", "second"}
+        Magnitude class per sample: count ≤ 1, first ≤ R, second ≤ R² (R = L2 clip bound).
+    symmetric : bool
+        The last two axes are symmetric (both ``"d"``); the array travels and flattens as its
+        row-major upper triangle.
+    source : str
+        ClientStats attribute that yields this array from statistics of this mode or of any
+        richer mode (``"diag_sums"`` for ``sq_sums``, ``"total_scatter"`` for ``scatter``).
+    """
+
+    name: str
+    axes: tuple[str, ...]
+    dtype: np.dtype[Any]
+    kind: Kind
+    symmetric: bool
+    source: str
+
+    def __post_init__(self) -> None:
+        bad = [a for a in self.axes if a not in _AXES]
+        if bad or not self.axes:
+            raise StatsValidationError(
+                f"array spec {self.name!r} has axes {self.axes}; expected a non-empty tuple of "
+                f"the symbols {', '.join(_AXES)}"
+            )
+        if self.symmetric and self.axes[-2:] != ("d", "d"):
+            raise StatsValidationError(
+                f"array spec {self.name!r} is marked symmetric but its last two axes are "
+                f"{self.axes[-2:]}; a symmetric array must end with the axes ('d', 'd')"
+            )
+
+    @property
+    def stored_name(self) -> str:
+        """Name in files: ``<name>_triu`` for symmetric arrays, else ``name``."""
+        return f"{self.name}_triu" if self.symmetric else self.name
+
+    def shape(self, num_classes: int, dim: int) -> tuple[int, ...]:
+        """Shape of the array for C = ``num_classes`` classes in dimension d = ``dim``."""
+        sizes = {"C": num_classes, "d": dim}
+        return tuple(sizes[a] for a in self.axes)
+
+    def packed_shape(self, num_classes: int, dim: int) -> tuple[int, ...]:
+        """Shape as it travels: (..., d(d+1)/2) for symmetric arrays, else :meth:`shape`."""
+        full = self.shape(num_classes, dim)
+        if not self.symmetric:
+            return full
+        return (*full[:-2], dim * (dim + 1) // 2)
+
+    def packed_size(self, num_classes: int, dim: int) -> int:
+        """Number of entries as it travels (product of :meth:`packed_shape`)."""
+        return int(np.prod(self.packed_shape(num_classes, dim), dtype=np.int64))
+
+    def pack(self, arr: NDArray[Any]) -> NDArray[Any]:
+        """The array as it travels, C-contiguous.
+
+        Parameters
+        ----------
+        arr : ndarray, shape :meth:`shape`
+
+        Returns
+        -------
+        ndarray, shape :meth:`packed_shape` (the upper triangle when symmetric).
+        """
+        return pack_upper(arr) if self.symmetric else np.ascontiguousarray(arr)
+
+    def unpack(self, packed: NDArray[Any], num_classes: int, dim: int) -> NDArray[Any]:
+        """Inverse of :meth:`pack`, after checking the packed shape.
+
+        Parameters
+        ----------
+        packed : ndarray, shape :meth:`packed_shape`
+        num_classes, dim : int
+            C and d of the statistics.
+
+        Returns
+        -------
+        ndarray, shape :meth:`shape`, same dtype as ``packed`` (dtype is checked by
+        :class:`~ghofl.stats.ClientStats` validation).
+
+        Raises
+        ------
+        StatsFormatError
+            ``packed`` does not have the packed shape for C and d.
+        """
+        arr = np.asarray(packed)
+        expected = self.packed_shape(num_classes, dim)
+        if arr.shape != expected:
+            how = " (row-major upper triangles)" if self.symmetric else ""
+            raise StatsFormatError(
+                f"array {self.stored_name!r} must have shape {expected}{how} for "
+                f"C={num_classes} classes and d={dim}; got {arr.shape}; the payload is corrupt "
+                "or was written for another class list or dimension"
+            )
+        return unpack_upper(arr, dim) if self.symmetric else arr
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Place of one array in a flattened vector: entries ``offset`` to ``offset + size``.
+
+    Parameters
+    ----------
+    name : str
+        Array name (ClientStats attribute, or ``"n_clipped"``).
+    kind : {"count", "first", "second"}
+        Magnitude class per sample of the entries.
+    offset : int
+        First index in the vector.
+    size : int
+        Number of entries.
+    """
+
+    name: str
+    kind: Kind
+    offset: int
+    size: int
+
+    @property
+    def stop(self) -> int:
+        """One past the last index in the vector."""
+        return self.offset + self.size
+
+
+def _layout(items: list[tuple[str, Kind, int]]) -> tuple[Segment, ...]:
+    """Contiguous segments of the given (name, kind, size) in order."""
+    out: list[Segment] = []
+    offset = 0
+    for name, kind, size in items:
+        out.append(Segment(name, kind, offset, size))
+        offset += size
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------- one mode
+@dataclass(frozen=True)
+class ModeSchema:
+    """Everything that depends on the upload mode.
+
+    Parameters
+    ----------
+    mode : {"full", "pooled", "diag"}
+    rank : int
+        Richness order: diag 0 < pooled 1 < full 2. A mode supports every mode of lower or
+        equal rank (its statistics convert to them exactly).
+    arrays : tuple of ArraySpec
+        In fixed order: counts, sums, then the mode's second-moment arrays.
+    """
+
+    mode: Mode
+    rank: int
+    arrays: tuple[ArraySpec, ...]
+
+    def has(self, name: str) -> bool:
+        """Whether statistics of this mode hold the array ``name``."""
+        return any(a.name == name for a in self.arrays)
+
+    def spec(self, name: str) -> ArraySpec:
+        """The :class:`ArraySpec` of ``name``; raises StatsValidationError if not held."""
+        for a in self.arrays:
+            if a.name == name:
+                return a
+        raise StatsValidationError(
+            f"mode {self.mode!r} statistics hold no array {name!r}; they hold "
+            f"{', '.join(self.names)}. Use the schema of a mode that holds it"
+        )
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Names of the arrays held, in :attr:`arrays` order."""
+        return tuple(a.name for a in self.arrays)
+
+    @property
+    def float_arrays(self) -> tuple[ArraySpec, ...]:
+        """The float arrays (everything but the counts), in :attr:`arrays` order."""
+        return tuple(a for a in self.arrays if a.dtype.kind == "f")
+
+    def supports(self, required: Mode) -> bool:
+        """Whether statistics of this mode contain those of ``required`` (rank ≥ its rank)."""
+        return self.rank >= schema_for(required).rank
+
+    # ------------------------------------------------------------------ sizes
+    def int_layout(self, num_classes: int, dim: int) -> tuple[Segment, ...]:
+        """Integer vector of a payload: counts (C,) then n_clipped (1,)."""
+        counts = [(a.name, a.kind, a.packed_size(num_classes, dim)) for a in self._int_arrays]
+        return _layout([*counts, ("n_clipped", "count", 1)])
+
+    def float_layout(self, num_classes: int, dim: int) -> tuple[Segment, ...]:
+        """Float vector of a payload: every float array packed, in :attr:`arrays` order."""
+        return _layout(
+            [(a.name, a.kind, a.packed_size(num_classes, dim)) for a in self.float_arrays]
+        )
+
+    def nbytes(self, num_classes: int, dim: int) -> int:
+        """Bytes of array data of one payload (symmetric arrays as upper triangles)."""
+        return sum(a.packed_size(num_classes, dim) * a.dtype.itemsize for a in self.arrays)
+
+    def zeros(self, num_classes: int, dim: int) -> dict[str, NDArray[Any]]:
+        """Zero arrays of every array held, by name (shapes :meth:`ArraySpec.shape`)."""
+        return {a.name: np.zeros(a.shape(num_classes, dim), a.dtype) for a in self.arrays}
+
+    @property
+    def _int_arrays(self) -> tuple[ArraySpec, ...]:
+        return tuple(a for a in self.arrays if a.dtype.kind != "f")
+
+    # ------------------------------------------------------------------ flat vectors
+    def flatten(self, stats: ClientStats) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """Flatten statistics of this mode (or of a richer one, converted exactly).
+
+        Parameters
+        ----------
+        stats : ClientStats
+            C classes, dimension d, mode supporting :attr:`mode`.
+
+        Returns
+        -------
+        ints : ndarray of int64, shape (C + 1,)
+            Layout :meth:`int_layout`: counts, then n_clipped.
+        floats : ndarray of float64, shape (F,)
+            Layout :meth:`float_layout`, F = Σ packed sizes of the float arrays.
+
+        Raises
+        ------
+        StatsValidationError
+            ``stats`` are of a poorer mode than this schema.
+        """
+        if not schema_for(stats.mode).supports(self.mode):
+            raise StatsValidationError(
+                f"cannot flatten mode {stats.mode!r} statistics with the {self.mode!r} schema: "
+                f"they lack second moments that mode {self.mode!r} holds; use "
+                f"schema_for({stats.mode!r}) or recompute the statistics with mode {self.mode!r}"
+            )
+        ints = np.concatenate(
+            [*(np.ravel(getattr(stats, a.source)) for a in self._int_arrays), [stats.n_clipped]]
+        ).astype(np.int64, copy=False)
+        parts = [np.ravel(a.pack(getattr(stats, a.source))) for a in self.float_arrays]
+        floats = np.concatenate(parts).astype(np.float64, copy=False)
+        return ints, floats
+
+    def unflatten(
+        self, meta: StatsMeta, ints: NDArray[Any], floats: NDArray[Any]
+    ) -> ClientStats:
+        """Exact inverse of :meth:`flatten`: validated statistics with metadata ``meta``.
+
+        Parameters
+        ----------
+        meta : StatsMeta
+            Metadata of the result; its mode must be this schema's mode.
+        ints : ndarray of integers, shape (C + 1,)
+            Layout :meth:`int_layout`.
+        floats : ndarray of floats, shape (F,)
+            Layout :meth:`float_layout`.
+
+        Returns
+        -------
+        ClientStats
+            Owns copies of the data (later changes to ``ints``/``floats`` do not affect it).
+
+        Raises
+        ------
+        StatsValidationError
+            Wrong mode, wrong dtype or wrong length of a vector, or invalid statistics.
+        """
+        from ghofl.stats.client_stats import ClientStats
+
+        if meta.mode != self.mode:
+            raise StatsValidationError(
+                f"cannot unflatten with the {self.mode!r} schema statistics whose metadata has "
+                f"mode {meta.mode!r}; use schema_for({meta.mode!r}) or meta.with_mode"
+                f"({self.mode!r})"
+            )
+        c, d = meta.num_classes, meta.dim
+        iv = _check_vector("integer", ints, "iu", self.int_layout(c, d), self.mode, c, d)
+        fv = _check_vector("float", floats, "f", self.float_layout(c, d), self.mode, c, d)
+        arrays: dict[str, NDArray[Any]] = {}
+        int_layout = self.int_layout(c, d)
+        for spec, seg in zip(self._int_arrays, int_layout[:-1], strict=True):
+            arrays[spec.name] = iv[seg.offset : seg.stop].astype(spec.dtype).reshape(
+                spec.shape(c, d)
+            )
+        for spec, seg in zip(self.float_arrays, self.float_layout(c, d), strict=True):
+            packed = fv[seg.offset : seg.stop].astype(spec.dtype)  # a copy: owned by the result
+            arrays[spec.name] = spec.unpack(packed.reshape(spec.packed_shape(c, d)), c, d)
+        n_clipped = int(iv[int_layout[-1].offset])
+        return ClientStats(meta, n_clipped=n_clipped, **arrays)
+
+
+def _check_vector(
+    what: str,
+    vec: NDArray[Any],
+    kinds: str,
+    layout: tuple[Segment, ...],
+    mode: str,
+    c: int,
+    d: int,
+) -> NDArray[Any]:
+    """Check a flat vector's dtype kind, dimensionality and length against ``layout``."""
+    arr = np.asarray(vec)
+    parts = ", ".join(f"{s.name} ({s.size},)" for s in layout)
+    length = layout[-1].stop if layout else 0
+    if arr.dtype.kind not in kinds:
+        want = "an integer" if kinds == "iu" else "a floating-point"
+        raise StatsValidationError(
+            f"the {what} vector of mode {mode!r} statistics must have {want} dtype; got "
+            f"{arr.dtype}; pass the vector returned by ModeSchema.flatten"
+        )
+    if arr.shape != (length,):
+        raise StatsValidationError(
+            f"the {what} vector of mode {mode!r} statistics for C={c} classes and d={d} must "
+            f"have shape ({length},) ({parts}); got {arr.shape}; flatten and unflatten with the "
+            "same mode, class list and dimension"
+        )
+    return arr
+
+
+# ---------------------------------------------------------------------- the modes
+def _spec(
+    name: str, axes: tuple[str, ...], kind: Kind, symmetric: bool = False, source: str = ""
+) -> ArraySpec:
+    dtype = _INT64 if kind == "count" else _FLOAT64
+    return ArraySpec(name, axes, dtype, kind, symmetric, source or name)
+
+
+_COUNTS = _spec("counts", ("C",), "count")
+_SUMS = _spec("sums", ("C", "d"), "first")
+_SQ_SUMS = _spec("sq_sums", ("C", "d"), "second", source="diag_sums")
+_CLASS_SCATTER = _spec("class_scatter", ("C", "d", "d"), "second", symmetric=True)
+_SCATTER = _spec("scatter", ("d", "d"), "second", symmetric=True, source="total_scatter")
+
+SCHEMAS: Mapping[Mode, ModeSchema] = MappingProxyType(
+    {
+        "full": ModeSchema("full", 2, (_COUNTS, _SUMS, _CLASS_SCATTER)),
+        "pooled": ModeSchema("pooled", 1, (_COUNTS, _SUMS, _SQ_SUMS, _SCATTER)),
+        "diag": ModeSchema("diag", 0, (_COUNTS, _SUMS, _SQ_SUMS)),
+    }
+)
+if tuple(SCHEMAS) != MODES:  # pragma: no cover - guards edits of this table
+    raise RuntimeError(f"SCHEMAS must define exactly the modes {MODES}; got {tuple(SCHEMAS)}")
+
+#: Every array any mode holds, in canonical order (the fields of ClientStats).
+ARRAY_NAMES: tuple[str, ...] = tuple(
+    dict.fromkeys(a.name for s in SCHEMAS.values() for a in s.arrays)
+)
+
+
+def schema_for(mode: str) -> ModeSchema:
+    """The :class:`ModeSchema` of upload ``mode``.
+
+    Raises
+    ------
+    StatsValidationError
+        ``mode`` is not one of the modes of :data:`SCHEMAS`.
+    """
+    try:
+        return SCHEMAS[mode]  # type: ignore[index]
+    except (KeyError, TypeError):
+        raise StatsValidationError(
+            f"unknown upload mode {mode!r}; valid modes are {', '.join(SCHEMAS)}"
+        ) from None
+
+
+def mode_supports(mode: str, required: str) -> bool:
+    """Whether statistics of ``mode`` contain those of ``required`` (e.g. a head's min_mode).
+
+    Raises
+    ------
+    StatsValidationError
+        Either mode is unknown.
+    """
+    return schema_for(mode).supports(schema_for(required).mode)
