@@ -11,6 +11,7 @@ Run: ``make bench-secure`` (creates the separate Flower virtualenv ``.venv-flowe
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -39,6 +40,7 @@ from ghofl.stats.schema import schema_for
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = 30.0
 STAGES = ("advertise", "share", "mask", "unmask")
+PARTS = ("scaling", "cifar", "real", "flower")
 
 
 def client_data(i: int, n: int, d: int, c: int) -> tuple[np.ndarray, np.ndarray]:
@@ -228,6 +230,40 @@ def flower_side_by_side(ks: list[int], python: str, d: int, c: int, n: int
     return rows
 
 
+def real_features(clients: int, alpha: float, per_class: tuple[int, int]) -> dict[str, Any]:
+    """Every head fitted from the secure total vs the plain one, on real CIFAR-10 features
+    (EfficientNet-Lite0 at 224, its default clipping bound)."""
+    import os
+
+    from ghofl.bench.config import config_from_dict
+    from ghofl.bench.features import load_features
+    from ghofl.client.encoders import default_clip_norm
+    from ghofl.simulation import simulate_federation
+
+    if not os.environ.get("GHOFL_DATA_DIR") and not (ROOT.parent / "shared/data").is_dir():
+        return {"skipped": "no GHOFL_DATA_DIR"}
+    cfg = config_from_dict({"datasets": ["cifar10"], "train_per_class": per_class[0],
+                            "test_per_class": per_class[1]})
+    feats = load_features("cifar10", "efficientnet-lite0", cfg, log=print)
+    clip = default_clip_norm(feats.encoder_info)
+    assert clip is not None
+    common: dict[str, Any] = {"classes": feats.classes, "clients": clients, "alpha": alpha,
+                              "seed": 0, "heads": "all", "mode": "full",
+                              "encoder": feats.encoder_info}
+    plain = simulate_federation(feats.x_train, feats.y_train, feats.x_test, feats.y_test,
+                                clip_norm=clip, **common)
+    secure = simulate_federation(feats.x_train, feats.y_train, feats.x_test, feats.y_test,
+                                 secure=SecAggConfig(clip_norm=clip), **common)
+    heads = {h: {"plain": plain.heads[h].accuracy, "secure": secure.heads[h].accuracy,
+                 "differing_predictions": int(np.sum(plain.predictions[h]
+                                                     != secure.predictions[h]))}
+             for h in plain.heads}
+    return {"clients": clients, "alpha": alpha, "clip_norm": clip, "n_train": plain.n_train,
+            "n_test": plain.n_test, "n_clipped": secure.n_clipped, "heads": heads,
+            "secure_aggregate_seconds": secure.stage_seconds["aggregate"],
+            "plain_aggregate_seconds": plain.stage_seconds["aggregate"]}
+
+
 def _kb(x: float) -> str:
     return f"{x / 1e3:,.1f}"
 
@@ -278,6 +314,17 @@ def render(results: dict[str, Any]) -> str:
     lines.append(markdown_table(
         ["clients", "checked", "sums vs float64 sum", "class_scatter vs float64 sum",
          "sums vs exact", "class_scatter vs exact", "counts exact", "MB per client"], rows))
+    real = results.get("real") or {}
+    if real.get("heads"):
+        lines += ["", f"### Heads from the secure total on real CIFAR-10 features "
+                  f"(EfficientNet-Lite0 at 224, {real['n_train']:,} training and "
+                  f"{real['n_test']:,} test images, {real['clients']} clients, α = "
+                  f"{real['alpha']}, mode `full`, default R = {real['clip_norm']:g}: "
+                  f"{real['n_clipped']} samples clipped)", ""]
+        rows = [[h, f"{100 * v['plain']:.2f}", f"{100 * v['secure']:.2f}",
+                 v["differing_predictions"]] for h, v in real["heads"].items()]
+        lines.append(markdown_table(["head", "plain accuracy %", "secure accuracy %",
+                                     "test predictions that differ"], rows))
     if results.get("flower"):
         lines += ["", "### Side by side with Flower's SecAgg+ (same statistics: C = 10, d = 512, "
                   "`pooled`, flattened to one float vector per client)", "",
@@ -301,20 +348,26 @@ def main() -> None:
     ap.add_argument("--flower-python", default=None)
     ap.add_argument("--skip-flower", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS,
+                    help="run only these parts; the others are kept from the last results")
     args = ap.parse_args()
     d, c, n = 512, 10, 200
-    results: dict[str, Any] = {"machine": machine_summary()}
-    results["scaling"] = scaling_table(args.clients, d, c, n, args.repeats)
-    results["cifar_scale"] = cifar_scale([10, 100])
-    if not args.skip_flower:
+    path = ROOT / "benchmarks/results/secure.json"
+    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    results["machine"] = machine_summary()
+    if "scaling" in args.parts:
+        results["scaling"] = scaling_table(args.clients, d, c, n, args.repeats)
+    if "cifar" in args.parts:
+        results["cifar_scale"] = cifar_scale([10, 100])
+    if "real" in args.parts:
+        results["real"] = real_features(10, 0.1, (300, 100))
+    if "flower" in args.parts and not args.skip_flower:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import flower_secaggplus as fs
 
         python = args.flower_python or fs.DEFAULT_PYTHON
         results["flower"] = flower_side_by_side(args.flower_clients, python, d, c, n)
-    for r in results["scaling"]:
-        r["stages"] = {k: v for k, v in r["stages"].items()}
-    write_json(ROOT / "benchmarks/results/secure.json", results)
+    write_json(path, results)
     update_section(ROOT / "BENCHMARKS.md", "secure", render(results))
     print("wrote benchmarks/results/secure.json and the 'secure' section of BENCHMARKS.md")
 

@@ -21,10 +21,10 @@ from ghofl.moments.core import GhoflWarning
 from ghofl.secure import InMemoryTransport, PlainClient, PlainServer, run_aggregation
 from ghofl.stats import ClientStats, ProjectionSpec, compute_stats, sum_stats
 from ghofl.stats.meta import Mode
+from ghofl.stats.schema import SCHEMAS, mode_supports
 
 CLOSED_FORM_HEADS = ("nb", "lda", "qda", "fedcgs")
-MODES: tuple[Mode, ...] = ("full", "pooled", "diag")
-_RANK = {"diag": 0, "pooled": 1, "full": 2}
+MODES: tuple[Mode, ...] = tuple(SCHEMAS)
 SETTINGS = settings(max_examples=60, deadline=None)
 HEAD_SETTINGS = settings(max_examples=30, deadline=None)  # each example fits 8 heads twice
 
@@ -103,7 +103,7 @@ def test_closed_form_heads_predict_identically(f: Federation) -> None:
         warnings.simplefilter("ignore", GhoflWarning)
         for name in CLOSED_FORM_HEADS:
             for mode in MODES:
-                if _RANK[mode] < _RANK[head_class(name).min_mode]:
+                if not mode_supports(mode, head_class(name).min_mode):
                     continue
                 ref = make_head(name).fit_from_stats(central.to_mode(mode))
                 fed = make_head(name).fit_from_stats(total.to_mode(mode))

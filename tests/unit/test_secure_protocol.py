@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -503,3 +504,39 @@ def test_report_is_json_ready() -> None:
         s = d["stages"][stage]
         assert s["client_sent_bytes_mean"] > 0 and s["server_sent_bytes"] > 0
     assert d["stages"]["mask"]["client_sent_bytes_max"] >= 8 * (3 + 1 + 2 * 2 * 3 * 6)
+
+
+def test_a_client_beyond_the_public_bounds_drops_out_with_its_reason() -> None:
+    payloads = _payloads(4, "diag")
+    big = compute_stats(*gaussian_mixture(78, 3, 6, n=120), 3, "diag", clip_norm=CLIP)
+    report, _ = _run([*payloads, big], config=SecAggConfig(clip_norm=CLIP, max_samples=100))
+    assert report.dropped == {"site-04": "mask"}
+    assert report.refused["site-04"].startswith(
+        "client 'site-04' cannot take part: this client holds 120 samples, more than the public "
+        "maximum M=100 per client")
+    _assert_exact(report.total, sum_stats(payloads))
+
+
+def test_a_client_clipped_with_another_bound_refuses_the_round() -> None:
+    payloads = _payloads(4, "diag")
+    other = compute_stats(*gaussian_mixture(77, 3, 6, n=60), 3, "diag", clip_norm=CLIP / 2)
+    ids = _ids(5)
+    clients = [SecAggClient(c, p) for c, p in zip(ids, [*payloads, other], strict=True)]
+    server = SecAggServer(SecAggConfig(clip_norm=CLIP), payloads[0].meta, ids)
+    report = run_aggregation(server, InMemoryTransport(clients))
+    assert report.dropped == {"site-04": "advertise"}
+    assert report.refused["site-04"] == (
+        "client 'site-04' refused a round with clipping bound R=6: its statistics were computed "
+        "with R=3")
+    _assert_exact(report.total, sum_stats(payloads))
+
+
+def test_the_secure_package_never_imports_flower() -> None:
+    import ghofl.secure
+
+    root = Path(ghofl.secure.__file__).parent
+    sources = sorted(root.glob("*.py"))
+    assert len(sources) >= 10
+    for source in sources:
+        text = source.read_text()
+        assert "import flwr" not in text and "from flwr" not in text, source

@@ -177,7 +177,8 @@ def _echo_aggregation(result: SimulationResult) -> None:
                f"in the sum, {agg['seconds']:.2f} s")
     for client, stage in agg["dropped"].items():
         kept = " (its input is in the sum)" if stage == "unmask" else ""
-        typer.echo(f"  dropped at {stage}: {client}{kept}")
+        why = f": {agg['refused'][client]}" if client in agg.get("refused", {}) else ""
+        typer.echo(f"  dropped at {stage}: {client}{kept}{why}")
     for client, reason in agg["excluded"].items():
         typer.echo(f"  excluded {client}: {reason}")
     typer.echo(table(

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Literal
 
-from ghofl.errors import ProtocolError
+from ghofl.errors import GhoflError, ProtocolError
 from ghofl.secure import primitives as cr
 from ghofl.secure import shamir
 from ghofl.secure._common import (
@@ -108,6 +108,9 @@ class SecAggClient:
         except ProtocolError:
             self.state = "failed"
             raise
+        except GhoflError as exc:  # e.g. statistics beyond the public bounds
+            self.state = "failed"
+            raise ProtocolError(f"client {self.client_id!r} cannot take part: {exc}") from exc
 
     def _dispatch(self, request: ServerMessage) -> ClientMessage:
         if not isinstance(request, ServerMessage) or request.version != PROTOCOL_VERSION:
@@ -139,6 +142,12 @@ class SecAggClient:
     # ------------------------------------------------------------------ stage 1
     def _advertise(self, req: AdvertiseRequest) -> AdvertiseKeys:
         self._params = SessionParams.from_items(req.params)
+        if self.meta.clip_norm != self._params.clip_norm:
+            got = "no clipping" if self.meta.clip_norm is None else f"R={self.meta.clip_norm:g}"
+            raise self._refuse(
+                f"a round with clipping bound R={self._params.clip_norm:g}: its statistics were "
+                f"computed with {got}"
+            )
         self._round = req.round_id
         self._enc, self._mask = cr.KeyPair.generate(), cr.KeyPair.generate()
         self.state = "advertised"

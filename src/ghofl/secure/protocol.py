@@ -92,6 +92,9 @@ class AggregationReport:
         Clients excluded for a bad message, with the reason.
     notes : list of str
         Problems that excluded nobody.
+    refused : dict of str to str
+        Clients that refused a request, with their own reason (known only to transports that
+        run the clients, like the in-memory one; such a client is also a dropout).
     params : dict
         Public parameters of the round (secure protocol).
     seconds : float
@@ -105,6 +108,7 @@ class AggregationReport:
     dropped: dict[str, str]
     excluded: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -119,6 +123,7 @@ class AggregationReport:
             "dropped": dict(self.dropped),
             "excluded": dict(self.excluded),
             "notes": list(self.notes),
+            "refused": dict(self.refused),
             "params": dict(self.params),
         }
 
@@ -142,6 +147,9 @@ def run_aggregation(server: ServerHalf, transport: Transport) -> AggregationRepo
         reports[stage] = _stage_report(stage, transport, requests, replies, wall)
     total = server.result()
     params = getattr(server, "params", None)
+    traffic = getattr(transport, "traffic", {})
+    refused = {c: why for t in (traffic.values() if isinstance(traffic, dict) else [])
+               if isinstance(t, StageTraffic) for c, why in t.refused.items()}
     return AggregationReport(
         protocol="secure" if params is not None else "plain",
         total=total,
@@ -150,6 +158,7 @@ def run_aggregation(server: ServerHalf, transport: Transport) -> AggregationRepo
         dropped=dict(server.dropped),
         excluded=dict(server.excluded),
         notes=list(server.ignored),
+        refused=refused,
         params=params.to_dict() if params is not None else {},
         seconds=time.perf_counter() - start,
     )
