@@ -540,3 +540,42 @@ def test_the_secure_package_never_imports_flower() -> None:
     for source in sources:
         text = source.read_text()
         assert "import flwr" not in text and "from flwr" not in text, source
+
+
+class Restarting:
+    """A transport whose clients restart from their saved state before every request (as a
+    Flower deployment may start a fresh process per message)."""
+
+    def __init__(self, clients: list[SecAggClient], stats: dict[str, ClientStats]) -> None:
+        self.saved = {c.client_id: c.to_state() for c in clients}
+        self.stats = stats
+        self.traffic: dict[str, Any] = {}
+
+    def exchange(self, stage: Stage, requests: Mapping[str, ServerMessage]
+                 ) -> Iterator[tuple[str, ClientMessage]]:
+        for client_id, request in requests.items():
+            client = SecAggClient.from_state(dict(self.saved[client_id]), self.stats[client_id])
+            reply = client.handle(request)
+            self.saved[client_id] = client.to_state()
+            yield client_id, reply
+
+
+def test_a_client_resumes_from_its_saved_state_between_stages() -> None:
+    payloads = _payloads(6, "full", seed=12)
+    ids = _ids(6)
+    clients = [SecAggClient(c, p) for c, p in zip(ids, payloads, strict=True)]
+    server = SecAggServer(SecAggConfig(clip_norm=CLIP), payloads[0].meta, ids)
+    transport = Restarting(clients, dict(zip(ids, payloads, strict=True)))
+    report = run_aggregation(server, transport)
+    _assert_exact(report.total, sum_stats(payloads))
+    assert {s["state"] for s in transport.saved.values()} == {"done"}
+
+
+def test_a_malformed_saved_state_is_refused() -> None:
+    payloads = _payloads(2, "diag")
+    state = SecAggClient("a", payloads[0]).to_state()
+    with pytest.raises(ProtocolError, match=r"the saved client state is malformed or from "
+                       r"another version .*cannot resume this round"):
+        SecAggClient.from_state({k: v for k, v in state.items() if k != "seed"}, payloads[0])
+    with pytest.raises(ProtocolError, match="from another version"):
+        SecAggClient.from_state({**state, "version": 99}, payloads[0])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from ghofl.errors import GhoflError, ProtocolError
 from ghofl.secure import primitives as cr
@@ -44,10 +44,11 @@ from ghofl.secure.messages import (
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 
-__all__ = ["ClientState", "SecAggClient", "StatsSource"]
+__all__ = ["ClientState", "SecAggClient", "StateValue", "StatsSource"]
 
 ClientState = Literal["ready", "advertised", "shared", "masked", "done", "failed"]
 StatsSource = ClientStats | Callable[[], ClientStats]
+StateValue = bytes | str | int | list[str] | list[bytes]
 
 
 class SecAggClient:
@@ -92,6 +93,25 @@ class SecAggClient:
         self._roster: dict[str, RosterEntry] = {}
         self._sharers: frozenset[str] = frozenset()
         self._held: dict[str, tuple[bytes, bytes]] = {}  # owner -> (seed share, key share)
+
+    # ------------------------------------------------------------------ persistence
+    def to_state(self) -> dict[str, StateValue]:
+        """Everything this client must remember between stages, as a flat dictionary of bytes,
+        text, integers and lists of them (e.g. for Flower's ``context.state``, where each
+        message may reach a fresh process). It holds the client's secrets: keep it on the
+        client. The statistics are not included; give them again to :meth:`from_state`."""
+        return _save_state(self)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], stats: StatsSource) -> SecAggClient:
+        """Rebuild a client saved by :meth:`to_state`.
+
+        Raises
+        ------
+        ProtocolError
+            The state is malformed or from another protocol version.
+        """
+        return _load_state(state, stats)
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, request: ServerMessage) -> ClientMessage:
@@ -276,6 +296,71 @@ class SecAggClient:
         self.state = "done"
         return UnmaskShares(**self._header("unmask"),  # type: ignore[arg-type]
                             seed_shares=seeds, key_shares=keys)
+
+
+def _save_state(client: SecAggClient) -> dict[str, StateValue]:
+    out: dict[str, StateValue] = {
+        "version": PROTOCOL_VERSION, "client_id": client.client_id, "state": client.state,
+        "meta": json.dumps(client.meta.to_dict(), sort_keys=True), "round": client._round,
+        "seed": client._seed, "sharers": sorted(client._sharers),
+        "complaints": [f"{c}\n{why}" for c, why in client.complaints_],
+        "params": json.dumps(client._params.to_dict()) if client._params else "",
+    }
+    for name in ("enc", "mask"):
+        pair = getattr(client, f"_{name}")
+        out[f"{name}_private"] = pair.private if pair else b""
+        out[f"{name}_public"] = pair.public if pair else b""
+    entries = list(client._roster.values())
+    out["roster_clients"] = [e.client for e in entries]
+    out["roster_enc"] = [e.enc_public for e in entries]
+    out["roster_mask"] = [e.mask_public for e in entries]
+    out["held_owners"] = list(client._held)
+    out["held_seed"] = [v[0] for v in client._held.values()]
+    out["held_key"] = [v[1] for v in client._held.values()]
+    return out
+
+
+def _load_state(state: dict[str, Any], stats: StatsSource) -> SecAggClient:
+    from ghofl.stats.meta import StatsMeta as _Meta
+
+    try:
+        if state["version"] != PROTOCOL_VERSION:
+            raise ValueError(f"protocol version {state['version']!r}")
+        meta = _Meta.from_dict(json.loads(state["meta"]))
+        client = SecAggClient(str(state["client_id"]), stats, meta=meta)
+        client.state = state["state"]
+        client._round = bytes(state["round"])
+        client._seed = bytes(state["seed"])
+        client._sharers = frozenset(str(c) for c in state["sharers"])
+        client.complaints_ = tuple(tuple(c.split("\n", 1)) for c in state["complaints"])  # type: ignore[misc]
+        if state["params"]:
+            params = json.loads(state["params"])
+            client._params = SessionParams(**params)
+        for name in ("enc", "mask"):
+            if state[f"{name}_private"]:
+                setattr(client, f"_{name}", cr.KeyPair(bytes(state[f"{name}_private"]),
+                                                        bytes(state[f"{name}_public"])))
+        client._roster = {
+            c: RosterEntry(c, bytes(e), bytes(m))
+            for c, e, m in zip(state["roster_clients"], state["roster_enc"],
+                               state["roster_mask"], strict=True)
+        }
+        if client._roster and client._params is not None:
+            client._topology = Topology.build(tuple(client._roster.values()), client._params,
+                                              client._round)
+        client._held = {
+            str(o): (bytes(b), bytes(k))
+            for o, b, k in zip(state["held_owners"], state["held_seed"], state["held_key"],
+                               strict=True)
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(
+            f"the saved client state is malformed or from another version ({exc!r}); the "
+            "client cannot resume this round"
+        ) from exc
+    if client.state not in ("ready", "advertised", "shared", "masked", "done", "failed"):
+        raise ProtocolError(f"the saved client state names an unknown state {client.state!r}")
+    return client
 
 
 def _spent() -> ClientStats:
