@@ -240,10 +240,12 @@ def real_features(clients: int, alpha: float, per_class: tuple[int, int]) -> dic
     from ghofl.client.encoders import default_clip_norm
     from ghofl.simulation import simulate_federation
 
-    if not os.environ.get("GHOFL_DATA_DIR") and not (ROOT.parent / "shared/data").is_dir():
+    data_dir = os.environ.get("GHOFL_DATA_DIR") or (
+        str(ROOT.parent / "shared/data") if (ROOT.parent / "shared/data").is_dir() else "")
+    if not data_dir:
         return {"skipped": "no GHOFL_DATA_DIR"}
     cfg = config_from_dict({"datasets": ["cifar10"], "train_per_class": per_class[0],
-                            "test_per_class": per_class[1]})
+                            "test_per_class": per_class[1], "data_dir": data_dir})
     feats = load_features("cifar10", "efficientnet-lite0", cfg, log=print)
     clip = default_clip_norm(feats.encoder_info)
     assert clip is not None
