@@ -15,9 +15,7 @@ export TRANSFORMERS_OFFLINE=1
 export PYTHONDONTWRITEBYTECODE=1
 
 DEMO_EXTRAS := torch,bench
-TEST_EXTRAS := dev,torch,bench,text
-
-FLOWER_VENV ?= .venv-flower
+TEST_EXTRAS := dev,torch,bench,text,flower
 
 .PHONY: demo test lint typecheck pytest bench bench-secure clean venv
 
@@ -60,16 +58,12 @@ bench: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) benchmarks/bench_demo.py
 	$(PY) benchmarks/bench_experiments.py cifar10_main upload_size text cifar10_auto cifar10_sqrt cifar10_expand
 	$(PY) benchmarks/bench_clip_norms.py
+	$(PY) benchmarks/bench_fedavg.py
 	$(MAKE) bench-secure
 
-# Flower (for the side-by-side SecAgg+ comparison) lives in its own virtualenv.
-$(FLOWER_VENV)/bin/python:
-	$(PYTHON) -m venv $(FLOWER_VENV)
-	$(FLOWER_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(FLOWER_VENV)/bin/python -m pip install --quiet "flwr[simulation]==1.42.0" numpy
-
-bench-secure: $(VENV)/.stamp-$(TEST_EXTRAS) $(FLOWER_VENV)/bin/python
-	$(PY) benchmarks/bench_secure.py --flower-python $(FLOWER_VENV)/bin/python
+# Flower's SecAgg+ (the side-by-side comparison) runs from the venv's own flwr (extra flower).
+bench-secure: $(VENV)/.stamp-$(TEST_EXTRAS)
+	$(PY) benchmarks/bench_secure.py --flower-python $(PY)
 
 clean:
-	rm -rf $(VENV) $(FLOWER_VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -3,8 +3,9 @@ stage, bytes per client, relative error) at 10, 100 and 1,000 clients; exactness
 scale (d = 1280, C = 10, mode ``full``); and Flower 1.42's SecAgg+ side by side on the same
 statistics. Writes benchmarks/results/secure.json and the ``secure`` section of BENCHMARKS.md.
 
-Run: ``make bench-secure`` (creates the separate Flower virtualenv ``.venv-flower``), or
+Run: ``make bench-secure``, or
 ``.venv/bin/python benchmarks/bench_secure.py [--flower-python PATH] [--skip-flower]``
+(Flower's side needs the ``flower`` extra in the interpreter given)
 (about 10 minutes on 2 cores).
 """
 

@@ -6,10 +6,9 @@ in the Flower simulation engine, driven by ``flwr run`` on the hand-written app 
 ``benchmarks/flower_secaggplus_app/``. This module imports neither flwr nor ray: everything
 Flower runs in subprocesses of a separate virtualenv (``python=``), for example::
 
-    python3.11 -m venv .venv-flower
-    .venv-flower/bin/pip install 'flwr[simulation]==1.42.0' numpy
+    pip install 'ghofl[flower]'   # flwr[simulation]==1.42.0
 
-(``make bench-secure`` does this).
+(``make bench-secure`` uses the project's ``.venv``, which ``make test`` sets up with it).
 
 How a run goes (all on 127.0.0.1, every process stopped by PID afterwards):
 
@@ -70,6 +69,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -82,9 +82,7 @@ from typing import Any
 import numpy as np
 
 APP_DIR = Path(__file__).resolve().parent / "flower_secaggplus_app"
-DEFAULT_PYTHON = os.environ.get(
-    "GHOFL_FLOWER_PYTHON", str(Path(__file__).resolve().parents[1] / ".venv-flower/bin/python")
-)
+DEFAULT_PYTHON = os.environ.get("GHOFL_FLOWER_PYTHON", sys.executable)
 
 #: Flower's defaults: the keyword defaults of ``SecAggPlusWorkflow.__init__`` in flwr 1.42
 #: (``max_weight``, ``clipping_range``, ``quantization_range``, ``modulus_range``, ``timeout``);

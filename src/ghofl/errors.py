@@ -62,3 +62,12 @@ def require_extra(module: str, extra: str) -> None:
             f"this feature needs the optional dependency '{module}', which is not installed; "
             f"install it with: pip install 'ghofl[{extra}]'"
         )
+
+
+class StoreError(GhoflError, ValueError):
+    """An aggregation store is missing, foreign, corrupt, or asked for something it lacks."""
+
+
+class StoreConflictError(StoreError):
+    """A contribution clashes with one already recorded: another payload under the same
+    client id, or the same payload under another client id."""

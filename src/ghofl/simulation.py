@@ -1,20 +1,17 @@
 """In-process one-shot federation: partition → client statistics → aggregate → heads → accuracy.
 
-Used by ``ghofl simulate`` and by the experiment runner. Each simulated client computes its
-statistics from its own rows only (computed when its protocol asks for them), the clients and
-the server run an aggregation protocol over the in-memory transport — the plain one-stage sum,
-or the secure protocol of :mod:`ghofl.secure` — and every head is fitted from the total alone,
-exactly what a real server would see.
-
-Heads are handled generically through the registry (:mod:`ghofl.heads.registry`): any head
-accepting a ``seed`` parameter gets the simulation seed, any head accepting ``progress`` gets
-the ``progress`` flag, unless ``head_params`` sets them.
+Used by ``ghofl simulate`` and by the experiment runner. This module only orchestrates: it
+partitions the training set, gives each simulated client its own rows, which it turns into
+statistics with the client function of every deployment (:func:`ghofl.client.job.
+client_statistics`, computed when its protocol asks for them), runs an aggregation protocol
+over the in-memory transport — the plain one-stage sum, or the secure protocol of
+:mod:`ghofl.secure` — and hands the total to the server function of every deployment
+(:func:`ghofl.server_job.run_server_job`), which fits and scores every head from the total
+alone, exactly what a real server sees.
 """
 
 from __future__ import annotations
 
-import inspect
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,10 +20,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ghofl.client.job import ClientJob, client_statistics
+from ghofl.data.embeddings import check_labelled_embeddings
 from ghofl.data.partition import dirichlet_partition
-from ghofl.errors import ConfigError, InputError, StatsValidationError, UnsupportedModeError
-from ghofl.heads.base import Head
-from ghofl.heads.registry import available_heads, head_class, make_head, parse_head_list
+from ghofl.errors import ConfigError, InputError
+from ghofl.heads.build import build_heads, head_defaults, to_jsonable
+from ghofl.heads.registry import parse_head_list
 from ghofl.secure import (
     AggregationReport,
     InMemoryTransport,
@@ -37,11 +36,10 @@ from ghofl.secure import (
     SecAggServer,
     run_aggregation,
 )
-from ghofl.stats.accumulate import StatsAccumulator, compute_stats
+from ghofl.server_job import ServerJob, run_server_job
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import EncoderInfo, Mode
-from ghofl.stats.projection import ProjectionSpec
-from ghofl.stats.schema import SCHEMAS, mode_supports, schema_for
+from ghofl.stats.schema import schema_for
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
@@ -49,11 +47,11 @@ I64 = NDArray[np.int64]
 __all__ = [
     "HeadResult",
     "SimulationResult",
-    "build_heads",
-    "check_labelled_embeddings",
-    "head_defaults",
+    "build_heads",  # re-exported from ghofl.heads.build
+    "check_labelled_embeddings",  # re-exported from ghofl.data.embeddings
+    "head_defaults",  # re-exported from ghofl.heads.build
     "simulate_federation",
-    "to_jsonable",
+    "to_jsonable",  # re-exported from ghofl.heads.build
 ]
 
 
@@ -249,11 +247,12 @@ def simulate_federation(
         The protocol aborted (too few clients remained).
     """
     names = parse_head_list(list(heads) if not isinstance(heads, str) else heads)
-    mode = _check_mode(mode)
-    class_names = _class_names(classes)
-    seed = _check_seed(seed)
-    models = build_heads(names, head_params, seed=seed, progress=progress, mode=mode)
-    c = len(class_names)
+    clip = _clip_norm(clip_norm, secure)
+    job = ClientJob(classes=_class_names(classes), mode=mode, projection_dim=projection_dim,
+                    projection_seed=projection_seed, clip_norm=clip)
+    server_job = ServerJob(tuple(names), dict(head_params or {}), seed=seed, progress=progress)
+    build_heads(server_job.heads, server_job.head_params, mode=job.mode)  # fail before work
+    class_names, c = job.classes, len(job.classes)
     xtr, ytr = check_labelled_embeddings(x_train, y_train, c, "training")
     xte, yte = check_labelled_embeddings(x_test, y_test, c, "test")
     if xte.shape[1] != xtr.shape[1]:
@@ -263,7 +262,6 @@ def simulate_federation(
         )
     if yte.size == 0:
         raise InputError("the test set is empty; accuracy needs at least one test sample")
-    projection = _projection(projection_dim, projection_seed, xtr.shape[1])
     if encoder is not None and encoder.dim != xtr.shape[1]:
         raise InputError(
             f"encoder {encoder.name!r} declares d={encoder.dim} but the embeddings have "
@@ -272,24 +270,22 @@ def simulate_federation(
 
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
-    parts = dirichlet_partition(ytr, clients, alpha, seed, min_per_client=min_per_client)
+    parts = dirichlet_partition(ytr, clients, alpha, server_job.seed,
+                                min_per_client=min_per_client)
     stages["partition"] = time.perf_counter() - t0
 
-    clip = _clip_norm(clip_norm, secure)
     ids = [f"client-{i:0{len(str(max(clients - 1, 1)))}d}" for i in range(clients)]
     client_seconds: list[float] = []
 
     def stats_of(idx: I64) -> Callable[[], ClientStats]:
         def make() -> ClientStats:  # each client sees only its own rows
             t = time.perf_counter()
-            out = compute_stats(xtr[idx], ytr[idx], class_names, mode, encoder, projection,
-                                clip_norm=clip)
+            out = client_statistics((xtr[idx], ytr[idx]), job, encoder_info=encoder)
             client_seconds.append(time.perf_counter() - t)
             return out
         return make
 
-    meta = StatsAccumulator(class_names, xtr.shape[1], mode, encoder, projection,
-                            clip_norm=clip).meta
+    meta = job.stats_meta(xtr.shape[1], encoder)
     server: SecAggServer | PlainServer
     halves: list[SecAggClient] | list[PlainClient]
     if secure is not None:
@@ -301,23 +297,32 @@ def simulate_federation(
         server = PlainServer(ids, meta)
     t0 = time.perf_counter()
     report: AggregationReport = run_aggregation(server, InMemoryTransport(halves, drops,
-                                                                          seed=seed))
+                                                                          seed=server_job.seed))
     elapsed = time.perf_counter() - t0
     total = report.total
     stages["client_stats"] = float(sum(client_seconds))
     stages["client_stats_max"] = max(client_seconds, default=0.0)
     stages["aggregate"] = max(elapsed - stages["client_stats"], 0.0)
 
-    results, preds = _fit_and_evaluate(models, total, xte, yte, stages)
+    fitted = run_server_job(total, server_job, test=(xte, yte))
+    scores = fitted.scores or {}
+    results: dict[str, HeadResult] = {}
+    for name, head in fitted.heads.items():
+        stages[f"fit/{name}"] = fitted.fit_seconds[name]
+        stages[f"evaluate/{name}"] = scores[name].seconds
+        results[name] = HeadResult(accuracy=scores[name].accuracy,
+                                   fit_seconds=fitted.fit_seconds[name],
+                                   predict_seconds=scores[name].seconds,
+                                   params=head.get_params())
     return SimulationResult(
         heads=results,
         clients=int(clients),
         alpha=float(alpha),
-        seed=seed,
-        mode=mode,
-        projection_dim=None if projection is None else projection.dim,
-        projection_seed=None if projection is None else projection.seed,
-        upload_bytes_per_client=schema_for(mode).nbytes(c, meta.dim),
+        seed=server_job.seed,
+        mode=job.mode,
+        projection_dim=job.projection_dim,
+        projection_seed=None if job.projection_dim is None else job.projection_seed,
+        upload_bytes_per_client=schema_for(job.mode).nbytes(c, meta.dim),
         n_train=int(ytr.size),
         n_test=int(yte.size),
         num_classes=c,
@@ -327,180 +332,11 @@ def simulate_federation(
         aggregation=report.to_dict(),
         clip_norm=clip,
         n_clipped=total.n_clipped,
-        predictions=preds,
+        predictions={name: score.predictions for name, score in scores.items()},
     )
 
 
-# ---------------------------------------------------------------------- heads, generically
-def head_defaults(name: str) -> dict[str, Any]:
-    """Default hyperparameters of the head registered as ``name`` (from its ``__init__``).
-
-    Parameters without a default map to ``inspect.Parameter.empty``.
-    """
-    sig = inspect.signature(head_class(name).__init__)
-    return {
-        p.name: p.default
-        for p in sig.parameters.values()
-        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    }
-
-
-def build_heads(
-    names: Sequence[str],
-    head_params: dict[str, dict[str, Any]] | None = None,
-    *,
-    seed: int | None = None,
-    progress: bool = False,
-    mode: Mode | None = None,
-) -> dict[str, Head]:
-    """Create (unfitted) heads by name, checking everything that can be checked before work.
-
-    Parameters
-    ----------
-    names : sequence of str
-        Registered head names.
-    head_params : dict of str to dict, optional
-        Hyperparameters per head: keys must be registered heads (entries for heads not in
-        ``names`` are ignored, so one configuration can serve several head lists), values
-        parameters those heads accept.
-    seed : int, optional
-        Given to every head with a ``seed`` parameter that ``head_params`` does not set.
-    progress : bool, default False
-        Given to every head with a ``progress`` parameter that ``head_params`` does not set.
-    mode : {"full", "pooled", "diag"}, optional
-        Upload mode the heads will be fitted from; a head needing more raises.
-
-    Returns
-    -------
-    dict of str to Head
-        In the order of ``names``.
-
-    Raises
-    ------
-    UnsupportedModeError
-        A head's ``min_mode`` is richer than ``mode``.
-    ConfigError
-        Unknown head, unknown parameter, or invalid parameter value.
-    """
-    params = dict(head_params or {})
-    registered = available_heads()
-    unknown_heads = [h for h in params if h not in registered]
-    if unknown_heads:
-        raise ConfigError(
-            f"parameters were given for {unknown_heads[0]!r}, which is not a registered head; "
-            f"available heads: {', '.join(registered)}"
-        )
-    out: dict[str, Head] = {}
-    for name in names:
-        cls = head_class(name)
-        if mode is not None and not mode_supports(mode, cls.min_mode):
-            raise UnsupportedModeError(
-                f"head {name!r} needs upload mode {cls.min_mode!r} or richer, but the statistics "
-                f"are mode {mode!r}; compute the client statistics with mode {cls.min_mode!r} "
-                f"(--mode {cls.min_mode}) or drop {name!r} from the heads"
-            )
-        defaults = head_defaults(name)
-        given = dict(params.get(name, {}))
-        unknown = [k for k in given if k not in defaults]
-        if unknown:
-            valid = ", ".join(sorted(defaults)) or "(none)"
-            raise ConfigError(
-                f"head {name!r} has no parameter {unknown[0]!r}; valid parameters: {valid}"
-            )
-        if seed is not None and "seed" in defaults:
-            given.setdefault("seed", seed)
-        if "progress" in defaults:
-            given.setdefault("progress", progress)
-        head = make_head(name, **given)
-        head._validate_params()  # the head's one declarative place for parameter checks
-        out[name] = head
-    return out
-
-
-def _fit_and_evaluate(
-    models: dict[str, Head], total: ClientStats, x_test: F64, y_test: I64,
-    stages: dict[str, float],
-) -> tuple[dict[str, HeadResult], dict[str, I64]]:
-    results: dict[str, HeadResult] = {}
-    preds: dict[str, I64] = {}
-    for name, head in models.items():
-        t0 = time.perf_counter()
-        head.fit_from_stats(total)
-        fit_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        pred = head.predict(x_test)
-        pred_s = time.perf_counter() - t0
-        stages[f"fit/{name}"] = fit_s
-        stages[f"evaluate/{name}"] = pred_s
-        preds[name] = pred
-        results[name] = HeadResult(
-            accuracy=float(np.mean(pred == y_test)),
-            fit_seconds=fit_s,
-            predict_seconds=pred_s,
-            params=head.get_params(),
-        )
-    return results, preds
-
-
-# ---------------------------------------------------------------------- validation
-def check_labelled_embeddings(
-    x: NDArray[Any], y: NDArray[Any], num_classes: int, what: str = "input",
-    range_hint: str = "give the full class list (every class any client has)",
-) -> tuple[F64, I64]:
-    """Validate embeddings and labels; return them as float64 (n, d) and int64 (n,).
-
-    Parameters
-    ----------
-    x : array_like, shape (n, d)
-        Finite numeric embeddings.
-    y : array_like of int, shape (n,)
-        Labels in ``0..num_classes-1``.
-    num_classes : int
-    what : str
-        Name used in messages, e.g. ``"training"``.
-    range_hint : str
-        The fix suggested when a label is out of range.
-
-    Raises
-    ------
-    InputError
-        Naming the problem (shape, dtype, NaN, label range) and the fix.
-    """
-    xa = np.asarray(x)
-    ya = np.asarray(y)
-    if xa.ndim != 2:
-        raise InputError(f"{what} embeddings must be a 2-D array (n, d); got shape {xa.shape}")
-    if xa.dtype.kind not in "fiu":
-        raise InputError(f"{what} embeddings must be numeric; got dtype {xa.dtype}")
-    if ya.ndim != 1 or ya.shape[0] != xa.shape[0]:
-        raise InputError(
-            f"{what} labels must have shape ({xa.shape[0]},) to match the embeddings; "
-            f"got {ya.shape}"
-        )
-    x64: F64 = np.asarray(xa, dtype=np.float64)
-    finite = np.isfinite(x64).all(axis=1)
-    if not finite.all():
-        raise InputError(
-            f"{what} embeddings contain NaN or infinite values (first bad row "
-            f"{int(np.flatnonzero(~finite)[0])}); fix the encoder output or drop those rows"
-        )
-    integral = ya.dtype.kind == "f" and np.all(np.isfinite(ya)) and np.all(ya == np.round(ya))
-    if ya.size and ya.dtype.kind not in "iu" and not integral:
-        raise InputError(f"{what} labels must be integers; got dtype {ya.dtype}")
-    y64: I64 = ya.astype(np.int64)
-    if y64.size and y64.min() < 0:
-        raise InputError(
-            f"{what} labels must be class indices 0..{num_classes - 1}; got the negative "
-            f"label {int(y64.min())}"
-        )
-    if y64.size and y64.max() >= num_classes:
-        raise InputError(
-            f"{what} label {int(y64.max())} is out of range for {num_classes} classes "
-            f"(0..{num_classes - 1}); {range_hint}"
-        )
-    return x64, y64
-
-
+# ---------------------------------------------------------------------- options
 def _class_names(classes: int | Sequence[str]) -> tuple[str, ...]:
     if isinstance(classes, bool | str):
         raise ConfigError(
@@ -516,13 +352,6 @@ def _class_names(classes: int | Sequence[str]) -> tuple[str, ...]:
     return names
 
 
-def _check_mode(mode: str) -> Mode:
-    try:
-        return schema_for(mode).mode
-    except StatsValidationError:
-        raise ConfigError(f"mode must be one of {', '.join(SCHEMAS)}; got {mode!r}") from None
-
-
 def _clip_norm(clip_norm: float | None, secure: SecAggConfig | None) -> float | None:
     if secure is None:
         return None if clip_norm is None else float(clip_norm)
@@ -532,32 +361,3 @@ def _clip_norm(clip_norm: float | None, secure: SecAggConfig | None) -> float | 
             f"R={secure.clip_norm:g}; give one value"
         )
     return float(secure.clip_norm)
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer; got {seed!r}")
-    return int(seed)
-
-
-def _projection(dim: int | None, seed: int, input_dim: int) -> ProjectionSpec | None:
-    if dim is None:
-        return None
-    if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
-        raise ConfigError(f"projection_dim must be an integer >= 1; got {dim!r}")
-    return ProjectionSpec(int(seed), input_dim, int(dim))
-
-
-def to_jsonable(v: Any) -> Any:
-    """Hyperparameter values as JSON types (numpy scalars unwrapped, others as strings)."""
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    if v is None or isinstance(v, bool | int | float | str):
-        return v
-    if isinstance(v, list | tuple):
-        return [to_jsonable(i) for i in v]
-    if isinstance(v, dict):
-        return {str(k): to_jsonable(i) for k, i in v.items()}
-    return str(v)

@@ -9,6 +9,7 @@ from ghofl.errors import IncompatibleStatsError, InputError, StatsValidationErro
 from ghofl.stats import (
     ClientStats,
     EncoderInfo,
+    ProjectionSpec,
     StatsAccumulator,
     StatsMeta,
     compute_stats,
@@ -190,6 +191,69 @@ def test_subtraction_inverts_addition_and_checks_counts() -> None:
         StatsValidationError, match="cannot subtract statistics holding more samples"
     ):
         _ = a - (a + b)
+
+
+def _random_payload(
+    rng: np.random.Generator, mode: str, c: int, d: int, classes: list[int], **kw: object
+) -> ClientStats:
+    """A valid payload of ``mode`` whose samples fall in ``classes`` only; per-client scale
+    and offset vary over orders of magnitude, as real clients' data do."""
+    n = int(rng.integers(1, 30))
+    y = rng.choice(classes, n)
+    scale = 10.0 ** rng.uniform(-2, 3)
+    x = rng.normal(scale=scale, size=(n, d)) + rng.normal(scale=10 * scale, size=d)
+    return compute_stats(x, y, c, mode, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+def test_removing_two_of_three_payloads_leaves_the_third(mode: str) -> None:
+    """Regression: (a + b + c) − a − b raised StatsValidationError or IndexError on ordinary
+    payloads (float residue in classes present only in a and b, and in diag(B))."""
+    rng = np.random.default_rng(20261201)
+    for trial in range(70):
+        c, d = int(rng.integers(2, 5)), int(rng.integers(1, 6))
+        kw: dict[str, object] = {}
+        if trial % 3 == 1:
+            kw["clip_norm"] = float(10 ** rng.uniform(0, 4))
+        if trial % 3 == 2:
+            kw["projection"] = ProjectionSpec(trial, d, int(rng.integers(1, 4)))
+        a = _random_payload(rng, mode, c, d, [0, 1], **kw)  # class 0 only in a and b
+        b = _random_payload(rng, mode, c, d, [0, 1], **kw)
+        rest = _random_payload(rng, mode, c, d, list(range(1, c)), **kw)
+        left = (a + b + rest) - a - b
+        np.testing.assert_array_equal(left.counts, rest.counts)
+        assert left.n_clipped == rest.n_clipped
+        assert not np.any(left.sums[0]) and not np.any(left.diag_sums[0])
+        peak = max(float(np.max(np.abs(v))) for k, v in (a + b + rest).arrays().items()
+                   if v is not None and k != "counts")
+        assert left.allclose(rest, rtol=1e-9, atol=1e-12 * peak)
+
+
+def test_empty_class_with_a_tiny_negative_square_sum_is_refused_cleanly() -> None:
+    """An empty class whose only non-zero entry is negative used to raise IndexError."""
+    meta = StatsMeta("diag", 2, ("a", "b"))
+    with pytest.raises(
+        StatsValidationError, match="class 'a' has zero samples but non-zero sums"
+    ):
+        ClientStats(meta, np.array([0, 1]), np.array([[0.0, 0.0], [1.0, 1.0]]),
+                    sq_sums=np.array([[-1e-20, 0.0], [1.0, 1.0]]))
+
+
+def test_subtracting_a_payload_that_was_never_added_is_refused() -> None:
+    a, b = _stats(0), _stats(1)
+    impostor = compute_stats(*_shifted(1), ("a", "b"))  # same counts as b, other data
+    assert np.array_equal(impostor.counts, b.counts)
+    with pytest.raises(
+        StatsValidationError,
+        match="class 'a' has no sample left but its sums do not cancel, so the right operand "
+        "was not part of the left one",
+    ):
+        _ = ((a + b) - a) - impostor
+
+
+def _shifted(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    x, y = gaussian_mixture(seed, num_classes=2, dim=3, n=40)
+    return x + 5.0, y
 
 
 def test_subtracting_everything_gives_exact_zeros() -> None:

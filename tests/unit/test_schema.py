@@ -18,8 +18,8 @@ from ghofl.errors import (
     StatsValidationError,
     UnsupportedModeError,
 )
+from ghofl.heads.build import build_heads
 from ghofl.heads.registry import available_heads, head_class, make_head
-from ghofl.simulation import build_heads
 from ghofl.stats import ClientStats, ProjectionSpec, StatsMeta, compute_stats, save_stats
 from ghofl.stats.codec import (
     expected_payload_nbytes,

@@ -10,8 +10,9 @@ import pytest
 
 from ghofl.errors import ConfigError, InputError, UnsupportedModeError
 from ghofl.heads import registry
+from ghofl.heads.build import build_heads, head_defaults
 from ghofl.heads.nb import NBDiagHead
-from ghofl.simulation import build_heads, head_defaults, simulate_federation
+from ghofl.simulation import simulate_federation
 from ghofl.stats import Mode, ProjectionSpec, compute_stats, payload_nbytes
 from tests.helpers import gaussian_mixture
 

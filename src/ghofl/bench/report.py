@@ -6,7 +6,6 @@ Each benchmark script owns one section, delimited by ``<!-- BEGIN name -->`` and
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -16,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ghofl.stats.codec import atomic_write
+from ghofl.files import atomic_write, write_json_atomic
 
 HEADER = (
     "# Benchmarks\n\nEvery section below is written by the script named in it; "
@@ -59,8 +58,7 @@ def median_time(fn: Callable[[], Any], repeats: int = 5) -> tuple[float, list[fl
 
 def write_json(path: str | os.PathLike[str], data: Any) -> None:
     """Write ``data`` as indented JSON atomically."""
-    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    write_json_atomic(path, data, indent=2, sort_keys=True, default=str)
 
 
 def update_section(path: str | os.PathLike[str], name: str, body: str, first: bool = False) -> None:

@@ -1,127 +1,41 @@
-"""File and option handling shared by the CLI commands: embedding archives, class lists,
-``--param`` values, atomic JSON and directory writes, plain-text tables."""
+"""Option handling shared by the CLI commands: class lists, ``--mode``, ``--param`` values,
+statistics files, output paths and plain-text tables.
+
+Readers and writers that are not about options live in their layers: embeddings archives in
+:mod:`ghofl.data.embeddings`, the model directory in :mod:`ghofl.heads.model_dir`, atomic
+writes in :mod:`ghofl.files`.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-import uuid
-import zipfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
-from ghofl.errors import ConfigError, GhoflError, InputError, StatsValidationError
-from ghofl.simulation import head_defaults
+from ghofl.data.embeddings import Embeddings, load_embeddings
+from ghofl.errors import ConfigError, InputError, StatsValidationError
+from ghofl.files import write_json_atomic
+from ghofl.heads.build import head_defaults
+from ghofl.heads.model_dir import check_model_target
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.codec import atomic_write, load_stats
+from ghofl.stats.codec import load_stats
 from ghofl.stats.meta import Mode
 from ghofl.stats.schema import SCHEMAS, schema_for
 
-MANIFEST = "manifest.json"
-MODEL_FORMAT = "ghofl.model"
-MODEL_FORMAT_VERSION = 1
-
-
-# ---------------------------------------------------------------------- embeddings
-@dataclass(frozen=True)
-class Embeddings:
-    """Arrays read from an embeddings archive.
-
-    Attributes
-    ----------
-    path : Path
-    x : ndarray, shape (n, d)
-        As stored (validated later against the class count).
-    y : ndarray of int64, shape (n,)
-    classes : tuple of str or None
-        The optional ``classes`` array of the archive.
-    """
-
-    path: Path
-    x: NDArray[Any]
-    y: NDArray[np.int64]
-    classes: tuple[str, ...] | None
-
-
-def load_embeddings(path: Path, option: str) -> Embeddings:
-    """Read an ``.npz`` holding ``x`` (n, d), ``y`` (n,) and optionally ``classes`` (C,).
-
-    Parameters
-    ----------
-    path : Path
-        The archive.
-    option : str
-        The option that named it (``"--embeddings"``), for messages.
-
-    Raises
-    ------
-    InputError
-        Missing, unreadable or malformed archive; the message names the file and the fix.
-    """
-    if not path.exists():
-        raise InputError(f"{option} file '{path}' does not exist; check the path")
-    if path.is_dir():
-        raise InputError(f"{option} path '{path}' is a directory; give an .npz file")
-    fix = "write it with numpy.savez(path, x=embeddings, y=labels)"
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise InputError(f"'{path}' holds a single array, not an .npz archive; {fix}")
-        with loaded as z:
-            missing = [k for k in ("x", "y") if k not in z.files]
-            if missing:
-                held = ", ".join(z.files) or "nothing"
-                raise InputError(
-                    f"'{path}' has no array {missing[0]!r} (it holds: {held}); {fix}"
-                )
-            x = z["x"]
-            y = z["y"]
-            classes = z["classes"] if "classes" in z.files else None
-    except GhoflError:
-        raise
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
-        raise InputError(
-            f"'{path}' is not a readable .npz archive ({_one_line(exc)}); {fix}"
-        ) from exc
-    if not isinstance(x, np.ndarray):  # pragma: no cover - np.load always gives arrays
-        raise InputError(f"'{path}': x is not an array; {fix}")
-    if x.ndim != 2:
-        raise InputError(f"'{path}': x must be a 2-D array (n, d); got shape {x.shape}")
-    if x.dtype.kind not in "fiu":
-        raise InputError(f"'{path}': x must hold numbers; got dtype {x.dtype}")
-    if y.ndim != 1 or y.shape[0] != x.shape[0]:
-        raise InputError(
-            f"'{path}': y must have shape ({x.shape[0]},) to match x; got {y.shape}"
-        )
-    if y.size and y.dtype.kind not in "iu" and not _integral_floats(y):
-        raise InputError(f"'{path}': y must hold integer class indices; got dtype {y.dtype}")
-    return Embeddings(path, x, y.astype(np.int64), _archive_classes(path, classes))
-
-
-def _integral_floats(y: NDArray[Any]) -> bool:
-    return bool(y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)))
-
-
-def _archive_classes(path: Path, classes: NDArray[Any] | None) -> tuple[str, ...] | None:
-    if classes is None:
-        return None
-    if classes.ndim != 1 or classes.dtype.kind not in "USiu" or classes.size == 0:
-        raise InputError(
-            f"'{path}': classes must be a non-empty 1-D array of names (strings); got shape "
-            f"{classes.shape} and dtype {classes.dtype}"
-        )
-    names = tuple(str(c) for c in classes.tolist())
-    if len(set(names)) != len(names):
-        raise InputError(f"'{path}': class names must be unique; got {list(names)}")
-    return names
+__all__ = [
+    "Embeddings",  # re-exported from ghofl.data.embeddings
+    "check_mode",
+    "check_output_dir",
+    "check_output_file",
+    "load_embeddings",  # re-exported from ghofl.data.embeddings
+    "parse_param_options",
+    "parse_value",
+    "read_stats",
+    "resolve_classes",
+    "table",
+    "write_json",
+]
 
 
 def resolve_classes(
@@ -179,6 +93,19 @@ def read_stats(path: Path) -> ClientStats:
     """:func:`~ghofl.stats.load_stats`, with the file named in validation errors too."""
     try:
         return load_stats(path)
+    except StatsValidationError as exc:
+        raise StatsValidationError(f"'{path}' holds invalid statistics: {exc}") from exc
+
+
+def read_total_arg(path: Path) -> ClientStats:
+    """A total for the server side: a statistics file or an aggregation store
+    (:func:`ghofl.store.read_total`), with the path named in validation errors."""
+    from ghofl.store import is_store, read_total
+
+    if not is_store(path):
+        return read_stats(path)
+    try:
+        return read_total(path)
     except StatsValidationError as exc:
         raise StatsValidationError(f"'{path}' holds invalid statistics: {exc}") from exc
 
@@ -273,13 +200,7 @@ def _guess(raw: str) -> Any:
         return raw
 
 
-# ---------------------------------------------------------------------- atomic outputs
-def _umask_mode(base: int) -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return base & ~mask
-
-
+# ---------------------------------------------------------------------- outputs
 def check_output_file(path: Path, option: str) -> None:
     """Refuse an output path that is an existing directory (before any work)."""
     if path.is_dir():
@@ -287,54 +208,14 @@ def check_output_file(path: Path, option: str) -> None:
 
 
 def write_json(path: Path, obj: Any, option: str = "--json") -> None:
-    """Write ``obj`` as indented JSON, atomically (temporary file, then rename)."""
+    """Write ``obj`` as indented JSON, atomically (:func:`ghofl.files.write_json_atomic`)."""
     check_output_file(path, option)
-    text = json.dumps(obj, indent=2, sort_keys=False) + "\n"
-
-    def write(tmp: str) -> None:
-        Path(tmp).write_text(text, encoding="utf-8")
-        os.chmod(tmp, _umask_mode(0o666))
-
-    atomic_write(path, write)
+    write_json_atomic(path, obj, indent=2)
 
 
 def check_output_dir(path: Path, option: str = "--out") -> None:
     """Refuse to replace anything but a ghofl model directory or an empty directory."""
-    if path.exists() and not path.is_dir():
-        raise InputError(f"{option} '{path}' exists and is not a directory; choose another path")
-    if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).is_file():
-        raise InputError(
-            f"refusing to replace {option} '{path}': it is a non-empty directory that is not a "
-            f"ghofl model directory (no {MANIFEST}); choose another path"
-        )
-
-
-@contextmanager
-def atomic_directory(target: Path, option: str = "--out") -> Iterator[Path]:
-    """Yield a temporary directory beside ``target``; on success it replaces ``target``.
-
-    On any failure the temporary directory is removed and ``target`` is left untouched.
-    """
-    check_output_dir(target, option)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        os.chmod(tmp, _umask_mode(0o777))
-        yield tmp
-        if target.exists():
-            old = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.old"
-            os.replace(target, old)
-            try:
-                os.replace(tmp, target)
-            except BaseException:
-                os.replace(old, target)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    check_model_target(path, option)
 
 
 # ---------------------------------------------------------------------- text
@@ -351,6 +232,3 @@ def _cell(v: Any) -> str:
         return f"{v:.4f}"
     return str(v)
 
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

@@ -5,38 +5,34 @@ from __future__ import annotations
 import inspect
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 
 from ghofl.cli.app import app
 from ghofl.cli.io import (
-    MANIFEST,
-    MODEL_FORMAT,
-    MODEL_FORMAT_VERSION,
-    atomic_directory,
     check_output_dir,
-    load_embeddings,
     parse_param_options,
-    read_stats,
+    read_total_arg,
     table,
     write_json,
 )
+from ghofl.data.embeddings import check_labelled_embeddings, load_embeddings
 from ghofl.errors import InputError
-from ghofl.heads.base import Head
-from ghofl.heads.registry import available_heads, head_class, load_head, parse_head_list, save_head
-from ghofl.simulation import build_heads, check_labelled_embeddings, head_defaults, to_jsonable
-from ghofl.stats.client_stats import ClientStats
+from ghofl.evaluation import evaluate_heads
+from ghofl.heads.build import head_defaults, to_jsonable
+from ghofl.heads.model_dir import load_model
+from ghofl.heads.registry import available_heads, head_class, parse_head_list
+from ghofl.server_job import ServerJob, run_server_job
 
 DEFAULT_HEADS = "nb,lda,qda,fedcgs"
 
 
 @app.command("fit")
 def fit(
-    total: Annotated[Path, typer.Argument(help="Aggregate statistics file (.ghs).")],
+    total: Annotated[Path, typer.Argument(
+        help="Aggregate statistics file (.ghs) or aggregation store (ghofl aggregate --store).")],
     out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
     heads: Annotated[str, typer.Option(
         "--heads", help="Comma-separated registered heads, or 'all'.")] = DEFAULT_HEADS,
@@ -56,38 +52,16 @@ def fit(
     names = parse_head_list(heads)
     params = parse_param_options(param, names)
     check_output_dir(out)
-    stats = read_stats(total)
-    models = build_heads(names, params, seed=seed, progress=progress, mode=stats.mode)
-    entries: dict[str, dict[str, Any]] = {}
-    with atomic_directory(out) as tmp:
-        for name, head in models.items():
-            if progress:
-                typer.echo(f"fitting {name}...", err=True)
-            t0 = time.perf_counter()
-            head.fit_from_stats(stats)
-            seconds = time.perf_counter() - t0
-            save_head(head, tmp / f"{name}.ghh")
-            entries[name] = {"file": f"{name}.ghh", "fit_seconds": seconds,
-                             "params": to_jsonable(head.get_params())}
-        manifest = _manifest(entries, stats, total)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    stats = read_total_arg(total)
+    job = ServerJob(tuple(names), params, seed=0 if seed is None else seed, progress=progress)
+    result = run_server_job(stats, job, out_dir=out, extra={"stats": {"source": str(total)}},
+                            log=_stderr if progress else None, option="--out")
     typer.echo(table(["head", "fit_seconds", "file"],
-                     [[n, e["fit_seconds"], str(out / e["file"])] for n, e in entries.items()]))
+                     [[n, s, str(out / f"{n}.ghh")] for n, s in result.fit_seconds.items()]))
 
 
-def _manifest(
-    entries: dict[str, dict[str, Any]], stats: ClientStats, source: Path
-) -> dict[str, Any]:
-    from ghofl import __version__
-
-    return {
-        "format": MODEL_FORMAT,
-        "format_version": MODEL_FORMAT_VERSION,
-        "ghofl_version": __version__,
-        "heads": entries,
-        "stats": {**stats.meta.to_dict(), "n_samples": stats.n_samples,
-                  "counts": stats.counts.tolist(), "source": str(source)},
-    }
+def _stderr(message: str) -> None:
+    typer.echo(message, err=True)
 
 
 @app.command("evaluate")
@@ -101,7 +75,7 @@ def evaluate(
     """Score every head of a model directory on labelled test embeddings."""
     if json_out is not None and json_out.is_dir():
         raise InputError(f"--json '{json_out}' is a directory; give a file path")
-    models = _load_model_dir(model_dir)
+    models, _ = load_model(model_dir)
     emb = load_embeddings(embeddings, "--embeddings")
     first = next(iter(models.values()))
     classes = first.meta_.classes
@@ -120,12 +94,8 @@ def evaluate(
                                      range_hint="the model does not know that class")
     if y.size == 0:
         raise InputError(f"'{embeddings}' holds no samples; accuracy needs at least one")
-    results: dict[str, dict[str, Any]] = {}
-    for name, head in models.items():
-        t0 = time.perf_counter()
-        pred = head.predict(x)
-        results[name] = {"accuracy": float(np.mean(pred == y)),
-                         "n": int(y.size), "predict_seconds": time.perf_counter() - t0}
+    scores = evaluate_heads(models, x, y, what=f"'{embeddings}'")
+    results = {name: score.to_dict() for name, score in scores.items()}
     if json_out is not None:
         write_json(json_out, {"heads": results, "model_dir": str(model_dir),
                               "embeddings": str(embeddings)})
@@ -136,34 +106,6 @@ def evaluate(
 def _short(names: tuple[str, ...]) -> str:
     shown = ", ".join(names[:5])
     return f"[{shown}, ... ({len(names)} in all)]" if len(names) > 5 else f"[{shown}]"
-
-
-def _load_model_dir(model_dir: Path) -> dict[str, Head]:
-    fix = "write it with `ghofl fit`"
-    if not model_dir.is_dir():
-        raise InputError(
-            f"model directory '{model_dir}' does not exist or is not a directory; {fix}"
-        )
-    path = model_dir / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"'{model_dir}' has no {MANIFEST}, so it is not a ghofl model "
-                         f"directory; {fix}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"'{path}' is not valid JSON ({exc}); {fix}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != MODEL_FORMAT \
-            or not isinstance(manifest.get("heads"), dict) or not manifest["heads"]:
-        raise InputError(f"'{path}' is not a ghofl model manifest; {fix}")
-    if int(manifest.get("format_version", 0)) > MODEL_FORMAT_VERSION:
-        raise InputError(f"'{path}' was written by a newer ghofl; upgrade ghofl")
-    models: dict[str, Head] = {}
-    for name, entry in manifest["heads"].items():
-        file = entry.get("file") if isinstance(entry, dict) else None
-        if not isinstance(file, str) or Path(file).name != file:
-            raise InputError(f"'{path}' lists head {name!r} without a valid file name; {fix}")
-        models[name] = load_head(model_dir / file)
-    return models
 
 
 @app.command("heads")

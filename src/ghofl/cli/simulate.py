@@ -38,13 +38,13 @@ from ghofl.cli.app import app
 from ghofl.cli.io import (
     check_mode,
     check_output_file,
-    load_embeddings,
     parse_param_options,
     resolve_classes,
     table,
     write_json,
 )
 from ghofl.cli.model_cmds import DEFAULT_HEADS
+from ghofl.data.embeddings import load_embeddings
 from ghofl.errors import ConfigError
 from ghofl.heads.registry import parse_head_list
 from ghofl.secure import DEFAULT_MAX_SAMPLES, SecAggConfig, parse_drops

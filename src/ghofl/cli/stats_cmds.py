@@ -16,13 +16,10 @@ from ghofl.cli.io import (
     read_stats,
     resolve_classes,
 )
+from ghofl.client.job import ClientJob, client_statistics
 from ghofl.errors import ConfigError, IncompatibleStatsError
-from ghofl.simulation import check_labelled_embeddings
-from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats, sum_stats
 from ghofl.stats.codec import payload_nbytes, save_stats
-from ghofl.stats.meta import EncoderInfo
-from ghofl.stats.projection import ProjectionSpec
 
 
 @app.command("client-stats")
@@ -61,16 +58,13 @@ def client_stats(
     check_output_file(out, "--out")
     emb = load_embeddings(embeddings, "--embeddings")
     names = resolve_classes(classes, num_classes, [emb])
-    x, y = check_labelled_embeddings(
-        emb.x, emb.y, len(names), f"'{embeddings}'",
+    job = ClientJob(names, m, projection_dim=projection_dim,
+                    projection_seed=projection_seed or 0, clip_norm=clip,
+                    encoder_name=encoder_name or None)
+    stats = client_statistics(
+        emb, job,
         range_hint="pass --num-classes or --classes with every class of the federation",
     )
-    d = x.shape[1]
-    projection = None
-    if projection_dim is not None:
-        projection = ProjectionSpec(projection_seed or 0, d, projection_dim)
-    encoder = EncoderInfo(encoder_name, d) if encoder_name else None
-    stats = compute_stats(x, y, names, m, encoder, projection, clip_norm=clip)
     size = save_stats(stats, out)
     clipped = "" if clip is None else f", {stats.n_clipped} samples clipped to norm {clip:g}"
     typer.echo(
@@ -83,14 +77,34 @@ def client_stats(
 @app.command("aggregate")
 def aggregate(
     files: Annotated[list[Path], typer.Argument(help="Client statistics files (.ghs).")],
-    out: Annotated[Path, typer.Option("--out", help="Aggregate statistics file to write.")],
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Aggregate statistics file to write (required without --store).")] = None,
+    store: Annotated[Path | None, typer.Option(
+        "--store", help="Aggregation store (SQLite file, created if absent) recording each "
+        "payload and an exact running total; re-submitting a payload is idempotent.")] = None,
+    client_id: Annotated[str | None, typer.Option(
+        "--client-id", help="Client id of the payload in the store (default: the file name "
+        "without extension); only with --store and one payload.")] = None,
 ) -> None:
     """Sum client statistics files into one total, reading one file at a time.
 
     Memory use does not depend on the number of files. All files must share the encoder,
-    projection, class list and mode.
+    projection, class list and mode. With --store the payloads are recorded in a durable store
+    (one transaction each) and --out, if given, receives the store's total.
     """
-    check_output_file(out, "--out")
+    from ghofl.cli._aggregate import check_aggregate_inputs, record_in_store
+
+    for target, option in ((out, "--out"), (store, "--store")):
+        if target is not None:
+            check_output_file(target, option)
+    digests = check_aggregate_inputs(files, out, store, client_id)
+    if store is not None:
+        stored_total = record_in_store(store, files, digests, client_id)
+        if out is not None:
+            size = save_stats(stored_total, out)
+            typer.echo(f"wrote the store's total to {out} ({size} bytes)")
+        return
+    assert out is not None  # check_aggregate_inputs requires --out without --store
     current: list[Path] = []
 
     def payloads() -> Iterator[ClientStats]:

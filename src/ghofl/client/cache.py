@@ -8,7 +8,7 @@ Layout (``cache_dir``: argument, else ``GHOFL_CACHE_DIR``, else ``~/.cache/ghofl
 
 The fingerprint (:meth:`EncoderInfo.fingerprint`) covers the encoder's weights hash,
 preprocessing and resolution; the indices key is ``all`` or ``sub-<16 hex of SHA-256 of the
-int64 indices>``. Both files are written atomically (temporary file + ``os.replace``), data
+int64 indices>``. Both files are written atomically (:func:`ghofl.files.atomic_write`), data
 first. A missing, unreadable or inconsistent pair (bad JSON, other version, ``np.load`` failure,
 shape or checksum mismatch) is treated as a miss: recomputed and rewritten, never used.
 """
@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from numpy.typing import NDArray
 
 from ghofl.client.encoders.base import Encoder
 from ghofl.errors import ConfigError
+from ghofl.files import atomic_write
 from ghofl.stats.meta import EncoderInfo
 
 __all__ = [
@@ -105,18 +105,15 @@ def _sha256(a: NDArray[Any]) -> str:
 
 
 def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    """:func:`ghofl.files.atomic_write` through a binary file handle, synced before the rename."""
+
+    def to_file(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    atomic_write(path, to_file)
 
 
 def _validate(x: Any, y: Any, dim: int) -> Embeddings:

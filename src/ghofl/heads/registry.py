@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ghofl.errors import ConfigError, StatsFormatError
+from ghofl.files import atomic_write
 from ghofl.heads.base import Head
-from ghofl.stats.codec import atomic_write, read_safetensors
+from ghofl.stats.codec import read_safetensors
 from ghofl.stats.meta import SCHEMA_VERSION, StatsMeta
 
 HEAD_FORMAT = "ghofl.head"

@@ -14,7 +14,7 @@ and how modes convert are defined once, in :mod:`ghofl.stats.schema`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,7 @@ class ClientStats:
     class_scatter: F64 | None = None
     scatter: F64 | None = None
     n_clipped: int = 0
+    _magnitude: _Magnitude = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -68,6 +69,7 @@ class ClientStats:
             arr = getattr(self, name)
             if arr is not None:
                 arr.setflags(write=False)
+        object.__setattr__(self, "_magnitude", _Magnitude.own(self))
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -86,8 +88,12 @@ class ClientStats:
         class_scatter: F64 | None = None,
         scatter: F64 | None = None,
         n_clipped: int = 0,
+        magnitude: _Magnitude | None = None,
     ) -> ClientStats:
-        """Build without re-validating (for results of exact operations on valid values)."""
+        """Build without re-validating (for results of exact operations on valid values).
+
+        ``magnitude``: of the operands the value was computed from (default: its own).
+        """
         obj = object.__new__(cls)
         for name, val in (
             ("meta", meta),
@@ -101,6 +107,7 @@ class ClientStats:
             if isinstance(val, np.ndarray):
                 val.setflags(write=False)
             object.__setattr__(obj, name, val)
+        object.__setattr__(obj, "_magnitude", magnitude or _Magnitude.own(obj))
         return obj
 
     # ------------------------------------------------------------------ shape facts
@@ -191,12 +198,21 @@ class ClientStats:
             for name in schema_for(self.mode).names
         }
         n_clipped = self.n_clipped + sign * other.n_clipped
+        magnitude = self._magnitude + other._magnitude
         if sign > 0:  # sums of validated payloads are valid by construction
-            return ClientStats._trusted(self.meta, n_clipped=n_clipped, **arrays)
-        # Only removal is re-validated, after zeroing the sums of classes left empty.
-        return ClientStats(
-            self.meta, n_clipped=n_clipped, **_zero_empty_classes(self.meta, arrays)
+            return ClientStats._trusted(
+                self.meta, n_clipped=n_clipped, magnitude=magnitude, **arrays
+            )
+        # Removal is re-validated. Classes left empty must hold exactly zero sums: what remains
+        # there is float residue, checked to be residue and zeroed BEFORE validating. The checks
+        # then tolerate the rounding the difference inherits from the values it came from.
+        _check_cancelled(self.meta, arrays, magnitude)
+        result = ClientStats._trusted(
+            self.meta, n_clipped=n_clipped, magnitude=magnitude,
+            **_zero_empty_classes(self.meta, arrays),
         )
+        _validate(result, magnitude)
+        return result
 
     def allclose(self, other: ClientStats, rtol: float = 1e-10, atol: float = 0.0) -> bool:
         """Equality with tolerance: same metadata, identical counts, arrays within
@@ -233,7 +249,9 @@ class ClientStats:
         if target.mode == self.mode:
             return self
         arrays = {spec.name: np.array(getattr(self, spec.source)) for spec in target.arrays}
-        return ClientStats(self.meta.with_mode(target.mode), n_clipped=self.n_clipped, **arrays)
+        out = ClientStats(self.meta.with_mode(target.mode), n_clipped=self.n_clipped, **arrays)
+        object.__setattr__(out, "_magnitude", self._magnitude)  # same values, same history
+        return out
 
     def __repr__(self) -> str:
         return (
@@ -265,17 +283,91 @@ def sum_stats(items: Iterable[ClientStats]) -> ClientStats:
 
 def _zero_empty_classes(meta: StatsMeta, arrays: dict[str, Any]) -> dict[str, Any]:
     """After exact subtraction, classes with N_c = 0 must hold exactly zero sums: zero the
-    per-class rows (arrays whose first axis is ``C``) of those classes, in place."""
+    per-class rows (arrays whose first axis is ``C``) of those classes, and every float array
+    when no sample is left at all (B = Σ x xᵀ over no sample is 0), in place."""
     empty = arrays["counts"] == 0
     if np.any(empty):
+        nothing_left = bool(np.all(empty))
         for spec in schema_for(meta.mode).float_arrays:
-            if spec.axes[0] == "C":
+            if nothing_left:
+                arrays[spec.name][...] = 0.0
+            elif spec.axes[0] == "C":
                 arrays[spec.name][empty] = 0.0
     return arrays
 
 
+def _check_cancelled(meta: StatsMeta, arrays: dict[str, Any], residue: _Magnitude) -> None:
+    """Refuse a difference in which a class lost all its samples but not its sums: the right
+    operand was not part of the left (only float residue may be left to zero)."""
+    empty = arrays["counts"] == 0
+    if not np.any(empty):
+        return
+    sums = arrays["sums"]
+    diag = arrays.get("sq_sums")
+    if diag is None:
+        diag = np.diagonal(arrays["class_scatter"], axis1=1, axis2=2)
+    left = (np.abs(sums) > _RESIDUE_RTOL * residue.first).any(axis=1) | (
+        np.abs(diag) > _RESIDUE_RTOL * residue.second
+    ).any(axis=1)
+    bad = np.flatnonzero(empty & left)
+    if bad.size:
+        raise StatsValidationError(
+            f"cannot subtract these statistics: class {meta.classes[int(bad[0])]!r} has no "
+            "sample left but its sums do not cancel, so the right operand was not part of the "
+            "left one; subtract only statistics that were added to the total"
+        )
+
+
+#: Relative size, with respect to the magnitude of the values a difference was computed from,
+#: of the float residue it may carry: far above the rounding of millions of additions and
+#: removals (each ~1.1e-16 relative), far below any genuine inconsistency.
+_RESIDUE_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class _Magnitude:
+    """Upper bounds of the magnitudes a value of statistics was computed from.
+
+    Float rounding of a sum or difference is of the order of ε times the magnitudes of its
+    operands, and a chain of them carries the rounding of every step; when most of an entry
+    cancels (a class that empties, a large client removed from a small rest) that residue can
+    dwarf the entry. Each :class:`ClientStats` therefore carries, privately, the sum of the
+    magnitudes of the payloads it was computed from (its own for a payload built directly, the
+    sum of its operands' for ``a + b`` and ``a − b``), and validation of a difference accepts
+    deviations up to :data:`_RESIDUE_RTOL` times it on top of its usual tolerances.
+
+    Attributes
+    ----------
+    first : float
+        Bound on |A_c| entries.
+    second : float
+        Bound on second-moment entries: max_j Σ_c D_c[j] = max diag B, which bounds every
+        entry of D_c, S_c and B (they are positive semi-definite).
+    """
+
+    first: float
+    second: float
+
+    @classmethod
+    def own(cls, s: ClientStats) -> _Magnitude:
+        """The magnitudes of ``s`` itself (O(C·d))."""
+        return cls(
+            first=float(np.max(np.abs(s.sums), initial=0.0)),
+            second=float(np.max(np.abs(s.diag_sums).sum(axis=0), initial=0.0)),
+        )
+
+    def __add__(self, other: _Magnitude) -> _Magnitude:
+        return _Magnitude(self.first + other.first, self.second + other.second)
+
+
 # ---------------------------------------------------------------------- validation
-def _validate(s: ClientStats) -> None:
+def _validate(s: ClientStats, residue: _Magnitude | None = None) -> None:
+    """Check shapes, dtypes and the laws that sums of samples obey.
+
+    ``residue``: magnitudes of the values the difference ``s`` was computed from, whose
+    rounding the checks tolerate (``None`` for statistics built directly).
+    """
+    res = _Magnitude(0.0, 0.0) if residue is None else residue
     c, d, mode = s.meta.num_classes, s.meta.dim, s.meta.mode
     schema = schema_for(mode)
     for spec in schema.arrays:
@@ -286,7 +378,7 @@ def _validate(s: ClientStats) -> None:
             )
         _check_array(spec.name, arr, spec.shape(c, d), spec.dtype)
         if spec.symmetric:
-            _check_symmetric(spec.name, arr)
+            _check_symmetric(spec.name, arr, _RESIDUE_RTOL * res.second)
     for name in ARRAY_NAMES:
         if not schema.has(name) and getattr(s, name) is not None:
             raise StatsValidationError(
@@ -300,21 +392,21 @@ def _validate(s: ClientStats) -> None:
         )
     _check_n_clipped(s)
     diag = s.diag_sums
-    if np.any(diag < -_tol(diag)):
+    if np.any(diag < -(_tol(diag) + _RESIDUE_RTOL * res.second)):
         raise StatsValidationError(
             "sums of squares (D_c or diag S_c) must be non-negative; the payload is corrupt"
         )
-    empty = s.counts == 0
-    if np.any(empty) and (np.any(s.sums[empty] != 0) or np.any(diag[empty] != 0)):
-        cls = s.meta.classes[
-            int(np.flatnonzero(empty & (np.abs(s.sums).sum(1) + diag.sum(1) > 0))[0])
-        ]
+    empty_with_sums = (s.counts == 0) & ((s.sums != 0) | (diag != 0)).any(axis=1)
+    if np.any(empty_with_sums):
+        cls = s.meta.classes[int(np.flatnonzero(empty_with_sums)[0])]
         raise StatsValidationError(
             f"class {cls!r} has zero samples but non-zero sums; the payload is corrupt"
         )
     # Cauchy–Schwarz: N_c D_c >= A_c² elementwise (variance is non-negative).
-    slack = s.counts[:, None] * diag - s.sums**2
-    if np.any(slack < -1e-6 * (s.counts[:, None] * diag + s.sums**2 + 1.0)):
+    n = s.counts[:, None]
+    slack = n * diag - s.sums**2
+    inherited = _RESIDUE_RTOL * (n * res.second + 2.0 * np.abs(s.sums) * res.first)
+    if np.any(slack < -(1e-6 * (n * diag + s.sums**2 + 1.0) + inherited)):
         raise StatsValidationError(
             "per-class sums of squares are smaller than the squared sums allow (N_c·D_c < A_c²): "
             "the payload is corrupt or its parts come from different data"
@@ -322,9 +414,8 @@ def _validate(s: ClientStats) -> None:
     if s.scatter is not None and s.sq_sums is not None:
         tr_b = np.diagonal(s.scatter)
         tr_d = diag.sum(axis=0)
-        if not np.allclose(
-            tr_b, tr_d, rtol=1e-8, atol=1e-8 * (1.0 + float(np.abs(tr_d).max(initial=0)))
-        ):
+        atol = 1e-8 * (1.0 + float(np.abs(tr_d).max(initial=0))) + _RESIDUE_RTOL * c * res.second
+        if not np.allclose(tr_b, tr_d, rtol=1e-8, atol=atol):
             raise StatsValidationError(
                 f"diag(B) must equal Σ_c D_c in {mode!r} statistics; the payload is corrupt "
                 "or its parts come from different data"
@@ -372,10 +463,10 @@ def _tol(a: F64) -> float:
     return 1e-9 * (1.0 + float(np.max(np.abs(a), initial=0.0)))
 
 
-def _check_symmetric(name: str, m: F64) -> None:
+def _check_symmetric(name: str, m: F64, atol: float = 0.0) -> None:
     mats = m.reshape(-1, m.shape[-2], m.shape[-1])  # one matrix at a time: no (C, d, d) temporary
     dev = max(float(np.max(np.abs(a - a.T), initial=0.0)) for a in mats)
-    if dev > _SYM_RTOL * (1.0 + float(np.max(np.abs(m), initial=0.0))):
+    if dev > atol + _SYM_RTOL * (1.0 + float(np.max(np.abs(m), initial=0.0))):
         raise StatsValidationError(
             f"{name} must be symmetric; its largest asymmetry is {dev:.3g}; the payload is corrupt"
         )

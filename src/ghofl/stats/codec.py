@@ -17,21 +17,21 @@ length-prefixed header makes truncation detectable before any data is trusted.
 Schema version 2 added ``clip_norm`` and ``n_clipped``; version-1 files still load (as unclipped
 statistics, upgraded to the current version so they combine with new payloads).
 
-Writes are atomic: a temporary file in the target folder, then ``os.replace``.
+Writes are atomic (:func:`ghofl.files.atomic_write`: a temporary file in the target folder,
+then ``os.replace``); ``atomic_write`` is re-exported here for older imports.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from numpy.typing import NDArray
 
 from ghofl.errors import GhoflError, StatsFormatError
+from ghofl.files import atomic_write
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import MIN_SCHEMA_VERSION, SCHEMA_VERSION, StatsMeta
 from ghofl.stats.schema import pack_upper, schema_for, unpack_upper
@@ -124,23 +124,6 @@ def expected_payload_nbytes(mode: str, num_classes: int, dim: int) -> int:
     see :meth:`~ghofl.stats.schema.ModeSchema.nbytes`.
     """
     return schema_for(mode).nbytes(num_classes, dim)
-
-
-def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -> None:
-    """Call ``write(tmp_path)`` then rename onto ``path``; nothing is left behind on failure."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; follow the umask like open() does
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_stats(stats: ClientStats, path: str | os.PathLike[str]) -> int:

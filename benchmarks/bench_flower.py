@@ -1,0 +1,140 @@
+"""ghofl over Flower vs in process: 10 clients through Flower's simulation engine and its
+deployment engine (one SuperLink and 10 SuperNodes on 127.0.0.1), secure and plain, against
+the in-process simulation on the same data, partition and seed: wall time per stage, bytes
+per client, and the heads' accuracies (identical in every run). Writes
+benchmarks/results/flower.json and the ``flower`` section of BENCHMARKS.md.
+
+Run: ``.venv/bin/python benchmarks/bench_flower.py`` (needs the ``flower`` extra and
+``GHOFL_DATA_DIR`` or ../shared/data; about 10 minutes on 2 cores with cached embeddings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.client.encoders import default_clip_norm
+from ghofl.data.partition import dirichlet_partition
+from ghofl.secure import SecAggConfig
+from ghofl.simulation import simulate_federation
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = {"secure": ("advertise", "share", "mask", "unmask"), "plain": ("input",)}
+HEADS = "nb,lda,fedcgs"
+
+
+def features(per_class: tuple[int, int]) -> Any:
+    from ghofl.bench.config import config_from_dict
+    from ghofl.bench.features import load_features
+
+    data_dir = os.environ.get("GHOFL_DATA_DIR") or str(ROOT.parent / "shared/data")
+    cfg = config_from_dict({"datasets": ["cifar10"], "train_per_class": per_class[0],
+                            "test_per_class": per_class[1], "data_dir": data_dir})
+    return load_features("cifar10", "efficientnet-lite0", cfg, log=print)
+
+
+def in_process(feats: Any, clients: int, protocol: str, clip: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    res = simulate_federation(feats.x_train, feats.y_train, feats.x_test, feats.y_test,
+                              classes=feats.classes, clients=clients, alpha=0.5, seed=0,
+                              heads=HEADS, mode="pooled", clip_norm=clip,
+                              secure=SecAggConfig(clip_norm=clip) if protocol == "secure"
+                              else None)
+    agg = res.aggregation
+    return {"engine": "in process", "protocol": protocol, "wall_s": time.perf_counter() - t0,
+            "stage_seconds": {s: v["server_seconds"] + v["client_seconds_total"]
+                              for s, v in agg["stages"].items()},
+            "stages": agg["stages"],
+            "accuracy": {h: r.accuracy for h, r in res.heads.items()}}
+
+
+def on_flower(feats: Any, clients: int, protocol: str, clip: float, engine: str,
+              root: Path) -> dict[str, Any]:
+    from ghofl.integrations.flower.runner import run_local
+
+    cfg = {"protocol": protocol, "classes": json.dumps(list(feats.classes)), "mode": "pooled",
+           "clip_norm": clip, "heads": HEADS, "seed": 0,
+           "out-dir": str(root / f"{engine}-{protocol}"), "test-path": str(root / "test.npz"),
+           "stage-timeout-s": 600.0, "wait-timeout-s": 300.0}
+    t0 = time.perf_counter()
+    res = run_local(engine, clients, cfg, root / f"work-{engine}-{protocol}",  # type: ignore[arg-type]
+                    data_template=str(root / "parts" / "client-{partition_id}.npz"),
+                    app_dir=ROOT / "examples" / "flower_app", timeout_s=3600)
+    if res.get("status") != "ok":
+        raise RuntimeError(f"the Flower {engine} run failed: {res.get('error')}")
+    return {"engine": engine, "protocol": protocol, "wall_s": time.perf_counter() - t0,
+            "stage_seconds": res["stage_seconds"], "stages": res["aggregation"]["stages"],
+            "accuracy": res["accuracy"]}
+
+
+def render(data: dict[str, Any]) -> str:
+    lines = ["## ghofl on Flower vs in process (`benchmarks/bench_flower.py`)", "",
+             f"Machine: {data['machine']}. CIFAR-10 EfficientNet-Lite0 features "
+             f"({data['n_train']:,} training / {data['n_test']:,} test images), "
+             f"{data['clients']} Dirichlet clients (α = 0.5, seed 0), mode `pooled`, clipping "
+             f"bound R = {data['clip']:g}, heads {HEADS}. Flower 1.42: the simulation engine "
+             "runs the nodes under Ray; the deployment engine runs one SuperLink and one "
+             "SuperNode per client on 127.0.0.1, where each message starts a fresh ClientApp "
+             "process. Wall time is the whole run (start-up, every stage, fitting and "
+             "evaluation; without the SuperLink's own start); stage seconds are as seen by the "
+             "server (Flower: from sending a stage's requests to its last reply).", ""]
+    rows = []
+    for r in data["runs"]:
+        stages = STAGES[r["protocol"]]
+        cells = [r["engine"], r["protocol"], f"{r['wall_s']:.1f}"]
+        cells.append(" / ".join(f"{r['stage_seconds'].get(s, 0.0):.2f}" for s in stages))
+        sent = sum(r["stages"][s]["client_sent_bytes_mean"] for s in stages)
+        recv = sum(r["stages"][s]["client_received_bytes_mean"] for s in stages)
+        cells += [f"{sent / 1e6:.2f}", f"{recv / 1e6:.3f}"]
+        cells += [f"{100 * r['accuracy'][h]:.2f}" for h in HEADS.split(",")]
+        rows.append(cells)
+    lines.append(markdown_table(
+        ["engine", "protocol", "wall s", "seconds per stage", "MB sent per client",
+         "MB received per client", *(f"{h} %" for h in HEADS.split(","))], rows))
+    same = all(r["accuracy"] == data["runs"][0]["accuracy"] for r in data["runs"])
+    lines += ["", "Stages: secure = advertise / share / mask / unmask; plain = input. "
+              + ("Every run gives the same accuracies." if same
+                 else "**The accuracies differ between runs.**")]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--engines", nargs="+", default=["simulation", "deployment"])
+    args = ap.parse_args()
+    feats = features((300, 100))
+    clip = default_clip_norm(feats.encoder_info)
+    assert clip is not None
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "parts").mkdir()
+        parts = dirichlet_partition(feats.y_train, args.clients, 0.5, 0)
+        for i, idx in enumerate(parts):
+            np.savez(root / "parts" / f"client-{i}.npz", x=feats.x_train[idx],
+                     y=feats.y_train[idx])
+        np.savez(root / "test.npz", x=feats.x_test, y=feats.y_test)
+        for protocol in ("secure", "plain"):
+            runs.append(in_process(feats, args.clients, protocol, clip))
+            for engine in args.engines:
+                print(f"{engine} {protocol} ...", flush=True)
+                runs.append(on_flower(feats, args.clients, protocol, clip, engine, root))
+                print(f"  {runs[-1]['wall_s']:.1f} s", flush=True)
+    data = {"machine": machine_summary(), "clients": args.clients, "clip": clip,
+            "n_train": int(feats.y_train.size), "n_test": int(feats.y_test.size), "runs": runs}
+    write_json(ROOT / "benchmarks/results/flower.json", data)
+    update_section(ROOT / "BENCHMARKS.md", "flower", render(data))
+    print("wrote benchmarks/results/flower.json and the 'flower' section of BENCHMARKS.md")
+
+
+if __name__ == "__main__":
+    main()

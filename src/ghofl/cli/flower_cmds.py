@@ -1,0 +1,119 @@
+"""``ghofl flower-run``: a local Flower federation (simulation or deployment) on 127.0.0.1.
+
+Needs the extra: ``pip install 'ghofl[flower]'``. Every process it starts (SuperLink,
+SuperNodes, ``flwr run``, Ray) is stopped by PID before it returns.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ghofl.cli.app import app
+from ghofl.errors import ConfigError, require_extra
+
+
+@app.command("flower-run")
+def flower_run(
+    data_template: Annotated[str, typer.Option(
+        "--data-template",
+        help="Each node's embeddings .npz, with {partition_id}: "
+        "'parts/client-{partition_id}.npz'.")],
+    out: Annotated[Path, typer.Option(
+        "--out", help="Output folder: model/, total.ghs, results.json and the Flower logs.")],
+    engine: Annotated[str, typer.Option(
+        "--engine", help="'simulation' (Ray, one process) or 'deployment' (SuperLink + "
+        "one SuperNode per node).")] = "simulation",
+    nodes: Annotated[int, typer.Option("--nodes", help="Number of nodes (clients).")] = 2,
+    test: Annotated[Path | None, typer.Option(
+        "--test", help="Server-side test NPZ with x, y[, classes]: accuracy per head.")] = None,
+    classes: Annotated[str | None, typer.Option(
+        "--classes", help="Class names, comma-separated, or their number C (default: the test "
+        "set's classes, else 0..max label).")] = None,
+    secure: Annotated[bool, typer.Option(
+        "--secure/--plain", help="Secure aggregation (needs --clip) or the plain sum.")] = False,
+    clip: Annotated[float | None, typer.Option(
+        "--clip", help="Per-sample L2 clipping bound R every client applies.")] = None,
+    threshold: Annotated[int, typer.Option(
+        "--threshold", help="Secure: fewest clients per stage (0 = strict majority).")] = 0,
+    heads: Annotated[str, typer.Option("--heads", help="Heads to fit, comma-separated.")]
+        = "nb,lda,qda",
+    mode: Annotated[str, typer.Option("--mode", help="Upload mode: full, pooled or diag.")]
+        = "full",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the heads.")] = 0,
+    stage_timeout: Annotated[float, typer.Option(
+        "--stage-timeout", help="Seconds to wait for one stage's replies.")] = 120.0,
+    app_dir: Annotated[Path | None, typer.Option(
+        "--app", help="Flower app folder (default: examples/flower_app of the sources).")]
+        = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print results.json.")] = False,
+) -> None:
+    """Run a local Flower federation of ghofl clients and print the results.
+
+    Exit status 2 with one line when the run failed (read from results.json).
+    """
+    require_extra("flwr", "flower")
+    from ghofl.integrations.flower.runner import run_local
+
+    if engine not in ("simulation", "deployment"):
+        raise ConfigError(f"--engine must be 'simulation' or 'deployment'; got {engine!r}")
+    if nodes < 1:
+        raise ConfigError(f"--nodes must be at least 1; got {nodes}")
+    if secure and clip is None:
+        raise ConfigError("--secure needs a clipping bound: give --clip R")
+    names = _classes(classes, test)
+    out = out.resolve()
+    template = data_template if Path(data_template).is_absolute() else str(
+        Path.cwd() / data_template)
+    cfg: dict[str, object] = {
+        "protocol": "secure" if secure else "plain", "classes": json.dumps(names),
+        "mode": mode, "clip_norm": float(clip or 0.0), "threshold": threshold, "heads": heads,
+        "seed": seed, "out-dir": str(out), "test-path": str(test.resolve()) if test else "",
+        "stage-timeout-s": float(stage_timeout), "data-template": template,
+    }
+    if test is None:
+        cfg["dim"] = _dim(template)
+    result = run_local(engine, nodes, cfg, out / "flower", data_template=template,  # type: ignore[arg-type]
+                       app_dir=app_dir)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    if result.get("status") != "ok":
+        typer.echo(f"ghofl: error: the Flower run failed: {result.get('error')}", err=True)
+        raise typer.Exit(2)
+    if not as_json:
+        typer.echo(f"flower {engine}: {len(result['survivors'])} of {nodes} nodes in the sum, "
+                   f"dropped {result['dropped'] or 'none'}, excluded "
+                   f"{result['excluded'] or 'none'}; wall {result['wall_s']:.1f} s")
+        for stage, secs in result.get("stage_seconds", {}).items():
+            sent = result.get("bytes", {}).get(stage, {})
+            typer.echo(f"  {stage:9s} {secs:7.2f} s  server sent {sent.get('server_sent', 0)} B"
+                       f", received {sent.get('server_received', 0)} B")
+        for name, acc in result.get("accuracy", {}).items():
+            typer.echo(f"  {name:10s} accuracy {acc:.4f}")
+        typer.echo(f"model: {out / 'model'}")
+
+
+def _classes(spec: str | None, test: Path | None) -> list[str]:
+    if spec:
+        text = spec.strip()
+        if text.isdigit():
+            return [str(i) for i in range(int(text))]
+        return [c.strip() for c in text.split(",")]
+    if test is None:
+        raise ConfigError("give --classes (names or their number) or a --test set to read them")
+    from ghofl.data.embeddings import load_embeddings
+
+    emb = load_embeddings(test, "--test")
+    if emb.classes is not None:
+        return list(emb.classes)
+    return [str(i) for i in range(int(emb.y.max()) + 1)]
+
+
+def _dim(template: str) -> int:
+    from ghofl.data.embeddings import load_embeddings
+
+    return int(load_embeddings(Path(template.format(partition_id=0)), "--data-template")
+               .x.shape[1])

@@ -1,0 +1,489 @@
+"""The client half of a one-shot federation: local data → validated :class:`ClientStats`.
+
+:class:`ClientJob` is what every client must agree on (class list, upload mode, encoder,
+feature transform, projection, clipping bound); it travels as a flat config
+(:meth:`ClientJob.to_config` / :meth:`ClientJob.from_config`). :func:`client_statistics` is the
+one client function that ``ghofl client-stats``, the in-process simulator and the Flower
+ClientApp all call.
+
+Config keys (all values str, int, float or bool, so a TOML table or a Flower ``ConfigRecord``
+holds them; ``None`` travels as the empty string or 0, which no valid value uses)::
+
+    classes            str    JSON list of class names, e.g. '["cat", "dog"]' (from_config also
+                              takes a list, or a comma-separated string)
+    mode               str    "full", "pooled" or "diag"
+    encoder            str    registered encoder name; "" = the inputs are embeddings
+    encoder_name       str    name recorded for embeddings inputs; "" = none
+    resolution         int    input resolution of image encoders
+    backend            str    "onnx" or "torch"
+    feature_transform  str    "none", "sqrt" or "x+sqrt"
+    projection_dim     int    0 = no projection
+    projection_seed    int
+    clip_norm          float  0.0 = no clipping
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.client.encoders.base import Encoder
+from ghofl.client.encoders.factory import get_encoder
+from ghofl.client.transforms import (
+    apply_feature_transform,
+    check_feature_transform,
+    transformed_info,
+)
+from ghofl.data.embeddings import (
+    DEFAULT_RANGE_HINT,
+    Embeddings,
+    align_labels,
+    check_labelled_embeddings,
+    load_embeddings,
+)
+from ghofl.errors import ConfigError, InputError, StatsValidationError
+from ghofl.stats.accumulate import StatsAccumulator, compute_stats
+from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import EncoderInfo, Mode, StatsMeta
+from ghofl.stats.projection import ProjectionSpec
+from ghofl.stats.schema import SCHEMAS, schema_for
+
+__all__ = ["ClientJob", "client_statistics"]
+
+ConfigValue = str | int | float | bool
+Source = str | os.PathLike[str] | tuple[NDArray[Any], NDArray[Any]] | Embeddings
+_BACKENDS = ("onnx", "torch")
+
+
+@dataclass(frozen=True)
+class ClientJob:
+    """What every client of a federation must agree on (serialisable to a flat config).
+
+    Attributes
+    ----------
+    classes : tuple of str
+        The federation's class list; labels are indices into it.
+    mode : {"full", "pooled", "diag"}, default "full"
+        Upload mode.
+    encoder : str or None
+        Registered encoder name (:func:`~ghofl.client.encoders.get_encoder`) for raw data;
+        ``None``: the inputs are embeddings.
+    resolution : int, default 224
+        Input resolution of image encoders.
+    backend : {"onnx", "torch"}, default "onnx"
+        Runtime of the encoder.
+    feature_transform : {"none", "sqrt", "x+sqrt"}, default "none"
+        Applied to the encoder output (or to the given embeddings) before the statistics.
+    projection_dim : int or None
+        Dimension k of the public random projection; ``None``: no projection.
+    projection_seed : int, default 0
+        Public seed of the projection.
+    clip_norm : float or None
+        Per-sample L2 clipping bound R (> 0); ``None``: no clipping.
+    encoder_name : str or None
+        Name recorded in the payload for embeddings inputs when ``encoder`` is ``None`` (the
+        ``--encoder-name`` of ``ghofl client-stats``); clients must agree on it.
+    """
+
+    classes: tuple[str, ...]
+    mode: Mode = "full"
+    encoder: str | None = None
+    resolution: int = 224
+    backend: str = "onnx"
+    feature_transform: str = "none"
+    projection_dim: int | None = None
+    projection_seed: int = 0
+    clip_norm: float | None = None
+    encoder_name: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "classes", _check_classes(self.classes))
+        object.__setattr__(self, "mode", _check_mode(self.mode))
+        for key in ("encoder", "encoder_name"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(
+                    f"ClientJob {key} must be a non-empty name or None; got {value!r}"
+                )
+        object.__setattr__(self, "resolution", _int(self.resolution, "resolution", low=1))
+        if self.backend not in _BACKENDS:
+            raise ConfigError(
+                f"ClientJob backend must be one of {', '.join(_BACKENDS)}; got {self.backend!r}"
+            )
+        check_feature_transform(self.feature_transform)
+        if self.projection_dim is not None:
+            object.__setattr__(
+                self, "projection_dim", _int(self.projection_dim, "projection_dim", low=1)
+            )
+        object.__setattr__(
+            self, "projection_seed", _int(self.projection_seed, "projection_seed", low=0)
+        )
+        if self.clip_norm is not None:
+            object.__setattr__(self, "clip_norm", _clip(self.clip_norm))
+
+    # ------------------------------------------------------------------ config
+    def to_config(self) -> dict[str, ConfigValue]:
+        """The job as a flat config (see the module docstring for keys and conventions)."""
+        return {
+            "classes": json.dumps(list(self.classes)),
+            "mode": self.mode,
+            "encoder": self.encoder or "",
+            "encoder_name": self.encoder_name or "",
+            "resolution": self.resolution,
+            "backend": self.backend,
+            "feature_transform": self.feature_transform,
+            "projection_dim": self.projection_dim or 0,
+            "projection_seed": self.projection_seed,
+            "clip_norm": 0.0 if self.clip_norm is None else float(self.clip_norm),
+        }
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], *, strict: bool = False) -> ClientJob:
+        """Rebuild a job from :meth:`to_config` output (or a TOML / Flower config).
+
+        Parameters
+        ----------
+        config : mapping
+            Must hold ``classes``; other keys default as in the class. Keys of other jobs
+            (e.g. a :class:`~ghofl.server_job.ServerJob` sharing the run config) are ignored.
+        strict : bool, default False
+            Reject keys this job does not know.
+
+        Raises
+        ------
+        ConfigError
+            A key is missing, unknown (``strict``) or holds an invalid value; the message
+            names the key.
+        """
+        known = {f.name for f in fields(cls)}
+        if strict:
+            unknown = sorted(k for k in config if k not in known)
+            if unknown:
+                raise ConfigError(
+                    f"client job config has the unknown key {unknown[0]!r}; known keys: "
+                    f"{', '.join(sorted(known))}"
+                )
+        if "classes" not in config:
+            raise ConfigError(
+                "client job config has no key 'classes'; give the federation's class list, "
+                'e.g. classes = \'["cat", "dog"]\''
+            )
+        kw: dict[str, Any] = {"classes": _parse_classes(config["classes"])}
+        for key in ("mode", "backend", "feature_transform"):
+            if key in config:
+                kw[key] = _config_str(config, key)
+        for key in ("encoder", "encoder_name"):
+            if key in config:
+                kw[key] = _config_str(config, key) or None
+        for key in ("resolution", "projection_seed"):
+            if key in config:
+                kw[key] = _config_int(config, key)
+        if "projection_dim" in config:
+            kw["projection_dim"] = _config_int(config, "projection_dim") or None
+        if "clip_norm" in config:
+            kw["clip_norm"] = _config_float(config, "clip_norm") or None
+        try:
+            return cls(**kw)
+        except StatsValidationError as exc:  # pragma: no cover - checks raise ConfigError
+            raise ConfigError(f"client job config is invalid: {exc}") from exc
+
+    # ------------------------------------------------------------------ fingerprint
+    def encoder_info(self, input_dim: int | None = None) -> EncoderInfo | None:
+        """The encoder fingerprint recorded in this job's payloads (after the transform).
+
+        Parameters
+        ----------
+        input_dim : int, optional
+            Dimension d of the embeddings given to the client (before the feature transform);
+            checked against the registered encoder, required when only ``encoder_name`` is set.
+
+        Returns
+        -------
+        EncoderInfo or None
+            ``None`` when the job names no encoder.
+
+        Raises
+        ------
+        InputError
+            ``input_dim`` differs from the registered encoder's output dimension.
+        ConfigError
+            Unknown encoder, or ``encoder_name`` without ``input_dim``.
+        """
+        if self.encoder is not None:
+            info = self.build_encoder().info
+            if input_dim is not None and int(input_dim) != info.dim:
+                raise InputError(
+                    f"the embeddings have d={input_dim} but encoder {self.encoder!r} produces "
+                    f"d={info.dim}; embed the data with the job's encoder"
+                )
+        elif self.encoder_name is not None:
+            if input_dim is None:
+                raise ConfigError(
+                    f"the fingerprint of encoder_name {self.encoder_name!r} needs the "
+                    "embedding dimension; pass input_dim"
+                )
+            info = EncoderInfo(self.encoder_name, int(input_dim))
+        else:
+            return None
+        return transformed_info(info, self.feature_transform)
+
+    def build_encoder(self) -> Encoder:
+        """The job's registered encoder (``get_encoder(encoder, resolution, backend)``)."""
+        if self.encoder is None:
+            raise ConfigError(
+                "this client job has no encoder (encoder is None: its inputs are embeddings); "
+                "set encoder to a registered encoder name to embed raw data"
+            )
+        return get_encoder(self.encoder, resolution=self.resolution, backend=self.backend)
+
+    def projection(self, input_dim: int) -> ProjectionSpec | None:
+        """The public projection of embeddings of dimension ``input_dim`` (after the transform)."""
+        if self.projection_dim is None:
+            return None
+        return ProjectionSpec(self.projection_seed, int(input_dim), self.projection_dim)
+
+    def stats_meta(self, input_dim: int, encoder_info: EncoderInfo | None = None) -> StatsMeta:
+        """Metadata of every payload of this job for embeddings of dimension ``input_dim``
+        (after the transform), e.g. what a secure-aggregation server must know beforehand."""
+        return StatsAccumulator(self.classes, input_dim, self.mode, encoder_info,
+                                self.projection(input_dim), clip_norm=self.clip_norm).meta
+
+
+# ---------------------------------------------------------------------- the client function
+def client_statistics(
+    source: Source,
+    job: ClientJob,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    encoder_info: EncoderInfo | None = None,
+    split: str | None = "train",
+    batch_size: int = 64,
+    progress: bool = False,
+    range_hint: str | None = None,
+) -> ClientStats:
+    """One client's statistics from its local data, as the job prescribes.
+
+    Parameters
+    ----------
+    source : path, (x, y) pair or Embeddings
+        * an embeddings ``.npz`` (``x`` (n, d), ``y`` (n,), optionally ``classes`` (C',)),
+          or an :class:`~ghofl.data.embeddings.Embeddings` already read from one;
+        * an in-memory pair ``(x (n, d), y (n,))`` of embeddings, labels indexing
+          ``job.classes`` (what the simulator gives each client);
+        * raw data when ``job.encoder`` is set: an ImageFolder directory or ``.zip``
+          (``<root>/<split>/<class>/<image>``), a ``.csv`` in the AG News format, or a text
+          file of ``<label> <text>`` lines whose labels are class names or indices of
+          ``job.classes`` (``COARSE:fine`` labels keep the coarse part).
+    job : ClientJob
+        Classes, mode, encoder, transform, projection and clipping bound.
+    cache_dir : path, optional
+        Embedding cache for raw data (default ``GHOFL_CACHE_DIR`` or ``~/.cache/ghofl``).
+    encoder_info : EncoderInfo, optional
+        Fingerprint of the encoder that produced embeddings inputs (overrides the one the job
+        implies; the job's transform is still applied).
+    split : str or None, default "train"
+        Split folder of an ImageFolder layout (``None``: class folders at its root).
+    batch_size : int, default 64
+        Items per encoder call (raw data).
+    progress : bool, default False
+        Progress bar while encoding.
+    range_hint : str, optional
+        The fix suggested when a label is out of range.
+
+    Returns
+    -------
+    ClientStats
+        Over ``job.classes``, in ``job.mode``, projected and clipped as the job says, with the
+        encoder fingerprint in its metadata.
+
+    Raises
+    ------
+    InputError
+        Malformed embeddings or labels, a source whose class names disagree with
+        ``job.classes`` (both lists are named), or embeddings of the wrong dimension.
+    DataError
+        Raw data that cannot be read.
+    ConfigError
+        Raw data without ``job.encoder``.
+    """
+    hint = range_hint or DEFAULT_RANGE_HINT
+    if isinstance(source, tuple):
+        if len(source) != 2:
+            raise InputError(
+                f"an in-memory client source must be a pair (x, y); got {len(source)} items"
+            )
+        x, y = check_labelled_embeddings(source[0], source[1], len(job.classes), "client",
+                                         range_hint=hint)
+        return _embeddings_stats(x, y, job, encoder_info)
+    if isinstance(source, Embeddings) or _is_npz(source):
+        emb = source if isinstance(source, Embeddings) else load_embeddings(Path(source))
+        what = f"'{emb.path}'"
+        labels = align_labels(emb.y, emb.classes, job.classes, what)
+        x, y = check_labelled_embeddings(emb.x, labels, len(job.classes), what, range_hint=hint)
+        return _embeddings_stats(x, y, job, encoder_info)
+    return _raw_stats(Path(source), job, cache_dir, split, batch_size, progress)
+
+
+def _is_npz(source: str | os.PathLike[str]) -> bool:
+    return Path(source).suffix.lower() == ".npz"
+
+
+def _embeddings_stats(
+    x: NDArray[np.float64], y: NDArray[np.int64], job: ClientJob, info: EncoderInfo | None
+) -> ClientStats:
+    if info is not None:
+        if info.dim != x.shape[1]:
+            raise InputError(
+                f"encoder {info.name!r} declares d={info.dim} but the embeddings have "
+                f"d={x.shape[1]}; pass the EncoderInfo of the encoder that produced them"
+            )
+        info = transformed_info(info, job.feature_transform)
+    else:
+        info = job.encoder_info(x.shape[1])
+    return _finish(apply_feature_transform(x, job.feature_transform), y, job, info)
+
+
+def _finish(
+    x: NDArray[Any], y: NDArray[np.int64], job: ClientJob, info: EncoderInfo | None
+) -> ClientStats:
+    return compute_stats(x, y, job.classes, job.mode, info, job.projection(x.shape[1]),
+                         clip_norm=job.clip_norm)
+
+
+def _raw_stats(
+    path: Path, job: ClientJob, cache_dir: str | os.PathLike[str] | None,
+    split: str | None, batch_size: int, progress: bool,
+) -> ClientStats:
+    from ghofl.client.embed import dataset_key, embed_dataset_cached
+
+    if job.encoder is None:
+        raise ConfigError(
+            f"'{path}' is not an embeddings .npz archive, and the client job names no encoder "
+            "to embed raw data with; set the job's encoder (e.g. 'efficientnet-lite0') or give "
+            "embeddings"
+        )
+    source = _open_raw(path, job, split)
+    encoder = job.build_encoder()
+    x, y = embed_dataset_cached(source, split or "all", encoder, key=dataset_key(path),
+                                cache_dir=cache_dir, batch_size=batch_size, progress=progress)
+    what = f"'{path}'"
+    labels = align_labels(y, source.classes, job.classes, what)
+    xx, yy = check_labelled_embeddings(x, labels, len(job.classes), what)
+    info = transformed_info(encoder.info, job.feature_transform)
+    return _finish(apply_feature_transform(xx, job.feature_transform), yy, job, info)
+
+
+def _open_raw(path: Path, job: ClientJob, split: str | None) -> Any:
+    from ghofl.data.images import ImageFolderSource
+    from ghofl.data.text import read_agnews_csv, read_label_text_file
+
+    if path.is_dir() or path.suffix.lower() == ".zip":
+        return ImageFolderSource(path, split)
+    if path.suffix.lower() == ".csv":
+        return read_agnews_csv(path)
+    labels = {c: i for i, c in enumerate(job.classes)}
+    labels.update({str(i): i for i in range(len(job.classes))})
+    coarse = not any(":" in c for c in job.classes)
+    return read_label_text_file(path, labels, job.classes, name=path.stem, coarse=coarse)
+
+
+# ---------------------------------------------------------------------- validation
+def _check_classes(classes: Any) -> tuple[str, ...]:
+    if isinstance(classes, str) or not hasattr(classes, "__iter__"):
+        raise ConfigError(
+            f"ClientJob classes must be a sequence of class names; got {classes!r}"
+        )
+    names = tuple(str(c) for c in classes)
+    if not names or not all(n.strip() for n in names):
+        raise ConfigError(
+            f"ClientJob classes must name at least one class, each non-empty; got {list(names)}"
+        )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"ClientJob classes must be unique; got {list(names)}")
+    return names
+
+
+def _check_mode(mode: Any) -> Mode:
+    try:
+        return schema_for(mode).mode
+    except (StatsValidationError, KeyError, TypeError):
+        raise ConfigError(f"mode must be one of {', '.join(SCHEMAS)}; got {mode!r}") from None
+
+
+def _int(value: Any, key: str, *, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ConfigError(f"ClientJob {key} must be an integer >= {low}; got {value!r}")
+    return int(value)
+
+
+def _clip(value: Any) -> float:
+    ok = isinstance(value, int | float | np.number) and not isinstance(value, bool)
+    if not ok or not (math.isfinite(float(value)) and float(value) > 0):
+        raise ConfigError(
+            f"ClientJob clip_norm (the per-sample L2 clipping bound R) must be a finite number "
+            f"> 0; got {value!r}; pass a positive bound, or None for no clipping"
+        )
+    return float(value)
+
+
+def _parse_classes(raw: Any) -> tuple[str, ...]:
+    if isinstance(raw, list | tuple):
+        return tuple(str(c) for c in raw)
+    if not isinstance(raw, str):
+        raise ConfigError(
+            f"client job config key 'classes' must be a JSON list of names, a list, or a "
+            f"comma-separated string; got {raw!r}"
+        )
+    text = raw.strip()
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(
+                f"client job config key 'classes' is not a valid JSON list ({exc}); got {raw!r}"
+            ) from exc
+        if not isinstance(parsed, list) or not all(isinstance(c, str) for c in parsed):
+            raise ConfigError(
+                f"client job config key 'classes' must be a JSON list of strings; got {raw!r}"
+            )
+        return tuple(cast(list[str], parsed))
+    return tuple(s.strip() for s in text.split(","))
+
+
+def _config_str(config: Mapping[str, Any], key: str) -> str:
+    value = config[key]
+    if not isinstance(value, str):
+        raise ConfigError(f"client job config key {key!r} must be a string; got {value!r}")
+    return value
+
+
+def _config_int(config: Mapping[str, Any], key: str) -> int:
+    value = config[key]
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    elif isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return int(value)
+    raise ConfigError(f"client job config key {key!r} must be an integer; got {value!r}")
+
+
+def _config_float(config: Mapping[str, Any], key: str) -> float:
+    value = config[key]
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            pass
+    elif isinstance(value, int | float | np.number) and not isinstance(value, bool):
+        return float(value)
+    raise ConfigError(f"client job config key {key!r} must be a number; got {value!r}")

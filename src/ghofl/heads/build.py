@@ -1,0 +1,123 @@
+"""Heads created by name with validated hyperparameters, and parameters as JSON values.
+
+Heads are handled generically through the registry (:mod:`ghofl.heads.registry`): any head
+accepting a ``seed`` parameter gets the job's seed, any head accepting ``progress`` gets the
+``progress`` flag, unless the head parameters set them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ghofl.errors import ConfigError, UnsupportedModeError
+from ghofl.heads.base import Head
+from ghofl.heads.registry import available_heads, head_class, make_head
+from ghofl.stats.meta import Mode
+from ghofl.stats.schema import mode_supports
+
+__all__ = ["build_heads", "head_defaults", "to_jsonable"]
+
+
+def head_defaults(name: str) -> dict[str, Any]:
+    """Default hyperparameters of the head registered as ``name`` (from its ``__init__``).
+
+    Parameters without a default map to ``inspect.Parameter.empty``.
+    """
+    sig = inspect.signature(head_class(name).__init__)
+    return {
+        p.name: p.default
+        for p in sig.parameters.values()
+        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+
+
+def build_heads(
+    names: Sequence[str],
+    head_params: dict[str, dict[str, Any]] | None = None,
+    *,
+    seed: int | None = None,
+    progress: bool = False,
+    mode: Mode | None = None,
+) -> dict[str, Head]:
+    """Create (unfitted) heads by name, checking everything that can be checked before work.
+
+    Parameters
+    ----------
+    names : sequence of str
+        Registered head names.
+    head_params : dict of str to dict, optional
+        Hyperparameters per head: keys must be registered heads (entries for heads not in
+        ``names`` are ignored, so one configuration can serve several head lists), values
+        parameters those heads accept.
+    seed : int, optional
+        Given to every head with a ``seed`` parameter that ``head_params`` does not set.
+    progress : bool, default False
+        Given to every head with a ``progress`` parameter that ``head_params`` does not set.
+    mode : {"full", "pooled", "diag"}, optional
+        Upload mode the heads will be fitted from; a head needing more raises.
+
+    Returns
+    -------
+    dict of str to Head
+        In the order of ``names``.
+
+    Raises
+    ------
+    UnsupportedModeError
+        A head's ``min_mode`` is richer than ``mode``.
+    ConfigError
+        Unknown head, unknown parameter, or invalid parameter value.
+    """
+    params = dict(head_params or {})
+    registered = available_heads()
+    unknown_heads = [h for h in params if h not in registered]
+    if unknown_heads:
+        raise ConfigError(
+            f"parameters were given for {unknown_heads[0]!r}, which is not a registered head; "
+            f"available heads: {', '.join(registered)}"
+        )
+    out: dict[str, Head] = {}
+    for name in names:
+        cls = head_class(name)
+        if mode is not None and not mode_supports(mode, cls.min_mode):
+            raise UnsupportedModeError(
+                f"head {name!r} needs upload mode {cls.min_mode!r} or richer, but the statistics "
+                f"are mode {mode!r}; compute the client statistics with mode {cls.min_mode!r} "
+                f"(--mode {cls.min_mode}) or drop {name!r} from the heads"
+            )
+        defaults = head_defaults(name)
+        given = dict(params.get(name, {}))
+        unknown = [k for k in given if k not in defaults]
+        if unknown:
+            valid = ", ".join(sorted(defaults)) or "(none)"
+            raise ConfigError(
+                f"head {name!r} has no parameter {unknown[0]!r}; valid parameters: {valid}"
+            )
+        if seed is not None and "seed" in defaults:
+            given.setdefault("seed", seed)
+        if "progress" in defaults:
+            given.setdefault("progress", progress)
+        head = make_head(name, **given)
+        head._validate_params()  # the head's one declarative place for parameter checks
+        out[name] = head
+    return out
+
+
+def to_jsonable(v: Any) -> Any:
+    """Hyperparameter values as JSON types (numpy scalars unwrapped, others as strings)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    if isinstance(v, list | tuple):
+        return [to_jsonable(i) for i in v]
+    if isinstance(v, dict):
+        return {str(k): to_jsonable(i) for k, i in v.items()}
+    return str(v)

@@ -1,0 +1,230 @@
+"""The model directory: fitted heads saved together with a manifest.
+
+Layout::
+
+    <model_dir>/manifest.json   {"format": "ghofl.model", "format_version": 1,
+                                 "ghofl_version": ..., "heads": {NAME: {"file": "NAME.ghh",
+                                 "params": {...}, "fit_seconds": ...}, ...},
+                                 "stats": {StatsMeta fields, plus what the writer adds,
+                                 e.g. n_samples, counts, source}, ...extra keys}
+    <model_dir>/<NAME>.ghh      one head per file (:func:`ghofl.heads.registry.save_head`)
+
+A directory is written atomically (:func:`ghofl.files.atomic_directory`): it is complete or
+absent, and an existing model directory is replaced only once every head is saved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ghofl.errors import ConfigError, InputError
+from ghofl.files import atomic_directory
+from ghofl.heads.base import Head
+from ghofl.heads.build import to_jsonable
+from ghofl.heads.registry import load_head, save_head
+from ghofl.stats.meta import StatsMeta
+
+__all__ = [
+    "MANIFEST",
+    "MODEL_FORMAT",
+    "MODEL_FORMAT_VERSION",
+    "check_model_target",
+    "load_model",
+    "save_model",
+]
+
+MANIFEST = "manifest.json"
+MODEL_FORMAT = "ghofl.model"
+MODEL_FORMAT_VERSION = 1
+_RESERVED = frozenset({"format", "format_version", "ghofl_version", "heads"})
+_FIX = "write it with `ghofl fit` (or ghofl.heads.model_dir.save_model)"
+
+
+def check_model_target(path: Path, option: str = "out_dir") -> None:
+    """Refuse to replace anything but a ghofl model directory or an empty directory.
+
+    Parameters
+    ----------
+    path : Path
+        Where a model directory is to be written.
+    option : str, default "out_dir"
+        What named the path (the CLI passes ``"--out"``), for messages.
+
+    Raises
+    ------
+    InputError
+        ``path`` is a file, or a non-empty directory without a ``manifest.json``.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{option} '{path}' exists and is not a directory; choose another path")
+    if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).is_file():
+        raise InputError(
+            f"refusing to replace {option} '{path}': it is a non-empty directory that is not a "
+            f"ghofl model directory (no {MANIFEST}); choose another path"
+        )
+
+
+def save_model(
+    out_dir: Path,
+    heads: Mapping[str, Head],
+    *,
+    stats_meta: StatsMeta,
+    extra: Mapping[str, Any] | None = None,
+    fit_seconds: Mapping[str, float] | None = None,
+    option: str = "out_dir",
+) -> Path:
+    """Write fitted heads and their manifest to ``out_dir``, atomically.
+
+    Parameters
+    ----------
+    out_dir : Path
+        The model directory; an existing model directory (or empty directory) is replaced.
+    heads : mapping of str to Head
+        Fitted heads by name; head ``NAME`` goes to ``NAME.ghh``.
+    stats_meta : StatsMeta
+        Metadata of the statistics the heads were fitted from (the manifest's ``stats``).
+    extra : mapping, optional
+        JSON-ready entries added to the manifest; an entry ``"stats"`` (a mapping) is merged
+        into the ``stats`` section (e.g. ``n_samples``, ``counts``, ``source``).
+    fit_seconds : mapping of str to float, optional
+        Fitting time per head, recorded in the manifest.
+    option : str, default "out_dir"
+        What named ``out_dir``, for messages.
+
+    Returns
+    -------
+    Path
+        ``out_dir``.
+
+    Raises
+    ------
+    InputError
+        ``out_dir`` may not be replaced (see :func:`check_model_target`).
+    ConfigError
+        No heads, a head name unusable as a file name, a head fitted on other classes or
+        dimension than ``stats_meta``, or an ``extra`` key the format reserves.
+    NotFittedError
+        A head is not fitted (nothing is written).
+    """
+    out_dir = Path(out_dir)
+    entries = _check_heads(heads, stats_meta)
+    extras = dict(extra or {})
+    reserved = sorted(k for k in extras if k in _RESERVED)
+    if reserved:
+        raise ConfigError(
+            f"save_model extra key {reserved[0]!r} is reserved by the model format; use "
+            f"another key (reserved: {', '.join(sorted(_RESERVED))})"
+        )
+    stats_extra = extras.pop("stats", None) or {}
+    if not isinstance(stats_extra, Mapping):
+        raise ConfigError(
+            f"save_model extra['stats'] must be a mapping merged into the manifest's stats; "
+            f"got {type(stats_extra).__name__}"
+        )
+    check_model_target(out_dir, option)
+    from ghofl import __version__
+
+    manifest: dict[str, Any] = {
+        "format": MODEL_FORMAT,
+        "format_version": MODEL_FORMAT_VERSION,
+        "ghofl_version": __version__,
+        "heads": entries,
+        "stats": {**stats_meta.to_dict(), **dict(stats_extra)},
+        **extras,
+    }
+    for name, seconds in (fit_seconds or {}).items():
+        if name in entries:
+            entries[name]["fit_seconds"] = float(seconds)
+    text = json.dumps(manifest, indent=2) + "\n"
+    with atomic_directory(out_dir) as tmp:
+        for name, head in heads.items():
+            save_head(head, tmp / entries[name]["file"])
+        (tmp / MANIFEST).write_text(text, encoding="utf-8")
+    return out_dir
+
+
+def _check_heads(heads: Mapping[str, Head], meta: StatsMeta) -> dict[str, dict[str, Any]]:
+    if not heads:
+        raise ConfigError("save_model needs at least one fitted head; got none")
+    entries: dict[str, dict[str, Any]] = {}
+    for name, head in heads.items():
+        file = f"{name}.ghh"
+        if not name or name.startswith(".") or Path(file).name != file or "\\" in name:
+            raise ConfigError(
+                f"head name {name!r} cannot name a file in a model directory; use letters, "
+                "digits, '-' or '_'"
+            )
+        fitted = getattr(head, "meta_", None)
+        if isinstance(fitted, StatsMeta) and (
+            fitted.classes != meta.classes or fitted.dim != meta.dim
+        ):
+            raise ConfigError(
+                f"head {name!r} was fitted on {fitted.num_classes} classes in dimension "
+                f"{fitted.dim}, but stats_meta describes {meta.num_classes} classes in "
+                f"dimension {meta.dim}; pass the metadata of the statistics the heads were "
+                "fitted from"
+            )
+        entries[name] = {"file": file, "params": to_jsonable(head.get_params())}
+    return entries
+
+
+def load_model(model_dir: Path) -> tuple[dict[str, Head], dict[str, Any]]:
+    """Read a model directory written by :func:`save_model`.
+
+    Parameters
+    ----------
+    model_dir : Path
+        The directory.
+
+    Returns
+    -------
+    heads : dict of str to Head
+        The fitted heads, in manifest order.
+    manifest : dict
+        The parsed ``manifest.json``.
+
+    Raises
+    ------
+    InputError
+        Not a directory, no or invalid manifest, a newer format version, or a head entry
+        without a valid file name.
+    StatsFormatError
+        A head file is missing or corrupt.
+    """
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise InputError(
+            f"model directory '{model_dir}' does not exist or is not a directory; {_FIX}"
+        )
+    path = model_dir / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"'{model_dir}' has no {MANIFEST}, so it is not a ghofl model "
+                         f"directory; {_FIX}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"'{path}' is not valid JSON ({exc}); {_FIX}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != MODEL_FORMAT \
+            or not isinstance(manifest.get("heads"), dict) or not manifest["heads"]:
+        raise InputError(f"'{path}' is not a ghofl model manifest; {_FIX}")
+    version = manifest.get("format_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InputError(
+            f"'{path}' has format_version {version!r}; expected an integer; {_FIX}"
+        )
+    if version > MODEL_FORMAT_VERSION:
+        raise InputError(
+            f"'{path}' has format version {version}, newer than this ghofl supports "
+            f"({MODEL_FORMAT_VERSION}); upgrade ghofl"
+        )
+    heads: dict[str, Head] = {}
+    for name, entry in manifest["heads"].items():
+        file = entry.get("file") if isinstance(entry, dict) else None
+        if not isinstance(file, str) or not file or Path(file).name != file:
+            raise InputError(f"'{path}' lists head {name!r} without a valid file name; {_FIX}")
+        heads[name] = load_head(model_dir / file)
+    return heads, manifest

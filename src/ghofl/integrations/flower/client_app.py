@@ -1,0 +1,160 @@
+"""The Flower ClientApp of ghofl: answers one protocol request per QUERY message.
+
+Each message may reach a fresh process (deployment engine), so the client half of the secure
+protocol is rebuilt from ``context.state`` (a ConfigRecord written by
+:meth:`~ghofl.secure.SecAggClient.to_state`) for every request and saved back after it.
+The statistics are computed only when they are due (the ``mask`` stage of the secure protocol,
+``input`` of the plain one) by :func:`ghofl.client.job.client_statistics`, from
+
+* the node config key ``data-path`` (deployment: ``flower-supernode --node-config
+  "data-path=/data/site.npz"``), or else
+* the run config key ``data-template`` formatted with the node's ``partition-id``
+  (simulation: ``"parts/client-{partition_id}.npz"``),
+
+with the :class:`~ghofl.client.job.ClientJob` read from the run config. The client id is
+``node-<Flower node id>``; each reply also carries the node's ``partition-id`` and the seconds
+it took (ConfigRecord ``ghofl-client``). A request the client refuses (out of order, other
+statistics, unreadable data) is answered with the reason instead of a protocol reply.
+
+Test-only: the node config key ``ghofl-test-kill-at=STAGE`` makes the node SIGKILL its own
+SuperNode (and itself) on receiving that stage's request, before answering: a deterministic
+crash for the fault tests. Never set it on a real node.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ghofl.errors import require_extra
+
+require_extra("flwr", "flower")
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+
+from ghofl.client.job import ClientJob, client_statistics  # noqa: E402
+from ghofl.errors import GhoflError, ProtocolError  # noqa: E402
+from ghofl.integrations.flower import QUERY_ACTION  # noqa: E402
+from ghofl.integrations.flower._config import job_meta  # noqa: E402
+from ghofl.integrations.flower.records import (  # noqa: E402
+    message_from_record,
+    message_to_record,
+)
+from ghofl.integrations.flower.transport import CLIENT_INFO  # noqa: E402
+from ghofl.secure import PlainClient, SecAggClient  # noqa: E402
+from ghofl.secure.messages import AdvertiseRequest, PlainRequest, ServerMessage  # noqa: E402
+from ghofl.stats.client_stats import ClientStats  # noqa: E402
+
+__all__ = ["STATE_KEY", "TEST_KILL_KEY", "app", "handle_query"]
+
+#: Key of the secure client's saved state in ``context.state``.
+STATE_KEY = "ghofl-secagg"
+#: Test-only node config key (see the module docstring).
+TEST_KILL_KEY = "ghofl-test-kill-at"
+
+app = ClientApp()
+
+
+@app.query(QUERY_ACTION)
+def query(msg: Message, context: Context) -> Message:
+    """Answer one ghofl protocol request."""
+    return Message(handle_query(msg.content, context), reply_to=msg)
+
+
+def handle_query(content: RecordDict, context: Context) -> RecordDict:
+    """Decode the request in ``content``, let the client half answer it, encode the reply."""
+    t0 = time.perf_counter()
+    node_cfg = dict(context.node_config)
+    run_cfg = dict(context.run_config)
+    part = node_cfg.get("partition-id", -1)
+    partition = int(part) if isinstance(part, int) and not isinstance(part, bool) else -1
+    client_id = f"node-{context.node_id}"
+    info: dict[str, Any] = {"partition-id": partition}
+    try:
+        request = message_from_record(content, ServerMessage)
+        assert isinstance(request, ServerMessage)
+        if node_cfg.get(TEST_KILL_KEY) == request.stage:
+            _kill_own_supernode()
+        job = ClientJob.from_config(run_cfg)
+        source = data_source(node_cfg, run_cfg)
+        if isinstance(request, PlainRequest):
+            reply = PlainClient(client_id, _lazy(source, job)).handle(request)
+        else:
+            client = _secure_client(client_id, request, context, source, job)
+            try:
+                reply = client.handle(request)
+            finally:
+                context.state[STATE_KEY] = ConfigRecord(client.to_state())  # type: ignore[arg-type]
+        rd = message_to_record(reply)
+    except (GhoflError, OSError) as exc:
+        rd = RecordDict()
+        info["refused"] = str(exc) or type(exc).__name__
+    info["seconds"] = time.perf_counter() - t0
+    rd[CLIENT_INFO] = ConfigRecord(info)
+    return rd
+
+
+def data_source(node_cfg: Mapping[str, Any], run_cfg: Mapping[str, Any]) -> Path:
+    """This node's data: node config ``data-path``, else run config ``data-template``."""
+    path = node_cfg.get("data-path")
+    if isinstance(path, str) and path:
+        return Path(path)
+    template = run_cfg.get("data-template")
+    part = node_cfg.get("partition-id")
+    if not isinstance(template, str) or not template or part is None:
+        raise ProtocolError(
+            "this node has no data: give it the node config key 'data-path', or give the run "
+            "the config key 'data-template' (e.g. 'parts/client-{partition_id}.npz') and the "
+            "node a 'partition-id'"
+        )
+    return Path(template.format(partition_id=part))
+
+
+def _lazy(source: Path, job: ClientJob) -> Callable[[], ClientStats]:
+    def make() -> ClientStats:
+        return client_statistics(source, job)
+    return make
+
+
+def _secure_client(client_id: str, request: ServerMessage, context: Context, source: Path,
+                   job: ClientJob) -> SecAggClient:
+    if isinstance(request, AdvertiseRequest):  # a new round: forget any earlier one
+        return SecAggClient(client_id, _lazy(source, job), meta=job_meta(job, _input_dim(source)))
+    saved = context.state.get(STATE_KEY)
+    if not isinstance(saved, ConfigRecord):
+        raise ProtocolError(
+            f"client {client_id!r} received a {request.stage} request but holds no state of "
+            "this round (it missed the advertise stage)"
+        )
+    return SecAggClient.from_state(dict(saved), _lazy(source, job))
+
+
+def _input_dim(source: Path) -> int | None:
+    """Dimension of an embeddings archive, read without loading it (None for raw data)."""
+    if source.suffix.lower() != ".npz":
+        return None
+    from ghofl.data.embeddings import load_embeddings
+
+    return int(load_embeddings(source, "data-path").x.shape[1])
+
+
+def _kill_own_supernode() -> None:  # pragma: no cover - runs only in the fault tests
+    """SIGKILL the nearest ancestor running ``flower-supernode`` (deployment), then this
+    process, so the request is never answered."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        if b"flower-supernode" in cmd:
+            os.kill(pid, signal.SIGKILL)
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,444 @@
+"""Local Flower runs on 127.0.0.1: a private SuperLink, SuperNodes, ``flwr run``, stopped by PID.
+
+:class:`LocalFlower` is a context manager that starts exactly the processes it needs and, on
+exit, stops exactly those (each one, its descendants, and every process that inherited its
+marker environment variable, even once re-parented), then checks that none survives:
+
+* simulation: ``flower-superlink --insecure --simulation`` and ``flwr run APP ghofl --stream``
+  with ``num_supernodes = N`` (Ray on loopback);
+* deployment: ``flower-superlink --insecure`` and N × ``flower-supernode --insecure --superlink
+  127.0.0.1:P --node-config "data-path=... partition-id=i num-partitions=N"``, each on its own
+  port, then ``flwr run``.
+
+Every process gets ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1``,
+``RAY_USAGE_STATS_ENABLED=0``, a private ``FLWR_HOME`` and ``UV_CACHE_DIR``, and the SuperLink
+never installs dependencies (``--disable-runtime-dependency-installation``): the apps run from
+this virtualenv. :func:`run_local` is the one-call form used by ``ghofl flower-run``.
+
+``flwr run --stream`` exits 0 even when the ServerApp raised, so the outcome is always read from
+``results.json`` in the run's ``out-dir``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from ghofl.errors import ConfigError, GhoflError, require_extra
+
+__all__ = [
+    "FlowerRunError",
+    "LocalFlower",
+    "ProcessGroup",
+    "default_app_dir",
+    "free_port",
+    "run_local",
+]
+
+Engine = Literal["simulation", "deployment"]
+MARKER_ENV = "GHOFL_FLOWER_RUN"
+FEDERATION = "ghofl"
+
+
+class FlowerRunError(GhoflError, RuntimeError):
+    """A local Flower run produced no results.json (the logs' tails are in the message)."""
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def default_app_dir() -> Path:
+    """``examples/flower_app`` of the ghofl source tree (give ``app_dir`` otherwise)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "examples" / "flower_app"
+        if (candidate / "pyproject.toml").is_file():
+            return candidate
+    raise ConfigError(
+        "cannot find the Flower app folder examples/flower_app of the ghofl sources; give "
+        "its path (--app DIR), a folder whose pyproject.toml names ghofl's ServerApp/ClientApp"
+    )
+
+
+# ---------------------------------------------------------------------- processes
+def _parent_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def _descendants(root: int) -> set[int]:
+    children, out, todo = _parent_map(), set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def _marked(marker: str) -> set[int]:
+    needle = f"{MARKER_ENV}={marker}".encode()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class ProcessGroup:
+    """Processes started for one local run, all marked with one environment variable.
+
+    Parameters
+    ----------
+    env : mapping of str to str
+        Environment of every process (the marker is added).
+    logdir : Path
+        Each process logs to ``logdir/<name>.log``.
+
+    Attributes
+    ----------
+    procs : dict of str to Popen
+    seen : set of int
+        Every PID this group started or found marked (for :meth:`survivors`).
+    """
+
+    def __init__(self, env: Mapping[str, str], logdir: Path) -> None:
+        self.marker = uuid.uuid4().hex
+        self.env = {**env, MARKER_ENV: self.marker}
+        self.logdir = logdir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.seen: set[int] = set()
+
+    def start(self, name: str, cmd: Sequence[str], cwd: Path | None = None
+              ) -> subprocess.Popen[bytes]:
+        """Start ``cmd`` in the background, logging to ``<name>.log``."""
+        if name in self.procs and self.procs[name].poll() is None:
+            raise ConfigError(f"a process named {name!r} is already running")
+        with (self.logdir / f"{name}.log").open("ab") as out:
+            proc = subprocess.Popen(list(cmd), env=self.env, cwd=cwd or self.logdir,
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        self.procs[name] = proc
+        self.seen.add(proc.pid)
+        return proc
+
+    def log(self, name: str) -> Path:
+        return self.logdir / f"{name}.log"
+
+    def stop(self, name: str, grace_s: float = 10.0) -> None:
+        """Stop one process and its descendants (SIGTERM, then SIGKILL), by PID."""
+        proc = self.procs.get(name)
+        if proc is not None:
+            self._stop({proc.pid} | _descendants(proc.pid), grace_s)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+    def stop_all(self, grace_s: float = 10.0) -> None:
+        """Stop every process of the group, its descendants and every marked process."""
+        pids = set()
+        for proc in self.procs.values():
+            pids |= {proc.pid} | _descendants(proc.pid)
+        pids |= _marked(self.marker)
+        self._stop(pids, grace_s)
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+    def survivors(self) -> list[int]:
+        """PIDs started or marked by this group that are still alive (should be none)."""
+        return sorted(p for p in self.seen | _marked(self.marker) if _alive(p)
+                      and p != os.getpid())
+
+    def _stop(self, pids: set[int], grace_s: float) -> None:
+        pids.discard(os.getpid())
+        self.seen |= pids
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            for pid in sorted(pids):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                for proc in self.procs.values():
+                    proc.poll()  # reap our direct children
+                if not any(_alive(p) for p in pids):
+                    return
+                time.sleep(0.1)
+            # processes started while we were stopping the others
+            pids = {p for p in pids | _marked(self.marker) if _alive(p)} - {os.getpid()}
+            self.seen |= pids
+
+
+def flower_env(root: Path) -> dict[str, str]:
+    """Environment of every Flower process: private state, no telemetry, loopback only."""
+    bindir = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME",)}
+    env.update(
+        PATH=bindir + os.pathsep + env.get("PATH", ""),
+        FLWR_TELEMETRY_ENABLED="0",
+        FLWR_DISABLE_UPDATE_CHECK="1",
+        FLWR_HOME=str(root / "flwr_home"),
+        UV_CACHE_DIR=str(root / "uv_cache"),
+        UV_OFFLINE="1",
+        RAY_USAGE_STATS_ENABLED="0",
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # Ray node IP 127.0.0.1, loopback sockets
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value))  # a TOML basic string
+
+
+def _tail(paths: Sequence[Path], chars: int = 4000) -> str:
+    parts = []
+    for path in paths:
+        if path.exists():
+            parts.append(f"--- {path.name} ---\n{path.read_text(errors='replace')[-chars:]}")
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------- a local federation
+class LocalFlower:
+    """A private SuperLink (and SuperNodes) on 127.0.0.1, stopped by PID on exit.
+
+    Parameters
+    ----------
+    workdir : Path
+        Logs, the SuperLink database, the private ``FLWR_HOME`` and ``UV_CACHE_DIR``.
+    engine : {"simulation", "deployment"}
+
+    Attributes
+    ----------
+    port : int
+        The SuperLink's port (kept across :meth:`restart_superlink`).
+    nodes : dict of int to str
+        Partition id → process name of each SuperNode started.
+    timings : dict of str to float
+        Seconds: ``superlink_start`` and one ``run:<n>`` per :meth:`run`.
+    """
+
+    def __init__(self, workdir: Path, engine: Engine = "simulation") -> None:
+        require_extra("flwr", "flower")
+        if engine not in ("simulation", "deployment"):
+            raise ConfigError(f"engine must be 'simulation' or 'deployment'; got {engine!r}")
+        self.workdir = Path(workdir).resolve()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.engine = engine
+        # Ray's session folder holds Unix sockets (107-byte path limit): keep it short.
+        self._ray_tmp = Path(tempfile.mkdtemp(prefix="ray-"))
+        env = flower_env(self.workdir)
+        env["RAY_TMPDIR"] = str(self._ray_tmp)
+        self.group = ProcessGroup(env, self.workdir)
+        self.port = free_port()
+        self.nodes: dict[int, str] = {}
+        self.timings: dict[str, float] = {}
+        self._runs = 0
+        Path(env["FLWR_HOME"]).mkdir(parents=True, exist_ok=True)
+        (Path(env["FLWR_HOME"]) / "config.toml").write_text(
+            f'[superlink]\ndefault = "{FEDERATION}"\n\n[superlink.{FEDERATION}]\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n'
+        )
+
+    def __enter__(self) -> LocalFlower:
+        try:
+            self.start_superlink()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop every process started (by PID) and remove the Ray temp folder."""
+        self.group.stop_all()
+        shutil.rmtree(self._ray_tmp, ignore_errors=True)
+
+    def survivors(self) -> list[int]:
+        return self.group.survivors()
+
+    # ------------------------------------------------------------------ processes
+    def start_superlink(self, timeout_s: float = 90.0) -> None:
+        """Start the SuperLink on :attr:`port` and wait until it is healthy."""
+        t0 = time.perf_counter()
+        cmd = ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port",
+               str(self.port), "--database", str(self.workdir / "superlink.db"),
+               "--disable-runtime-dependency-installation"]
+        if self.engine == "simulation":
+            cmd += ["--simulation"]
+        proc = self.group.start("superlink", [self._bin(cmd[0]), *cmd[1:]])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise FlowerRunError(
+                    f"flower-superlink exited with code {proc.returncode}\n"
+                    + _tail([self.group.log("superlink")]))
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health",
+                                            timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise FlowerRunError(
+                    f"flower-superlink not healthy on 127.0.0.1:{self.port} after "
+                    f"{timeout_s:g} s\n" + _tail([self.group.log("superlink")]))
+            time.sleep(0.3)
+        self.timings["superlink_start"] = time.perf_counter() - t0
+
+    def stop_superlink(self) -> None:
+        self.group.stop("superlink")
+
+    def restart_superlink(self) -> None:
+        """Stop the SuperLink and start it again on the same port and database."""
+        self.stop_superlink()
+        self.start_superlink()
+
+    def add_supernode(self, partition_id: int, num_partitions: int,
+                      data_path: str | os.PathLike[str] | None = None,
+                      extra: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start a SuperNode (deployment) for ``partition_id`` with its own port."""
+        if self.engine != "deployment":
+            raise ConfigError("SuperNodes are started only by the deployment engine")
+        items = {"partition-id": partition_id, "num-partitions": num_partitions}
+        if data_path is not None:
+            items["data-path"] = str(Path(data_path).resolve())  # type: ignore[assignment]
+        items.update(dict(extra or {}))  # type: ignore[arg-type]
+        node_config = " ".join(f"{k}={_toml(v)}" for k, v in items.items())
+        name = f"supernode-{partition_id}"
+        proc = self.group.start(name, [
+            self._bin("flower-supernode"), "--insecure", "--superlink",
+            f"127.0.0.1:{self.port}", "--host", "127.0.0.1", "--port", str(free_port()),
+            "--node-config", node_config,
+        ])
+        self.nodes[partition_id] = name
+        return proc
+
+    def _bin(self, name: str) -> str:
+        path = Path(sys.executable).parent / name
+        return str(path) if path.exists() else name
+
+    # ------------------------------------------------------------------ runs
+    def run(self, run_config: Mapping[str, Any], *, app_dir: Path | None = None,
+            num_supernodes: int | None = None, timeout_s: float = 600.0) -> dict[str, Any]:
+        """``flwr run APP ghofl --stream`` with ``run_config`` (must hold ``out-dir``); return
+        the parsed ``results.json`` plus ``wall_s`` (submission to exit of ``flwr run``).
+
+        Raises
+        ------
+        FlowerRunError
+            ``flwr run`` timed out or no ``results.json`` was written.
+        """
+        if "out-dir" not in run_config:
+            raise ConfigError("the run config needs 'out-dir' (where results.json is written)")
+        out_dir = Path(str(run_config["out-dir"])).resolve()
+        results = out_dir / "results.json"
+        results.unlink(missing_ok=True)
+        self._runs += 1
+        n = self._runs
+        cfg_file = self.workdir / f"run-{n}.toml"
+        cfg_file.write_text("".join(f"{json.dumps(str(k))} = {_toml(v)}\n"
+                                    for k, v in {**run_config, "out-dir": str(out_dir)}.items()))
+        cmd = [self._bin("flwr"), "run", str(Path(app_dir or default_app_dir()).resolve()),
+               FEDERATION, "--stream", "--run-config", str(cfg_file)]
+        if self.engine == "simulation":
+            nodes = int(num_supernodes or 2)
+            cmd += ["--federation-config",
+                    f"num_supernodes={nodes} client_resources_num_cpus=1 "
+                    f"init_args_num_cpus={os.cpu_count() or 1} init_args_log_to_driver=false"]
+        name = f"flwr-run-{n}"
+        t0 = time.perf_counter()
+        proc = self.group.start(name, cmd)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.group.stop(name)
+            raise FlowerRunError(
+                f"flwr run timed out after {timeout_s:g} s\n"
+                + _tail([self.group.log("superlink"), self.group.log(name)])) from None
+        wall = time.perf_counter() - t0
+        self.timings[f"run:{n}"] = wall
+        if not results.exists():
+            raise FlowerRunError(
+                f"flwr run (exit code {proc.returncode}) wrote no {results}\n"
+                + _tail([self.group.log("superlink"), self.group.log(name)]))
+        out: dict[str, Any] = json.loads(results.read_text())
+        out["wall_s"] = wall
+        return out
+
+
+@contextlib.contextmanager
+def _local(workdir: Path, engine: Engine) -> Iterator[LocalFlower]:
+    with LocalFlower(workdir, engine) as flower:
+        yield flower
+
+
+def run_local(engine: Engine, nodes: int, run_config: Mapping[str, Any], workdir: Path, *,
+              data_template: str | None = None, app_dir: Path | None = None,
+              timeout_s: float = 900.0) -> dict[str, Any]:
+    """One whole local run: start, ``flwr run``, stop everything; return ``results.json``.
+
+    In deployment each SuperNode ``i`` gets ``data-path = data_template.format(partition_id=i)``.
+    Raises :class:`FlowerRunError` when a process survives the shutdown.
+    """
+    cfg = {**run_config, "expected-nodes": nodes}
+    if data_template is not None:
+        cfg["data-template"] = str(Path(data_template).resolve()) if "{" not in str(
+            Path(data_template).parent) else data_template
+    with _local(workdir, engine) as flower:
+        if engine == "deployment":
+            template = str(cfg.get("data-template", ""))
+            for i in range(nodes):
+                flower.add_supernode(i, nodes, template.format(partition_id=i) if template
+                                     else None)
+        result = flower.run(cfg, app_dir=app_dir, num_supernodes=nodes, timeout_s=timeout_s)
+        result["superlink_start_s"] = flower.timings.get("superlink_start")
+    left = flower.survivors()
+    if left:
+        raise FlowerRunError(f"processes of the Flower run survived the shutdown: {left}")
+    return result

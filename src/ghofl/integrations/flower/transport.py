@@ -1,0 +1,128 @@
+"""A :class:`~ghofl.secure.Transport` over a Flower ``Grid``: one QUERY message per client per
+stage, sent together with ``grid.send_and_receive(..., timeout=...)``.
+
+A client whose reply does not arrive within the stage timeout, carries a Flower error, cannot
+be decoded (:mod:`~ghofl.integrations.flower.records` raises
+:class:`~ghofl.errors.ProtocolError`) or is a refusal from the client, is a dropout for the
+protocol; the reason is kept in :attr:`FlowerTransport.traffic` (``refused``) and
+:attr:`FlowerTransport.problems`. Bytes are counted per client per stage as
+:func:`ghofl.secure.messages.message_nbytes` does for the in-memory transport (message
+content), and the clients' compute time comes back in each reply.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ghofl.errors import ConfigError, ProtocolError
+from ghofl.integrations.flower import MESSAGE_TYPE
+from ghofl.integrations.flower.records import message_from_record, message_to_record
+from ghofl.secure.messages import ClientMessage, ServerMessage, Stage, message_nbytes
+from ghofl.secure.transport import StageTraffic
+
+__all__ = ["CLIENT_INFO", "FlowerTransport"]
+
+#: ConfigRecord a ClientApp adds to every reply: ``seconds`` (float, time to answer),
+#: ``partition-id`` (int, -1 if unknown) and, when it refused the request, ``refused`` (str).
+CLIENT_INFO = "ghofl-client"
+
+
+class FlowerTransport:
+    """Deliver protocol requests to Flower nodes.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+    node_ids : mapping of str to int
+        The Flower node id of each client id.
+    timeout_s : float
+        Seconds to wait for the replies of one stage.
+
+    Attributes
+    ----------
+    traffic : dict of str to StageTraffic
+        Per stage: bytes to and from each client, client seconds, refusals.
+    problems : dict of str to str
+        Clients whose reply was missing, an error or malformed, with the stage and reason.
+    partitions : dict of str to int
+        The ``partition-id`` each client reported (when it did).
+    stage_seconds : dict of str to float
+        Wall time of each stage's exchange (sending to the last reply or the timeout).
+    """
+
+    def __init__(self, grid: Any, node_ids: Mapping[str, int], timeout_s: float) -> None:
+        if timeout_s <= 0:
+            raise ConfigError(f"the stage timeout must be > 0 seconds; got {timeout_s}")
+        self.grid = grid
+        self.node_ids = {str(c): int(n) for c, n in node_ids.items()}
+        if len(set(self.node_ids.values())) != len(self.node_ids):
+            raise ConfigError("two client ids map to the same Flower node")
+        self._client_of = {n: c for c, n in self.node_ids.items()}
+        self.timeout_s = float(timeout_s)
+        self.traffic: dict[str, StageTraffic] = {}
+        self.problems: dict[str, str] = {}
+        self.partitions: dict[str, int] = {}
+        self.stage_seconds: dict[str, float] = {}
+
+    def exchange(self, stage: Stage, requests: Mapping[str, ServerMessage]
+                 ) -> Iterator[tuple[str, ClientMessage]]:
+        """Send every request of ``stage`` at once; yield the decoded replies."""
+        from flwr.app import Message
+
+        traffic = self.traffic.setdefault(stage, StageTraffic())
+        t0 = time.perf_counter()
+        encoded: dict[int, tuple[Any, int]] = {}  # a broadcast request is encoded once
+        messages = []
+        for client, request in requests.items():
+            node = self.node_ids.get(client)
+            if node is None:
+                continue
+            if id(request) not in encoded:
+                encoded[id(request)] = (message_to_record(request), message_nbytes(request))
+            record, size = encoded[id(request)]
+            traffic.to_client[client] = size
+            messages.append(Message(content=record, dst_node_id=node,
+                                    message_type=MESSAGE_TYPE))
+        replies = self.grid.send_and_receive(messages, timeout=self.timeout_s)
+        answered: set[str] = set()
+        for reply in replies:
+            found = self._client_of.get(int(reply.metadata.src_node_id))
+            if found is None or found in answered:
+                continue
+            client = found
+            answered.add(client)
+            if reply.has_error():
+                err = reply.error
+                self._problem(stage, client, f"Flower error {err.code}: {err.reason}")
+                continue
+            info = reply.content.get(CLIENT_INFO)
+            if info is not None:
+                secs = info.get("seconds")
+                if isinstance(secs, float | int) and not isinstance(secs, bool):
+                    traffic.client_seconds[client] = float(secs)
+                part = info.get("partition-id")
+                if isinstance(part, int) and not isinstance(part, bool) and part >= 0:
+                    self.partitions[client] = part
+                refused = info.get("refused")
+                if isinstance(refused, str) and refused:
+                    traffic.refused[client] = refused
+                    self._problem(stage, client, f"refused: {refused}")
+                    continue
+            try:
+                msg = message_from_record(reply.content, ClientMessage)
+            except ProtocolError as exc:
+                traffic.refused[client] = f"malformed reply: {exc}"
+                self._problem(stage, client, f"malformed reply: {exc}")
+                continue
+            assert isinstance(msg, ClientMessage)
+            traffic.from_client[client] = message_nbytes(msg)
+            yield client, msg
+        for client in requests:
+            if client in self.node_ids and client not in answered:
+                self._problem(stage, client, f"no reply within {self.timeout_s:g} s")
+        self.stage_seconds[stage] = time.perf_counter() - t0
+
+    def _problem(self, stage: str, client: str, why: str) -> None:
+        self.problems.setdefault(client, f"{stage}: {why}")

@@ -1,0 +1,314 @@
+"""The server half of a one-shot federation: aggregate → fitted heads → model directory, scores.
+
+:class:`ServerJob` says which heads to fit and how (it travels as a flat config, like
+:class:`~ghofl.client.job.ClientJob`); :func:`run_server_job` is the one server function that
+``ghofl fit``, the in-process simulator and the Flower ServerApp all call.
+
+Config keys (values str, int or bool)::
+
+    heads        str   comma-separated registered heads, e.g. "nb,lda" ("all": every head)
+    head_params  str   JSON object {head: {param: value}}; "" or "{}" = none
+    seed         int   given to every head that takes a seed (unless head_params sets it)
+    progress     bool  passed to heads that report progress
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.data.embeddings import check_labelled_embeddings
+from ghofl.errors import ConfigError, InputError
+from ghofl.evaluation import HeadScore, evaluate_heads
+from ghofl.heads.base import Head
+from ghofl.heads.build import build_heads, to_jsonable
+from ghofl.heads.model_dir import check_model_target, save_model
+from ghofl.heads.registry import parse_head_list
+from ghofl.stats.client_stats import ClientStats
+
+__all__ = ["ServerJob", "ServerResult", "run_server_job"]
+
+ConfigValue = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class ServerJob:
+    """Which heads the server fits from the total, with which hyperparameters.
+
+    Attributes
+    ----------
+    heads : tuple of str
+        Registered head names (a ``"nb,lda"`` string or ``"all"`` is accepted too).
+    head_params : dict of str to dict
+        Hyperparameters per head, e.g. ``{"lda": {"shrinkage": "auto"}}``; entries for
+        registered heads not in ``heads`` are ignored.
+    seed : int, default 0
+        Given to every head with a ``seed`` parameter that ``head_params`` does not set.
+    progress : bool, default False
+        Given to every head with a ``progress`` parameter that ``head_params`` does not set.
+
+    Notes
+    -----
+    Construction checks everything that can be checked without statistics (head names,
+    parameter names and values); the upload mode is checked by :func:`run_server_job`.
+    """
+
+    heads: tuple[str, ...]
+    head_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seed: int = 0
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        raw = self.heads
+        names = parse_head_list(raw if isinstance(raw, str) else [str(h) for h in raw])
+        object.__setattr__(self, "heads", tuple(names))
+        params = self.head_params
+        if not isinstance(params, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, Mapping) for k, v in params.items()
+        ):
+            raise ConfigError(
+                "ServerJob head_params must map head names to dicts of parameters, e.g. "
+                f"{{'lda': {{'shrinkage': 0.1}}}}; got {params!r}"
+            )
+        object.__setattr__(self, "head_params", {k: dict(v) for k, v in params.items()})
+        seed = self.seed
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer; got {seed!r}")
+        object.__setattr__(self, "seed", int(seed))
+        if not isinstance(self.progress, bool):
+            raise ConfigError(f"ServerJob progress must be true or false; got {self.progress!r}")
+        build_heads(self.heads, self.head_params, seed=self.seed, progress=self.progress)
+
+    def to_config(self) -> dict[str, ConfigValue]:
+        """The job as a flat config (see the module docstring for keys and conventions)."""
+        return {
+            "heads": ",".join(self.heads),
+            "head_params": json.dumps(to_jsonable(self.head_params), sort_keys=True),
+            "seed": self.seed,
+            "progress": self.progress,
+        }
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], *, strict: bool = False) -> ServerJob:
+        """Rebuild a job from :meth:`to_config` output (or a TOML / Flower config).
+
+        Parameters
+        ----------
+        config : mapping
+            Must hold ``heads``; other keys default as in the class. Keys of other jobs
+            (a :class:`~ghofl.client.job.ClientJob` sharing the run config) are ignored.
+        strict : bool, default False
+            Reject keys this job does not know.
+
+        Raises
+        ------
+        ConfigError
+            A key is missing, unknown (``strict``) or holds an invalid value; the message
+            names the key.
+        """
+        known = {f.name for f in fields(cls)}
+        if strict:
+            unknown = sorted(k for k in config if k not in known)
+            if unknown:
+                raise ConfigError(
+                    f"server job config has the unknown key {unknown[0]!r}; known keys: "
+                    f"{', '.join(sorted(known))}"
+                )
+        if "heads" not in config:
+            raise ConfigError(
+                "server job config has no key 'heads'; give the heads to fit, e.g. "
+                "heads = \"nb,lda,qda,fedcgs\""
+            )
+        heads = config["heads"]
+        if not isinstance(heads, str | list | tuple):
+            raise ConfigError(
+                f"server job config key 'heads' must be a comma-separated string or a list; "
+                f"got {heads!r}"
+            )
+        kw: dict[str, Any] = {"heads": heads}
+        if "head_params" in config:
+            kw["head_params"] = _parse_head_params(config["head_params"])
+        if "seed" in config:
+            kw["seed"] = _config_int(config["seed"], "seed")
+        if "progress" in config:
+            kw["progress"] = _config_bool(config["progress"], "progress")
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class ServerResult:
+    """What :func:`run_server_job` produced.
+
+    Attributes
+    ----------
+    heads : dict of str to Head
+        The fitted heads, in the job's order.
+    fit_seconds : dict of str to float
+        Server time to fit each head from the total.
+    scores : dict of str to HeadScore or None
+        Test scores per head, when a test set was given.
+    model_dir : Path or None
+        The model directory written, when ``out_dir`` was given.
+    """
+
+    heads: dict[str, Head]
+    fit_seconds: dict[str, float]
+    scores: dict[str, HeadScore] | None
+    model_dir: Path | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (no arrays).
+
+        ``{"heads": {NAME: {"fit_seconds", "params"[, "accuracy", "n", "predict_seconds"]}},
+        "model_dir": str or None, "ghofl_version": str}``; the score keys are present when a
+        test set was scored.
+        """
+        from ghofl import __version__
+
+        heads: dict[str, Any] = {}
+        for name, head in self.heads.items():
+            entry: dict[str, Any] = {"fit_seconds": self.fit_seconds[name],
+                                     "params": to_jsonable(head.get_params())}
+            if self.scores is not None and name in self.scores:
+                entry.update(self.scores[name].to_dict())
+            heads[name] = entry
+        return {
+            "heads": heads,
+            "model_dir": None if self.model_dir is None else str(self.model_dir),
+            "ghofl_version": __version__,
+        }
+
+
+def run_server_job(
+    total: ClientStats,
+    job: ServerJob,
+    *,
+    out_dir: Path | None = None,
+    test: tuple[NDArray[Any], NDArray[Any]] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    log: Callable[[str], None] | None = None,
+    option: str = "out_dir",
+) -> ServerResult:
+    """Fit every head of ``job`` from the aggregate; save and score them when asked.
+
+    Parameters
+    ----------
+    total : ClientStats
+        The sum of the clients' statistics.
+    job : ServerJob
+        Heads and hyperparameters.
+    out_dir : Path, optional
+        Write the model directory here (atomically: complete or absent).
+    test : pair (x (n, d), y (n,)), optional
+        Labelled test embeddings to score every head on (inputs of the clients' space,
+        before any projection).
+    extra : mapping, optional
+        Extra manifest entries (see :func:`~ghofl.heads.model_dir.save_model`); the manifest's
+        ``stats`` always records ``n_samples`` and ``counts`` of ``total``.
+    log : callable, optional
+        Receives a line before each head is fitted (e.g. ``"fitting lda..."``).
+    option : str, default "out_dir"
+        What named ``out_dir``, for messages.
+
+    Returns
+    -------
+    ServerResult
+
+    Raises
+    ------
+    UnsupportedModeError
+        A head needs a richer upload mode than ``total`` (raised before any fitting).
+    InputError
+        ``out_dir`` may not be replaced, or the test set is malformed, empty or of another
+        dimension (raised before any fitting).
+    """
+    models = build_heads(job.heads, job.head_params, seed=job.seed, progress=job.progress,
+                         mode=total.mode)
+    if test is not None:
+        _check_test(test, total)
+    if out_dir is not None:
+        check_model_target(Path(out_dir), option)
+    fit_seconds: dict[str, float] = {}
+    for name, head in models.items():
+        if log is not None:
+            log(f"fitting {name}...")
+        t0 = time.perf_counter()
+        head.fit_from_stats(total)
+        fit_seconds[name] = time.perf_counter() - t0
+    model_dir = None
+    if out_dir is not None:
+        stats = {"n_samples": total.n_samples, "counts": total.counts.tolist(),
+                 "n_clipped": total.n_clipped}
+        extras = dict(extra or {})
+        given = extras.pop("stats", None) or {}
+        model_dir = save_model(Path(out_dir), models, stats_meta=total.meta,
+                               extra={"stats": {**stats, **dict(given)}, **extras},
+                               fit_seconds=fit_seconds, option=option)
+    scores = None if test is None else evaluate_heads(models, test[0], test[1])
+    return ServerResult(models, fit_seconds, scores, model_dir)
+
+
+def _check_test(test: tuple[NDArray[Any], NDArray[Any]], total: ClientStats) -> None:
+    if not isinstance(test, tuple) or len(test) != 2:
+        raise InputError("test must be a pair (x, y) of test embeddings and labels")
+    x, y = check_labelled_embeddings(test[0], test[1], total.num_classes, "test",
+                                     range_hint="the heads do not know that class")
+    if y.size == 0:
+        raise InputError("the test set is empty; accuracy needs at least one test sample")
+    proj = total.meta.projection
+    d = proj.input_dim if proj is not None else total.dim
+    if x.shape[1] != d:
+        raise InputError(
+            f"test embeddings have d={x.shape[1]} but the statistics were computed from "
+            f"d={d}; embed the test set with the clients' encoder"
+        )
+
+
+def _parse_head_params(raw: Any) -> dict[str, dict[str, Any]]:
+    if isinstance(raw, Mapping):
+        return {str(k): dict(v) if isinstance(v, Mapping) else v for k, v in raw.items()}
+    if isinstance(raw, str):
+        if not raw.strip():
+            return {}
+        try:
+            parsed = json.loads(raw)
+        except ValueError as exc:
+            raise ConfigError(
+                f"server job config key 'head_params' is not valid JSON ({exc}); give an "
+                'object such as \'{"lda": {"shrinkage": 0.1}}\''
+            ) from exc
+        if isinstance(parsed, dict):
+            return parsed
+    raise ConfigError(
+        "server job config key 'head_params' must be a JSON object of head parameters, e.g. "
+        f"'{{\"lda\": {{\"shrinkage\": 0.1}}}}'; got {raw!r}"
+    )
+
+
+def _config_int(value: Any, key: str) -> int:
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    elif isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return int(value)
+    raise ConfigError(f"server job config key {key!r} must be an integer; got {value!r}")
+
+
+def _config_bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ConfigError(f"server job config key {key!r} must be true or false; got {value!r}")
+

@@ -1,0 +1,23 @@
+"""Durable aggregation store: every accepted contribution and an exact running total in one
+embedded SQLite file (standard library, no server); see :mod:`ghofl.store.aggregation`."""
+
+from ghofl.store.aggregation import (
+    DEFAULT_MAX_CONTRIBUTIONS,
+    AddResult,
+    AggregationStore,
+    ContributionInfo,
+    ExactPath,
+    content_sha256,
+)
+from ghofl.store.read import is_store, read_total
+
+__all__ = [
+    "DEFAULT_MAX_CONTRIBUTIONS",
+    "AddResult",
+    "AggregationStore",
+    "ContributionInfo",
+    "ExactPath",
+    "content_sha256",
+    "is_store",
+    "read_total",
+]

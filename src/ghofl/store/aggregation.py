@@ -1,0 +1,511 @@
+"""Durable aggregation: every accepted contribution and the running total, in one SQLite file.
+
+Exactness
+---------
+Removing a contribution gives exactly — bit for bit — what a fresh aggregation of the remaining
+contributions gives. Two paths, chosen by the payloads' clipping bound (``meta.clip_norm``):
+
+``fixed-point`` (payloads carry a clipping bound R)
+    Each contribution is encoded once by :class:`~ghofl.secure.fixedpoint.FixedPointCodec` with
+    public bounds K = ``max_contributions`` (contributions recorded at once), M =
+    ``max_samples`` (samples per contribution) and R, as uint64 words; the total is their sum
+    modulo 2^64, kept in the ``total`` table and updated in the transaction that records or
+    removes a contribution. Integer addition is exact, associative and commutative, so the
+    total depends only on the set of contributions recorded, never on the order of adds and
+    removes; with at most K contributions of at most M samples each, no sum wraps (see the
+    codec). :meth:`AggregationStore.total` decodes it: the float sum to within
+    ``codec.error_bound`` (far below float64 resolution of the entries), counts exact.
+``recompute`` (payloads without a clipping bound)
+    Float addition is not associative and nothing bounds the values, so no integer encoding
+    exists. The total is recomputed from the stored contributions, added in a canonical order
+    (sorted by client id) with :func:`~ghofl.stats.sum_stats`, and cached until the next
+    change. It equals ``sum_stats(payloads sorted by client id)`` bit for bit.
+
+Contributions are stored as their schema-flattened arrays (symmetric matrices as upper
+triangles), which :meth:`~ghofl.stats.schema.ModeSchema.unflatten` restores exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.errors import InputError, StoreConflictError, StoreError
+from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES, FixedPointCodec
+from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import StatsMeta
+from ghofl.stats.schema import schema_for
+from ghofl.store import _sqlite as db
+
+__all__ = [
+    "DEFAULT_MAX_CONTRIBUTIONS",
+    "AddResult",
+    "AggregationStore",
+    "ContributionInfo",
+    "ExactPath",
+    "content_sha256",
+]
+
+#: Default K: contributions a store may hold at once (with M = 10^6, K·M < 2^62 as the
+#: fixed-point codec requires).
+DEFAULT_MAX_CONTRIBUTIONS = 1 << 20
+ExactPath = Literal["fixed-point", "recompute"]
+AddStatus = Literal["added", "already_present"]
+_MAX_ID_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class ContributionInfo:
+    """One recorded contribution.
+
+    Attributes
+    ----------
+    client_id : str
+    sha256 : str
+        SHA-256 of the payload (64 lowercase hex digits).
+    n_samples, n_clipped : int
+    clip_norm : float or None
+        The payload's clipping bound R.
+    added_at : str
+        When it was recorded, ISO 8601 in UTC.
+    """
+
+    client_id: str
+    sha256: str
+    n_samples: int
+    n_clipped: int
+    clip_norm: float | None
+    added_at: str
+
+
+@dataclass(frozen=True)
+class AddResult:
+    """Outcome of :meth:`AggregationStore.add`.
+
+    Attributes
+    ----------
+    status : {"added", "already_present"}
+        ``already_present``: the same client id with the same SHA-256 was recorded before;
+        nothing changed (re-submitting is idempotent).
+    contribution : ContributionInfo
+        The recorded contribution (the earlier record when already present).
+    n_contributions : int
+        Contributions recorded after this call.
+    total_samples : int
+        Samples in the total after this call.
+    """
+
+    status: AddStatus
+    contribution: ContributionInfo
+    n_contributions: int
+    total_samples: int
+
+    @property
+    def added(self) -> bool:
+        return self.status == "added"
+
+
+class AggregationStore:
+    """An embedded, durable aggregation of client statistics (a SQLite file; no server).
+
+    Parameters
+    ----------
+    path : path-like
+        The database file; created (with its folder) when absent and ``create`` is true.
+    max_contributions : int, optional
+        K, the most contributions recorded at once (fixed-point path). Fixed when the store is
+        created (default :data:`DEFAULT_MAX_CONTRIBUTIONS`); giving another value for an
+        existing store raises :class:`StoreError`.
+    max_samples : int, optional
+        M, the most samples one contribution may hold (fixed-point path). Fixed at creation
+        (default :data:`~ghofl.secure.fixedpoint.DEFAULT_MAX_SAMPLES`).
+    create : bool, default True
+        Create the store when ``path`` does not exist (else :class:`StoreError`).
+
+    Notes
+    -----
+    Every change (:meth:`add`, :meth:`remove`) is one transaction; see the module docstring
+    for how the total stays exact. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_contributions: int | None = None,
+        max_samples: int | None = None,
+        create: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        self._con: sqlite3.Connection | None = db.connect(self.path, create)
+        try:
+            self._max_contributions = self._bound("max_contributions", max_contributions,
+                                                  DEFAULT_MAX_CONTRIBUTIONS)
+            self._max_samples = self._bound("max_samples", max_samples, DEFAULT_MAX_SAMPLES)
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Close the database connection (idempotent)."""
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def __enter__(self) -> AggregationStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def con(self) -> sqlite3.Connection:
+        if self._con is None:
+            raise StoreError(f"store '{self.path}' is closed; open a new AggregationStore")
+        return self._con
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def meta(self) -> StatsMeta | None:
+        """Metadata every contribution shares (set by the first one; ``None`` before)."""
+        raw = db.setting(self.con, "meta")
+        return None if raw is None else StatsMeta.from_dict(json.loads(raw))
+
+    @property
+    def exact_path(self) -> ExactPath | None:
+        """How the total stays exact (module docstring); ``None`` before any contribution."""
+        meta = self.meta
+        if meta is None:
+            return None
+        return "recompute" if meta.clip_norm is None else "fixed-point"
+
+    @property
+    def codec(self) -> FixedPointCodec | None:
+        """The fixed-point codec of the total (``None`` on the recompute path)."""
+        meta = self.meta
+        return None if meta is None else self._codec(meta)
+
+    @property
+    def max_contributions(self) -> int:
+        return self._max_contributions
+
+    @property
+    def max_samples(self) -> int:
+        return self._max_samples
+
+    def __len__(self) -> int:
+        return int(self.con.execute("SELECT COUNT(*) FROM contributions").fetchone()[0])
+
+    def contributions(self) -> list[ContributionInfo]:
+        """Every recorded contribution, in the order they were added."""
+        meta = self.meta
+        rows = self.con.execute(
+            "SELECT client_id, sha256, n_samples, n_clipped, added_at FROM contributions "
+            "ORDER BY seq"
+        ).fetchall()
+        return [_info(r, meta) for r in rows]
+
+    def get(self, client_id: str) -> ClientStats:
+        """The statistics recorded for ``client_id`` (exactly as added)."""
+        meta = self._require_meta()
+        row = self.con.execute(
+            "SELECT ints, floats FROM contributions WHERE client_id = ?", (client_id,)
+        ).fetchone()
+        if row is None:
+            raise self._unknown(client_id)
+        return _unflatten(meta, row[0], row[1])
+
+    # ------------------------------------------------------------------ changes
+    def add(
+        self, client_id: str, stats: ClientStats, payload_sha256: str | None = None
+    ) -> AddResult:
+        """Record one contribution and add it to the total, in one transaction.
+
+        Parameters
+        ----------
+        client_id : str
+            Who contributed (1 to 256 printable characters).
+        stats : ClientStats
+            The contribution; must be compatible with the store's (mode, encoder, projection,
+            classes, clipping bound).
+        payload_sha256 : str, optional
+            SHA-256 of the payload as received (e.g. of the ``.ghs`` file); default
+            :func:`content_sha256` of ``stats``.
+
+        Returns
+        -------
+        AddResult
+            ``added``, or ``already_present`` when this id was recorded with this SHA-256.
+
+        Raises
+        ------
+        StoreConflictError
+            The id was recorded with another payload, or this payload under another id.
+        IncompatibleStatsError
+            ``stats`` differ from the store's metadata (the message names every difference).
+        StoreError
+            The store holds ``max_contributions`` already, or ``stats`` exceed the public
+            bounds of the fixed-point total.
+        """
+        _check_client_id(client_id)
+        sha = content_sha256(stats) if payload_sha256 is None else _check_sha(payload_sha256)
+        ints, floats = schema_for(stats.mode).flatten(stats)
+        words = self._encode(client_id, stats)
+        now = datetime.now(UTC).isoformat(timespec="microseconds")
+        with db.transaction(self.con) as con:
+            known = con.execute(
+                "SELECT client_id, sha256, n_samples, n_clipped, added_at FROM contributions "
+                "WHERE client_id = ? OR sha256 = ?", (client_id, sha)
+            ).fetchall()
+            meta = self._check_meta(con, stats)
+            for row in known:
+                if row[0] == client_id and row[1] == sha:
+                    return self._result("already_present", _info(row, meta), con)
+            _check_conflicts(client_id, sha, known)
+            count = int(con.execute("SELECT COUNT(*) FROM contributions").fetchone()[0])
+            if count >= self._max_contributions:
+                raise StoreError(
+                    f"store '{self.path}' already holds {count} contributions, its maximum "
+                    f"(max_contributions={self._max_contributions}, fixed when it was created); "
+                    "remove some or aggregate into a new store with a larger maximum"
+                )
+            con.execute(
+                "INSERT INTO contributions (client_id, sha256, n_samples, n_clipped, added_at, "
+                "ints, floats, words) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (client_id, sha, stats.n_samples, stats.n_clipped, now, db.to_blob(ints),
+                 db.to_blob(floats), None if words is None else db.to_blob(words)),
+            )
+            self._move_total(con, words, +1)
+            info = ContributionInfo(client_id, sha, stats.n_samples, stats.n_clipped,
+                                    meta.clip_norm, now)
+            return self._result("added", info, con)
+
+    def remove(self, client_id: str) -> ContributionInfo:
+        """Remove the contribution of ``client_id`` and subtract it from the total, exactly,
+        in one transaction; return what was removed.
+
+        Raises
+        ------
+        StoreError
+            No contribution is recorded under ``client_id``.
+        """
+        with db.transaction(self.con) as con:
+            row = con.execute(
+                "SELECT client_id, sha256, n_samples, n_clipped, added_at, words "
+                "FROM contributions WHERE client_id = ?", (client_id,)
+            ).fetchone()
+            if row is None:
+                raise self._unknown(client_id)
+            meta = self._require_meta()
+            con.execute("DELETE FROM contributions WHERE client_id = ?", (client_id,))
+            words = None if row[5] is None else db.from_blob(row[5], "<u8")
+            self._move_total(con, words, -1)
+            return _info(row[:5], meta)
+
+    # ------------------------------------------------------------------ the total
+    def total(self) -> ClientStats:
+        """The total of the recorded contributions (zeros when none is left).
+
+        Raises
+        ------
+        StoreError
+            The store never received a contribution (its metadata is unknown).
+        """
+        meta = self._require_meta()
+        with db.transaction(self.con, write=False) as con:
+            gen, words, ints, floats, cached = con.execute(
+                "SELECT (SELECT value FROM settings WHERE key = 'generation'), words, ints, "
+                "floats, generation FROM total WHERE id = 1"
+            ).fetchone()
+            codec = self._codec(meta)
+            if codec is not None:
+                if words is None:
+                    return ClientStats.zeros(meta)
+                return codec.decode(meta, db.from_blob(words, "<u8"))
+            if cached == int(gen) and ints is not None:
+                return _unflatten(meta, ints, floats)
+            total = _canonical_sum(meta, con)
+        self._cache(total, int(gen))
+        return total
+
+    # ------------------------------------------------------------------ internals
+    def _bound(self, key: str, given: int | None, default: int) -> int:
+        stored = db.setting(self.con, key)  # an existing store is only read
+        if stored is None:
+            stored = self._init_bound(key, default if given is None else int(given))
+        if given is not None and int(given) != int(stored):
+            raise StoreError(
+                f"store '{self.path}' was created with {key}={stored}; got {key}={given}. The "
+                f"bound is fixed when a store is created: omit it, or create a new store"
+            )
+        return int(stored)
+
+    def _init_bound(self, key: str, value: int) -> str:
+        if value < 1:
+            raise StoreError(f"{key} must be >= 1; got {value}")
+        with db.transaction(self.con) as con:
+            stored = db.setting(con, key)  # another process may have set it meanwhile
+            if stored is None:
+                db.put_setting(con, key, str(value))
+                return str(value)
+            return stored
+
+    def _codec(self, meta: StatsMeta) -> FixedPointCodec | None:
+        if meta.clip_norm is None:
+            return None
+        return FixedPointCodec(self._max_contributions, self._max_samples, meta.clip_norm)
+
+    def _encode(self, client_id: str, stats: ClientStats) -> NDArray[np.uint64] | None:
+        codec = self._codec(stats.meta)
+        if codec is None:
+            return None
+        try:
+            return codec.encode(stats)
+        except InputError as exc:
+            raise StoreError(
+                f"cannot add the contribution of client {client_id!r} to store '{self.path}': "
+                f"{exc} (store bounds: max_samples={self._max_samples} per contribution, "
+                f"clipping bound R={stats.meta.clip_norm:g})"
+            ) from exc
+
+    def _check_meta(self, con: sqlite3.Connection, stats: ClientStats) -> StatsMeta:
+        raw = db.setting(con, "meta")
+        if raw is None:
+            db.put_setting(con, "meta", json.dumps(stats.meta.to_dict(), sort_keys=True))
+            return stats.meta
+        meta = StatsMeta.from_dict(json.loads(raw))
+        if meta.differences(stats.meta):  # ClientStats' own message names every difference
+            ClientStats.zeros(meta).check_compatible(stats)
+        return meta
+
+    def _move_total(
+        self, con: sqlite3.Connection, words: NDArray[np.uint64] | None, sign: int
+    ) -> None:
+        gen = db.bump_generation(con)
+        if words is None:
+            return  # recompute path: the cached total is stale from this generation on
+        row = con.execute("SELECT words FROM total WHERE id = 1").fetchone()
+        total = np.zeros_like(words) if row[0] is None else db.from_blob(row[0], "<u8")
+        with np.errstate(over="ignore"):
+            total = total + words if sign > 0 else total - words  # modulo 2^64, exact
+        con.execute(
+            "UPDATE total SET words = ?, generation = ? WHERE id = 1", (db.to_blob(total), gen)
+        )
+
+    def _cache(self, total: ClientStats, gen: int) -> None:
+        ints, floats = schema_for(total.mode).flatten(total)
+        try:
+            with db.transaction(self.con) as con:
+                if db.setting(con, "generation") == str(gen):  # nothing changed meanwhile
+                    con.execute(
+                        "UPDATE total SET ints = ?, floats = ?, generation = ? WHERE id = 1",
+                        (db.to_blob(ints), db.to_blob(floats), gen),
+                    )
+        except sqlite3.OperationalError:  # read-only file or busy: the cache is optional
+            pass
+
+    def _result(self, status: AddStatus, info: ContributionInfo,
+                con: sqlite3.Connection) -> AddResult:
+        count, samples = con.execute(
+            "SELECT COUNT(*), COALESCE(SUM(n_samples), 0) FROM contributions"
+        ).fetchone()
+        return AddResult(status, info, int(count), int(samples))
+
+    def _require_meta(self) -> StatsMeta:
+        meta = self.meta
+        if meta is None:
+            raise StoreError(
+                f"store '{self.path}' has never received a contribution, so it has no total "
+                "yet; add one first (ghofl aggregate --store)"
+            )
+        return meta
+
+    def _unknown(self, client_id: str) -> StoreError:
+        ids = [r[0] for r in self.con.execute(
+            "SELECT client_id FROM contributions ORDER BY client_id LIMIT 6")]
+        shown = ", ".join(map(repr, ids[:5])) + (", ..." if len(ids) > 5 else "")
+        return StoreError(
+            f"store '{self.path}' has no contribution from client {client_id!r}; it holds "
+            f"{len(self)} ({shown or 'none'}); see 'ghofl store show {self.path}'"
+        )
+
+
+def content_sha256(stats: ClientStats) -> str:
+    """SHA-256 of the content of ``stats``: metadata JSON, ``n_clipped`` and the flattened
+    arrays (little-endian). The default payload digest when no file bytes are at hand."""
+    ints, floats = schema_for(stats.mode).flatten(stats)
+    h = hashlib.sha256(json.dumps(stats.meta.to_dict(), sort_keys=True).encode())
+    h.update(db.to_blob(ints))
+    h.update(db.to_blob(floats))
+    return h.hexdigest()
+
+
+def _canonical_sum(meta: StatsMeta, con: sqlite3.Connection) -> ClientStats:
+    """Σ of the stored contributions, added one at a time in client-id order (as
+    :func:`~ghofl.stats.sum_stats` over them sorted by id would)."""
+    total: ClientStats | None = None
+    for ints, floats in con.execute("SELECT ints, floats FROM contributions ORDER BY client_id"):
+        part = _unflatten(meta, ints, floats)
+        total = part if total is None else total + part
+    return ClientStats.zeros(meta) if total is None else total
+
+
+def _unflatten(meta: StatsMeta, ints: bytes, floats: bytes) -> ClientStats:
+    return schema_for(meta.mode).unflatten(meta, db.from_blob(ints, "<i8"),
+                                           db.from_blob(floats, "<f8"))
+
+
+def _info(row: tuple[Any, ...], meta: StatsMeta | None) -> ContributionInfo:
+    cid, sha, n, n_clipped, added = row[:5]
+    return ContributionInfo(str(cid), str(sha), int(n), int(n_clipped),
+                            None if meta is None else meta.clip_norm, str(added))
+
+
+def _check_conflicts(client_id: str, sha: str, known: list[tuple[Any, ...]]) -> None:
+    for cid, other_sha, *_ in known:
+        if cid == client_id:
+            raise StoreConflictError(
+                f"client {client_id!r} already contributed another payload (SHA-256 "
+                f"{str(other_sha)[:12]}…, this one {sha[:12]}…); a client contributes once. "
+                f"To replace it, forget it first (ghofl forget --client {client_id})"
+            )
+        raise StoreConflictError(
+            f"this payload (SHA-256 {sha[:12]}…) was already contributed by client {cid!r}; "
+            f"recording it again as {client_id!r} would count the same samples twice"
+        )
+
+
+def _check_client_id(client_id: object) -> None:
+    ok = isinstance(client_id, str) and 0 < len(client_id) <= _MAX_ID_LENGTH \
+        and client_id.isprintable() and client_id.strip() == client_id
+    if not ok:
+        raise StoreError(
+            f"a client id must be 1 to {_MAX_ID_LENGTH} printable characters without leading "
+            f"or trailing spaces; got {client_id!r}"
+        )
+
+
+def _check_sha(sha: str) -> str:
+    s = str(sha).lower()
+    if len(s) != 64 or any(ch not in "0123456789abcdef" for ch in s):
+        raise StoreError(
+            f"payload_sha256 must be a SHA-256 digest of 64 hex digits; got {sha!r}; pass "
+            "hashlib.sha256(payload_bytes).hexdigest(), or omit it"
+        )
+    return s

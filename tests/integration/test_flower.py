@@ -1,0 +1,181 @@
+"""End-to-end runs of ghofl on Flower 1.42 (simulation and deployment engines on 127.0.0.1).
+
+Every test starts its own SuperLink (and SuperNodes), stops exactly those processes by PID and
+checks that none survives. The deployment tests share one federation (3 SuperNodes) for the
+equality, restart and above-threshold fault runs; the below-threshold fault has its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")
+
+from ghofl.data.partition import dirichlet_partition
+from ghofl.heads.model_dir import load_model
+from ghofl.integrations.flower.runner import LocalFlower
+from ghofl.secure import SecAggConfig
+from ghofl.simulation import simulate_federation
+from ghofl.stats.accumulate import compute_stats
+from ghofl.stats.codec import load_stats
+from tests.helpers import gaussian_mixture
+
+pytestmark = pytest.mark.slow
+
+CLIP = 30.0
+SEED = 0
+ALPHA = 0.5
+HEADS = "nb,lda,qda"
+CLASSES = ("0", "1", "2")
+APP = Path(__file__).resolve().parents[2] / "examples" / "flower_app"
+
+
+def _data(root: Path, clients: int) -> dict[str, Any]:
+    """Train/test split of one Gaussian mixture (d=8, C=3); client i's rows of a seeded
+    Dirichlet partition in parts/client-{i}.npz; the test set in test.npz."""
+    x, y = gaussian_mixture(0, num_classes=3, dim=8, n=800)
+    xtr, ytr, xte, yte = x[:600], y[:600], x[600:], y[600:]
+    parts = dirichlet_partition(ytr, clients, ALPHA, SEED)
+    (root / "parts").mkdir(parents=True, exist_ok=True)
+    for i, idx in enumerate(parts):
+        np.savez(root / "parts" / f"client-{i}.npz", x=xtr[idx], y=ytr[idx])
+    np.savez(root / "test.npz", x=xte, y=yte)
+    return {"xtr": xtr, "ytr": ytr, "xte": xte, "yte": yte, "parts": parts,
+            "template": str(root / "parts" / "client-{partition_id}.npz")}
+
+
+def _config(root: Path, data: dict[str, Any], out: str, **extra: Any) -> dict[str, Any]:
+    return {"protocol": "secure", "classes": json.dumps(list(CLASSES)), "clip_norm": CLIP,
+            "heads": HEADS, "seed": SEED, "data-template": data["template"],
+            "out-dir": str(root / out), "test-path": str(root / "test.npz"),
+            "stage-timeout-s": 60.0, "wait-timeout-s": 60.0, **extra}
+
+
+def _reference(data: dict[str, Any], clients: int) -> dict[str, np.ndarray]:
+    sim = simulate_federation(data["xtr"], data["ytr"], data["xte"], data["yte"],
+                              classes=CLASSES, clients=clients, alpha=ALPHA, seed=SEED,
+                              heads=HEADS, clip_norm=CLIP, secure=SecAggConfig(clip_norm=CLIP))
+    return sim.predictions
+
+
+def _predictions(model_dir: Path, x: np.ndarray) -> dict[str, np.ndarray]:
+    heads, _ = load_model(model_dir)
+    return {name: head.predict(x) for name, head in heads.items()}
+
+
+def _assert_same_predictions(model_dir: Path, data: dict[str, Any], ref: dict[str, Any]) -> None:
+    got = _predictions(model_dir, data["xte"])
+    assert set(got) == set(ref) == set(HEADS.split(","))
+    for name in ref:
+        np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
+
+
+def _closed(flower: LocalFlower) -> None:
+    flower.close()
+    assert flower.survivors() == [], "processes started by the test survived"
+
+
+def test_simulation_secure_matches_in_process(tmp_path: Path) -> None:
+    data = _data(tmp_path, 10)
+    flower = LocalFlower(tmp_path / "work", "simulation")
+    try:
+        flower.__enter__()
+        res = flower.run(_config(tmp_path, data, "out", **{"expected-nodes": 10}),
+                         app_dir=APP, num_supernodes=10)
+    finally:
+        _closed(flower)
+    assert res["status"] == "ok", res.get("error")
+    assert len(res["survivors"]) == 10 and res["dropped"] == {}
+    assert set(res["stage_seconds"]) == {"advertise", "share", "mask", "unmask"}
+    assert res["bytes"]["mask"]["server_received"] > 0
+    _assert_same_predictions(tmp_path / "out" / "model", data, _reference(data, 10))
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalFlower, Path,
+                                                                          dict[str, Any]]]:
+    root = tmp_path_factory.mktemp("deployment")
+    data = _data(root, 3)
+    flower = LocalFlower(root / "work", "deployment")
+    try:
+        flower.__enter__()
+        for i in range(3):
+            flower.add_supernode(i, 3, data["template"].format(partition_id=i))
+        yield flower, root, data
+    finally:
+        _closed(flower)
+
+
+def test_deployment_secure_matches_in_process(deployment: Any) -> None:
+    flower, root, data = deployment
+    res = flower.run(_config(root, data, "run-a", **{"expected-nodes": 3}), app_dir=APP)
+    assert res["status"] == "ok", res.get("error")
+    assert sorted(n["partition_id"] for n in res["nodes"].values()) == [0, 1, 2]
+    _assert_same_predictions(root / "run-a" / "model", data, _reference(data, 3))
+
+
+def test_superlink_restart_keeps_the_first_model(deployment: Any) -> None:
+    flower, root, data = deployment
+    model = root / "run-a" / "model"
+    if not model.exists():  # run alone: make the first run here
+        res = flower.run(_config(root, data, "run-a", **{"expected-nodes": 3}), app_dir=APP)
+        assert res["status"] == "ok", res.get("error")
+    files = {p.name: p.read_bytes() for p in model.iterdir()}
+    before = _predictions(model, data["xte"])
+    flower.restart_superlink()
+    res = flower.run(_config(root, data, "run-b", protocol="plain",
+                             **{"expected-nodes": 3}), app_dir=APP)
+    assert res["status"] == "ok", res.get("error")
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == files
+    manifest = json.loads((model / "manifest.json").read_text())
+    assert set(manifest["heads"]) == set(HEADS.split(","))
+    after = _predictions(model, data["xte"])
+    for name in before:
+        np.testing.assert_array_equal(before[name], after[name])
+
+
+def test_node_killed_at_mask_above_threshold(deployment: Any) -> None:
+    flower, root, data = deployment
+    # a 4th node, holding client 0's rows again, that SIGKILLs its SuperNode at the mask stage
+    flower.add_supernode(3, 4, data["template"].format(partition_id=0),
+                         extra={"ghofl-test-kill-at": "mask"})
+    res = flower.run(_config(root, data, "run-kill", threshold=3,
+                             **{"expected-nodes": 4, "stage-timeout-s": 35.0}), app_dir=APP)
+    assert res["status"] == "ok", res.get("error")
+    by_partition = {v["partition_id"]: c for c, v in res["nodes"].items()}
+    killed = by_partition[3]
+    assert res["dropped"] == {killed: "mask"}
+    assert sorted(res["survivors"]) == sorted(c for p, c in by_partition.items() if p != 3)
+    total = load_stats(root / "run-kill" / "total.ghs")
+    plain = sum((compute_stats(data["xtr"][data["parts"][i]], data["ytr"][data["parts"][i]],
+                               CLASSES, "full", clip_norm=CLIP) for i in range(3)[1:]),
+                compute_stats(data["xtr"][data["parts"][0]], data["ytr"][data["parts"][0]],
+                              CLASSES, "full", clip_norm=CLIP))
+    np.testing.assert_array_equal(total.counts, plain.counts)
+    assert total.allclose(plain, rtol=1e-12)
+    assert (root / "run-kill" / "model" / "manifest.json").exists()
+
+
+def test_node_killed_below_threshold_fails_cleanly(tmp_path: Path) -> None:
+    data = _data(tmp_path, 3)
+    flower = LocalFlower(tmp_path / "work", "deployment")
+    try:
+        flower.__enter__()
+        for i in range(3):
+            flower.add_supernode(i, 3, data["template"].format(partition_id=i),
+                                 extra={"ghofl-test-kill-at": "advertise"} if i == 2 else None)
+        res = flower.run(_config(tmp_path, data, "out", threshold=3,
+                                 **{"expected-nodes": 3, "stage-timeout-s": 30.0}), app_dir=APP)
+    finally:
+        _closed(flower)
+    assert res["status"] == "failed"
+    assert "AggregationAbortedError" in res["error"], res["error"]
+    assert list(res["dropped"].values()) == ["advertise"]
+    assert not (tmp_path / "out" / "model").exists()
+    assert not (tmp_path / "out" / "total.ghs").exists()
