@@ -23,6 +23,7 @@ from ghofl.integrations.flower.runner import LocalFlower
 from ghofl.secure import SecAggConfig
 from ghofl.simulation import simulate_federation
 from ghofl.stats.accumulate import compute_stats
+from ghofl.stats.client_stats import sum_stats
 from ghofl.stats.codec import load_stats
 from tests.helpers import gaussian_mixture
 
@@ -140,23 +141,27 @@ def test_superlink_restart_keeps_the_first_model(deployment: Any) -> None:
         np.testing.assert_array_equal(before[name], after[name])
 
 
-def test_node_killed_at_mask_above_threshold(deployment: Any) -> None:
+def test_nodes_killed_at_each_stage_above_threshold(deployment: Any) -> None:
+    """Three more SuperNodes (copies of clients 0, 1, 2) SIGKILL themselves at the share, mask
+    and unmask stages of one secure round (the advertise stage is covered below the threshold).
+    The round finishes with the survivors' exact sum; the node killed at unmask had already sent
+    its masked input, so its statistics are in the sum."""
     flower, root, data = deployment
-    # a 4th node, holding client 0's rows again, that SIGKILLs its SuperNode at the mask stage
-    flower.add_supernode(3, 4, data["template"].format(partition_id=0),
-                         extra={"ghofl-test-kill-at": "mask"})
+    stages = {3: "share", 4: "mask", 5: "unmask"}
+    for part, stage in stages.items():
+        flower.add_supernode(part, 6, data["template"].format(partition_id=part - 3),
+                             extra={"ghofl-test-kill-at": stage})
     res = flower.run(_config(root, data, "run-kill", threshold=3,
-                             **{"expected-nodes": 4, "stage-timeout-s": 35.0}), app_dir=APP)
+                             **{"expected-nodes": 6, "stage-timeout-s": 35.0}), app_dir=APP)
     assert res["status"] == "ok", res.get("error")
     by_partition = {v["partition_id"]: c for c, v in res["nodes"].items()}
-    killed = by_partition[3]
-    assert res["dropped"] == {killed: "mask"}
-    assert sorted(res["survivors"]) == sorted(c for p, c in by_partition.items() if p != 3)
+    assert res["dropped"] == {by_partition[p]: s for p, s in stages.items()}
+    in_sum = [0, 1, 2, 5]
+    assert sorted(res["survivors"]) == sorted(by_partition[p] for p in in_sum)
     total = load_stats(root / "run-kill" / "total.ghs")
-    plain = sum((compute_stats(data["xtr"][data["parts"][i]], data["ytr"][data["parts"][i]],
-                               CLASSES, "full", clip_norm=CLIP) for i in range(3)[1:]),
-                compute_stats(data["xtr"][data["parts"][0]], data["ytr"][data["parts"][0]],
-                              CLASSES, "full", clip_norm=CLIP))
+    rows = [data["parts"][p if p < 3 else p - 3] for p in in_sum]
+    plain = sum_stats(compute_stats(data["xtr"][idx], data["ytr"][idx], CLASSES, "full",
+                                    clip_norm=CLIP) for idx in rows)
     np.testing.assert_array_equal(total.counts, plain.counts)
     assert total.allclose(plain, rtol=1e-12)
     assert (root / "run-kill" / "model" / "manifest.json").exists()
