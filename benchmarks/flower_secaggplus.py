@@ -81,6 +81,8 @@ from typing import Any
 
 import numpy as np
 
+from ghofl.integrations.flower.runner import descendants, marked_pids, pid_alive
+
 APP_DIR = Path(__file__).resolve().parent / "flower_secaggplus_app"
 DEFAULT_PYTHON = os.environ.get("GHOFL_FLOWER_PYTHON", sys.executable)
 
@@ -220,56 +222,14 @@ def _flower_env(python: str, home: Path, marker: str, ray_tmp: Path) -> dict[str
     return env
 
 
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    return children
-
-
 def _marked_pids(marker: str) -> set[int]:
     """Processes of this run: they inherit ``_MARKER_ENV=marker`` (also once re-parented)."""
-    needle = f"{_MARKER_ENV}={marker}".encode()
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.add(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def _descendants(root: int) -> set[int]:
-    children, out, todo = _children_map(), set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return marked_pids(marker, _MARKER_ENV)
 
 
 def _stop_processes(root: subprocess.Popen[bytes], marker: str, grace_s: float = 15.0) -> None:
     """Stop ``root``, its descendants and every process marked with this run, by PID."""
-    pids = {root.pid} | _descendants(root.pid) | _marked_pids(marker)
+    pids = {root.pid} | descendants(root.pid) | _marked_pids(marker)
     pids.discard(os.getpid())
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in sorted(pids):
@@ -277,12 +237,12 @@ def _stop_processes(root: subprocess.Popen[bytes], marker: str, grace_s: float =
                 os.kill(pid, sig)
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
         while time.monotonic() < deadline:
-            if root.poll() is None or any(_alive(p) for p in pids if p != root.pid):
+            if root.poll() is None or any(pid_alive(p) for p in pids if p != root.pid):
                 time.sleep(0.2)
                 continue
             break
         # Catch processes started while we were stopping the others.
-        pids = {p for p in pids | _marked_pids(marker) if _alive(p)} - {os.getpid()}
+        pids = {p for p in pids | _marked_pids(marker) if pid_alive(p)} - {os.getpid()}
         if not pids and root.poll() is not None:
             return
     root.wait(timeout=5)

@@ -93,7 +93,8 @@ def _parent_map() -> dict[int, list[int]]:
     return children
 
 
-def _descendants(root: int) -> set[int]:
+def descendants(root: int) -> set[int]:
+    """Every live descendant of process ``root`` (from /proc)."""
     children, out, todo = _parent_map(), set(), [root]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -103,8 +104,10 @@ def _descendants(root: int) -> set[int]:
     return out
 
 
-def _marked(marker: str) -> set[int]:
-    needle = f"{MARKER_ENV}={marker}".encode()
+def marked_pids(marker: str, variable: str = MARKER_ENV) -> set[int]:
+    """Processes whose environment holds ``variable=marker`` (they inherit it, and keep it
+    once re-parented), from /proc."""
+    needle = f"{variable}={marker}".encode()
     found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -114,7 +117,8 @@ def _marked(marker: str) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
@@ -166,7 +170,7 @@ class ProcessGroup:
         """Stop one process and its descendants (SIGTERM, then SIGKILL), by PID."""
         proc = self.procs.get(name)
         if proc is not None:
-            self._stop({proc.pid} | _descendants(proc.pid), grace_s)
+            self._stop({proc.pid} | descendants(proc.pid), grace_s)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
 
@@ -174,8 +178,8 @@ class ProcessGroup:
         """Stop every process of the group, its descendants and every marked process."""
         pids = set()
         for proc in self.procs.values():
-            pids |= {proc.pid} | _descendants(proc.pid)
-        pids |= _marked(self.marker)
+            pids |= {proc.pid} | descendants(proc.pid)
+        pids |= marked_pids(self.marker)
         self._stop(pids, grace_s)
         for proc in self.procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -183,7 +187,7 @@ class ProcessGroup:
 
     def survivors(self) -> list[int]:
         """PIDs started or marked by this group that are still alive (should be none)."""
-        return sorted(p for p in self.seen | _marked(self.marker) if _alive(p)
+        return sorted(p for p in self.seen | marked_pids(self.marker) if pid_alive(p)
                       and p != os.getpid())
 
     def _stop(self, pids: set[int], grace_s: float) -> None:
@@ -197,11 +201,11 @@ class ProcessGroup:
             while time.monotonic() < deadline:
                 for proc in self.procs.values():
                     proc.poll()  # reap our direct children
-                if not any(_alive(p) for p in pids):
+                if not any(pid_alive(p) for p in pids):
                     return
                 time.sleep(0.1)
             # processes started while we were stopping the others
-            pids = {p for p in pids | _marked(self.marker) if _alive(p)} - {os.getpid()}
+            pids = {p for p in pids | marked_pids(self.marker) if pid_alive(p)} - {os.getpid()}
             self.seen |= pids
 
 
