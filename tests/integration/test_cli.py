@@ -272,6 +272,12 @@ MORE_BAD_CASES = [
                                    "--secure", "--clip", "50", "--threshold", "4"],
      r"threshold t=4 is larger than the number of clients \(3\); give --threshold between 2 "
      r"and 3"),
+    ("flower-secure-no-clip", ["flower-run", "--engine", "simulation", "--nodes", "2",
+                               "--data-template", "p-{partition_id}.npz", "--out", "o",
+                               "--secure"], r"--secure needs a clipping bound: give --clip R"),
+    ("flower-engine", ["flower-run", "--engine", "cloud", "--nodes", "2", "--data-template",
+                       "p-{partition_id}.npz", "--out", "o"],
+     r"--engine must be 'simulation' or 'deployment'; got 'cloud'"),
     ("secure-bad-clip", ["simulate", "--train", f"{W}/train.npz", "--test", f"{W}/test.npz",
                          "--clients", "3", "--alpha", "0.5", "--secure", "--clip", "-1"],
      r"secure aggregation needs a clipping bound R > 0 \(--clip R\); got -1\.0"),
