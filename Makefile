@@ -15,7 +15,7 @@ export TRANSFORMERS_OFFLINE=1
 export PYTHONDONTWRITEBYTECODE=1
 
 DEMO_EXTRAS := torch,bench
-TEST_EXTRAS := dev,torch,bench,text,flower
+TEST_EXTRAS := dev,torch,bench,text,flower,privacy
 
 .PHONY: demo test lint typecheck pytest bench bench-secure clean venv
 
@@ -59,6 +59,8 @@ bench: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) benchmarks/bench_experiments.py cifar10_main upload_size text cifar10_auto cifar10_sqrt cifar10_expand
 	$(PY) benchmarks/bench_clip_norms.py
 	$(PY) benchmarks/bench_fedavg.py
+	$(PY) benchmarks/bench_dp.py
+	$(PY) benchmarks/bench_flower.py
 	$(MAKE) bench-secure
 
 # Flower's SecAgg+ (the side-by-side comparison) runs from the venv's own flwr (extra flower).

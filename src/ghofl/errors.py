@@ -71,3 +71,12 @@ class StoreError(GhoflError, ValueError):
 class StoreConflictError(StoreError):
     """A contribution clashes with one already recorded: another payload under the same
     client id, or the same payload under another client id."""
+
+
+class WriteError(GhoflError, OSError):
+    """An output file could not be written (disk full, permissions...); nothing partial was
+    left behind."""
+
+
+class StatsOverflowError(StatsValidationError):
+    """Adding statistics would overflow their int64 counts or float64 sums."""

@@ -12,14 +12,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_directory", "atomic_write", "umask_mode", "write_json_atomic"]
+__all__ = [
+    "atomic_directory",
+    "atomic_write",
+    "remove_stale_temporaries",
+    "umask_mode",
+    "write_json_atomic",
+]
 
 
 def umask_mode(base: int) -> int:
@@ -42,20 +50,80 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -
 
     Notes
     -----
-    Nothing is left behind on failure: the temporary file is removed and an existing
-    ``path`` keeps its previous content.
+    Nothing is left behind on failure, ``KeyboardInterrupt`` included: the temporary file
+    ``.NAME.XXXX.tmp`` is removed and an existing ``path`` keeps its previous content. The
+    writer holds an advisory lock on its temporary file while it works; temporaries that a
+    killed process left next to ``path`` (unlocked, untouched for :data:`STALE_SECONDS`) are
+    removed by the next write of ``path``. The file gets the permissions ``open()`` would
+    give it (0o666 minus the umask), not ``mkstemp``'s 0600.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
     try:
+        _lock(fd, blocking=True)
         os.chmod(tmp, umask_mode(0o666))  # mkstemp makes 0600 files; follow the umask
         write(tmp)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        os.close(fd)
+
+
+#: A temporary file untouched for this long and not locked by a live writer is stale.
+STALE_SECONDS = 2.0
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Remove the ``.NAME.*.tmp`` files beside ``target`` left by killed writers.
+
+    A temporary is removed only when no process holds its lock (the writer died) and it was
+    not modified for :data:`STALE_SECONDS`; errors (permissions, a race with another cleaner)
+    are ignored. Returns the removed paths.
+    """
+    removed: list[Path] = []
+    try:
+        candidates = list(target.parent.glob(f".{glob_escape(target.name)}.*.tmp"))
+    except OSError:
+        return removed
+    now = time.time()
+    for cand in candidates:
+        try:
+            st = cand.lstat()
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < STALE_SECONDS:
+                continue
+            fd = os.open(cand, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            try:
+                if not _lock(fd, blocking=False):
+                    continue  # a live writer holds it
+                cand.unlink()
+                removed.append(cand)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with the glob metacharacters ``*?[`` escaped."""
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in name)
+
+
+def _lock(fd: int, blocking: bool) -> bool:
+    """Take an exclusive advisory lock on ``fd``; False when another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no advisory locks, age alone decides
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
 
 
 def write_json_atomic(

@@ -26,6 +26,7 @@ from ghofl.data.partition import dirichlet_partition
 from ghofl.errors import ConfigError, InputError
 from ghofl.heads.build import build_heads, head_defaults, to_jsonable
 from ghofl.heads.registry import parse_head_list
+from ghofl.privacy import DPConfig, NoisyDecoder, noise_share_encoder, plan_noise, release_central
 from ghofl.secure import (
     AggregationReport,
     InMemoryTransport,
@@ -113,7 +114,15 @@ class SimulationResult:
     clip_norm : float or None
         Per-sample L2 clipping bound R applied by every client.
     n_clipped : int
-        Training samples (of the surviving clients) that clipping scaled down.
+        Training samples (of the surviving clients) that clipping scaled down (0 under
+        differential privacy: withheld).
+    min_class_count : int
+        k of the minimum-count rule every client applied (1: off).
+    suppressed : dict of str to int
+        ``{"classes": client-class pairs dropped by the rule, "samples": rows dropped}``.
+    privacy : dict or None
+        :meth:`~ghofl.privacy.PrivateRelease.to_dict` of a DP run (spent ε and δ, σ per block,
+        sensitivities, post-processing notes); ``None`` without DP.
     predictions : dict of str to ndarray of int64, shape (n_test,)
         Test predictions per head (not part of :meth:`to_dict`).
     """
@@ -135,6 +144,9 @@ class SimulationResult:
     aggregation: dict[str, Any] = field(default_factory=dict)
     clip_norm: float | None = None
     n_clipped: int = 0
+    min_class_count: int = 1
+    suppressed: dict[str, int] = field(default_factory=dict)
+    privacy: dict[str, Any] | None = None
     predictions: dict[str, I64] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -162,6 +174,9 @@ class SimulationResult:
             "client_sizes": list(self.client_sizes),
             "clip_norm": self.clip_norm,
             "n_clipped": self.n_clipped,
+            "min_class_count": self.min_class_count,
+            "suppressed": dict(self.suppressed),
+            "privacy": None if self.privacy is None else dict(self.privacy),
             "aggregation": dict(self.aggregation),
             "ghofl_version": __version__,
         }
@@ -188,6 +203,8 @@ def simulate_federation(
     secure: SecAggConfig | None = None,
     drops: Mapping[str, int] | None = None,
     progress: bool = False,
+    min_class_count: int = 1,
+    dp: DPConfig | None = None,
 ) -> SimulationResult:
     """Simulate a one-shot federation on embeddings and evaluate every head on a test set.
 
@@ -232,6 +249,15 @@ def simulate_federation(
         drawn with ``seed``. Heads are fitted from the survivors' total.
     progress : bool, default False
         Passed to heads that take a ``progress`` parameter.
+    min_class_count : int, default 1
+        Minimum-count rule: each client drops classes it holds fewer than this many samples
+        of (1: off).
+    dp : DPConfig, optional
+        Release the total with the Gaussian mechanism (:mod:`ghofl.privacy`): ``central``
+        (noise added to the total; plain or secure aggregation) or ``distributed`` (every
+        client adds a noise share before secure aggregation; needs ``secure``). Needs a
+        clipping bound. The noise is seeded from ``seed`` (a simulation; deployments draw it
+        from OS entropy).
 
     Returns
     -------
@@ -249,7 +275,15 @@ def simulate_federation(
     names = parse_head_list(list(heads) if not isinstance(heads, str) else heads)
     clip = _clip_norm(clip_norm, secure)
     job = ClientJob(classes=_class_names(classes), mode=mode, projection_dim=projection_dim,
-                    projection_seed=projection_seed, clip_norm=clip)
+                    projection_seed=projection_seed, clip_norm=clip,
+                    min_class_count=min_class_count)
+    if dp is not None and dp.mode == "distributed" and secure is None:
+        raise ConfigError(
+            "distributed differential privacy adds each client's noise share before secure "
+            "aggregation, so it needs the secure protocol; add --secure, or use --dp-mode "
+            "central"
+        )
+    plan = None if dp is None else plan_noise(dp, job.mode, clip, job.min_class_count)
     server_job = ServerJob(tuple(names), dict(head_params or {}), seed=seed, progress=progress)
     build_heads(server_job.heads, server_job.head_params, mode=job.mode)  # fail before work
     class_names, c = job.classes, len(job.classes)
@@ -286,12 +320,18 @@ def simulate_federation(
         return make
 
     meta = job.stats_meta(xtr.shape[1], encoder)
+    noise_seeds = np.random.SeedSequence([server_job.seed, 0x0D1FF]).spawn(clients + 1)
+    decoder = None
     server: SecAggServer | PlainServer
     halves: list[SecAggClient] | list[PlainClient]
     if secure is not None:
-        halves = [SecAggClient(cid, stats_of(idx), meta=meta)
-                  for cid, idx in zip(ids, parts, strict=True)]
-        server = SecAggServer(secure, meta, ids)
+        distributed = plan is not None and plan.config.mode == "distributed"
+        halves = [SecAggClient(cid, stats_of(idx), meta=meta, encode=None if not distributed
+                               or plan is None else noise_share_encoder(
+                                   plan, np.random.default_rng(noise_seeds[i])))
+                  for i, (cid, idx) in enumerate(zip(ids, parts, strict=True))]
+        decoder = NoisyDecoder(plan) if distributed and plan is not None else None
+        server = SecAggServer(secure, meta, ids, decode=decoder)
     else:
         halves = [PlainClient(cid, stats_of(idx)) for cid, idx in zip(ids, parts, strict=True)]
         server = PlainServer(ids, meta)
@@ -300,6 +340,12 @@ def simulate_federation(
                                                                           seed=server_job.seed))
     elapsed = time.perf_counter() - t0
     total = report.total
+    privacy = None
+    if plan is not None:
+        release = (decoder.release if decoder is not None else
+                   release_central(total, plan, np.random.default_rng(noise_seeds[-1])))
+        assert release is not None
+        total, privacy = release.stats, release.to_dict()
     stages["client_stats"] = float(sum(client_seconds))
     stages["client_stats_max"] = max(client_seconds, default=0.0)
     stages["aggregate"] = max(elapsed - stages["client_stats"], 0.0)
@@ -332,11 +378,25 @@ def simulate_federation(
         aggregation=report.to_dict(),
         clip_norm=clip,
         n_clipped=total.n_clipped,
+        min_class_count=job.min_class_count,
+        suppressed=_suppressed(ytr, parts, c, job.min_class_count),
+        privacy=privacy,
         predictions={name: score.predictions for name, score in scores.items()},
     )
 
 
 # ---------------------------------------------------------------------- options
+def _suppressed(y: I64, parts: Sequence[I64], num_classes: int, k: int) -> dict[str, int]:
+    """Client-class pairs (and their rows) the minimum-count rule drops."""
+    classes = samples = 0
+    for idx in parts:
+        counts = np.bincount(y[idx], minlength=num_classes)
+        small = (counts > 0) & (counts < k)
+        classes += int(small.sum())
+        samples += int(counts[small].sum())
+    return {"classes": classes, "samples": samples}
+
+
 def _class_names(classes: int | Sequence[str]) -> tuple[str, ...]:
     if isinstance(classes, bool | str):
         raise ConfigError(

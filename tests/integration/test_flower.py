@@ -25,6 +25,7 @@ from ghofl.simulation import simulate_federation
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import sum_stats
 from ghofl.stats.codec import load_stats
+from ghofl.store import AggregationStore
 from tests.helpers import gaussian_mixture
 
 pytestmark = pytest.mark.slow
@@ -130,9 +131,14 @@ def test_superlink_restart_keeps_the_first_model(deployment: Any) -> None:
     files = {p.name: p.read_bytes() for p in model.iterdir()}
     before = _predictions(model, data["xte"])
     flower.restart_superlink()
-    res = flower.run(_config(root, data, "run-b", protocol="plain",
+    res = flower.run(_config(root, data, "run-b", protocol="plain", store=str(root / "fed.db"),
                              **{"expected-nodes": 3}), app_dir=APP)
     assert res["status"] == "ok", res.get("error")
+    # plain mode records every accepted contribution in the durable store
+    with AggregationStore(root / "fed.db") as store:
+        assert sorted(c.client_id for c in store.contributions()) == [
+            "partition-0", "partition-1", "partition-2"]
+        assert store.total().allclose(load_stats(root / "run-b" / "total.ghs"), rtol=1e-12)
     assert {p.name: p.read_bytes() for p in model.iterdir()} == files
     manifest = json.loads((model / "manifest.json").read_text())
     assert set(manifest["heads"]) == set(HEADS.split(","))
@@ -184,3 +190,31 @@ def test_node_killed_below_threshold_fails_cleanly(tmp_path: Path) -> None:
     assert list(res["dropped"].values()) == ["advertise"]
     assert not (tmp_path / "out" / "model").exists()
     assert not (tmp_path / "out" / "total.ghs").exists()
+
+
+def test_simulation_distributed_dp_records_the_spent_budget(tmp_path: Path) -> None:
+    """Distributed DP over the secure protocol: clients add their noise shares before masking,
+    the server post-processes the noisy total, and the spent (ε, δ) lands in results.json and
+    in the model directory's manifest."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    data = _data(tmp_path, 4)
+    flower = LocalFlower(tmp_path / "work", "simulation")
+    try:
+        flower.__enter__()
+        res = flower.run(_config(tmp_path, data, "out", threshold=3,
+                                 **{"expected-nodes": 4, "dp-epsilon": 4.0, "dp-delta": 1e-5,
+                                    "dp-mode": "distributed"}),
+                         app_dir=APP, num_supernodes=4)
+    finally:
+        _closed(flower)
+    assert res["status"] == "ok", res.get("error")
+    privacy = res["privacy"]
+    assert privacy["dp_mode"] == "distributed" and privacy["epsilon"] == 4.0
+    assert privacy["epsilon_spent"] <= 4.0 + 1e-9 and privacy["delta_spent"] <= 1e-5
+    assert privacy["postprocessing"]
+    manifest = json.loads((tmp_path / "out" / "model" / "manifest.json").read_text())
+    assert manifest["privacy"]["epsilon_spent"] == privacy["epsilon_spent"]
+    noisy = load_stats(tmp_path / "out" / "total.ghs")
+    exact = sum_stats(compute_stats(data["xtr"][idx], data["ytr"][idx], CLASSES, "full",
+                                    clip_norm=CLIP) for idx in data["parts"])
+    assert not noisy.allclose(exact, rtol=1e-6)  # the server never saw the noiseless sum

@@ -303,3 +303,44 @@ def test_result_is_stable_and_accumulation_can_continue() -> None:
     acc.update(x[40:], y[40:])
     np.testing.assert_array_equal(first.class_scatter, snapshot)  # earlier result unchanged
     assert acc.result().allclose(compute_stats(x, y, 2), rtol=1e-12)
+
+
+# ---------------------------------------------------------------------- hardened validation
+def test_indefinite_second_moments_are_refused() -> None:
+    from ghofl.errors import StatsValidationError
+
+    x, y = gaussian_mixture(0, num_classes=2, dim=3, n=40)
+    s = compute_stats(x, y, 2, mode="full")
+    bad = np.array(s.class_scatter)
+    bad[0, 0, 1] = bad[0, 1, 0] = 5.0 * (bad[0, 0, 0] + bad[0, 1, 1])  # diagonals unchanged
+    with pytest.raises(StatsValidationError, match=r"the second moment S_c of class '0' minus "
+                       r"its mean part \(A Aᵀ/N\) is not positive semi-definite"):
+        ClientStats(s.meta, counts=np.array(s.counts), sums=np.array(s.sums), class_scatter=bad)
+
+
+def test_cauchy_schwarz_holds_for_values_near_the_float_range() -> None:
+    from ghofl.errors import StatsValidationError
+
+    x, y = gaussian_mixture(0, num_classes=2, dim=3, n=40)
+    s = compute_stats(x, y, 2, mode="diag")
+    with pytest.raises(StatsValidationError, match=r"N_c·D_c < A_c²"):
+        ClientStats(s.meta, counts=np.array(s.counts), sums=np.array(s.sums) * 1e200,
+                    sq_sums=np.array(s.sq_sums))
+
+
+def test_sums_that_overflow_are_refused() -> None:
+    from ghofl.errors import StatsOverflowError
+
+    x, y = gaussian_mixture(0, num_classes=2, dim=3, n=40)
+    s = compute_stats(x, y, 2, mode="diag")
+    big = ClientStats(s.meta, counts=np.full(2, 2**61, dtype=np.int64), sums=np.zeros((2, 3)),
+                      sq_sums=np.zeros((2, 3)))
+    with pytest.raises(StatsOverflowError, match=r"overflows the int64 sample counts"):
+        big + big
+    f = 1.2e308 / float(np.max(s.sq_sums))
+    huge = ClientStats(s.meta, counts=np.array(s.counts), sums=np.array(s.sums) * np.sqrt(f),
+                       sq_sums=np.array(s.sq_sums) * f)
+    with pytest.raises(StatsOverflowError, match=r"cannot add payload #1 \(0-based\) to the "
+                       r"total of the payloads before it: adding these statistics overflows "
+                       r"float64 in sq_sums"):
+        sum_stats([huge, huge])

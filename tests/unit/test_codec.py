@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ghofl.errors import StatsFormatError
+from ghofl.errors import StatsFormatError, WriteError
 from ghofl.stats import (
     EncoderInfo,
     ProjectionSpec,
@@ -17,7 +17,7 @@ from ghofl.stats import (
     payload_nbytes,
     save_stats,
 )
-from ghofl.stats.codec import pack_upper, unpack_upper
+from ghofl.stats.codec import pack_upper, unpack_upper, write_safetensors
 from tests.helpers import gaussian_mixture
 
 
@@ -98,12 +98,12 @@ def test_foreign_file(tmp_path: Path) -> None:
 
 def _rewrite_header(p: Path, **changes: str) -> None:
     from safetensors import safe_open
-    from safetensors.numpy import load_file, save_file
+    from safetensors.numpy import load_file
 
     with safe_open(str(p), framework="np") as f:
         meta = dict(f.metadata())
     meta.update(changes)
-    save_file(load_file(str(p)), str(p), metadata=meta)
+    write_safetensors(p, load_file(str(p)), meta)  # a valid digest: the header is what is bad
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_bad_headers(tmp_path: Path, changes: dict[str, str], match: str) -> Non
 
 def test_corrupted_values_are_rejected(tmp_path: Path) -> None:
     from safetensors import safe_open
-    from safetensors.numpy import load_file, save_file
+    from safetensors.numpy import load_file
 
     p = _saved(tmp_path)
     with safe_open(str(p), framework="np") as f:
@@ -136,7 +136,7 @@ def test_corrupted_values_are_rejected(tmp_path: Path) -> None:
     t = load_file(str(p))
     t["sums"] = t["sums"].copy()
     t["sums"][0, 0] = np.nan
-    save_file(t, str(p), metadata=meta)
+    write_safetensors(p, t, meta)  # re-digested: validation, not the digest, must refuse it
     with pytest.raises(Exception, match="sums contains NaN or infinite values"):
         load_stats(p)
 
@@ -146,14 +146,20 @@ def test_failed_write_leaves_previous_file_intact(
 ) -> None:
     p = _saved(tmp_path)
     before = p.read_bytes()
-    import safetensors.numpy as stn
+    import errno
 
-    def boom(*args: object, **kwargs: object) -> None:
-        raise OSError("disk full")
+    import ghofl.stats.codec as codec
 
-    monkeypatch.setattr(stn, "save_file", boom)
+    def boom(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(codec.os, "fsync", boom)
     x, y = gaussian_mixture(9, num_classes=2, dim=4, n=30)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(
+        WriteError,
+        match=r"could not write '.*s\.ghs' \(No space left on device\); the previous file, if "
+        r"any, is unchanged and no temporary file is left; free disk space",
+    ):
         save_stats(compute_stats(x, y, 2), p)
     assert p.read_bytes() == before
     assert [q.name for q in tmp_path.iterdir()] == ["s.ghs"]
@@ -183,14 +189,14 @@ def test_header_records_n_clipped(tmp_path: Path) -> None:
 
 def test_malformed_arrays_name_the_file(tmp_path: Path) -> None:
     from safetensors import safe_open
-    from safetensors.numpy import load_file, save_file
+    from safetensors.numpy import load_file
 
     p = _saved(tmp_path)  # full mode, C=2, d=4
     with safe_open(str(p), framework="np") as f:
         meta = dict(f.metadata())
     t = load_file(str(p))
     t["class_scatter_triu"] = t["class_scatter_triu"][:, :-1].copy()
-    save_file(t, str(p), metadata=meta)
+    write_safetensors(p, t, meta)
     with pytest.raises(
         StatsFormatError,
         match=r"'.*s.ghs' holds malformed statistics: array 'class_scatter_triu' must have "
@@ -198,10 +204,128 @@ def test_malformed_arrays_name_the_file(tmp_path: Path) -> None:
     ):
         load_stats(p)
     del t["class_scatter_triu"]
-    save_file(t, str(p), metadata=meta)
+    write_safetensors(p, t, meta)
     with pytest.raises(
         StatsFormatError,
         match=r"'.*s.ghs' holds malformed statistics: statistics payload lacks the array "
         r"'class_scatter_triu'; it is corrupt",
     ):
+        load_stats(p)
+
+
+# ---------------------------------------------------------------------- hardened reader
+def _parts(p: Path) -> tuple[dict[str, object], bytes]:
+    raw = p.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
+
+
+def _put(p: Path, header: dict[str, object], data: bytes) -> None:
+    head = json.dumps(header).encode()
+    p.write_bytes(len(head).to_bytes(8, "little") + head + data)
+
+
+def test_new_files_carry_a_content_digest_and_flips_are_refused(tmp_path: Path) -> None:
+    p = _saved(tmp_path)
+    header, _ = _parts(p)
+    digest = header["__metadata__"]["content_sha256"]  # type: ignore[index]
+    assert isinstance(digest, str) and len(digest) == 64
+    raw = bytearray(p.read_bytes())
+    raw[-3] ^= 0x01  # one bit of one float
+    p.write_bytes(bytes(raw))
+    with pytest.raises(StatsFormatError, match=r"is corrupt: the SHA-256 of its content is .* "
+                       r"but its header records .*; its bytes changed after ghofl wrote it"):
+        load_stats(p)
+
+
+def test_header_values_are_covered_by_the_digest(tmp_path: Path) -> None:
+    p = _saved(tmp_path)
+    header, data = _parts(p)
+    meta = json.loads(header["__metadata__"]["meta"])  # type: ignore[index]
+    meta["classes"] = ["x", "y"]
+    header["__metadata__"]["meta"] = json.dumps(meta)  # type: ignore[index]
+    _put(p, header, data)
+    with pytest.raises(StatsFormatError, match=r"is corrupt: the SHA-256 of its content"):
+        load_stats(p)
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "pipe.ghs"
+    os.mkfifo(fifo)
+    with pytest.raises(StatsFormatError, match=r"statistics path '.*pipe.ghs' is not a regular "
+                       r"file \(a FIFO, device or socket\)"):
+        load_stats(fifo)
+
+
+def _edit_table(p: Path, name: str, **changes: object) -> None:
+    header, data = _parts(p)
+    header[name] = {**header[name], **changes}  # type: ignore[dict-item]
+    _put(p, header, data)
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ({"dtype": "BF16"}, r"tensor 'sums' has dtype 'BF16'; ghofl files hold only F64, I64"),
+        ({"dtype": "I64"}, r"array 'sums' has dtype I64 but must be F64; the payload is corrupt "
+                           r"\(integers are never read as floats or back\)"),
+        ({"shape": [2, 5]}, r"tensor 'sums' of shape \(2, 5\) needs 80 bytes but spans 64"),
+        ({"shape": [2**31, 2**31], "data_offsets": [0, 2**65]},  # a consistent 32 EiB claim
+         r"tensor 'sums' starts at byte 0 and overlaps another"),
+    ],
+)
+def test_lying_tensor_tables_are_refused_from_the_header(
+    tmp_path: Path, edit: dict[str, object], match: str
+) -> None:
+    p = _saved(tmp_path)
+    _edit_table(p, "sums", **edit)
+    with pytest.raises(StatsFormatError, match=match):
+        load_stats(p)
+
+
+def test_unreferenced_trailing_data_is_refused_before_reading_it(tmp_path: Path) -> None:
+    p = _saved(tmp_path)
+    size = p.stat().st_size
+    with p.open("r+b") as f:
+        f.truncate(size + (3 << 30))  # sparse: 3 GiB of zeros that would be read
+    with pytest.raises(StatsFormatError, match=r"the tensors declare \d+ bytes of data but the "
+                       r"file holds \d+"):
+        load_stats(p)
+
+
+@pytest.mark.parametrize(
+    ("meta", "match"),
+    [
+        ("[1, 2]", r"statistics metadata must be a JSON object; got an array"),
+        ('{"dim": 1e400}', r"holds the number 1e400 that overflows a float64"),
+        ('{"dim": ' + "9" * 5000 + "}", r"holds an integer of 5000 digits"),
+        ("[" * 5000 + "]" * 5000, r"nests JSON more than 32 levels deep"),
+        ('{"a": 1, "a": 2}', r"holds the key 'a' twice"),
+        ('{"x": NaN}', r"holds the non-standard number NaN"),
+    ],
+)
+def test_hostile_metadata_json_is_refused(tmp_path: Path, meta: str, match: str) -> None:
+    p = _saved(tmp_path)
+    _rewrite_header(p, meta=meta)
+    with pytest.raises(StatsFormatError, match=match):
+        load_stats(p)
+
+
+def test_metadata_numbers_must_be_json_integers(tmp_path: Path) -> None:
+    p = _saved(tmp_path)
+    header, _ = _parts(p)
+    meta = json.loads(header["__metadata__"]["meta"])  # type: ignore[index]
+    meta["dim"] = "4"
+    _rewrite_header(p, meta=json.dumps(meta))
+    with pytest.raises(StatsFormatError, match=r"statistics metadata is malformed: dim is '4'; "
+                       r"expected an integer from 1 to \d+"):
+        load_stats(p)
+
+
+def test_an_unknown_header_key_is_refused(tmp_path: Path) -> None:
+    p = _saved(tmp_path)
+    _rewrite_header(p, contemt_sha256="0" * 64)
+    with pytest.raises(StatsFormatError, match=r"has the unknown header key 'contemt_sha256'"):
         load_stats(p)

@@ -94,3 +94,45 @@ def test_old_import_path_is_the_same_helper() -> None:
     from ghofl.stats.codec import atomic_write as codec_atomic_write
 
     assert codec_atomic_write is atomic_write
+
+
+def test_keyboard_interrupt_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "f.txt"
+
+    def interrupted(tmp: str) -> None:
+        Path(tmp).write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, interrupted)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stale_temporary_of_a_killed_writer_is_removed_by_the_next_write(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "f.txt"
+    stale = tmp_path / ".f.txt.abc123.tmp"  # what a killed process leaves (nobody locks it)
+    stale.write_text("partial")
+    os.utime(stale, (1_000_000_000, 1_000_000_000))
+    fresh = tmp_path / ".f.txt.def456.tmp"  # possibly a live writer's: too recent to touch
+    fresh.write_text("in progress")
+    other = tmp_path / ".g.txt.abc123.tmp"  # another target's temporary
+    other.write_text("x")
+    os.utime(other, (1_000_000_000, 1_000_000_000))
+    atomic_write(target, lambda tmp: Path(tmp).write_text("done"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".f.txt.def456.tmp", ".g.txt.abc123.tmp", "f.txt"]
+
+
+def test_a_locked_temporary_is_kept(tmp_path: Path) -> None:
+    import fcntl
+
+    target = tmp_path / "f.txt"
+    live = tmp_path / ".f.txt.live.tmp"
+    live.write_text("writing")
+    os.utime(live, (1_000_000_000, 1_000_000_000))
+    with live.open("rb") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        atomic_write(target, lambda tmp: Path(tmp).write_text("done"))
+    assert live.exists()

@@ -122,3 +122,90 @@ def test_load_errors_are_named(
     (m / MANIFEST).write_text("{not json")
     with pytest.raises(InputError, match=r"is not valid JSON"):
         load_model(m)
+
+
+# ---------------------------------------------------------------------- hardened head files
+def _head_parts(p: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    raw = p.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    meta = header.pop("__metadata__")
+    data = raw[8 + n :]
+    arrays = {k: np.frombuffer(data, np.float64, int(np.prod(v["shape"])),
+                               v["data_offsets"][0]).reshape(v["shape"]).copy()
+              for k, v in header.items()}
+    return arrays, meta
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda a, m: a["coef_"].__setitem__((0, 0), np.nan),
+         r"saved LDAHead array coef_ holds 1 NaN or infinite value\(s\)"),
+        (lambda a, m: a.__setitem__("coef_", np.array(1.0)),
+         r"saved LDAHead array coef_ has shape \(\); expected \(3, 4\)"),
+        (lambda a, m: a.__setitem__("coef_", a["coef_"][:2].copy()),
+         r"saved LDAHead array coef_ has shape \(2, 4\); expected \(3, 4\)"),
+        (lambda a, m: a.__setitem__("intercept_", a["intercept_"].astype(np.int64)),
+         r"saved LDAHead array intercept_ has dtype int64; expected float64"),
+        (lambda a, m: m.__setitem__("params", "[1, 2]"),
+         r"has a corrupt head header: params is a JSON list, expected an object"),
+        (lambda a, m: m.__setitem__("params", '{"shrinkage": null}'),
+         r"holds a corrupt head: shrinkage must be"),
+        (lambda a, m: m.__setitem__("scalars", "null"),
+         r"has a corrupt head header: scalars is a JSON NoneType, expected an object"),
+    ],
+)
+def test_corrupt_head_files_are_refused(
+    tmp_path: Path, fitted: tuple[ClientStats, dict[str, Head], np.ndarray],
+    edit: object, match: str,
+) -> None:
+    from ghofl.errors import StatsFormatError
+    from ghofl.stats.codec import write_safetensors
+
+    stats, heads, _ = fitted
+    m = save_model(tmp_path / "m", heads, stats_meta=stats.meta)
+    arrays, meta = _head_parts(m / "lda.ghh")
+    edit(arrays, meta)  # type: ignore[operator]
+    write_safetensors(m / "lda.ghh", arrays, meta)  # re-digested: the checks must refuse it
+    with pytest.raises(StatsFormatError, match=match):
+        load_model(m)
+
+
+def test_a_head_file_from_another_model_is_refused(
+    tmp_path: Path, fitted: tuple[ClientStats, dict[str, Head], np.ndarray]
+) -> None:
+    stats, heads, _ = fitted
+    m = save_model(tmp_path / "m", heads, stats_meta=stats.meta)
+    x, y = gaussian_mixture(5, num_classes=3, dim=4, n=90)
+    other_stats = compute_stats(x, y, ("p", "q", "r"))
+    other = save_model(tmp_path / "o", {"lda": make_head("lda").fit_from_stats(other_stats)},
+                       stats_meta=other_stats.meta)
+    (m / "lda.ghh").write_bytes((other / "lda.ghh").read_bytes())
+    with pytest.raises(InputError, match=r"head file '.*lda.ghh' does not belong to this model: "
+                       r"it was fitted on statistics that differ from the manifest's in class "
+                       r"names"):
+        load_model(m)
+
+
+def test_a_non_integer_format_version_is_refused(
+    tmp_path: Path, fitted: tuple[ClientStats, dict[str, Head], np.ndarray]
+) -> None:
+    stats, heads, _ = fitted
+    m = save_model(tmp_path / "m", heads, stats_meta=stats.meta)
+    manifest = json.loads((m / MANIFEST).read_text())
+    (m / MANIFEST).write_text(json.dumps({**manifest, "format_version": "1"}))
+    with pytest.raises(InputError, match=r"has format_version '1'; expected an integer"):
+        load_model(m)
+
+
+def test_heads_with_non_finite_state_are_not_saved(
+    tmp_path: Path, fitted: tuple[ClientStats, dict[str, Head], np.ndarray]
+) -> None:
+    stats, _, _ = fitted
+    head = make_head("lda").fit_from_stats(stats)
+    head.coef_ = np.full_like(head.coef_, np.inf)
+    with pytest.raises(ConfigError, match=r"refusing to save head 'lda': saved LDAHead array "
+                       r"coef_ holds 12 NaN or infinite value\(s\)"):
+        save_model(tmp_path / "m", {"lda": head}, stats_meta=stats.meta)
+    assert not (tmp_path / "m").exists()

@@ -28,7 +28,7 @@ def _payloads(seed: int, k: int, clip: float | None, mode: str = "full", n: int 
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(k):
-        m = int(rng.integers(0, n))
+        m = int(rng.integers(1, n))  # an empty client would repeat another empty payload
         scale = 10 ** rng.uniform(-1, 1)
         x = rng.normal(scale=scale, size=(m, d)) + rng.normal(scale=2 * scale, size=d)
         own = rng.choice(C, size=int(rng.integers(1, C + 1)), replace=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,6 +73,11 @@ def check_aggregate_inputs(
             raise StatsFormatError(f"statistics path '{path}' is a directory; give a file")
         if not path.exists():
             raise StatsFormatError(f"statistics file '{path}' does not exist; check the path")
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the digest forever
+            raise StatsFormatError(
+                f"statistics path '{path}' is not a regular file (a FIFO, device or socket); "
+                "give a file written by ghofl"
+            )
     for target, option in ((out, "--out"), (store, "--store")):
         if target is None or not target.exists():
             continue

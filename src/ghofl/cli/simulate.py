@@ -11,6 +11,12 @@ The JSON written by ``--json`` is :meth:`ghofl.simulation.SimulationResult.to_di
      "stage_seconds": {"partition": ..., "client_stats": ..., "client_stats_max": ...,
                        "aggregate": ..., "fit/lda": ..., "evaluate/lda": ...},
      "client_sizes": [512, ...], "clip_norm": null, "n_clipped": 0,
+     "min_class_count": 5, "suppressed": {"classes": 3, "samples": 7},
+     "privacy": null | {"epsilon": 1.0, "delta": 1e-05, "dp_mode": "central",
+                        "epsilon_spent": 1.0, "delta_spent": 1e-05, "noise_multiplier": 3.73,
+                        "sensitivity": {"counts": 1.0, "sums": R, ...},
+                        "sigma": {"counts": ..., ...}, "fractions": {...},
+                        "postprocessing": ["...", ...], ...},
      "aggregation": {"protocol": "plain" | "secure", "seconds": ..., "survivors": 10,
                      "survivor_ids": [...], "dropped": {"client-3": "mask"},
                      "excluded": {"client-5": "<stage>: <reason>"}, "notes": [...],
@@ -47,6 +53,7 @@ from ghofl.cli.model_cmds import DEFAULT_HEADS
 from ghofl.data.embeddings import load_embeddings
 from ghofl.errors import ConfigError
 from ghofl.heads.registry import parse_head_list
+from ghofl.privacy import DEFAULT_DELTA, DEFAULT_MIN_CLASS_COUNT, DP_MODES, DPConfig
 from ghofl.secure import DEFAULT_MAX_SAMPLES, SecAggConfig, parse_drops
 from ghofl.simulation import SimulationResult, simulate_federation
 
@@ -98,6 +105,19 @@ def simulate(
     drop: Annotated[list[str] | None, typer.Option(
         "--drop", help="STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, share, "
         "mask, unmask; plain: input). Repeatable.")] = None,
+    dp_epsilon: Annotated[float | None, typer.Option(
+        "--dp-epsilon", help="Differential privacy: release the total with the Gaussian "
+        "mechanism calibrated to this epsilon (needs --clip).")] = None,
+    dp_delta: Annotated[float | None, typer.Option(
+        "--dp-delta", help=f"Differential privacy: delta (default {DEFAULT_DELTA:g}).")] = None,
+    dp_mode: Annotated[str | None, typer.Option(
+        "--dp-mode", help="Differential privacy: 'central' (the server noises the total; "
+        "default) or 'distributed' (each client adds a noise share before secure "
+        "aggregation; needs --secure).")] = None,
+    min_class_count: Annotated[int | None, typer.Option(
+        "--min-class-count", help="Each client drops classes it holds fewer than K samples "
+        f"of (default {DEFAULT_MIN_CLASS_COUNT} with --dp-epsilon, where it multiplies the "
+        "sensitivity by K; 1, i.e. off, without it).")] = None,
     progress: Annotated[bool, typer.Option(
         "--progress", help="Show progress of trainable heads.")] = False,
     json_out: Annotated[Path | None, typer.Option(
@@ -119,6 +139,11 @@ def simulate(
     given = [k for k, v in secure_only.items() if v is not None]
     if given and not secure:
         raise ConfigError(f"{given[0]} only applies to the secure protocol; add --secure")
+    dp = _dp_config(dp_epsilon, dp_delta, dp_mode, secure)
+    if min_class_count is not None and min_class_count < 1:
+        raise ConfigError(f"--min-class-count must be at least 1 (1 keeps every class); got "
+                          f"{min_class_count}")
+    k = min_class_count or (DEFAULT_MIN_CLASS_COUNT if dp is not None else 1)
     drops = parse_drops(drop, ("advertise", "share", "mask", "unmask") if secure
                         else ("input",))
     if json_out is not None:
@@ -127,6 +152,10 @@ def simulate(
     te = load_embeddings(test, "--test")
     if secure and clip is None:
         raise ConfigError(_clip_needed(tr.x))
+    if dp is not None and clip is None:
+        raise ConfigError(_clip_needed(tr.x).replace("--secure needs", "--dp-epsilon needs", 1)
+                          .replace("the fixed-point encoding of the secure sum needs one",
+                                   "the sensitivity of the statistics depends on it"))
     config = None
     if secure:
         assert clip is not None
@@ -138,7 +167,7 @@ def simulate(
         classes=list(class_names), clients=clients, alpha=alpha, seed=seed, heads=names,
         head_params=params, mode=m, projection_dim=projection_dim,
         projection_seed=projection_seed or 0, min_per_client=min_per_client, progress=progress,
-        clip_norm=clip, secure=config, drops=drops,
+        clip_norm=clip, secure=config, drops=drops, min_class_count=k, dp=dp,
     )
     if json_out is not None:
         write_json(json_out, result.to_dict())
@@ -147,8 +176,44 @@ def simulate(
         f"{result.mode}, {result.upload_bytes_per_client} bytes uploaded per client"
     )
     _echo_aggregation(result)
+    _echo_privacy(result)
     typer.echo(table(["head", "accuracy", "fit_seconds"],
                      [[n, r.accuracy, r.fit_seconds] for n, r in result.heads.items()]))
+
+
+def _dp_config(epsilon: float | None, delta: float | None, mode: str | None,
+               secure: bool) -> DPConfig | None:
+    """The DP options as a :class:`DPConfig` (``None`` without --dp-epsilon)."""
+    if epsilon is None:
+        given = [k for k, v in (("--dp-delta", delta), ("--dp-mode", mode)) if v is not None]
+        if given:
+            raise ConfigError(f"{given[0]} needs --dp-epsilon; give the privacy budget epsilon")
+        return None
+    if mode is not None and mode not in DP_MODES:
+        raise ConfigError(f"--dp-mode must be one of {', '.join(DP_MODES)}; got {mode!r}")
+    if mode == "distributed" and not secure:
+        raise ConfigError(
+            "--dp-mode distributed adds each client's noise share before secure aggregation, "
+            "so it needs --secure; add --secure, or use --dp-mode central"
+        )
+    return DPConfig(epsilon, DEFAULT_DELTA if delta is None else delta,
+                    "distributed" if mode == "distributed" else "central")
+
+
+def _echo_privacy(result: SimulationResult) -> None:
+    sup = result.suppressed
+    if sup.get("classes"):
+        typer.echo(f"minimum-count rule (k={result.min_class_count}): {sup['classes']} "
+                   f"client-class pairs with {sup['samples']} samples withheld")
+    p = result.privacy
+    if p is None:
+        return
+    sigma = ", ".join(f"{b}={v:.4g}" for b, v in p["sigma"].items())
+    typer.echo(f"differential privacy ({p['dp_mode']}): spent epsilon={p['epsilon_spent']:g}, "
+               f"delta={p['delta_spent']:.3g}; noise multiplier {p['noise_multiplier']:.4g}, "
+               f"sigma per block: {sigma}")
+    for note in p["postprocessing"]:
+        typer.echo(f"  post-processing: {note}")
 
 
 def _clip_needed(x: np.ndarray) -> str:
@@ -167,7 +232,7 @@ def _clip_needed(x: np.ndarray) -> str:
 
 def _echo_aggregation(result: SimulationResult) -> None:
     agg = result.aggregation
-    if result.clip_norm is not None:
+    if result.clip_norm is not None and result.privacy is None:
         typer.echo(f"clipping bound R={result.clip_norm:g}: {result.n_clipped} of "
                    f"{result.n_train} training samples were scaled down")
     lost = len(result.client_sizes) - agg["survivors"]

@@ -20,6 +20,7 @@ holds them; ``None`` travels as the empty string or 0, which no valid value uses
     projection_dim     int    0 = no projection
     projection_seed    int
     clip_norm          float  0.0 = no clipping
+    min_class_count    int    k of the minimum-count rule; 1 = off (the default)
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from ghofl.stats.meta import EncoderInfo, Mode, StatsMeta
 from ghofl.stats.projection import ProjectionSpec
 from ghofl.stats.schema import SCHEMAS, schema_for
 
-__all__ = ["ClientJob", "client_statistics"]
+__all__ = ["ClientJob", "client_statistics", "suppress_small_classes"]
 
 ConfigValue = str | int | float | bool
 Source = str | os.PathLike[str] | tuple[NDArray[Any], NDArray[Any]] | Embeddings
@@ -91,6 +92,11 @@ class ClientJob:
     encoder_name : str or None
         Name recorded in the payload for embeddings inputs when ``encoder`` is ``None`` (the
         ``--encoder-name`` of ``ghofl client-stats``); clients must agree on it.
+    min_class_count : int, default 1
+        Minimum-count rule: the client drops every class of which it holds fewer than this
+        many samples before computing its statistics (with N_c = 1 the class sum would be a
+        raw embedding). 1 keeps every class, so payloads are unchanged by default; ``ghofl
+        simulate`` and the Flower apps default to 5 (docs/privacy.md).
     """
 
     classes: tuple[str, ...]
@@ -103,6 +109,7 @@ class ClientJob:
     projection_seed: int = 0
     clip_norm: float | None = None
     encoder_name: str | None = None
+    min_class_count: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "classes", _check_classes(self.classes))
@@ -128,6 +135,9 @@ class ClientJob:
         )
         if self.clip_norm is not None:
             object.__setattr__(self, "clip_norm", _clip(self.clip_norm))
+        object.__setattr__(
+            self, "min_class_count", _int(self.min_class_count, "min_class_count", low=1)
+        )
 
     # ------------------------------------------------------------------ config
     def to_config(self) -> dict[str, ConfigValue]:
@@ -143,6 +153,7 @@ class ClientJob:
             "projection_dim": self.projection_dim or 0,
             "projection_seed": self.projection_seed,
             "clip_norm": 0.0 if self.clip_norm is None else float(self.clip_norm),
+            "min_class_count": self.min_class_count,
         }
 
     @classmethod
@@ -183,7 +194,7 @@ class ClientJob:
         for key in ("encoder", "encoder_name"):
             if key in config:
                 kw[key] = _config_str(config, key) or None
-        for key in ("resolution", "projection_seed"):
+        for key in ("resolution", "projection_seed", "min_class_count"):
             if key in config:
                 kw[key] = _config_int(config, key)
         if "projection_dim" in config:
@@ -354,8 +365,35 @@ def _embeddings_stats(
 def _finish(
     x: NDArray[Any], y: NDArray[np.int64], job: ClientJob, info: EncoderInfo | None
 ) -> ClientStats:
+    if job.min_class_count > 1:
+        x, y = suppress_small_classes(x, y, len(job.classes), job.min_class_count)
     return compute_stats(x, y, job.classes, job.mode, info, job.projection(x.shape[1]),
                          clip_norm=job.clip_norm)
+
+
+def suppress_small_classes(
+    x: NDArray[Any], y: NDArray[np.int64], num_classes: int, min_count: int
+) -> tuple[NDArray[Any], NDArray[np.int64]]:
+    """The minimum-count rule: drop the rows of every class with fewer than ``min_count`` rows.
+
+    Parameters
+    ----------
+    x : ndarray, shape (n, d)
+    y : ndarray of int64, shape (n,), labels in ``0..num_classes-1``
+    num_classes : int
+    min_count : int
+        k; classes with 1 <= N_c < k are dropped (their counts and sums become 0).
+
+    Returns
+    -------
+    x, y : the kept rows (a view-free copy only when something is dropped).
+    """
+    counts = np.bincount(y, minlength=num_classes)
+    small = (counts > 0) & (counts < min_count)
+    if not np.any(small):
+        return x, y
+    keep = ~small[y]
+    return x[keep], y[keep]
 
 
 def _raw_stats(

@@ -45,6 +45,9 @@ class Head(ABC):
     fitted_arrays: ClassVar[tuple[str, ...]] = ()
     #: names of fitted JSON-serialisable (non-array) attributes saved with the head
     fitted_scalars: ClassVar[tuple[str, ...]] = ()
+    #: fitted arrays that may hold -inf (log priors of classes without samples); every other
+    #: entry of a fitted array must be finite
+    neg_inf_arrays: ClassVar[frozenset[str]] = frozenset()
 
     # ------------------------------------------------------------------ parameters
     def get_params(self) -> dict[str, Any]:
@@ -150,8 +153,26 @@ class Head(ABC):
         return Z
 
     def decision_function(self, X: NDArray[Any]) -> F64:
-        """Joint log-likelihood-like scores, shape (n, C); argmax = prediction."""
-        return self._decision(self._prepare(X))
+        """Joint log-likelihood-like scores, shape (n, C); argmax = prediction.
+
+        Raises
+        ------
+        InputError
+            A score is NaN or +inf (inputs far outside the range the head was fitted on), so
+            no prediction would be meaningful.
+        """
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            scores = self._decision(self._prepare(X))
+        bad = np.isnan(scores) | (scores == np.inf)
+        if np.any(bad) or (scores.size and np.any(np.max(scores, axis=1) == -np.inf)):
+            row = int(np.flatnonzero(bad.any(axis=1) | (np.max(scores, axis=1) == -np.inf))[0])
+            raise InputError(
+                f"{type(self).__name__} produced non-finite scores for input row {row} (its "
+                f"largest |value| is {float(np.max(np.abs(np.asarray(X)[row]))):.3g}); the "
+                "inputs are far outside the range of the fitted statistics or the head is "
+                "corrupt; check the encoder and the scale of the embeddings"
+            )
+        return scores
 
     def predict_log_proba(self, X: NDArray[Any]) -> F64:
         """Log posterior probabilities (n, C), computed with log-sum-exp."""
@@ -183,13 +204,8 @@ class Head(ABC):
     def set_state(
         self, meta: StatsMeta, arrays: dict[str, NDArray[Any]], scalars: dict[str, Any]
     ) -> Self:
-        """Restore a fitted head (inverse of :meth:`get_state`)."""
-        missing = [k for k in self.fitted_arrays if k not in arrays]
-        missing += [k for k in self.fitted_scalars if k not in scalars]
-        if missing:
-            raise InputError(
-                f"saved {type(self).__name__} lacks fitted value(s) {missing}; the file is corrupt"
-            )
+        """Restore a fitted head (inverse of :meth:`get_state`), after :meth:`check_state`."""
+        self.check_state(meta, arrays, scalars)
         self.meta_ = meta
         self.classes_ = np.arange(meta.num_classes, dtype=np.int64)
         self.n_features_in_ = meta.projection.input_dim if meta.projection else meta.dim
@@ -198,6 +214,96 @@ class Head(ABC):
         for k in self.fitted_scalars:
             setattr(self, k, scalars[k])
         return self
+
+
+    # ------------------------------------------------------------------ validation of a state
+    def check_state(
+        self, meta: StatsMeta, arrays: dict[str, NDArray[Any]], scalars: dict[str, Any]
+    ) -> None:
+        """Check a saved state before it is used: every fitted array present, float64, of its
+        exact shape (no broadcasting) and finite (-inf allowed only in
+        :attr:`neg_inf_arrays`), no unexpected array, and the scalars scoring uses.
+
+        Raises
+        ------
+        InputError
+            Naming the value, what was expected and what was found.
+        """
+        owner = type(self).__name__
+        if not isinstance(scalars, dict):
+            raise InputError(
+                f"saved {owner} has fitted scalars of type {type(scalars).__name__}; expected "
+                "a JSON object; the file is corrupt"
+            )
+        missing = [k for k in self.fitted_arrays if k not in arrays]
+        missing += [k for k in self.fitted_scalars if k not in scalars]
+        if missing:
+            raise InputError(
+                f"saved {owner} lacks fitted value(s) {missing}; the file is corrupt"
+            )
+        extra = sorted(k for k in arrays if k not in self.fitted_arrays)
+        if extra:
+            raise InputError(
+                f"saved {owner} holds unexpected array(s) {extra}; it holds exactly "
+                f"{list(self.fitted_arrays)}; the file is corrupt or belongs to another head"
+            )
+        shapes = self._fitted_shapes(meta, scalars)
+        for name in self.fitted_arrays:
+            arr = arrays[name]
+            if not isinstance(arr, np.ndarray) or arr.dtype != np.float64:
+                got = arr.dtype if isinstance(arr, np.ndarray) else type(arr).__name__
+                raise InputError(
+                    f"saved {owner} array {name} has dtype {got}; expected float64; the file "
+                    "is corrupt"
+                )
+            if arr.shape != shapes[name]:
+                raise InputError(
+                    f"saved {owner} array {name} has shape {arr.shape}; expected "
+                    f"{shapes[name]} for C={meta.num_classes} classes and d={meta.dim}; the "
+                    "file is corrupt or its metadata belongs to another model"
+                )
+            bad = np.isnan(arr) | (arr == np.inf)
+            if name not in self.neg_inf_arrays:
+                bad |= arr == -np.inf
+            if np.any(bad):
+                raise InputError(
+                    f"saved {owner} array {name} holds {int(np.count_nonzero(bad))} NaN or "
+                    "infinite value(s); scores computed from it would be meaningless; the file "
+                    "is corrupt, refit the head"
+                )
+        self._check_arrays(arrays)
+
+    def _fitted_shapes(
+        self, meta: StatsMeta, scalars: dict[str, Any]
+    ) -> dict[str, tuple[int, ...]]:
+        """Exact shape of every fitted array for ``meta`` (C classes, dimension d)."""
+        raise NotImplementedError(f"{type(self).__name__} does not declare its fitted shapes")
+
+    def _check_arrays(self, arrays: dict[str, NDArray[Any]]) -> None:  # noqa: B027 - hook
+        """Head-specific checks of values (e.g. positive variances); raise InputError."""
+
+
+def scalar_int(owner: str, scalars: dict[str, Any], name: str, lo: int, hi: int) -> int:
+    """``scalars[name]`` if it is an integer in [lo, hi], else InputError."""
+    v = scalars.get(name)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise InputError(
+            f"saved {owner} has {name} = {v!r:.60}; expected an integer from {lo} to {hi}; "
+            "the file is corrupt"
+        )
+    return v
+
+
+def scalar_positive(owner: str, scalars: dict[str, Any], name: str) -> float:
+    """``scalars[name]`` if it is a finite number > 0, else InputError."""
+    v = scalars.get(name)
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) and v > 0
+    if not ok:
+        raise InputError(
+            f"saved {owner} has {name} = {v!r:.60}; expected a finite number > 0; the file "
+            "is corrupt"
+        )
+    return float(v)  # type: ignore[arg-type]
 
 
 def _jsonable(v: Any) -> Any:

@@ -8,9 +8,12 @@ g_c(x) = μ_cᵀ Σ_tot⁻¹ x − ½ μ_cᵀ Σ_tot⁻¹ μ_c + log(N_c/N). A t
 
 from __future__ import annotations
 
+from typing import Any
+
 from ghofl.heads._linalg import F64, linear_discriminant, safe_log
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
+from ghofl.stats.meta import StatsMeta
 
 
 class FedCGSHead(Head):
@@ -20,6 +23,12 @@ class FedCGSHead(Head):
     min_mode = "pooled"
     fitted_arrays = ("coef_", "intercept_")
     fitted_scalars = ("jitter_",)
+    neg_inf_arrays = frozenset({"intercept_"})
+
+    def _fitted_shapes(
+        self, meta: StatsMeta, scalars: dict[str, Any]
+    ) -> dict[str, tuple[int, ...]]:
+        return {"coef_": (meta.num_classes, meta.dim), "intercept_": (meta.num_classes,)}
 
     def __init__(self) -> None:
         pass

@@ -27,7 +27,7 @@ training loop, the common hyperparameters and their checks) lives in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -41,10 +41,12 @@ from ghofl.heads._training import (
     torch_session,
     uniform_init,
 )
+from ghofl.heads.base import scalar_int
 from ghofl.heads.fisher import FisherSubspace, check_choice, check_number, project_covariance
 from ghofl.heads.synthesis import FisherGaussians
 from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import Shrinkage
+from ghofl.stats.meta import StatsMeta
 
 if TYPE_CHECKING:
     import torch
@@ -130,6 +132,13 @@ class FisherMixHead(FisherTrainedHead):
     fitted_arrays = ("V_", "offset_", "coef_", "intercept_")
     fitted_scalars = ("k_f_", "fisher_shrinkage_", "fisher_ridge_", "syn_covariance_",
                       "final_loss_", "fit_seconds_")
+
+    def _fitted_shapes(
+        self, meta: StatsMeta, scalars: dict[str, Any]
+    ) -> dict[str, tuple[int, ...]]:
+        c, d = meta.num_classes, meta.dim
+        k = scalar_int(type(self).__name__, scalars, "k_f_", 1, d)
+        return {"V_": (d, k), "offset_": (k,), "coef_": (c, k), "intercept_": (c,)}
 
 
     init: Literal["lda", "random"]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from ghofl.errors import ConfigError
 from ghofl.heads._linalg import F64, linear_discriminant, safe_log
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import Shrinkage, check_shrinkage, resolve_shrinkage, shrink
+from ghofl.stats.meta import StatsMeta
+
+Shape = tuple[int, ...]
 
 
 def lda_covariance(
@@ -46,6 +49,11 @@ class LDAHead(Head):
     min_mode = "pooled"
     fitted_arrays = ("coef_", "intercept_", "means_")
     fitted_scalars = ("shrinkage_", "jitter_")
+    neg_inf_arrays = frozenset({"intercept_"})
+
+    def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
+        c, d = meta.num_classes, meta.dim
+        return {"coef_": (c, d), "intercept_": (c,), "means_": (c, d)}
 
     def __init__(
         self, shrinkage: Shrinkage = 0.05, covariance_divisor: Literal["n-c", "n"] = "n-c"

@@ -16,15 +16,20 @@ absent, and an existing model directory is replaced only once every head is save
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ghofl.errors import ConfigError, InputError
+import numpy as np
+
+from ghofl.errors import ConfigError, GhoflError, InputError, StatsFormatError
 from ghofl.files import atomic_directory
 from ghofl.heads.base import Head
 from ghofl.heads.build import to_jsonable
 from ghofl.heads.registry import load_head, save_head
+from ghofl.stats.codec import parse_json
 from ghofl.stats.meta import StatsMeta
 
 __all__ = [
@@ -140,6 +145,8 @@ def save_model(
         if name in entries:
             entries[name]["fit_seconds"] = float(seconds)
     text = json.dumps(manifest, indent=2) + "\n"
+    for name, head in heads.items():
+        check_fitted_head(name, head)
     with atomic_directory(out_dir) as tmp:
         for name, head in heads.items():
             save_head(head, tmp / entries[name]["file"])
@@ -201,13 +208,7 @@ def load_model(model_dir: Path) -> tuple[dict[str, Head], dict[str, Any]]:
             f"model directory '{model_dir}' does not exist or is not a directory; {_FIX}"
         )
     path = model_dir / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"'{model_dir}' has no {MANIFEST}, so it is not a ghofl model "
-                         f"directory; {_FIX}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"'{path}' is not valid JSON ({exc}); {_FIX}") from exc
+    manifest = _read_manifest(model_dir, path)
     if not isinstance(manifest, dict) or manifest.get("format") != MODEL_FORMAT \
             or not isinstance(manifest.get("heads"), dict) or not manifest["heads"]:
         raise InputError(f"'{path}' is not a ghofl model manifest; {_FIX}")
@@ -221,10 +222,78 @@ def load_model(model_dir: Path) -> tuple[dict[str, Head], dict[str, Any]]:
             f"'{path}' has format version {version}, newer than this ghofl supports "
             f"({MODEL_FORMAT_VERSION}); upgrade ghofl"
         )
+    stats = manifest.get("stats")
+    if not isinstance(stats, dict):
+        raise InputError(f"'{path}' has no stats section describing the statistics; {_FIX}")
+    try:
+        expected = StatsMeta.from_dict(stats)
+    except GhoflError as exc:
+        raise InputError(f"'{path}' has a malformed stats section ({exc}); {_FIX}") from exc
     heads: dict[str, Head] = {}
     for name, entry in manifest["heads"].items():
         file = entry.get("file") if isinstance(entry, dict) else None
         if not isinstance(file, str) or not file or Path(file).name != file:
             raise InputError(f"'{path}' lists head {name!r} without a valid file name; {_FIX}")
-        heads[name] = load_head(model_dir / file)
+        head = load_head(model_dir / file)
+        diffs = [d for d in head.meta_.differences(expected) if not d.startswith("mode ")]
+        if diffs:
+            raise InputError(
+                f"head file '{model_dir / file}' does not belong to this model: it was fitted "
+                f"on statistics that differ from the manifest's in {'; '.join(diffs)}; copy "
+                f"the whole model directory, or {_FIX}"
+            )
+        heads[name] = head
     return heads, manifest
+
+
+#: Largest manifest read.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+
+
+def _read_manifest(model_dir: Path, path: Path) -> Any:
+    """Parse ``manifest.json`` defensively (regular file, bounded size and nesting)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"'{model_dir}' has no {MANIFEST}, so it is not a ghofl model "
+                         f"directory; {_FIX}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"'{path}' is not a regular file (a directory, FIFO or device); {_FIX}")
+    if st.st_size > MAX_MANIFEST_BYTES:
+        raise InputError(f"'{path}' is {st.st_size} bytes, more than the {MAX_MANIFEST_BYTES} "
+                         f"a manifest may hold; {_FIX}")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise InputError(f"'{path}' is not a regular file; {_FIX}")
+        raw = f.read(MAX_MANIFEST_BYTES + 1)
+    try:
+        return parse_json(raw.decode("utf-8"), f"'{path}'", _FIX)
+    except (StatsFormatError, UnicodeDecodeError) as exc:
+        raise InputError(f"'{path}' is not valid JSON ({exc}); {_FIX}") from exc
+
+
+def check_fitted_head(name: str, head: Head) -> None:
+    """Refuse to save a head whose state or scores are not finite.
+
+    The fitted arrays go through the checks of loading (:meth:`Head.check_state`), then the
+    head scores a probe: the zero input, 8 seeded standard-normal inputs and (when the head
+    keeps them, without projection) its class means. A NaN or +inf score, or a row without a
+    finite score, raises :class:`ConfigError`.
+    """
+    arrays, scalars = head.get_state()
+    try:
+        head.check_state(head.meta_, arrays, scalars)
+        d = int(head.n_features_in_)
+        rng = np.random.default_rng(0)
+        probe = np.vstack([np.zeros((1, d)), rng.standard_normal((8, d))])
+        means = getattr(head, "means_", None)
+        if means is not None and head.meta_.projection is None and np.shape(means)[1:] == (d,):
+            probe = np.vstack([probe, np.asarray(means, dtype=np.float64)])
+        head.decision_function(probe)
+    except InputError as exc:
+        raise ConfigError(
+            f"refusing to save head {name!r}: {exc}. Its statistics are numerically degenerate "
+            "(e.g. features scaled far below or above 1); rescale the embeddings, or use more "
+            "shrinkage"
+        ) from exc

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from ghofl.errors import ConfigError
+from ghofl.errors import ConfigError, InputError
 from ghofl.heads._linalg import F64, safe_log
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
+from ghofl.stats.meta import StatsMeta
+
+Shape = tuple[int, ...]
 
 
 def nb_params(moments: Moments, var_smoothing: float) -> tuple[F64, F64, F64]:
@@ -37,6 +42,18 @@ class NBDiagHead(Head):
     name = "nb"
     min_mode = "diag"
     fitted_arrays = ("means_", "vars_", "log_priors_")
+    neg_inf_arrays = frozenset({"log_priors_"})
+
+    def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
+        c, d = meta.num_classes, meta.dim
+        return {"means_": (c, d), "vars_": (c, d), "log_priors_": (c,)}
+
+    def _check_arrays(self, arrays: dict[str, F64]) -> None:
+        if np.any(arrays["vars_"] <= 0):
+            raise InputError(
+                "saved NBDiagHead array vars_ holds variances <= 0; expected positive "
+                "variances; the file is corrupt"
+            )
 
     def __init__(self, var_smoothing: float = 1e-9) -> None:
         self.var_smoothing = var_smoothing

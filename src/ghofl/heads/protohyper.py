@@ -49,7 +49,7 @@ synthetic sample (min(n_per_class, 128) per class, its own seeded stream).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -63,6 +63,7 @@ from ghofl.heads._training import (
     run_training,
     uniform_init,
 )
+from ghofl.heads.base import scalar_int, scalar_positive
 from ghofl.heads.fisher import (
     FisherSubspace,
     check_choice,
@@ -74,6 +75,7 @@ from ghofl.heads.fisher import (
 from ghofl.heads.synthesis import FisherGaussians, sample_fixed
 from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import Shrinkage
+from ghofl.stats.meta import StatsMeta
 
 if TYPE_CHECKING:
     import torch
@@ -274,6 +276,18 @@ class ProtoHyperHead(FisherTrainedHead):
     fitted_scalars = ("sigma2_", "rank_", "teacher_used_", "teacher_blend_", "teacher_base_kl_",
                       "k_f_", "fisher_shrinkage_", "fisher_ridge_", "syn_covariance_",
                       "final_loss_", "fit_seconds_")
+    neg_inf_arrays = frozenset({"log_priors_"})
+
+    def _fitted_shapes(
+        self, meta: StatsMeta, scalars: dict[str, Any]
+    ) -> dict[str, tuple[int, ...]]:
+        owner = type(self).__name__
+        c, d = meta.num_classes, meta.dim
+        k = scalar_int(owner, scalars, "k_f_", 1, d)
+        r = scalar_int(owner, scalars, "rank_", 1, k)
+        scalar_positive(owner, scalars, "sigma2_")
+        return {"V_": (d, k), "offset_": (k,), "means_f_": (c, k), "log_priors_": (c,),
+                "U_": (r, k), "W2_": (c, r), "b_": (c,)}
 
     rank: int | None
     teacher: TeacherKind

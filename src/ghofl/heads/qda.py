@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -12,6 +12,9 @@ from ghofl.heads._linalg import F64, safe_log, stable_cholesky
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import Shrinkage, Target, check_shrinkage, resolve_shrinkage, shrink
+from ghofl.stats.meta import StatsMeta
+
+Shape = tuple[int, ...]
 
 
 def qda_params(
@@ -64,6 +67,12 @@ class QDAHead(Head):
     min_mode = "full"
     fitted_arrays = ("means_", "precision_chol_", "half_log_det_", "log_priors_")
     fitted_scalars = ("shrinkage_",)
+    neg_inf_arrays = frozenset({"log_priors_"})
+
+    def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
+        c, d = meta.num_classes, meta.dim
+        return {"means_": (c, d), "precision_chol_": (c, d, d), "half_log_det_": (c,),
+                "log_priors_": (c,)}
 
     def __init__(
         self,

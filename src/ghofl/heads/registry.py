@@ -9,16 +9,22 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from pathlib import Path
 from typing import Any
 
-from ghofl.errors import ConfigError, StatsFormatError
-from ghofl.files import atomic_write
+from ghofl.errors import ConfigError, GhoflError, InputError, StatsFormatError
 from ghofl.heads.base import Head
-from ghofl.stats.codec import read_safetensors
-from ghofl.stats.meta import SCHEMA_VERSION, StatsMeta
+from ghofl.stats.codec import (
+    TensorInfo,
+    header_meta,
+    parse_json,
+    read_safetensors,
+    write_safetensors,
+)
+from ghofl.stats.meta import SCHEMA_VERSION
 
 HEAD_FORMAT = "ghofl.head"
+#: Header metadata keys of a head file (besides the content digest).
+HEAD_KEYS = frozenset({"format", "schema_version", "head", "params", "scalars", "meta"})
 
 _REGISTRY: dict[str, str] = {
     "nb": "ghofl.heads.nb:NBDiagHead",
@@ -88,9 +94,8 @@ def _unknown(name: str) -> None:
 
 
 def save_head(head: Head, path: str | os.PathLike[str]) -> int:
-    """Save a fitted head to a safetensors file atomically; return its size in bytes."""
-    from safetensors.numpy import save_file
-
+    """Save a fitted head to a safetensors file atomically (with a ``content_sha256`` digest of
+    its arrays, see :mod:`ghofl.stats.codec`); return its size in bytes."""
     arrays, scalars = head.get_state()
     name = head.name or type(head).__name__
     header = {
@@ -101,21 +106,70 @@ def save_head(head: Head, path: str | os.PathLike[str]) -> int:
         "scalars": json.dumps(scalars, sort_keys=True),
         "meta": json.dumps(head.meta_.to_dict(), sort_keys=True),
     }
-    atomic_write(path, lambda tmp: save_file(arrays, tmp, metadata=header))
-    return Path(path).stat().st_size
+    return write_safetensors(path, arrays, header)
 
 
 def load_head(path: str | os.PathLike[str]) -> Head:
-    """Load a head written by :func:`save_head`."""
-    header, arrays = read_safetensors(path, HEAD_FORMAT, "head")
-    try:
-        name = header["head"]
-        params = json.loads(header["params"])
-        scalars = json.loads(header["scalars"])
-        meta = StatsMeta.from_dict(json.loads(header["meta"]))
-    except (KeyError, json.JSONDecodeError) as exc:
+    """Load a head written by :func:`save_head`, validating everything it holds.
+
+    Raises
+    ------
+    StatsFormatError
+        The file is missing, not a regular file, corrupt (digest mismatch, malformed header,
+        arrays of the wrong dtype, shape or with NaN/inf), or names an unknown head.
+    """
+    state: dict[str, Any] = {}
+
+    def check(header: dict[str, str], table: dict[str, TensorInfo]) -> None:
+        meta = header_meta(header, path)
+        state["meta"] = meta
+        # Before reading any data: a head holds at most about (C + 4)·(d + 4)² float64
+        # values (QDA: C·d² precision factors; the trained heads: d·k_f + C·k_f + ...).
+        limit = 8 * (meta.num_classes + 4) * (meta.dim + 4) ** 2
+        declared = sum(t.end - t.begin for t in table.values())
+        if declared > limit:
+            raise StatsFormatError(
+                f"{str(path)!r} declares {declared} bytes of head arrays, more than the "
+                f"{limit} a head for C={meta.num_classes} classes and d={meta.dim} can hold; "
+                "the file is corrupt"
+            )
+
+    header, arrays = read_safetensors(path, HEAD_FORMAT, "head", check, HEAD_KEYS)
+    where = f"{str(path)!r} holds a corrupt head"
+    name = header.get("head")
+    if name not in _REGISTRY:
         raise StatsFormatError(
-            f"{str(path)!r} has a missing or corrupt head header ({exc})"
+            f"{where}: its head name {str(name)[:60]!r} is not a registered head "
+            f"({', '.join(available_heads())}); re-create it with ghofl fit"
+        )
+    params = _header_object(header, "params", path)
+    scalars = _header_object(header, "scalars", path)
+    try:
+        head = make_head(name, **params)
+        head._validate_params()
+        return head.set_state(state["meta"], arrays, scalars)
+    except (ConfigError, InputError) as exc:
+        raise StatsFormatError(f"{where}: {exc}") from exc
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        if isinstance(exc, GhoflError):
+            raise
+        raise StatsFormatError(
+            f"{where}: its parameters or fitted values are malformed ({exc!r:.200}); "
+            "re-create it with ghofl fit"
         ) from exc
-    head = make_head(name, **params)
-    return head.set_state(meta, arrays, scalars)
+
+
+def _header_object(header: dict[str, str], key: str, path: str | os.PathLike[str]) -> Any:
+    raw = header.get(key)
+    if raw is None:
+        raise StatsFormatError(
+            f"{str(path)!r} has a missing or corrupt head header (no {key!r} entry); "
+            "re-create it with ghofl fit"
+        )
+    value = parse_json(raw, f"the {key} header of {str(path)!r}", "re-create it with ghofl fit")
+    if not isinstance(value, dict):
+        raise StatsFormatError(
+            f"{str(path)!r} has a corrupt head header: {key} is a JSON "
+            f"{type(value).__name__}, expected an object; re-create it with ghofl fit"
+        )
+    return value

@@ -16,6 +16,9 @@ import json
 from collections.abc import Callable
 from typing import Any, Literal
 
+import numpy as np
+from numpy.typing import NDArray
+
 from ghofl.errors import GhoflError, ProtocolError
 from ghofl.secure import primitives as cr
 from ghofl.secure import shamir
@@ -44,11 +47,14 @@ from ghofl.secure.messages import (
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 
-__all__ = ["ClientState", "SecAggClient", "StateValue", "StatsSource"]
+__all__ = ["ClientState", "PayloadEncoder", "SecAggClient", "StateValue", "StatsSource"]
 
 ClientState = Literal["ready", "advertised", "shared", "masked", "done", "failed"]
 StatsSource = ClientStats | Callable[[], ClientStats]
 StateValue = bytes | str | int | list[str] | list[bytes]
+#: Turns the client's statistics into the words it masks, given the round's public parameters
+#: (default: ``params.codec.encode(stats)``; :mod:`ghofl.privacy` adds noise shares first).
+PayloadEncoder = Callable[[ClientStats, SessionParams], "NDArray[np.uint64]"]
 
 
 class SecAggClient:
@@ -63,6 +69,9 @@ class SecAggClient:
         (so a simulation need not hold every client's statistics at once).
     meta : StatsMeta, optional
         Metadata of the statistics; required when ``stats`` is a callable.
+    encode : callable (ClientStats, SessionParams) -> ndarray of uint64, optional
+        How the statistics become the masked words (default: the round's fixed-point codec);
+        its output must have the codec's length. Not saved by :meth:`to_state`.
 
     Attributes
     ----------
@@ -72,7 +81,8 @@ class SecAggClient:
         Shares that failed checks at the mask stage: (sender, reason).
     """
 
-    def __init__(self, client_id: str, stats: StatsSource, meta: StatsMeta | None = None) -> None:
+    def __init__(self, client_id: str, stats: StatsSource, meta: StatsMeta | None = None,
+                 encode: PayloadEncoder | None = None) -> None:
         if meta is None:
             if not isinstance(stats, ClientStats):
                 raise ProtocolError(
@@ -84,6 +94,7 @@ class SecAggClient:
         self.state: ClientState = "ready"
         self.complaints_: tuple[tuple[str, str], ...] = ()
         self._stats = stats
+        self._encode = encode
         self._round = b""
         self._params: SessionParams | None = None
         self._enc: cr.KeyPair | None = None
@@ -103,7 +114,8 @@ class SecAggClient:
         return _save_state(self)
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], stats: StatsSource) -> SecAggClient:
+    def from_state(cls, state: dict[str, Any], stats: StatsSource,
+                   encode: PayloadEncoder | None = None) -> SecAggClient:
         """Rebuild a client saved by :meth:`to_state`.
 
         Raises
@@ -111,7 +123,9 @@ class SecAggClient:
         ProtocolError
             The state is malformed or from another protocol version.
         """
-        return _load_state(state, stats)
+        client = _load_state(state, stats)
+        client._encode = encode
+        return client
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, request: ServerMessage) -> ClientMessage:
@@ -231,7 +245,13 @@ class SecAggClient:
             raise self._refuse(
                 "to mask statistics whose metadata differs from what it advertised"
             )
-        vector = self._params.codec.encode(stats)
+        if self._encode is None:
+            vector = self._params.codec.encode(stats)
+        else:
+            vector = np.asarray(self._encode(stats, self._params))
+            length = self._params.codec.length(self.meta)
+            if vector.dtype != np.uint64 or vector.shape != (length,):
+                raise self._refuse(f"an encoder output other than {length} uint64 words")
         del stats
         vector += cr.mask_words(self._seed, vector.size)
         for other in sorted(topo.neighbours(self.client_id) & sharers):

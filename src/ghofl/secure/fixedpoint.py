@@ -138,8 +138,31 @@ class FixedPointCodec:
                 f"M={self.max_samples} per client that bounds the fixed-point encoding; raise "
                 "max_samples (--max-samples) for the whole federation"
             )
+        ints, floats = schema_for(meta.mode).flatten(stats)
+        return self.encode_vectors(meta, ints, floats)
+
+    def encode_vectors(self, meta: StatsMeta, ints: NDArray[np.int64],
+                       floats: NDArray[np.float64]) -> NDArray[np.uint64]:
+        """Encode flattened payload vectors (layout ``schema_for(meta.mode)``) as uint64 words.
+
+        The integer words travel as they are; each float segment is checked against its public
+        bound M·R^k and split into limbs. :meth:`encode` is this applied to
+        ``ModeSchema.flatten(stats)``; a caller that alters the vectors first (e.g. adds noise
+        shares, :mod:`ghofl.privacy`) must keep every float within the bounds and every sum of
+        integer words within 62 bits.
+
+        Parameters
+        ----------
+        meta : StatsMeta
+        ints : ndarray of int64, shape (C + 1,)
+        floats : ndarray of float64, shape (F,)
+
+        Raises
+        ------
+        InputError
+            A float exceeds the public bound of its segment.
+        """
         sch = schema_for(meta.mode)
-        ints, floats = sch.flatten(stats)
         layout = sch.float_layout(meta.num_classes, meta.dim)
         hi = np.empty(floats.size, np.int64)
         lo = np.empty(floats.size, np.int64) if self.limbs == 2 else None
@@ -152,7 +175,7 @@ class FixedPointCodec:
             hi[seg.offset : seg.offset + seg.size] = high
             if lo is not None:
                 lo[seg.offset : seg.offset + seg.size] = np.rint(np.ldexp(scaled - high, e2))
-        words = [ints.astype(np.int64), hi] + ([lo] if lo is not None else [])
+        words = [np.asarray(ints).astype(np.int64), hi] + ([lo] if lo is not None else [])
         return np.concatenate(words).view(np.uint64)
 
     # ------------------------------------------------------------------ decode
@@ -170,6 +193,24 @@ class FixedPointCodec:
         -------
         ClientStats
             The validated total.
+        """
+        return schema_for(meta.mode).unflatten(meta, *self.decode_vectors(meta, total))
+
+    def decode_vectors(self, meta: StatsMeta, total: NDArray[np.uint64]
+                       ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """Decode the modular sum into the flattened vectors, without validating them.
+
+        Parameters
+        ----------
+        meta : StatsMeta
+        total : ndarray of uint64, shape (length(meta),)
+
+        Returns
+        -------
+        ints : ndarray of int64, shape (C + 1,)
+            Sum of the integer words.
+        floats : ndarray of float64, shape (F,)
+            Sum of the float entries (layout ``ModeSchema.float_layout``).
         """
         sch: ModeSchema = schema_for(meta.mode)
         expected = self.length(meta)
@@ -192,7 +233,7 @@ class FixedPointCodec:
             if lo is not None:
                 value = value + np.ldexp(lo[sl].astype(np.float64), -e2)
             floats[sl] = np.ldexp(value, -e1)
-        return sch.unflatten(meta, ints, floats)
+        return ints, floats
 
     def to_dict(self) -> dict[str, Any]:
         return {"num_clients": self.num_clients, "max_samples": self.max_samples,

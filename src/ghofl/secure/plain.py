@@ -9,7 +9,7 @@ privacy from the server and needs no clipping bound.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from ghofl.errors import AggregationAbortedError, ConfigError, ProtocolError
@@ -71,6 +71,9 @@ class PlainServer:
     round_id : bytes, optional
     record_view : bool, default False
         Keep every reply in :attr:`view`.
+    on_accept : callable, optional
+        Called as ``on_accept(client_id, stats)`` for every contribution accepted into the
+        total, in arrival order (e.g. ``AggregationStore.add`` to record it durably).
 
     Attributes
     ----------
@@ -82,7 +85,8 @@ class PlainServer:
 
     def __init__(self, clients: Sequence[str], meta: StatsMeta | None = None, *,
                  threshold: int = 1, round_id: bytes | None = None,
-                 record_view: bool = False) -> None:
+                 record_view: bool = False,
+                 on_accept: Callable[[str, ClientStats], object] | None = None) -> None:
         ids = [str(c) for c in clients]
         if len(set(ids)) != len(ids):
             raise ConfigError("client ids must be unique; the list of clients repeats one")
@@ -101,6 +105,7 @@ class PlainServer:
         self.ignored: list[str] = []
         self.view: list[tuple[str, str, ClientMessage]] = []
         self._record = record_view
+        self.on_accept = on_accept
         self._total: ClientStats | None = None
         self._survivors: list[str] = []
 
@@ -128,6 +133,8 @@ class PlainServer:
             seen.add(client)
             assert isinstance(msg, PlainInput)
             self._add(msg.stats)
+            if self.on_accept is not None:
+                self.on_accept(client, msg.stats)
             self._survivors.append(client)
         for client in self.clients:
             if client not in seen and client not in self.excluded:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -50,9 +50,12 @@ from ghofl.secure.messages import (
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 
-__all__ = ["SecAggServer", "ServerState"]
+__all__ = ["PayloadDecoder", "SecAggServer", "ServerState"]
 
 ServerState = Literal["advertise", "share", "mask", "unmask", "done", "aborted"]
+#: Turns the unmasked sum of words into the total (default: ``params.codec.decode(meta, words)``;
+#: :mod:`ghofl.privacy` decodes noisy sums and post-processes them into valid statistics).
+PayloadDecoder = Callable[[SessionParams, StatsMeta, NDArray[np.uint64]], ClientStats]
 _SEALED_BYTES = cr.NONCE_BYTES + 132 + 16
 _MAX_RECONSTRUCTION_TRIES = 64
 
@@ -73,6 +76,9 @@ class SecAggServer:
         Public identifier of the round (default: 16 fresh random bytes).
     record_view : bool, default False
         Keep every message received in :attr:`view` (for audits and tests).
+    decode : callable (SessionParams, StatsMeta, ndarray of uint64) -> ClientStats, optional
+        How the unmasked sum becomes the total (default: the round's fixed-point codec); a
+        ``ValueError`` it raises aborts the round.
 
     Attributes
     ----------
@@ -92,7 +98,8 @@ class SecAggServer:
     stages: tuple[Stage, ...] = SECURE_STAGES
 
     def __init__(self, config: SecAggConfig, meta: StatsMeta, clients: Sequence[str], *,
-                 round_id: bytes | None = None, record_view: bool = False) -> None:
+                 round_id: bytes | None = None, record_view: bool = False,
+                 decode: PayloadDecoder | None = None) -> None:
         ids = [str(c) for c in clients]
         if len(set(ids)) != len(ids):
             raise ConfigError("client ids must be unique; the list of clients repeats one")
@@ -120,6 +127,7 @@ class SecAggServer:
         self._survivors: tuple[str, ...] = ()
         self._gone: tuple[str, ...] = ()
         self._result: ClientStats | None = None
+        self._decode = decode
 
     # ------------------------------------------------------------------ requests
     def requests(self) -> dict[str, ServerMessage]:
@@ -327,7 +335,10 @@ class SecAggServer:
                 else:
                     total += words
         try:
-            self._result = self.params.codec.decode(self.meta, total)
+            if self._decode is None:
+                self._result = self.params.codec.decode(self.meta, total)
+            else:
+                self._result = self._decode(self.params, self.meta, total)
         except (StatsFormatError, ValueError) as exc:
             self.state = "aborted"
             raise AggregationAbortedError(

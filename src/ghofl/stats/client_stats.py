@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import IncompatibleStatsError, StatsValidationError
+from ghofl.errors import IncompatibleStatsError, StatsOverflowError, StatsValidationError
 from ghofl.stats.meta import Mode, StatsMeta
 from ghofl.stats.schema import ARRAY_NAMES, schema_for
 
@@ -193,13 +193,21 @@ class ClientStats:
 
     def _combine(self, other: ClientStats, sign: int) -> ClientStats:
         op = np.add if sign > 0 else np.subtract
-        arrays = {
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked below
+            arrays = self._apply(op, other)
+        return self._finish(other, sign, arrays)
+
+    def _apply(self, op: Any, other: ClientStats) -> dict[str, Any]:
+        return {
             name: op(getattr(self, name), getattr(other, name))
             for name in schema_for(self.mode).names
         }
+
+    def _finish(self, other: ClientStats, sign: int, arrays: dict[str, Any]) -> ClientStats:
         n_clipped = self.n_clipped + sign * other.n_clipped
         magnitude = self._magnitude + other._magnitude
-        if sign > 0:  # sums of validated payloads are valid by construction
+        if sign > 0:  # sums of validated payloads are valid by construction, unless they overflow
+            _check_no_overflow(self, other, arrays)
             return ClientStats._trusted(
                 self.meta, n_clipped=n_clipped, magnitude=magnitude, **arrays
             )
@@ -274,6 +282,10 @@ def sum_stats(items: Iterable[ClientStats]) -> ClientStats:
             total = total + s
         except IncompatibleStatsError as exc:
             raise IncompatibleStatsError(f"payload #{i} (0-based): {exc}") from exc
+        except StatsOverflowError as exc:
+            raise StatsOverflowError(
+                f"cannot add payload #{i} (0-based) to the total of the payloads before it: {exc}"
+            ) from exc
     if total is None:
         raise StatsValidationError(
             "cannot sum an empty collection of statistics; give at least one"
@@ -351,10 +363,11 @@ class _Magnitude:
     @classmethod
     def own(cls, s: ClientStats) -> _Magnitude:
         """The magnitudes of ``s`` itself (O(C·d))."""
-        return cls(
-            first=float(np.max(np.abs(s.sums), initial=0.0)),
-            second=float(np.max(np.abs(s.diag_sums).sum(axis=0), initial=0.0)),
-        )
+        with np.errstate(over="ignore"):  # inf for values near the float range: no residue
+            return cls(
+                first=float(np.max(np.abs(s.sums), initial=0.0)),
+                second=float(np.max(np.abs(s.diag_sums).sum(axis=0), initial=0.0)),
+            )
 
     def __add__(self, other: _Magnitude) -> _Magnitude:
         return _Magnitude(self.first + other.first, self.second + other.second)
@@ -402,15 +415,24 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None) -> None:
         raise StatsValidationError(
             f"class {cls!r} has zero samples but non-zero sums; the payload is corrupt"
         )
-    # Cauchy–Schwarz: N_c D_c >= A_c² elementwise (variance is non-negative).
-    n = s.counts[:, None]
-    slack = n * diag - s.sums**2
-    inherited = _RESIDUE_RTOL * (n * res.second + 2.0 * np.abs(s.sums) * res.first)
-    if np.any(slack < -(1e-6 * (n * diag + s.sums**2 + 1.0) + inherited)):
+    # Cauchy–Schwarz: N_c D_c >= A_c² elementwise (variance is non-negative), compared in a
+    # scaled domain so that values near the float64 range cannot overflow to inf/NaN and pass.
+    n = s.counts[:, None].astype(np.float64)
+    floor = max(res.first, float(np.sqrt(res.second)))  # residue magnitudes stay <= 1 too
+    scale = np.maximum(_class_scale(s.counts, s.sums, diag), floor)
+    a_hat = s.sums / scale
+    d_hat = diag / scale / scale
+    slack = n * d_hat - a_hat**2
+    r_first, r_second = res.first / scale, res.second / scale / scale
+    inherited = _RESIDUE_RTOL * (n * r_second + 2.0 * np.abs(a_hat) * r_first)
+    with np.errstate(over="ignore"):  # 1/scale² of tiny scales: capped at 1 below
+        unit = np.minimum(1.0 / scale / scale, 1.0)  # the absolute tolerance 1, in scale
+    if np.any(slack < -(1e-6 * (n * d_hat + a_hat**2 + unit) + inherited)):
         raise StatsValidationError(
             "per-class sums of squares are smaller than the squared sums allow (N_c·D_c < A_c²): "
             "the payload is corrupt or its parts come from different data"
         )
+    _check_psd(s, res)
     if s.scatter is not None and s.sq_sums is not None:
         tr_b = np.diagonal(s.scatter)
         tr_d = diag.sum(axis=0)
@@ -422,6 +444,94 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None) -> None:
             )
 
 
+def _class_scale(counts: I64, sums: F64, diag: F64) -> F64:
+    """Per-class scale (C, 1) of the data: max(max|A_c|/N_c, sqrt(max D_c / N_c)), at least
+    the smallest normal float; dividing by it (and D_c twice) keeps the moment checks in
+    range whatever the magnitude of the values."""
+    n = np.maximum(counts, 1).astype(np.float64)[:, None]
+    first = np.max(np.abs(sums) / n, axis=1, initial=0.0)[:, None]
+    second = np.sqrt(np.max(np.abs(diag) / n, axis=1, initial=0.0))[:, None]
+    out: F64 = np.maximum(np.maximum(first, second), np.finfo(np.float64).tiny)
+    return out
+
+
+#: Relative tolerance of the positive semi-definiteness checks, per unit of dimension: a
+#: matrix passes when M + tol·d·max(diag M, scale)·I has a Cholesky factor.
+_PSD_RTOL = 1e-9
+
+
+def _check_psd(s: ClientStats, res: _Magnitude) -> None:
+    """Second moments are sums of x xᵀ: per class, S_c − A_c A_cᵀ/N_c ⪰ 0 (mode ``full``); the
+    pooled within-class scatter B − Σ_c A_c A_cᵀ/N_c ⪰ 0 (mode ``pooled``).
+
+    Tested with one Cholesky factorisation per matrix (d³/3 flops, about a tenth of an
+    eigendecomposition) of the matrix, scaled to unit magnitude, plus a relative ridge
+    ``_PSD_RTOL·d`` (plus the inherited residue of a difference): it succeeds for every
+    matrix whose smallest eigenvalue is above −ridge, i.e. rounding, and fails for a genuine
+    negative direction.
+    """
+    from scipy.linalg import LinAlgError, cholesky
+
+    d = s.dim
+    eye = np.eye(d)
+    mats: list[tuple[str, tuple[F64, float]]] = []
+    counts = s.counts.astype(np.float64)
+    if s.class_scatter is not None:
+        for c in range(s.num_classes):
+            mats.append((f"the second moment S_c of class {s.meta.classes[c]!r}",
+                         _centred(s.class_scatter[c], s.sums[c : c + 1], counts[c : c + 1],
+                                  res.second)))
+    elif s.scatter is not None:
+        mats.append(("the second moment B", _centred(s.scatter, s.sums, counts, res.second)))
+    for what, (m, scale) in mats:
+        ridge = _PSD_RTOL * d + _RESIDUE_RTOL * (1 + s.num_classes) * res.second / scale
+        try:
+            L = cholesky(m + ridge * eye, lower=True, check_finite=False)
+            ok = bool(np.all(np.isfinite(L)))
+        except LinAlgError:
+            ok = False
+        if not ok:
+            raise StatsValidationError(
+                f"{what} minus its mean part (A Aᵀ/N) is not positive semi-definite (checked "
+                f"to a relative tolerance of {ridge:.1g}, scale {scale:.3g}): sums of x xᵀ "
+                "always are, so the payload is corrupt or its parts come from different data"
+            )
+
+
+def _centred(m: F64, sums: F64, counts: F64, floor: float) -> tuple[F64, float]:
+    """((M − Σ_c A_c A_cᵀ/N_c) / σ², σ²) with σ² = max(max diag M, floor): entries of
+    magnitude ≤ 1 (Cauchy–Schwarz, checked before, bounds A_c²/N_c by the diagonal), so
+    nothing overflows."""
+    sigma2 = max(float(np.max(np.diagonal(m), initial=0.0)), floor,
+                 float(np.finfo(np.float64).tiny))
+    sigma = float(np.sqrt(sigma2))
+    out: F64 = m / sigma / sigma
+    for a, n in zip(sums, counts, strict=True):
+        if n > 0:
+            v = a / sigma
+            out = out - np.outer(v, v) / n
+    return out, sigma2
+
+
+def _check_no_overflow(a: ClientStats, b: ClientStats, arrays: dict[str, Any]) -> None:
+    """Refuse a sum whose int64 counts wrapped or whose floats overflowed to inf."""
+    limit = np.iinfo(np.int64).max
+    if (np.any(a.counts > limit - b.counts) or a.n_clipped > limit - b.n_clipped
+            or sum(int(v) for v in a.counts) + sum(int(v) for v in b.counts) > limit):
+        raise StatsOverflowError(
+            f"adding these statistics overflows the int64 sample counts (more than {limit} "
+            "samples in a class): a payload declares impossible counts, so it is corrupt; "
+            "remove it from the aggregation"
+        )
+    for name, arr in arrays.items():
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+            raise StatsOverflowError(
+                f"adding these statistics overflows float64 in {name} (a sum exceeds "
+                "1.8e308): a payload holds values too large to aggregate; it is corrupt, or "
+                "its embeddings must be rescaled (or clipped) on the clients"
+            )
+
+
 def _check_n_clipped(s: ClientStats) -> None:
     """0 ≤ n_clipped ≤ Σ_c N_c, and clipped samples need a recorded clipping bound."""
     n = s.n_clipped
@@ -430,7 +540,12 @@ def _check_n_clipped(s: ClientStats) -> None:
             f"n_clipped (the number of samples scaled down to the clipping bound) must be a "
             f"non-negative integer; got {n!r}; pass 0 when nothing was clipped"
         )
-    total = int(s.counts.sum())
+    total = sum(int(v) for v in s.counts)
+    if total > np.iinfo(np.int64).max:
+        raise StatsValidationError(
+            f"the class counts add up to {total} samples, more than an int64 holds; the "
+            "payload is corrupt"
+        )
     if n > total:
         raise StatsValidationError(
             f"n_clipped is {n} but the statistics hold only {total} samples; at most every "

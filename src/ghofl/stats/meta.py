@@ -55,17 +55,24 @@ class EncoderInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EncoderInfo:
+        """Inverse of :meth:`to_dict`; every field is type-checked (no coercion of strings)."""
+        where = "encoder metadata"
+        if not isinstance(data, dict):
+            raise StatsFormatError(
+                f"{where} must be a JSON object; got {_json_type(data)}; expected keys name, "
+                "dim, weights_hash, preprocessing, resolution"
+            )
         try:
             return cls(
-                name=str(data["name"]),
-                dim=int(data["dim"]),
-                weights_hash=str(data.get("weights_hash", "")),
-                preprocessing=str(data.get("preprocessing", "")),
-                resolution=None if data.get("resolution") is None else int(data["resolution"]),
+                name=_json_str(data, "name", where),
+                dim=_json_int(data, "dim", where, lo=1),
+                weights_hash=_json_str(data, "weights_hash", where, default=""),
+                preprocessing=_json_str(data, "preprocessing", where, default=""),
+                resolution=_json_int(data, "resolution", where, lo=1, optional=True),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except KeyError as exc:
             raise StatsFormatError(
-                f"encoder metadata is malformed ({exc!r}); expected keys name, dim, "
+                f"encoder metadata is malformed (missing {exc}); expected keys name, dim, "
                 "weights_hash, preprocessing, resolution"
             ) from exc
 
@@ -195,14 +202,48 @@ class StatsMeta:
         """
         from ghofl.stats.projection import ProjectionSpec
 
+        where = "statistics metadata"
+        if not isinstance(data, dict):
+            raise StatsFormatError(
+                f"{where} must be a JSON object; got {_json_type(data)}; the file was not "
+                "written by ghofl or is corrupt"
+            )
         try:
+            version = _json_int(data, "schema_version", where, lo=-(2**31))
+            if not MIN_SCHEMA_VERSION <= version <= SCHEMA_VERSION:
+                raise StatsFormatError(
+                    f"statistics metadata has schema version {version}; this ghofl reads "
+                    f"versions {MIN_SCHEMA_VERSION} to {SCHEMA_VERSION}; re-create the "
+                    "statistics with this ghofl, or upgrade ghofl if they are newer"
+                )
+            mode = _json_str(data, "mode", where)
+            classes = data["classes"]
+            if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+                raise StatsFormatError(
+                    f"{where} has classes of type {_json_type(classes)}; expected a list of "
+                    "strings; the file was not written by ghofl or is corrupt"
+                )
+            if len(classes) > MAX_CLASSES:
+                raise StatsFormatError(
+                    f"{where} lists {len(classes)} classes, more than the {MAX_CLASSES} "
+                    "supported; the file is corrupt"
+                )
             enc = data.get("encoder")
             proj = data.get("projection")
-            version = int(data["schema_version"])
+            if proj is not None:
+                pw = "projection metadata"
+                if not isinstance(proj, dict):
+                    raise StatsFormatError(
+                        f"{pw} must be a JSON object or null; got {_json_type(proj)}; the "
+                        "file is corrupt"
+                    )
+                for key, lo in (("seed", 0), ("input_dim", 1), ("dim", 1)):
+                    _json_int(proj, key, pw, lo=lo, hi=2**64 - 1 if key == "seed" else MAX_DIM)
+                _json_str(proj, "generator", pw, default="")
             fields: dict[str, Any] = {
-                "mode": data["mode"],
-                "dim": int(data["dim"]),
-                "classes": tuple(str(c) for c in data["classes"]),
+                "mode": mode,
+                "dim": _json_int(data, "dim", where, lo=1),
+                "classes": tuple(classes),
                 "encoder": None if enc is None else EncoderInfo.from_dict(enc),
                 "projection": None if proj is None else ProjectionSpec.from_dict(proj),
             }
@@ -213,13 +254,45 @@ class StatsMeta:
                 f"statistics metadata is malformed (missing or invalid {exc}); "
                 "the file was not written by ghofl or is corrupt"
             ) from exc
-        if not MIN_SCHEMA_VERSION <= version <= SCHEMA_VERSION:
-            raise StatsFormatError(
-                f"statistics metadata has schema version {version}; this ghofl reads versions "
-                f"{MIN_SCHEMA_VERSION} to {SCHEMA_VERSION}; re-create the statistics with this "
-                "ghofl, or upgrade ghofl if they are newer"
-            )
         return cls(**fields, clip_norm=_parse_clip_norm(data.get("clip_norm")))
+
+
+#: Largest dimension and number of classes read from metadata.
+MAX_DIM = 1 << 20
+MAX_CLASSES = 1 << 20
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             int: "an integer", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _json_int(
+    data: dict[str, Any], key: str, where: str, *, lo: int, hi: int = MAX_DIM,
+    optional: bool = False,
+) -> Any:
+    """``data[key]`` if it is a JSON integer in [lo, hi] (``None`` allowed when optional)."""
+    value = data.get(key) if optional else data[key]
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise StatsFormatError(
+            f"{where} is malformed: {key} is {value!r:.60}; expected an integer from {lo} to "
+            f"{hi}; the file was not written by ghofl or is corrupt"
+        )
+    return value
+
+
+def _json_str(data: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
+    """``data[key]`` if it is a string (``default`` when absent and a default is given)."""
+    value = data[key] if default is None else data.get(key, default)
+    if not isinstance(value, str):
+        raise StatsFormatError(
+            f"{where} is malformed: {key} is {_json_type(value)}; expected a string; the file "
+            "was not written by ghofl or is corrupt"
+        )
+    return value
 
 
 def _check_clip_norm(value: Any) -> float:

@@ -40,7 +40,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import InputError, StoreConflictError, StoreError
+from ghofl.errors import InputError, StatsOverflowError, StoreConflictError, StoreError
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES, FixedPointCodec
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
@@ -267,6 +267,14 @@ class AggregationStore:
         sha = content_sha256(stats) if payload_sha256 is None else _check_sha(payload_sha256)
         ints, floats = schema_for(stats.mode).flatten(stats)
         words = self._encode(client_id, stats)
+        if words is None and self.meta is not None and not self.meta.differences(stats.meta):
+            try:  # the float total must stay finite: refuse before anything is recorded
+                self.total() + stats
+            except StatsOverflowError as exc:
+                raise StatsOverflowError(
+                    f"cannot add the contribution of client {client_id!r} to store "
+                    f"'{self.path}': {exc}"
+                ) from exc
         now = datetime.now(UTC).isoformat(timespec="microseconds")
         with db.transaction(self.con) as con:
             known = con.execute(

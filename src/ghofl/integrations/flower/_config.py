@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -12,7 +13,10 @@ from ghofl.client.transforms import apply_feature_transform
 from ghofl.errors import ConfigError
 from ghofl.stats.meta import StatsMeta
 
-__all__ = ["cfg_float", "cfg_int", "cfg_str", "job_meta"]
+if TYPE_CHECKING:
+    from ghofl.privacy import NoisePlan
+
+__all__ = ["cfg_float", "cfg_int", "cfg_str", "dp_options", "job_meta"]
 
 
 def job_meta(job: ClientJob, input_dim: int | None) -> StatsMeta:
@@ -52,3 +56,22 @@ def cfg_float(cfg: Mapping[str, Any], key: str, default: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"run config key {key!r} must be a number; got {value!r}")
     return float(value)
+
+
+def dp_options(cfg: Mapping[str, Any], job: ClientJob) -> tuple[ClientJob, NoisePlan | None]:
+    """The run config's DP keys: ``dp-epsilon`` (0 = no DP), ``dp-delta``, ``dp-mode``
+    (``central`` or ``distributed``) and ``min-class-count`` (0 = the default: 5 with DP, 1
+    without). Returns the job with its minimum count set, and the calibrated plan (or None)."""
+    from ghofl.privacy import DEFAULT_DELTA, DEFAULT_MIN_CLASS_COUNT, DPConfig, plan_noise
+
+    eps = cfg_float(cfg, "dp-epsilon", 0.0)
+    k = cfg_int(cfg, "min-class-count", 0)
+    if k < 0:
+        raise ConfigError(f"run config key 'min-class-count' must be >= 0; got {k}")
+    k = k or (DEFAULT_MIN_CLASS_COUNT if eps > 0 else job.min_class_count)
+    job = replace(job, min_class_count=k)
+    if eps == 0.0:
+        return job, None
+    mode = cfg_str(cfg, "dp-mode", "central")
+    config = DPConfig(eps, cfg_float(cfg, "dp-delta", DEFAULT_DELTA), mode)  # type: ignore[arg-type]
+    return job, plan_noise(config, job.mode, job.clip_norm, k)

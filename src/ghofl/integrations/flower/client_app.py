@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ghofl.errors import require_extra
 
 require_extra("flwr", "flower")
@@ -40,12 +42,13 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from ghofl.client.job import ClientJob, client_statistics  # noqa: E402
 from ghofl.errors import GhoflError, ProtocolError  # noqa: E402
 from ghofl.integrations.flower import QUERY_ACTION  # noqa: E402
-from ghofl.integrations.flower._config import job_meta  # noqa: E402
+from ghofl.integrations.flower._config import dp_options, job_meta  # noqa: E402
 from ghofl.integrations.flower.records import (  # noqa: E402
     message_from_record,
     message_to_record,
 )
 from ghofl.integrations.flower.transport import CLIENT_INFO  # noqa: E402
+from ghofl.privacy import NoisePlan, noise_share_encoder  # noqa: E402
 from ghofl.secure import PlainClient, SecAggClient  # noqa: E402
 from ghofl.secure.messages import AdvertiseRequest, PlainRequest, ServerMessage  # noqa: E402
 from ghofl.stats.client_stats import ClientStats  # noqa: E402
@@ -80,12 +83,12 @@ def handle_query(content: RecordDict, context: Context) -> RecordDict:
         assert isinstance(request, ServerMessage)
         if node_cfg.get(TEST_KILL_KEY) == request.stage:
             _kill_own_supernode()
-        job = ClientJob.from_config(run_cfg)
+        job, plan = dp_options(run_cfg, ClientJob.from_config(run_cfg))
         source = data_source(node_cfg, run_cfg)
         if isinstance(request, PlainRequest):
             reply = PlainClient(client_id, _lazy(source, job)).handle(request)
         else:
-            client = _secure_client(client_id, request, context, source, job)
+            client = _secure_client(client_id, request, context, source, job, plan)
             try:
                 reply = client.handle(request)
             finally:
@@ -122,16 +125,20 @@ def _lazy(source: Path, job: ClientJob) -> Callable[[], ClientStats]:
 
 
 def _secure_client(client_id: str, request: ServerMessage, context: Context, source: Path,
-                   job: ClientJob) -> SecAggClient:
+                   job: ClientJob, plan: NoisePlan | None = None) -> SecAggClient:
+    # Distributed DP: the noise share is drawn from OS entropy when the masked input is due.
+    encode = (noise_share_encoder(plan, np.random.default_rng())
+              if plan is not None and plan.config.mode == "distributed" else None)
     if isinstance(request, AdvertiseRequest):  # a new round: forget any earlier one
-        return SecAggClient(client_id, _lazy(source, job), meta=job_meta(job, _input_dim(source)))
+        return SecAggClient(client_id, _lazy(source, job), meta=job_meta(job, _input_dim(source)),
+                            encode=encode)
     saved = context.state.get(STATE_KEY)
     if not isinstance(saved, ConfigRecord):
         raise ProtocolError(
             f"client {client_id!r} received a {request.stage} request but holds no state of "
             "this round (it missed the advertise stage)"
         )
-    return SecAggClient.from_state(dict(saved), _lazy(source, job))
+    return SecAggClient.from_state(dict(saved), _lazy(source, job), encode=encode)
 
 
 def _input_dim(source: Path) -> int | None:

@@ -7,6 +7,10 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
   ``max-samples``, ``limbs``; its clipping bound is the client job's ``clip_norm``;
 * the :class:`~ghofl.client.job.ClientJob` keys (``classes``, ``mode``, ``clip_norm``, ...) and
   the :class:`~ghofl.server_job.ServerJob` keys (``heads``, ``head_params``, ``seed``, ...);
+* differential privacy: ``dp-epsilon`` (0 = none), ``dp-delta``, ``dp-mode`` (``central``:
+  the server noises the total; ``distributed``: every client adds a noise share, needs the
+  secure protocol) and ``min-class-count`` (0 = 5 with DP, else off); the spent (ε, δ) is
+  recorded in the model directory's manifest (``privacy``) and in ``results.json``;
 * ``dim``: embedding dimension (0 = from the test set or the encoder);
 * ``expected-nodes``, ``wait-timeout-s``, ``stage-timeout-s``;
 * ``out-dir`` (required): receives ``model/`` (the model directory, written atomically),
@@ -27,6 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ghofl.errors import require_extra
 
 require_extra("flwr", "flower")
@@ -38,8 +44,15 @@ from ghofl.client.job import ClientJob  # noqa: E402
 from ghofl.data.embeddings import align_labels, load_embeddings  # noqa: E402
 from ghofl.errors import ConfigError  # noqa: E402
 from ghofl.files import write_json_atomic  # noqa: E402
-from ghofl.integrations.flower._config import cfg_float, cfg_int, cfg_str, job_meta  # noqa: E402
+from ghofl.integrations.flower._config import (  # noqa: E402
+    cfg_float,
+    cfg_int,
+    cfg_str,
+    dp_options,
+    job_meta,
+)
 from ghofl.integrations.flower.transport import FlowerTransport  # noqa: E402
+from ghofl.privacy import NoisyDecoder, release_central  # noqa: E402
 from ghofl.secure import (  # noqa: E402
     PlainServer,
     SecAggConfig,
@@ -49,6 +62,7 @@ from ghofl.secure import (  # noqa: E402
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES  # noqa: E402
 from ghofl.server_job import ServerJob, run_server_job  # noqa: E402
 from ghofl.stats.codec import save_stats  # noqa: E402
+from ghofl.store import AggregationStore  # noqa: E402
 
 __all__ = ["RESULTS", "TOTAL", "app", "run_federation", "wait_for_nodes"]
 
@@ -112,7 +126,10 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
         raise ConfigError(f"run config key 'protocol' must be 'secure' or 'plain'; got "
                           f"{protocol!r}")
     state["protocol"] = protocol
-    job = ClientJob.from_config(cfg)
+    job, plan = dp_options(cfg, ClientJob.from_config(cfg))
+    distributed = plan is not None and plan.config.mode == "distributed"
+    if distributed and protocol != "secure":
+        raise ConfigError("run config dp-mode 'distributed' needs protocol 'secure'")
     server_job = ServerJob.from_config(cfg)
     test = _load_test(cfg_str(cfg, "test-path"), job)
     dim = cfg_int(cfg, "dim") or (None if test is None else int(test[0].shape[1]))
@@ -125,6 +142,8 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
     ids = {f"node-{n}": n for n in nodes}
     state["nodes"] = {c: {"node_id": n} for c, n in ids.items()}
     server: SecAggServer | PlainServer
+    decoder = None
+    store: AggregationStore | None = None
     if protocol == "secure":
         if job.clip_norm is None:
             raise ConfigError(
@@ -138,13 +157,23 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
             max_samples=cfg_int(cfg, "max-samples", DEFAULT_MAX_SAMPLES),
             limbs=cfg_int(cfg, "limbs", 2),
         )
-        server = SecAggServer(secagg, meta, list(ids))
+        decoder = NoisyDecoder(plan) if distributed and plan is not None else None
+        server = SecAggServer(secagg, meta, list(ids), decode=decoder)
     else:
-        server = PlainServer(list(ids), meta)
+        store_path = cfg_str(cfg, "store")
+        if store_path:  # record every accepted contribution durably (plain protocol only)
+            store = AggregationStore(Path(store_path))
+            state["store"] = store_path
+            server = PlainServer(list(ids), meta, on_accept=lambda c, stats: store.add(
+                _store_id(c, transport), stats))
+        else:
+            server = PlainServer(list(ids), meta)
     transport = FlowerTransport(grid, ids, cfg_float(cfg, "stage-timeout-s", 60.0))
     try:
         report = run_aggregation(server, transport)
     finally:
+        if store is not None:
+            store.close()
         for c, part in transport.partitions.items():
             state["nodes"][c]["partition_id"] = part
         state.update(
@@ -157,16 +186,31 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
                  bytes={s: {"server_sent": r.server_sent_bytes,
                             "server_received": r.server_received_bytes}
                         for s, r in report.stages.items()})
-    save_stats(report.total, out_dir / TOTAL)
+    total = report.total
+    extra: dict[str, Any] = {"source": f"flower ({protocol} protocol, {len(ids)} nodes)"}
+    if plan is not None:  # the noise comes from OS entropy
+        release = decoder.release if decoder is not None else release_central(
+            total, plan, np.random.default_rng())
+        assert release is not None
+        total = release.stats
+        extra["privacy"] = state["privacy"] = release.to_dict()
+    save_stats(total, out_dir / TOTAL)
     t_fit = time.perf_counter()
-    result = run_server_job(report.total, server_job, out_dir=out_dir / "model", test=test,
-                            extra={"source": f"flower ({protocol} protocol, {len(ids)} nodes)"})
+    result = run_server_job(total, server_job, out_dir=out_dir / "model", test=test,
+                            extra=extra)
     state["fit_seconds"] = time.perf_counter() - t_fit
     server_summary = result.to_dict()
     accuracy = {name: h["accuracy"] for name, h in server_summary["heads"].items()
                 if "accuracy" in h}
     return {"status": "ok", **state, "accuracy": accuracy, "server": server_summary,
-            "n_samples": report.total.n_samples, "n_clipped": report.total.n_clipped}
+            "n_samples": total.n_samples, "n_clipped": total.n_clipped}
+
+
+def _store_id(client: str, transport: FlowerTransport) -> str:
+    """The store's id of a node's contribution: its partition id when it reported one (stable
+    across runs, so re-running is idempotent), else its Flower node id."""
+    part = transport.partitions.get(client)
+    return f"partition-{part}" if part is not None else client
 
 
 def _load_test(path: str, job: ClientJob) -> tuple[Any, Any] | None:

@@ -1,0 +1,70 @@
+"""Differential privacy of the released aggregate (docs/privacy.md).
+
+* :mod:`~ghofl.privacy.sensitivity`: L2 sensitivity per block under clipping ‖z‖ ≤ R;
+* :mod:`~ghofl.privacy.accounting`: calibration with ``dp-accounting`` (extra ``privacy``);
+* :mod:`~ghofl.privacy.mechanism`: the Gaussian mechanism, central or distributed;
+* :mod:`~ghofl.privacy.postprocess`: noisy sums → valid statistics.
+"""
+
+from ghofl.privacy.accounting import (
+    calibrate_noise_multiplier,
+    check_epsilon_delta,
+    gaussian_epsilon,
+)
+from ghofl.privacy.mechanism import (
+    DEFAULT_DELTA,
+    DP_MODES,
+    NOISE_CLAMP_SIGMAS,
+    DPConfig,
+    DPMode,
+    NoisePlan,
+    NoisyDecoder,
+    PrivateRelease,
+    block_sigmas,
+    draw_noise,
+    noise_share_encoder,
+    plan_noise,
+    release_central,
+    truncation_probability,
+)
+from ghofl.privacy.postprocess import clamp_counts, postprocess, project_psd
+from ghofl.privacy.sensitivity import (
+    block_names,
+    block_sensitivities,
+    flat_change,
+    packed_outer_norm,
+    weighted_sensitivity,
+)
+
+#: Default k of the minimum-count rule of DP runs in the CLI and the Flower apps (runs without
+#: DP default to 1, i.e. off, so their results stay independent of the partition).
+DEFAULT_MIN_CLASS_COUNT = 5
+
+__all__ = [
+    "DEFAULT_DELTA",
+    "DEFAULT_MIN_CLASS_COUNT",
+    "DP_MODES",
+    "NOISE_CLAMP_SIGMAS",
+    "DPConfig",
+    "DPMode",
+    "NoisePlan",
+    "NoisyDecoder",
+    "PrivateRelease",
+    "block_names",
+    "block_sensitivities",
+    "block_sigmas",
+    "calibrate_noise_multiplier",
+    "check_epsilon_delta",
+    "clamp_counts",
+    "draw_noise",
+    "flat_change",
+    "gaussian_epsilon",
+    "noise_share_encoder",
+    "packed_outer_norm",
+    "plan_noise",
+    "postprocess",
+    "project_psd",
+    "release_central",
+    "truncation_probability",
+    "weighted_sensitivity",
+]

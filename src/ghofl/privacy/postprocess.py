@@ -1,0 +1,135 @@
+"""Post-processing of noisy statistics into valid :class:`~ghofl.stats.ClientStats`.
+
+Noise makes the released sums inconsistent (negative variances, indefinite scatter matrices,
+non-integer or negative counts). Post-processing uses the noisy values only, so it costs no
+privacy. With n_c the clamped counts and A_c the noisy sums:
+
+* counts: n_c = max(round(ñ_c), 0); a class with n_c < 1 becomes a placeholder (n_c = 1,
+  zero sums) so every head stays fittable;                                           (P1)
+* ``full``: the within-class scatter M_c = S̃_c − A_c A_cᵀ/n_c is projected onto the positive
+  semi-definite cone (eigenvalues clipped at 0), S_c = M_c⁺ + A_c A_cᵀ/n_c;          (P2)
+* ``pooled``: W = B̃ − Σ_c A_c A_cᵀ/n_c is projected as in (P2); the per-class variances
+  V_c = max(D̃_c − A_c²/n_c, 0) are rescaled per coordinate so that Σ_c V_c = diag W⁺, hence
+  diag B = Σ_c D_c with D_c = V_c + A_c²/n_c;                                          (P3)
+* ``diag``: D_c = max(D̃_c, A_c²/n_c) (variance clamped at 0).                        (P4)
+
+Symmetric matrices were noised as upper triangles, so they are symmetric by construction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import StatsMeta
+from ghofl.stats.schema import schema_for
+
+__all__ = ["clamp_counts", "postprocess", "project_psd"]
+
+F64 = NDArray[np.float64]
+
+
+def project_psd(m: F64) -> F64:
+    """Nearest (Frobenius) positive semi-definite matrix: V max(Λ, 0) Vᵀ of sym(m) (P2).
+
+    Parameters
+    ----------
+    m : ndarray, shape (d, d)
+
+    Returns
+    -------
+    ndarray, shape (d, d), exactly symmetric.
+    """
+    sym = 0.5 * (m + m.T)
+    w, v = np.linalg.eigh(sym)
+    out = (v * np.maximum(w, 0.0)) @ v.T
+    return np.asarray(0.5 * (out + out.T))
+
+
+def clamp_counts(noisy: F64) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """(P1): rounded counts clamped at 0, and the mask of placeholder classes (count < 1,
+    given count 1).
+
+    Parameters
+    ----------
+    noisy : ndarray, shape (C,)
+
+    Returns
+    -------
+    counts : ndarray of int64, shape (C,), every entry >= 1
+    placeholder : ndarray of bool, shape (C,)
+    """
+    rounded = np.maximum(np.rint(noisy), 0.0).astype(np.int64)
+    placeholder = rounded < 1
+    return np.where(placeholder, 1, rounded).astype(np.int64), placeholder
+
+
+def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64
+                ) -> tuple[ClientStats, list[str]]:
+    """Valid statistics from a noisy flattened release (P1–P4).
+
+    Parameters
+    ----------
+    meta : StatsMeta
+        Metadata of the release (mode, C, d).
+    noisy_counts : ndarray, shape (C,)
+    noisy_floats : ndarray, shape (F,)
+        Layout ``schema_for(meta.mode).float_layout``.
+
+    Returns
+    -------
+    stats : ClientStats
+        Validated, with ``n_clipped = 0`` (withheld under differential privacy).
+    notes : list of str
+        What was done, in words.
+    """
+    sch = schema_for(meta.mode)
+    c, d = meta.num_classes, meta.dim
+    counts, placeholder = clamp_counts(np.asarray(noisy_counts, dtype=np.float64))
+    arrays: dict[str, F64] = {}
+    for spec, seg in zip(sch.float_arrays, sch.float_layout(c, d), strict=True):
+        packed = np.asarray(noisy_floats[seg.offset : seg.stop], dtype=np.float64)
+        arrays[spec.name] = spec.unpack(packed.reshape(spec.packed_shape(c, d)), c, d)
+    keep = ~placeholder
+    for spec in sch.float_arrays:
+        if spec.axes[0] == "C":
+            arrays[spec.name][placeholder] = 0.0
+    sums = arrays["sums"]
+    n = counts.astype(np.float64)
+    notes = ["counts rounded and clamped at 0"]
+    if np.any(placeholder):
+        names = ", ".join(repr(meta.classes[i]) for i in np.flatnonzero(placeholder))
+        notes.append(f"classes with a noisy count below 1 kept as placeholders (N=1, zero "
+                     f"sums): {names}")
+    if meta.mode == "full":
+        cs = arrays["class_scatter"]
+        for k in np.flatnonzero(keep):
+            outer = np.outer(sums[k], sums[k]) / n[k]
+            cs[k] = project_psd(cs[k] - outer) + outer
+        notes.append("per-class within-class scatter S_c − A_c A_cᵀ/N_c projected to the PSD "
+                     "cone (eigenvalues clipped at 0)")
+    elif meta.mode == "pooled":
+        sq, b = arrays["sq_sums"], arrays["scatter"]
+        between = (sums.T / n) @ sums
+        w = project_psd(b - between)
+        var = np.maximum(sq - sums**2 / n[:, None], 0.0)
+        arrays["sq_sums"] = _match_diag(var, np.diagonal(w).copy(), n) + sums**2 / n[:, None]
+        arrays["scatter"] = w + between
+        notes.append("within-class scatter B − Σ_c A_c A_cᵀ/N_c projected to the PSD cone; "
+                     "per-class variances clamped at 0 and rescaled so that diag B = Σ_c D_c")
+    else:
+        arrays["sq_sums"] = np.maximum(arrays["sq_sums"], sums**2 / n[:, None])
+        notes.append("per-class variances D_c/N_c − μ_c² clamped at 0")
+    stats = ClientStats(meta, counts=counts, n_clipped=0, **arrays)
+    notes.append("n_clipped withheld (reported as 0)")
+    return stats, notes
+
+
+def _match_diag(var: F64, target: F64, n: F64) -> F64:
+    """Rescale per-class variance sums V (C, d) per coordinate so that Σ_c V_c = target (d,);
+    where Σ_c V_c = 0, share target in proportion to the counts n (C,) (P3)."""
+    total = var.sum(axis=0)
+    share = n / n.sum()
+    scaled = var * np.divide(target, total, out=np.zeros_like(target), where=total > 0)
+    return np.asarray(np.where(total > 0, scaled, share[:, None] * target[None, :]))

@@ -1,0 +1,1 @@
+"""Fuzz tests of the readers of untrusted inputs (payloads, heads, model directories)."""

@@ -1,0 +1,98 @@
+"""``ghofl simulate`` with differential privacy: options, JSON output, errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import gaussian_mixture
+from tests.helpers_cli import run_cli, write_npz
+
+pytest.importorskip("dp_accounting")
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    w = tmp_path_factory.mktemp("dpws")
+    x, y = gaussian_mixture(5, num_classes=3, dim=5, n=460, sep=3.0)
+    write_npz(w / "train.npz", x[:400], y[:400])
+    write_npz(w / "test.npz", x[400:], y[400:])
+    return w
+
+
+def _sim(ws: Path, tmp_path: Path, *extra: str) -> tuple[dict[str, object], str]:
+    r = run_cli("simulate", "--train", ws / "train.npz", "--test", ws / "test.npz",
+                "--clients", "4", "--alpha", "1", "--heads", "nb,lda,qda", "--json", "o.json",
+                *extra, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return json.loads((tmp_path / "o.json").read_text()), r.stdout
+
+
+@pytest.mark.parametrize("mode", ["central", "distributed"])
+def test_simulate_reports_the_spent_budget(ws: Path, tmp_path: Path, mode: str) -> None:
+    res, out = _sim(ws, tmp_path, "--dp-epsilon", "4", "--dp-delta", "1e-6", "--clip", "20",
+                    "--secure", "--dp-mode", mode)
+    p = res["privacy"]
+    assert isinstance(p, dict)
+    assert p["dp_mode"] == mode and p["epsilon_spent"] == 4.0
+    assert p["delta_spent"] == pytest.approx(1e-6, rel=1e-6)
+    assert p["min_class_count"] == 5 and res["min_class_count"] == 5  # the DP default
+    assert p["sensitivity"] == {"counts": 5.0, "sums": 100.0, "class_scatter": 2000.0}
+    assert any("PSD" in n for n in p["postprocessing"])
+    assert f"differential privacy ({mode}): spent epsilon=4, delta=1e-06" in out
+    assert "post-processing: counts rounded and clamped at 0" in out
+    for head in res["heads"].values():  # type: ignore[attr-defined]
+        assert 0.0 <= head["accuracy"] <= 1.0
+
+
+def test_simulate_without_dp_keeps_every_class(ws: Path, tmp_path: Path) -> None:
+    res, _ = _sim(ws, tmp_path)
+    assert res["privacy"] is None and res["min_class_count"] == 1
+    res, out = _sim(ws, tmp_path, "--min-class-count", "20")
+    assert res["min_class_count"] == 20 and res["suppressed"]["classes"] > 0  # type: ignore[index]
+    assert "minimum-count rule (k=20)" in out
+
+
+W = "<ws>"
+BASE = ["simulate", "--train", f"{W}/train.npz", "--test", f"{W}/test.npz", "--clients", "3",
+        "--alpha", "1"]
+BAD = [
+    ("distributed-without-secure", [*BASE, "--dp-epsilon", "1", "--clip", "5", "--dp-mode",
+                                    "distributed"],
+     r"--dp-mode distributed adds each client's noise share before secure aggregation, so it "
+     r"needs --secure"),
+    ("epsilon-zero", [*BASE, "--dp-epsilon", "0", "--clip", "5"],
+     r"the privacy budget epsilon must be a finite number > 0; got 0\.0"),
+    ("delta-one", [*BASE, "--dp-epsilon", "1", "--dp-delta", "1", "--clip", "5"],
+     r"delta must be a number strictly between 0 and 1"),
+    ("bad-mode", [*BASE, "--dp-epsilon", "1", "--clip", "5", "--dp-mode", "local"],
+     r"--dp-mode must be one of central, distributed; got 'local'"),
+    ("delta-without-epsilon", [*BASE, "--dp-delta", "1e-5"],
+     r"--dp-delta needs --dp-epsilon"),
+    ("dp-without-clip", [*BASE, "--dp-epsilon", "1"],
+     r"--dp-epsilon needs --clip R: .* the sensitivity of the statistics depends on it"),
+    ("min-count-zero", [*BASE, "--min-class-count", "0"],
+     r"--min-class-count must be at least 1 \(1 keeps every class\); got 0"),
+]
+
+
+@pytest.mark.parametrize(("args", "pattern"), [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_dp_options_fail_with_one_clear_line(ws: Path, tmp_path: Path, args: list[str],
+                                                  pattern: str) -> None:
+    r = run_cli(*[a.replace(W, str(ws)) for a in args], cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and re.search(pattern, lines[0]), r.stderr
+
+
+def test_noise_is_seeded_by_the_simulation_seed(ws: Path, tmp_path: Path) -> None:
+    a, _ = _sim(ws, tmp_path, "--dp-epsilon", "1", "--clip", "20", "--seed", "3")
+    b, _ = _sim(ws, tmp_path, "--dp-epsilon", "1", "--clip", "20", "--seed", "3")
+    assert a["heads"] == b["heads"] or all(  # fit times differ; accuracies do not
+        a["heads"][h]["accuracy"] == b["heads"][h]["accuracy"]  # type: ignore[index]
+        for h in ("nb", "lda", "qda"))
+    assert np.isfinite(a["privacy"]["noise_multiplier"])  # type: ignore[index]
