@@ -130,6 +130,8 @@ def render(result: dict[str, Any]) -> str:
               "yes" if c["ok"] else "NO"] for c in result["noise_check"]]
     cfg = result["config"]
     return "\n".join([
+        "## Differential privacy: accuracy vs ε (`benchmarks/bench_dp.py`)",
+        "",
         f"CIFAR-10, EfficientNet-Lite0 @224 features ({cfg['train_per_class']} train / "
         f"{cfg['test_per_class']} test images per class), {CLIENTS} clients (Dirichlet α=0.5), "
         f"full mode in a public projection to k={PROJECTION_DIM}, clip R={cfg['clip']:g}, "
@@ -153,8 +155,16 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    import sys
+
+    if "--render-only" in sys.argv[1:]:  # rewrite the section from the last results
+        import json
+
+        saved = json.loads((ROOT / "benchmarks" / "results" / "dp.json").read_text())
+        update_section(ROOT / "BENCHMARKS.md", "dp", render(saved))
+        return
     t0 = time.perf_counter()
-    data_dir = os.environ.get("GHOFL_DATA_DIR", "/work/shared/data")
+    data_dir = os.environ.get("GHOFL_DATA_DIR") or str(ROOT.parent / "shared" / "data")
     cfg = config_from_dict({"datasets": ["cifar10"], "train_per_class": 300,
                             "test_per_class": 100, "data_dir": data_dir})
     feats = load_features("cifar10", "efficientnet-lite0", cfg)
