@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ghofl._jobconfig import check_config_keys
 from ghofl.data.embeddings import check_labelled_embeddings
 from ghofl.errors import ConfigError, InputError
 from ghofl.evaluation import HeadScore, evaluate_heads
@@ -113,19 +114,9 @@ class ServerJob:
             A key is missing, unknown (``strict``) or holds an invalid value; the message
             names the key.
         """
-        known = {f.name for f in fields(cls)}
-        if strict:
-            unknown = sorted(k for k in config if k not in known)
-            if unknown:
-                raise ConfigError(
-                    f"server job config has the unknown key {unknown[0]!r}; known keys: "
-                    f"{', '.join(sorted(known))}"
-                )
-        if "heads" not in config:
-            raise ConfigError(
-                "server job config has no key 'heads'; give the heads to fit, e.g. "
-                "heads = \"nb,lda,qda,fedcgs\""
-            )
+        check_config_keys(config, (f.name for f in fields(cls)), what="server job config",
+                          required="heads", strict=strict,
+                          example='give the heads to fit, e.g. heads = "nb,lda,qda,fedcgs"')
         heads = config["heads"]
         if not isinstance(heads, str | list | tuple):
             raise ConfigError(

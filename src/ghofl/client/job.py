@@ -36,6 +36,7 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
+from ghofl._jobconfig import check_config_keys
 from ghofl.client.encoders.base import Encoder
 from ghofl.client.encoders.factory import get_encoder
 from ghofl.client.transforms import (
@@ -174,19 +175,10 @@ class ClientJob:
             A key is missing, unknown (``strict``) or holds an invalid value; the message
             names the key.
         """
-        known = {f.name for f in fields(cls)}
-        if strict:
-            unknown = sorted(k for k in config if k not in known)
-            if unknown:
-                raise ConfigError(
-                    f"client job config has the unknown key {unknown[0]!r}; known keys: "
-                    f"{', '.join(sorted(known))}"
-                )
-        if "classes" not in config:
-            raise ConfigError(
-                "client job config has no key 'classes'; give the federation's class list, "
-                'e.g. classes = \'["cat", "dog"]\''
-            )
+        check_config_keys(config, (f.name for f in fields(cls)), what="client job config",
+                          required="classes", strict=strict,
+                          example='give the federation\'s class list, e.g. classes = '
+                                  '\'["cat", "dog"]\'')
         kw: dict[str, Any] = {"classes": _parse_classes(config["classes"])}
         for key in ("mode", "backend", "feature_transform"):
             if key in config:
