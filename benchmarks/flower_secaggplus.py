@@ -67,7 +67,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -81,7 +80,13 @@ from typing import Any
 
 import numpy as np
 
-from ghofl.integrations.flower.runner import descendants, marked_pids, pid_alive
+from ghofl.integrations.flower.runner import (
+    descendants,
+    flower_env,
+    free_port,
+    marked_pids,
+    pid_alive,
+)
 
 APP_DIR = Path(__file__).resolve().parent / "flower_secaggplus_app"
 DEFAULT_PYTHON = os.environ.get("GHOFL_FLOWER_PYTHON", sys.executable)
@@ -194,30 +199,13 @@ def _toml_value(value: Any) -> str:
     return "'" + str(value) + "'"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _flower_env(python: str, home: Path, marker: str, ray_tmp: Path) -> dict[str, str]:
-    """Environment of every Flower process: private state, no telemetry, loopback only."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    bindir = str(Path(python).parent)  # not resolved: keep the venv's bin/ (its scripts)
-    env.update(
-        PATH=bindir + os.pathsep + env.get("PATH", ""),
-        VIRTUAL_ENV=str(Path(bindir).parent),
-        FLWR_TELEMETRY_ENABLED="0",
-        FLWR_DISABLE_UPDATE_CHECK="1",
-        FLWR_HOME=str(home / "flwr_home"),
-        UV_CACHE_DIR=str(home / "uv_cache"),
-        UV_OFFLINE="1",
-        RAY_USAGE_STATS_ENABLED="0",
-        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # Ray node IP 127.0.0.1, loopback sockets
-        RAY_TMPDIR=str(ray_tmp),
-        PYTHONDONTWRITEBYTECODE="1",
-        PYTHONUNBUFFERED="1",
-    )
+    """The runner's Flower environment for ``python``'s venv, plus this run's marker and Ray
+    folder; no PYTHONPATH, so the Flower venv's own packages are used."""
+    env = flower_env(home, python)
+    env.pop("PYTHONPATH", None)
+    env.update(VIRTUAL_ENV=str(Path(python).parent.parent), RAY_TMPDIR=str(ray_tmp),
+               PYTHONDONTWRITEBYTECODE="1")
     env[_MARKER_ENV] = marker
     return env
 
@@ -275,7 +263,7 @@ def _tail(paths: Sequence[Path], chars: int = 6000) -> str:
 @contextlib.contextmanager
 def _superlink(python: str, env: dict[str, str], workdir: Path) -> Iterator[int]:
     """A private simulation SuperLink on a free loopback port; stopped (by PID) on exit."""
-    port = _free_port()
+    port = free_port()
     log = workdir / "superlink.log"
     cmd = [
         str(Path(python).parent / "flower-superlink"),

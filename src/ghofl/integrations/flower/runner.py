@@ -209,9 +209,12 @@ class ProcessGroup:
             self.seen |= pids
 
 
-def flower_env(root: Path) -> dict[str, str]:
-    """Environment of every Flower process: private state, no telemetry, loopback only."""
-    bindir = str(Path(sys.executable).parent)
+def flower_env(root: Path, python: str | None = None) -> dict[str, str]:
+    """Environment of every Flower process: private state, no telemetry, loopback only.
+
+    ``python`` is the interpreter whose ``bin/`` (with the ``flwr`` scripts) goes first on
+    ``PATH`` (default: this one)."""
+    bindir = str(Path(python or sys.executable).parent)  # not resolved: keep the venv's bin/
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME",)}
     env.update(
         PATH=bindir + os.pathsep + env.get("PATH", ""),
