@@ -39,6 +39,7 @@ from ghofl.secure import (
 )
 from ghofl.server_job import ServerJob, run_server_job
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.codec import through_transport
 from ghofl.stats.meta import EncoderInfo, Mode
 from ghofl.stats.schema import schema_for
 
@@ -123,6 +124,10 @@ class SimulationResult:
     privacy : dict or None
         :meth:`~ghofl.privacy.PrivateRelease.to_dict` of a DP run (spent ε and δ, σ per block,
         sensitivities, post-processing notes); ``None`` without DP.
+    holdout_fraction : float
+        Fraction of its samples every client held out (held-out section; 0.0: none).
+    transport_dtype : str
+        Dtype of the float sums of the plain uploads (``"float64"`` or ``"float32"``).
     predictions : dict of str to ndarray of int64, shape (n_test,)
         Test predictions per head (not part of :meth:`to_dict`).
     """
@@ -148,6 +153,8 @@ class SimulationResult:
     suppressed: dict[str, int] = field(default_factory=dict)
     privacy: dict[str, Any] | None = None
     predictions: dict[str, I64] = field(default_factory=dict, repr=False)
+    holdout_fraction: float = 0.0
+    transport_dtype: str = "float64"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary: every attribute but ``predictions``, plus ``ghofl_version``.
@@ -177,6 +184,8 @@ class SimulationResult:
             "min_class_count": self.min_class_count,
             "suppressed": dict(self.suppressed),
             "privacy": None if self.privacy is None else dict(self.privacy),
+            "holdout_fraction": self.holdout_fraction,
+            "transport_dtype": self.transport_dtype,
             "aggregation": dict(self.aggregation),
             "ghofl_version": __version__,
         }
@@ -205,6 +214,10 @@ def simulate_federation(
     progress: bool = False,
     min_class_count: int = 1,
     dp: DPConfig | None = None,
+    holdout_fraction: float = 0.0,
+    holdout_seed: int = 0,
+    transport_dtype: str = "float64",
+    projection_basis: str = "",
 ) -> SimulationResult:
     """Simulate a one-shot federation on embeddings and evaluate every head on a test set.
 
@@ -258,6 +271,18 @@ def simulate_federation(
         client adds a noise share before secure aggregation; needs ``secure``). Needs a
         clipping bound. The noise is seeded from ``seed`` (a simulation; deployments draw it
         from OS entropy).
+    holdout_fraction : float, default 0.0
+        Every client also uploads the sums of this fraction of its samples, held out by the
+        seeded per-sample split (``holdout_seed``) of their global row ids, so the held-out
+        totals do not depend on the partition. Not with ``dp``.
+    holdout_seed : int, default 0
+    transport_dtype : {"float64", "float32"}, default "float64"
+        Dtype of the float sums of the plain uploads: with float32 each client's statistics
+        are rounded to float32 as they would travel (the total is still added in float64).
+        Not with ``secure`` (which sends its own fixed-point words).
+    projection_basis : str, default ""
+        With ``projection_dim``: the fingerprint of a public principal-direction basis
+        (:mod:`ghofl.stats.projection`) to project onto instead of the random projection.
 
     Returns
     -------
@@ -276,7 +301,10 @@ def simulate_federation(
     clip = _clip_norm(clip_norm, secure)
     job = ClientJob(classes=_class_names(classes), mode=mode, projection_dim=projection_dim,
                     projection_seed=projection_seed, clip_norm=clip,
-                    min_class_count=min_class_count)
+                    min_class_count=min_class_count, holdout_fraction=holdout_fraction,
+                    holdout_seed=holdout_seed, transport_dtype=transport_dtype,
+                    projection_basis=projection_basis)
+    _check_upload_options(job, secure, dp)
     if dp is not None and dp.mode == "distributed" and secure is None:
         raise ConfigError(
             "distributed differential privacy adds each client's noise share before secure "
@@ -314,7 +342,9 @@ def simulate_federation(
     def stats_of(idx: I64) -> Callable[[], ClientStats]:
         def make() -> ClientStats:  # each client sees only its own rows
             t = time.perf_counter()
-            out = client_statistics((xtr[idx], ytr[idx]), job, encoder_info=encoder)
+            out = client_statistics((xtr[idx], ytr[idx]), job, encoder_info=encoder,
+                                    sample_ids=idx)
+            out = through_transport(out, job.transport_dtype)  # as the server would read it
             client_seconds.append(time.perf_counter() - t)
             return out
         return make
@@ -368,7 +398,8 @@ def simulate_federation(
         mode=job.mode,
         projection_dim=job.projection_dim,
         projection_seed=None if job.projection_dim is None else job.projection_seed,
-        upload_bytes_per_client=schema_for(job.mode).nbytes(c, meta.dim),
+        upload_bytes_per_client=schema_for(job.mode).nbytes(
+            c, meta.dim, holdout=meta.has_holdout, float_dtype=job.transport_dtype),
         n_train=int(ytr.size),
         n_test=int(yte.size),
         num_classes=c,
@@ -382,10 +413,28 @@ def simulate_federation(
         suppressed=_suppressed(ytr, parts, c, job.min_class_count),
         privacy=privacy,
         predictions={name: score.predictions for name, score in scores.items()},
+        holdout_fraction=job.holdout_fraction,
+        transport_dtype=job.transport_dtype,
     )
 
 
 # ---------------------------------------------------------------------- options
+def _check_upload_options(job: ClientJob, secure: SecAggConfig | None,
+                          dp: DPConfig | None) -> None:
+    """Held-out sections and float32 transport: refuse the combinations they do not support."""
+    if job.transport_dtype != "float64" and secure is not None:
+        raise ConfigError(
+            f"transport dtype {job.transport_dtype} applies to plain uploads; secure "
+            "aggregation sends its own fixed-point encoding of the float64 sums, so drop "
+            "--transport-dtype (or --secure)"
+        )
+    if job.holdout_fraction > 0 and dp is not None:
+        raise ConfigError(
+            "differential privacy does not support a held-out section (held-out samples would "
+            "count twice in the sensitivity); drop --holdout or the DP options"
+        )
+
+
 def _suppressed(y: I64, parts: Sequence[I64], num_classes: int, k: int) -> dict[str, int]:
     """Client-class pairs (and their rows) the minimum-count rule drops."""
     classes = samples = 0

@@ -19,6 +19,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -601,6 +602,152 @@ def test_cli_one_line_errors(corpus: Corpus, tmp_path: Path) -> None:
 
 class _CliRefused(GhoflError):
     """The CLI printed one error line and exited 2 (recorded as a rejection)."""
+
+
+# ---------------------------------------------------------------------- text readers
+N_TEXT_TARGETED = 300  # per seed text file (3 files): one planted bad line each
+N_TEXT_BYTES = 300     # per seed text file: random byte mutations (may stay valid)
+N_TEXT_CLI = 30
+TEXT_LABELS = ("neg", "pos", "neu")
+
+
+def _text_rows(rng: np.random.Generator, fmt: str, n: int) -> list[str]:
+    """Valid lines (one record each) with smart quotes, ellipses, U+2028 and NEL inside."""
+    extras = ["\u201cq\u201d", "\u2026", "caf\u00e9", "\u2013", "x\u2028y", "a\x85b", "\x0c"]
+    rows = []
+    for i in range(n):
+        words = " ".join(str(w) for w in rng.choice([*extras, "film", "good", "bad"], size=3))
+        label = TEXT_LABELS[i % 3]
+        if fmt == "lines":
+            rows.append(f"{label} {words} {i}")
+        elif fmt == "csv":
+            rows.append(f'{label},"t {i}","{words}, more"')
+        else:
+            rows.append(f"{label}\tt {i}\t{words}")
+    return rows
+
+
+def _text_file(rng: np.random.Generator, fmt: str, rows: list[str], header: bool) -> bytes:
+    """Encode ``rows`` with blank lines, a random newline style, encoding and BOM."""
+    out: list[str] = []
+    if header and fmt != "lines":
+        out.append(_delim(fmt).join(("label", "title", "description")))
+    out += rows
+    newline = str(rng.choice(["\n", "\r\n", "\r"]))
+    text = newline.join(out) + (newline if rng.random() < 0.7 else "")
+    encoding = str(rng.choice(["utf-8", "utf-8-sig", "utf-16", "cp1252"]))
+    if encoding == "cp1252":
+        text = text.replace("\u2028", " ").replace("\x85", "\u2026")
+    return text.encode(encoding)
+
+
+def _delim(fmt: str) -> str:
+    return {"csv": ",", "tsv": "\t"}.get(fmt, " ")
+
+
+def _plant_bad_row(rng: np.random.Generator, fmt: str) -> tuple[list[str], int, str]:
+    """Valid rows with blank lines and one malformed row; its 1-based line number and the
+    pattern its error must match."""
+    rows = _text_rows(rng, fmt, int(rng.integers(3, 12)))
+    for _ in range(int(rng.integers(0, 4))):
+        rows.insert(int(rng.integers(0, len(rows) + 1)), str(rng.choice(["", " ", "\t "])))
+    # a CSV/TSV file without a header takes its width from its first row: plant after it
+    first = 0 if fmt == "lines" else next(i for i, r in enumerate(rows) if r.strip())
+    at = int(rng.integers(first + int(fmt != "lines"), len(rows) + 1))
+    if fmt == "lines":
+        bad, pattern = "lonely", "holds the label 'lonely' but no text"
+    else:
+        bad, pattern = _delim(fmt).join(["pos", "a", "b", "c"]), "expected 3 .* fields"
+    rows.insert(at, bad)
+    return rows, at + 1, pattern
+
+
+def _check_text(path: Path, fmt: str) -> None:
+    from ghofl.data.text import read_text_dataset
+
+    ds = read_text_dataset(path, format=fmt)
+    assert len(ds.texts) == ds.labels.size > 0 and ds.blank_lines >= 0
+    assert all(t.strip() for t in ds.texts)
+    assert int(ds.labels.max()) < len(ds.classes)
+    if fmt != "csv":  # only CSV quoting may carry a line break inside a text
+        assert not any("\n" in t or "\r" in t for t in ds.texts)
+
+
+def test_text_readers(tmp_path: Path) -> None:
+    from ghofl.data.text import read_text_dataset
+
+    rng = np.random.default_rng(2024)
+    for fmt in ("lines", "csv", "tsv"):
+        path = tmp_path / f"data.{ {'lines': 'txt'}.get(fmt, fmt) }"
+        for i in range(N_TEXT_TARGETED):
+            rows, line, pattern = _plant_bad_row(rng, fmt)
+            header = fmt != "lines" and rng.random() < 0.5
+            path.write_bytes(_text_file(rng, fmt, rows, header))
+            line += int(header)
+
+            def planted(line: int = line, pattern: str = pattern, path: Path = path,
+                        fmt: str = fmt) -> None:
+                try:
+                    read_text_dataset(path, format=fmt)
+                except GhoflError as exc:
+                    if not re.search(rf"^line {line} of .*{pattern}", str(exc)):
+                        raise AssertionError(f"expected line {line}: {exc}") from None
+                    raise
+
+            run_case("text", f"{fmt}/planted/{i}", planted)
+        base = _text_file(rng, fmt, _text_rows(rng, fmt, 12), fmt != "lines")
+        for i in range(N_TEXT_BYTES):
+            mut = TEXT_MUTATIONS[i % len(TEXT_MUTATIONS)]
+            bad = mut(rng, base)
+            path.write_bytes(bad)
+            run_case("text", f"{fmt}/{mut.__name__}/{i}",
+                     lambda path=path, fmt=fmt: _check_text(path, fmt),
+                     accept=True, noop=bad == base)
+
+
+def _insert(rng: np.random.Generator, raw: bytes) -> bytes:
+    pos = int(rng.integers(0, len(raw) + 1))
+    junk = [b"\x00", b"\x85", b"\r", b"\n\n", b"\xff\xfe", b"\xef\xbb\xbf", b'"', b"\t",
+            b",", b"\x81", b"\xc3", b"\xe2\x80\xa8"]
+    return raw[:pos] + junk[int(rng.integers(0, len(junk)))] + raw[pos:]
+
+
+def _bom_swap(rng: np.random.Generator, raw: bytes) -> bytes:
+    boms = [b"", b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff", b"\xff\xfe\x00\x00"]
+    return boms[int(rng.integers(0, len(boms)))] + raw
+
+
+TEXT_MUTATIONS: list[Mutation] = [truncate, bit_flip, append_junk, _insert, _bom_swap]
+
+
+def test_text_cli_one_line_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ghofl embed`` and ``client-stats --data`` on malformed text: one line, exit 2."""
+    from ghofl.client.encoders import CallableEncoder
+
+    encoder = CallableEncoder(lambda b: np.ones((len(b), 2)), "ones", 2)
+    monkeypatch.setattr("ghofl.client.encoders.get_encoder", lambda *a, **k: encoder)
+    monkeypatch.setenv("GHOFL_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(7)
+    path = tmp_path / "site.txt"
+
+    def check(args: list[str]) -> None:
+        rc, err = _cli(args)
+        lines = [ln for ln in err.splitlines() if not ln.startswith("ghofl: warning:")]
+        if rc != 2 or len(lines) != 1 or not lines[0].startswith("ghofl: error: "):
+            raise AssertionError(f"rc={rc}, stderr={err[-400:]!r}")
+        raise _CliRefused(lines[0])
+
+    for i in range(N_TEXT_CLI):
+        rows, _, _ = _plant_bad_row(rng, "lines")
+        path.write_bytes(_text_file(rng, "lines", rows, False))
+        if i % 2:
+            args = ["embed", "--data", str(path), "--encoder", "minilm", "--out",
+                    str(tmp_path / "x.npz")]
+        else:
+            args = ["client-stats", "--data", str(path), "--encoder", "minilm", "--out",
+                    str(tmp_path / "x.ghs")]
+        run_case("cli", f"{args[0]}/text/{i}", lambda args=args: check(args))
+    assert not (tmp_path / "x.npz").exists() and not (tmp_path / "x.ghs").exists()
 
 
 def test_zz_summary() -> None:

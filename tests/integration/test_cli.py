@@ -138,9 +138,9 @@ def test_heads_lists_modes_and_defaults(tmp_path: Path) -> None:
     _ok(r)
     info = json.loads(r.stdout)
     assert info["nb"]["min_mode"] == "diag" and info["qda"]["min_mode"] == "full"
-    assert info["lda"]["params"]["shrinkage"] == 0.05
+    assert info["lda"]["params"]["shrinkage"] == "auto"
     _ok(plain := run_cli("heads", cwd=tmp_path))
-    assert re.search(r"^lda\s+pooled\s+shrinkage=0\.05", plain.stdout, re.M)
+    assert re.search(r"^lda\s+pooled\s+shrinkage='auto'", plain.stdout, re.M)
 
 
 def test_version_and_help(tmp_path: Path) -> None:

@@ -60,7 +60,8 @@ def test_qda_matches_sklearn_eigen_shrinkage(shrinkage: float) -> None:
 @pytest.mark.parametrize(("c", "d"), [(2, 3), (6, 10)])
 def test_nb_matches_gaussian_nb(c: int, d: int) -> None:
     x, y = gaussian_mixture(11 + c, num_classes=c, dim=d, n=400)
-    head = make_head("nb", var_smoothing=1e-9).fit_from_stats(_federated_stats(x, y, c))
+    head = make_head("nb", var_smoothing=1e-9, var_floor=0.0)
+    head.fit_from_stats(_federated_stats(x, y, c))
     ref = GaussianNB(var_smoothing=1e-9).fit(x, y)
     np.testing.assert_allclose(head.predict_proba(x), ref.predict_proba(x), atol=1e-6)
     np.testing.assert_allclose(head.predict_log_proba(x), ref.predict_log_proba(x), atol=1e-6)
@@ -95,11 +96,11 @@ def test_fedcgs_matches_its_reference_formula() -> None:
     assert head.jitter_ == 0.0  # type: ignore[attr-defined]
 
 
-def test_lda_auto_shrinkage_uses_oas_on_pooled_covariance() -> None:
+def test_lda_oas_shrinkage_uses_oas_on_pooled_covariance() -> None:
     from sklearn.covariance import oas
 
     x, y = gaussian_mixture(5, num_classes=3, dim=20, n=90)
-    head = make_head("lda", shrinkage="auto").fit_from_stats(compute_stats(x, y, 3))
+    head = make_head("lda", shrinkage="oas").fit_from_stats(compute_stats(x, y, 3))
     means = np.stack([x[y == k].mean(0) for k in range(3)])
     centered = x - means[y]
     _, expected = oas(centered, assume_centered=True)

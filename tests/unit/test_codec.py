@@ -112,7 +112,7 @@ def _rewrite_header(p: Path, **changes: str) -> None:
         ({"format": "other.thing"}, r"is not a ghofl statistics file \(format tag 'other.thing'"),
         (
             {"schema_version": "99"},
-            r"schema version 99, newer than this ghofl supports \(2\); upgrade ghofl",
+            r"schema version 99, newer than this ghofl supports \(3\); upgrade ghofl",
         ),
         ({"schema_version": "0"}, r"schema version 0, older than this ghofl supports"),
         ({"meta": "{not json"}, "has a missing or corrupt metadata header"),

@@ -9,6 +9,7 @@ import scipy.linalg
 from ghofl.errors import ConfigError, StatsValidationError, UnsupportedModeError
 from ghofl.heads._linalg import linear_discriminant
 from ghofl.heads.fisher import (
+    class_coefficient,
     default_max_dim,
     fisher_class_covariances,
     fisher_pooled_covariance,
@@ -17,7 +18,8 @@ from ghofl.heads.fisher import (
     project_covariance,
 )
 from ghofl.heads.lda import LDAHead, lda_covariance
-from ghofl.moments import GhoflWarning, Moments, compute_moments, resolve_shrinkage, shrink
+from ghofl.moments import GhoflWarning, Moments, compute_moments, shrink
+from ghofl.moments.selection import choose_class_shrinkage
 from ghofl.stats import compute_stats, sum_stats
 from tests.helpers import gaussian_mixture
 
@@ -93,7 +95,7 @@ def test_energy_cut_and_caps() -> None:
 def test_default_max_dim_rule() -> None:
     assert default_max_dim(10) == 9
     assert default_max_dim(100) == 99
-    assert default_max_dim(1000) == 128
+    assert default_max_dim(1000) == 999  # uncapped; the paper's 128 is max_dim=128
     assert default_max_dim(2) == 1
 
 
@@ -198,19 +200,23 @@ def test_projection_helpers() -> None:
                                fs.V.T @ pooled @ fs.V, atol=1e-12)
 
 
-def test_class_covariances_auto_and_singleton_paths() -> None:
-    """'auto' (OAS per class) and N_c = 1 (pooled fallback) take the explicit d × d path."""
+@pytest.mark.parametrize("rule", ["auto", "oas"])
+def test_class_covariances_rule_and_singleton_paths(rule: str) -> None:
+    """A rule picks a_c per class judged in the Fisher space (basis V); N_c = 1 falls back to
+    the pooled covariance on the explicit d × d path."""
     x, y = gaussian_mixture(2, num_classes=3, dim=6, n=600)
     y[0] = 3  # a class with a single sample
     m = compute_moments(compute_stats(x, y, 4, mode="full"))
     fs = fisher_subspace(m)
     with pytest.warns(GhoflWarning, match="has 1 sample"):
-        covs = fisher_class_covariances(m, fs.V, "auto")
+        covs = fisher_class_covariances(m, fs.V, rule)
     for c in range(3):
         cov = m.class_covariance(c)
-        n_c = int(m.counts[c])
-        a = resolve_shrinkage("auto", cov * (n_c - 1) / n_c, n_c)
+        a = class_coefficient(m, c, rule, fs.V)
+        assert a == choose_class_shrinkage(m, c, rule, basis=fs.V).value
+        assert 0.0 <= a <= 1.0
         np.testing.assert_allclose(covs[c], fs.V.T @ shrink(cov, a) @ fs.V, atol=1e-12)
+    assert class_coefficient(m, 0, 0.3, fs.V) == 0.3
     # N_c = 1: the pooled covariance, and OAS with (N_c − 1)/N_c = 0 gives a = 1 (as QDAHead)
     pooled = fs.V.T @ shrink(m.pooled_covariance(), 1.0) @ fs.V
     np.testing.assert_allclose(covs[3], pooled, atol=1e-12)

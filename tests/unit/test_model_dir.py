@@ -42,7 +42,7 @@ def test_round_trip_predicts_identically(
     assert manifest["stats"]["n_samples"] == 150 and manifest["round"] == 3
     assert manifest["heads"]["nb"]["fit_seconds"] == 0.5
     assert "fit_seconds" not in manifest["heads"]["lda"]
-    assert manifest["heads"]["lda"]["params"]["shrinkage"] == 0.05
+    assert manifest["heads"]["lda"]["params"]["shrinkage"] == "auto"
 
 
 def test_an_interrupted_write_leaves_nothing(

@@ -21,7 +21,7 @@ FAST = {"epochs": 1, "n_per_class": 40, "batch_size": 64}
 
 
 def _head(name: str) -> Any:
-    return make_head(name, **({} if name in ("nb", "lda", "qda", "fedcgs") else FAST))
+    return make_head(name, **(FAST if name in ("fishermix", "protohyper") else {}))
 
 
 def _data(case: str) -> tuple[np.ndarray, np.ndarray]:

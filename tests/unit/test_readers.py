@@ -241,15 +241,22 @@ def test_registry_missing_data_dir_names_env_var_and_known_datasets(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("GHOFL_DATA_DIR", raising=False)
+    monkeypatch.setenv("GHOFL_CACHE_DIR", str(tmp_path / "cache"))  # no downloaded archive
     assert default_data_dir() is None
     with pytest.raises(DataError, match=r"no data directory was given; set the GHOFL_DATA_DIR"):
+        load_dataset("trec", "train")
+    # cifar10 may also come from the python archive in the cache (see test_cifar_archive.py)
+    with pytest.raises(DataError, match=r"GHOFL_DATA_DIR is not set, so there is no cifar10\.zip "
+                       r"\(ImageFolder\), cifar-10-python\.tar\.gz nor cifar-10-batches-py/"):
         load_dataset("cifar10", "train")
-    with pytest.raises(DataError, match=r"expects '.*cifar10\.zip' or a folder"):
+    with pytest.raises(DataError, match=r"'.*' holds neither cifar10\.zip \(ImageFolder\), "
+                       r"cifar-10-python\.tar\.gz nor cifar-10-batches-py/; `ghofl demo` "
+                       r"downloads the archive by itself, or download https://"):
         load_dataset("cifar10", "train", data_dir=tmp_path)
 
 
 def test_registry_unknown_name_lists_known_names(tmp_path: Path) -> None:
-    assert available_datasets() == ("cifar10", "trec", "sst2", "agnews")
+    assert available_datasets() == ("cifar10", "trec", "sst2", "agnews", "tiny-imagenet")
     with pytest.raises(DataError, match=r"'imagenet' is neither a known name \(cifar10, trec"):
         load_dataset("imagenet", "train", data_dir=tmp_path)
 

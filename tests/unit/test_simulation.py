@@ -94,7 +94,7 @@ def test_result_dict_is_the_json_contract(data: dict[str, np.ndarray]) -> None:
         assert r["fit_seconds"] >= 0 and r["predict_seconds"] >= 0
         assert out["stage_seconds"][f"fit/{name}"] == r["fit_seconds"]
         assert f"evaluate/{name}" in out["stage_seconds"]
-    assert out["heads"]["lda"]["params"]["shrinkage"] == 0.05
+    assert out["heads"]["lda"]["params"]["shrinkage"] == "auto"  # the data-driven default
     for stage in ("partition", "client_stats", "client_stats_max", "aggregate"):
         assert out["stage_seconds"][stage] >= 0
 
@@ -182,7 +182,7 @@ def test_bad_data_is_named(data: dict[str, np.ndarray]) -> None:
 
 
 def test_build_heads_and_defaults() -> None:
-    assert head_defaults("lda") == {"shrinkage": 0.05, "covariance_divisor": "n-c"}
+    assert head_defaults("lda") == {"shrinkage": "auto", "covariance_divisor": "n-c"}
     heads = build_heads(["nb", "lda"], {"lda": {"shrinkage": 0.2}}, mode="pooled")
     assert list(heads) == ["nb", "lda"]
     assert heads["lda"].get_params()["shrinkage"] == 0.2

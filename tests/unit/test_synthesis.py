@@ -85,6 +85,20 @@ def test_fixed_samples_reproduce_moments() -> None:
     _assert_moments_match(g, z, y)
 
 
+def test_fixed_samples_with_per_class_counts() -> None:
+    """An array of counts (e.g. ∝ priors) draws class-blocked rows with those counts; equal
+    counts give the same draws as one count."""
+    g = _gaussians()
+    counts = np.array([3, 0, 5, 1])
+    z, y = sample_fixed(g, counts, np.random.default_rng(1))
+    assert z.shape == (9, g.dim)
+    np.testing.assert_array_equal(y, np.repeat(np.arange(C), counts))
+    a = sample_fixed(g, np.full(C, 6), np.random.default_rng(2))
+    b = sample_fixed(g, 6, np.random.default_rng(2))
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
 def test_fixed_samples_are_seeded() -> None:
     g = _gaussians()
     a = sample_fixed(g, 50, np.random.default_rng(3))

@@ -3,7 +3,8 @@
 Example (every key except ``datasets`` has a default)::
 
     name = "cifar10-main"
-    datasets = ["cifar10"]               # names (cifar10, trec, sst2, agnews) or ImageFolder paths
+    datasets = ["cifar10"]               # names (cifar10, trec, sst2, agnews, tiny-imagenet) or
+                                          # paths (ImageFolder or Tiny-ImageNet zip/folder)
     encoders = ["efficientnet-lite0"]    # see ghofl.client.encoders.get_encoder
     resolution = 224
     backend = "onnx"                      # or "torch"
@@ -15,15 +16,33 @@ Example (every key except ``datasets`` has a default)::
     modes = ["full"]
     projection_dims = [0]                 # 0 = no projection
     projection_seed = 0
+    projection = "random"                 # or "pca": the encoder's public principal-direction
+                                          # basis (ghofl projection-basis; ghofl.stats.projection)
     train_per_class = 0                   # 0 = the whole split; else a stratified subsample
     test_per_class = 0
     references = ["logreg", "sklearn_lda"]
     secure = false                        # true: the secure aggregation protocol
     clip = 0.0                            # per-sample L2 bound R; 0 = none, or the encoder's
                                           # default R when secure = true
+    holdout = [0.0]                       # held-out fraction of each client's samples; 0 = none
+    preset = "default"                    # head hyperparameters: "default" (from the data) or
+                                          # "paper" (fixed values); head_params override them
+    transport_dtype = ["float64"]         # or "float32": dtype of the float sums uploaded
 
     [head_params.fishermix]
     epochs = 40
+
+Datasets by path: a string that is not a known name is a path (relative to the working
+directory): an image layout (folder or .zip with ``train/`` and ``test/`` split folders), a
+text file (``<label> <text>`` lines, or ``.csv``/``.tsv`` rows with a label column; its
+``test`` split is a stratified 20% held out with seed 0), or a folder holding a ``train`` and
+a ``test`` text file. A table says more (keys of :class:`ghofl.data.by_path.DatasetSpec`)::
+
+    datasets = [
+        "cifar10",
+        {path = "data/reviews/train.tsv", test = "data/reviews/test.tsv", label_column = "label"},
+        {path = "data/questions.txt", name = "questions", test_fraction = 0.25, split_seed = 1},
+    ]
 """
 
 from __future__ import annotations
@@ -33,7 +52,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ghofl.data.by_path import DatasetSpec
 from ghofl.errors import ConfigError
+from ghofl.heads.presets import check_preset
 from ghofl.heads.registry import available_heads
 from ghofl.stats.schema import SCHEMAS
 
@@ -49,6 +70,8 @@ _LIST_KEYS = (
     "modes",
     "projection_dims",
     "references",
+    "holdout",
+    "transport_dtype",
 )
 
 
@@ -56,7 +79,7 @@ _LIST_KEYS = (
 class ExperimentConfig:
     """A validated experiment grid (see module docstring for the TOML keys)."""
 
-    datasets: tuple[str, ...]
+    datasets: tuple[str | DatasetSpec, ...]
     name: str = "experiment"
     encoders: tuple[str, ...] = ("efficientnet-lite0",)
     resolution: int = 224
@@ -69,17 +92,22 @@ class ExperimentConfig:
     modes: tuple[str, ...] = ("full",)
     projection_dims: tuple[int, ...] = (0,)
     projection_seed: int = 0
+    projection: str = "random"
     train_per_class: int = 0
     test_per_class: int = 0
     min_per_client: int = 0
     references: tuple[str, ...] = REFERENCES
     head_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    preset: str = "default"
     data_dir: str | None = None
     secure: bool = False
     clip: float = 0.0
+    holdout: tuple[float, ...] = (0.0,)
+    transport_dtype: tuple[str, ...] = ("float64",)
 
     def __post_init__(self) -> None:
         _nonempty(self, *(k for k in _LIST_KEYS if k != "references"))
+        _check_datasets(self.datasets)
         for a in self.alphas:
             if not a > 0:
                 raise ConfigError(f"alphas must be positive numbers; got {a}")
@@ -97,6 +125,7 @@ class ExperimentConfig:
                 raise ConfigError(
                     f"[head_params.{h}] names an unknown head; available heads: {', '.join(known)}"
                 )
+        check_preset(self.preset)
         for m in self.modes:
             if m not in SCHEMAS:
                 raise ConfigError(f"modes must be among {', '.join(SCHEMAS)}; got {m!r}")
@@ -106,6 +135,11 @@ class ExperimentConfig:
                 or not self.clip >= 0 or self.clip == float("inf")):
             raise ConfigError(
                 f"clip must be a finite number >= 0 (0 = no clipping); got {self.clip!r}"
+            )
+        _check_upload_options(self)
+        if self.projection not in ("random", "pca"):
+            raise ConfigError(
+                f"projection must be 'random' or 'pca'; got {self.projection!r}"
             )
         for p in self.projection_dims:
             if int(p) < 0:
@@ -137,9 +171,64 @@ class ExperimentConfig:
             self.alphas,
             self.clients,
             self.seeds,
+            self.holdout,
+            self.transport_dtype,
         ):
             n *= len(v)
         return n
+
+
+def _check_upload_options(cfg: ExperimentConfig) -> None:
+    """``holdout`` fractions in [0, 0.5] and ``transport_dtype`` float64/float32 (not float32
+    with ``secure``: secure aggregation sends its own fixed-point words)."""
+    from ghofl.stats.codec import TRANSPORT_DTYPES
+    from ghofl.stats.meta import MAX_HOLDOUT_FRACTION
+
+    for f in cfg.holdout:
+        if not 0.0 <= f <= MAX_HOLDOUT_FRACTION:
+            raise ConfigError(
+                f"holdout must hold fractions in [0, {MAX_HOLDOUT_FRACTION:g}] (0 = no held-out "
+                f"section); got {f}"
+            )
+    for t in cfg.transport_dtype:
+        if t not in TRANSPORT_DTYPES:
+            raise ConfigError(
+                f"transport_dtype must be among {', '.join(TRANSPORT_DTYPES)}; got {t!r}"
+            )
+        if t != "float64" and cfg.secure:
+            raise ConfigError(
+                f"transport_dtype {t!r} applies to plain uploads; with secure = true the "
+                "clients send fixed-point words, so use transport_dtype = \"float64\""
+            )
+
+
+def _check_datasets(datasets: tuple[str | DatasetSpec, ...]) -> None:
+    labels: list[str] = []
+    for d in datasets:
+        if not isinstance(d, str | DatasetSpec):
+            raise ConfigError(
+                f"datasets entries must be names, paths or tables like {{path = \"train.txt\"}}; "
+                f"got {d!r}"
+            )
+        labels.append(d.label if isinstance(d, DatasetSpec) else d)
+    dup = sorted({n for n in labels if labels.count(n) > 1})
+    if dup:
+        raise ConfigError(
+            f"datasets name {dup[0]!r} more than once; give each table a distinct name = \"...\""
+        )
+
+
+def _dataset_entry(item: Any, source: str, i: int) -> str | DatasetSpec:
+    if isinstance(item, DatasetSpec):
+        return item
+    if isinstance(item, dict):
+        return DatasetSpec.from_mapping(item, f"{source}: datasets[{i}]")
+    if isinstance(item, str):
+        return item
+    raise ConfigError(
+        f"{source}: datasets[{i}] must be a name, a path or a table like "
+        f"{{path = \"train.txt\", test = \"test.txt\"}}; got {item!r}"
+    )
 
 
 def _nonempty(cfg: ExperimentConfig, *names: str) -> None:
@@ -163,11 +252,13 @@ def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> Experiment
         )
     kw: dict[str, Any] = {}
     for key, value in data.items():
-        if key in _LIST_KEYS:
+        if key == "datasets":
             items = value if isinstance(value, list | tuple) else [value]
-            conv = {"alphas": float, "clients": int, "seeds": int, "projection_dims": int}.get(
-                key, str
-            )
+            kw[key] = tuple(_dataset_entry(v, source, i) for i, v in enumerate(items))
+        elif key in _LIST_KEYS:
+            items = value if isinstance(value, list | tuple) else [value]
+            conv = {"alphas": float, "clients": int, "seeds": int, "projection_dims": int,
+                    "holdout": float}.get(key, str)
             try:
                 kw[key] = tuple(conv(v) for v in items)
             except (TypeError, ValueError):

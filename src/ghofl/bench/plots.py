@@ -6,6 +6,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ghofl.bench.tables import mean_std
 from ghofl.errors import require_extra
 
@@ -115,3 +117,114 @@ def _by(records: list[dict[str, Any]], key: str) -> dict[Any, list[float]]:
 
 def _slug(s: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in Path(str(s)).name)
+
+
+def write_demo_plots(
+    records: list[dict[str, Any]], fedavg: dict[str, Any] | None, out_dir: Path
+) -> list[Path]:
+    """The three pictures of ``ghofl demo``; returns the files written.
+
+    * ``accuracy_vs_alpha.png``: every head's accuracy against Dirichlet α (mode ``full``, no
+      projection), with the centralised references as dashed lines;
+    * ``fedavg_rounds.png``: FedAvg's accuracy after every round against the one-shot heads at
+      its α, the round where it first reaches the best head marked (or the gap noted);
+    * ``accuracy_vs_bytes.png``: accuracy against the bytes a client uploads, one colour per
+      head, one marker per upload mode, lines joining the projections of a mode.
+    """
+    require_extra("matplotlib", "bench")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ghofl.bench.tables import fedavg_crossing
+
+    fed = [r for r in records if r["mode"] != "reference"]
+    refs = [r for r in records if r["mode"] == "reference"]
+    heads = list(dict.fromkeys(r["head"] for r in fed))
+    colour = {h: f"C{i % 10}" for i, h in enumerate(heads)}
+    written: list[Path] = []
+
+    base = [r for r in fed if r["mode"] == "full" and not r["projection_dim"]]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for head in heads:
+        pts = sorted((r["alpha"], r["accuracy"]) for r in base if r["head"] == head)
+        if pts:
+            ax.plot([a for a, _ in pts], [100 * v for _, v in pts], marker="o",
+                    color=colour[head], label=head)
+    _reference_lines(ax, refs)
+    alphas = sorted({r["alpha"] for r in base})
+    ax.set_xscale("log")
+    ax.set_xticks(alphas, [f"{a:g}" for a in alphas])
+    ax.minorticks_off()
+    k = base[0]["clients"] if base else "?"
+    written.append(_finish(fig, ax, "Dirichlet α (label skew; smaller = more skewed)",
+                           f"One-shot heads vs label skew ({k} clients): flat = invariant",
+                           out_dir / "accuracy_vs_alpha.png"))
+
+    if fedavg and fedavg.get("accuracy"):
+        acc = 100 * np.asarray(fedavg["accuracy"])
+        one_shot = [r for r in base if r["alpha"] == fedavg["alpha"]]
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        ax.plot(np.arange(acc.size), acc, color="black", lw=2,
+                label=f"FedAvg (linear head, lr {fedavg['lr']:g})")
+        for r in one_shot:
+            ax.axhline(100 * r["accuracy"], ls="--", lw=1, color=colour[r["head"]],
+                       label=f"{r['head']} (one shot)")
+        if one_shot:
+            best = max(one_shot, key=lambda r: r["accuracy"])
+            cross = fedavg_crossing(list(fedavg["accuracy"]), best["accuracy"])
+            if cross is not None:
+                ax.axvline(cross, color="gray", lw=1)
+                ax.annotate(f"reaches {best['head']} at round {cross}", (cross, acc.min()),
+                            xytext=(4, 4), textcoords="offset points", fontsize=8)
+            else:
+                ax.annotate(f"below {best['head']} after {acc.size - 1} rounds "
+                            f"({acc[-1] - 100 * best['accuracy']:+.1f} points)",
+                            (0.02, 0.96), xycoords="axes fraction", ha="left", va="top",
+                            fontsize=8)
+            ax.set_ylim(max(0.0, float(np.median(acc)) - 25), 100 * best["accuracy"] + 4)
+        kb = fedavg["upload_bytes_per_round"] / 1e3
+        written.append(_finish(
+            fig, ax, f"FedAvg round (each: {kb:.0f} kB uploaded per client)",
+            f"FedAvg vs one upload ({fedavg['clients']} clients, α = {fedavg['alpha']:g})",
+            out_dir / "fedavg_rounds.png"))
+
+    markers = {"full": "o", "pooled": "s", "diag": "^"}
+    alpha = next((r["alpha"] for r in fed if r["mode"] != "full" or r["projection_dim"]), None)
+    swept = [r for r in fed if r["alpha"] == alpha]
+    if swept:
+        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+        for (head, mode), hr in _group(swept, ("head", "mode")).items():
+            pts = sorted((r["upload_bytes_per_client"], r["accuracy"]) for r in hr)
+            ax.plot([b for b, _ in pts], [100 * v for _, v in pts], marker=markers.get(mode, "o"),
+                    ls="-" if mode == "full" else ":", color=colour[head], alpha=0.85)
+        for (mode, proj), hr in _group(swept, ("mode", "projection_dim")).items():
+            top = max(hr, key=lambda r: r["accuracy"])
+            ax.annotate(f"{mode}" + (f" k={proj}" if proj else ""),
+                        (top["upload_bytes_per_client"], 100 * top["accuracy"]),
+                        xytext=(0, 6), textcoords="offset points", ha="center", fontsize=7)
+        from matplotlib.lines import Line2D
+
+        handles = [Line2D([], [], color=colour[h], label=h) for h in heads]
+        handles += [Line2D([], [], color="gray", marker=m, ls="", label=f"mode {mode}")
+                    for mode, m in markers.items() if any(r["mode"] == mode for r in swept)]
+        ax.set_xscale("log")
+        ax.set_xlabel("bytes uploaded per client, once (log scale)")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(f"Accuracy vs upload size (α = {alpha:g}; projections k marked)")
+        ax.legend(handles=handles, fontsize=7, loc="lower right", ncol=2)
+        fig.tight_layout()
+        path = out_dir / "accuracy_vs_bytes.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _reference_lines(ax: Any, refs: list[dict[str, Any]]) -> None:
+    """Centralised references as gray lines named in the legend (equal values stay readable)."""
+    styles = ("--", ":", "-.")
+    for i, ref in enumerate(refs):
+        ax.axhline(100 * ref["accuracy"], ls=styles[i % len(styles)], lw=1.2, color="gray",
+                   label=f"{ref['head']} (centralised)")

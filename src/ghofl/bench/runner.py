@@ -1,9 +1,10 @@
 """Experiment runner: config grid -> tidy records, ``results.json``, ``results.md`` and plots.
 
-One record per (dataset, encoder, mode, projection, alpha, clients, seed, head) with accuracy,
-upload bytes per client and server seconds per stage; reference rows (centralised probes on the
-same features) carry ``alpha = clients = seed = None``. Results are written after every
-federation, so an interrupted run keeps what it finished and ``resume=True`` continues it.
+One record per (dataset, encoder, mode, projection, alpha, clients, seed, holdout, transport
+dtype, head) with accuracy, upload bytes per client and server seconds per stage; reference rows
+(centralised probes on the same features) carry ``alpha = clients = seed = None``. Results
+are written after every federation, so an interrupted run keeps what it finished and
+``resume=True`` continues it.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from ghofl.bench.features import Features, load_features
 from ghofl.bench.references import run_reference
 from ghofl.bench.report import write_json
 from ghofl.errors import ConfigError
+from ghofl.heads.presets import merge_preset
 from ghofl.secure import SecAggConfig
 from ghofl.stats.meta import EncoderInfo
+from ghofl.stats.projection import default_basis
 
 Log = Callable[[str], None]
 
-CELL_KEYS = ("dataset", "encoder", "mode", "projection_dim", "alpha", "clients", "seed")
+CELL_KEYS = ("dataset", "encoder", "mode", "projection_dim", "alpha", "clients", "seed",
+             "holdout", "transport_dtype")
 
 
 def _cell_key(rec: dict[str, Any]) -> tuple[Any, ...]:
@@ -74,9 +78,14 @@ def run_experiment(
     resume: bool = False,
     progress: bool = False,
     log: Log | None = None,
+    features: dict[tuple[str, str], Features] | None = None,
+    plots: bool = True,
 ) -> list[dict[str, Any]]:
     """Run every federation of ``cfg`` and write ``results.json``, ``results.md`` and plots.
 
+    ``features``, when given, is a memo of embedded splits keyed by ``(str(dataset),
+    encoder)``: entries found there are used, others are loaded and stored (so several grids
+    over the same data, like ``ghofl demo``'s, read it once). ``plots=False`` skips the PNGs.
     Returns the list of records.
     """
     from ghofl.simulation import simulate_federation
@@ -98,14 +107,20 @@ def run_experiment(
     total, cell = cfg.n_cells(), 0
     for dataset in cfg.datasets:
         for encoder in cfg.encoders:
-            feats = load_features(dataset, encoder, cfg, progress=progress, log=say)
+            memo_key = (str(dataset), encoder)
+            if features is not None and memo_key in features:
+                feats = features[memo_key]
+            else:
+                feats = load_features(dataset, encoder, cfg, progress=progress, log=say)
+                if features is not None:
+                    features[memo_key] = feats
             _run_references(cfg, feats, records, done, say)
             flush()
             for mode in cfg.modes:
                 for proj in cfg.projection_dims:
                     for alpha in cfg.alphas:
                         for clients in cfg.clients:
-                            for seed in cfg.seeds:
+                            for seed, holdout, tdtype in _upload_variants(cfg):
                                 cell += 1
                                 key = (
                                     feats.dataset,
@@ -115,6 +130,8 @@ def run_experiment(
                                     alpha,
                                     clients,
                                     seed,
+                                    holdout,
+                                    tdtype,
                                 )
                                 if key in done:
                                     continue
@@ -122,6 +139,8 @@ def run_experiment(
                                     f"[{cell}/{total}] {feats.dataset} {feats.encoder_name} "
                                     f"mode={mode} proj={proj or '-'} alpha={alpha} "
                                     f"clients={clients} seed={seed}"
+                                    + (f" holdout={holdout}" if holdout else "")
+                                    + (f" transport={tdtype}" if tdtype else "")
                                 )
                                 heads = heads_for_mode(cfg.heads, mode)
                                 clip = resolve_clip(cfg, feats.encoder_info)
@@ -135,7 +154,8 @@ def run_experiment(
                                     alpha=alpha,
                                     seed=seed,
                                     heads=heads,
-                                    head_params=cfg.head_params,
+                                    head_params=merge_preset(
+                                        cfg.preset, heads, cfg.head_params),
                                     mode=mode,  # type: ignore[arg-type]
                                     projection_dim=proj or None,
                                     projection_seed=cfg.projection_seed,
@@ -145,6 +165,11 @@ def run_experiment(
                                     clip_norm=clip,
                                     secure=SecAggConfig(clip_norm=clip)
                                     if cfg.secure and clip is not None else None,
+                                    holdout_fraction=holdout or 0.0,
+                                    transport_dtype=tdtype or "float64",
+                                    projection_basis=default_basis(
+                                        feats.encoder_info.fingerprint())
+                                    if proj and cfg.projection == "pca" else "",
                                 ).to_dict()
                                 for head, hres in res["heads"].items():
                                     records.append(
@@ -169,6 +194,8 @@ def run_experiment(
                                             "params": hres.get("params", {}),
                                             "protocol": res["aggregation"]["protocol"],
                                             "clip_norm": res["clip_norm"],
+                                            "holdout": holdout,
+                                            "transport_dtype": tdtype,
                                         }
                                     )
                                 done.add(key)
@@ -177,6 +204,8 @@ def run_experiment(
     from ghofl.bench.tables import write_markdown
 
     write_markdown(cfg, records, out / "results.md")
+    if not plots:
+        return records
     try:
         from ghofl.bench.plots import write_plots
 
@@ -184,6 +213,16 @@ def run_experiment(
     except ImportError as exc:  # matplotlib missing: tables still written
         say(f"plots skipped: {exc}")
     return records
+
+
+def _upload_variants(
+    cfg: ExperimentConfig,
+) -> list[tuple[int, float | None, str | None]]:
+    """(seed, holdout, transport dtype) of every federation of a grid cell; the defaults (no
+    held-out section, float64) are ``None`` in records and keys, so results written before
+    these options existed resume."""
+    return [(seed, h or None, None if t == "float64" else t)
+            for seed in cfg.seeds for h in cfg.holdout for t in cfg.transport_dtype]
 
 
 def resolve_clip(cfg: ExperimentConfig, info: EncoderInfo) -> float | None:

@@ -23,6 +23,7 @@ from ghofl.errors import InputError
 from ghofl.evaluation import evaluate_heads
 from ghofl.heads.build import head_defaults, to_jsonable
 from ghofl.heads.model_dir import load_model
+from ghofl.heads.presets import merge_preset
 from ghofl.heads.registry import available_heads, head_class, parse_head_list
 from ghofl.server_job import ServerJob, run_server_job
 
@@ -39,6 +40,9 @@ def fit(
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="Head hyperparameter HEAD.KEY=VALUE (repeatable), e.g. "
         "lda.shrinkage=auto.")] = None,
+    preset: Annotated[str, typer.Option(
+        "--preset", help="Named head hyperparameters: 'default' (chosen from the data) or "
+        "'paper' (the paper's fixed values); --param overrides them.")] = "default",
     seed: Annotated[int | None, typer.Option(
         "--seed", help="Seed for every head that takes one (unless set with --param).")] = None,
     progress: Annotated[bool, typer.Option(
@@ -50,7 +54,7 @@ def fit(
     every head was fitted and saved.
     """
     names = parse_head_list(heads)
-    params = parse_param_options(param, names)
+    params = merge_preset(preset, names, parse_param_options(param, names))
     check_output_dir(out)
     stats = read_total_arg(total)
     job = ServerJob(tuple(names), params, seed=0 if seed is None else seed, progress=progress)

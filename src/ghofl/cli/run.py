@@ -8,10 +8,8 @@ from typing import Annotated
 
 import typer
 
+from ghofl.bench.demo import DEMO_FEDAVG_ROUNDS, DEMO_TEST_PER_CLASS, DEMO_TRAIN_PER_CLASS
 from ghofl.cli.app import app
-
-DEMO_TRAIN_PER_CLASS = 1000
-DEMO_TEST_PER_CLASS = 300
 
 
 def _echo(msg: str) -> None:
@@ -64,42 +62,53 @@ def demo(
     resolution: Annotated[
         int, typer.Option("--resolution", help="Encoder input resolution.")
     ] = 224,
+    backend: Annotated[
+        str, typer.Option("--backend", help="Encoder backend: onnx or torch.")
+    ] = "onnx",
+    heads: Annotated[
+        str, typer.Option("--heads", help="Comma-separated registered heads, or 'all'.")
+    ] = "all",
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", help="Head hyperparameter HEAD.KEY=VALUE (repeatable)."),
+    ] = None,
+    rounds: Annotated[
+        int, typer.Option("--rounds", help="FedAvg rounds of the multi-round comparison.")
+    ] = DEMO_FEDAVG_ROUNDS,
+    download: Annotated[
+        bool,
+        typer.Option(
+            "--download/--no-download",
+            help="Download the official CIFAR-10 archive when no copy is found.",
+        ),
+    ] = True,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Show progress bars.")
     ] = True,
 ) -> None:
-    """The main job: CIFAR-10, EfficientNet-Lite0 (ImageNet weights), 10 clients, Dirichlet α = 0.1,
-    every head, centralised references; prints the accuracy table and writes a PNG plot."""
-    from ghofl.bench.config import ExperimentConfig
-    from ghofl.bench.runner import run_experiment
-    from ghofl.bench.tables import demo_table
-    from ghofl.data.registry import default_data_dir
-    from ghofl.errors import DataError
+    """The main job: CIFAR-10 through EfficientNet-Lite0 (ImageNet weights), 10 clients; every
+    head against Dirichlet α, FedAvg's rounds on the same clients, accuracy against upload size;
+    prints the tables and writes three PNG plots.
 
-    if default_data_dir() is None:
-        raise DataError(
-            "the demo needs CIFAR-10: set GHOFL_DATA_DIR to a folder holding cifar10.zip "
-            "(ImageFolder layout cifar10/{train,test}/<class>/*.jpg), e.g. "
-            "`export GHOFL_DATA_DIR=../shared/data`"
-        )
-    cfg = ExperimentConfig(
-        name="demo: CIFAR-10 / EfficientNet-Lite0 / 10 clients / alpha 0.1",
-        datasets=("cifar10",),
-        encoders=("efficientnet-lite0",),
-        resolution=resolution,
-        alphas=(0.1,),
-        clients=(10,),
-        seeds=(0,),
-        train_per_class=train_per_class,
-        test_per_class=test_per_class,
-        references=("logreg", "sklearn_lda"),
-    )
+    CIFAR-10 comes from GHOFL_DATA_DIR (cifar10.zip, or the official cifar-10-python.tar.gz),
+    else from the cache, else the official archive is downloaded once (MD5-checked)."""
+    from ghofl.bench.demo import resolve_demo_data, run_demo
+    from ghofl.cli.io import parse_param_options
+    from ghofl.heads.registry import parse_head_list
+
+    names = parse_head_list(heads)
+    params = parse_param_options(param, names)
+    if rounds < 1:
+        raise typer.BadParameter("--rounds must be >= 1")
     t0 = time.perf_counter()
-    records = run_experiment(cfg, out, progress=progress, log=_echo)
+    data_dir = resolve_demo_data(download=download, progress=progress, log=_echo)
+    result = run_demo(out, train_per_class=train_per_class, test_per_class=test_per_class,
+                      resolution=resolution, backend=backend, data_dir=data_dir,
+                      heads=tuple(names), head_params=params, rounds=rounds,
+                      progress=progress, log=_echo)
     typer.echo("")
-    typer.echo(demo_table(records))
-    pngs = sorted(out.glob("*.png"))
-    typer.echo(f"\nplots: {', '.join(str(p) for p in pngs)}")
+    typer.echo((out / "results.md").read_text())
+    typer.echo(f"plots: {', '.join(result['plots']) or 'none (matplotlib missing)'}")
     typer.echo(
         f"full results: {out / 'results.md'}, {out / 'results.json'} "
         f"({time.perf_counter() - t0:.0f} s)"

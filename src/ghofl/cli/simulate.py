@@ -50,8 +50,11 @@ from ghofl.cli.io import (
     write_json,
 )
 from ghofl.cli.model_cmds import DEFAULT_HEADS
+from ghofl.cli.stats_cmds import projection_basis_option
+from ghofl.client.local_data import read_npz_encoder_info
 from ghofl.data.embeddings import load_embeddings
 from ghofl.errors import ConfigError
+from ghofl.heads.presets import merge_preset
 from ghofl.heads.registry import parse_head_list
 from ghofl.privacy import DEFAULT_DELTA, DEFAULT_MIN_CLASS_COUNT, DP_MODES, DPConfig
 from ghofl.secure import DEFAULT_MAX_SAMPLES, SecAggConfig, parse_drops
@@ -75,8 +78,15 @@ def simulate(
         "--projection-dim", help="Dimension of a public random projection.")] = None,
     projection_seed: Annotated[int | None, typer.Option(
         "--projection-seed", help="Public seed of the projection (default 0).")] = None,
+    projection_basis: Annotated[str | None, typer.Option(
+        "--projection-basis", help="With --projection-dim: project onto the first K public "
+        "principal directions of this basis (its fingerprint, or 'default' for the default "
+        "basis of the encoder recorded in --train) instead of a random projection.")] = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="Head hyperparameter HEAD.KEY=VALUE (repeatable).")] = None,
+    preset: Annotated[str, typer.Option(
+        "--preset", help="Named head hyperparameters: 'default' (chosen from the data) or "
+        "'paper' (the paper's fixed values); --param overrides them.")] = "default",
     classes: Annotated[str | None, typer.Option(
         "--classes", help="Comma-separated class names (default: from the archives).")] = None,
     num_classes: Annotated[int | None, typer.Option(
@@ -118,6 +128,15 @@ def simulate(
         "--min-class-count", help="Each client drops classes it holds fewer than K samples "
         f"of (default {DEFAULT_MIN_CLASS_COUNT} with --dp-epsilon, where it multiplies the "
         "sensitivity by K; 1, i.e. off, without it).")] = None,
+    holdout: Annotated[float, typer.Option(
+        "--holdout", help="Each client also uploads the sums of a held-out fraction F in "
+        "(0, 0.5] of its samples (seeded split of the global row ids), for hyperparameter "
+        "choice on held-out moments. 0: none.")] = 0.0,
+    holdout_seed: Annotated[int, typer.Option(
+        "--holdout-seed", help="Seed of the held-out split.")] = 0,
+    transport_dtype: Annotated[str, typer.Option(
+        "--transport-dtype", help="Dtype of the float sums of the plain uploads: float64, "
+        "or float32 (half the bytes; the total is still added in float64).")] = "float64",
     progress: Annotated[bool, typer.Option(
         "--progress", help="Show progress of trainable heads.")] = False,
     json_out: Annotated[Path | None, typer.Option(
@@ -133,7 +152,7 @@ def simulate(
     if projection_seed is not None and projection_dim is None:
         raise ConfigError("--projection-seed needs --projection-dim; give both or neither")
     names = parse_head_list(heads)
-    params = parse_param_options(param, names)
+    params = merge_preset(preset, names, parse_param_options(param, names))
     secure_only = {"--threshold": threshold, "--neighbours": neighbours,
                    "--max-samples": max_samples, "--limbs": limbs}
     given = [k for k, v in secure_only.items() if v is not None]
@@ -162,12 +181,17 @@ def simulate(
         config = SecAggConfig(clip_norm=clip, threshold=threshold, neighbours=neighbours,
                               max_samples=max_samples or DEFAULT_MAX_SAMPLES, limbs=limbs or 2)
     class_names = resolve_classes(classes, num_classes, [tr, te])
+    basis = projection_basis_option(projection_basis, projection_dim, projection_seed,
+                                    read_npz_encoder_info(train)
+                                    if projection_basis == "default" else None)
     result = simulate_federation(
         tr.x, tr.y, te.x, te.y,
         classes=list(class_names), clients=clients, alpha=alpha, seed=seed, heads=names,
         head_params=params, mode=m, projection_dim=projection_dim,
         projection_seed=projection_seed or 0, min_per_client=min_per_client, progress=progress,
         clip_norm=clip, secure=config, drops=drops, min_class_count=k, dp=dp,
+        holdout_fraction=holdout, holdout_seed=holdout_seed, transport_dtype=transport_dtype,
+        projection_basis=basis,
     )
     if json_out is not None:
         write_json(json_out, result.to_dict())

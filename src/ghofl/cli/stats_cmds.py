@@ -1,14 +1,28 @@
-"""``ghofl client-stats`` (on a client) and ``ghofl aggregate`` (on the server)."""
+"""``ghofl client-stats`` (on a client), ``ghofl aggregate`` (on the server) and ``ghofl stats
+show`` (describe a statistics file)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ghofl.cli.app import app
+from ghofl.cli.embed import (
+    DATA_HELP,
+    ENCODER_HELP,
+    FORMAT_HELP,
+    LABEL_COLUMN_HELP,
+    SPLIT_HELP,
+    TEXT_COLUMNS_HELP,
+    data_spec,
+    local_embeddings,
+    parse_class_option,
+    summary,
+)
 from ghofl.cli.io import (
     check_mode,
     check_output_file,
@@ -17,16 +31,47 @@ from ghofl.cli.io import (
     resolve_classes,
 )
 from ghofl.client.job import ClientJob, client_statistics
-from ghofl.errors import ConfigError, IncompatibleStatsError
+from ghofl.data.embeddings import Embeddings
+from ghofl.errors import ConfigError, IncompatibleStatsError, StatsValidationError
 from ghofl.stats.client_stats import ClientStats, sum_stats
 from ghofl.stats.codec import payload_nbytes, save_stats
+from ghofl.stats.meta import EncoderInfo, Mode
+
+stats_app = typer.Typer(
+    name="stats",
+    help="Inspect statistics files (.ghs, written by 'ghofl client-stats' or 'ghofl aggregate').",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(stats_app, name="stats")
 
 
 @app.command("client-stats")
 def client_stats(
-    embeddings: Annotated[Path, typer.Option(
-        "--embeddings", help="NPZ with x (n, d) floats, y (n,) ints, optionally classes (C,).")],
     out: Annotated[Path, typer.Option("--out", help="Statistics file to write (.ghs).")],
+    embeddings: Annotated[Path | None, typer.Option(
+        "--embeddings", help="NPZ with x (n, d) floats, y (n,) ints, optionally classes (C,) "
+        "(e.g. from ghofl embed).")] = None,
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="Instead of --embeddings: raw data, embedded with --encoder. "
+        + DATA_HELP)] = None,
+    encoder: Annotated[str | None, typer.Option("--encoder", help="With --data: "
+        + ENCODER_HELP)] = None,
+    split: Annotated[str | None, typer.Option("--split", help="With --data: " + SPLIT_HELP)]
+        = None,
+    resolution: Annotated[int, typer.Option(
+        "--resolution", help="With --data: input resolution of image encoders.")] = 224,
+    backend: Annotated[str, typer.Option("--backend", help="With --data: onnx or torch.")]
+        = "onnx",
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", help="With --data: items per encoder call.")] = 64,
+    progress: Annotated[bool, typer.Option(
+        "--progress", help="With --data: show a progress bar.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="With --data: " + FORMAT_HELP)] = "auto",
+    label_column: Annotated[str | None, typer.Option(
+        "--label-column", help="With --data: " + LABEL_COLUMN_HELP)] = None,
+    text_columns: Annotated[str | None, typer.Option(
+        "--text-columns", help="With --data: " + TEXT_COLUMNS_HELP)] = None,
     mode: Annotated[str, typer.Option(
         "--mode", help="Upload mode: full (every head), pooled (no QDA) or diag (NB only).")]
         = "full",
@@ -35,6 +80,11 @@ def client_stats(
         "random projection (every client must use the same dim and seed).")] = None,
     projection_seed: Annotated[int | None, typer.Option(
         "--projection-seed", help="Public seed of the projection (default 0).")] = None,
+    projection_basis: Annotated[str | None, typer.Option(
+        "--projection-basis", help="With --projection-dim: project onto the first K public "
+        "principal directions of this basis instead of a random projection: its 16-hex-digit "
+        "fingerprint, or 'default' for the encoder's default basis (ghofl projection-basis)."
+    )] = None,
     classes: Annotated[str | None, typer.Option(
         "--classes", help="Comma-separated class names, shared by every client.")] = None,
     num_classes: Annotated[int | None, typer.Option(
@@ -45,33 +95,179 @@ def client_stats(
     clip: Annotated[float | None, typer.Option(
         "--clip", help="Per-sample L2 clipping bound R (embeddings scaled to norm <= R); "
         "every client must use the same R.")] = None,
+    holdout: Annotated[float, typer.Option(
+        "--holdout", help="Also upload the sums of a held-out fraction F in (0, 0.5] of the "
+        "samples (seeded per-sample split), so the server can choose hyperparameters on "
+        "held-out moments; every client must use the same F. 0: none.")] = 0.0,
+    holdout_seed: Annotated[int, typer.Option(
+        "--holdout-seed", help="Seed of the held-out split (every client the same).")] = 0,
+    transport_dtype: Annotated[str, typer.Option(
+        "--transport-dtype", help="Dtype of the float sums in the file: float64, or float32 "
+        "(half the bytes; the server still adds in float64).")] = "float64",
 ) -> None:
-    """Compute one client's statistics from its labelled embeddings.
+    """Compute one client's statistics from its labelled embeddings, or from its raw data
+    (--data with --encoder: embedded as `ghofl embed` does, same payload).
 
-    The class list comes from --classes, else the archive's `classes`, else --num-classes,
-    else max(y)+1. Every client must use the same class list, so pass --classes or
-    --num-classes: a client may lack the highest classes, and max(y)+1 would then disagree.
+    The class list comes from --classes, else the archive's (or the data's) `classes`, else
+    --num-classes, else max(y)+1. Every client must use the same class list, so pass --classes
+    or --num-classes: a client may lack the highest classes, and max(y)+1 would then disagree.
+    The payload records the encoder's fingerprint stored by `ghofl embed` (or --encoder's),
+    unless --encoder-name names one.
     """
     m = check_mode(mode)
     if projection_seed is not None and projection_dim is None:
         raise ConfigError("--projection-seed needs --projection-dim; give both or neither")
     check_output_file(out, "--out")
-    emb = load_embeddings(embeddings, "--embeddings")
+    emb, info = _client_embeddings(
+        embeddings, data, encoder, encoder_name, classes, split=split, resolution=resolution,
+        backend=backend, batch_size=batch_size, progress=progress, fmt=fmt,
+        label_column=label_column, text_columns=text_columns)
     names = resolve_classes(classes, num_classes, [emb])
-    job = ClientJob(names, m, projection_dim=projection_dim,
-                    projection_seed=projection_seed or 0, clip_norm=clip,
-                    encoder_name=encoder_name or None)
+    basis = projection_basis_option(projection_basis, projection_dim, projection_seed, info)
+    job = _client_job(names, m, projection_dim=projection_dim,
+                      projection_seed=projection_seed or 0, clip_norm=clip,
+                      projection_basis=basis,
+                      encoder_name=encoder_name or None, holdout_fraction=holdout,
+                      holdout_seed=holdout_seed, transport_dtype=transport_dtype)
     stats = client_statistics(
-        emb, job,
+        emb, job, encoder_info=info,
         range_hint="pass --num-classes or --classes with every class of the federation",
     )
-    size = save_stats(stats, out)
+    size = save_stats(stats, out, job.transport_dtype)
     clipped = "" if clip is None else f", {stats.n_clipped} samples clipped to norm {clip:g}"
+    held = "" if stats.holdout is None else (
+        f", {stats.holdout.n_samples} held out (fraction {holdout:g})")
     typer.echo(
         f"wrote {out}: n={stats.n_samples} samples, {stats.num_classes} classes, mode {m}, "
-        f"dim {stats.dim}, {payload_nbytes(stats)} bytes of statistics ({size} on disk)"
-        f"{clipped}"
+        f"dim {stats.dim}, {payload_nbytes(stats, job.transport_dtype)} bytes of statistics "
+        f"({size} on disk){clipped}{held}"
     )
+
+
+def projection_basis_option(
+    basis: str | None, dim: int | None, seed: int | None, info: EncoderInfo | None
+) -> str:
+    """The basis fingerprint of ``--projection-basis`` ("" for a random projection)."""
+    if basis is None:
+        return ""
+    if dim is None:
+        raise ConfigError("--projection-basis needs --projection-dim (the number K of "
+                          "principal directions kept); give both")
+    if seed is not None:
+        raise ConfigError("--projection-seed applies to the random projection only; drop it "
+                          "when --projection-basis is given")
+    if basis != "default":
+        return basis
+    from ghofl.stats.projection import default_basis
+
+    if info is None:
+        raise ConfigError("--projection-basis default needs the encoder's fingerprint, and "
+                          "these embeddings carry none; pass the basis fingerprint instead")
+    return default_basis(info.fingerprint())
+
+
+def _client_job(names: tuple[str, ...], mode: Mode, **options: Any) -> ClientJob:
+    """The ClientJob of the options, with ClientJob's errors worded for the CLI flags."""
+    flags = {"holdout_fraction": "--holdout", "holdout_seed": "--holdout-seed",
+             "transport_dtype": "--transport-dtype",
+             "projection_basis": "--projection-basis"}
+    try:
+        return ClientJob(names, mode, **options)
+    except ConfigError as exc:
+        text = str(exc)
+        for key, flag in flags.items():
+            text = text.replace(f"ClientJob {key}", flag)
+        raise ConfigError(text) from None
+
+
+@stats_app.command("show")
+def show(
+    path: Annotated[Path, typer.Argument(help="Statistics file (.ghs).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Describe a statistics file: mode, dimension, classes and counts, clipping, held-out
+    section (fraction and counts) and transport dtype."""
+    from ghofl.cli.io import table
+    from ghofl.stats.codec import read_stats_file, rounding_name
+
+    try:
+        stats, transport = read_stats_file(path)
+    except StatsValidationError as exc:
+        raise StatsValidationError(f"'{path}' holds invalid statistics: {exc}") from exc
+    held = stats.holdout
+    info: dict[str, Any] = {
+        "path": str(path),
+        "mode": stats.mode,
+        "dim": stats.dim,
+        "classes": list(stats.meta.classes),
+        "counts": [int(v) for v in stats.counts],
+        "n_samples": stats.n_samples,
+        "n_clipped": stats.n_clipped,
+        "clip_norm": stats.meta.clip_norm,
+        "encoder": None if stats.meta.encoder is None else stats.meta.encoder.name,
+        "projection_dim": None if stats.meta.projection is None else stats.meta.projection.dim,
+        "holdout_fraction": stats.holdout_fraction,
+        "holdout_counts": None if held is None else [int(v) for v in held.counts],
+        "holdout_n_samples": None if held is None else held.n_samples,
+        "transport_dtype": transport,
+        "rounded_to": rounding_name(stats.rounding),
+        "payload_bytes": payload_nbytes(stats, transport),
+    }
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    counts = held.counts if held is not None else None
+    rows = [(name, int(n)) + (() if counts is None else (int(counts[i]),))
+            for i, (name, n) in enumerate(zip(stats.meta.classes, stats.counts, strict=True))]
+    header = ("class", "n") + (() if counts is None else ("held out",))
+    typer.echo(table(header, rows))
+    clip = "none" if stats.meta.clip_norm is None else f"R={stats.meta.clip_norm:g}"
+    held_text = "none" if held is None else (
+        f"fraction {stats.holdout_fraction:g}, {held.n_samples} samples")
+    if info["rounded_to"] != transport:
+        transport = f"{transport} (sums rounded to {info['rounded_to']} before)"
+    typer.echo(
+        f"{path}: mode {stats.mode}, dim {stats.dim}, {stats.num_classes} classes, "
+        f"n={stats.n_samples} samples; clipping {clip} ({stats.n_clipped} clipped); held-out "
+        f"section {held_text}; transport {transport}, {info['payload_bytes']} bytes of "
+        "statistics"
+    )
+
+
+def _client_embeddings(
+    embeddings: Path | None, data: Path | None, encoder: str | None, encoder_name: str | None,
+    classes: str | None, *, split: str | None, resolution: int, backend: str,
+    batch_size: int, progress: bool, fmt: str, label_column: str | None,
+    text_columns: str | None,
+) -> tuple[Embeddings, EncoderInfo | None]:
+    """The client's labelled embeddings (read, or embedded from --data) and the encoder
+    fingerprint to record (``None``: --encoder-name, or none)."""
+    from ghofl.client.local_data import read_npz_encoder_info
+
+    if (embeddings is None) == (data is None):
+        raise ConfigError(
+            "give exactly one of --embeddings (an .npz of embeddings) and --data (raw files, "
+            "embedded with --encoder NAME)"
+        )
+    if data is None:
+        assert embeddings is not None
+        if encoder is not None:
+            raise ConfigError("--encoder embeds raw data given with --data; with --embeddings "
+                              "use --encoder-name to name the encoder that produced them")
+        emb = load_embeddings(embeddings, "--embeddings")
+        return emb, None if encoder_name else read_npz_encoder_info(embeddings)
+    if encoder is None:
+        raise ConfigError("--data needs --encoder NAME (e.g. efficientnet-lite0 or minilm) to "
+                          "embed the raw data")
+    if encoder_name is not None:
+        raise ConfigError("--encoder-name names the encoder of --embeddings; with --data the "
+                          "payload records the fingerprint of --encoder, so drop --encoder-name")
+    spec = data_spec(data, fmt, label_column, text_columns)
+    local = local_embeddings(spec, encoder, split=split, classes=parse_class_option(classes),
+                             resolution=resolution, backend=backend, batch_size=batch_size,
+                             progress=progress)
+    typer.echo(f"embedded {data}: {summary(local)}", err=True)
+    return Embeddings(data, local.x, local.y, local.classes), local.info
 
 
 @app.command("aggregate")
@@ -124,3 +320,38 @@ def aggregate(
         f"aggregated {len(files)} files into {out}: n={total.n_samples} samples, "
         f"{total.num_classes} classes, mode {total.mode}, dim {total.dim} ({size} bytes)"
     )
+
+
+@app.command("projection-basis")
+def projection_basis_cmd(
+    embeddings: Annotated[Path, typer.Option(
+        "--embeddings", help="Embeddings of a PUBLIC dataset (.npz from ghofl embed, key x), "
+        "never the federation's data.")],
+    k: Annotated[int, typer.Option("--k", help="Number of principal directions kept.")] = 512,
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out-dir", help="Folder of basis files (default: $GHOFL_PROJECTION_DIR, else "
+        "~/.cache/ghofl/projections).")] = None,
+    default: Annotated[bool, typer.Option(
+        "--default/--no-default", help="Record the basis as the default of the encoder "
+        "stored in the embeddings (used by --projection-basis default).")] = True,
+) -> None:
+    """Build a public principal-direction projection basis from public embeddings.
+
+    Writes <fingerprint>.npy (float32, d x K); every client of a federation must hold the same
+    file (ship it with the encoder): its fingerprint is recorded in every payload, and
+    payloads made with different bases are refused when added.
+    """
+    from ghofl.client.local_data import read_npz_encoder_info
+    from ghofl.stats.projection import pca_basis, save_basis
+
+    emb = load_embeddings(embeddings)
+    info = read_npz_encoder_info(embeddings)
+    if default and info is None:
+        raise ConfigError(f"{str(embeddings)!r} records no encoder, so the basis cannot be "
+                          "its default; embed with ghofl embed, or pass --no-default")
+    basis = pca_basis(emb.x, k)
+    path, fp = save_basis(basis, out_dir, default_for=info.fingerprint() if default and info
+                          else None, source=f"{embeddings.name}: {emb.x.shape[0]} samples")
+    typer.echo(f"wrote {path}: {basis.shape[0]} x {basis.shape[1]} principal directions, "
+               f"fingerprint {fp}" + (f", default for encoder {info.name}" if default and info
+                                      else ""))

@@ -19,8 +19,13 @@ holds them; ``None`` travels as the empty string or 0, which no valid value uses
     feature_transform  str    "none", "sqrt" or "x+sqrt"
     projection_dim     int    0 = no projection
     projection_seed    int
+    projection_basis   str    "" = random projection; else the fingerprint of a public
+                              principal-direction basis (ghofl.stats.projection, "pca-v1")
     clip_norm          float  0.0 = no clipping
     min_class_count    int    k of the minimum-count rule; 1 = off (the default)
+    holdout_fraction   float  fraction f of samples held out (held-out section); 0.0 = none
+    holdout_seed       int    seed of the per-sample held-out split (every client the same)
+    transport_dtype    str    "float64" or "float32": dtype of the float sums in plain uploads
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -54,8 +60,9 @@ from ghofl.data.embeddings import (
 from ghofl.errors import ConfigError, InputError, StatsValidationError
 from ghofl.stats.accumulate import StatsAccumulator, compute_stats
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.meta import EncoderInfo, Mode, StatsMeta
-from ghofl.stats.projection import ProjectionSpec
+from ghofl.stats.codec import TRANSPORT_DTYPES
+from ghofl.stats.meta import EncoderInfo, Mode, StatsMeta, check_holdout_fraction
+from ghofl.stats.projection import PCA_GENERATOR, ProjectionSpec
 from ghofl.stats.schema import SCHEMAS, schema_for
 
 __all__ = ["ClientJob", "client_statistics", "suppress_small_classes"]
@@ -88,6 +95,10 @@ class ClientJob:
         Dimension k of the public random projection; ``None``: no projection.
     projection_seed : int, default 0
         Public seed of the projection.
+    projection_basis : str, default ""
+        ``""``: the projection is the seeded random one; else the 16-hex-digit fingerprint of
+        a public principal-direction basis file (:mod:`ghofl.stats.projection`), whose first
+        ``projection_dim`` columns project the embeddings.
     clip_norm : float or None
         Per-sample L2 clipping bound R (> 0); ``None``: no clipping.
     encoder_name : str or None
@@ -98,6 +109,17 @@ class ClientJob:
         many samples before computing its statistics (with N_c = 1 the class sum would be a
         raw embedding). 1 keeps every class, so payloads are unchanged by default; ``ghofl
         simulate`` and the Flower apps default to 5 (docs/privacy.md).
+    holdout_fraction : float, default 0.0
+        Fraction f in (0, 0.5] of its samples each client holds out: its payload carries,
+        besides the sums over all samples, those of the held-out samples (the held-out
+        section, :attr:`ClientStats.holdout <ghofl.stats.ClientStats.holdout>`), so the
+        server can score hyperparameters on held-out moments. 0.0: no section.
+    holdout_seed : int, default 0
+        Seed of the per-sample split (:func:`~ghofl.stats.accumulate.holdout_mask`).
+    transport_dtype : {"float64", "float32"}, default "float64"
+        Dtype of the float sums as they travel in plain uploads and ``.ghs`` files (float32
+        halves the bytes; the server accumulates in float64). Secure aggregation ignores it:
+        it sends its own fixed-point encoding of the float64 sums.
     """
 
     classes: tuple[str, ...]
@@ -109,8 +131,12 @@ class ClientJob:
     projection_dim: int | None = None
     projection_seed: int = 0
     clip_norm: float | None = None
+    projection_basis: str = ""
     encoder_name: str | None = None
     min_class_count: int = 1
+    holdout_fraction: float = 0.0
+    holdout_seed: int = 0
+    transport_dtype: str = "float64"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "classes", _check_classes(self.classes))
@@ -139,6 +165,27 @@ class ClientJob:
         object.__setattr__(
             self, "min_class_count", _int(self.min_class_count, "min_class_count", low=1)
         )
+        object.__setattr__(self, "holdout_fraction", _holdout(self.holdout_fraction))
+        object.__setattr__(self, "holdout_seed", _int(self.holdout_seed, "holdout_seed", low=0))
+        if self.holdout_seed >= 2**63:
+            raise ConfigError(
+                f"ClientJob holdout_seed must be below 2^63; got {self.holdout_seed}"
+            )
+        if self.transport_dtype not in TRANSPORT_DTYPES:
+            raise ConfigError(
+                f"ClientJob transport_dtype must be one of {', '.join(TRANSPORT_DTYPES)}; got "
+                f"{self.transport_dtype!r}"
+            )
+        if self.projection_basis and (
+            not isinstance(self.projection_basis, str)
+            or not re.fullmatch(r"[0-9a-f]{16}", self.projection_basis)
+            or self.projection_dim is None
+        ):
+            raise ConfigError(
+                f"ClientJob projection_basis must be '' or the 16-hex-digit fingerprint of a "
+                f"principal-direction basis, with projection_dim set; got "
+                f"{self.projection_basis!r} (projection_dim={self.projection_dim})"
+            )
 
     # ------------------------------------------------------------------ config
     def to_config(self) -> dict[str, ConfigValue]:
@@ -153,8 +200,12 @@ class ClientJob:
             "feature_transform": self.feature_transform,
             "projection_dim": self.projection_dim or 0,
             "projection_seed": self.projection_seed,
+            "projection_basis": self.projection_basis,
             "clip_norm": 0.0 if self.clip_norm is None else float(self.clip_norm),
             "min_class_count": self.min_class_count,
+            "holdout_fraction": float(self.holdout_fraction),
+            "holdout_seed": self.holdout_seed,
+            "transport_dtype": self.transport_dtype,
         }
 
     @classmethod
@@ -180,19 +231,22 @@ class ClientJob:
                           example='give the federation\'s class list, e.g. classes = '
                                   '\'["cat", "dog"]\'')
         kw: dict[str, Any] = {"classes": _parse_classes(config["classes"])}
-        for key in ("mode", "backend", "feature_transform"):
+        for key in ("mode", "backend", "feature_transform", "transport_dtype",
+                    "projection_basis"):
             if key in config:
                 kw[key] = _config_str(config, key)
         for key in ("encoder", "encoder_name"):
             if key in config:
                 kw[key] = _config_str(config, key) or None
-        for key in ("resolution", "projection_seed", "min_class_count"):
+        for key in ("resolution", "projection_seed", "min_class_count", "holdout_seed"):
             if key in config:
                 kw[key] = _config_int(config, key)
         if "projection_dim" in config:
             kw["projection_dim"] = _config_int(config, "projection_dim") or None
         if "clip_norm" in config:
             kw["clip_norm"] = _config_float(config, "clip_norm") or None
+        if "holdout_fraction" in config:
+            kw["holdout_fraction"] = _config_float(config, "holdout_fraction")
         try:
             return cls(**kw)
         except StatsValidationError as exc:  # pragma: no cover - checks raise ConfigError
@@ -251,13 +305,18 @@ class ClientJob:
         """The public projection of embeddings of dimension ``input_dim`` (after the transform)."""
         if self.projection_dim is None:
             return None
+        if self.projection_basis:
+            return ProjectionSpec(0, int(input_dim), self.projection_dim, PCA_GENERATOR,
+                                  self.projection_basis)
         return ProjectionSpec(self.projection_seed, int(input_dim), self.projection_dim)
 
     def stats_meta(self, input_dim: int, encoder_info: EncoderInfo | None = None) -> StatsMeta:
         """Metadata of every payload of this job for embeddings of dimension ``input_dim``
         (after the transform), e.g. what a secure-aggregation server must know beforehand."""
         return StatsAccumulator(self.classes, input_dim, self.mode, encoder_info,
-                                self.projection(input_dim), clip_norm=self.clip_norm).meta
+                                self.projection(input_dim), clip_norm=self.clip_norm,
+                                holdout_fraction=self.holdout_fraction,
+                                holdout_seed=self.holdout_seed).meta
 
 
 # ---------------------------------------------------------------------- the client function
@@ -271,6 +330,7 @@ def client_statistics(
     batch_size: int = 64,
     progress: bool = False,
     range_hint: str | None = None,
+    sample_ids: NDArray[Any] | None = None,
 ) -> ClientStats:
     """One client's statistics from its local data, as the job prescribes.
 
@@ -282,9 +342,11 @@ def client_statistics(
         * an in-memory pair ``(x (n, d), y (n,))`` of embeddings, labels indexing
           ``job.classes`` (what the simulator gives each client);
         * raw data when ``job.encoder`` is set: an ImageFolder directory or ``.zip``
-          (``<root>/<split>/<class>/<image>``), a ``.csv`` in the AG News format, or a text
-          file of ``<label> <text>`` lines whose labels are class names or indices of
-          ``job.classes`` (``COARSE:fine`` labels keep the coarse part).
+          (``<root>/<split>/<class>/<image>``), or a text file (all of it) of ``<label>
+          <text>`` lines or ``.csv``/``.tsv`` rows with a label column (encoding detected,
+          blank lines skipped; :mod:`ghofl.data.text`), or a folder holding a ``train`` and
+          a ``test`` text file (``split`` picks one); text labels are class names or
+          indices of ``job.classes`` (``COARSE:fine`` labels keep the coarse part).
     job : ClientJob
         Classes, mode, encoder, transform, projection and clipping bound.
     cache_dir : path, optional
@@ -300,6 +362,11 @@ def client_statistics(
         Progress bar while encoding.
     range_hint : str, optional
         The fix suggested when a label is out of range.
+    sample_ids : array_like of int, shape (n,), optional
+        Global ids of the samples of an in-memory ``(x, y)`` source, for the held-out split
+        (e.g. their rows in a dataset split among simulated clients: the held-out totals are
+        then partition invariant); default their positions 0..n-1. Ignored for other sources
+        and without ``job.holdout_fraction``.
 
     Returns
     -------
@@ -325,7 +392,15 @@ def client_statistics(
             )
         x, y = check_labelled_embeddings(source[0], source[1], len(job.classes), "client",
                                          range_hint=hint)
-        return _embeddings_stats(x, y, job, encoder_info)
+        ids = None
+        if sample_ids is not None:
+            ids = np.asarray(sample_ids)
+            if ids.shape != (x.shape[0],):
+                raise InputError(
+                    f"sample_ids must have shape ({x.shape[0]},) to match the client's "
+                    f"embeddings; got {ids.shape}"
+                )
+        return _embeddings_stats(x, y, job, encoder_info, ids)
     if isinstance(source, Embeddings) or _is_npz(source):
         emb = source if isinstance(source, Embeddings) else load_embeddings(Path(source))
         what = f"'{emb.path}'"
@@ -340,7 +415,8 @@ def _is_npz(source: str | os.PathLike[str]) -> bool:
 
 
 def _embeddings_stats(
-    x: NDArray[np.float64], y: NDArray[np.int64], job: ClientJob, info: EncoderInfo | None
+    x: NDArray[np.float64], y: NDArray[np.int64], job: ClientJob, info: EncoderInfo | None,
+    sample_ids: NDArray[Any] | None = None,
 ) -> ClientStats:
     if info is not None:
         if info.dim != x.shape[1]:
@@ -351,16 +427,24 @@ def _embeddings_stats(
         info = transformed_info(info, job.feature_transform)
     else:
         info = job.encoder_info(x.shape[1])
-    return _finish(apply_feature_transform(x, job.feature_transform), y, job, info)
+    return _finish(apply_feature_transform(x, job.feature_transform), y, job, info, sample_ids)
 
 
 def _finish(
-    x: NDArray[Any], y: NDArray[np.int64], job: ClientJob, info: EncoderInfo | None
+    x: NDArray[Any], y: NDArray[np.int64], job: ClientJob, info: EncoderInfo | None,
+    sample_ids: NDArray[Any] | None = None,
 ) -> ClientStats:
+    ids = sample_ids
+    if job.holdout_fraction > 0 and ids is None:
+        ids = np.arange(x.shape[0], dtype=np.int64)  # positions before any row is dropped
     if job.min_class_count > 1:
-        x, y = suppress_small_classes(x, y, len(job.classes), job.min_class_count)
+        keep = _kept_rows(y, len(job.classes), job.min_class_count)
+        if keep is not None:
+            x, y = x[keep], y[keep]
+            ids = None if ids is None else ids[keep]
     return compute_stats(x, y, job.classes, job.mode, info, job.projection(x.shape[1]),
-                         clip_norm=job.clip_norm)
+                         clip_norm=job.clip_norm, holdout_fraction=job.holdout_fraction,
+                         holdout_seed=job.holdout_seed, sample_ids=ids)
 
 
 def suppress_small_classes(
@@ -380,19 +464,27 @@ def suppress_small_classes(
     -------
     x, y : the kept rows (a view-free copy only when something is dropped).
     """
+    keep = _kept_rows(y, num_classes, min_count)
+    if keep is None:
+        return x, y
+    return x[keep], y[keep]
+
+
+def _kept_rows(y: NDArray[np.int64], num_classes: int, min_count: int) -> NDArray[np.bool_] | None:
+    """Rows the minimum-count rule keeps (n,), or ``None`` when it keeps them all."""
     counts = np.bincount(y, minlength=num_classes)
     small = (counts > 0) & (counts < min_count)
     if not np.any(small):
-        return x, y
-    keep = ~small[y]
-    return x[keep], y[keep]
+        return None
+    keep: NDArray[np.bool_] = ~small[y]
+    return keep
 
 
 def _raw_stats(
     path: Path, job: ClientJob, cache_dir: str | os.PathLike[str] | None,
     split: str | None, batch_size: int, progress: bool,
 ) -> ClientStats:
-    from ghofl.client.embed import dataset_key, embed_dataset_cached
+    from ghofl.client.embed import embed_dataset_cached
 
     if job.encoder is None:
         raise ConfigError(
@@ -400,9 +492,9 @@ def _raw_stats(
             "to embed raw data with; set the job's encoder (e.g. 'efficientnet-lite0') or give "
             "embeddings"
         )
-    source = _open_raw(path, job, split)
+    source, key = _open_raw(path, job, split)
     encoder = job.build_encoder()
-    x, y = embed_dataset_cached(source, split or "all", encoder, key=dataset_key(path),
+    x, y = embed_dataset_cached(source, split or "all", encoder, key=key,
                                 cache_dir=cache_dir, batch_size=batch_size, progress=progress)
     what = f"'{path}'"
     labels = align_labels(y, source.classes, job.classes, what)
@@ -411,18 +503,18 @@ def _raw_stats(
     return _finish(apply_feature_transform(xx, job.feature_transform), yy, job, info)
 
 
-def _open_raw(path: Path, job: ClientJob, split: str | None) -> Any:
+def _open_raw(path: Path, job: ClientJob, split: str | None) -> tuple[Any, str]:
+    """The raw source at ``path`` and its cache key (which fingerprints the content)."""
+    from ghofl.data.by_path import DatasetSpec
     from ghofl.data.images import ImageFolderSource
-    from ghofl.data.text import read_agnews_csv, read_label_text_file
 
-    if path.is_dir() or path.suffix.lower() == ".zip":
-        return ImageFolderSource(path, split)
-    if path.suffix.lower() == ".csv":
-        return read_agnews_csv(path)
-    labels = {c: i for i, c in enumerate(job.classes)}
-    labels.update({str(i): i for i in range(len(job.classes))})
-    coarse = not any(":" in c for c in job.classes)
-    return read_label_text_file(path, labels, job.classes, name=path.stem, coarse=coarse)
+    spec = DatasetSpec(str(path))
+    if spec.kind == "text":  # a file (all of it), or a folder of train/test files
+        coarse = not any(":" in c for c in job.classes)
+        text_split = (split or "train") if path.is_dir() else "all"
+        return (spec.load(text_split, job.classes, coarse=coarse),
+                spec.cache_key(job.classes, coarse=coarse))
+    return ImageFolderSource(path, split), spec.cache_key()
 
 
 # ---------------------------------------------------------------------- validation
@@ -452,6 +544,13 @@ def _int(value: Any, key: str, *, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
         raise ConfigError(f"ClientJob {key} must be an integer >= {low}; got {value!r}")
     return int(value)
+
+
+def _holdout(value: Any) -> float:
+    try:
+        return check_holdout_fraction(value)
+    except StatsValidationError as exc:
+        raise ConfigError(f"ClientJob holdout_fraction: {exc}") from None
 
 
 def _clip(value: Any) -> float:

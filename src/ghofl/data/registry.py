@@ -4,9 +4,14 @@ The data directory is the ``data_dir`` argument when given, else the ``GHOFL_DAT
 environment variable. It holds::
 
     cifar10.zip       (or a cifar10/ folder) ImageFolder: cifar10/<split>/<class>/*.jpg
+    cifar-10-python.tar.gz (or cifar-10-batches-py/) the official python archive, read by
+                      ghofl.data.cifar_archive; also found in <cache dir>/data/ (where
+                      ``ghofl demo`` downloads it), so cifar10 needs no data directory there
     text/TREC.train.all, text/TREC.test.all
     text/stsa.binary.train, text/stsa.binary.dev, text/stsa.binary.test
     text/agnews.test.csv  (split 80/20 into train/test by ghofl, see ghofl.data.text)
+    tiny-imagenet-200.zip (or a tiny-imagenet-200/ folder) the official Tiny-ImageNet layout;
+                          split "test" is its labelled val/ set (see ghofl.data.tiny_imagenet)
 
 Text files are also accepted directly in the data directory (without ``text/``).
 """
@@ -21,8 +26,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.data.images import LAYOUT_HINT, ImageFolderSource
+from ghofl.data.by_path import DatasetSpec
+from ghofl.data.images import LAYOUT_HINT, ArrayImageSource, ImageFolderSource
 from ghofl.data.text import TextDataset, read_agnews_csv, read_sst2, read_trec, split_agnews
+from ghofl.data.tiny_imagenet import TINY_IMAGENET_LAYOUT, TinyImageNetSource, is_tiny_imagenet
 from ghofl.errors import ConfigError, DataError
 
 __all__ = [
@@ -42,13 +49,16 @@ _TEXT_FILES: dict[str, dict[str, str]] = {
     "agnews": {"train": "agnews.test.csv", "test": "agnews.test.csv"},
 }
 _EXPECTED: dict[str, str] = {
-    "cifar10": "cifar10.zip (or a cifar10/ folder) with cifar10/{train,test}/<class>/*.jpg",
+    "cifar10": "cifar10.zip (or a cifar10/ folder) with cifar10/{train,test}/<class>/*.jpg, "
+    "or the official cifar-10-python.tar.gz (or its cifar-10-batches-py/ folder)",
     "trec": "text/TREC.train.all and text/TREC.test.all",
     "sst2": "text/stsa.binary.{train,dev,test}",
     "agnews": "text/agnews.test.csv (split 80/20 into train/test by ghofl)",
+    "tiny-imagenet": "tiny-imagenet-200.zip (or a tiny-imagenet-200/ folder) with "
+    + TINY_IMAGENET_LAYOUT,
 }
 
-Dataset = ImageFolderSource | TextDataset
+Dataset = ImageFolderSource | ArrayImageSource | TextDataset
 
 
 def available_datasets() -> tuple[str, ...]:
@@ -58,7 +68,7 @@ def available_datasets() -> tuple[str, ...]:
 
 def dataset_splits(name: str) -> tuple[str, ...]:
     """Splits of a named dataset, e.g. ``("train", "test")``."""
-    if name == "cifar10":
+    if name in ("cifar10", "tiny-imagenet"):
         return ("train", "test")
     if name not in _TEXT_FILES:
         raise ConfigError(_unknown_message(name))
@@ -74,7 +84,8 @@ def default_data_dir() -> Path | None:
 def _unknown_message(name: str) -> str:
     return (
         f"dataset {name!r} is neither a known name ({', '.join(_EXPECTED)}) nor an existing "
-        f"ImageFolder directory or .zip archive (layout {LAYOUT_HINT})"
+        f"ImageFolder directory or .zip archive (layout {LAYOUT_HINT}) nor an existing text "
+        "file of '<label> <text>' lines or CSV/TSV rows"
     )
 
 
@@ -119,18 +130,53 @@ def _load_text(name: str, split: str, root: Path) -> TextDataset:
     return readers[name](path, split)
 
 
-def _load_cifar10(split: str, root: Path) -> ImageFolderSource:
-    for candidate in (root / "cifar10.zip", root / "cifar10"):
-        if candidate.exists():
-            return ImageFolderSource(candidate, split, name="cifar10")
+def _load_cifar10(
+    split: str, data_dir: str | os.PathLike[str] | None
+) -> ImageFolderSource | ArrayImageSource:
+    """The ImageFolder zip/folder of the data directory (cache key ``cifar10``), else the
+    official python archive there or in the cache (key ``cifar10-python``)."""
+    from ghofl.data.cifar_archive import (
+        find_cifar10_archive,
+        manual_download_hint,
+        read_cifar10_archive,
+    )
+
+    root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    if root is not None and not root.is_dir():
+        raise DataError(
+            f"dataset 'cifar10' needs a data directory but '{root}' is not a directory; set the "
+            f"{DATA_DIR_ENV} environment variable or pass data_dir= pointing to a folder that "
+            f"holds {_EXPECTED['cifar10']}"
+        )
+    if root is not None:
+        for candidate in (root / "cifar10.zip", root / "cifar10"):
+            if candidate.exists():
+                return ImageFolderSource(candidate, split, name="cifar10")
+    archive = find_cifar10_archive(root)
+    if archive is not None:
+        return read_cifar10_archive(archive, split)
+    where = (f"'{root}' holds neither" if root is not None
+             else f"{DATA_DIR_ENV} is not set, so there is no")
     raise DataError(
-        f"dataset 'cifar10' expects '{root / 'cifar10.zip'}' or a folder '{root / 'cifar10'}', "
-        f"neither of which exists; the {DATA_DIR_ENV} directory should hold {_EXPECTED['cifar10']}"
+        f"dataset 'cifar10' was not found: {where} cifar10.zip (ImageFolder), "
+        f"cifar-10-python.tar.gz nor cifar-10-batches-py/; `ghofl demo` downloads the archive "
+        f"by itself, or {manual_download_hint(root)}"
+    )
+
+
+def _load_tiny_imagenet(split: str, root: Path) -> TinyImageNetSource:
+    for candidate in (root / "tiny-imagenet-200.zip", root / "tiny-imagenet-200"):
+        if candidate.exists():
+            return TinyImageNetSource(candidate, split)
+    raise DataError(
+        f"dataset 'tiny-imagenet' expects '{root / 'tiny-imagenet-200.zip'}' or a folder "
+        f"'{root / 'tiny-imagenet-200'}', neither of which exists; the {DATA_DIR_ENV} directory "
+        f"should hold {_EXPECTED['tiny-imagenet']}"
     )
 
 
 def load_dataset(
-    name_or_path: str | os.PathLike[str],
+    name_or_path: str | os.PathLike[str] | DatasetSpec,
     split: str = "train",
     data_dir: str | os.PathLike[str] | None = None,
 ) -> Dataset:
@@ -138,9 +184,12 @@ def load_dataset(
 
     Parameters
     ----------
-    name_or_path : str or os.PathLike
-        ``"cifar10"``, ``"trec"``, ``"sst2"``, ``"agnews"``, or the path of an ImageFolder
-        directory or ``.zip`` archive.
+    name_or_path : str, os.PathLike or DatasetSpec
+        ``"cifar10"``, ``"trec"``, ``"sst2"``, ``"agnews"``, ``"tiny-imagenet"``, or the path
+        of an ImageFolder directory or ``.zip`` archive, or of a Tiny-ImageNet zip or folder
+        (recognised by its ``wnids.txt``), or of a text file or a folder of train/test text
+        files (:mod:`ghofl.data.by_path`; one file is split 80/20, seed 0), or a
+        :class:`~ghofl.data.by_path.DatasetSpec`.
     split : str, default "train"
         Split folder (images) or split name (text: ``train``/``test``, SST-2 also ``dev``).
     data_dir : str or os.PathLike or None
@@ -157,15 +206,25 @@ def load_dataset(
         If the data directory or an expected file is missing; the message lists the known
         names and the expected files.
     """
+    if isinstance(name_or_path, DatasetSpec):
+        loaded: Dataset = name_or_path.load(split)
+        return loaded
     key = str(name_or_path)
     if key.lower() in _EXPECTED:
         name = key.lower()
-        root = _resolve_data_dir(name, data_dir)
         if name == "cifar10":
-            return _load_cifar10(split, root)
+            return _load_cifar10(split, data_dir)
+        root = _resolve_data_dir(name, data_dir)
+        if name == "tiny-imagenet":
+            return _load_tiny_imagenet(split, root)
         return _load_text(name, split, root)
     path = Path(key).expanduser()
+    if path.exists() and DatasetSpec(key).kind == "text":  # text file(s) by path
+        text: Dataset = DatasetSpec(key).load(split)
+        return text
     if path.is_dir() or (path.is_file() and path.suffix.lower() == ".zip"):
+        if is_tiny_imagenet(path):
+            return TinyImageNetSource(path, split)
         return ImageFolderSource(path, split)
     raise DataError(_unknown_message(key) + f"; known datasets need: {_describe_known()}")
 

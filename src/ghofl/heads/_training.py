@@ -51,6 +51,20 @@ TorchBatch = tuple["torch.Tensor", "torch.Tensor", "torch.Tensor | None"]
 LossFn = Callable[["torch.Tensor", "torch.Tensor", "torch.Tensor | None"], "torch.Tensor"]
 
 
+#: stages of ``fit_seconds_``
+STAGES = ("fisher", "synthesis", "teacher", "selection", "training")
+#: the paper's synthetic samples per class (``syn_ns_per_class``)
+PAPER_PER_CLASS = 4000
+#: total synthetic training samples per epoch aimed at by ``n_per_class=None`` for large C
+AUTO_TOTAL_SAMPLES = 200_000
+#: lower bound on the automatic samples per class
+AUTO_MIN_PER_CLASS = 1000
+#: held-out synthetic rows aimed at by ``val_per_class=None``, and the per-class bounds
+AUTO_VAL_TOTAL = 50_000
+AUTO_VAL_MAX = 1000
+AUTO_VAL_MIN = 100
+
+
 # ---------------------------------------------------------------------- torch session
 @contextmanager
 def torch_session(num_threads: int | None) -> Iterator[None]:
@@ -100,11 +114,14 @@ def run_training(
     loss_fn: LossFn,
     epoch_batches: Callable[[], Iterable[TorchBatch]],
     cfg: TrainConfig,
-) -> float:
-    """Minimise ``loss_fn`` with AdamW over ``cfg.epochs`` passes of ``epoch_batches()``.
+    after_epoch: Callable[[int], bool] | None = None,
+) -> tuple[float, int]:
+    """Minimise ``loss_fn`` with AdamW over at most ``cfg.epochs`` passes of ``epoch_batches()``.
 
-    Returns the sample-weighted mean loss of the last epoch. A tqdm bar over epochs is shown
-    only when ``cfg.progress`` is true. Raises :class:`ConfigError` if the loss diverges.
+    ``after_epoch(e)`` is called after epoch e = 1, 2, …; returning True stops training (early
+    stopping). Returns ``(sample-weighted mean loss of the last epoch run, epochs run)``. A
+    tqdm bar over epochs is shown only when ``cfg.progress`` is true. Raises
+    :class:`ConfigError` if the loss diverges.
     """
     import torch
 
@@ -112,15 +129,123 @@ def run_training(
     bar = _epoch_bar(cfg)
     epochs: Iterable[int] = range(cfg.epochs) if bar is None else bar
     last = float("nan")
+    run = 0
     for _ in epochs:
         last = _train_epoch(opt, loss_fn, epoch_batches())
+        run += 1
         if not np.isfinite(last):
             raise ConfigError(
                 f"{cfg.desc}: the training loss became {last}; lower 'lr' (now {cfg.lr})"
             )
         if bar is not None:
             bar.set_postfix(loss=f"{last:.4f}")
-    return last
+        if after_epoch is not None and after_epoch(run):
+            break
+    if bar is not None:
+        bar.close()
+    return last, run
+
+
+class CheckpointSelector:
+    """Model selection on held-out synthetic samples, with early stopping.
+
+    The starting parameters (epoch 0: the closed-form base) are the first candidate. After
+    every epoch :meth:`offer` receives which held-out rows the current parameters classify
+    correctly. A checkpoint can replace the base only when it is *significantly* more accurate
+    on the same rows: with a = rows it gets right and the base gets wrong, and b the converse,
+    it needs a − b > z·√(a + b) (a one-sided paired sign test; z = 0 asks for any strict
+    gain). Among such checkpoints the most accurate one is kept (ties: the earliest). The kept
+    accuracy is therefore never below the base's (``best_score >= base_score`` always holds),
+    and gains within the noise of the held-out set keep the closed-form base. Training stops
+    once ``patience`` epochs in a row brought no new highest accuracy, significant or not
+    (``patience=None``: never).
+
+    Parameters
+    ----------
+    base_correct : ndarray of bool, shape (m,)
+        Held-out rows the starting parameters classify correctly.
+    base_state : list of ndarray
+        Snapshot of the starting parameters.
+    patience : int or None
+    z : float, default 2.0
+        Significance threshold of the paired test.
+
+    Attributes
+    ----------
+    base_score, best_score : float
+        Held-out accuracy of the base and of the kept parameters.
+    best_epoch : int
+        Epoch of the kept parameters, 0 when the base is kept.
+    state : list of ndarray
+        The kept parameters.
+    history : list of float
+        Held-out accuracy of every epoch offered, epoch 0 first.
+    """
+
+    def __init__(self, base_correct: NDArray[np.bool_], base_state: list[F64],
+                 patience: int | None, z: float = 2.0) -> None:
+        self.base_correct = np.asarray(base_correct, dtype=bool)
+        self.base_score = _mean(self.base_correct)
+        self.best_score = self.base_score
+        self.best_epoch = 0
+        self.state = [np.array(a, copy=True) for a in base_state]
+        self.patience = patience
+        self.z = float(z)
+        self.history = [self.base_score]
+        self._top, self._top_epoch = self.base_score, 0
+
+    def significant(self, correct: NDArray[np.bool_]) -> bool:
+        """Whether rows ``correct`` beat the base: a − b > z·√(a + b) and a > b."""
+        gain = int(np.count_nonzero(correct & ~self.base_correct))
+        loss = int(np.count_nonzero(~correct & self.base_correct))
+        return gain > loss and gain - loss > self.z * np.sqrt(gain + loss)
+
+    def offer(self, epoch: int, correct: NDArray[np.bool_],
+              snapshot: Callable[[], list[F64]]) -> bool:
+        """Record epoch ``epoch``; returns True when training should stop.
+
+        ``snapshot()`` is called (and its arrays copied) only when the epoch is kept.
+        """
+        correct = np.asarray(correct, dtype=bool)
+        score = _mean(correct)
+        self.history.append(score)
+        if score > self.best_score and self.significant(correct):
+            self.best_score, self.best_epoch = score, int(epoch)
+            self.state = [np.array(a, copy=True) for a in snapshot()]
+        if score > self._top:
+            self._top, self._top_epoch = score, int(epoch)
+        return self.patience is not None and epoch - self._top_epoch >= self.patience
+
+
+def _mean(mask: NDArray[np.bool_]) -> float:
+    return float(np.mean(mask)) if mask.size else 0.0
+
+
+def accuracy(logits: F64, y: NDArray[np.int64]) -> float:
+    """Share of rows whose arg-max equals ``y``; logits (n, C), y (n,)."""
+    return float(np.mean(np.argmax(logits, axis=1) == y)) if y.size else 0.0
+
+
+def auto_val_per_class(num_classes: int) -> int:
+    """Held-out synthetic samples per class when ``val_per_class=None``.
+
+    1000 per class while the set stays at most 50,000 rows (C ≤ 50), then 50,000 / C (at
+    least 100): enough rows to resolve accuracy differences of about half a point, at a
+    scoring cost per epoch that stays small next to the training epoch.
+    """
+    per_class = AUTO_VAL_TOTAL // max(num_classes, 1)
+    return int(max(AUTO_VAL_MIN, min(AUTO_VAL_MAX, per_class)))
+
+
+def auto_samples_per_class(num_classes: int) -> int:
+    """Synthetic training samples per class when ``n_per_class=None``.
+
+    4000 (the paper's value) up to C = 50, then 200,000 / C (at least 1000 per class): an
+    epoch then holds about 200,000 samples whatever C, which keeps the fit of both heads
+    under 2 minutes on 2 cores at C = 200, d = 1280 (issue 11).
+    """
+    per_class = AUTO_TOTAL_SAMPLES // max(num_classes, 1)
+    return int(max(AUTO_MIN_PER_CLASS, min(PAPER_PER_CLASS, per_class)))
 
 
 def _epoch_bar(cfg: TrainConfig) -> Any:
@@ -159,10 +284,25 @@ class FisherTrainedHead(Head):
     :meth:`~ghofl.heads.base.Head.get_params` reads that signature, store them with
     :meth:`_store_init_args` and implement :meth:`_train`.
 
+    Model selection (``val_per_class`` None or > 0, the default): a held-out synthetic set of
+    ``val_per_class`` samples per class (None: :func:`auto_val_per_class`) is drawn at τ = 1
+    from the same class Gaussians (the estimated data distribution, its own seeded stream,
+    never trained on). The starting parameters, the closed-form base, are scored on it first;
+    after every epoch the current parameters are scored, the most accurate checkpoint that
+    beats the base significantly (paired sign test at ``selection_z``) is kept, and training
+    stops after ``patience`` epochs without a new best accuracy (:class:`CheckpointSelector`).
+    The fitted head is therefore never less accurate than its base on the held-out synthetic
+    samples. With ``val_per_class=0`` all ``epochs`` run and the last weights are kept (the
+    paper).
+
     Fitted scalars common to both: ``k_f_``, ``fisher_shrinkage_`` (coefficient used),
-    ``fisher_ridge_``, ``syn_covariance_`` (``"class"`` or ``"pooled"``), ``final_loss_`` and
-    ``fit_seconds_`` (wall seconds per stage: ``fisher``, ``synthesis`` (class Gaussians and the
-    fixed set), ``teacher`` (Proto-Hyper's scorers and teacher targets on the fixed set) and
+    ``fisher_ridge_``, ``syn_covariance_`` (``"class"`` or ``"pooled"``), ``n_per_class_``
+    (synthetic samples per class used), ``val_per_class_`` (held-out ones), ``epochs_run_``,
+    ``selected_epoch_`` (0: the base was kept; None without selection),
+    ``base_val_accuracy_`` and ``val_accuracy_`` (held-out synthetic accuracy of the base and
+    of the fitted head; None without selection),
+    ``final_loss_`` and ``fit_seconds_`` (wall seconds per stage: ``fisher``, ``synthesis``
+    (class Gaussians and the fixed set),
     ``training``, which also holds on-the-fly synthesis and teacher calls when
     ``fresh_samples`` is on).
     """
@@ -174,11 +314,15 @@ class FisherTrainedHead(Head):
     fisher_max_dim: int | None
     fisher_min_dim: int
     tau: float
-    n_per_class: int
+    n_per_class: int | None
+    val_per_class: int | None
+    patience: int | None
+    selection_z: float
     syn_shrink: Shrinkage
     syn_class_cov: bool
     fresh_samples: bool
     center: bool
+    prior_correction: bool
     lr: float
     weight_decay: float
     batch_size: int
@@ -217,9 +361,12 @@ class FisherTrainedHead(Head):
                                                       self.fisher_shrinkage)
         check_fisher_params(self.fisher_energy, self.fisher_max_dim, self.fisher_min_dim, owner)
         check_number(owner, "tau", self.tau, lo=0.0, lo_open=True)
-        check_int(owner, "n_per_class", self.n_per_class, lo=1)
+        check_int(owner, "n_per_class", self.n_per_class, lo=1, none_ok=True)
+        check_int(owner, "val_per_class", self.val_per_class, lo=0, none_ok=True)
+        check_int(owner, "patience", self.patience, lo=1, none_ok=True)
+        check_number(owner, "selection_z", self.selection_z, lo=0.0)
         self.syn_shrink = check_owned_shrinkage(owner, "syn_shrink", self.syn_shrink)
-        for flag in ("syn_class_cov", "fresh_samples", "center", "progress"):
+        for flag in ("syn_class_cov", "fresh_samples", "center", "prior_correction", "progress"):
             check_choice(owner, flag, getattr(self, flag), (True, False))
         check_number(owner, "lr", self.lr, lo=0.0, lo_open=True)
         check_number(owner, "weight_decay", self.weight_decay, lo=0.0)
@@ -248,6 +395,81 @@ class FisherTrainedHead(Head):
         a, b, c = np.random.SeedSequence(int(self.seed)).spawn(3)
         return np.random.default_rng(a), np.random.default_rng(b), np.random.default_rng(c)
 
+    def _val_rng(self) -> np.random.Generator:
+        """The generator of the held-out synthetic set: the 4th child of ``SeedSequence(seed)``
+        (the first three are those of :meth:`_rngs`, unchanged)."""
+        return np.random.default_rng(np.random.SeedSequence(int(self.seed)).spawn(4)[3])
+
+    def _samples_per_class(self, num_classes: int) -> int:
+        """``n_per_class``, or :func:`auto_samples_per_class` when it is None."""
+        if self.n_per_class is None:
+            return auto_samples_per_class(num_classes)
+        return int(self.n_per_class)
+
+    def _validation_set(self, g: FisherGaussians,
+                        priors: F64) -> tuple[F64, NDArray[np.int64]] | None:
+        """Held-out synthetic samples ``(z (≈C·m, k_f), y)`` drawn at τ = 1, or None (m = 0).
+
+        m = ``val_per_class``, or :func:`auto_val_per_class` when it is None. Class c gets
+        max(1, round(C·m·π_c)) rows (π: the class priors of the statistics), so that held-out
+        accuracy weighs the classes as the data do.
+        """
+        m = (auto_val_per_class(g.num_classes) if self.val_per_class is None
+             else int(self.val_per_class))
+        self.val_per_class_ = m
+        if m == 0:
+            return None
+        counts = np.maximum(np.rint(g.num_classes * m * priors), 1).astype(np.int64)
+        unit = FisherGaussians(means=g.means, chols=g.chols / g.tau, source=g.source, tau=1.0)
+        return sample_fixed(unit, counts, self._val_rng())
+
+    def _train_selected(
+        self,
+        params: list[torch.Tensor],
+        loss_fn: LossFn,
+        epoch_source: Callable[[], Iterable[TorchBatch]],
+        val_logits: Callable[[F64], F64] | None,
+        val: tuple[F64, NDArray[np.int64]] | None,
+    ) -> None:
+        """Train ``params`` in place with model selection on ``val`` (when given).
+
+        ``val_logits(z)`` scores held-out rows with the current parameters (numpy, (m, C)).
+        Sets ``final_loss_``, ``epochs_run_``, ``selected_epoch_``, ``base_val_accuracy_`` and
+        ``val_accuracy_``; on return ``params`` hold the kept checkpoint.
+        """
+        cfg = self._train_config()
+        if val is None or val_logits is None:
+            self.final_loss_, self.epochs_run_ = run_training(params, loss_fn, epoch_source, cfg)
+            self.selected_epoch_ = self.base_val_accuracy_ = self.val_accuracy_ = None
+            return
+        z_val, y_val = val
+
+        def snapshot() -> list[F64]:
+            return [p.detach().numpy() for p in params]
+
+        def correct() -> NDArray[np.bool_]:
+            out: NDArray[np.bool_] = np.argmax(val_logits(z_val), axis=1) == y_val
+            return out
+
+        with self._timed("selection"):
+            selector = CheckpointSelector(correct(), snapshot(), self.patience,
+                                          float(self.selection_z))
+
+        def after_epoch(epoch: int) -> bool:
+            with self._timed("selection"):
+                return selector.offer(epoch, correct(), snapshot)
+
+        self.final_loss_, self.epochs_run_ = run_training(params, loss_fn, epoch_source, cfg,
+                                                          after_epoch)
+        import torch
+
+        with torch.no_grad():
+            for p, kept in zip(params, selector.state, strict=True):
+                p.copy_(torch.from_numpy(kept))
+        self.selected_epoch_ = selector.best_epoch
+        self.base_val_accuracy_ = selector.base_score
+        self.val_accuracy_ = selector.best_score
+
     def _epoch_source(
         self, g: FisherGaussians, extra_fn: Callable[[F64], F64] | None,
     ) -> Callable[[], Iterable[TorchBatch]]:
@@ -260,14 +482,16 @@ class FisherTrainedHead(Head):
         import torch
 
         syn_rng, order_rng, _ = self._rngs()
+        n_per_class = self._samples_per_class(g.num_classes)
+        self.n_per_class_ = n_per_class
         if self.fresh_samples:
             def fresh() -> Iterator[TorchBatch]:
-                for z, y in fresh_batches(g, self.n_per_class, self.batch_size, syn_rng):
+                for z, y in fresh_batches(g, n_per_class, self.batch_size, syn_rng):
                     extra = None if extra_fn is None else torch.from_numpy(extra_fn(z))
                     yield torch.from_numpy(z), torch.from_numpy(y), extra
             return fresh
         with self._timed("synthesis"):
-            z_np, y_np = sample_fixed(g, self.n_per_class, syn_rng)
+            z_np, y_np = sample_fixed(g, n_per_class, syn_rng)
         with self._timed("teacher"):
             e_np = None if extra_fn is None else extra_fn(z_np)
 
@@ -300,7 +524,7 @@ class FisherTrainedHead(Head):
     def _fit(self, moments: Moments) -> None:
         require_extra("torch", "torch")  # fail before the numpy work
         start = time.perf_counter()
-        self.fit_seconds_ = dict.fromkeys(("fisher", "synthesis", "teacher", "training"), 0.0)
+        self.fit_seconds_ = dict.fromkeys(STAGES, 0.0)
         fs, g = self._fisher_and_gaussians(moments)
         with torch_session(self.num_threads):
             self._train(moments, fs, g)
@@ -322,10 +546,15 @@ def check_owned_shrinkage(owner: str, name: str, value: object) -> Shrinkage:
 
 __all__ = [
     "F64",
+    "STAGES",
+    "CheckpointSelector",
     "FisherTrainedHead",
     "LossFn",
     "TorchBatch",
     "TrainConfig",
+    "accuracy",
+    "auto_samples_per_class",
+    "auto_val_per_class",
     "check_owned_shrinkage",
     "run_training",
     "torch_session",

@@ -16,6 +16,7 @@ import numpy as np
 
 from ghofl.errors import ConfigError, UnsupportedModeError
 from ghofl.heads.base import Head
+from ghofl.heads.presets import DEFAULT_PRESET, check_preset, preset_params
 from ghofl.heads.registry import available_heads, head_class, make_head
 from ghofl.stats.meta import Mode
 from ghofl.stats.schema import mode_supports
@@ -43,6 +44,7 @@ def build_heads(
     seed: int | None = None,
     progress: bool = False,
     mode: Mode | None = None,
+    preset: str = DEFAULT_PRESET,
 ) -> dict[str, Head]:
     """Create (unfitted) heads by name, checking everything that can be checked before work.
 
@@ -60,6 +62,9 @@ def build_heads(
         Given to every head with a ``progress`` parameter that ``head_params`` does not set.
     mode : {"full", "pooled", "diag"}, optional
         Upload mode the heads will be fitted from; a head needing more raises.
+    preset : str, default "default"
+        Named hyperparameters (:mod:`ghofl.heads.presets`: ``"default"`` data-driven,
+        ``"paper"`` the paper's fixed values); ``head_params`` override them key by key.
 
     Returns
     -------
@@ -73,6 +78,7 @@ def build_heads(
     ConfigError
         Unknown head, unknown parameter, or invalid parameter value.
     """
+    check_preset(preset)
     params = dict(head_params or {})
     registered = available_heads()
     unknown_heads = [h for h in params if h not in registered]
@@ -98,6 +104,9 @@ def build_heads(
             raise ConfigError(
                 f"head {name!r} has no parameter {unknown[0]!r}; valid parameters: {valid}"
             )
+        # preset values the head accepts, overridden by explicit parameters
+        given = {**{k: v for k, v in preset_params(preset, name).items() if k in defaults},
+                 **given}
         if seed is not None and "seed" in defaults:
             given.setdefault("seed", seed)
         if "progress" in defaults:

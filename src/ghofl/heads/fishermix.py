@@ -8,9 +8,12 @@ Pipeline (reference-notes §4–6): Fisher subspace V from the pooled moments
     cosine:  g(z)_c = s · cos(z − ō, W_c) − s·m·[c = y] (margin in training only) (b7d6a00)
 
 with AdamW on shuffled batches, starting from LDA_f (``init="lda"``, default) or from the
-paper's random initialisation. Training runs in torch (CPU, float64, deterministic); the fitted
-state is plain numpy (``V_``, ``offset_``, ``coef_``, ``intercept_``), so prediction and
-save/load need no torch.
+paper's random initialisation. By default the checkpoint kept is chosen on a held-out synthetic
+set (the start, LDA_f, unless a trained epoch is significantly more accurate there), with early
+stopping; with the default Fisher settings LDA_f is the default LDA head, so FisherMix never
+ends below LDA on held-out synthetic samples. Training runs in torch (CPU, float64,
+deterministic); the fitted state is plain numpy (``V_``, ``offset_``, ``coef_``,
+``intercept_``), so prediction and save/load need no torch.
 
 Randomness: ``seed`` feeds ``numpy.random.SeedSequence(seed).spawn(3)`` (synthesis, batch order,
 diagnostics; PCG64 generators) and a ``torch.Generator`` for the random initialisation. The
@@ -18,7 +21,8 @@ same seed and ``num_threads`` give bit-identical weights. Statistics that differ
 summation order (the same data split over different clients) gave weights equal to ~1e-13 and
 identical predictions in the tests; bit-exactness across partitions is not promised.
 
-The synthetic set is class-balanced, so the head assumes uniform class priors (as the paper's).
+The synthetic set is class-balanced, so the layer learns uniform-prior scores (as the paper's);
+``prior_correction`` (default) adds the class log-priors at prediction.
 
 The machinery shared with :mod:`ghofl.heads.protohyper` (the deterministic torch session, the
 training loop, the common hyperparameters and their checks) lives in
@@ -31,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ghofl.heads._linalg import linear_discriminant
+from ghofl.heads._linalg import linear_discriminant, safe_log
 from ghofl.heads._training import (
     F64,
     FisherTrainedHead,
@@ -71,21 +75,39 @@ class FisherMixHead(FisherTrainedHead):
 
     Parameters
     ----------
-    fisher_shrinkage : float in [0, 1] or "auto", default 0.05
-        Shrinkage of S_W (paper ``lda_shrink``).
-    fisher_energy : float in (0, 1], default 0.995
-        Cumulative generalised-eigenvalue share kept (paper ``fisher_energy``).
+    fisher_shrinkage : float in [0, 1] or a rule, default "auto"
+        Shrinkage of S_W: ``"auto"`` is the data-driven choice of the LDA head
+        (:func:`ghofl.moments.selection.choose_pooled_shrinkage`), so that S_W is the default
+        LDA covariance (paper ``lda_shrink`` = 0.05, the ``"paper"`` preset).
+    fisher_energy : float in (0, 1], default 1.0
+        Cumulative generalised-eigenvalue share kept (paper ``fisher_energy`` = 0.995). With
+        1.0 and ``fisher_max_dim=None`` the layer starts exactly at LDA (uniform priors).
     fisher_max_dim : int or None, default None
-        Cap on k_f; None = min(C − 1, 128) (paper: 16 for CIFAR-10, 128 for CIFAR-100; equal
-        in effect since k_f ≤ rank S_B ≤ C − 1).
+        Cap on k_f; None = C − 1, i.e. every direction LDA uses (the paper capped at 128:
+        16 for CIFAR-10 and 128 for CIFAR-100 are both C − 1 in effect, since
+        k_f ≤ rank S_B ≤ C − 1).
     fisher_min_dim : int, default 2
         Lower bound on k_f (clipped to d).
     tau : float > 0, default 0.9
         Synthetic covariance scale τ (paper ``syn_tau_base``).
-    n_per_class : int, default 4000
-        Synthetic samples per class and epoch (paper ``syn_ns_per_class``).
-    syn_shrink : float in [0, 1] or "auto", default 0.05
-        Shrinkage of the covariance used for synthesis (paper ``syn_shrink``).
+    n_per_class : int or None, default None
+        Synthetic samples per class and epoch (paper ``syn_ns_per_class`` = 4000); None:
+        :func:`~ghofl.heads._training.auto_samples_per_class` (4000 up to C = 50, then
+        200,000 / C, at least 1000).
+    val_per_class : int or None, default None
+        Held-out synthetic samples per class for model selection (None:
+        :func:`~ghofl.heads._training.auto_val_per_class`); 0 switches selection off (the
+        paper: all epochs, last weights).
+    patience : int or None, default 5
+        Early stopping: epochs without a new best held-out accuracy before training stops.
+    selection_z : float >= 0, default 2.0
+        A trained checkpoint replaces the starting LDA_f only when it is more accurate on the
+        held-out synthetic set by a paired sign test at this z (see
+        :class:`~ghofl.heads._training.CheckpointSelector`).
+    syn_shrink : float in [0, 1] or a rule, default "auto"
+        Shrinkage of the covariance used for synthesis (paper ``syn_shrink`` = 0.05); a rule
+        picks each class's coefficient judged in the Fisher space
+        (:func:`~ghofl.heads.fisher.class_coefficient`).
     syn_class_cov : bool, default True
         Use class covariances when the statistics are mode ``full`` (paper
         ``syn_use_class_cov``); otherwise, or when False, the pooled one. The choice made is
@@ -96,6 +118,11 @@ class FisherMixHead(FisherTrainedHead):
     center : bool, default False
         Feed the trained layer z_f − ō with ō = mean_c μ_cᶠ (the balanced synthetic mean)
         instead of the paper's uncentred z_f. Stored as ``offset_`` (zeros when False).
+    prior_correction : bool, default True
+        The synthetic set is class-balanced, so the layer learns balanced (uniform-prior)
+        scores; add the class log-priors log π_c of the statistics at prediction
+        (``log_priors_``), so that the LDA start is exactly the default LDA head also on
+        imbalanced classes. False: the paper's uniform priors (``log_priors_`` = 0).
     init : {"lda", "random"}, default "lda"
         Start from LDA_f with uniform priors (:func:`lda_init`; the paper's NLP server meant to
         warm-start from LDA_f but used x-space weights) or from the paper HEAD's random
@@ -125,20 +152,26 @@ class FisherMixHead(FisherTrainedHead):
     Fitted attributes
     -----------------
     V_ : (d, k_f); offset_ : (k_f,); coef_ : (C, k_f); intercept_ : (C,) (zeros for ``cosine``);
-    k_f_, fisher_shrinkage_, fisher_ridge_, syn_covariance_, final_loss_, fit_seconds_.
+    log_priors_ : (C,) (zeros without ``prior_correction``);
+    k_f_, fisher_shrinkage_, fisher_ridge_, syn_covariance_, n_per_class_, val_per_class_,
+    epochs_run_, selected_epoch_, base_val_accuracy_, val_accuracy_, final_loss_, fit_seconds_
+    (see :class:`~ghofl.heads._training.FisherTrainedHead`).
     """
 
     name = "fishermix"
-    fitted_arrays = ("V_", "offset_", "coef_", "intercept_")
+    fitted_arrays = ("V_", "offset_", "coef_", "intercept_", "log_priors_")
+    neg_inf_arrays = frozenset({"log_priors_"})
     fitted_scalars = ("k_f_", "fisher_shrinkage_", "fisher_ridge_", "syn_covariance_",
-                      "final_loss_", "fit_seconds_")
+                      "n_per_class_", "val_per_class_", "epochs_run_", "selected_epoch_",
+                      "base_val_accuracy_", "val_accuracy_", "final_loss_", "fit_seconds_")
 
     def _fitted_shapes(
         self, meta: StatsMeta, scalars: dict[str, Any]
     ) -> dict[str, tuple[int, ...]]:
         c, d = meta.num_classes, meta.dim
         k = scalar_int(type(self).__name__, scalars, "k_f_", 1, d)
-        return {"V_": (d, k), "offset_": (k,), "coef_": (c, k), "intercept_": (c,)}
+        return {"V_": (d, k), "offset_": (k,), "coef_": (c, k), "intercept_": (c,),
+                "log_priors_": (c,)}
 
 
     init: Literal["lda", "random"]
@@ -148,16 +181,20 @@ class FisherMixHead(FisherTrainedHead):
 
     def __init__(
         self,
-        fisher_shrinkage: Shrinkage = 0.05,
-        fisher_energy: float = 0.995,
+        fisher_shrinkage: Shrinkage = "auto",
+        fisher_energy: float = 1.0,
         fisher_max_dim: int | None = None,
         fisher_min_dim: int = 2,
         tau: float = 0.9,
-        n_per_class: int = 4000,
-        syn_shrink: Shrinkage = 0.05,
+        n_per_class: int | None = None,
+        val_per_class: int | None = None,
+        patience: int | None = 5,
+        selection_z: float = 2.0,
+        syn_shrink: Shrinkage = "auto",
         syn_class_cov: bool = True,
         fresh_samples: bool = False,
         center: bool = False,
+        prior_correction: bool = True,
         init: Literal["lda", "random"] = "lda",
         variant: Literal["linear", "cosine"] = "linear",
         scale: float = 20.0,
@@ -183,10 +220,23 @@ class FisherMixHead(FisherTrainedHead):
     def _train(self, moments: Moments, fs: FisherSubspace, g: FisherGaussians) -> None:
         self.offset_ = self._offset(g)
         params = self._initial_params(moments, fs, g)
-        self.final_loss_ = run_training(params, self._loss_fn(params, g.num_classes),
-                                        self._epoch_source(g, None), self._train_config())
+        self.log_priors_ = (safe_log(moments.priors) if self.prior_correction
+                            else np.zeros(g.num_classes))
+        with self._timed("selection"):
+            val = self._validation_set(g, moments.priors)
+
+        def val_logits(z: F64) -> F64:
+            self._store(params, g.num_classes)
+            return self._layer_logits(z) + self.log_priors_
+
+        self._train_selected(params, self._loss_fn(params, g.num_classes),
+                             self._epoch_source(g, None), val_logits, val)
+        self._store(params, g.num_classes)
+
+    def _store(self, params: list[torch.Tensor], c_num: int) -> None:
+        """Copy the current parameters into ``coef_`` and ``intercept_``."""
         self.coef_ = params[0].detach().numpy().copy()
-        self.intercept_ = (np.zeros(g.num_classes) if self.variant == "cosine"
+        self.intercept_ = (np.zeros(c_num) if self.variant == "cosine"
                            else params[1].detach().numpy().copy())
 
     def _initial_params(self, moments: Moments, fs: FisherSubspace,
@@ -231,8 +281,13 @@ class FisherMixHead(FisherTrainedHead):
         return loss_fn
 
     def _decision(self, Z: F64) -> F64:
-        """Logits (n, C) of eq. M1 (no margin) on z_f = Z V_, in numpy float64."""
-        z = Z @ self.V_ - self.offset_
+        """Logits (n, C) of eq. M1 (no margin) on z_f = Z V_ plus ``log_priors_``, in numpy."""
+        out: F64 = self._layer_logits(Z @ self.V_) + self.log_priors_
+        return out
+
+    def _layer_logits(self, z_f: F64) -> F64:
+        """Logits (n, C) of the layer on Fisher features z_f (n, k_f)."""
+        z = z_f - self.offset_
         if self.variant == "cosine":
             zn = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
             wn = self.coef_ / np.maximum(np.linalg.norm(self.coef_, axis=1, keepdims=True), 1e-12)

@@ -8,28 +8,33 @@ from ghofl.errors import ConfigError
 from ghofl.heads._linalg import F64, linear_discriminant, safe_log
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
-from ghofl.moments.shrinkage import Shrinkage, check_shrinkage, resolve_shrinkage, shrink
+from ghofl.moments.selection import ShrinkageChoice, choose_pooled_shrinkage
+from ghofl.moments.shrinkage import Shrinkage, check_shrinkage, shrink
 from ghofl.stats.meta import StatsMeta
 
 Shape = tuple[int, ...]
 
 
+def lda_covariance_choice(
+    moments: Moments, shrinkage: Shrinkage, divisor: str = "n-c"
+) -> tuple[F64, ShrinkageChoice]:
+    """Shrunk pooled covariance Σ̃_pool (d, d) and the coefficient chosen, with its method.
+
+    A rule (``"auto"``, ``"heldout"``, ``"oas"``, ...) is resolved by
+    :func:`ghofl.moments.selection.choose_pooled_shrinkage`; the shrunk covariance is always
+    built from the full statistics.
+    """
+    choice = choose_pooled_shrinkage(moments, shrinkage, divisor=divisor)
+    return shrink(moments.pooled_covariance(divisor), choice.value), choice
+
+
 def lda_covariance(
     moments: Moments, shrinkage: Shrinkage, divisor: str = "n-c"
 ) -> tuple[F64, float]:
-    """Shrunk pooled covariance Σ̃_pool (d, d) and the coefficient used.
-
-    ``"auto"`` picks the OAS coefficient with n = N − C effective samples.
-    """
-    cov = moments.pooled_covariance(divisor)
-    n_eff = moments.n_samples - moments.num_classes
-    mle = (
-        cov * ((moments.n_samples - moments.num_classes) / moments.n_samples)
-        if divisor == "n-c"
-        else cov
-    )
-    a = resolve_shrinkage(shrinkage, mle, n_eff)
-    return shrink(cov, a), a
+    """Shrunk pooled covariance Σ̃_pool (d, d) and the coefficient used (see
+    :func:`lda_covariance_choice`)."""
+    cov, choice = lda_covariance_choice(moments, shrinkage, divisor)
+    return cov, choice.value
 
 
 class LDAHead(Head):
@@ -37,9 +42,12 @@ class LDAHead(Head):
 
     Parameters
     ----------
-    shrinkage : float in [0, 1] or "auto", default 0.05
-        Σ̃ = (1−a)Σ_pool + a·tr(Σ_pool)/d·I; ``"auto"`` = Oracle Approximating Shrinkage
-        computed from the moments (no tuning data needed).
+    shrinkage : float in [0, 1] or rule, default "auto"
+        Σ̃ = (1−a)Σ_pool + a·tr(Σ_pool)/d·I. ``"auto"``: chosen from the data with no tuning
+        set: on the held-out part of the statistics when the clients uploaded one (held-out
+        Gaussian log-likelihood), else by the inverse-Wishart evidence of the moments;
+        ``"heldout"``, ``"oas"``, ``"rblw"``, ``"evidence"`` name one rule
+        (:mod:`ghofl.moments.shrinkage`). The paper fixed a = 0.05 (``preset="paper"``).
     covariance_divisor : {"n-c", "n"}, default "n-c"
         Divide the within-class scatter by N − C (unbiased, the paper) or N (maximum
         likelihood, scikit-learn's ``LinearDiscriminantAnalysis``).
@@ -48,7 +56,7 @@ class LDAHead(Head):
     name = "lda"
     min_mode = "pooled"
     fitted_arrays = ("coef_", "intercept_", "means_")
-    fitted_scalars = ("shrinkage_", "jitter_")
+    fitted_scalars = ("shrinkage_", "shrinkage_method_", "jitter_")
     neg_inf_arrays = frozenset({"intercept_"})
 
     def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
@@ -56,7 +64,7 @@ class LDAHead(Head):
         return {"coef_": (c, d), "intercept_": (c,), "means_": (c, d)}
 
     def __init__(
-        self, shrinkage: Shrinkage = 0.05, covariance_divisor: Literal["n-c", "n"] = "n-c"
+        self, shrinkage: Shrinkage = "auto", covariance_divisor: Literal["n-c", "n"] = "n-c"
     ) -> None:
         self.shrinkage = shrinkage
         self.covariance_divisor = covariance_divisor
@@ -69,16 +77,26 @@ class LDAHead(Head):
             )
 
     def _fit(self, moments: Moments) -> None:
-        cov, a = lda_covariance(moments, self.shrinkage, self.covariance_divisor)
+        cov, choice = lda_covariance_choice(moments, self.shrinkage, self.covariance_divisor)
         self.means_ = moments.means.copy()
         self.coef_, self.intercept_, self.jitter_ = linear_discriminant(
             moments.means, cov, safe_log(moments.priors), "the LDA pooled covariance"
         )
-        self.shrinkage_ = a
+        self.shrinkage_ = choice.value
+        self.shrinkage_method_ = choice.method
+
+    def set_state(
+        self, meta: StatsMeta, arrays: dict[str, Any], scalars: dict[str, Any]
+    ) -> LDAHead:
+        """Restore a fitted head; files written before ``shrinkage_method_`` existed load as
+        ``"unrecorded"``."""
+        if isinstance(scalars, dict) and "shrinkage_method_" not in scalars:
+            scalars = {**scalars, "shrinkage_method_": "unrecorded"}
+        return super().set_state(meta, arrays, scalars)
 
     def _decision(self, Z: F64) -> F64:
         out: F64 = Z @ self.coef_.T + self.intercept_
         return out
 
 
-__all__ = ["LDAHead", "lda_covariance"]
+__all__ = ["LDAHead", "lda_covariance", "lda_covariance_choice"]

@@ -15,11 +15,15 @@ from ghofl.stats.meta import StatsMeta
 Shape = tuple[int, ...]
 
 
-def nb_params(moments: Moments, var_smoothing: float) -> tuple[F64, F64, F64]:
+def nb_params(
+    moments: Moments, var_smoothing: float, var_floor: float = 0.0
+) -> tuple[F64, F64, F64]:
     """Means (C, d), variances (C, d) and log priors (C,) of Gaussian naive Bayes.
 
-    Variances are the maximum-likelihood class variances v_c = D_c/N_c − μ_c² plus
-    ε = var_smoothing · max_j Var(x_j) over all samples (scikit-learn's ``GaussianNB``).
+    Variances are max(v_c + ε, f): the maximum-likelihood class variances
+    v_c = D_c/N_c − μ_c², plus ε = var_smoothing · max_j Var(x_j) over all samples
+    (scikit-learn's ``GaussianNB``), floored at the absolute value f = ``var_floor`` (the
+    paper's clamp). Each variance is thus at least as large as under either rule alone.
     """
     n = moments.n_samples
     m = moments.global_mean
@@ -27,7 +31,8 @@ def nb_params(moments: Moments, var_smoothing: float) -> tuple[F64, F64, F64]:
     eps = var_smoothing * float(np.max(global_var, initial=0.0))
     if eps == 0.0:
         eps = np.finfo(float).tiny
-    return moments.means.copy(), moments.class_vars + eps, safe_log(moments.priors)
+    variances = np.maximum(moments.class_vars + eps, var_floor)
+    return moments.means.copy(), variances, safe_log(moments.priors)
 
 
 class NBDiagHead(Head):
@@ -36,7 +41,12 @@ class NBDiagHead(Head):
     Parameters
     ----------
     var_smoothing : float, default 1e-9
-        Portion of the largest feature variance added to every variance.
+        Portion of the largest feature variance added to every variance (scikit-learn).
+    var_floor : float, default 1e-6
+        Absolute lower bound on every variance (the paper's clamp), applied after the
+        smoothing, so the variances are never below those of either rule. Features that are
+        constant within a class (for example ReLU outputs that stay 0) otherwise get a
+        variance of ~1e-9 × the largest variance and dominate the score.
     """
 
     name = "nb"
@@ -55,15 +65,21 @@ class NBDiagHead(Head):
                 "variances; the file is corrupt"
             )
 
-    def __init__(self, var_smoothing: float = 1e-9) -> None:
+    def __init__(self, var_smoothing: float = 1e-9, var_floor: float = 1e-6) -> None:
         self.var_smoothing = var_smoothing
+        self.var_floor = var_floor
 
     def _validate_params(self) -> None:
-        if not isinstance(self.var_smoothing, int | float) or not self.var_smoothing >= 0:
-            raise ConfigError(f"var_smoothing must be a number >= 0; got {self.var_smoothing!r}")
+        for name in ("var_smoothing", "var_floor"):
+            v = getattr(self, name)
+            ok = isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v)
+            if not ok or not v >= 0:
+                raise ConfigError(f"{name} must be a finite number >= 0; got {v!r}")
 
     def _fit(self, moments: Moments) -> None:
-        self.means_, self.vars_, self.log_priors_ = nb_params(moments, float(self.var_smoothing))
+        self.means_, self.vars_, self.log_priors_ = nb_params(
+            moments, float(self.var_smoothing), float(self.var_floor)
+        )
 
     def _decision(self, Z: F64) -> F64:
         inv = 1.0 / self.vars_  # (C, d)

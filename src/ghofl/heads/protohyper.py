@@ -1,12 +1,21 @@
-"""Proto-Hyper: NB_f base plus a low-rank residual, distilled from a Fisher-space teacher.
+"""Proto-Hyper: a closed-form Fisher-space base plus a low-rank residual, distilled from a teacher.
 
 Model (reference-notes §7.1, eq. P1): on z = z_f = x V,
 
-    student(z) = NB_f(z) + ((z − ō) U₁ᵀ) V₂ᵀ + b,   U₁ ∈ R^{r×k_f}, V₂ ∈ R^{C×r}, b ∈ R^C
+    student(z) = base(z) + ((z − ō) U₁ᵀ) V₂ᵀ + b,   U₁ ∈ R^{r×k_f}, V₂ ∈ R^{C×r}, b ∈ R^C
     NB_f(z)_c  = log π_c − ‖z − μ_cᶠ‖²/(2σ²) − (k_f/2) log σ²,   σ² = tr(Vᵀ S_W V)/k_f
 
-(the paper's spherical Gaussian base, kept unstandardised; ō = 0 as in the paper unless
-``center=True``, then the balanced mean of μ_cᶠ), trained on synthetic samples with
+Base (``base``): the paper's spherical NB_f, which, since V whitens S_W (Σᶠ = I, σ² = 1),
+equals LDA_f up to a per-row constant, i.e. the LDA head itself when the Fisher subspace keeps
+every LDA direction (the defaults) — ``"lda"``; or QDA_f, the Gaussian classifier with one
+covariance per class in the Fisher space (mode ``full``) — ``"qda"``. ``"auto"`` (default)
+takes the best closed-form head the upload mode allows: in mode ``full`` QDA_f when it beats
+LDA_f significantly on held-out synthetic samples (:func:`choose_base`), else LDA_f. The
+residual starts at zero (``residual_init="zero"``: V₂ = 0, b = 0; the paper initialises it
+like ``nn.Linear``), so training starts exactly at the base, and the checkpoint kept is chosen
+on held-out synthetic samples (see :class:`~ghofl.heads._training.FisherTrainedHead`): the
+fitted head is never less accurate than its base there. ō = 0 as in the paper unless
+``center=True``, then the balanced mean of μ_cᶠ. Training uses synthetic samples with
 (eq. P2)
 
     L = α T² KL(softmax(teacher/T) ‖ softmax(student/T)) + (1 − α) CE(student, y)
@@ -17,7 +26,7 @@ Rank: ``r = min(rank, k_f − 1)`` (default ``rank=16``; ``None`` → k_f − 1)
 residual is truly low-rank (r < k_f); the paper's ``r = min(ph_rank, k_f)`` is full rank at its
 defaults.
 
-Memory: the fixed set keeps z (C·n, k_f) and the targets [teacher log-probabilities | NB_f]
+Memory: the fixed set keeps z (C·n, k_f) and the targets [teacher log-probabilities | base]
 (C·n, 2C) in float64, ≈ 1 GB for C = 100, n = 4000.
 
 Teachers (eq. P3), with LDA_f(z)_c = z Σᶠ⁻¹ μ_cᶠ − ½ μ_cᶠᵀ Σᶠ⁻¹ μ_cᶠ + log π_c,
@@ -41,6 +50,7 @@ standardisation std(L) = (L − mean_c L)/(std_c L + 1e-6) (population std, as b
   NB_f = LDA_f − ½‖z‖² + const, so this teacher differs from the base by a per-row constant:
   its softmax equals the base's and the KD term only pulls the residual toward a row constant
   (KL(teacher‖base) ≈ 0, recorded as ``teacher_base_kl_``).
+* ``"base"``: the selected base itself (the KD term then only keeps the student near it).
 
 ``teacher_base_kl_`` is the mean KL(softmax(teacher/T) ‖ softmax(NB_f/T)) on a diagnostic
 synthetic sample (min(n_per_class, 128) per class, its own seeded stream).
@@ -48,19 +58,21 @@ synthetic sample (min(n_per_class, 128) per class, its own seeded stream).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 from scipy.special import log_softmax
 
+from ghofl.errors import InputError, UnsupportedModeError
 from ghofl.heads._linalg import linear_discriminant, safe_log, stable_cholesky
 from ghofl.heads._training import (
     F64,
+    CheckpointSelector,
     FisherTrainedHead,
     check_owned_shrinkage,
-    run_training,
     uniform_init,
 )
 from ghofl.heads.base import scalar_int, scalar_positive
@@ -80,7 +92,9 @@ from ghofl.stats.meta import StatsMeta
 if TYPE_CHECKING:
     import torch
 
-TeacherKind = Literal["informative", "paper"]
+TeacherKind = Literal["informative", "base", "paper"]
+BaseKind = Literal["auto", "lda", "qda"]
+ResidualInit = Literal["zero", "random"]
 TeacherScale = Literal["base", "unit"]
 #: rows scored at once by the numpy scorers (bounds temporary memory)
 SCORE_CHUNK = 32768
@@ -116,7 +130,8 @@ class FisherScorers:
 
 
 def fisher_scorers(moments: Moments, V: F64, within: F64,
-                   qda_shrinkage: Shrinkage | None) -> FisherScorers:
+                   qda_shrinkage: Shrinkage | None,
+                   class_covs: F64 | None = None) -> FisherScorers:
     """NB_f, LDA_f and (when ``qda_shrinkage`` is given) QDA_f parameters (eq. P1, P3).
 
     Parameters
@@ -127,6 +142,9 @@ def fisher_scorers(moments: Moments, V: F64, within: F64,
         The S_W of the Fisher subspace; Σᶠ = Vᵀ S_W V.
     qda_shrinkage : float, "auto" or None
         None skips QDA_f; otherwise the statistics must be mode ``full``.
+    class_covs : ndarray, shape (C, k_f, k_f), optional
+        Σ̃_cᶠ already computed with ``qda_shrinkage`` (e.g. the synthesis covariances when
+        both use the same shrinkage); skips :func:`fisher_class_covariances`.
     """
     means_f = moments.means @ V
     cov_f = project_covariance(within, V)
@@ -135,7 +153,8 @@ def fisher_scorers(moments: Moments, V: F64, within: F64,
                                              "the Fisher-space pooled covariance")
     prec = half = None
     if qda_shrinkage is not None:
-        covs = fisher_class_covariances(moments, V, qda_shrinkage)
+        covs = (fisher_class_covariances(moments, V, qda_shrinkage) if class_covs is None
+                else class_covs)
         k = V.shape[1]
         prec, half = np.empty_like(covs), np.empty(covs.shape[0])
         for c in range(covs.shape[0]):
@@ -189,7 +208,7 @@ def standardise(logits: F64, eps: float = 1e-6) -> F64:
 
 
 def teacher_logits(sc: FisherScorers, z: F64, teacher: TeacherKind, blend: float,
-                   scale: TeacherScale = "base") -> F64:
+                   scale: TeacherScale = "base", qda: F64 | None = None) -> F64:
     """Teacher logits (n, C) of eq. P3 (see the module docstring), in chunks of rows.
 
     ``scale`` applies to the informative teacher only: ``"base"`` multiplies each standardised
@@ -206,7 +225,8 @@ def teacher_logits(sc: FisherScorers, z: F64, teacher: TeacherKind, blend: float
         if sc.qda_prec is None:
             t = standardise(lda)
         else:
-            t = blend * standardise(qda_f_logits(sc, zz)) + (1.0 - blend) * standardise(lda)
+            q = qda_f_logits(sc, zz) if qda is None else qda[s:s + SCORE_CHUNK]
+            t = blend * standardise(q) + (1.0 - blend) * standardise(lda)
         if scale == "base":
             t = t * nb_f_logits(zz, sc.means, sc.sigma2, sc.log_priors).std(axis=1, keepdims=True)
         out[s:s + SCORE_CHUNK] = t
@@ -218,6 +238,45 @@ def mean_kl(p_logits: F64, q_logits: F64, temperature: float) -> float:
     lp = log_softmax(p_logits / temperature, axis=1)
     lq = log_softmax(q_logits / temperature, axis=1)
     return float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=1)))
+
+
+def base_logits(sc: FisherScorers, z: F64, base: str) -> F64:
+    """Base logits (n, C) on Fisher features z (n, k_f): QDA_f for ``"qda"``, else NB_f.
+
+    NB_f equals LDA_f up to a per-row constant (V whitens S_W, so Σᶠ = I and σ² = 1): it is
+    the LDA base in softmax, cross-entropy and arg-max terms.
+    """
+    if base == "qda":
+        return qda_f_logits(sc, z)
+    return nb_f_logits(z, sc.means, sc.sigma2, sc.log_priors)
+
+
+def choose_base(sc: FisherScorers, base: str, val: tuple[F64, NDArray[np.int64]] | None,
+                z: float = 2.0) -> tuple[str, dict[str, float]]:
+    """The base used and the held-out synthetic accuracy of each candidate scored.
+
+    ``"lda"``/``"qda"`` are taken as given. ``"auto"`` scores LDA_f (as NB_f) and, when the
+    scorers hold QDA_f (mode ``full``), QDA_f on the held-out synthetic samples ``val``
+    ``(z (m, k_f), y (m,))``, and keeps QDA_f only if it beats LDA_f significantly on the same
+    rows (the paired test of :class:`~ghofl.heads._training.CheckpointSelector` at ``z``);
+    otherwise, and without ``val`` or QDA_f, the base is LDA_f.
+    """
+    scores: dict[str, float] = {}
+    correct: dict[str, NDArray[np.bool_]] = {}
+    if val is not None:
+        candidates = ["lda"] + (["qda"] if sc.qda_prec is not None else [])
+        if base != "auto":
+            candidates = [base] if base == "lda" or sc.qda_prec is not None else []
+        for cand in candidates:
+            correct[cand] = np.argmax(base_logits(sc, val[0], cand), axis=1) == val[1]
+            scores[cand] = float(np.mean(correct[cand]))
+    if base != "auto":
+        return base, scores
+    if "qda" in correct:
+        test = CheckpointSelector(correct["lda"], [], None, z)
+        if test.significant(correct["qda"]):
+            return "qda", scores
+    return "lda", scores
 
 
 def effective_rank(rank: int | None, k_f: int) -> int:
@@ -232,13 +291,20 @@ class ProtoHyperHead(FisherTrainedHead):
 
     Parameters
     ----------
+    base : {"auto", "lda", "qda"}, default "auto"
+        Closed-form base (module docstring): "auto" is QDA_f in mode ``full`` when it beats
+        LDA_f significantly on held-out synthetic samples, else LDA_f (the paper's NB_f,
+        equal to LDA_f up to a row constant); "qda" needs mode ``full``.
+    residual_init : {"zero", "random"}, default "zero"
+        "zero" starts the residual at 0 (V₂ = 0, b = 0, U₁ random), so training starts at the
+        base; "random" is the paper's ``nn.Linear`` initialisation of all three.
     rank : int or None, default 16
         Residual rank cap (paper ``ph_rank``: 16 for CIFAR-10, 128 for CIFAR-100);
         r = min(rank, k_f − 1) ≥ 1, None → k_f − 1. The paper's r = min(ph_rank, k_f) is
         k_f at its defaults, i.e. not low-rank.
-    teacher : {"informative", "paper"}, default "informative"
-        See the module docstring: "paper" is softmax-identical to the base, so its KD term
-        does nothing.
+    teacher : {"informative", "base", "paper"}, default "informative"
+        See the module docstring: "paper" is softmax-identical to the NB_f base, so its KD
+        term does nothing; "base" distils the selected base.
     teacher_blend : float in [0, 1] or None, default None
         λ of the teacher blend: the QDA_f weight for "informative" (None → 0.5), the LDA_f
         weight for "paper" (None → 0.7, the paper's ``teacher_blend``).
@@ -246,8 +312,9 @@ class ProtoHyperHead(FisherTrainedHead):
         Row scale of the informative teacher: "base" rescales each standardised row to the
         row std of NB_f (see the module docstring), "unit" keeps it standardised (b7d6a00;
         ablation only: with the unstandardised NB_f base it hurts accuracy).
-    qda_shrinkage : float in [0, 1] or "auto", default 0.1
-        Shrinkage of Σ_c for QDA_f (paper ``qda_shrink``).
+    qda_shrinkage : float in [0, 1] or a rule, default "auto"
+        Shrinkage of Σ_c for QDA_f (paper ``qda_shrink`` = 0.1); a rule picks each class's
+        coefficient judged in the Fisher space (:func:`~ghofl.heads.fisher.class_coefficient`).
     kd_alpha : float in [0, 1], default 0.4
         α of eq. P2.
     kd_temperature : float > 0, default 4.0
@@ -255,15 +322,22 @@ class ProtoHyperHead(FisherTrainedHead):
     lr, weight_decay, batch_size, epochs : default 1e-3, 5e-4, 1024, 40
         AdamW settings (paper ``ph_*``).
     fisher_shrinkage, fisher_energy, fisher_max_dim, fisher_min_dim, tau, n_per_class,
-    syn_shrink, syn_class_cov, fresh_samples, center, seed, num_threads, progress
-        As :class:`~ghofl.heads.fishermix.FisherMixHead` (same defaults).
+    val_per_class, patience, selection_z, syn_shrink, syn_class_cov, fresh_samples, center,
+    prior_correction, seed, num_threads, progress
+        As :class:`~ghofl.heads.fishermix.FisherMixHead` (same defaults). With
+        ``prior_correction`` the student is trained on prior-free (balanced) base and teacher
+        scores, and the base adds the class log-priors back at prediction.
 
     Fitted attributes
     -----------------
     V_ : (d, k_f); offset_ : (k_f,); means_f_ : (C, k_f); log_priors_ : (C,);
-    U_ : (r, k_f); W2_ : (C, r); b_ : (C,) (initialised like ``nn.Linear``, as the paper);
-    sigma2_, rank_, teacher_used_, teacher_blend_ (λ used), teacher_base_kl_,
-    k_f_, fisher_shrinkage_, fisher_ridge_, syn_covariance_, final_loss_, fit_seconds_.
+    qda_prec_ : (C, k_f, k_f) and qda_half_logdet_ : (C,) for the QDA_f base ((0, k_f, k_f) and
+    (0,) for LDA_f); U_ : (r, k_f); W2_ : (C, r); b_ : (C,);
+    sigma2_, rank_, base_used_ ("lda" or "qda"), base_val_accuracies_ (held-out synthetic
+    accuracy of each base candidate), teacher_used_, teacher_blend_ (λ used),
+    teacher_base_kl_, and the scalars common to the trainable heads (k_f_, fisher_shrinkage_,
+    fisher_ridge_, syn_covariance_, n_per_class_, val_per_class_, epochs_run_,
+    selected_epoch_, base_val_accuracy_, val_accuracy_, final_loss_, fit_seconds_).
 
     Notes
     -----
@@ -272,10 +346,13 @@ class ProtoHyperHead(FisherTrainedHead):
     """
 
     name = "protohyper"
-    fitted_arrays = ("V_", "offset_", "means_f_", "log_priors_", "U_", "W2_", "b_")
-    fitted_scalars = ("sigma2_", "rank_", "teacher_used_", "teacher_blend_", "teacher_base_kl_",
-                      "k_f_", "fisher_shrinkage_", "fisher_ridge_", "syn_covariance_",
-                      "final_loss_", "fit_seconds_")
+    fitted_arrays = ("V_", "offset_", "means_f_", "log_priors_", "qda_prec_",
+                     "qda_half_logdet_", "U_", "W2_", "b_")
+    fitted_scalars = ("sigma2_", "rank_", "base_used_", "base_val_accuracies_",
+                      "teacher_used_", "teacher_blend_", "teacher_base_kl_", "k_f_",
+                      "fisher_shrinkage_", "fisher_ridge_", "syn_covariance_", "n_per_class_",
+                      "val_per_class_", "epochs_run_", "selected_epoch_",
+                      "base_val_accuracy_", "val_accuracy_", "final_loss_", "fit_seconds_")
     neg_inf_arrays = frozenset({"log_priors_"})
 
     def _fitted_shapes(
@@ -286,9 +363,19 @@ class ProtoHyperHead(FisherTrainedHead):
         k = scalar_int(owner, scalars, "k_f_", 1, d)
         r = scalar_int(owner, scalars, "rank_", 1, k)
         scalar_positive(owner, scalars, "sigma2_")
+        base = scalars.get("base_used_")
+        if base not in ("lda", "qda"):
+            raise InputError(
+                f"saved {owner} has base_used_ = {base!r:.60}; expected 'lda' or 'qda'; the "
+                "file is corrupt"
+            )
+        cq = c if base == "qda" else 0
         return {"V_": (d, k), "offset_": (k,), "means_f_": (c, k), "log_priors_": (c,),
+                "qda_prec_": (cq, k, k), "qda_half_logdet_": (cq,),
                 "U_": (r, k), "W2_": (c, r), "b_": (c,)}
 
+    base: BaseKind
+    residual_init: ResidualInit
     rank: int | None
     teacher: TeacherKind
     teacher_blend: float | None
@@ -299,23 +386,29 @@ class ProtoHyperHead(FisherTrainedHead):
 
     def __init__(
         self,
+        base: BaseKind = "auto",
+        residual_init: ResidualInit = "zero",
         rank: int | None = 16,
         teacher: TeacherKind = "informative",
         teacher_blend: float | None = None,
         teacher_scale: TeacherScale = "base",
-        qda_shrinkage: Shrinkage = 0.1,
+        qda_shrinkage: Shrinkage = "auto",
         kd_alpha: float = 0.4,
         kd_temperature: float = 4.0,
-        fisher_shrinkage: Shrinkage = 0.05,
-        fisher_energy: float = 0.995,
+        fisher_shrinkage: Shrinkage = "auto",
+        fisher_energy: float = 1.0,
         fisher_max_dim: int | None = None,
         fisher_min_dim: int = 2,
         tau: float = 0.9,
-        n_per_class: int = 4000,
-        syn_shrink: Shrinkage = 0.05,
+        n_per_class: int | None = None,
+        val_per_class: int | None = None,
+        patience: int | None = 5,
+        selection_z: float = 2.0,
+        syn_shrink: Shrinkage = "auto",
         syn_class_cov: bool = True,
         fresh_samples: bool = False,
         center: bool = False,
+        prior_correction: bool = True,
         lr: float = 1e-3,
         weight_decay: float = 5e-4,
         batch_size: int = 1024,
@@ -329,8 +422,10 @@ class ProtoHyperHead(FisherTrainedHead):
     def _validate_params(self) -> None:
         super()._validate_params()
         owner = type(self).__name__
+        check_choice(owner, "base", self.base, ("auto", "lda", "qda"))
+        check_choice(owner, "residual_init", self.residual_init, ("zero", "random"))
         check_int(owner, "rank", self.rank, lo=1, none_ok=True)
-        check_choice(owner, "teacher", self.teacher, ("informative", "paper"))
+        check_choice(owner, "teacher", self.teacher, ("informative", "base", "paper"))
         if self.teacher_blend is not None:
             check_number(owner, "teacher_blend", self.teacher_blend, lo=0.0, hi=1.0)
         check_choice(owner, "teacher_scale", self.teacher_scale, ("base", "unit"))
@@ -344,44 +439,100 @@ class ProtoHyperHead(FisherTrainedHead):
         return 0.7 if self.teacher == "paper" else 0.5
 
     def _train(self, moments: Moments, fs: FisherSubspace, g: FisherGaussians) -> None:
-        use_qda = self.teacher == "informative" and moments.has_class_covariances
+        full = moments.has_class_covariances
+        if self.base == "qda" and not full:
+            raise UnsupportedModeError(
+                "ProtoHyperHead: base='qda' needs class covariances (upload mode 'full'); these "
+                f"statistics are mode {moments.meta.mode!r}. Use base='auto' or 'lda', or "
+                "recompute the statistics with --mode full"
+            )
+        want_qda = full and (self.base != "lda" or self.teacher == "informative")
+        # the synthesis covariances are the QDA_f ones (scaled by τ²) when both use the same
+        # shrinkage: reuse them instead of choosing C coefficients again
+        reuse = (g.covariances() / g.tau**2 if want_qda and g.source == "class"
+                 and self.qda_shrinkage == self.syn_shrink else None)
         with self._timed("teacher"):
             sc = fisher_scorers(moments, fs.V, fs.within,
-                                self.qda_shrinkage if use_qda else None)
+                                self.qda_shrinkage if want_qda else None, reuse)
         self.means_f_, self.log_priors_, self.sigma2_ = sc.means, sc.log_priors, sc.sigma2
-        self.teacher_used_ = "paper" if self.teacher == "paper" else (
-            "qda_lda" if use_qda else "lda")
+        with self._timed("selection"):
+            val = self._validation_set(g, moments.priors)
+            self.base_used_, self.base_val_accuracies_ = choose_base(
+                sc, self.base, val, float(self.selection_z))
+        keep_qda = self.base_used_ == "qda" and sc.qda_prec is not None
+        k = fs.k_f
+        self.qda_prec_ = sc.qda_prec if keep_qda else np.zeros((0, k, k))
+        self.qda_half_logdet_ = sc.qda_half_logdet if keep_qda else np.zeros(0)
+        self.teacher_used_ = self.teacher if self.teacher != "informative" else (
+            "qda_lda" if sc.qda_prec is not None else "lda")
         self.rank_ = effective_rank(self.rank, fs.k_f)
         self.teacher_blend_ = self._blend()
         with self._timed("teacher"):
             self.teacher_base_kl_ = self._diagnostic_kl(sc, g)
-        self._train_student(sc, g)
+        self._train_student(sc, g, val)
+
+    def _balanced(self, sc: FisherScorers) -> FisherScorers:
+        """The scorers with uniform priors (``prior_correction``): the synthetic set is
+        class-balanced, so the student is trained on balanced base and teacher scores and the
+        log-priors return at prediction through the base; without the correction (the
+        paper), ``sc`` itself."""
+        if not self.prior_correction:
+            return sc
+        finite = np.where(np.isfinite(sc.log_priors), sc.log_priors, 0.0)
+        return replace(sc, log_priors=np.zeros_like(sc.log_priors),
+                       lda_intercept=sc.lda_intercept - finite)
+
+    def _base_logits(self, sc: FisherScorers, z: F64) -> F64:
+        """The selected base on Fisher features z (n, k_f): NB_f (≡ LDA_f) or QDA_f."""
+        return base_logits(sc, z, self.base_used_)
+
+    def _teacher(self, sc: FisherScorers, z: F64) -> F64:
+        if self.teacher == "base":
+            return self._base_logits(sc, z)
+        return teacher_logits(sc, z, self.teacher, self._blend(), self.teacher_scale)
 
     def _diagnostic_kl(self, sc: FisherScorers, g: FisherGaussians) -> float:
-        z, _ = sample_fixed(g, min(int(self.n_per_class), 128), self._rngs()[2])
+        n = min(self._samples_per_class(g.num_classes), 128)
+        z, _ = sample_fixed(g, n, self._rngs()[2])
         base = nb_f_logits(z, sc.means, sc.sigma2, sc.log_priors)
-        teach = teacher_logits(sc, z, self.teacher, self._blend(), self.teacher_scale)
-        return mean_kl(teach, base, float(self.kd_temperature))
+        return mean_kl(self._teacher(sc, z), base, float(self.kd_temperature))
 
-    def _train_student(self, sc: FisherScorers, g: FisherGaussians) -> None:
+    def _train_student(self, sc: FisherScorers, g: FisherGaussians,
+                       val: tuple[F64, NDArray[np.int64]] | None) -> None:
         import torch
         import torch.nn.functional as F
 
         c_num, k, r = g.num_classes, g.dim, self.rank_
         T, alpha = float(self.kd_temperature), float(self.kd_alpha)
-        blend, scale = self._blend(), self.teacher_scale
+        bal = self._balanced(sc)
 
         def targets(z: F64) -> F64:
-            """[log softmax(teacher/T) | NB_f] per row, (n, 2C): the fixed inputs of eq. P2."""
-            t_logp = log_softmax(teacher_logits(sc, z, self.teacher, blend, scale) / T, axis=1)
-            out: F64 = np.concatenate(
-                [t_logp, nb_f_logits(z, sc.means, sc.sigma2, sc.log_priors)], axis=1)
+            """[log softmax(teacher/T) | base] per row, (n, 2C): the fixed inputs of eq. P2.
+
+            QDA_f, the costly scorer (C·k_f² per row), is computed once for base and teacher.
+            """
+            qda = None
+            if bal.qda_prec is not None and (self.base_used_ == "qda"
+                                             or self.teacher == "informative"):
+                qda = qda_f_logits(bal, z)
+            base = qda if self.base_used_ == "qda" and qda is not None else (
+                self._base_logits(bal, z))
+            if self.teacher == "base":
+                teach = base
+            else:
+                teach = teacher_logits(bal, z, self.teacher, self._blend(), self.teacher_scale,
+                                       qda)
+            out: F64 = np.concatenate([log_softmax(teach / T, axis=1), base], axis=1)
             return out
 
         gen = torch.Generator().manual_seed(int(self.seed))
         U = uniform_init((r, k), 1.0 / np.sqrt(k), gen)
         W2 = uniform_init((c_num, r), 1.0 / np.sqrt(r), gen)
         b = uniform_init((c_num,), 1.0 / np.sqrt(r), gen)
+        if self.residual_init == "zero":
+            with torch.no_grad():
+                W2.zero_()
+                b.zero_()
         self.offset_ = self._offset(g)
         offset = torch.from_numpy(self.offset_)
 
@@ -393,8 +544,16 @@ class ProtoHyperHead(FisherTrainedHead):
             kl = (t_logp.exp() * (t_logp - s_logp)).sum(1).mean()
             return alpha * T * T * kl + (1.0 - alpha) * F.cross_entropy(student, y)
 
-        self.final_loss_ = run_training([U, W2, b], loss_fn, self._epoch_source(g, targets),
-                                        self._train_config())
+        val_base = None if val is None else self._base_logits(sc, val[0])
+
+        def val_logits(z: F64) -> F64:
+            assert val_base is not None
+            res = ((z - self.offset_) @ U.detach().numpy().T) @ W2.detach().numpy().T
+            out: F64 = val_base + res + b.detach().numpy()
+            return out
+
+        self._train_selected([U, W2, b], loss_fn, self._epoch_source(g, targets), val_logits,
+                             val)
         self.U_ = U.detach().numpy().copy()
         self.W2_ = W2.detach().numpy().copy()
         self.b_ = b.detach().numpy().copy()
@@ -402,14 +561,20 @@ class ProtoHyperHead(FisherTrainedHead):
     def _decision(self, Z: F64) -> F64:
         """Student logits (n, C) of eq. P1 on z_f = Z V_, in numpy float64."""
         z = Z @ self.V_
-        base = nb_f_logits(z, self.means_f_, float(self.sigma2_), self.log_priors_)
-        out: F64 = base + ((z - self.offset_) @ self.U_.T) @ self.W2_.T + self.b_
+        sc = FisherScorers(self.means_f_, self.log_priors_, float(self.sigma2_),
+                           np.zeros((0, z.shape[1])), np.zeros(0),
+                           self.qda_prec_ if self.base_used_ == "qda" else None,
+                           self.qda_half_logdet_ if self.base_used_ == "qda" else None)
+        out: F64 = (base_logits(sc, z, self.base_used_)
+                    + ((z - self.offset_) @ self.U_.T) @ self.W2_.T + self.b_)
         return out
 
 
 __all__ = [
     "FisherScorers",
     "ProtoHyperHead",
+    "base_logits",
+    "choose_base",
     "effective_rank",
     "fisher_scorers",
     "lda_f_logits",

@@ -11,7 +11,8 @@ from ghofl.errors import ConfigError
 from ghofl.heads._linalg import F64, safe_log, stable_cholesky
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
-from ghofl.moments.shrinkage import Shrinkage, Target, check_shrinkage, resolve_shrinkage, shrink
+from ghofl.moments.selection import choose_qda_shrinkage
+from ghofl.moments.shrinkage import Shrinkage, Target, check_shrinkage, shrink
 from ghofl.stats.meta import StatsMeta
 
 Shape = tuple[int, ...]
@@ -22,31 +23,29 @@ def qda_params(
     shrinkage: Shrinkage,
     target: Target = "scaled_identity",
     divisor: str = "n-1",
-) -> tuple[F64, F64, F64, list[float]]:
+) -> tuple[F64, F64, F64, list[float], str]:
     """Per-class whitening factors for QDA.
 
     For each class, Σ̃_c = shrink(Σ_c, a_c) = L_c L_cᵀ; returns ``P`` (C, d, d) with
     P_c = L_c⁻ᵀ so that (x−μ_c)ᵀ Σ̃_c⁻¹ (x−μ_c) = ‖(x−μ_c) P_c‖², half log-determinants
-    Σ log diag L_c (C,), and the coefficients a_c (``"auto"`` = OAS with n = N_c per class).
+    Σ log diag L_c (C,), log priors (C,), the coefficients a_c and how they were chosen (a rule
+    is resolved by :func:`ghofl.moments.selection.choose_qda_shrinkage`).
     Classes are processed one at a time, so peak memory is one (d, d) covariance plus P.
     """
     c_num, d = moments.num_classes, moments.dim
     prec = np.empty((c_num, d, d))
     half_logdet = np.empty(c_num)
-    coefs: list[float] = []
+    coefs, method = choose_qda_shrinkage(moments, shrinkage, divisor=divisor, target=target)
     eye = np.eye(d)
     for c in range(c_num):
         cov = moments.class_covariance(c, divisor)
-        n_c = int(moments.counts[c])
-        mle = cov * (n_c - 1) / max(n_c, 1) if divisor == "n-1" else cov
-        a = resolve_shrinkage(shrinkage, mle, n_c)
+        a = coefs[c]
         L, _ = stable_cholesky(
             shrink(cov, a, target), f"the QDA covariance of class {moments.meta.classes[c]!r}"
         )
         prec[c] = solve_triangular(L, eye, lower=True, check_finite=False).T
         half_logdet[c] = float(np.sum(np.log(np.diag(L))))
-        coefs.append(a)
-    return prec, half_logdet, safe_log(moments.priors), coefs
+    return prec, half_logdet, safe_log(moments.priors), coefs, method
 
 
 class QDAHead(Head):
@@ -54,8 +53,12 @@ class QDAHead(Head):
 
     Parameters
     ----------
-    shrinkage : float in [0, 1] or "auto", default 0.1
-        Per-class shrinkage; ``"auto"`` picks an OAS coefficient per class.
+    shrinkage : float in [0, 1] or rule, default "auto"
+        Shrinkage of every class covariance. ``"auto"``: one coefficient for all classes chosen
+        from the data: on the held-out part of the statistics when the clients uploaded one
+        (held-out log-likelihood), else by the inverse-Wishart evidence of the class moments;
+        ``"heldout"``, ``"oas"``, ``"rblw"``, ``"evidence"`` name one rule. The paper fixed
+        a = 0.1 (``preset="paper"``).
     shrinkage_target : {"scaled_identity", "identity"}, default "scaled_identity"
         Shrink toward tr(Σ_c)/d·I (the paper) or toward I (scikit-learn's ``reg_param``).
     covariance_divisor : {"n-1", "n"}, default "n-1"
@@ -66,7 +69,7 @@ class QDAHead(Head):
     name = "qda"
     min_mode = "full"
     fitted_arrays = ("means_", "precision_chol_", "half_log_det_", "log_priors_")
-    fitted_scalars = ("shrinkage_",)
+    fitted_scalars = ("shrinkage_", "shrinkage_method_")
     neg_inf_arrays = frozenset({"log_priors_"})
 
     def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
@@ -76,7 +79,7 @@ class QDAHead(Head):
 
     def __init__(
         self,
-        shrinkage: Shrinkage = 0.1,
+        shrinkage: Shrinkage = "auto",
         shrinkage_target: Literal["scaled_identity", "identity"] = "scaled_identity",
         covariance_divisor: Literal["n-1", "n"] = "n-1",
     ) -> None:
@@ -98,10 +101,20 @@ class QDAHead(Head):
 
     def _fit(self, moments: Moments) -> None:
         self.means_ = moments.means.copy()
-        self.precision_chol_, self.half_log_det_, self.log_priors_, coefs = qda_params(
+        self.precision_chol_, self.half_log_det_, self.log_priors_, coefs, method = qda_params(
             moments, self.shrinkage, self.shrinkage_target, self.covariance_divisor
         )
         self.shrinkage_ = coefs
+        self.shrinkage_method_ = method
+
+    def set_state(
+        self, meta: StatsMeta, arrays: dict[str, Any], scalars: dict[str, Any]
+    ) -> QDAHead:
+        """Restore a fitted head; files written before ``shrinkage_method_`` existed load as
+        ``"unrecorded"``."""
+        if isinstance(scalars, dict) and "shrinkage_method_" not in scalars:
+            scalars = {**scalars, "shrinkage_method_": "unrecorded"}
+        return super().set_state(meta, arrays, scalars)
 
     def _decision(self, Z: F64) -> F64:
         n, d = Z.shape

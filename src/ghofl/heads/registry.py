@@ -33,6 +33,7 @@ _REGISTRY: dict[str, str] = {
     "fedcgs": "ghofl.heads.fedcgs:FedCGSHead",
     "fishermix": "ghofl.heads.fishermix:FisherMixHead",
     "protohyper": "ghofl.heads.protohyper:ProtoHyperHead",
+    "ridge": "ghofl.heads.ridge:RidgeHead",
 }
 
 

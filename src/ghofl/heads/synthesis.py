@@ -123,16 +123,21 @@ def sample_class(g: FisherGaussians, c: int, n: int, rng: np.random.Generator) -
     return out
 
 
-def sample_fixed(g: FisherGaussians, n_per_class: int,
+def sample_fixed(g: FisherGaussians, n_per_class: int | I64,
                  rng: np.random.Generator) -> tuple[F64, I64]:
     """The paper's fixed, class-balanced set, class-blocked (c = 0..C−1).
 
-    Returns ``(z (C·n, k_f) float64, y (C·n,) int64)``.
+    ``n_per_class`` is one count for every class, or an array (C,) of counts per class (e.g.
+    proportional to the class priors).
+
+    Returns ``(z (Σ n_c, k_f) float64, y (Σ n_c,) int64)``.
     """
-    z = np.empty((g.num_classes * n_per_class, g.dim))
+    counts = np.broadcast_to(np.asarray(n_per_class, dtype=np.int64), (g.num_classes,))
+    ends = np.cumsum(counts)
+    z = np.empty((int(ends[-1]) if ends.size else 0, g.dim))
     for c in range(g.num_classes):
-        z[c * n_per_class:(c + 1) * n_per_class] = sample_class(g, c, n_per_class, rng)
-    y = np.repeat(np.arange(g.num_classes, dtype=np.int64), n_per_class)
+        z[ends[c] - counts[c]:ends[c]] = sample_class(g, c, int(counts[c]), rng)
+    y = np.repeat(np.arange(g.num_classes, dtype=np.int64), counts)
     return z, y
 
 

@@ -121,6 +121,44 @@ class Moments:
         out: F64 = 0.5 * (cov + cov.T)
         return out
 
+    def validation_split(self) -> tuple[Moments, Moments] | None:
+        """Moments of the fitting part and of the held-out part of the statistics.
+
+        Needs statistics with a held-out section (clients computed them with
+        ``holdout_fraction > 0``): the fitting part is total − held-out
+        (:meth:`ClientStats.fitting_part <ghofl.stats.ClientStats.fitting_part>`), the
+        held-out part ``stats.holdout``. Use it to score candidate hyperparameters (e.g.
+        shrinkages) on held-out moments, then fit on the total (these moments).
+
+        Classes may be empty in one part (a rare class all held out, or none of it): both
+        moments are computed with ``allow_empty_classes=True``, so such a class has N_c = 0,
+        prior 0, mean 0 and variances 0 in that part; a scorer should skip it (weight by the
+        counts of the held-out part and fit only on classes with samples in the fitting part).
+
+        Returns
+        -------
+        (fit, held) : tuple of Moments, or None
+            ``None`` when the statistics have no held-out section, or when either part holds no
+            sample at all (nothing to fit on or to score on; a :class:`GhoflWarning` says
+            which). Both carry metadata with ``holdout_fraction`` 0.0 and no held-out section.
+        """
+        held = self.stats.holdout
+        if held is None:
+            return None
+        fit = self.stats.fitting_part()
+        for name, part in (("fitting", fit), ("held-out", held)):
+            if part.n_samples == 0:
+                warnings.warn(
+                    f"the {name} part of the statistics holds no sample (the totals hold "
+                    f"{self.n_samples}, the held-out section {held.n_samples}), so there is no "
+                    "validation split; use a held-out fraction that leaves samples in both parts",
+                    GhoflWarning,
+                    stacklevel=2,
+                )
+                return None
+        return (compute_moments(fit, allow_empty_classes=True),
+                compute_moments(held, allow_empty_classes=True))
+
     def _require_scatter(self, m: F64 | None, what: str) -> F64:
         if m is None:
             raise UnsupportedModeError(

@@ -273,6 +273,12 @@ def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generato
 
 
 def _check_meta(meta: StatsMeta, plan: NoisePlan) -> None:
+    if meta.has_holdout:
+        raise ConfigError(
+            f"differential privacy does not support statistics with a held-out section "
+            f"(holdout fraction {meta.holdout_fraction:g}): every held-out sample would count "
+            "twice in the sensitivity the noise is calibrated for; use holdout 0 with DP"
+        )
     if meta.mode != plan.stats_mode or meta.clip_norm != plan.clip_norm:
         raise ConfigError(
             f"the noise was calibrated for mode {plan.stats_mode!r} and R={plan.clip_norm:g} "

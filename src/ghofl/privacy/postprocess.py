@@ -121,7 +121,7 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64
     else:
         arrays["sq_sums"] = np.maximum(arrays["sq_sums"], sums**2 / n[:, None])
         notes.append("per-class variances D_c/N_c − μ_c² clamped at 0")
-    stats = ClientStats(meta, counts=counts, n_clipped=0, **arrays)
+    stats = ClientStats(meta, counts=counts, n_clipped=0, holdout=None, **arrays)
     notes.append("n_clipped withheld (reported as 0)")
     return stats, notes
 

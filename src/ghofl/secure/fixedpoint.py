@@ -24,6 +24,14 @@ K·2^−(e1+1) per entry, which :meth:`FixedPointCodec.error_bound` reports.
 
 The decoded total is therefore the float64 sum to within one rounding of the final value, for
 any number of clients and any data within the bounds; counts are exact.
+
+A payload with a held-out section (``meta.holdout_fraction > 0``) flattens to the vectors of
+:meth:`~ghofl.stats.schema.ModeSchema.flatten` with the section appended (``holdout.counts``,
+``holdout.n_clipped``, ``holdout.<float arrays>``); a held-out sample is bounded as any other,
+so each segment keeps the bound of its kind and the total's held-out section is exact in the
+same way. Float32 transport (:func:`ghofl.stats.save_stats`) does not apply here: the words
+are this fixed-point encoding of the float64 sums, whatever dtype the client would have used
+to send them in the clear.
 """
 
 from __future__ import annotations
@@ -109,8 +117,9 @@ class FixedPointCodec:
     def length(self, meta: StatsMeta) -> int:
         """Number of uint64 words of an encoded payload of ``meta``."""
         sch = schema_for(meta.mode)
-        n_int = sum(s.size for s in sch.int_layout(meta.num_classes, meta.dim))
-        n_float = sum(s.size for s in sch.float_layout(meta.num_classes, meta.dim))
+        c, d, ho = meta.num_classes, meta.dim, meta.has_holdout
+        n_int = sum(s.size for s in sch.int_layout(c, d, ho))
+        n_float = sum(s.size for s in sch.float_layout(c, d, ho))
         return n_int + self.limbs * n_float
 
     # ------------------------------------------------------------------ encode
@@ -163,7 +172,7 @@ class FixedPointCodec:
             A float exceeds the public bound of its segment.
         """
         sch = schema_for(meta.mode)
-        layout = sch.float_layout(meta.num_classes, meta.dim)
+        layout = sch.float_layout(meta.num_classes, meta.dim, meta.has_holdout)
         hi = np.empty(floats.size, np.int64)
         lo = np.empty(floats.size, np.int64) if self.limbs == 2 else None
         for seg in layout:
@@ -179,7 +188,8 @@ class FixedPointCodec:
         return np.concatenate(words).view(np.uint64)
 
     # ------------------------------------------------------------------ decode
-    def decode(self, meta: StatsMeta, total: NDArray[np.uint64]) -> ClientStats:
+    def decode(self, meta: StatsMeta, total: NDArray[np.uint64],
+               rounding: float = 0.0) -> ClientStats:
         """Decode the modular sum of encoded payloads into the total statistics.
 
         Parameters
@@ -188,13 +198,17 @@ class FixedPointCodec:
             Metadata shared by every payload.
         total : ndarray of uint64, shape (length(meta),)
             Σ_u encode(stats_u) mod 2^64.
+        rounding : float, default 0.0
+            Unit roundoff of a transport the encoded sums went through before (e.g. float32
+            payloads recorded in a store), tolerated by the validation.
 
         Returns
         -------
         ClientStats
             The validated total.
         """
-        return schema_for(meta.mode).unflatten(meta, *self.decode_vectors(meta, total))
+        return schema_for(meta.mode).unflatten(meta, *self.decode_vectors(meta, total),
+                                               rounding=rounding)
 
     def decode_vectors(self, meta: StatsMeta, total: NDArray[np.uint64]
                        ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
@@ -220,13 +234,13 @@ class FixedPointCodec:
                 f"statistics; got {total.dtype} of shape {total.shape}"
             )
         signed = total.view(np.int64)
-        n_int = sum(s.size for s in sch.int_layout(meta.num_classes, meta.dim))
+        n_int = sum(s.size for s in sch.int_layout(meta.num_classes, meta.dim, meta.has_holdout))
         n_float = (expected - n_int) // self.limbs
         ints = np.array(signed[:n_int])
         hi = signed[n_int : n_int + n_float]
         lo = signed[n_int + n_float :] if self.limbs == 2 else None
         floats = np.empty(n_float)
-        for seg in sch.float_layout(meta.num_classes, meta.dim):
+        for seg in sch.float_layout(meta.num_classes, meta.dim, meta.has_holdout):
             e1, e2 = self.exponents(seg.kind)
             sl = slice(seg.offset, seg.offset + seg.size)
             value = hi[sl].astype(np.float64)

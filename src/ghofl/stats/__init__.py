@@ -4,9 +4,9 @@ The rules of each upload mode (arrays, ranks, packing, flat layouts) live in
 :mod:`ghofl.stats.schema`.
 """
 
-from ghofl.stats.accumulate import StatsAccumulator, compute_stats
+from ghofl.stats.accumulate import StatsAccumulator, compute_stats, holdout_mask
 from ghofl.stats.client_stats import ClientStats, sum_stats
-from ghofl.stats.codec import load_stats, payload_nbytes, save_stats
+from ghofl.stats.codec import load_stats, payload_nbytes, save_stats, through_transport
 from ghofl.stats.meta import MODES, EncoderInfo, Mode, StatsMeta
 from ghofl.stats.projection import ProjectionSpec
 from ghofl.stats.schema import (
@@ -33,10 +33,12 @@ __all__ = [
     "StatsAccumulator",
     "StatsMeta",
     "compute_stats",
+    "holdout_mask",
     "load_stats",
     "mode_supports",
     "payload_nbytes",
     "save_stats",
     "schema_for",
     "sum_stats",
+    "through_transport",
 ]

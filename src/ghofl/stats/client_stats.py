@@ -9,6 +9,12 @@ and, by upload mode (method.md §1):
 
 All arrays are float64 (counts int64) and read-only. Which arrays a mode holds, their shapes
 and how modes convert are defined once, in :mod:`ghofl.stats.schema`.
+
+Held-out section: when ``meta.holdout_fraction`` is f > 0 the value also carries
+:attr:`ClientStats.holdout`, the same sums over the samples the client held out (a seeded
+per-sample split, :func:`~ghofl.stats.accumulate.holdout_mask`). The main arrays always hold
+the sums over ALL samples; :meth:`ClientStats.fitting_part` is total − held-out. Addition,
+subtraction, mode conversion, flattening and the file format act on both sections.
 """
 
 from __future__ import annotations
@@ -51,6 +57,13 @@ class ClientStats:
     n_clipped : int, default 0
         Number of samples whose norm exceeded the clipping bound ``meta.clip_norm`` and were
         scaled down to it; additive like the counts, 0 ≤ n_clipped ≤ Σ_c N_c.
+    holdout : ClientStats or None
+        The held-out section: statistics of the held-out samples only (a subset of the
+        samples the main arrays sum over), in the same mode; its metadata is ``meta`` with
+        ``holdout_fraction`` 0.0 (:meth:`StatsMeta.without_holdout`) and it has no held-out
+        section of its own. Required exactly when ``meta.holdout_fraction > 0``. Validation
+        checks it as statistics of its own, its counts (and n_clipped) against the totals per
+        class, and that total − held-out (:meth:`fitting_part`) is valid statistics too.
     """
 
     meta: StatsMeta
@@ -60,6 +73,7 @@ class ClientStats:
     class_scatter: F64 | None = None
     scatter: F64 | None = None
     n_clipped: int = 0
+    holdout: ClientStats | None = None
     _magnitude: _Magnitude = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -70,13 +84,16 @@ class ClientStats:
             if arr is not None:
                 arr.setflags(write=False)
         object.__setattr__(self, "_magnitude", _Magnitude.own(self))
+        _validate_holdout(self)
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def zeros(cls, meta: StatsMeta) -> ClientStats:
-        """Return the identity of ``+`` for ``meta`` (a client with no samples)."""
+        """Return the identity of ``+`` for ``meta`` (a client with no samples; with an empty
+        held-out section when ``meta.holdout_fraction > 0``)."""
         arrays: dict[str, Any] = schema_for(meta.mode).zeros(meta.num_classes, meta.dim)
-        return cls(meta, **arrays)
+        holdout = cls.zeros(meta.without_holdout()) if meta.has_holdout else None
+        return cls(meta, holdout=holdout, **arrays)
 
     @classmethod
     def _trusted(
@@ -89,6 +106,7 @@ class ClientStats:
         scatter: F64 | None = None,
         n_clipped: int = 0,
         magnitude: _Magnitude | None = None,
+        holdout: ClientStats | None = None,
     ) -> ClientStats:
         """Build without re-validating (for results of exact operations on valid values).
 
@@ -103,11 +121,57 @@ class ClientStats:
             ("class_scatter", class_scatter),
             ("scatter", scatter),
             ("n_clipped", int(n_clipped)),
+            ("holdout", holdout),
         ):
             if isinstance(val, np.ndarray):
                 val.setflags(write=False)
             object.__setattr__(obj, name, val)
         object.__setattr__(obj, "_magnitude", magnitude or _Magnitude.own(obj))
+        return obj
+
+    @classmethod
+    def from_transport(
+        cls,
+        meta: StatsMeta,
+        arrays: dict[str, Any],
+        n_clipped: int = 0,
+        holdout: ClientStats | None = None,
+        rounding: float = 0.0,
+    ) -> ClientStats:
+        """Build and validate statistics received from a client whose float arrays were
+        rounded in transport (e.g. float32), with relative error at most ``rounding`` per
+        entry.
+
+        With ``rounding = 0`` this is ``ClientStats(meta, n_clipped=..., holdout=...,
+        **arrays)``. Otherwise the checks (symmetry, Cauchy–Schwarz, positive
+        semi-definiteness, diag B = Σ D_c, and later differences such as
+        :meth:`fitting_part`) tolerate a perturbation of 4·d·``rounding`` relative to the
+        magnitude of the values, which bounds the effect of rounding every entry.
+
+        Parameters
+        ----------
+        meta : StatsMeta
+        arrays : dict of str to ndarray
+            The mode's arrays by name (float64 after upcasting).
+        n_clipped : int, default 0
+        holdout : ClientStats, optional
+            The held-out section (built by this method too).
+        rounding : float, default 0.0
+            Unit roundoff of the transport dtype (2⁻²⁴ for float32).
+        """
+        if rounding <= 0.0:
+            return cls(meta, n_clipped=n_clipped, holdout=holdout, **arrays)
+        for name, arr in arrays.items():  # dtypes, shapes and finiteness before anything else
+            _check_array(name, arr, schema_for(meta.mode).spec(name).shape(meta.num_classes,
+                                                                          meta.dim),
+                         schema_for(meta.mode).spec(name).dtype)
+        obj = cls._trusted(meta, n_clipped=n_clipped, holdout=holdout, **arrays)
+        k = max(1.0, 4.0 * meta.dim * rounding / _RESIDUE_RTOL)
+        own = obj._magnitude
+        magnitude = _Magnitude(own.first * k, own.second * k, rounding)
+        object.__setattr__(obj, "_magnitude", magnitude)
+        _validate(obj, magnitude)
+        _validate_holdout(obj)
         return obj
 
     # ------------------------------------------------------------------ shape facts
@@ -145,8 +209,69 @@ class ClientStats:
         return None
 
     def arrays(self) -> dict[str, Any]:
-        """The stored arrays by field name (``None`` for the ones this mode does not hold)."""
+        """The stored arrays by field name (``None`` for the ones this mode does not hold);
+        the main section only (the held-out one is ``self.holdout.arrays()``)."""
         return {name: getattr(self, name) for name in ARRAY_NAMES}
+
+    # ------------------------------------------------------------------ held-out section
+    @property
+    def rounding(self) -> float:
+        """Unit roundoff of the coarsest transport these sums (or any payload added into
+        them) went through: 2⁻²⁴ after float32 transport, 0.0 for float64 all the way. Files
+        and stores record it so that re-reading them tolerates that rounding."""
+        return self._magnitude.rounding
+
+    @property
+    def holdout_fraction(self) -> float:
+        """``meta.holdout_fraction`` (0.0: no held-out section)."""
+        return self.meta.holdout_fraction
+
+    def without_holdout(self) -> ClientStats:
+        """The sums over all samples without the held-out section (metadata fraction 0.0).
+
+        Statistics of clients that held out different fractions combine after this (and
+        heads that do not use held-out data see plain statistics)."""
+        if self.holdout is None:
+            return self
+        arrays: dict[str, Any] = {name: getattr(self, name) for name in schema_for(self.mode).names}
+        return ClientStats._trusted(
+            self.meta.without_holdout(), n_clipped=self.n_clipped, magnitude=self._magnitude,
+            **arrays,
+        )
+
+    def fitting_part(self) -> ClientStats:
+        """Total − held-out: the statistics of the samples that were not held out.
+
+        Returns
+        -------
+        ClientStats
+            Metadata :meth:`StatsMeta.without_holdout`, no held-out section; classes whose
+            samples were all held out have N_c = 0 and zero sums (validated; the float residue
+            of the difference is tolerated as in ``a − b``).
+
+        Raises
+        ------
+        StatsValidationError
+            There is no held-out section, or it is not a part of the totals.
+        """
+        if self.holdout is None:
+            raise StatsValidationError(
+                "these statistics have no held-out section (holdout_fraction is 0); compute "
+                "them with holdout_fraction > 0 (ghofl client-stats --holdout 0.2) to fit on "
+                "one part and score on the other"
+            )
+        cached: ClientStats | None = self.__dict__.get("_fitting")
+        if cached is not None:  # immutable value: computed (and validated) once
+            return cached
+        try:
+            fit = self.without_holdout() - self.holdout
+        except StatsValidationError as exc:
+            raise StatsValidationError(
+                f"the held-out section is not a part of the totals (total − held-out is not "
+                f"valid statistics: {exc}); the payload is corrupt"
+            ) from exc
+        object.__setattr__(self, "_fitting", fit)
+        return fit
 
     # ------------------------------------------------------------------ algebra
     def check_compatible(self, other: ClientStats) -> None:
@@ -177,25 +302,19 @@ class ClientStats:
     def __sub__(self, other: ClientStats) -> ClientStats:
         """Exact removal of ``other`` (e.g. a client that withdraws). Counts must stay >= 0."""
         self.check_compatible(other)
-        if np.any(other.counts > self.counts):
-            bad = np.flatnonzero(other.counts > self.counts)
-            raise StatsValidationError(
-                "cannot subtract statistics holding more samples than the left operand: "
-                f"class {self.meta.classes[bad[0]]!r} has {self.counts[bad[0]]} on the left and "
-                f"{other.counts[bad[0]]} on the right"
-            )
-        if other.n_clipped > self.n_clipped:
-            raise StatsValidationError(
-                "cannot subtract statistics holding more clipped samples than the left operand: "
-                f"n_clipped is {self.n_clipped} on the left and {other.n_clipped} on the right"
-            )
+        _check_removable(self, other, "")
+        if self.holdout is not None and other.holdout is not None:
+            _check_removable(self.holdout, other.holdout, "in the held-out section: ")
         return self._combine(other, -1)
 
     def _combine(self, other: ClientStats, sign: int) -> ClientStats:
         op = np.add if sign > 0 else np.subtract
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked below
             arrays = self._apply(op, other)
-        return self._finish(other, sign, arrays)
+        holdout = None
+        if self.holdout is not None and other.holdout is not None:
+            holdout = self.holdout._combine(other.holdout, sign)
+        return self._finish(other, sign, arrays, holdout)
 
     def _apply(self, op: Any, other: ClientStats) -> dict[str, Any]:
         return {
@@ -203,23 +322,26 @@ class ClientStats:
             for name in schema_for(self.mode).names
         }
 
-    def _finish(self, other: ClientStats, sign: int, arrays: dict[str, Any]) -> ClientStats:
+    def _finish(self, other: ClientStats, sign: int, arrays: dict[str, Any],
+                holdout: ClientStats | None = None) -> ClientStats:
         n_clipped = self.n_clipped + sign * other.n_clipped
         magnitude = self._magnitude + other._magnitude
         if sign > 0:  # sums of validated payloads are valid by construction, unless they overflow
             _check_no_overflow(self, other, arrays)
             return ClientStats._trusted(
-                self.meta, n_clipped=n_clipped, magnitude=magnitude, **arrays
+                self.meta, n_clipped=n_clipped, magnitude=magnitude, holdout=holdout, **arrays
             )
         # Removal is re-validated. Classes left empty must hold exactly zero sums: what remains
         # there is float residue, checked to be residue and zeroed BEFORE validating. The checks
         # then tolerate the rounding the difference inherits from the values it came from.
         _check_cancelled(self.meta, arrays, magnitude)
         result = ClientStats._trusted(
-            self.meta, n_clipped=n_clipped, magnitude=magnitude,
+            self.meta, n_clipped=n_clipped, magnitude=magnitude, holdout=holdout,
             **_zero_empty_classes(self.meta, arrays),
         )
         _validate(result, magnitude)
+        if holdout is not None:
+            _check_holdout_counts(result, holdout)
         return result
 
     def allclose(self, other: ClientStats, rtol: float = 1e-10, atol: float = 0.0) -> bool:
@@ -228,6 +350,12 @@ class ClientStats:
         if self.meta.differences(other.meta) or not np.array_equal(self.counts, other.counts):
             return False
         if self.n_clipped != other.n_clipped:
+            return False
+        if (self.holdout is None) != (other.holdout is None):
+            return False
+        if self.holdout is not None and other.holdout is not None and not (
+            self.holdout.allclose(other.holdout, rtol=rtol, atol=atol)
+        ):
             return False
         for name, a in self.arrays().items():
             b = other.arrays()[name]
@@ -256,15 +384,25 @@ class ClientStats:
             )
         if target.mode == self.mode:
             return self
-        arrays = {spec.name: np.array(getattr(self, spec.source)) for spec in target.arrays}
-        out = ClientStats(self.meta.with_mode(target.mode), n_clipped=self.n_clipped, **arrays)
+        arrays: dict[str, Any] = {
+            spec.name: np.array(getattr(self, spec.source)) for spec in target.arrays
+        }
+        holdout = None if self.holdout is None else self.holdout.to_mode(mode)
+        out = ClientStats._trusted(
+            self.meta.with_mode(target.mode), n_clipped=self.n_clipped, holdout=holdout,
+            **arrays,
+        )
+        _validate(out, self._magnitude)  # exact conversion of a valid value: a cheap recheck
         object.__setattr__(out, "_magnitude", self._magnitude)  # same values, same history
         return out
 
     def __repr__(self) -> str:
+        held = "" if self.holdout is None else (
+            f", holdout_fraction={self.holdout_fraction:g}, n_holdout={self.holdout.n_samples}"
+        )
         return (
             f"ClientStats(mode={self.mode!r}, dim={self.dim}, classes={self.num_classes}, "
-            f"n={self.n_samples})"
+            f"n={self.n_samples}{held})"
         )
 
 
@@ -291,6 +429,74 @@ def sum_stats(items: Iterable[ClientStats]) -> ClientStats:
             "cannot sum an empty collection of statistics; give at least one"
         )
     return total
+
+
+def _check_removable(left: ClientStats, right: ClientStats, where: str) -> None:
+    """Counts and n_clipped of ``right`` must not exceed those of ``left`` (``left − right``)."""
+    if np.any(right.counts > left.counts):
+        bad = np.flatnonzero(right.counts > left.counts)
+        raise StatsValidationError(
+            f"cannot subtract statistics holding more samples than the left operand: {where}"
+            f"class {left.meta.classes[bad[0]]!r} has {left.counts[bad[0]]} on the left and "
+            f"{right.counts[bad[0]]} on the right"
+        )
+    if right.n_clipped > left.n_clipped:
+        raise StatsValidationError(
+            "cannot subtract statistics holding more clipped samples than the left operand: "
+            f"{where}n_clipped is {left.n_clipped} on the left and {right.n_clipped} on the right"
+        )
+
+
+def _validate_holdout(s: ClientStats) -> None:
+    """The held-out section: present exactly when ``meta.holdout_fraction > 0``, statistics
+    with the metadata :meth:`StatsMeta.without_holdout`, at most the totals' samples per class,
+    and a part of them (total − held-out is valid statistics)."""
+    h = s.holdout
+    if s.meta.has_holdout and h is None:
+        raise StatsValidationError(
+            f"meta.holdout_fraction is {s.meta.holdout_fraction:g} but the statistics have no "
+            "held-out section; pass holdout=<statistics of the held-out samples>, or set "
+            "holdout_fraction 0"
+        )
+    if h is None:
+        return
+    if not s.meta.has_holdout:
+        raise StatsValidationError(
+            "the statistics have a held-out section but meta.holdout_fraction is 0; set the "
+            "fraction the client held out in StatsMeta(holdout_fraction=f), or pass holdout=None"
+        )
+    if not isinstance(h, ClientStats):
+        raise StatsValidationError(
+            f"the held-out section must be ClientStats; got {type(h).__name__}"
+        )
+    if h.holdout is not None:
+        raise StatsValidationError(
+            "the held-out section must not have a held-out section of its own; its metadata "
+            "must have holdout_fraction 0"
+        )
+    diffs = s.meta.without_holdout().differences(h.meta)
+    if diffs:
+        raise StatsValidationError(
+            "the held-out section's metadata must equal the statistics' metadata with "
+            "holdout_fraction 0 (StatsMeta.without_holdout()); it differs in " + "; ".join(diffs)
+        )
+    _check_holdout_counts(s, h)
+    s.fitting_part()  # raises StatsValidationError when total − held-out is not valid
+
+
+def _check_holdout_counts(s: ClientStats, h: ClientStats) -> None:
+    if np.any(h.counts > s.counts):
+        bad = int(np.flatnonzero(h.counts > s.counts)[0])
+        raise StatsValidationError(
+            f"the held-out section holds {h.counts[bad]} samples of class "
+            f"{s.meta.classes[bad]!r} but the totals hold only {s.counts[bad]}; held-out "
+            "samples are a subset of all samples, so the payload is corrupt"
+        )
+    if h.n_clipped > s.n_clipped:
+        raise StatsValidationError(
+            f"the held-out section has n_clipped {h.n_clipped} but the totals only "
+            f"{s.n_clipped}; the payload is corrupt"
+        )
 
 
 def _zero_empty_classes(meta: StatsMeta, arrays: dict[str, Any]) -> dict[str, Any]:
@@ -355,10 +561,15 @@ class _Magnitude:
     second : float
         Bound on second-moment entries: max_j Σ_c D_c[j] = max diag B, which bounds every
         entry of D_c, S_c and B (they are positive semi-definite).
+    rounding : float
+        Unit roundoff of the coarsest transport the values went through (2⁻²⁴ after float32
+        transport, 0 for float64 all the way); ``first`` and ``second`` are then inflated to
+        cover its rounding (:meth:`ClientStats.from_transport`).
     """
 
     first: float
     second: float
+    rounding: float = 0.0
 
     @classmethod
     def own(cls, s: ClientStats) -> _Magnitude:
@@ -370,7 +581,8 @@ class _Magnitude:
             )
 
     def __add__(self, other: _Magnitude) -> _Magnitude:
-        return _Magnitude(self.first + other.first, self.second + other.second)
+        return _Magnitude(self.first + other.first, self.second + other.second,
+                          max(self.rounding, other.rounding))
 
 
 # ---------------------------------------------------------------------- validation

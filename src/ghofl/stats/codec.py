@@ -17,6 +17,20 @@ length-prefixed header makes truncation detectable before any data is trusted.
 Schema version 2 added ``clip_norm`` and ``n_clipped``; version-1 files still load (as unclipped
 statistics, upgraded to the current version so they combine with new payloads).
 
+Schema version 3 added two options; a file that uses neither is written exactly as version 2
+(so older ghofl reads it):
+
+* a held-out section (meta ``holdout_fraction`` f > 0): the same tensors again over the
+  samples the client held out, named with the prefix ``holdout.`` (``holdout.counts``,
+  ``holdout.sums``, ``holdout.class_scatter_triu``...), and the header entry
+  ``holdout_n_clipped``;
+* float32 transport (header entry ``transport_dtype = "float32"``; absent means float64):
+  every float tensor is stored as ``F32`` (half the bytes); the counts stay ``I64``. Readers
+  upcast to float64 and validate with a tolerance for the float32 rounding; accumulation and
+  aggregation are always float64. A float64 file of sums that went through float32 before
+  (the total of float32 payloads) says so in the header entry ``rounded_to = "float32"``, and
+  is validated with the same tolerance.
+
 Integrity: ``content_sha256`` (header metadata) is the lowercase hex SHA-256 of the canonical
 JSON ``{"metadata": <header metadata without this key>, "tensors": <tensor table>}`` (keys
 sorted, no spaces, UTF-8), followed by one NUL byte and the whole data section (every byte after
@@ -55,11 +69,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import GhoflError, StatsFormatError, WriteError
+from ghofl.errors import GhoflError, StatsFormatError, StatsValidationError, WriteError
 from ghofl.files import atomic_write
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.meta import MIN_SCHEMA_VERSION, SCHEMA_VERSION, StatsMeta
-from ghofl.stats.schema import pack_upper, schema_for, unpack_upper
+from ghofl.stats.meta import (
+    HOLDOUT_SCHEMA_VERSION,
+    MIN_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+    StatsMeta,
+)
+from ghofl.stats.schema import HOLDOUT_PREFIX, pack_upper, schema_for, unpack_upper
 
 __all__ = [
     "DIGEST_KEY",
@@ -68,22 +87,29 @@ __all__ = [
     "MIN_SCHEMA_VERSION",
     "TensorInfo",
     "atomic_write",
+    "check_transport_dtype",
     "expected_payload_nbytes",
     "load_stats",
     "pack_upper",
     "parse_json",
     "payload_nbytes",
     "read_safetensors",
+    "read_stats_file",
+    "rounding_name",
     "save_stats",
     "stats_from_tensors",
     "stats_tensors",
+    "through_transport",
     "unpack_upper",
     "write_safetensors",
 ]
 
 FORMAT = "ghofl.stats"
 #: Header metadata keys of a statistics file (besides :data:`DIGEST_KEY`).
-STATS_KEYS = frozenset({"format", "schema_version", "meta", "n_clipped"})
+STATS_KEYS = frozenset({
+    "format", "schema_version", "meta", "n_clipped", "holdout_n_clipped", "transport_dtype",
+    "rounded_to",
+})
 #: Header key holding the SHA-256 (hex) of the data section.
 DIGEST_KEY = "content_sha256"
 #: Largest header accepted (the JSON between the length prefix and the data).
@@ -94,7 +120,25 @@ MAX_JSON_DEPTH = 32
 MAX_INT_DIGITS = 40
 #: Dtypes ghofl reads and writes, safetensors name to little-endian numpy dtype.
 DTYPES: dict[str, np.dtype[Any]] = {"F64": np.dtype("<f8"), "I64": np.dtype("<i8")}
-_NAMES = {v: k for k, v in DTYPES.items()}
+#: Dtypes of statistics files (float32 transport of the float sums adds ``F32``).
+STATS_DTYPES: dict[str, np.dtype[Any]] = {**DTYPES, "F32": np.dtype("<f4")}
+_NAMES = {v: k for k, v in STATS_DTYPES.items()}
+#: Transport dtypes of the float arrays of statistics, by name.
+TRANSPORT_DTYPES: dict[str, np.dtype[Any]] = {
+    "float64": np.dtype(np.float64), "float32": np.dtype(np.float32),
+}
+#: Largest relative rounding error per entry of each transport dtype (unit roundoff).
+_ROUNDING = {"float64": 0.0, "float32": 2.0**-24}
+
+
+def rounding_name(rounding: float) -> str:
+    """The transport dtype whose unit roundoff covers ``rounding`` (``"float64"`` for 0)."""
+    for name, u in sorted(_ROUNDING.items(), key=lambda kv: kv[1]):
+        if rounding <= u:
+            return name
+    raise StatsValidationError(  # pragma: no cover - only float32 rounds
+        f"no transport dtype covers a rounding of {rounding:g}"
+    )
 _MAX_NDIM = 4
 _CHUNK = 1 << 24
 
@@ -185,76 +229,189 @@ def parse_json(text: str, what: str, fix: str = "re-create it with ghofl") -> An
 
 
 # ---------------------------------------------------------------------- tensors
-def stats_tensors(stats: ClientStats) -> dict[str, NDArray[Any]]:
+def check_transport_dtype(dtype: Any) -> str:
+    """The name (``"float64"`` or ``"float32"``) of a transport dtype given by name or dtype.
+
+    Raises
+    ------
+    StatsValidationError
+        Any other dtype.
+    """
+    try:
+        name = np.dtype(dtype).name if dtype is not None else "float64"
+    except TypeError:
+        name = str(dtype)
+    if name not in TRANSPORT_DTYPES:
+        raise StatsValidationError(
+            f"the transport dtype of statistics must be one of {', '.join(TRANSPORT_DTYPES)}; "
+            f"got {dtype!r}; float32 halves the bytes of the float sums (--transport-dtype)"
+        )
+    return name
+
+
+def stats_tensors(
+    stats: ClientStats, transport_dtype: Any = "float64"
+) -> dict[str, NDArray[Any]]:
     """The arrays that travel for ``stats``, by stored name (symmetric ones packed).
+
+    Parameters
+    ----------
+    stats : ClientStats
+    transport_dtype : {"float64", "float32"}, default "float64"
+        Dtype of the float arrays as they travel (the counts stay int64).
 
     Returns
     -------
     dict of str to ndarray
-        One C-contiguous array per :class:`~ghofl.stats.schema.ArraySpec` of the mode, shape
+        One C-contiguous array per stored array of the mode
+        (:meth:`~ghofl.stats.schema.ModeSchema.stored_arrays`: the held-out section's under
+        ``holdout.<name>`` when ``stats.holdout`` is set), shape
         :meth:`~ghofl.stats.schema.ArraySpec.packed_shape`.
+
+    Raises
+    ------
+    StatsValidationError
+        A float sum is too large for float32 transport.
     """
-    return {
-        spec.stored_name: spec.pack(getattr(stats, spec.name))
-        for spec in schema_for(stats.mode).arrays
-    }
+    dtype = TRANSPORT_DTYPES[check_transport_dtype(transport_dtype)]
+    out: dict[str, NDArray[Any]] = {}
+    for part, stored, spec in schema_for(stats.mode).stored_arrays(stats.holdout is not None):
+        section = stats if not part else stats.holdout
+        arr = spec.pack(getattr(section, spec.name))
+        if spec.dtype.kind == "f" and dtype != arr.dtype:
+            arr = _to_transport(arr, dtype, stored)
+        out[stored] = arr
+    return out
+
+
+def _to_transport(arr: NDArray[Any], dtype: np.dtype[Any], name: str) -> NDArray[Any]:
+    peak = float(np.max(np.abs(arr), initial=0.0))
+    if peak > float(np.finfo(dtype).max):
+        raise StatsValidationError(
+            f"{name} holds a value of magnitude {peak:.3g}, beyond the {dtype.name} range "
+            f"({float(np.finfo(dtype).max):.3g}); transport these statistics as float64 "
+            "(--transport-dtype float64) or clip the embeddings"
+        )
+    return np.ascontiguousarray(arr, dtype=dtype)
 
 
 def stats_from_tensors(
-    meta: StatsMeta, t: dict[str, NDArray[Any]], n_clipped: int = 0
+    meta: StatsMeta,
+    t: dict[str, NDArray[Any]],
+    n_clipped: int = 0,
+    holdout_n_clipped: int = 0,
+    transport_dtype: Any = None,
+    rounded_to: Any = "float64",
 ) -> ClientStats:
     """Rebuild :class:`ClientStats` from :func:`stats_tensors` output (validates).
 
     Parameters
     ----------
     meta : StatsMeta
-        Metadata; its mode decides which arrays ``t`` must hold.
+        Metadata; its mode (and held-out fraction) decide which arrays ``t`` must hold.
     t : dict of str to ndarray
         Exactly the stored arrays of that mode, packed shapes.
     n_clipped : int, default 0
         Number of clipped samples (travels in the header, not as an array).
+    holdout_n_clipped : int, default 0
+        Number of clipped samples in the held-out section.
+    transport_dtype : {"float64", "float32"}, optional
+        Dtype the float arrays must have (``None``: that of ``t["sums"]``, float64 or
+        float32). They are upcast to float64; float32 ones are validated with a tolerance
+        for their rounding.
+    rounded_to : {"float64", "float32"}, default "float64"
+        Coarsest dtype the sums went through before (``"float32"`` for float64 sums of
+        float32-transported payloads): validated with a tolerance for its rounding too.
 
     Raises
     ------
     StatsFormatError
-        An array is missing, unexpected, or of the wrong packed shape.
+        An array is missing, unexpected, of the wrong dtype or of the wrong packed shape.
     StatsValidationError
         The arrays do not form valid statistics.
     """
     schema = schema_for(meta.mode)
-    stored = [spec.stored_name for spec in schema.arrays]
+    layout = schema.stored_arrays(meta.has_holdout)
+    stored = [name for _, name, _ in layout]
     missing = [name for name in stored if name not in t]
     if missing:
         raise StatsFormatError(
             f"statistics payload lacks the array {missing[0]!r}; it is corrupt (mode "
-            f"{meta.mode!r} payloads hold {', '.join(stored)})"
+            f"{meta.mode!r} payloads{_with_holdout(meta)} hold {', '.join(stored)})"
         )
     extra = sorted(name for name in t if name not in stored)
     if extra:
         raise StatsFormatError(
-            f"statistics payload of mode {meta.mode!r} holds unexpected array(s) "
-            f"{', '.join(map(repr, extra))}; it holds exactly {', '.join(stored)}, so it is "
-            "corrupt or its metadata names the wrong mode"
+            f"statistics payload of mode {meta.mode!r}{_with_holdout(meta)} holds unexpected "
+            f"array(s) {', '.join(map(repr, extra))}; it holds exactly {', '.join(stored)}, so "
+            "it is corrupt or its metadata names the wrong mode or held-out fraction"
         )
-    arrays = {
-        spec.name: spec.unpack(t[spec.stored_name], meta.num_classes, meta.dim)
-        for spec in schema.arrays
-    }
-    return ClientStats(meta, n_clipped=n_clipped, **arrays)
+    if transport_dtype is None:
+        found = np.asarray(t["sums"]).dtype.name
+        transport_dtype = found if found in TRANSPORT_DTYPES else "float64"
+    tname = check_transport_dtype(transport_dtype)
+    sections: dict[str, dict[str, NDArray[Any]]] = {}
+    for part, name, spec in layout:
+        arr = np.asarray(t[name])
+        want = TRANSPORT_DTYPES[tname] if spec.dtype.kind == "f" else spec.dtype
+        if arr.dtype != want:
+            raise StatsFormatError(
+                f"array {name!r} has dtype {arr.dtype} but must be {want} (transport dtype "
+                f"{tname}); the payload is corrupt"
+            )
+        arr = spec.unpack(arr, meta.num_classes, meta.dim)
+        sections.setdefault(part, {})[spec.name] = arr.astype(spec.dtype, copy=tname != "float64")
+    rounding = max(_ROUNDING[tname], _ROUNDING[check_transport_dtype(rounded_to)])
+    holdout = None
+    if meta.has_holdout:
+        holdout = ClientStats.from_transport(meta.without_holdout(), sections[HOLDOUT_PREFIX],
+                                             n_clipped=holdout_n_clipped, rounding=rounding)
+    return ClientStats.from_transport(meta, sections[""], n_clipped=n_clipped,
+                                      holdout=holdout, rounding=rounding)
 
 
-def payload_nbytes(stats: ClientStats) -> int:
-    """Bytes of array data one client uploads for ``stats`` (excluding the small header)."""
-    return expected_payload_nbytes(stats.mode, stats.num_classes, stats.dim)
+def through_transport(stats: ClientStats, transport_dtype: Any = "float64") -> ClientStats:
+    """``stats`` as a receiver reads them after transport in ``transport_dtype``: unchanged for
+    float64, every float sum rounded to float32 (and back to float64) for float32, validated
+    as a received payload. What the in-process simulator uses to model float32 uploads.
+
+    Raises
+    ------
+    StatsValidationError
+        A sum is beyond the float32 range.
+    """
+    tname = check_transport_dtype(transport_dtype)
+    if tname == "float64":
+        return stats
+    held = 0 if stats.holdout is None else stats.holdout.n_clipped
+    return stats_from_tensors(stats.meta, stats_tensors(stats, tname), stats.n_clipped, held,
+                              tname, rounding_name(stats.rounding))
 
 
-def expected_payload_nbytes(mode: str, num_classes: int, dim: int) -> int:
+def _with_holdout(meta: StatsMeta) -> str:
+    return " with a held-out section" if meta.has_holdout else ""
+
+
+def payload_nbytes(stats: ClientStats, transport_dtype: Any = "float64") -> int:
+    """Bytes of array data one client uploads for ``stats`` (excluding the small header),
+    held-out section included, float arrays in ``transport_dtype``."""
+    return expected_payload_nbytes(stats.mode, stats.num_classes, stats.dim,
+                                   holdout=stats.holdout is not None,
+                                   transport_dtype=transport_dtype)
+
+
+def expected_payload_nbytes(
+    mode: str, num_classes: int, dim: int, holdout: bool = False,
+    transport_dtype: Any = "float64",
+) -> int:
     """Bytes of array data of a payload of ``mode`` for C classes in dimension d (no allocation).
 
-    full: N + A + C·d(d+1)/2; pooled: N + A + D + d(d+1)/2; diag: N + A + D (8 bytes each);
-    see :meth:`~ghofl.stats.schema.ModeSchema.nbytes`.
+    full: N + A + C·d(d+1)/2; pooled: N + A + D + d(d+1)/2; diag: N + A + D (8 bytes each, 4
+    for the float arrays under float32 transport), twice with a held-out section; see
+    :meth:`~ghofl.stats.schema.ModeSchema.nbytes`.
     """
-    return schema_for(mode).nbytes(num_classes, dim)
+    dtype = TRANSPORT_DTYPES[check_transport_dtype(transport_dtype)]
+    return schema_for(mode).nbytes(num_classes, dim, holdout=holdout, float_dtype=dtype)
 
 
 # ---------------------------------------------------------------------- writing
@@ -265,7 +422,7 @@ def write_safetensors(
 
     Tensors are laid out in name order; the header is padded with spaces to a multiple of 8
     bytes (as the reference implementation does), so any safetensors reader can read it.
-    Only float64 and int64 arrays are written (:data:`DTYPES`).
+    Only float64, float32 and int64 arrays are written (:data:`STATS_DTYPES`).
 
     Returns
     -------
@@ -287,7 +444,7 @@ def write_safetensors(
         if dtype not in _NAMES:
             raise StatsFormatError(
                 f"cannot write array {name!r} of dtype {arr.dtype}; ghofl files hold only "
-                f"{', '.join(str(d) for d in DTYPES.values())} arrays"
+                f"{', '.join(str(d) for d in STATS_DTYPES.values())} arrays"
             )
         arrays.append((name, np.ascontiguousarray(arr, dtype=dtype).reshape(arr.shape)))
     table: dict[str, Any] = {}
@@ -329,15 +486,37 @@ def write_safetensors(
     return 8 + len(head) + offset
 
 
-def save_stats(stats: ClientStats, path: str | os.PathLike[str]) -> int:
-    """Write ``stats`` to ``path`` atomically (with a data digest); return the file size."""
+def save_stats(
+    stats: ClientStats, path: str | os.PathLike[str], transport_dtype: Any = "float64"
+) -> int:
+    """Write ``stats`` to ``path`` atomically (with a data digest); return the file size.
+
+    ``transport_dtype="float32"`` stores the float sums as float32 (half the bytes; header
+    entry ``transport_dtype``). Sums that went through float32 transport before (e.g. the
+    total of float32 payloads) and are written as float64 record it in the header entry
+    ``rounded_to = "float32"``, so re-reading them tolerates that rounding. The schema
+    version written is the oldest that holds the content: 2 without a held-out section, with
+    float64 and no such rounding, else 3.
+    """
+    tname = check_transport_dtype(transport_dtype)
+    version = stats.meta.written_version()
     meta = {
         "format": FORMAT,
-        "schema_version": str(SCHEMA_VERSION),
+        "schema_version": "",
         "meta": json.dumps(stats.meta.to_dict(), sort_keys=True),
         "n_clipped": str(stats.n_clipped),
     }
-    return write_safetensors(path, stats_tensors(stats), meta)
+    if stats.holdout is not None:
+        meta["holdout_n_clipped"] = str(stats.holdout.n_clipped)
+    if tname != "float64":
+        meta["transport_dtype"] = tname
+        version = max(version, HOLDOUT_SCHEMA_VERSION)
+    rounded = rounding_name(max(stats.rounding, _ROUNDING[tname]))
+    if rounded != tname:  # e.g. a float64 total of float32-transported payloads
+        meta["rounded_to"] = rounded
+        version = max(version, HOLDOUT_SCHEMA_VERSION)
+    meta["schema_version"] = str(version)
+    return write_safetensors(path, stats_tensors(stats, tname), meta)
 
 
 # ---------------------------------------------------------------------- reading
@@ -361,6 +540,7 @@ def read_safetensors(
     what: str,
     check: HeaderCheck | None = None,
     keys: frozenset[str] | None = None,
+    dtypes: Mapping[str, np.dtype[Any]] = DTYPES,
 ) -> tuple[dict[str, str], dict[str, NDArray[Any]]]:
     """Read a ghofl safetensors file, trusting nothing in it.
 
@@ -378,6 +558,8 @@ def read_safetensors(
     check : callable, optional
         Called with the header metadata and the declared tensors after the structural checks
         and before any data is read (e.g. to require exact names and shapes).
+    dtypes : mapping of str to dtype, default :data:`DTYPES`
+        The safetensors dtypes accepted (statistics files also accept ``F32``).
 
     Returns
     -------
@@ -396,7 +578,7 @@ def read_safetensors(
     fd = _open_regular(p, what)
     with os.fdopen(fd, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        header, table, data_start = _read_header(f, p, size, what)
+        header, table, data_start = _read_header(f, p, size, what, dtypes)
         _check_header(header, p, expected_format, what)
         unknown = sorted(k for k in header if keys is not None and k not in keys | {DIGEST_KEY})
         if unknown:
@@ -436,7 +618,7 @@ def read_safetensors(
 
 
 def _tensor(data: bytes, t: TensorInfo) -> NDArray[Any]:
-    dtype = DTYPES[t.dtype]
+    dtype = STATS_DTYPES[t.dtype]
     n = _prod(t.shape)
     if n == 0:
         return np.zeros(t.shape, dtype.newbyteorder("="))
@@ -493,7 +675,7 @@ def _read_exact(f: Any, n: int) -> bytes:
 
 
 def _read_header(
-    f: Any, p: Path, size: int, what: str
+    f: Any, p: Path, size: int, what: str, dtypes: Mapping[str, np.dtype[Any]] = DTYPES
 ) -> tuple[dict[str, str], dict[str, TensorInfo], int]:
     prefix = _read_exact(f, 8)
     if len(prefix) < 8:
@@ -520,7 +702,7 @@ def _read_header(
     meta = doc.pop("__metadata__", {})
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise _corrupt(p, what, "the header metadata is not an object of strings")
-    table = {name: _tensor_info(name, entry, p, what) for name, entry in doc.items()}
+    table = {name: _tensor_info(name, entry, p, what, dtypes) for name, entry in doc.items()}
     data_size = size - 8 - n
     end = 0
     for name, t in sorted(table.items(), key=lambda kv: (kv[1].begin, kv[1].end)):
@@ -534,14 +716,16 @@ def _read_header(
     return meta, table, 8 + n
 
 
-def _tensor_info(name: str, entry: Any, p: Path, what: str) -> TensorInfo:
+def _tensor_info(
+    name: str, entry: Any, p: Path, what: str, dtypes: Mapping[str, np.dtype[Any]] = DTYPES
+) -> TensorInfo:
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         raise _corrupt(p, what, f"tensor {name!r} is not described by dtype, shape and "
                        "data_offsets")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in dtypes:
         raise _corrupt(p, what, f"tensor {name!r} has dtype {str(dtype)[:20]!r}; ghofl files "
-                       f"hold only {', '.join(DTYPES)}")
+                       f"hold only {', '.join(dtypes)}")
     if not (isinstance(shape, list) and len(shape) <= _MAX_NDIM
             and all(_is_count(s) for s in shape)):
         raise _corrupt(p, what, f"tensor {name!r} has shape {str(shape)[:60]}; expected a list "
@@ -550,7 +734,7 @@ def _tensor_info(name: str, entry: Any, p: Path, what: str) -> TensorInfo:
             and offsets[0] <= offsets[1]):
         raise _corrupt(p, what, f"tensor {name!r} has data_offsets {str(offsets)[:60]}; expected "
                        "[begin, end] with 0 <= begin <= end")
-    nbytes = _prod(tuple(shape)) * DTYPES[dtype].itemsize
+    nbytes = _prod(tuple(shape)) * dtypes[dtype].itemsize
     if offsets[1] - offsets[0] != nbytes:
         raise _corrupt(p, what, f"tensor {name!r} of shape {tuple(shape)} needs {nbytes} bytes "
                        f"but spans {offsets[1] - offsets[0]}")
@@ -619,65 +803,111 @@ def load_stats(path: str | os.PathLike[str]) -> ClientStats:
     """Read and validate statistics written by :func:`save_stats`.
 
     The tensor names, dtypes and shapes are checked against the header metadata (mode, C,
-    d) before any data is read.
+    d, held-out section, transport dtype) before any data is read. Float32-transported sums
+    are returned as float64.
     """
+    return read_stats_file(path)[0]
+
+
+def read_stats_file(path: str | os.PathLike[str]) -> tuple[ClientStats, str]:
+    """:func:`load_stats`, also returning the file's transport dtype (``"float64"`` or
+    ``"float32"``)."""
     state: dict[str, Any] = {}
 
     def check(header: dict[str, str], table: dict[str, TensorInfo]) -> None:
         meta = header_meta(header, path)
         state["meta"] = meta
-        state["n_clipped"] = _header_n_clipped(header, path)
-        _check_stats_layout(meta, table, path)
+        state["n_clipped"] = _header_count(header, "n_clipped", path)
+        state["holdout_n_clipped"] = _header_count(header, "holdout_n_clipped", path)
+        if "holdout_n_clipped" in header and not meta.has_holdout:
+            raise StatsFormatError(
+                f"{str(path)!r} has the header entry holdout_n_clipped but no held-out "
+                "section (its metadata has no holdout_fraction); it is corrupt, re-create it "
+                "with ghofl"
+            )
+        state["transport"] = _header_transport(header, path)
+        state["rounded_to"] = _header_transport(header, path, "rounded_to")
+        _check_stats_layout(meta, table, path, state["transport"])
 
-    _, tensors = read_safetensors(path, FORMAT, "statistics", check, STATS_KEYS)
+    _, tensors = read_safetensors(path, FORMAT, "statistics", check, STATS_KEYS, STATS_DTYPES)
     try:
-        return stats_from_tensors(state["meta"], tensors, state["n_clipped"])
+        stats = stats_from_tensors(state["meta"], tensors, state["n_clipped"],
+                                   state["holdout_n_clipped"], state["transport"],
+                                   state["rounded_to"])
     except StatsFormatError as exc:
         raise StatsFormatError(f"{str(path)!r} holds malformed statistics: {exc}") from exc
+    return stats, state["transport"]
 
 
 def _check_stats_layout(
-    meta: StatsMeta, table: dict[str, TensorInfo], path: str | os.PathLike[str]
+    meta: StatsMeta, table: dict[str, TensorInfo], path: str | os.PathLike[str],
+    transport: str = "float64",
 ) -> None:
     schema = schema_for(meta.mode)
-    stored = [spec.stored_name for spec in schema.arrays]
+    layout = schema.stored_arrays(meta.has_holdout)
+    stored = [name for _, name, _ in layout]
     where = f"{str(path)!r} holds malformed statistics"
     for name in table:
         if name not in stored:
             raise StatsFormatError(
-                f"{where}: statistics payload of mode {meta.mode!r} holds unexpected array(s) "
-                f"{name!r}; it holds exactly {', '.join(stored)}, so it is corrupt or its "
-                "metadata names the wrong mode"
+                f"{where}: statistics payload of mode {meta.mode!r}{_with_holdout(meta)} holds "
+                f"unexpected array(s) {name!r}; it holds exactly {', '.join(stored)}, so it is "
+                "corrupt or its metadata names the wrong mode or held-out fraction"
             )
-    for spec in schema.arrays:
-        t = table.get(spec.stored_name)
+    for _, name, spec in layout:
+        t = table.get(name)
         if t is None:
             raise StatsFormatError(
-                f"{where}: statistics payload lacks the array {spec.stored_name!r}; it is "
-                f"corrupt (mode {meta.mode!r} payloads hold {', '.join(stored)})"
+                f"{where}: statistics payload lacks the array {name!r}; it is "
+                f"corrupt (mode {meta.mode!r} payloads{_with_holdout(meta)} hold "
+                f"{', '.join(stored)})"
             )
-        want = _NAMES[spec.dtype.newbyteorder("<")]
+        dtype = TRANSPORT_DTYPES[transport] if spec.dtype.kind == "f" else spec.dtype
+        want = _NAMES[dtype.newbyteorder("<")]
         if t.dtype != want:
+            note = (f" (header transport_dtype {transport})"
+                    if spec.dtype.kind == "f" and transport != "float64" else "")
             raise StatsFormatError(
-                f"{where}: array {spec.stored_name!r} has dtype {t.dtype} but must be {want}; "
-                "the payload is corrupt (integers are never read as floats or back)"
+                f"{where}: array {name!r} has dtype {t.dtype} but must be {want}{note}; the "
+                "payload is corrupt (integers are never read as floats or back)"
             )
         expected = spec.packed_shape(meta.num_classes, meta.dim)
         if t.shape != expected:
             how = " (row-major upper triangles)" if spec.symmetric else ""
             raise StatsFormatError(
-                f"{where}: array {spec.stored_name!r} must have shape {expected}{how} for "
+                f"{where}: array {name!r} must have shape {expected}{how} for "
                 f"C={meta.num_classes} classes and d={meta.dim}; got {t.shape}; the payload is "
                 "corrupt or was written for another class list or dimension"
             )
 
 
-def _header_n_clipped(header: dict[str, str], path: str | os.PathLike[str]) -> int:
-    """The ``n_clipped`` header value (0 when absent, as in version-1 files)."""
-    raw = header.get("n_clipped", "0")
+def _header_count(header: dict[str, str], key: str, path: str | os.PathLike[str]) -> int:
+    """A count header value such as ``n_clipped`` (0 when absent, as in version-1 files)."""
+    raw = header.get(key, "0")
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 19):
         raise StatsFormatError(
-            f"{str(path)!r} has header n_clipped {raw[:40]!r}; expected a non-negative decimal "
+            f"{str(path)!r} has header {key} {raw[:40]!r}; expected a non-negative decimal "
             "integer; the file is corrupt, re-create it with ghofl"
         )
     return int(raw)
+
+
+def _header_transport(
+    header: dict[str, str], path: str | os.PathLike[str], key: str = "transport_dtype"
+) -> str:
+    """The ``transport_dtype`` (or ``rounded_to``) header value (``"float64"`` when absent)."""
+    raw = header.get(key)
+    if raw is None:
+        return "float64"
+    if raw != "float32":  # float64 is never written: it is the default
+        raise StatsFormatError(
+            f"{str(path)!r} has header {key} {raw[:40]!r}; expected 'float32' (or "
+            "no entry for float64); the file is corrupt, re-create it with ghofl"
+        )
+    version = header.get("schema_version", "")
+    if version in ("1", "2"):
+        raise StatsFormatError(
+            f"{str(path)!r} has schema version {version} but a {key}, which version "
+            f"{HOLDOUT_SCHEMA_VERSION} introduced; it is corrupt, re-create it with ghofl"
+        )
+    return raw

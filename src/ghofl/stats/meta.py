@@ -14,7 +14,16 @@ from ghofl.errors import StatsFormatError, StatsValidationError
 Mode = Literal["full", "pooled", "diag"]
 MODES: tuple[str, ...] = get_args(Mode)
 #: Version 2 added the clipping bound (meta ``clip_norm``) and the ``n_clipped`` count.
-SCHEMA_VERSION = 2
+#: Version 3 added the held-out section (meta ``holdout_fraction``, the ``holdout.*`` arrays)
+#: and float32 transport of the float sums. Statistics that use neither are still written as
+#: version 2 (:meth:`StatsMeta.written_version`), so older ghofl reads them.
+SCHEMA_VERSION = 3
+#: Oldest version that can hold a held-out section or float32 arrays.
+HOLDOUT_SCHEMA_VERSION = 3
+#: Version written for statistics without a held-out section (and float64 arrays).
+PLAIN_SCHEMA_VERSION = 2
+#: Largest held-out fraction: at least half of every client's samples stay for fitting.
+MAX_HOLDOUT_FRACTION = 0.5
 #: Oldest version still read; older metadata is upgraded on read (version 1 had no clipping).
 MIN_SCHEMA_VERSION = 1
 
@@ -101,6 +110,12 @@ class StatsMeta:
         Per-sample L2 clipping bound R the client applied in the statistics space (after the
         projection, if any): every accumulated vector z satisfies ‖z‖ ≤ R. ``None``: no
         clipping. Payloads with different bounds cannot be added.
+    holdout_fraction : float, default 0.0
+        Fraction f in (0, 0.5] of its samples each client held out (by the seeded per-sample
+        rule of :func:`~ghofl.stats.accumulate.holdout_mask`) and uploaded the sums of
+        separately, in :attr:`ClientStats.holdout <ghofl.stats.ClientStats.holdout>`, besides
+        the sums over all its samples; 0.0: no held-out section. Payloads with different
+        fractions cannot be added. Metadata written before version 3 reads as 0.0.
     """
 
     mode: Mode
@@ -110,6 +125,7 @@ class StatsMeta:
     projection: ProjectionSpec | None = None
     schema_version: int = field(default=SCHEMA_VERSION)
     clip_norm: float | None = None
+    holdout_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -136,15 +152,42 @@ class StatsMeta:
             )
         if self.clip_norm is not None:
             object.__setattr__(self, "clip_norm", _check_clip_norm(self.clip_norm))
+        object.__setattr__(
+            self, "holdout_fraction", check_holdout_fraction(self.holdout_fraction)
+        )
 
     @property
     def num_classes(self) -> int:
         return len(self.classes)
 
+    @property
+    def has_holdout(self) -> bool:
+        """Whether statistics of this metadata carry a held-out section (fraction > 0)."""
+        return self.holdout_fraction > 0.0
+
     def with_mode(self, mode: Mode) -> StatsMeta:
         return StatsMeta(
-            mode, self.dim, self.classes, self.encoder, self.projection, clip_norm=self.clip_norm
+            mode, self.dim, self.classes, self.encoder, self.projection, clip_norm=self.clip_norm,
+            holdout_fraction=self.holdout_fraction,
         )
+
+    def with_holdout(self, fraction: float) -> StatsMeta:
+        """The same metadata with ``holdout_fraction`` set to ``fraction`` (0.0: none)."""
+        return StatsMeta(
+            self.mode, self.dim, self.classes, self.encoder, self.projection,
+            clip_norm=self.clip_norm, holdout_fraction=fraction,
+        )
+
+    def without_holdout(self) -> StatsMeta:
+        """The metadata of the parts of held-out statistics (its held-out section and the
+        fitting part): identical, with ``holdout_fraction`` 0.0."""
+        return self if not self.has_holdout else self.with_holdout(0.0)
+
+    def written_version(self) -> int:
+        """Schema version written for statistics of this metadata: the oldest that can hold
+        them (:data:`PLAIN_SCHEMA_VERSION` without a held-out section), so that files that
+        need no new feature stay readable by older ghofl."""
+        return HOLDOUT_SCHEMA_VERSION if self.has_holdout else PLAIN_SCHEMA_VERSION
 
     def differences(self, other: StatsMeta) -> list[str]:
         """List, in words, every field in which ``other`` differs from ``self``."""
@@ -174,11 +217,19 @@ class StatsMeta:
             if a == b:  # bounds that differ beyond the short form: show them in full
                 a, b = f"R={self.clip_norm!r}", f"R={other.clip_norm!r}"
             out.append(f"clipping bound ({a} vs {b})")
+        if self.holdout_fraction != other.holdout_fraction:
+            out.append(
+                f"held-out fraction ({_describe_holdout(self.holdout_fraction)} vs "
+                f"{_describe_holdout(other.holdout_fraction)})"
+            )
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
+        """JSON-ready fields. ``schema_version`` is :meth:`written_version`, and
+        ``holdout_fraction`` is present only when > 0, so metadata without a held-out section
+        is exactly what version 2 wrote (same digests, readable by older ghofl)."""
+        out: dict[str, Any] = {
+            "schema_version": self.written_version(),
             "mode": self.mode,
             "dim": self.dim,
             "classes": list(self.classes),
@@ -186,6 +237,9 @@ class StatsMeta:
             "projection": None if self.projection is None else self.projection.to_dict(),
             "clip_norm": self.clip_norm,
         }
+        if self.has_holdout:
+            out["holdout_fraction"] = self.holdout_fraction
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StatsMeta:
@@ -254,7 +308,14 @@ class StatsMeta:
                 f"statistics metadata is malformed (missing or invalid {exc}); "
                 "the file was not written by ghofl or is corrupt"
             ) from exc
-        return cls(**fields, clip_norm=_parse_clip_norm(data.get("clip_norm")))
+        holdout = _parse_holdout(data.get("holdout_fraction"))
+        if holdout > 0.0 and version < HOLDOUT_SCHEMA_VERSION:
+            raise StatsFormatError(
+                f"{where} has schema version {version} but a holdout_fraction, which version "
+                f"{HOLDOUT_SCHEMA_VERSION} introduced; the file is corrupt, re-create it with ghofl"
+            )
+        return cls(**fields, clip_norm=_parse_clip_norm(data.get("clip_norm")),
+                   holdout_fraction=holdout)
 
 
 #: Largest dimension and number of classes read from metadata.
@@ -316,6 +377,39 @@ def _parse_clip_norm(value: Any) -> float | None:
             "was not written by ghofl or is corrupt"
         )
     return float(value)
+
+
+def check_holdout_fraction(value: Any) -> float:
+    """``value`` as a float if it is 0 (no held-out section) or in (0, 0.5]; else
+    :class:`StatsValidationError` naming the allowed range."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    f = float(value) if ok else math.nan
+    if not (f == 0.0 or 0.0 < f <= MAX_HOLDOUT_FRACTION):
+        raise StatsValidationError(
+            f"the held-out fraction must be 0 (no held-out section) or a number in (0, "
+            f"{MAX_HOLDOUT_FRACTION:g}]; got {value!r}; pass e.g. 0.2 to hold out a fifth of "
+            "each client's samples"
+        )
+    return f
+
+
+def _parse_holdout(value: Any) -> float:
+    """Read ``holdout_fraction`` from metadata JSON (absent: 0.0, no held-out section)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise StatsFormatError(
+            f"statistics metadata has holdout_fraction {value!r:.60}; expected a number; the "
+            "file was not written by ghofl or is corrupt"
+        )
+    try:
+        return check_holdout_fraction(value)
+    except StatsValidationError as exc:
+        raise StatsFormatError(f"statistics metadata is malformed: {exc}") from None
+
+
+def _describe_holdout(fraction: float) -> str:
+    return "none" if fraction == 0.0 else f"f={fraction:g}"
 
 
 def _describe_clip(clip_norm: float | None) -> str:

@@ -17,6 +17,13 @@ mode              arrays                                           rank
                   scatter (d, d)
 ``diag``          counts (C,), sums (C, d), sq_sums (C, d)             0
 ================  ===============================================  =====
+
+Held-out section: statistics whose metadata has ``holdout_fraction > 0`` carry, besides the
+arrays above (sums over ALL the client's samples), the same arrays over the held-out samples
+only, named with the prefix :data:`HOLDOUT_PREFIX` (``holdout.counts``, ``holdout.sums``...,
+and ``holdout.n_clipped`` in the integer vector). Every layout (:meth:`ModeSchema.stored_arrays`,
+:meth:`ModeSchema.int_layout`, :meth:`ModeSchema.float_layout`, :meth:`ModeSchema.nbytes`,
+:meth:`ModeSchema.flatten`) lists the main section first, then the held-out one.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARRAY_NAMES",
+    "HOLDOUT_PREFIX",
     "SCHEMAS",
     "ArraySpec",
     "Kind",
@@ -44,6 +52,7 @@ __all__ = [
     "Segment",
     "mode_supports",
     "pack_upper",
+    "parts",
     "schema_for",
     "unpack_upper",
 ]
@@ -51,6 +60,9 @@ __all__ = [
 #: Magnitude class of an array per sample under an L2 clipping bound R:
 #: ``count`` ≤ 1, ``first`` ≤ R, ``second`` ≤ R².
 Kind = Literal["count", "first", "second"]
+
+#: Prefix of the arrays (stored names, flat-vector segments) of the held-out section.
+HOLDOUT_PREFIX = "holdout."
 
 _INT64: np.dtype[Any] = np.dtype(np.int64)
 _FLOAT64: np.dtype[Any] = np.dtype(np.float64)
@@ -297,20 +309,60 @@ class ModeSchema:
         return self.rank >= schema_for(required).rank
 
     # ------------------------------------------------------------------ sizes
-    def int_layout(self, num_classes: int, dim: int) -> tuple[Segment, ...]:
-        """Integer vector of a payload: counts (C,) then n_clipped (1,)."""
-        counts = [(a.name, a.kind, a.packed_size(num_classes, dim)) for a in self._int_arrays]
-        return _layout([*counts, ("n_clipped", "count", 1)])
+    def stored_arrays(self, holdout: bool = False) -> tuple[tuple[str, str, ArraySpec], ...]:
+        """Every array that travels, as ``(part, stored name, spec)``.
 
-    def float_layout(self, num_classes: int, dim: int) -> tuple[Segment, ...]:
-        """Float vector of a payload: every float array packed, in :attr:`arrays` order."""
-        return _layout(
-            [(a.name, a.kind, a.packed_size(num_classes, dim)) for a in self.float_arrays]
+        ``part`` is ``""`` for the sums over all samples and :data:`HOLDOUT_PREFIX` for the
+        held-out section (present when ``holdout``); the stored name is ``part +
+        spec.stored_name``, e.g. ``"holdout.class_scatter_triu"``.
+        """
+        return tuple(
+            (part, part + a.stored_name, a) for part in parts(holdout) for a in self.arrays
         )
 
-    def nbytes(self, num_classes: int, dim: int) -> int:
-        """Bytes of array data of one payload (symmetric arrays as upper triangles)."""
-        return sum(a.packed_size(num_classes, dim) * a.dtype.itemsize for a in self.arrays)
+    def int_layout(
+        self, num_classes: int, dim: int, holdout: bool = False
+    ) -> tuple[Segment, ...]:
+        """Integer vector of a payload: counts (C,) then n_clipped (1,); with ``holdout``
+        followed by ``holdout.counts`` (C,) and ``holdout.n_clipped`` (1,)."""
+        items: list[tuple[str, Kind, int]] = []
+        for part in parts(holdout):
+            items += [(part + a.name, a.kind, a.packed_size(num_classes, dim))
+                      for a in self._int_arrays]
+            items.append((part + "n_clipped", "count", 1))
+        return _layout(items)
+
+    def float_layout(
+        self, num_classes: int, dim: int, holdout: bool = False
+    ) -> tuple[Segment, ...]:
+        """Float vector of a payload: every float array packed, in :attr:`arrays` order; with
+        ``holdout`` followed by the same arrays of the held-out section (``holdout.<name>``,
+        same kinds: a held-out sample is bounded as any other)."""
+        return _layout([
+            (part + a.name, a.kind, a.packed_size(num_classes, dim))
+            for part in parts(holdout) for a in self.float_arrays
+        ])
+
+    def nbytes(
+        self, num_classes: int, dim: int, holdout: bool = False, float_dtype: Any = None
+    ) -> int:
+        """Bytes of array data of one payload (symmetric arrays as upper triangles).
+
+        Parameters
+        ----------
+        num_classes, dim : int
+            C and d.
+        holdout : bool, default False
+            The payload carries a held-out section (every array twice).
+        float_dtype : dtype, optional
+            Transport dtype of the float arrays (``float32`` halves them); default float64.
+        """
+        fsize = _FLOAT64.itemsize if float_dtype is None else np.dtype(float_dtype).itemsize
+        one = sum(
+            a.packed_size(num_classes, dim) * (fsize if a.dtype.kind == "f" else a.dtype.itemsize)
+            for a in self.arrays
+        )
+        return one * len(parts(holdout))
 
     def zeros(self, num_classes: int, dim: int) -> dict[str, NDArray[Any]]:
         """Zero arrays of every array held, by name (shapes :meth:`ArraySpec.shape`)."""
@@ -331,9 +383,10 @@ class ModeSchema:
 
         Returns
         -------
-        ints : ndarray of int64, shape (C + 1,)
-            Layout :meth:`int_layout`: counts, then n_clipped.
-        floats : ndarray of float64, shape (F,)
+        ints : ndarray of int64, shape (C + 1,), or (2C + 2,) with a held-out section
+            Layout :meth:`int_layout`: counts, then n_clipped (then those of the held-out
+            section when ``stats.holdout`` is set).
+        floats : ndarray of float64, shape (F,), or (2F,) with a held-out section
             Layout :meth:`float_layout`, F = Σ packed sizes of the float arrays.
 
         Raises
@@ -347,26 +400,34 @@ class ModeSchema:
                 f"they lack second moments that mode {self.mode!r} holds; use "
                 f"schema_for({stats.mode!r}) or recompute the statistics with mode {self.mode!r}"
             )
-        ints = np.concatenate(
-            [*(np.ravel(getattr(stats, a.source)) for a in self._int_arrays), [stats.n_clipped]]
-        ).astype(np.int64, copy=False)
-        parts = [np.ravel(a.pack(getattr(stats, a.source))) for a in self.float_arrays]
-        floats = np.concatenate(parts).astype(np.float64, copy=False)
+        sections = [stats] if stats.holdout is None else [stats, stats.holdout]
+        ints = np.concatenate([
+            np.concatenate([*(np.ravel(getattr(s, a.source)) for a in self._int_arrays),
+                            [s.n_clipped]])
+            for s in sections
+        ]).astype(np.int64, copy=False)
+        pieces = [np.ravel(a.pack(getattr(s, a.source)))
+                  for s in sections for a in self.float_arrays]
+        floats = np.concatenate(pieces).astype(np.float64, copy=False)
         return ints, floats
 
     def unflatten(
-        self, meta: StatsMeta, ints: NDArray[Any], floats: NDArray[Any]
+        self, meta: StatsMeta, ints: NDArray[Any], floats: NDArray[Any], rounding: float = 0.0
     ) -> ClientStats:
         """Exact inverse of :meth:`flatten`: validated statistics with metadata ``meta``.
 
         Parameters
         ----------
         meta : StatsMeta
-            Metadata of the result; its mode must be this schema's mode.
-        ints : ndarray of integers, shape (C + 1,)
-            Layout :meth:`int_layout`.
-        floats : ndarray of floats, shape (F,)
-            Layout :meth:`float_layout`.
+            Metadata of the result; its mode must be this schema's mode. With
+            ``meta.holdout_fraction > 0`` the vectors hold the held-out section too.
+        ints : ndarray of integers, shape (C + 1,) or (2C + 2,)
+            Layout :meth:`int_layout` (``holdout=meta.has_holdout``).
+        floats : ndarray of floats, shape (F,) or (2F,)
+            Layout :meth:`float_layout` (``holdout=meta.has_holdout``).
+        rounding : float, default 0.0
+            Unit roundoff of a transport the sums went through (2⁻²⁴ for float32), tolerated
+            by the validation (:meth:`ClientStats.from_transport`).
 
         Returns
         -------
@@ -387,19 +448,32 @@ class ModeSchema:
                 f"({self.mode!r})"
             )
         c, d = meta.num_classes, meta.dim
-        iv = _check_vector("integer", ints, "iu", self.int_layout(c, d), self.mode, c, d)
-        fv = _check_vector("float", floats, "f", self.float_layout(c, d), self.mode, c, d)
-        arrays: dict[str, NDArray[Any]] = {}
-        int_layout = self.int_layout(c, d)
-        for spec, seg in zip(self._int_arrays, int_layout[:-1], strict=True):
-            arrays[spec.name] = iv[seg.offset : seg.stop].astype(spec.dtype).reshape(
-                spec.shape(c, d)
-            )
-        for spec, seg in zip(self.float_arrays, self.float_layout(c, d), strict=True):
-            packed = fv[seg.offset : seg.stop].astype(spec.dtype)  # a copy: owned by the result
-            arrays[spec.name] = spec.unpack(packed.reshape(spec.packed_shape(c, d)), c, d)
-        n_clipped = int(iv[int_layout[-1].offset])
-        return ClientStats(meta, n_clipped=n_clipped, **arrays)
+        ho = meta.has_holdout
+        int_layout = self.int_layout(c, d, ho)
+        float_layout = self.float_layout(c, d, ho)
+        iv = _check_vector("integer", ints, "iu", int_layout, self.mode, c, d)
+        fv = _check_vector("float", floats, "f", float_layout, self.mode, c, d)
+        n_int, n_float = len(self._int_arrays) + 1, len(self.float_arrays)
+        sections: list[tuple[dict[str, Any], int]] = []
+        for i, _ in enumerate(parts(ho)):
+            arrays: dict[str, Any] = {}
+            iseg = int_layout[i * n_int : (i + 1) * n_int]
+            for spec, seg in zip(self._int_arrays, iseg[:-1], strict=True):
+                arrays[spec.name] = iv[seg.offset : seg.stop].astype(spec.dtype).reshape(
+                    spec.shape(c, d)
+                )
+            fseg = float_layout[i * n_float : (i + 1) * n_float]
+            for spec, seg in zip(self.float_arrays, fseg, strict=True):
+                packed = fv[seg.offset : seg.stop].astype(spec.dtype)  # a copy: owned
+                arrays[spec.name] = spec.unpack(packed.reshape(spec.packed_shape(c, d)), c, d)
+            sections.append((arrays, int(iv[iseg[-1].offset])))
+        holdout = None
+        if ho:
+            h_arrays, h_clipped = sections[1]
+            holdout = ClientStats.from_transport(meta.without_holdout(), h_arrays, h_clipped,
+                                                 rounding=rounding)
+        main_arrays, n_clipped = sections[0]
+        return ClientStats.from_transport(meta, main_arrays, n_clipped, holdout, rounding)
 
 
 def _check_vector(
@@ -458,6 +532,12 @@ if tuple(SCHEMAS) != MODES:  # pragma: no cover - guards edits of this table
 ARRAY_NAMES: tuple[str, ...] = tuple(
     dict.fromkeys(a.name for s in SCHEMAS.values() for a in s.arrays)
 )
+
+
+def parts(holdout: bool) -> tuple[str, ...]:
+    """Prefixes of the sections of a payload: ``("",)``, or ``("", "holdout.")`` when it
+    carries a held-out section (the sums over all samples come first)."""
+    return ("", HOLDOUT_PREFIX) if holdout else ("",)
 
 
 def schema_for(mode: str) -> ModeSchema:

@@ -8,7 +8,8 @@ Tables
 ------
 ``settings``       key/value text: ``format``, ``version``, ``meta`` (StatsMeta JSON, set by the
                    first contribution), ``max_contributions``, ``max_samples``, ``generation``
-                   (bumped by every change).
+                   (bumped by every change), ``rounding`` (unit roundoff of the coarsest
+                   transport of any contribution added, e.g. 2^-24 after float32; absent: 0).
 ``contributions``  one row per recorded contribution: ``client_id`` and ``sha256`` (both
                    unique), ``n_samples``, ``n_clipped``, ``added_at`` (ISO 8601, UTC), the
                    schema-flattened statistics ``ints`` (int64) and ``floats`` (float64), and,

@@ -22,7 +22,10 @@ contributions gives. Two paths, chosen by the payloads' clipping bound (``meta.c
     change. It equals ``sum_stats(payloads sorted by client id)`` bit for bit.
 
 Contributions are stored as their schema-flattened arrays (symmetric matrices as upper
-triangles), which :meth:`~ghofl.stats.schema.ModeSchema.unflatten` restores exactly.
+triangles, the held-out section appended when the payloads carry one), which
+:meth:`~ghofl.stats.schema.ModeSchema.unflatten` restores exactly. Payloads that went through
+float32 transport are stored as received (upcast to float64); the setting ``rounding`` records
+the coarsest such rounding ever added, and every read validates with a tolerance for it.
 """
 
 from __future__ import annotations
@@ -229,7 +232,7 @@ class AggregationStore:
         ).fetchone()
         if row is None:
             raise self._unknown(client_id)
-        return _unflatten(meta, row[0], row[1])
+        return _unflatten(meta, row[0], row[1], self._rounding(self.con))
 
     # ------------------------------------------------------------------ changes
     def add(
@@ -282,6 +285,8 @@ class AggregationStore:
                 "WHERE client_id = ? OR sha256 = ?", (client_id, sha)
             ).fetchall()
             meta = self._check_meta(con, stats)
+            if stats.rounding > self._rounding(con):
+                db.put_setting(con, "rounding", repr(float(stats.rounding)))
             for row in known:
                 if row[0] == client_id and row[1] == sha:
                     return self._result("already_present", _info(row, meta), con)
@@ -342,13 +347,14 @@ class AggregationStore:
                 "floats, generation FROM total WHERE id = 1"
             ).fetchone()
             codec = self._codec(meta)
+            rounding = self._rounding(con)
             if codec is not None:
                 if words is None:
                     return ClientStats.zeros(meta)
-                return codec.decode(meta, db.from_blob(words, "<u8"))
+                return codec.decode(meta, db.from_blob(words, "<u8"), rounding)
             if cached == int(gen) and ints is not None:
-                return _unflatten(meta, ints, floats)
-            total = _canonical_sum(meta, con)
+                return _unflatten(meta, ints, floats, rounding)
+            total = _canonical_sum(meta, con, rounding)
         self._cache(total, int(gen))
         return total
 
@@ -373,6 +379,21 @@ class AggregationStore:
                 db.put_setting(con, key, str(value))
                 return str(value)
             return stored
+
+    @staticmethod
+    def _rounding(con: sqlite3.Connection) -> float:
+        """Unit roundoff of the coarsest transport of any contribution added (0.0: none)."""
+        raw = db.setting(con, "rounding")
+        try:
+            value = 0.0 if raw is None else float(raw)
+        except ValueError:
+            value = -1.0
+        if not 0.0 <= value < 1.0:
+            raise StoreError(
+                f"the store setting 'rounding' is {raw!r:.40}, not a unit roundoff in [0, 1); "
+                "the store is corrupt"
+            )
+        return value
 
     def _codec(self, meta: StatsMeta) -> FixedPointCodec | None:
         if meta.clip_norm is None:
@@ -464,19 +485,21 @@ def content_sha256(stats: ClientStats) -> str:
     return h.hexdigest()
 
 
-def _canonical_sum(meta: StatsMeta, con: sqlite3.Connection) -> ClientStats:
+def _canonical_sum(meta: StatsMeta, con: sqlite3.Connection,
+                   rounding: float = 0.0) -> ClientStats:
     """Σ of the stored contributions, added one at a time in client-id order (as
     :func:`~ghofl.stats.sum_stats` over them sorted by id would)."""
     total: ClientStats | None = None
     for ints, floats in con.execute("SELECT ints, floats FROM contributions ORDER BY client_id"):
-        part = _unflatten(meta, ints, floats)
+        part = _unflatten(meta, ints, floats, rounding)
         total = part if total is None else total + part
     return ClientStats.zeros(meta) if total is None else total
 
 
-def _unflatten(meta: StatsMeta, ints: bytes, floats: bytes) -> ClientStats:
+def _unflatten(meta: StatsMeta, ints: bytes, floats: bytes,
+               rounding: float = 0.0) -> ClientStats:
     return schema_for(meta.mode).unflatten(meta, db.from_blob(ints, "<i8"),
-                                           db.from_blob(floats, "<f8"))
+                                           db.from_blob(floats, "<f8"), rounding)
 
 
 def _info(row: tuple[Any, ...], meta: StatsMeta | None) -> ContributionInfo:

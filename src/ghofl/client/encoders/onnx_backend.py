@@ -125,20 +125,29 @@ class OnnxEncoder(InfoEncoder):
         opts.log_severity_level = 3
         return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
+    def export(self, height: int, width: int, dtype: str = "uint8") -> Path:
+        """Export the module for inputs (b, height, width, 3) of ``dtype`` to :meth:`onnx_path`."""
+        path = self.onnx_path(height, width, dtype)
+        example = np.zeros((2, height, width, 3), dtype=np.dtype(dtype))
+        return export_onnx(self._factory(), example, path)
+
+    def _build_model(self, path: Path, height: int, width: int, dtype: str) -> None:
+        """Write the model file ``path`` for this input size (subclasses may transform it)."""
+        self.export(height, width, dtype)
+
     def session(self, height: int, width: int, dtype: str = "uint8") -> Any:
-        """The ONNX Runtime session for this input size, exporting the module if needed."""
+        """The ONNX Runtime session for this input size, building the model file if needed."""
         key = (int(height), int(width), dtype)
         if key in self._sessions:
             return self._sessions[key]
         path = self.onnx_path(*key)
-        example = np.zeros((2, height, width, 3), dtype=np.dtype(dtype))
         if not path.is_file():
-            export_onnx(self._factory(), example, path)
+            self._build_model(path, *key)
         try:
             sess = self._new_session(path)
         except Exception:
             path.unlink(missing_ok=True)
-            export_onnx(self._factory(), example, path)
+            self._build_model(path, *key)
             sess = self._new_session(path)
         self._sessions[key] = sess
         return sess

@@ -11,7 +11,9 @@ The statistics are computed only when they are due (the ``mask`` stage of the se
 * the run config key ``data-template`` formatted with the node's ``partition-id``
   (simulation: ``"parts/client-{partition_id}.npz"``),
 
-with the :class:`~ghofl.client.job.ClientJob` read from the run config. The client id is
+with the :class:`~ghofl.client.job.ClientJob` read from the run config (its keys
+``holdout_fraction``, ``holdout_seed`` and ``transport_dtype`` included: the plain protocol's
+statistics then travel with float32 sums). The client id is
 ``node-<Flower node id>``; each reply also carries the node's ``partition-id`` and the seconds
 it took (ConfigRecord ``ghofl-client``). A request the client refuses (out of order, other
 statistics, unreadable data) is answered with the reason instead of a protocol reply.
@@ -93,7 +95,7 @@ def handle_query(content: RecordDict, context: Context) -> RecordDict:
                 reply = client.handle(request)
             finally:
                 context.state[STATE_KEY] = ConfigRecord(client.to_state())  # type: ignore[arg-type]
-        rd = message_to_record(reply)
+        rd = message_to_record(reply, transport_dtype=job.transport_dtype)
     except (GhoflError, OSError) as exc:
         rd = RecordDict()
         info["refused"] = str(exc) or type(exc).__name__

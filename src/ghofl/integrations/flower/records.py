@@ -12,8 +12,12 @@ Layout of a message record (version :data:`RECORDS_VERSION`):
 * ``ArrayRecord "ghofl-arrays"``: numpy arrays (the masked vector, uint64), bit-exact (Flower
   ships them as ``.npy`` bytes);
 * a :class:`ClientStats` (plain protocol) as ``ArrayRecord "ghofl-stats"`` (the arrays of
-  :func:`ghofl.stats.codec.stats_tensors`, symmetric matrices as their upper triangles) and
-  ``ConfigRecord "ghofl-stats-meta"`` (``records-version``, ``meta`` JSON, ``n_clipped``).
+  :func:`ghofl.stats.codec.stats_tensors`, symmetric matrices as their upper triangles, the
+  held-out section's under ``holdout.<name>``; float arrays float64, or float32 under float32
+  transport) and ``ConfigRecord "ghofl-stats-meta"`` (``records-version``, ``meta`` JSON,
+  ``n_clipped``, and when they apply ``holdout-n_clipped`` and ``transport-dtype``
+  ``"float32"``; absent keys mean 0 and float64, so records without these options are
+  unchanged).
 
 Decoding validates everything (missing keys, wrong types, list lengths, record version, the
 expected message type) and raises :class:`~ghofl.errors.ProtocolError` with a message naming
@@ -49,7 +53,7 @@ from ghofl.secure.messages import (
     UnmaskShares,
 )
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.codec import stats_from_tensors, stats_tensors
+from ghofl.stats.codec import check_transport_dtype, stats_from_tensors, stats_tensors
 from ghofl.stats.meta import StatsMeta
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -106,18 +110,27 @@ def _flwr() -> Any:
 
 
 # ---------------------------------------------------------------------- ClientStats
-def stats_to_record(stats: ClientStats, into: RecordDict | None = None) -> RecordDict:
-    """``stats`` as a ``RecordDict`` (or added to ``into``): arrays bit-exact, meta as JSON."""
+def stats_to_record(stats: ClientStats, into: RecordDict | None = None,
+                    transport_dtype: str = "float64") -> RecordDict:
+    """``stats`` as a ``RecordDict`` (or added to ``into``): arrays bit-exact (float sums in
+    ``transport_dtype``, ``"float64"`` or ``"float32"``), meta as JSON."""
     app = _flwr()
+    tname = check_transport_dtype(transport_dtype)
     rd = app.RecordDict() if into is None else into
-    rd[STATS_ARRAYS] = app.ArrayRecord(
-        {name: app.Array(np.ascontiguousarray(a)) for name, a in stats_tensors(stats).items()}
-    )
-    rd[STATS_META] = app.ConfigRecord({
+    rd[STATS_ARRAYS] = app.ArrayRecord({
+        name: app.Array(np.ascontiguousarray(a))
+        for name, a in stats_tensors(stats, tname).items()
+    })
+    cfg: dict[str, Any] = {
         "records-version": RECORDS_VERSION,
         "meta": json.dumps(stats.meta.to_dict(), sort_keys=True),
         "n_clipped": int(stats.n_clipped),
-    })
+    }
+    if stats.holdout is not None:
+        cfg["holdout-n_clipped"] = int(stats.holdout.n_clipped)
+    if tname != "float64":
+        cfg["transport-dtype"] = tname
+    rd[STATS_META] = app.ConfigRecord(cfg)
     return rd
 
 
@@ -135,17 +148,25 @@ def stats_from_record(rd: Any) -> ClientStats:
     _check_version(cfg, STATS_META)
     meta_json = _get(cfg, "meta", str, "statistics")
     n_clipped = _get(cfg, "n_clipped", int, "statistics")
+    held_clipped = _get(cfg, "holdout-n_clipped", int, "statistics") \
+        if "holdout-n_clipped" in cfg else 0
+    transport = _get(cfg, "transport-dtype", str, "statistics") \
+        if "transport-dtype" in cfg else "float64"
     try:
         meta = StatsMeta.from_dict(json.loads(meta_json))
         tensors = {name: arrays[name].numpy() for name in arrays}
-        return stats_from_tensors(meta, tensors, n_clipped=n_clipped)
+        return stats_from_tensors(meta, tensors, n_clipped=n_clipped,
+                                  holdout_n_clipped=held_clipped,
+                                  transport_dtype=check_transport_dtype(transport))
     except (GhoflError, ValueError, TypeError) as exc:
         raise ProtocolError(f"the ghofl statistics record is invalid: {exc}") from exc
 
 
 # ---------------------------------------------------------------------- messages
-def message_to_record(message: ServerMessage | ClientMessage) -> RecordDict:
-    """Any protocol message (request or reply) as a ``RecordDict``."""
+def message_to_record(message: ServerMessage | ClientMessage,
+                      transport_dtype: str = "float64") -> RecordDict:
+    """Any protocol message (request or reply) as a ``RecordDict``; statistics in it (the
+    plain protocol's input) carry their float sums in ``transport_dtype``."""
     app = _flwr()
     kind = type(message).__name__
     if kind not in _SPECS or _SPECS[kind][0] is not type(message):
@@ -172,7 +193,7 @@ def message_to_record(message: ServerMessage | ClientMessage) -> RecordDict:
         elif field_kind == "u64":
             arrays[name] = app.Array(np.ascontiguousarray(value))
         elif field_kind == "stats":
-            stats_to_record(value, into=rd)
+            stats_to_record(value, into=rd, transport_dtype=transport_dtype)
     rd[HEADER] = app.ConfigRecord(cfg)
     if arrays:
         rd[ARRAYS] = app.ArrayRecord(arrays)

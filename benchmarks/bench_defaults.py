@@ -1,0 +1,326 @@
+"""Issue-10 benchmark: data-driven shrinkage defaults against every fixed value in hindsight.
+
+Per data set (CIFAR-10 EfficientNet-Lite0@224 features, TREC / SST-2 / AG News MiniLM features,
+Tiny-ImageNet when its embeddings are cached, and the two seeded synthetic sets of
+:mod:`ghofl.bench.synthetic`), from the pooled statistics (the total is the same for any split
+into clients):
+
+- LDA and QDA accuracy at every fixed shrinkage of the grid 0 … 0.3, the best of them in
+  hindsight, the default ``"auto"`` without a held-out upload (analytic rule) and with one
+  (held-out selection; both criteria for LDA), and the analytic rules by name;
+- scikit-learn's ``LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")`` on the pooled
+  data;
+- naive Bayes with scikit-learn's smoothing, the paper's clamp, and the default (both);
+- the upload size with and without the held-out part.
+
+Held-out runs repeat over seeds of the held-out split; the table reports medians.
+Writes benchmarks/results/defaults.json and the ``defaults`` section of BENCHMARKS.md.
+
+Run: ``flock scratch/cpu.lock .venv/bin/python benchmarks/bench_defaults.py`` (about 15 minutes
+on 2 cores; ``--quick`` for the synthetic sets and text data only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import inspect
+import json
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench.synthetic import gaussian_classes, offset_classes
+from ghofl.heads import make_head
+from ghofl.moments import Moments, compute_moments
+from ghofl.moments import selection as sel
+from ghofl.stats import compute_stats
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
+HOLDOUT_FRACTION = 0.2
+HOLDOUT_SEEDS = (0, 1, 2)
+SYNTHETIC_SEEDS = (0, 1, 2)
+Data = tuple[NDArray[Any], NDArray[np.int64], NDArray[Any], NDArray[np.int64], int]
+
+
+# ---------------------------------------------------------------------- data
+def _cached(dataset: str, encoder_glob: str) -> bool:
+    root = Path(os.environ.get("GHOFL_CACHE_DIR", Path.home() / ".cache" / "ghofl"))
+    return all(
+        glob.glob(str(root / "embeddings" / dataset / split / encoder_glob / "all.npz"))
+        for split in ("train", "test")
+    )
+
+
+def real_data(dataset: str, encoder: str, train_per_class: int = 0,
+              test_per_class: int = 0) -> Data:
+    from ghofl.bench.config import ExperimentConfig
+    from ghofl.bench.features import load_features
+
+    cfg = ExperimentConfig(datasets=(dataset,), encoders=(encoder,),
+                           train_per_class=train_per_class, test_per_class=test_per_class,
+                           data_dir=os.environ.get("GHOFL_DATA_DIR"))
+    f = load_features(dataset, encoder, cfg)
+    return (f.x_train.astype(np.float64), f.y_train, f.x_test.astype(np.float64), f.y_test,
+            len(f.classes))
+
+
+def datasets(quick: bool) -> list[tuple[str, Callable[[], list[Data]]]]:
+    """(name, loader) pairs; a loader returns one or more (seeded) draws."""
+    out: list[tuple[str, Callable[[], list[Data]]]] = []
+    for name, gen in (("synthetic-gaussian", gaussian_classes),
+                      ("synthetic-offset", offset_classes)):
+        def load(gen: Any = gen) -> list[Data]:
+            return [(s.x_train, s.y_train, s.x_test, s.y_test, s.num_classes)
+                    for s in (gen(seed) for seed in SYNTHETIC_SEEDS)]
+        out.append((name, load))
+    for name in ("trec", "sst2", "agnews"):
+        def text(name: str = name) -> list[Data]:
+            return [real_data(name, "minilm")]
+        out.append((f"{name} (MiniLM)", text))
+    if quick:
+        return out
+    out.append(("cifar10 (Lite0@224)", cifar10))
+    out.append(("tiny-imagenet (Lite0@224)", tiny_imagenet))
+    return out
+
+
+def cifar10() -> list[Data]:
+    """The full 50k/10k split when its embeddings are cached, else 2000/500 per class."""
+    if _cached("cifar10", "efficientnet-lite0-r224-*"):
+        return [real_data("cifar10", "efficientnet-lite0")]
+    return [real_data("cifar10", "efficientnet-lite0", 2000, 500)]
+
+
+def tiny_imagenet() -> list[Data]:
+    """Tiny-ImageNet when its embeddings are cached (never encoded here), else nothing."""
+    if _cached("tiny-imagenet", "efficientnet-lite0-r224-*"):
+        return [real_data("tiny-imagenet", "efficientnet-lite0")]
+    return []
+
+
+# ---------------------------------------------------------------------- statistics
+def _moments(x: NDArray[Any], y: NDArray[np.int64], c: int) -> Moments:
+    return compute_moments(compute_stats(x, y, c, mode="full"), allow_empty_classes=True)
+
+
+def holdout_moments(x: NDArray[Any], y: NDArray[np.int64], c: int, seed: int) -> Moments:
+    """Moments of the total whose ``validation_split()`` gives a seeded held-out part.
+
+    Uses the statistics layer's held-out upload when it exists; otherwise splits the pooled
+    samples with the same per-sample rule (a client-side split of every client is a split of the
+    pooled data, so the totals have the same distribution).
+    """
+    if "holdout_fraction" in inspect.signature(compute_stats).parameters:
+        stats = compute_stats(x, y, c, mode="full", holdout_fraction=HOLDOUT_FRACTION,
+                              holdout_seed=seed)  # type: ignore[call-arg]
+        return compute_moments(stats, allow_empty_classes=True)
+    held = np.random.default_rng(seed).random(len(y)) < HOLDOUT_FRACTION
+    total = _moments(x, y, c)
+    fit, part = _moments(x[~held], y[~held], c), _moments(x[held], y[held], c)
+    object.__setattr__(total, "validation_split", lambda: (fit, part))
+    return total
+
+
+def payload_bytes(c: int, d: int, holdout: bool) -> int:
+    """Bytes of a client's mode-``full`` upload (N_c, A_c, upper triangles of S_c; a held-out
+    part carries the same sums again for its samples)."""
+    from ghofl.stats.codec import expected_payload_nbytes
+
+    return expected_payload_nbytes("full", c, d, holdout=holdout)
+
+
+# ---------------------------------------------------------------------- measurements
+def acc(head: Any, x: NDArray[Any], y: NDArray[np.int64]) -> float:
+    return 100.0 * float(np.mean(head.predict(x) == y))
+
+
+def run_one(data: Data, with_qda: bool) -> dict[str, Any]:
+    x, y, xt, yt, c = data
+    d = x.shape[1]
+    m = _moments(x, y, c)
+    r: dict[str, Any] = {"n_train": len(y), "n_test": len(yt), "d": d, "C": c}
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+
+    t0 = time.perf_counter()
+    r["sklearn_lda_lw"] = 100.0 * float(
+        LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto").fit(x, y).score(xt, yt))
+    r["sklearn_seconds"] = time.perf_counter() - t0
+    kinds = ["lda", "qda"] if with_qda else ["lda"]
+    for kind in kinds:
+        r[f"{kind}_grid"] = {str(a): acc(make_head(kind, shrinkage=a).fit_from_moments(m), xt, yt)
+                             for a in GRID}
+        for rule in ("oas", "rblw", "evidence"):
+            h = make_head(kind, shrinkage=rule).fit_from_moments(m)
+            r[f"{kind}_{rule}"] = acc(h, xt, yt)
+            r[f"{kind}_{rule}_a"] = float(np.median(h.shrinkage_))  # type: ignore[attr-defined]
+        h = make_head(kind).fit_from_moments(m)
+        r[f"{kind}_auto_plain"] = acc(h, xt, yt)
+        r[f"{kind}_auto_plain_method"] = h.shrinkage_method_  # type: ignore[attr-defined]
+    held: dict[str, list[float]] = {}
+    for seed in HOLDOUT_SEEDS:
+        mh = holdout_moments(x, y, c, seed)
+        for crit in ("loglik", "error"):
+            sel.POOLED_CRITERION = crit
+            h = make_head("lda").fit_from_moments(mh)
+            held.setdefault(f"lda_heldout_{crit}", []).append(acc(h, xt, yt))
+            held.setdefault(f"lda_heldout_{crit}_a", []).append(float(h.shrinkage_))  # type: ignore[attr-defined]
+        sel.POOLED_CRITERION = "loglik"
+        if with_qda:
+            h = make_head("qda").fit_from_moments(mh)
+            held.setdefault("qda_heldout", []).append(acc(h, xt, yt))
+            held.setdefault("qda_heldout_a", []).append(float(np.median(h.shrinkage_)))  # type: ignore[attr-defined]
+    r.update({k: statistics.median(v) for k, v in held.items()})
+    r["heldout_runs"] = held
+    for label, params in (("sklearn", {"var_smoothing": 1e-9, "var_floor": 0.0}),
+                          ("paper", {"var_smoothing": 0.0, "var_floor": 1e-6}),
+                          ("default", {})):
+        r[f"nb_{label}"] = acc(make_head("nb", **params).fit_from_moments(m), xt, yt)
+    r["upload_bytes"] = payload_bytes(c, d, False)
+    r["upload_bytes_holdout"] = payload_bytes(c, d, True)
+    return r
+
+
+def median_over(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median of every numeric entry (grids per value) over seeded draws."""
+    out: dict[str, Any] = {}
+    for k, v in runs[0].items():
+        if isinstance(v, dict) and all(isinstance(i, float) for i in v.values()):
+            out[k] = {a: statistics.median(r[k][a] for r in runs) for a in v}
+        elif isinstance(v, int) and not isinstance(v, bool):
+            out[k] = int(statistics.median(r[k] for r in runs))
+        elif isinstance(v, float):
+            out[k] = statistics.median(r[k] for r in runs)
+        else:
+            out[k] = v
+    return out
+
+
+# ---------------------------------------------------------------------- report
+def f1(v: float) -> str:
+    return f"{v:.1f}"
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = [
+        "Issue 10: data-driven shrinkage defaults (`benchmarks/bench_defaults.py`). Accuracy (%)"
+        " on the test split, heads fitted on the pooled statistics (identical to any split into "
+        "clients). *best fixed*: best of shrinkage 0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3 in "
+        "hindsight (paper: LDA 0.05, QDA 0.1). *auto*: the default without a held-out upload "
+        "(analytic rule); *auto+holdout*: the default when clients also upload the statistics "
+        f"of a seeded {HOLDOUT_FRACTION:.0%} held-out part (median over {len(HOLDOUT_SEEDS)} "
+        "split seeds; LDA criterion: held-out log-likelihood, with the Gaussian error estimate "
+        "alongside). Synthetic sets: median over seeds "
+        f"{', '.join(map(str, SYNTHETIC_SEEDS))}. sklearn LW: "
+        "`LinearDiscriminantAnalysis(solver='lsqr', shrinkage='auto')` on the pooled data.",
+        "",
+        f"Machine: {results['machine']}.",
+        "",
+        "LDA:",
+        "",
+    ]
+    rows = []
+    for name, r in results["datasets"].items():
+        grid = r["lda_grid"]
+        best = max(grid, key=lambda a: grid[a])
+        rows.append([name, f"{r['n_train']}/{r['d']}/{r['C']}", f1(grid["0.05"]),
+                     f"{f1(grid[best])} (a={best})", f1(r["lda_oas"]), f1(r["lda_rblw"]),
+                     f"{f1(r['lda_auto_plain'])} (a={r['lda_evidence_a']:.2g})",
+                     f"{f1(r['lda_heldout_loglik'])} (a={r['lda_heldout_loglik_a']:.2g})",
+                     f1(r["lda_heldout_error"]), f1(r["sklearn_lda_lw"])])
+    lines.append(markdown_table(
+        ["data", "n/d/C", "paper 0.05", "best fixed", "OAS", "RBLW", "auto", "auto+holdout",
+         "holdout (error crit.)", "sklearn LW"], rows))
+    lines += ["", "QDA:", ""]
+    rows = []
+    for name, r in results["datasets"].items():
+        if "qda_grid" not in r:
+            continue
+        grid = r["qda_grid"]
+        best = max(grid, key=lambda a: grid[a])
+        rows.append([name, f1(grid["0.1"]), f"{f1(grid[best])} (a={best})", f1(r["qda_oas"]),
+                     f"{f1(r['qda_auto_plain'])} (median a={r['qda_evidence_a']:.2g})",
+                     f"{f1(r['qda_heldout'])} (median a={r['qda_heldout_a']:.2g})"])
+    lines.append(markdown_table(
+        ["data", "paper 0.1", "best fixed", "OAS", "auto", "auto+holdout"], rows))
+    lines += ["", "Naive Bayes variance floors, and the upload size:", ""]
+    rows = []
+    for name, r in results["datasets"].items():
+        rows.append([name, f1(r["nb_sklearn"]), f1(r["nb_paper"]), f1(r["nb_default"]),
+                     f"{r['upload_bytes'] / 1e6:.2f} MB",
+                     f"{r['upload_bytes_holdout'] / 1e6:.2f} MB"])
+    lines.append(markdown_table(
+        ["data", "NB var_smoothing 1e-9", "NB clamp 1e-6 (paper)", "NB both (default)",
+         "upload per client", "with holdout"], rows))
+    lines += ["", policy(results)]
+    return "\n".join(lines) + "\n"
+
+
+def policy(results: dict[str, Any]) -> str:
+    """One sentence: what the held-out upload gains (auto+holdout − auto) and what it costs."""
+    rs = list(results["datasets"].values())
+    gains = {k: [r[f"{k}_heldout_loglik" if k == "lda" else f"{k}_heldout"] - r[f"{k}_auto_plain"]
+                 for r in rs if f"{k}_auto_plain" in r] for k in ("lda", "qda")}
+    cost = statistics.median(r["upload_bytes_holdout"] / r["upload_bytes"] - 1.0 for r in rs)
+    parts = [f"{k.upper()} median {statistics.median(v):+.1f} (from {min(v):+.1f} to "
+             f"{max(v):+.1f})" for k, v in gains.items() if v]
+    return (f"Held-out upload: {cost:+.0%} bytes per client; accuracy of the default with it "
+            f"minus without it, in points: {'; '.join(parts)}.")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite the BENCHMARKS.md section from the results file, no runs")
+    ap.add_argument("--only", default="",
+                    help="comma-separated substrings of data-set names to run; the others keep "
+                         "their entries from an earlier results file")
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    out_json = ROOT / "benchmarks" / "results" / "defaults.json"
+    results: dict[str, Any] = {"machine": machine_summary(), "grid": list(GRID),
+                               "holdout_fraction": HOLDOUT_FRACTION, "datasets": {}}
+    if args.report_only:
+        results = json.loads(out_json.read_text())
+        update_section(ROOT / "BENCHMARKS.md", "defaults", report(results))
+        return
+    only = [s for s in args.only.split(",") if s]
+    if only and out_json.exists():
+        results["datasets"] = json.loads(out_json.read_text()).get("datasets", {})
+    for name, load in datasets(args.quick):
+        if only and not any(s in name for s in only):
+            continue
+        t0 = time.perf_counter()
+        draws = load()
+        if not draws:
+            print(f"{name}: not available, skipped", flush=True)
+            continue
+        with_qda = draws[0][4] <= 100
+        runs = [run_one(dr, with_qda) for dr in draws]
+        r = median_over(runs)
+        r["seconds"] = time.perf_counter() - t0
+        results["datasets"][name] = r
+        if not args.no_write:  # partial results survive an interrupted run
+            write_json(out_json, results)
+        print(f"{name}: {r['seconds']:.0f}s", {k: v for k, v in r.items()
+                                                if isinstance(v, float | str)}, flush=True)
+    text = report(results)
+    print(text)
+    if not args.no_write:
+        write_json(out_json, results)
+        update_section(ROOT / "BENCHMARKS.md", "defaults", text)
+
+
+if __name__ == "__main__":
+    main()
