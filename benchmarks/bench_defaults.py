@@ -212,7 +212,9 @@ def f1(v: float) -> str:
 
 def report(results: dict[str, Any]) -> str:
     lines = [
-        "Issue 10: data-driven shrinkage defaults (`benchmarks/bench_defaults.py`). Accuracy (%)"
+        "## Data-driven shrinkage defaults (`benchmarks/bench_defaults.py`)",
+        "",
+        "Accuracy (%)"
         " on the test split, heads fitted on the pooled statistics (identical to any split into "
         "clients). *best fixed*: best of shrinkage 0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3 in "
         "hindsight (paper: LDA 0.05, QDA 0.1). *auto*: the default without a held-out upload "

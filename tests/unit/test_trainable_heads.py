@@ -94,7 +94,7 @@ def test_protohyper_beats_lda_f_on_non_gaussian_classes() -> None:
     """QDA_f is chosen as the base in mode full and beats the paper's NB_f (≡ LDA_f) base."""
     x, y = mixture_data(1)
     h = y.size // 2
-    head = ProtoHyperHead().fit_from_stats(compute_stats(x[:h], y[:h], 6, mode="full"))
+    head = ProtoHyperHead(base="auto").fit_from_stats(compute_stats(x[:h], y[:h], 6, mode="full"))
     z = x[h:] @ head.V_
     base = nb_f_logits(z, head.means_f_, head.sigma2_, head.log_priors_)
     base_acc = float(np.mean(base.argmax(1) == y[h:]))
@@ -382,7 +382,7 @@ def test_defaults_are_data_driven_and_the_paper_preset_keeps_the_old_values() ->
                                   "patience")} == {
             "fisher_shrinkage": "auto", "syn_shrink": "auto", "fisher_energy": 1.0,
             "fisher_max_dim": None, "n_per_class": None, "val_per_class": None, "patience": 5}
-    assert (ph["base"], ph["residual_init"], ph["qda_shrinkage"]) == ("auto", "zero", "auto")
+    assert (ph["base"], ph["residual_init"], ph["qda_shrinkage"]) == ("lda", "zero", "auto")
     # the paper's CIFAR-10 values are unchanged defaults or pinned by the "paper" preset
     assert {k: fm[k] for k in ("lr", "weight_decay", "batch_size", "epochs", "tau")} == {
         "lr": 8e-4, "weight_decay": 3e-4, "batch_size": 2048, "epochs": 40, "tau": 0.9}
