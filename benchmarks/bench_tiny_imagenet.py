@@ -16,7 +16,9 @@ plain protocol and ``ghofl aggregate`` do) and of one untrusted load of a payloa
 (``load_stats``: digest, layout and every validity check, PSD included), the server's peak
 memory above the process baseline (resident set size, sampled every 5 ms; the baseline holds
 the embeddings), and per head the fit and predict seconds, the peak memory of the fit and the
-test accuracy.
+test accuracy. The server's addition is measured both ways in the same run: in place
+(:class:`ghofl.stats.client_stats.StatsTotal`, what the server paths use) for payloads 1 to 9,
+and the old pairwise ``total + payload`` for the last one.
 
 Run: ``flock scratch/cpu.lock .venv/bin/python benchmarks/bench_tiny_imagenet.py`` (needs the
 Tiny-ImageNet embedding cache or ``GHOFL_DATA_DIR`` to compute it: about 6 minutes on 2 cores).
@@ -104,7 +106,7 @@ def worker(name: str, heads: tuple[str, ...]) -> dict[str, Any]:
     from ghofl.client.job import ClientJob, client_statistics
     from ghofl.data.partition import dirichlet_partition
     from ghofl.server_job import ServerJob, run_server_job
-    from ghofl.stats.client_stats import ClientStats
+    from ghofl.stats.client_stats import ClientStats, StatsTotal
     from ghofl.stats.codec import load_stats, payload_nbytes, save_stats
 
     mode, k = CONFIGS[name]
@@ -117,11 +119,14 @@ def worker(name: str, heads: tuple[str, ...]) -> dict[str, Any]:
                            "clients": CLIENTS, "alpha": ALPHA, "seed": SEED,
                            "dim": int(feats.x_train.shape[1]), "classes": len(feats.classes),
                            "n_train": int(feats.y_train.size), "n_test": int(feats.y_test.size),
-                           "baseline_rss_bytes": base}
+                           "baseline_rss_bytes": base, "date": time.strftime("%Y-%m-%d")}
     client_s: list[float] = []
-    add_s = 0.0
-    total: ClientStats | None = None
+    acc = StatsTotal()
+    inplace_s: list[float] = []
+    inplace_extra: list[int] = []
+    inplace_server: list[int] = []
     agg_peak = base
+    total: ClientStats | None = None
     t_all = time.perf_counter()
     for i, idx in enumerate(parts):
         t0 = time.perf_counter()
@@ -145,16 +150,38 @@ def worker(name: str, heads: tuple[str, ...]) -> dict[str, Any]:
                 del loaded
             sampler.reset()
         agg_peak = max(agg_peak, sampler.window_peak())
-        t0 = time.perf_counter()
-        total = s if total is None else total + s
-        add_s += time.perf_counter() - t0
+        if i < len(parts) - 1:  # the server's in-place addition (StatsTotal)
+            rss = sampler.reset()
+            t0 = time.perf_counter()
+            acc.add(s)
+            inplace_s.append(time.perf_counter() - t0)
+            peak = sampler.window_peak()
+            if i > 0:  # the first add is the one copy of the first payload
+                inplace_extra.append(peak - rss)
+                inplace_server.append(peak - base)
+            agg_peak = max(agg_peak, peak)
+        else:  # the last payload both ways: pairwise `total + s` (before) gives the total
+            prev = acc.result()
+            rss = sampler.reset()
+            t0 = time.perf_counter()
+            total = prev + s
+            out["pairwise_add_seconds"] = time.perf_counter() - t0
+            peak = sampler.window_peak()
+            out["pairwise_add_extra_bytes"] = peak - rss
+            out["pairwise_server_peak_bytes"] = peak - base
+            del prev
         del s
+    del acc
     assert total is not None
     out["aggregate_wall_seconds"] = time.perf_counter() - t_all
     out["client_seconds_median"] = float(np.median(client_s))
     out["client_seconds_total"] = float(sum(client_s))
-    out["add_seconds_total"] = add_s
-    out["aggregate_peak_extra_bytes"] = max(agg_peak, sampler.window_peak()) - base
+    out["inplace_add_seconds_median"] = float(np.median(inplace_s[1:] or inplace_s))
+    out["inplace_add_extra_bytes"] = max(inplace_extra, default=0)
+    out["inplace_server_peak_bytes"] = max(inplace_server, default=0)
+    out["add_seconds_total"] = float(sum(inplace_s) + out["pairwise_add_seconds"])
+    out["aggregate_peak_extra_bytes"] = agg_peak - base  # clients and in-place adds
+    out["sim_peak_excludes_pairwise"] = True
     out["heads"] = {}
     partial = RESULTS.with_suffix(f".{name}.partial.json")
     partial.write_text(json.dumps(out))
@@ -201,6 +228,33 @@ def _mb(b: float | None) -> str:
     return "-" if b is None else f"{b / 1e6:.1f}"
 
 
+def _s(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _pair(r: dict[str, Any], before: str, after: str, fmt: Any) -> str:
+    """``before / after`` (pairwise ``a + b`` / in-place :class:`StatsTotal`); ``-`` for runs
+    measured before the in-place total existed."""
+    if after not in r:
+        return "-"
+    return f"{fmt(r.get(before))} / {fmt(r[after])}"
+
+
+def _sim_peak(r: dict[str, Any]) -> str:
+    """The simulation's peak; a run whose window also held the pairwise measurement gives
+    only an upper bound ("≤")."""
+    bound = "pairwise_add_seconds" in r and not r.get("sim_peak_excludes_pairwise")
+    return ("≤ " if bound else "") + _gb(r["aggregate_peak_extra_bytes"])
+
+
+def _dates(data: dict[str, Any]) -> str:
+    """The measurement date, per configuration when the rows come from several runs."""
+    dates = {str(r["config"]): str(r.get("date", "2026-11-30")) for r in data["runs"]}
+    if len(set(dates.values())) <= 1:
+        return next(iter(dates.values()), str(data["date"]))
+    return ", ".join(f"{d} (`{c}`)" for c, d in dates.items())
+
+
 def render(data: dict[str, Any]) -> str:
     from ghofl.bench.report import markdown_table
 
@@ -210,9 +264,11 @@ def render(data: dict[str, Any]) -> str:
         payload_rows.append([
             f"`{r['mode']}`", r["projection_dim"] or "-", _mb(r["upload_bytes_float64"]),
             _mb(r["upload_bytes_float32"]), _mb(r["payload_in_memory_bytes"]),
-            f"{r['client_seconds_median']:.2f}", f"{r['add_seconds_total']:.1f}",
-            _gb(r["aggregate_peak_extra_bytes"]), f"{r['load_validate_seconds']:.1f}",
-            _gb(r["load_peak_extra_bytes"]),
+            f"{r['client_seconds_median']:.2f}",
+            _pair(r, "pairwise_add_seconds", "inplace_add_seconds_median", _s),
+            _pair(r, "pairwise_add_extra_bytes", "inplace_add_extra_bytes", _gb),
+            _pair(r, "pairwise_server_peak_bytes", "inplace_server_peak_bytes", _gb),
+            _sim_peak(r), f"{r['load_validate_seconds']:.1f}", _gb(r["load_peak_extra_bytes"]),
         ])
     head_rows = []
     for r in runs:
@@ -230,7 +286,7 @@ def render(data: dict[str, Any]) -> str:
         "## Tiny-ImageNet at C = 200: bytes, server memory and time per head "
         "(`benchmarks/bench_tiny_imagenet.py`)",
         "",
-        f"Machine: {data['machine']}. Measured {data['date']}. EfficientNet-Lite0 at 224 px "
+        f"Machine: {data['machine']}. Measured {_dates(data)}. EfficientNet-Lite0 at 224 px "
         f"(d = {r0['dim']}), {r0['n_train']:,} training images (100 per class) and "
         f"{r0['n_test']:,} test images, {r0['classes']} classes; one federation per row, "
         f"{r0['clients']} clients, α = {r0['alpha']}, seed {r0['seed']}, each configuration "
@@ -241,17 +297,24 @@ def render(data: dict[str, Any]) -> str:
         "",
         "Upload and aggregation. *Upload*: array bytes one client sends (symmetric matrices "
         "as upper triangles). *In memory*: the same payload held as full matrices. *Client s*: "
-        "median seconds for one client's statistics. *Add s*: the server's additions of "
-        "all payloads to the running total (streaming: the clients' payloads are made and "
-        "added one at a time, so the server holds the running total, the arriving payload and "
-        "the new sum, about three in-memory payloads at the peak). *Peak GB*: memory during "
-        "that. *Load s* and *load peak GB*: one untrusted `load_stats` of a client's file "
-        "(digest, upper triangles unpacked, every validity check including the per-class "
-        "positive semi-definiteness test: one Cholesky factorisation per class).",
+        "median seconds for one client's statistics. The server adds the payloads one at a "
+        "time as they arrive; each cell *pairwise / in place* compares, in the same run, the "
+        "old pairwise sum `total + payload` (a new total allocated per payload; measured on the "
+        "last payload) with the in-place running total `StatsTotal.add` (`sum_stats`, the plain "
+        "protocol, the store and `ghofl aggregate` use it; median over payloads 2 to 9). *Add "
+        "s*: seconds for one payload. *Add extra GB*: memory allocated by that addition. "
+        "*Server peak GB*: memory held while adding (running total, arriving payload and the "
+        "addition's temporaries). *Sim peak GB*: the whole simulated federation in one process "
+        "(clients computing their statistics next to the server's in-place total; the pairwise "
+        "measurement excluded; ≤: an upper bound that includes it). *Load s* and *load "
+        "peak GB*: one untrusted `load_stats` of a client's file (digest, upper triangles "
+        "unpacked, every validity check including the per-class positive semi-definiteness "
+        "test: one Cholesky factorisation per class). `-`: not measured in that (older) run.",
         "",
         markdown_table(
             ["mode", "proj k", "upload MB (float64)", "upload MB (float32)", "in memory MB",
-             "client s", "add s", "peak GB", "load s", "load peak GB"],
+             "client s", "add s (pairwise / in place)", "add extra GB (pairwise / in place)",
+             "server peak GB (pairwise / in place)", "sim peak GB", "load s", "load peak GB"],
             payload_rows,
         ),
         "",

@@ -10,6 +10,8 @@ Config keys (values str, int or bool)::
     head_params  str   JSON object {head: {param: value}}; "" or "{}" = none
     seed         int   given to every head that takes a seed (unless head_params sets it)
     progress     bool  passed to heads that report progress
+    preset       str   named head hyperparameters (ghofl.heads.presets): "default" or "paper";
+                       head_params override it key by key
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ghofl.evaluation import HeadScore, evaluate_heads
 from ghofl.heads.base import Head
 from ghofl.heads.build import build_heads, to_jsonable
 from ghofl.heads.model_dir import check_model_target, save_model
+from ghofl.heads.presets import DEFAULT_PRESET, check_preset, merge_preset
 from ghofl.heads.registry import parse_head_list
 from ghofl.stats.client_stats import ClientStats
 
@@ -54,6 +57,9 @@ class ServerJob:
         Given to every head with a ``seed`` parameter that ``head_params`` does not set.
     progress : bool, default False
         Given to every head with a ``progress`` parameter that ``head_params`` does not set.
+    preset : str, default "default"
+        Named head hyperparameters (:mod:`ghofl.heads.presets`), e.g. ``"paper"``; the
+        entries of ``head_params`` override it key by key (:meth:`resolved_params`).
 
     Notes
     -----
@@ -65,6 +71,7 @@ class ServerJob:
     head_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     seed: int = 0
     progress: bool = False
+    preset: str = DEFAULT_PRESET
 
     def __post_init__(self) -> None:
         raw = self.heads
@@ -85,7 +92,13 @@ class ServerJob:
         object.__setattr__(self, "seed", int(seed))
         if not isinstance(self.progress, bool):
             raise ConfigError(f"ServerJob progress must be true or false; got {self.progress!r}")
-        build_heads(self.heads, self.head_params, seed=self.seed, progress=self.progress)
+        check_preset(self.preset)
+        build_heads(self.heads, self.resolved_params(), seed=self.seed, progress=self.progress)
+
+    def resolved_params(self) -> dict[str, dict[str, Any]]:
+        """The hyperparameters the heads are built with: the preset's values, overridden key
+        by key by :attr:`head_params` (:func:`~ghofl.heads.presets.merge_preset`)."""
+        return merge_preset(self.preset, self.heads, self.head_params)
 
     def to_config(self) -> dict[str, ConfigValue]:
         """The job as a flat config (see the module docstring for keys and conventions)."""
@@ -94,6 +107,7 @@ class ServerJob:
             "head_params": json.dumps(to_jsonable(self.head_params), sort_keys=True),
             "seed": self.seed,
             "progress": self.progress,
+            "preset": self.preset,
         }
 
     @classmethod
@@ -130,6 +144,14 @@ class ServerJob:
             kw["seed"] = _config_int(config["seed"], "seed")
         if "progress" in config:
             kw["progress"] = _config_bool(config["progress"], "progress")
+        if "preset" in config:
+            preset = config["preset"]
+            if not isinstance(preset, str):
+                raise ConfigError(
+                    f"server job config key 'preset' must be a preset name (a string); got "
+                    f"{preset!r}"
+                )
+            kw["preset"] = preset.strip()
         return cls(**kw)
 
 
@@ -220,8 +242,8 @@ def run_server_job(
         ``out_dir`` may not be replaced, or the test set is malformed, empty or of another
         dimension (raised before any fitting).
     """
-    models = build_heads(job.heads, job.head_params, seed=job.seed, progress=job.progress,
-                         mode=total.mode)
+    models = build_heads(job.heads, job.resolved_params(), seed=job.seed,
+                         progress=job.progress, mode=total.mode)
     if test is not None:
         _check_test(test, total)
     if out_dir is not None:

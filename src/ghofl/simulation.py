@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.client.job import ClientJob, client_statistics
+from ghofl.client.transforms import apply_feature_transform, transformed_dim, transformed_info
 from ghofl.data.embeddings import check_labelled_embeddings
 from ghofl.data.partition import dirichlet_partition
 from ghofl.errors import ConfigError, InputError
@@ -128,6 +129,9 @@ class SimulationResult:
         Fraction of its samples every client held out (held-out section; 0.0: none).
     transport_dtype : str
         Dtype of the float sums of the plain uploads (``"float64"`` or ``"float32"``).
+    feature_transform : str
+        Elementwise transform the clients applied before the statistics (``"none"``,
+        ``"sqrt"``, ``"x+sqrt"``).
     predictions : dict of str to ndarray of int64, shape (n_test,)
         Test predictions per head (not part of :meth:`to_dict`).
     """
@@ -155,6 +159,7 @@ class SimulationResult:
     predictions: dict[str, I64] = field(default_factory=dict, repr=False)
     holdout_fraction: float = 0.0
     transport_dtype: str = "float64"
+    feature_transform: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary: every attribute but ``predictions``, plus ``ghofl_version``.
@@ -186,6 +191,7 @@ class SimulationResult:
             "privacy": None if self.privacy is None else dict(self.privacy),
             "holdout_fraction": self.holdout_fraction,
             "transport_dtype": self.transport_dtype,
+            "feature_transform": self.feature_transform,
             "aggregation": dict(self.aggregation),
             "ghofl_version": __version__,
         }
@@ -218,6 +224,7 @@ def simulate_federation(
     holdout_seed: int = 0,
     transport_dtype: str = "float64",
     projection_basis: str = "",
+    feature_transform: str = "none",
 ) -> SimulationResult:
     """Simulate a one-shot federation on embeddings and evaluate every head on a test set.
 
@@ -283,6 +290,11 @@ def simulate_federation(
     projection_basis : str, default ""
         With ``projection_dim``: the fingerprint of a public principal-direction basis
         (:mod:`ghofl.stats.projection`) to project onto instead of the random projection.
+    feature_transform : {"none", "sqrt", "x+sqrt"}, default "none"
+        Elementwise transform every client applies to its embeddings before the statistics
+        (:mod:`ghofl.client.transforms`); the test embeddings get the same transform before
+        the heads score them. ``x+sqrt`` doubles d, and in ``pooled`` mode it is how a
+        one-shot head reaches the centralised probe (BENCHMARKS.md, accuracy against bytes).
 
     Returns
     -------
@@ -303,7 +315,7 @@ def simulate_federation(
                     projection_seed=projection_seed, clip_norm=clip,
                     min_class_count=min_class_count, holdout_fraction=holdout_fraction,
                     holdout_seed=holdout_seed, transport_dtype=transport_dtype,
-                    projection_basis=projection_basis)
+                    projection_basis=projection_basis, feature_transform=feature_transform)
     _check_upload_options(job, secure, dp)
     if dp is not None and dp.mode == "distributed" and secure is None:
         raise ConfigError(
@@ -349,7 +361,9 @@ def simulate_federation(
             return out
         return make
 
-    meta = job.stats_meta(xtr.shape[1], encoder)
+    info = None if encoder is None else transformed_info(encoder, job.feature_transform)
+    meta = job.stats_meta(transformed_dim(xtr.shape[1], job.feature_transform), info)
+    xte = apply_feature_transform(xte, job.feature_transform)
     noise_seeds = np.random.SeedSequence([server_job.seed, 0x0D1FF]).spawn(clients + 1)
     decoder = None
     server: SecAggServer | PlainServer
@@ -415,6 +429,7 @@ def simulate_federation(
         predictions={name: score.predictions for name, score in scores.items()},
         holdout_fraction=job.holdout_fraction,
         transport_dtype=job.transport_dtype,
+        feature_transform=job.feature_transform,
     )
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ghofl.cli.main import main
+from ghofl.cli.main import build_command, main
+from ghofl.client.transforms import apply_feature_transform
 from ghofl.data.partition import dirichlet_partition
 from ghofl.heads.registry import make_head
 from ghofl.stats import EncoderInfo, compute_stats, load_stats, save_stats
@@ -283,6 +284,59 @@ MORE_BAD_CASES = [
      r"secure aggregation needs a clipping bound R > 0 \(--clip R\); got -1\.0"),
 ]
 
+# The client-side upload options and --preset fail alike on every command that takes them,
+# before any work (flower-run starts no process).
+_OPTION_COMMANDS = {
+    "flower-run": ["flower-run", "--data-template", "p-{partition_id}.npz", "--out", "o",
+                   "--classes", "3"],
+    "simulate": ["simulate", "--train", f"{W}/train.npz", "--test", f"{W}/test.npz",
+                 "--clients", "2", "--alpha", "1.0"],
+    "client-stats": ["client-stats", "--embeddings", f"{W}/train.npz", "--out", "o.ghs",
+                     "--num-classes", "3"],
+    "fit": ["fit", f"{W}/good.ghs", "--out", "model"],
+}
+_CLIENT_SIDE = ("flower-run", "simulate", "client-stats")
+MORE_BAD_CASES += [
+    (f"{case}-{command}", [*_OPTION_COMMANDS[command], *options], pattern)
+    for case, options, commands, pattern in [
+        ("holdout-too-large", ["--holdout", "0.7"], _CLIENT_SIDE,
+         r"--holdout: the held-out fraction must be 0 \(no held-out section\) or a number in "
+         r"\(0, 0\.5\]; got 0\.7"),
+        ("holdout-negative", ["--holdout", "-0.1"], _CLIENT_SIDE,
+         r"--holdout: the held-out fraction must be 0 .*got -0\.1"),
+        ("holdout-seed", ["--holdout-seed", "-1"], _CLIENT_SIDE,
+         r"--holdout-seed must be an integer >= 0; got -1"),
+        ("transport-dtype", ["--transport-dtype", "float16"], _CLIENT_SIDE,
+         r"--transport-dtype must be one of float64, float32; got 'float16'"),
+        ("float32-secure", ["--secure", "--clip", "30", "--transport-dtype", "float32"],
+         ("flower-run", "simulate"),
+         r"transport dtype float32 applies to plain uploads; secure aggregation sends its own "
+         r"fixed-point encoding of the float64 sums, so drop --transport-dtype \(or --secure\)"),
+        ("feature-transform", ["--feature-transform", "cube"], _CLIENT_SIDE,
+         r"--feature-transform must be one of none, sqrt, x\+sqrt; got 'cube'"),
+        ("preset", ["--preset", "fast"], ("flower-run", "simulate", "fit"),
+         r"unknown preset 'fast'; available presets: default, paper"),
+        ("param", ["--heads", "lda", "--param", "lda.foo=1"], ("flower-run", "simulate", "fit"),
+         r"--param 'lda\.foo=1': head 'lda' has no parameter 'foo'; valid keys: "),
+    ]
+    for command in commands
+]
+
+
+def test_shared_options_have_one_declaration() -> None:
+    """Every command that takes an option shows the same help for it."""
+    cli = build_command()
+    commands = cli.commands  # type: ignore[attr-defined]
+    for flag, names in (("--holdout", ("flower-run", "simulate", "client-stats")),
+                        ("--holdout-seed", ("flower-run", "simulate", "client-stats")),
+                        ("--transport-dtype", ("flower-run", "simulate", "client-stats")),
+                        ("--preset", ("flower-run", "simulate", "fit")),
+                        ("--feature-transform", ("flower-run", "simulate", "client-stats",
+                                                 "evaluate", "projection-basis")),
+                        ("--param", ("flower-run", "simulate", "fit", "demo"))):
+        helps = {next(p.help for p in commands[n].params if flag in p.opts) for n in names}
+        assert len(helps) == 1, (flag, helps)
+
 
 @pytest.mark.parametrize(("args", "pattern"), [c[1:] for c in BAD_CASES],
                          ids=[c[0] for c in BAD_CASES])
@@ -424,3 +478,64 @@ def test_fit_and_evaluate_every_head(ws: Path, tmp_path: Path) -> None:
     scores = json.loads((tmp_path / "e.json").read_text())["heads"]
     assert set(scores) == set(ALL_HEADS.split(",")) and all(
         s["accuracy"] > 0.5 for s in scores.values())
+
+
+def test_feature_transform_from_client_stats_to_evaluate(ws: Path, tmp_path: Path) -> None:
+    """x+sqrt statistics: the model scores raw test embeddings given the same flag, and
+    without it the error names the flag."""
+    _ok(run_cli("client-stats", "--embeddings", ws / "train.npz", "--out", "t.ghs",
+                "--mode", "pooled", "--encoder-name", "toy", "--feature-transform", "x+sqrt",
+                cwd=tmp_path))
+    assert load_stats(tmp_path / "t.ghs").meta.dim == 2 * D
+    _ok(run_cli("fit", "t.ghs", "--heads", "lda,ridge", "--out", "model", cwd=tmp_path))
+    r = run_cli("evaluate", "model", "--embeddings", ws / "test.npz", cwd=tmp_path)
+    assert r.returncode == 2
+    assert re.search(r"has 5-dimensional embeddings but the model in '.*' expects d=10; the "
+                     r"clients applied --feature-transform x\+sqrt; pass the same", r.stderr)
+    _ok(run_cli("evaluate", "model", "--embeddings", ws / "test.npz", "--feature-transform",
+                "x+sqrt", "--json", "e.json", cwd=tmp_path))
+    scores = json.loads((tmp_path / "e.json").read_text())["heads"]
+    train, test = np.load(ws / "train.npz"), np.load(ws / "test.npz")
+    pooled = compute_stats(apply_feature_transform(train["x"], "x+sqrt"), train["y"], C,
+                           "pooled")
+    for h in ("lda", "ridge"):
+        want = make_head(h).fit_from_stats(pooled).score(
+            apply_feature_transform(test["x"], "x+sqrt"), test["y"])
+        assert scores[h]["accuracy"] == want
+    _ok(run_cli("simulate", "--train", ws / "train.npz", "--test", ws / "test.npz",
+                "--clients", "3", "--alpha", "0.5", "--heads", "lda,ridge", "--mode", "pooled",
+                "--feature-transform", "x+sqrt", "--json", "sim.json", cwd=tmp_path))
+    sim = json.loads((tmp_path / "sim.json").read_text())
+    assert sim["feature_transform"] == "x+sqrt"
+    assert {h: v["accuracy"] for h, v in sim["heads"].items()} == {
+        h: s["accuracy"] for h, s in scores.items()}  # partition invariance
+
+
+
+def test_default_projection_basis_of_transformed_embeddings(ws: Path, tmp_path: Path) -> None:
+    """A basis built with --feature-transform is the default of the transformed encoder, and
+    client-stats with the same transform finds and applies it."""
+    from ghofl.client.local_data import ENCODER_KEY
+
+    train = np.load(ws / "train.npz")
+    info = EncoderInfo("toy", D)
+    np.savez(tmp_path / "public.npz", x=train["x"][:200], y=train["y"][:200],
+             **{ENCODER_KEY: np.asarray(json.dumps(info.to_dict()))})
+    np.savez(tmp_path / "client.npz", x=train["x"][200:], y=train["y"][200:],
+             **{ENCODER_KEY: np.asarray(json.dumps(info.to_dict()))})
+    env = {"GHOFL_PROJECTION_DIR": str(tmp_path / "bases")}
+    r = run_cli("projection-basis", "--embeddings", "public.npz", "--k", "6",
+                "--feature-transform", "x+sqrt", cwd=tmp_path, env=env)
+    _ok(r)
+    assert re.search(r": 10 x 6 principal directions, fingerprint [0-9a-f]{16}, default for "
+                     r"encoder toy", r.stdout)
+    _ok(run_cli("client-stats", "--embeddings", "client.npz", "--out", "c.ghs", "--mode",
+                "pooled", "--num-classes", str(C), "--feature-transform", "x+sqrt",
+                "--projection-dim", "4", "--projection-basis", "default", cwd=tmp_path, env=env))
+    meta = load_stats(tmp_path / "c.ghs").meta
+    assert meta.dim == 4 and meta.projection is not None and meta.projection.input_dim == 2 * D
+    r = run_cli("client-stats", "--embeddings", "client.npz", "--out", "d.ghs", "--mode",
+                "pooled", "--num-classes", str(C), "--projection-dim", "4",
+                "--projection-basis", "default", cwd=tmp_path, env=env)
+    assert r.returncode == 2  # the plain encoder has no default basis: only x+sqrt has one
+    assert "no principal-direction basis is recorded for the encoder with fingerprint" in r.stderr

@@ -1,4 +1,5 @@
-"""The model directory: save_model / load_model round trips, checks, and atomicity."""
+"""The model directory: save_model / load_model round trips, checks, atomicity, and the schema
+versions of head files."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ghofl.errors import ConfigError, InputError, NotFittedError
+from ghofl.errors import ConfigError, InputError, NotFittedError, StatsFormatError
 from ghofl.heads import make_head
 from ghofl.heads.base import Head
 from ghofl.heads.model_dir import MANIFEST, MODEL_FORMAT, load_model, save_model
+from ghofl.heads.registry import (
+    HEAD_MAX_SCHEMA_VERSION,
+    HEAD_SCHEMA_VERSION,
+    load_head,
+    save_head,
+)
 from ghofl.stats import ClientStats, compute_stats
+from ghofl.stats.codec import write_safetensors
+from ghofl.stats.meta import SCHEMA_VERSION
 from tests.helpers import gaussian_mixture
 
 
@@ -209,3 +218,89 @@ def test_heads_with_non_finite_state_are_not_saved(
                        r"coef_ holds 12 NaN or infinite value\(s\)"):
         save_model(tmp_path / "m", {"lda": head}, stats_meta=stats.meta)
     assert not (tmp_path / "m").exists()
+
+
+# ---------------------------------------------------------------------- head schema versions
+# Heads stay at version 2 (older ghofl reads them) unless their metadata records a held-out
+# fraction; versions 1 to 3 are read, newer ones refused.
+def _fitted_lda(holdout: float = 0.0) -> tuple[Head, np.ndarray]:
+    x, y = gaussian_mixture(5, num_classes=3, dim=4, n=120)
+    stats = compute_stats(x, y, ("a", "b", "c"), holdout_fraction=holdout, holdout_seed=1)
+    return make_head("lda").fit_from_stats(stats), x
+
+
+def _rewrite(p: Path, **header: str) -> None:
+    """Rewrite ``p`` with header entries replaced (re-digested, so only the checks refuse it)."""
+    arrays, meta = _head_parts(p)
+    write_safetensors(p, arrays, {**meta, **header})
+
+
+def test_heads_are_written_as_version_2_whatever_the_statistics_schema(tmp_path: Path) -> None:
+    assert SCHEMA_VERSION == 3 and HEAD_SCHEMA_VERSION == 2
+    head, x = _fitted_lda()
+    save_head(head, tmp_path / "lda.ghh")
+    _, meta = _head_parts(tmp_path / "lda.ghh")
+    assert meta["schema_version"] == "2"
+    assert json.loads(meta["meta"])["schema_version"] == 2
+    np.testing.assert_array_equal(load_head(tmp_path / "lda.ghh").predict(x), head.predict(x))
+
+
+def test_a_head_of_held_out_statistics_is_written_as_version_3(tmp_path: Path) -> None:
+    head, x = _fitted_lda(holdout=0.2)
+    assert head.meta_.holdout_fraction == 0.2
+    save_head(head, tmp_path / "lda.ghh")
+    _, meta = _head_parts(tmp_path / "lda.ghh")
+    assert meta["schema_version"] == "3"
+    loaded = load_head(tmp_path / "lda.ghh")
+    assert loaded.meta_.holdout_fraction == 0.2
+    np.testing.assert_array_equal(loaded.predict(x), head.predict(x))
+
+
+@pytest.mark.parametrize("version", ["1", "2", "3"])
+def test_versions_1_to_3_are_read(tmp_path: Path, version: str) -> None:
+    """Version 3 is what some builds wrote in every head file; 1 and 2 are older heads."""
+    head, x = _fitted_lda()
+    save_head(head, tmp_path / "lda.ghh")
+    _rewrite(tmp_path / "lda.ghh", schema_version=version)
+    np.testing.assert_array_equal(load_head(tmp_path / "lda.ghh").predict(x), head.predict(x))
+
+
+@pytest.mark.parametrize(
+    ("version", "match"),
+    [
+        ("4", r"uses head schema version 4, newer than this ghofl supports \(3\); upgrade ghofl"),
+        ("0", r"uses head schema version 0, older than this ghofl supports \(1\); re-create it"),
+        ("two", r"uses head schema version -1, older than this ghofl supports \(1\)"),
+    ],
+)
+def test_versions_it_cannot_read_are_refused(tmp_path: Path, version: str, match: str) -> None:
+    head, _ = _fitted_lda()
+    save_head(head, tmp_path / "lda.ghh")
+    _rewrite(tmp_path / "lda.ghh", schema_version=version)
+    with pytest.raises(StatsFormatError, match=match):
+        load_head(tmp_path / "lda.ghh")
+
+
+def test_the_head_bound_holds_when_the_statistics_schema_moves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statistics schema 4 must not make head version 4 readable."""
+    import ghofl.stats.codec as codec
+
+    monkeypatch.setattr(codec, "SCHEMA_VERSION", HEAD_MAX_SCHEMA_VERSION + 1)
+    head, _ = _fitted_lda()
+    save_head(head, tmp_path / "lda.ghh")
+    _rewrite(tmp_path / "lda.ghh", schema_version=str(HEAD_MAX_SCHEMA_VERSION + 1))
+    with pytest.raises(StatsFormatError, match=r"uses head schema version 4, newer than this "
+                       r"ghofl supports \(3\); upgrade ghofl"):
+        load_head(tmp_path / "lda.ghh")
+
+
+def test_a_version_2_head_with_a_held_out_fraction_is_corrupt(tmp_path: Path) -> None:
+    head, _ = _fitted_lda(holdout=0.2)
+    save_head(head, tmp_path / "lda.ghh")
+    _rewrite(tmp_path / "lda.ghh", schema_version="2")
+    with pytest.raises(StatsFormatError, match=r"has head schema version 2 but its metadata "
+                       r"records a held-out fraction, which version 3 introduced; the file is "
+                       r"corrupt"):
+        load_head(tmp_path / "lda.ghh")

@@ -63,9 +63,25 @@ def test_no_nan_in_any_head(name: str, case: str) -> None:
 
 @pytest.mark.parametrize("name", ["qda", "fishermix", "protohyper"])
 def test_a_one_sample_class_is_reported(name: str) -> None:
-    _, messages = _fit(name, *_data("one-sample class"))
+    # FisherMix's default synthesis ("auto") uses the pooled covariance outright when a class
+    # has no more samples than Fisher dimensions; the class covariances (the paper's choice)
+    # report the class they cannot estimate.
+    params = {"syn_class_cov": True} if name == "fishermix" else {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x, y = _data("one-sample class")
+        make_head(name, **{**(FAST if name != "qda" else {}), **params}).fit_from_stats(
+            compute_stats(x, y, 3, mode="full"))
+    messages = [str(w.message) for w in caught if issubclass(w.category, GhoflWarning)]
     assert any(re_search(r"class '2' has 1 sample\(s\): its covariance cannot be estimated, "
                          r"using the pooled", m) for m in messages), messages
+
+
+def test_fishermix_auto_synthesis_falls_back_to_the_pooled_covariance() -> None:
+    head, _ = _fit("fishermix", *_data("one-sample class"))
+    assert head.syn_covariance_ == "pooled"
+    x, y = _data("1")
+    assert _fit("fishermix", x, y)[0].syn_covariance_ == "class"
 
 
 def test_a_singular_total_covariance_is_reported() -> None:

@@ -160,14 +160,15 @@ def test_choose_pooled_picks_small_on_well_conditioned_and_large_when_n_below_d(
     y2 = rng.integers(0, 3, 60)
     hard = compute_moments(compute_stats(x2, y2, 3, holdout_fraction=0.3))
     choice = sel.choose_pooled_shrinkage(hard, "auto")
-    assert choice.method == "heldout-loglik"
+    assert choice.method == f"heldout-{sel.POOLED_CRITERION}"
     assert choice.value > 0.2
 
 
 def test_choose_without_holdout_uses_the_analytic_default_and_heldout_rule_needs_one() -> None:
     x, y = gaussian_mixture(7, num_classes=3, dim=5, n=400)
     m = compute_moments(compute_stats(x, y, 3))
-    assert sel.choose_pooled_shrinkage(m, "auto").method == "evidence"
+    assert sel.choose_pooled_shrinkage(m, "auto").method == "analytic-error"
+    assert sel.choose_pooled_shrinkage(m, "evidence").method == "evidence"
     assert sel.choose_pooled_shrinkage(m, 0.3) == sel.ShrinkageChoice(0.3, "fixed")
     assert sel.choose_pooled_shrinkage(m, "oas").method == "oas"
     with pytest.raises(StatsValidationError, match="needs statistics with a held-out part"):

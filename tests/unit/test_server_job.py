@@ -29,13 +29,28 @@ def test_config_round_trip() -> None:
     job = ServerJob(("nb", "lda"), {"lda": {"shrinkage": "auto"}}, seed=3, progress=True)
     config = job.to_config()
     assert config == {"heads": "nb,lda", "head_params": '{"lda": {"shrinkage": "auto"}}',
-                      "seed": 3, "progress": True}
+                      "seed": 3, "progress": True, "preset": "default"}
     assert ServerJob.from_config(config) == job
     assert ServerJob.from_config(ServerJob(("nb",)).to_config()) == ServerJob(("nb",))
     loose = ServerJob.from_config({"heads": ["nb"], "head_params": "", "seed": "2",
                                    "progress": "false", "classes": "ignored"})
     assert loose == ServerJob(("nb",), seed=2)
     assert ServerJob("nb,lda").heads == ("nb", "lda")  # type: ignore[arg-type]
+    paper = ServerJob(("lda",), {"lda": {"shrinkage": 0.2}}, preset="paper")
+    assert paper.to_config()["preset"] == "paper"
+    assert ServerJob.from_config(paper.to_config()) == paper
+    assert ServerJob.from_config({"heads": "lda", "preset": " paper "}).preset == "paper"
+
+
+def test_preset_values_are_overridden_by_head_params() -> None:
+    job = ServerJob(("nb", "lda", "qda"), {"qda": {"shrinkage": 0.3}}, preset="paper")
+    params = job.resolved_params()
+    assert params["lda"] == {"shrinkage": 0.05, "covariance_divisor": "n-c"}
+    assert params["qda"]["shrinkage"] == 0.3  # head_params win, key by key
+    assert params["qda"]["shrinkage_target"] == "scaled_identity"
+    assert params["nb"] == {"var_smoothing": 0.0, "var_floor": 1e-6}
+    assert job.head_params == {"qda": {"shrinkage": 0.3}}  # kept as given
+    assert ServerJob(("lda",)).resolved_params() == {}
 
 
 @pytest.mark.parametrize(
@@ -57,6 +72,10 @@ def test_config_round_trip() -> None:
          r"shrinkage must be a number in \[0, 1\] or 'auto'"),
         ({"heads": "lda", "head_params": '{"lda": 2}'},
          r"ServerJob head_params must map head names to dicts"),
+        ({"heads": "lda", "preset": "fast"},
+         r"unknown preset 'fast'; available presets: default, paper"),
+        ({"heads": "lda", "preset": 1},
+         r"server job config key 'preset' must be a preset name \(a string\); got 1"),
     ],
 )
 def test_config_errors_name_the_key(config: dict[str, Any], pattern: str) -> None:
@@ -98,6 +117,17 @@ def test_run_writes_a_model_dir_that_predicts_identically(
     assert set(out["heads"]["lda"]) == {"fit_seconds", "params", "accuracy", "n",
                                         "predict_seconds"}
     assert out["model_dir"] == str(tmp_path / "model") and "ghofl_version" in out
+
+
+def test_run_fits_with_the_preset(data: dict[str, Any], tmp_path: Path) -> None:
+    job = ServerJob(("lda", "qda"), {"qda": {"shrinkage": 0.3}}, preset="paper")
+    result = run_server_job(data["total"], job, out_dir=tmp_path / "model")
+    assert result.heads["lda"].get_params()["shrinkage"] == 0.05
+    assert result.heads["qda"].get_params()["shrinkage"] == 0.3
+    _, manifest = load_model(tmp_path / "model")
+    assert manifest["heads"]["lda"]["params"]["covariance_divisor"] == "n-c"
+    default = run_server_job(data["total"], ServerJob(("lda",)))
+    assert default.heads["lda"].get_params()["shrinkage"] == "auto"
 
 
 def test_run_without_outputs_only_fits(data: dict[str, Any], tmp_path: Path) -> None:

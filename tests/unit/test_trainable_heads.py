@@ -334,7 +334,7 @@ COMMON_BAD = [
     ("patience", 0, r"'patience' must be an integer >= 1 or None; got 0"),
     ("selection_z", -1.0, r"'selection_z' must be a number in \[0.0, inf\]; got -1.0"),
     ("syn_shrink", -0.1, r"syn_shrink must be a number in \[0, 1\] or 'auto'; got -0.1"),
-    ("syn_class_cov", "yes", r"'syn_class_cov' must be one of True, False; got 'yes'"),
+    ("syn_class_cov", "yes", r"'syn_class_cov' must be one of True, False, 'auto'; got 'yes'"),
     ("fresh_samples", 1, r"'fresh_samples' must be one of True, False; got 1"),
     ("center", None, r"'center' must be one of True, False; got None"),
     ("lr", -1.0, r"'lr' must be a number in \(0.0, inf\]; got -1.0"),

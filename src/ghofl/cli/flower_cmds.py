@@ -7,13 +7,28 @@ SuperNodes, ``flwr run``, Ray) is stopped by PID before it returns.
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from ghofl.cli._options import (
+    FeatureTransformOption,
+    HoldoutOption,
+    HoldoutSeedOption,
+    ParamOption,
+    PresetOption,
+    TransportDtypeOption,
+    check_feature_transform_option,
+    check_upload_options,
+)
 from ghofl.cli.app import app
+from ghofl.cli.io import check_mode, parse_param_options
+from ghofl.client.job import ClientJob
 from ghofl.errors import ConfigError, require_extra
+from ghofl.heads.registry import parse_head_list
+from ghofl.server_job import ServerJob
 
 
 @app.command("flower-run")
@@ -44,6 +59,12 @@ def flower_run(
     mode: Annotated[str, typer.Option("--mode", help="Upload mode: full, pooled or diag.")]
         = "full",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the heads.")] = 0,
+    param: ParamOption = None,
+    preset: PresetOption = "default",
+    holdout: HoldoutOption = 0.0,
+    holdout_seed: HoldoutSeedOption = 0,
+    transport_dtype: TransportDtypeOption = "float64",
+    feature_transform: FeatureTransformOption = "none",
     stage_timeout: Annotated[float, typer.Option(
         "--stage-timeout", help="Seconds to wait for one stage's replies.")] = 120.0,
     app_dir: Annotated[Path | None, typer.Option(
@@ -53,7 +74,9 @@ def flower_run(
 ) -> None:
     """Run a local Flower federation of ghofl clients and print the results.
 
-    Exit status 2 with one line when the run failed (read from results.json).
+    The clients compute their statistics (with --holdout and --transport-dtype); the server
+    aggregates them and fits the heads (with --preset and --param). Exit status 2 with one
+    line when the run failed (read from results.json).
     """
     require_extra("flwr", "flower")
     from ghofl.integrations.flower.runner import run_local
@@ -64,16 +87,33 @@ def flower_run(
         raise ConfigError(f"--nodes must be at least 1; got {nodes}")
     if secure and clip is None:
         raise ConfigError("--secure needs a clipping bound: give --clip R")
+    check_mode(mode)
+    check_upload_options(holdout, holdout_seed, transport_dtype, secure=secure)
+    check_feature_transform_option(feature_transform)
+    head_names = parse_head_list(heads)
+    server_job = ServerJob(tuple(head_names), parse_param_options(param, head_names), seed=seed,
+                           preset=preset)
     names = _classes(classes, test)
     out = out.resolve()
     template = data_template if Path(data_template).is_absolute() else str(
         Path.cwd() / data_template)
+    server_cfg = server_job.to_config()
     cfg: dict[str, object] = {
         "protocol": "secure" if secure else "plain", "classes": json.dumps(names),
-        "mode": mode, "clip_norm": float(clip or 0.0), "threshold": threshold, "heads": heads,
+        "mode": mode, "clip_norm": float(clip or 0.0), "threshold": threshold,
+        "heads": server_cfg["heads"], "head_params": server_cfg["head_params"],
         "seed": seed, "out-dir": str(out), "test-path": str(test.resolve()) if test else "",
         "stage-timeout-s": float(stage_timeout), "data-template": template,
     }
+    # Only keys that differ from the app's defaults: an older app folder (--app) lacks them,
+    # and Flower refuses run config keys that the app does not declare.
+    optional: dict[str, object] = {
+        "holdout_fraction": float(holdout), "holdout_seed": holdout_seed,
+        "transport_dtype": transport_dtype, "preset": server_job.preset,
+        "feature_transform": feature_transform,
+    }
+    defaults = {f.name: f.default for f in (*fields(ClientJob), *fields(ServerJob))}
+    cfg.update({k: v for k, v in optional.items() if v != defaults[k]})
     if test is None:
         cfg["dim"] = _dim(template)
     result = run_local(engine, nodes, cfg, out / "flower", data_template=template,  # type: ignore[arg-type]

@@ -10,6 +10,12 @@ from typing import Annotated, Any
 
 import typer
 
+from ghofl.cli._options import (
+    FeatureTransformOption,
+    ParamOption,
+    PresetOption,
+    check_feature_transform_option,
+)
 from ghofl.cli.app import app
 from ghofl.cli.io import (
     check_output_dir,
@@ -18,6 +24,7 @@ from ghofl.cli.io import (
     table,
     write_json,
 )
+from ghofl.client.transforms import apply_feature_transform, recorded_feature_transform
 from ghofl.data.embeddings import check_labelled_embeddings, load_embeddings
 from ghofl.errors import InputError
 from ghofl.evaluation import evaluate_heads
@@ -37,12 +44,8 @@ def fit(
     out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
     heads: Annotated[str, typer.Option(
         "--heads", help="Comma-separated registered heads, or 'all'.")] = DEFAULT_HEADS,
-    param: Annotated[list[str] | None, typer.Option(
-        "--param", help="Head hyperparameter HEAD.KEY=VALUE (repeatable), e.g. "
-        "lda.shrinkage=auto.")] = None,
-    preset: Annotated[str, typer.Option(
-        "--preset", help="Named head hyperparameters: 'default' (chosen from the data) or "
-        "'paper' (the paper's fixed values); --param overrides them.")] = "default",
+    param: ParamOption = None,
+    preset: PresetOption = "default",
     seed: Annotated[int | None, typer.Option(
         "--seed", help="Seed for every head that takes one (unless set with --param).")] = None,
     progress: Annotated[bool, typer.Option(
@@ -75,10 +78,13 @@ def evaluate(
         "--embeddings", help="Test NPZ with x (n, d) and y (n,).")],
     json_out: Annotated[Path | None, typer.Option(
         "--json", help="Write the accuracies as JSON here.")] = None,
+    feature_transform: FeatureTransformOption = "none",
 ) -> None:
-    """Score every head of a model directory on labelled test embeddings."""
+    """Score every head of a model directory on labelled test embeddings (with
+    --feature-transform: the raw encoder output, transformed as the clients did)."""
     if json_out is not None and json_out.is_dir():
         raise InputError(f"--json '{json_out}' is a directory; give a file path")
+    check_feature_transform_option(feature_transform)
     models, _ = load_model(model_dir)
     emb = load_embeddings(embeddings, "--embeddings")
     first = next(iter(models.values()))
@@ -88,13 +94,20 @@ def evaluate(
             f"'{embeddings}' stores the class names {_short(emb.classes)}, which differ from the "
             f"model's {_short(classes)}; evaluate on data labelled with the model's classes"
         )
-    if emb.x.ndim == 2 and emb.x.shape[1] != first.n_features_in_:
+    raw = emb.x
+    if raw.ndim == 2 and feature_transform != "none":
+        raw = apply_feature_transform(raw, feature_transform)
+    if raw.ndim == 2 and raw.shape[1] != first.n_features_in_:
+        done = recorded_feature_transform(first.meta_.encoder)
+        hint = ("embed the test set with the clients' encoder" if done == feature_transform
+                else f"the clients applied --feature-transform {done}; pass the same")
         raise InputError(
-            f"'{embeddings}' has {emb.x.shape[1]}-dimensional embeddings but the model in "
-            f"'{model_dir}' expects d={first.n_features_in_}; embed the test set with the "
-            "clients' encoder"
+            f"'{embeddings}' has {raw.shape[1]}-dimensional embeddings"
+            + (f" after --feature-transform {feature_transform}" if feature_transform != "none"
+               else "")
+            + f" but the model in '{model_dir}' expects d={first.n_features_in_}; {hint}"
         )
-    x, y = check_labelled_embeddings(emb.x, emb.y, len(classes), f"'{embeddings}'",
+    x, y = check_labelled_embeddings(raw, emb.y, len(classes), f"'{embeddings}'",
                                      range_hint="the model does not know that class")
     if y.size == 0:
         raise InputError(f"'{embeddings}' holds no samples; accuracy needs at least one")

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ghofl.bench.demo import DEMO_FEDAVG_ROUNDS, DEMO_TEST_PER_CLASS, DEMO_TRAIN_PER_CLASS
+from ghofl.cli._options import ParamOption
 from ghofl.cli.app import app
 
 
@@ -68,10 +69,7 @@ def demo(
     heads: Annotated[
         str, typer.Option("--heads", help="Comma-separated registered heads, or 'all'.")
     ] = "all",
-    param: Annotated[
-        list[str] | None,
-        typer.Option("--param", help="Head hyperparameter HEAD.KEY=VALUE (repeatable)."),
-    ] = None,
+    param: ParamOption = None,
     rounds: Annotated[
         int, typer.Option("--rounds", help="FedAvg rounds of the multi-round comparison.")
     ] = DEMO_FEDAVG_ROUNDS,

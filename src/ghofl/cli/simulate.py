@@ -40,6 +40,16 @@ from typing import Annotated
 import numpy as np
 import typer
 
+from ghofl.cli._options import (
+    FeatureTransformOption,
+    HoldoutOption,
+    HoldoutSeedOption,
+    ParamOption,
+    PresetOption,
+    TransportDtypeOption,
+    check_feature_transform_option,
+    check_upload_options,
+)
 from ghofl.cli.app import app
 from ghofl.cli.io import (
     check_mode,
@@ -82,11 +92,8 @@ def simulate(
         "--projection-basis", help="With --projection-dim: project onto the first K public "
         "principal directions of this basis (its fingerprint, or 'default' for the default "
         "basis of the encoder recorded in --train) instead of a random projection.")] = None,
-    param: Annotated[list[str] | None, typer.Option(
-        "--param", help="Head hyperparameter HEAD.KEY=VALUE (repeatable).")] = None,
-    preset: Annotated[str, typer.Option(
-        "--preset", help="Named head hyperparameters: 'default' (chosen from the data) or "
-        "'paper' (the paper's fixed values); --param overrides them.")] = "default",
+    param: ParamOption = None,
+    preset: PresetOption = "default",
     classes: Annotated[str | None, typer.Option(
         "--classes", help="Comma-separated class names (default: from the archives).")] = None,
     num_classes: Annotated[int | None, typer.Option(
@@ -128,15 +135,10 @@ def simulate(
         "--min-class-count", help="Each client drops classes it holds fewer than K samples "
         f"of (default {DEFAULT_MIN_CLASS_COUNT} with --dp-epsilon, where it multiplies the "
         "sensitivity by K; 1, i.e. off, without it).")] = None,
-    holdout: Annotated[float, typer.Option(
-        "--holdout", help="Each client also uploads the sums of a held-out fraction F in "
-        "(0, 0.5] of its samples (seeded split of the global row ids), for hyperparameter "
-        "choice on held-out moments. 0: none.")] = 0.0,
-    holdout_seed: Annotated[int, typer.Option(
-        "--holdout-seed", help="Seed of the held-out split.")] = 0,
-    transport_dtype: Annotated[str, typer.Option(
-        "--transport-dtype", help="Dtype of the float sums of the plain uploads: float64, "
-        "or float32 (half the bytes; the total is still added in float64).")] = "float64",
+    holdout: HoldoutOption = 0.0,
+    holdout_seed: HoldoutSeedOption = 0,
+    transport_dtype: TransportDtypeOption = "float64",
+    feature_transform: FeatureTransformOption = "none",
     progress: Annotated[bool, typer.Option(
         "--progress", help="Show progress of trainable heads.")] = False,
     json_out: Annotated[Path | None, typer.Option(
@@ -159,6 +161,8 @@ def simulate(
     if given and not secure:
         raise ConfigError(f"{given[0]} only applies to the secure protocol; add --secure")
     dp = _dp_config(dp_epsilon, dp_delta, dp_mode, secure)
+    check_upload_options(holdout, holdout_seed, transport_dtype, secure=secure)
+    check_feature_transform_option(feature_transform)
     if min_class_count is not None and min_class_count < 1:
         raise ConfigError(f"--min-class-count must be at least 1 (1 keeps every class); got "
                           f"{min_class_count}")
@@ -183,7 +187,8 @@ def simulate(
     class_names = resolve_classes(classes, num_classes, [tr, te])
     basis = projection_basis_option(projection_basis, projection_dim, projection_seed,
                                     read_npz_encoder_info(train)
-                                    if projection_basis == "default" else None)
+                                    if projection_basis == "default" else None,
+                                    feature_transform)
     result = simulate_federation(
         tr.x, tr.y, te.x, te.y,
         classes=list(class_names), clients=clients, alpha=alpha, seed=seed, heads=names,
@@ -191,6 +196,7 @@ def simulate(
         projection_seed=projection_seed or 0, min_per_client=min_per_client, progress=progress,
         clip_norm=clip, secure=config, drops=drops, min_class_count=k, dp=dp,
         holdout_fraction=holdout, holdout_seed=holdout_seed, transport_dtype=transport_dtype,
+        feature_transform=feature_transform,
         projection_basis=basis,
     )
     if json_out is not None:

@@ -10,6 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
+from ghofl.cli._options import (
+    FeatureTransformOption,
+    HoldoutOption,
+    HoldoutSeedOption,
+    TransportDtypeOption,
+    check_feature_transform_option,
+    client_job,
+)
 from ghofl.cli.app import app
 from ghofl.cli.embed import (
     DATA_HELP,
@@ -30,12 +38,12 @@ from ghofl.cli.io import (
     read_stats,
     resolve_classes,
 )
-from ghofl.client.job import ClientJob, client_statistics
+from ghofl.client.job import client_statistics
 from ghofl.data.embeddings import Embeddings
 from ghofl.errors import ConfigError, IncompatibleStatsError, StatsValidationError
 from ghofl.stats.client_stats import ClientStats, sum_stats
 from ghofl.stats.codec import payload_nbytes, save_stats
-from ghofl.stats.meta import EncoderInfo, Mode
+from ghofl.stats.meta import EncoderInfo
 
 stats_app = typer.Typer(
     name="stats",
@@ -95,15 +103,10 @@ def client_stats(
     clip: Annotated[float | None, typer.Option(
         "--clip", help="Per-sample L2 clipping bound R (embeddings scaled to norm <= R); "
         "every client must use the same R.")] = None,
-    holdout: Annotated[float, typer.Option(
-        "--holdout", help="Also upload the sums of a held-out fraction F in (0, 0.5] of the "
-        "samples (seeded per-sample split), so the server can choose hyperparameters on "
-        "held-out moments; every client must use the same F. 0: none.")] = 0.0,
-    holdout_seed: Annotated[int, typer.Option(
-        "--holdout-seed", help="Seed of the held-out split (every client the same).")] = 0,
-    transport_dtype: Annotated[str, typer.Option(
-        "--transport-dtype", help="Dtype of the float sums in the file: float64, or float32 "
-        "(half the bytes; the server still adds in float64).")] = "float64",
+    holdout: HoldoutOption = 0.0,
+    holdout_seed: HoldoutSeedOption = 0,
+    transport_dtype: TransportDtypeOption = "float64",
+    feature_transform: FeatureTransformOption = "none",
 ) -> None:
     """Compute one client's statistics from its labelled embeddings, or from its raw data
     (--data with --encoder: embedded as `ghofl embed` does, same payload).
@@ -115,6 +118,7 @@ def client_stats(
     unless --encoder-name names one.
     """
     m = check_mode(mode)
+    check_feature_transform_option(feature_transform)
     if projection_seed is not None and projection_dim is None:
         raise ConfigError("--projection-seed needs --projection-dim; give both or neither")
     check_output_file(out, "--out")
@@ -123,12 +127,14 @@ def client_stats(
         backend=backend, batch_size=batch_size, progress=progress, fmt=fmt,
         label_column=label_column, text_columns=text_columns)
     names = resolve_classes(classes, num_classes, [emb])
-    basis = projection_basis_option(projection_basis, projection_dim, projection_seed, info)
-    job = _client_job(names, m, projection_dim=projection_dim,
-                      projection_seed=projection_seed or 0, clip_norm=clip,
-                      projection_basis=basis,
-                      encoder_name=encoder_name or None, holdout_fraction=holdout,
-                      holdout_seed=holdout_seed, transport_dtype=transport_dtype)
+    basis = projection_basis_option(projection_basis, projection_dim, projection_seed, info,
+                                    feature_transform)
+    job = client_job(names, m, projection_dim=projection_dim,
+                     projection_seed=projection_seed or 0, clip_norm=clip,
+                     projection_basis=basis,
+                     encoder_name=encoder_name or None, holdout_fraction=holdout,
+                     holdout_seed=holdout_seed, transport_dtype=transport_dtype,
+                     feature_transform=feature_transform)
     stats = client_statistics(
         emb, job, encoder_info=info,
         range_hint="pass --num-classes or --classes with every class of the federation",
@@ -145,9 +151,11 @@ def client_stats(
 
 
 def projection_basis_option(
-    basis: str | None, dim: int | None, seed: int | None, info: EncoderInfo | None
+    basis: str | None, dim: int | None, seed: int | None, info: EncoderInfo | None,
+    feature_transform: str = "none",
 ) -> str:
-    """The basis fingerprint of ``--projection-basis`` ("" for a random projection)."""
+    """The basis fingerprint of ``--projection-basis`` ("" for a random projection); the
+    default basis is the one recorded for the encoder followed by ``feature_transform``."""
     if basis is None:
         return ""
     if dim is None:
@@ -163,21 +171,9 @@ def projection_basis_option(
     if info is None:
         raise ConfigError("--projection-basis default needs the encoder's fingerprint, and "
                           "these embeddings carry none; pass the basis fingerprint instead")
-    return default_basis(info.fingerprint())
+    from ghofl.client.transforms import transformed_info
 
-
-def _client_job(names: tuple[str, ...], mode: Mode, **options: Any) -> ClientJob:
-    """The ClientJob of the options, with ClientJob's errors worded for the CLI flags."""
-    flags = {"holdout_fraction": "--holdout", "holdout_seed": "--holdout-seed",
-             "transport_dtype": "--transport-dtype",
-             "projection_basis": "--projection-basis"}
-    try:
-        return ClientJob(names, mode, **options)
-    except ConfigError as exc:
-        text = str(exc)
-        for key, flag in flags.items():
-            text = text.replace(f"ClientJob {key}", flag)
-        raise ConfigError(text) from None
+    return default_basis(transformed_info(info, feature_transform).fingerprint())
 
 
 @stats_app.command("show")
@@ -334,6 +330,7 @@ def projection_basis_cmd(
     default: Annotated[bool, typer.Option(
         "--default/--no-default", help="Record the basis as the default of the encoder "
         "stored in the embeddings (used by --projection-basis default).")] = True,
+    feature_transform: FeatureTransformOption = "none",
 ) -> None:
     """Build a public principal-direction projection basis from public embeddings.
 
@@ -342,14 +339,18 @@ def projection_basis_cmd(
     payloads made with different bases are refused when added.
     """
     from ghofl.client.local_data import read_npz_encoder_info
+    from ghofl.client.transforms import apply_feature_transform, transformed_info
     from ghofl.stats.projection import pca_basis, save_basis
 
+    check_feature_transform_option(feature_transform)
     emb = load_embeddings(embeddings)
     info = read_npz_encoder_info(embeddings)
     if default and info is None:
         raise ConfigError(f"{str(embeddings)!r} records no encoder, so the basis cannot be "
                           "its default; embed with ghofl embed, or pass --no-default")
-    basis = pca_basis(emb.x, k)
+    if info is not None:
+        info = transformed_info(info, feature_transform)
+    basis = pca_basis(apply_feature_transform(emb.x, feature_transform), k)
     path, fp = save_basis(basis, out_dir, default_for=info.fingerprint() if default and info
                           else None, source=f"{embeddings.name}: {emb.x.shape[0]} samples")
     typer.echo(f"wrote {path}: {basis.shape[0]} x {basis.shape[1]} principal directions, "

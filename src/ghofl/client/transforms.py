@@ -61,3 +61,16 @@ def transformed_info(info: EncoderInfo, name: str) -> EncoderInfo:
         return info
     pre = f"{info.preprocessing}; then {name}" if info.preprocessing else name
     return replace(info, preprocessing=pre, dim=transformed_dim(info.dim, name))
+
+
+def recorded_feature_transform(info: EncoderInfo | None) -> str:
+    """The transform recorded in ``info`` by :func:`transformed_info` (``"none"`` if none).
+
+    Heads fitted on transformed statistics score transformed embeddings: this tells a caller
+    holding raw encoder output which transform to apply first.
+    """
+    if info is None or not info.preprocessing:
+        return "none"
+    last = info.preprocessing.rsplit("; then ", 1)[-1].strip()
+    return last if last in FEATURE_TRANSFORMS else "none"
+

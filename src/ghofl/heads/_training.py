@@ -15,7 +15,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import numpy as np
 from numpy.typing import NDArray
@@ -63,6 +63,13 @@ AUTO_MIN_PER_CLASS = 1000
 AUTO_VAL_TOTAL = 50_000
 AUTO_VAL_MAX = 1000
 AUTO_VAL_MIN = 100
+#: multiply-adds of one epoch's forward pass (rows · C · k_f) aimed at by the automatic
+#: synthetic sample count at large C (see :func:`auto_train_samples_per_class`)
+AUTO_TRAIN_MACS = 2e9
+#: multiply-adds of QDA_f scoring (C·k_f² per row) aimed at by Proto-Hyper's automatic
+#: synthetic sample count when its base or teacher uses QDA_f (see
+#: :func:`auto_qda_samples_per_class`)
+AUTO_QDA_MACS = 2e11
 
 
 # ---------------------------------------------------------------------- torch session
@@ -241,11 +248,78 @@ def auto_samples_per_class(num_classes: int) -> int:
     """Synthetic training samples per class when ``n_per_class=None``.
 
     4000 (the paper's value) up to C = 50, then 200,000 / C (at least 1000 per class): an
-    epoch then holds about 200,000 samples whatever C, which keeps the fit of both heads
-    under 2 minutes on 2 cores at C = 200, d = 1280 (issue 11).
+    epoch then holds about 200,000 samples whatever C. The heads use it through
+    :func:`auto_train_samples_per_class`, which also bounds the cost of an epoch once k_f is
+    known (large C; issue 11: both fits under 2 minutes on 2 cores at C = 200, d = 1280).
     """
     per_class = AUTO_TOTAL_SAMPLES // max(num_classes, 1)
     return int(max(AUTO_MIN_PER_CLASS, min(PAPER_PER_CLASS, per_class)))
+
+
+def auto_train_samples_per_class(num_classes: int, k_f: int) -> int:
+    """Synthetic training samples per class when ``n_per_class=None``, given k_f.
+
+    :func:`auto_samples_per_class`, capped so that one epoch's forward pass through a
+    C × k_f layer costs at most ``AUTO_TRAIN_MACS`` = 2·10⁹ multiply-adds (C·n rows ·
+    C · k_f), and at least 100 per class. The cap only binds for large C (at k_f = C − 1:
+    from C = 101 on); at C = 200, k_f = 199 it gives 251 per class (50,200 rows per epoch
+    instead of 200,000), which bounds the 40 epochs of training to about a minute on 2 cores.
+    """
+    n = auto_samples_per_class(num_classes)
+    cap = int(AUTO_TRAIN_MACS // max(float(num_classes) ** 2 * float(k_f), 1.0))
+    return int(max(AUTO_VAL_MIN, min(n, cap)))
+
+
+def auto_qda_samples_per_class(num_classes: int, k_f: int) -> int:
+    """Synthetic training samples per class when every row is scored by QDA_f (Proto-Hyper).
+
+    :func:`auto_samples_per_class`, capped so that scoring the C·n rows costs at most
+    ``AUTO_QDA_MACS`` = 2·10¹¹ multiply-adds (C·k_f² per row), and at least 100 per class.
+    The cap only binds for large C (at k_f = C − 1: from C = 101 on); at C = 200, k_f = 199
+    it gives 126 per class, where the uncapped 1000 took minutes of QDA_f scoring alone.
+    """
+    n = auto_samples_per_class(num_classes)
+    cost = float(num_classes) ** 2 * float(k_f) ** 2
+    cap = int(AUTO_QDA_MACS // max(cost, 1.0))
+    return int(max(AUTO_VAL_MIN, min(n, cap)))
+
+
+@contextmanager
+def blas_threads(limit: int | None) -> Iterator[None]:
+    """Limit the BLAS/LAPACK threads of numpy and SciPy to ``limit`` inside the block.
+
+    Used around loops of small per-class factorisations (k_f × k_f eigh, Cholesky, slogdet):
+    with 2 OpenBLAS threads on a loaded 2-core machine a 199 × 199 ``eigh`` took 0.7 s instead
+    of 0.016 s with one (C = 200: minutes instead of seconds). ``threadpoolctl`` is a core
+    dependency; with ``limit=None`` the block runs unchanged.
+    """
+    if limit is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=int(limit), user_api="blas"):
+        yield
+
+
+def synthesis_covariance(syn_class_cov: bool | str, moments: Moments,
+                         k_f: int) -> Literal["auto", "pooled"]:
+    """The covariance source passed to :func:`~ghofl.heads.synthesis.fisher_gaussians`.
+
+    ``False``: pooled. ``True``: class covariances when the statistics hold them (mode
+    ``full``; the paper). ``"auto"``: class covariances only when, in addition, every class
+    has more samples than Fisher dimensions (N_c > k_f), so that each class covariance in the
+    Fisher space is estimated with full rank; otherwise the pooled one. With N_c ≤ k_f (e.g.
+    Tiny-ImageNet: 100 images per class, k_f = 199) the shrunk class Gaussians are mostly
+    shrinkage target, and a head trained and selected on samples from them moved away from
+    LDA on held-out synthetic samples while losing accuracy on real test data (FisherMix:
+    66.12 % against LDA's 66.69 %).
+    """
+    if syn_class_cov is False:
+        return "pooled"
+    if syn_class_cov is True or not moments.has_class_covariances:
+        return "auto"
+    return "auto" if int(np.min(moments.counts)) > int(k_f) else "pooled"
 
 
 def _epoch_bar(cfg: TrainConfig) -> Any:
@@ -319,7 +393,7 @@ class FisherTrainedHead(Head):
     patience: int | None
     selection_z: float
     syn_shrink: Shrinkage
-    syn_class_cov: bool
+    syn_class_cov: bool | Literal["auto"]
     fresh_samples: bool
     center: bool
     prior_correction: bool
@@ -366,7 +440,11 @@ class FisherTrainedHead(Head):
         check_int(owner, "patience", self.patience, lo=1, none_ok=True)
         check_number(owner, "selection_z", self.selection_z, lo=0.0)
         self.syn_shrink = check_owned_shrinkage(owner, "syn_shrink", self.syn_shrink)
-        for flag in ("syn_class_cov", "fresh_samples", "center", "prior_correction", "progress"):
+        if not (self.syn_class_cov is True or self.syn_class_cov is False
+                or self.syn_class_cov == "auto"):
+            raise ConfigError(f"{owner}: parameter 'syn_class_cov' must be one of True, False, "
+                              f"'auto'; got {self.syn_class_cov!r}")
+        for flag in ("fresh_samples", "center", "prior_correction", "progress"):
             check_choice(owner, flag, getattr(self, flag), (True, False))
         check_number(owner, "lr", self.lr, lo=0.0, lo_open=True)
         check_number(owner, "weight_decay", self.weight_decay, lo=0.0)
@@ -376,13 +454,19 @@ class FisherTrainedHead(Head):
         check_int(owner, "num_threads", self.num_threads, lo=1, none_ok=True)
 
     def _fisher_and_gaussians(self, moments: Moments) -> tuple[FisherSubspace, FisherGaussians]:
-        """Fisher subspace and class Gaussians; sets the common fitted scalars."""
-        with self._timed("fisher"):
+        """Fisher subspace and class Gaussians; sets the common fitted scalars.
+
+        Both run with one BLAS thread (:func:`blas_threads`): they are eigen- and Cholesky
+        factorisations (d × d, then C of k_f × k_f), which OpenBLAS runs several times slower
+        with 2 threads on a loaded 2-core machine (a 1280 × 1280 generalised ``eigh``: 12 s
+        with 2 threads, 4 s with one).
+        """
+        with self._timed("fisher"), blas_threads(1):
             fs = fisher_subspace(moments, self.fisher_shrinkage, self.fisher_energy,
                                  self.fisher_max_dim, self.fisher_min_dim)
-        with self._timed("synthesis"):
+        with self._timed("synthesis"), blas_threads(1):
             g = fisher_gaussians(moments, fs.V, self.tau, self.syn_shrink,
-                                 "auto" if self.syn_class_cov else "pooled")
+                                 synthesis_covariance(self.syn_class_cov, moments, fs.k_f))
         self.V_ = fs.V
         self.k_f_ = fs.k_f
         self.fisher_shrinkage_ = fs.shrinkage
@@ -401,9 +485,10 @@ class FisherTrainedHead(Head):
         return np.random.default_rng(np.random.SeedSequence(int(self.seed)).spawn(4)[3])
 
     def _samples_per_class(self, num_classes: int) -> int:
-        """``n_per_class``, or :func:`auto_samples_per_class` when it is None."""
+        """``n_per_class``, or :func:`auto_train_samples_per_class` (with the fitted ``k_f_``)
+        when it is None."""
         if self.n_per_class is None:
-            return auto_samples_per_class(num_classes)
+            return auto_train_samples_per_class(num_classes, int(self.k_f_))
         return int(self.n_per_class)
 
     def _validation_set(self, g: FisherGaussians,
@@ -553,10 +638,14 @@ __all__ = [
     "TorchBatch",
     "TrainConfig",
     "accuracy",
+    "auto_qda_samples_per_class",
     "auto_samples_per_class",
+    "auto_train_samples_per_class",
     "auto_val_per_class",
+    "blas_threads",
     "check_owned_shrinkage",
     "run_training",
+    "synthesis_covariance",
     "torch_session",
     "uniform_init",
 ]

@@ -139,9 +139,18 @@ class Head(ABC):
         if X.ndim != 2:
             raise InputError(f"inputs must be a 2-D array (n, d); got shape {X.shape}")
         if X.shape[1] != self.n_features_in_:
+            from ghofl.client.transforms import recorded_feature_transform, transformed_dim
+
+            done = recorded_feature_transform(self.meta_.encoder)
+            hint = "use the same encoder as the clients"
+            if done != "none" and transformed_dim(X.shape[1], done) == self.n_features_in_:
+                hint = (f"the clients applied the feature transform {done!r} to their "
+                        "embeddings; apply it to these too (ghofl.client.transforms."
+                        f"apply_feature_transform(X, {done!r}), or --feature-transform "
+                        f"{done} on the command line)")
             raise InputError(
                 f"{type(self).__name__} was fitted on {self.n_features_in_}-dimensional "
-                f"embeddings but got {X.shape[1]} features; use the same encoder as the clients"
+                f"embeddings but got {X.shape[1]} features; {hint}"
             )
         if X.dtype.kind not in "fiu":
             raise InputError(f"inputs must be numeric; got dtype {X.dtype}")

@@ -92,8 +92,9 @@ class FisherMixHead(FisherTrainedHead):
         Synthetic covariance scale τ (paper ``syn_tau_base``).
     n_per_class : int or None, default None
         Synthetic samples per class and epoch (paper ``syn_ns_per_class`` = 4000); None:
-        :func:`~ghofl.heads._training.auto_samples_per_class` (4000 up to C = 50, then
-        200,000 / C, at least 1000).
+        :func:`~ghofl.heads._training.auto_train_samples_per_class` (4000 up to C = 50, then
+        200,000 / C, at least 1000; from C ≈ 100 also capped at 2·10⁹ / (C²·k_f), at least
+        100: 251 per class at C = 200, k_f = 199).
     val_per_class : int or None, default None
         Held-out synthetic samples per class for model selection (None:
         :func:`~ghofl.heads._training.auto_val_per_class`); 0 switches selection off (the
@@ -108,10 +109,13 @@ class FisherMixHead(FisherTrainedHead):
         Shrinkage of the covariance used for synthesis (paper ``syn_shrink`` = 0.05); a rule
         picks each class's coefficient judged in the Fisher space
         (:func:`~ghofl.heads.fisher.class_coefficient`).
-    syn_class_cov : bool, default True
-        Use class covariances when the statistics are mode ``full`` (paper
-        ``syn_use_class_cov``); otherwise, or when False, the pooled one. The choice made is
-        recorded in ``syn_covariance_``.
+    syn_class_cov : bool or "auto", default "auto"
+        Synthesis covariance (paper ``syn_use_class_cov``): True uses the class covariances
+        when the statistics are mode ``full`` (the paper), False the pooled one, ``"auto"``
+        the class ones only when in addition every class has more samples than Fisher
+        dimensions (N_c > k_f), else the pooled one
+        (:func:`~ghofl.heads._training.synthesis_covariance`). The choice made is recorded in
+        ``syn_covariance_``.
     fresh_samples : bool, default False
         Draw a new synthetic set every epoch (memory O(chunk·k_f)) instead of one fixed set
         (the paper's HEAD).
@@ -191,7 +195,7 @@ class FisherMixHead(FisherTrainedHead):
         patience: int | None = 5,
         selection_z: float = 2.0,
         syn_shrink: Shrinkage = "auto",
-        syn_class_cov: bool = True,
+        syn_class_cov: bool | Literal["auto"] = "auto",
         fresh_samples: bool = False,
         center: bool = False,
         prior_correction: bool = True,

@@ -45,7 +45,9 @@ class LDAHead(Head):
     shrinkage : float in [0, 1] or rule, default "auto"
         Σ̃ = (1−a)Σ_pool + a·tr(Σ_pool)/d·I. ``"auto"``: chosen from the data with no tuning
         set: on the held-out part of the statistics when the clients uploaded one (held-out
-        Gaussian log-likelihood), else by the inverse-Wishart evidence of the moments;
+        Gaussian error estimate), else by minimising an analytic estimate of the test error
+        computed from the moments (random-matrix corrected; ``shrinkage_method_`` records
+        ``"analytic-error"``);
         ``"heldout"``, ``"oas"``, ``"rblw"``, ``"evidence"`` name one rule
         (:mod:`ghofl.moments.shrinkage`). The paper fixed a = 0.05 (``preset="paper"``).
     covariance_divisor : {"n-c", "n"}, default "n-c"

@@ -54,7 +54,9 @@ standardisation std(L) = (L − mean_c L)/(std_c L + 1e-6) (population std, as b
 * ``"base"``: the selected base itself (the KD term then only keeps the student near it).
 
 ``teacher_base_kl_`` is the mean KL(softmax(teacher/T) ‖ softmax(NB_f/T)) on a diagnostic
-synthetic sample (min(n_per_class, 128) per class, its own seeded stream).
+synthetic sample (min(n_per_class, 128) per class, its own seeded stream; when QDA_f scores it,
+at most a quarter of the QDA_f budget of :func:`~ghofl.heads._training.auto_qda_samples_per_class`,
+which binds only at large C: 31 per class at C = 200, k_f = 199).
 """
 
 from __future__ import annotations
@@ -70,9 +72,12 @@ from scipy.special import log_softmax
 from ghofl.errors import InputError, UnsupportedModeError
 from ghofl.heads._linalg import linear_discriminant, safe_log, stable_cholesky
 from ghofl.heads._training import (
+    AUTO_QDA_MACS,
     F64,
     CheckpointSelector,
     FisherTrainedHead,
+    auto_qda_samples_per_class,
+    blas_threads,
     check_owned_shrinkage,
     uniform_init,
 )
@@ -154,14 +159,15 @@ def fisher_scorers(moments: Moments, V: F64, within: F64,
                                              "the Fisher-space pooled covariance")
     prec = half = None
     if qda_shrinkage is not None:
-        covs = (fisher_class_covariances(moments, V, qda_shrinkage) if class_covs is None
-                else class_covs)
         k = V.shape[1]
-        prec, half = np.empty_like(covs), np.empty(covs.shape[0])
-        for c in range(covs.shape[0]):
-            L, _ = stable_cholesky(covs[c], f"the Fisher-space QDA covariance of class {c}")
-            prec[c] = solve_triangular(L, np.eye(k), lower=True, check_finite=False).T
-            half[c] = float(np.sum(np.log(np.diag(L))))
+        with blas_threads(1):  # C small factorisations: one BLAS thread is fastest
+            covs = (fisher_class_covariances(moments, V, qda_shrinkage) if class_covs is None
+                    else class_covs)
+            prec, half = np.empty_like(covs), np.empty(covs.shape[0])
+            for c in range(covs.shape[0]):
+                L, _ = stable_cholesky(covs[c], f"the Fisher-space QDA covariance of class {c}")
+                prec[c] = solve_triangular(L, np.eye(k), lower=True, check_finite=False).T
+                half[c] = float(np.sum(np.log(np.diag(L))))
     return FisherScorers(means_f, log_priors, float(np.trace(cov_f)) / V.shape[1], coef,
                          intercept, prec, half)
 
@@ -328,7 +334,10 @@ class ProtoHyperHead(FisherTrainedHead):
     fisher_shrinkage, fisher_energy, fisher_max_dim, fisher_min_dim, tau, n_per_class,
     val_per_class, patience, selection_z, syn_shrink, syn_class_cov, fresh_samples, center,
     prior_correction, seed, num_threads, progress
-        As :class:`~ghofl.heads.fishermix.FisherMixHead` (same defaults). With
+        As :class:`~ghofl.heads.fishermix.FisherMixHead` (same defaults), except that
+        ``n_per_class=None`` is also capped by
+        :func:`~ghofl.heads._training.auto_qda_samples_per_class` when QDA_f scores the
+        synthetic rows (at large C only: 126 per class at C = 200, k_f = 199). With
         ``prior_correction`` the student is trained on prior-free (balanced) base and teacher
         scores, and the base adds the class log-priors back at prediction.
 
@@ -409,7 +418,7 @@ class ProtoHyperHead(FisherTrainedHead):
         patience: int | None = 5,
         selection_z: float = 2.0,
         syn_shrink: Shrinkage = "auto",
-        syn_class_cov: bool = True,
+        syn_class_cov: bool | Literal["auto"] = "auto",
         fresh_samples: bool = False,
         center: bool = False,
         prior_correction: bool = True,
@@ -458,6 +467,8 @@ class ProtoHyperHead(FisherTrainedHead):
         with self._timed("teacher"):
             sc = fisher_scorers(moments, fs.V, fs.within,
                                 self.qda_shrinkage if want_qda else None, reuse)
+        # every synthetic row will be scored by QDA_f: bound that cost at large C
+        self._qda_dim = fs.k_f if sc.qda_prec is not None else 0
         self.means_f_, self.log_priors_, self.sigma2_ = sc.means, sc.log_priors, sc.sigma2
         with self._timed("selection"):
             val = self._validation_set(g, moments.priors)
@@ -474,6 +485,16 @@ class ProtoHyperHead(FisherTrainedHead):
         with self._timed("teacher"):
             self.teacher_base_kl_ = self._diagnostic_kl(sc, g)
         self._train_student(sc, g, val)
+
+    def _samples_per_class(self, num_classes: int) -> int:
+        """``n_per_class``; when None, :func:`~ghofl.heads._training.auto_samples_per_class`,
+        capped by :func:`~ghofl.heads._training.auto_qda_samples_per_class` when QDA_f (base
+        or teacher) scores the synthetic rows (the cost of QDA_f grows as C²·k_f² per class)."""
+        n = super()._samples_per_class(num_classes)
+        qda_dim = int(getattr(self, "_qda_dim", 0))
+        if self.n_per_class is None and qda_dim:
+            n = min(n, auto_qda_samples_per_class(num_classes, qda_dim))
+        return n
 
     def _balanced(self, sc: FisherScorers) -> FisherScorers:
         """The scorers with uniform priors (``prior_correction``): the synthetic set is
@@ -497,6 +518,10 @@ class ProtoHyperHead(FisherTrainedHead):
 
     def _diagnostic_kl(self, sc: FisherScorers, g: FisherGaussians) -> float:
         n = min(self._samples_per_class(g.num_classes), 128)
+        qda_dim = int(getattr(self, "_qda_dim", 0))
+        if qda_dim:  # a quarter of the QDA_f scoring budget of the training rows at most
+            cap = AUTO_QDA_MACS / 4 / (float(g.num_classes) ** 2 * float(qda_dim) ** 2)
+            n = max(1, min(n, int(cap)))
         z, _ = sample_fixed(g, n, self._rngs()[2])
         base = nb_f_logits(z, sc.means, sc.sigma2, sc.log_priors)
         return mean_kl(self._teacher(sc, z), base, float(self.kd_temperature))

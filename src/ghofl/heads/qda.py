@@ -1,21 +1,47 @@
-"""QDA: one shrunk full covariance per class (method.md §2); needs upload mode ``full``."""
+"""QDA: one shrunk full covariance per class (method.md §2); needs upload mode ``full``.
+
+Memory at scale (C = 200, d = 1280): the fit holds the class second moments of the total
+(C·d² floats), the fitted whitening factors (another C·d²) and O(d²) per class being
+processed; the default shrinkage rule without a held-out part reads only the eigenvalues of
+each class covariance (:func:`qda_evidence_shrinkage`). Scoring whitens the inputs one block
+of :data:`SCORE_BLOCK_ROWS` rows at a time with a triangular matrix product, so its
+temporaries are O(block·d) whatever the number of inputs.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
 import numpy as np
-from scipy.linalg import solve_triangular
+from scipy.linalg import eigvalsh
+from scipy.linalg.blas import dtrmm
+from scipy.linalg.lapack import dtrtri
 
 from ghofl.errors import ConfigError
 from ghofl.heads._linalg import F64, safe_log, stable_cholesky
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
-from ghofl.moments.selection import choose_qda_shrinkage
-from ghofl.moments.shrinkage import Shrinkage, Target, check_shrinkage, shrink
+from ghofl.moments.selection import (
+    ShrinkageFamily,
+    argmax_candidate,
+    choose_qda_shrinkage,
+    evidence_loglik,
+    refine_grid,
+    support_basis,
+)
+from ghofl.moments.shrinkage import (
+    ANALYTIC_DEFAULT,
+    Shrinkage,
+    Target,
+    check_shrinkage,
+    shrink,
+)
 from ghofl.stats.meta import StatsMeta
 
 Shape = tuple[int, ...]
+
+#: Rows of inputs whitened at once when scoring (a (rows, d) float64 buffer: 10 MB at d = 1280).
+SCORE_BLOCK_ROWS = 1024
 
 
 def qda_params(
@@ -27,25 +53,145 @@ def qda_params(
     """Per-class whitening factors for QDA.
 
     For each class, Σ̃_c = shrink(Σ_c, a_c) = L_c L_cᵀ; returns ``P`` (C, d, d) with
-    P_c = L_c⁻ᵀ so that (x−μ_c)ᵀ Σ̃_c⁻¹ (x−μ_c) = ‖(x−μ_c) P_c‖², half log-determinants
-    Σ log diag L_c (C,), log priors (C,), the coefficients a_c and how they were chosen (a rule
-    is resolved by :func:`ghofl.moments.selection.choose_qda_shrinkage`).
-    Classes are processed one at a time, so peak memory is one (d, d) covariance plus P.
+    P_c = L_c⁻ᵀ (upper triangular) so that (x−μ_c)ᵀ Σ̃_c⁻¹ (x−μ_c) = ‖(x−μ_c) P_c‖², half
+    log-determinants Σ log diag L_c (C,), log priors (C,), the coefficients a_c and how they
+    were chosen (a rule is resolved by :func:`qda_shrinkage`).
+    Classes are processed one at a time, so peak memory is P plus a few (d, d) matrices.
     """
     c_num, d = moments.num_classes, moments.dim
+    coefs, method = qda_shrinkage(moments, shrinkage, divisor=divisor, target=target)
     prec = np.empty((c_num, d, d))
     half_logdet = np.empty(c_num)
-    coefs, method = choose_qda_shrinkage(moments, shrinkage, divisor=divisor, target=target)
-    eye = np.eye(d)
     for c in range(c_num):
         cov = moments.class_covariance(c, divisor)
-        a = coefs[c]
         L, _ = stable_cholesky(
-            shrink(cov, a, target), f"the QDA covariance of class {moments.meta.classes[c]!r}"
+            shrink(cov, coefs[c], target),
+            f"the QDA covariance of class {moments.meta.classes[c]!r}",
         )
-        prec[c] = solve_triangular(L, eye, lower=True, check_finite=False).T
+        del cov
+        prec[c] = _lower_inverse(L).T
         half_logdet[c] = float(np.sum(np.log(np.diag(L))))
     return prec, half_logdet, safe_log(moments.priors), coefs, method
+
+
+def _lower_inverse(L: F64) -> F64:
+    """L⁻¹ of a lower-triangular factor with a positive diagonal (LAPACK ``dtrtri``: d³/3
+    flops, a third of a triangular solve against the identity)."""
+    inv, info = dtrtri(L, lower=1)
+    if info != 0:  # pragma: no cover - a Cholesky factor has a positive diagonal
+        raise np.linalg.LinAlgError(f"triangular inverse failed (LAPACK info {info})")
+    out: F64 = np.tril(inv)
+    return out
+
+
+def qda_shrinkage(
+    moments: Moments,
+    shrinkage: Shrinkage,
+    *,
+    divisor: str = "n-1",
+    target: Target = "scaled_identity",
+) -> tuple[list[float], str]:
+    """The QDA coefficients: :func:`~ghofl.moments.selection.choose_qda_shrinkage`, except
+    that the inverse-Wishart evidence rule (``"evidence"``, and ``"auto"`` on statistics
+    without a held-out part) runs through :func:`qda_evidence_shrinkage`, which gives the same
+    coefficient from eigenvalues alone (O(d²) memory instead of C eigenbases)."""
+    rule = check_shrinkage("shrinkage", shrinkage)
+    lean = rule == "evidence" or (
+        rule == "auto" and ANALYTIC_DEFAULT == "evidence" and moments.stats.holdout is None
+    )
+    if lean:
+        return qda_evidence_shrinkage(moments, target)
+    return choose_qda_shrinkage(moments, shrinkage, divisor=divisor, target=target)
+
+
+def qda_evidence_shrinkage(
+    moments: Moments, target: Target = "scaled_identity"
+) -> tuple[list[float], str]:
+    """One coefficient for every class: the maximum of the inverse-Wishart evidence summed
+    over the class scatters (:func:`~ghofl.moments.selection.evidence_loglik`), on the
+    support of the data, as ``choose_qda_shrinkage(moments, "evidence")`` chooses it.
+
+    The evidence depends on each class covariance only through its (generalised) eigenvalues,
+    so they are all this computes: one ``eigvalsh`` per class (no eigenvectors), kept as C·k
+    numbers.
+
+    Returns
+    -------
+    (list of float of length C, str)
+        The coefficients (all equal) and ``"evidence"`` (``"single-sample"`` with every
+        coefficient 1.0 when no class holds two samples).
+    """
+    c_num = moments.num_classes
+    usable = [c for c in range(c_num) if moments.counts[c] >= 2]
+    if not usable:
+        return [1.0] * c_num, "single-sample"
+    support = support_basis(moments)
+    metric = None if support is None else support.T @ support
+    fams: list[tuple[ShrinkageFamily, float]] = []
+    for c in usable:
+        cov = moments.class_covariance(c, "n-1")
+        d = cov.shape[0]
+        t = max(float(np.trace(cov)), 0.0) / d if target == "scaled_identity" else 1.0
+        if support is None:
+            w = eigvalsh(cov, check_finite=False, overwrite_a=True)
+        else:
+            p = support.T @ cov @ support
+            w = eigvalsh(0.5 * (p + p.T), metric, check_finite=False)
+        del cov
+        no_basis = np.empty((0, 0))  # the evidence reads the eigenvalues and the target only
+        fams.append((ShrinkageFamily(np.maximum(w, 0.0), no_basis, max(t, 0.0), 0.0),
+                     float(moments.counts[c] - 1)))
+
+    def evidence(cands: list[float]) -> F64:
+        out = np.zeros(len(cands))
+        for fam, n in fams:
+            out += evidence_loglik(fam, n, cands)
+        return out
+
+    grid = [float(v) for v in np.geomspace(1e-6, 0.99, 49)]
+    best = argmax_candidate(evidence(grid), grid)
+    fine = refine_grid(best, grid)
+    return [argmax_candidate(evidence(fine), fine)] * c_num, "evidence"
+
+
+def whitened_sq_norms(Z: F64, mean: F64, prec: F64, out: F64,
+                      block_rows: int | None = None) -> F64:
+    """‖(z − μ) P‖² for every row z of ``Z``, one block of rows at a time.
+
+    Parameters
+    ----------
+    Z : ndarray, shape (n, d)
+    mean : ndarray, shape (d,)
+    prec : ndarray, shape (d, d)
+        P; when upper triangular (as fitted, P = L⁻ᵀ) the product is a triangular one
+        (BLAS ``dtrmm``, half the flops of a general product), else a general one.
+    out : ndarray, shape (n,)
+        Receives the result.
+    block_rows : int, optional
+        Rows per block (default :data:`SCORE_BLOCK_ROWS`).
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        ``out``.
+    """
+    n, d = Z.shape
+    rows = max(1, SCORE_BLOCK_ROWS if block_rows is None else block_rows)
+    buf = np.empty((min(rows, n), d))
+    upper = not np.any(np.tril(prec, -1))
+    lower_t = prec.T  # Fortran-ordered lower-triangular view: no copy handed to BLAS
+    for s in range(0, n, rows):
+        y = buf[: min(rows, n - s)]
+        np.subtract(Z[s : s + rows], mean, out=y)
+        if upper:
+            # y P = (Pᵀ yᵀ)ᵀ; yᵀ is the Fortran-ordered view of y, overwritten in place
+            res = dtrmm(1.0, lower_t, y.T, side=0, lower=1, trans_a=0, overwrite_b=1)
+            if not np.shares_memory(res, y):  # pragma: no cover - BLAS wrapper made a copy
+                y[...] = res.T
+        else:
+            y[...] = y @ prec
+        np.einsum("ij,ij->i", y, y, out=out[s : s + rows])
+    return out
 
 
 class QDAHead(Head):
@@ -118,9 +264,11 @@ class QDAHead(Head):
 
     def _decision(self, Z: F64) -> F64:
         n, d = Z.shape
-        out = np.empty((n, self.means_.shape[0]))
-        for c in range(self.means_.shape[0]):
-            y = (Z - self.means_[c]) @ self.precision_chol_[c]
-            out[:, c] = -0.5 * np.einsum("ij,ij->i", y, y) - self.half_log_det_[c]
+        c_num = self.means_.shape[0]
+        out = np.empty((n, c_num))
+        col = np.empty(n)
+        for c in range(c_num):
+            whitened_sq_norms(Z, self.means_[c], self.precision_chol_[c], col)
+            out[:, c] = -0.5 * col - self.half_log_det_[c]
         out += self.log_priors_ - 0.5 * d * np.log(2.0 * np.pi)
         return out

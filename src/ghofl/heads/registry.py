@@ -20,9 +20,16 @@ from ghofl.stats.codec import (
     read_safetensors,
     write_safetensors,
 )
-from ghofl.stats.meta import SCHEMA_VERSION
+from ghofl.stats.meta import HOLDOUT_SCHEMA_VERSION, StatsMeta
 
 HEAD_FORMAT = "ghofl.head"
+#: Schema version written in head files. The head format did not change when the statistics
+#: schema moved to 3 (held-out sections, float32 transport), so heads stay at version 2 and
+#: older ghofl reads them; only a head whose metadata records a held-out fraction (metadata
+#: that statistics schema 3 introduced) is written as version 3 (:func:`head_schema_version`).
+HEAD_SCHEMA_VERSION = 2
+#: Newest head schema version read: some ghofl builds wrote 3 in every head file.
+HEAD_MAX_SCHEMA_VERSION = 3
 #: Header metadata keys of a head file (besides the content digest).
 HEAD_KEYS = frozenset({"format", "schema_version", "head", "params", "scalars", "meta"})
 
@@ -96,12 +103,15 @@ def _unknown(name: str) -> None:
 
 def save_head(head: Head, path: str | os.PathLike[str]) -> int:
     """Save a fitted head to a safetensors file atomically (with a ``content_sha256`` digest of
-    its arrays, see :mod:`ghofl.stats.codec`); return its size in bytes."""
+    its arrays, see :mod:`ghofl.stats.codec`); return its size in bytes.
+
+    The header's ``schema_version`` is :func:`head_schema_version` (2 unless the head's
+    metadata records a held-out fraction), so heads stay readable by older ghofl."""
     arrays, scalars = head.get_state()
     name = head.name or type(head).__name__
     header = {
         "format": HEAD_FORMAT,
-        "schema_version": str(SCHEMA_VERSION),
+        "schema_version": str(head_schema_version(head.meta_)),
         "head": name,
         "params": json.dumps(head.get_params(), sort_keys=True, default=str),
         "scalars": json.dumps(scalars, sort_keys=True),
@@ -110,19 +120,51 @@ def save_head(head: Head, path: str | os.PathLike[str]) -> int:
     return write_safetensors(path, arrays, header)
 
 
+def head_schema_version(meta: StatsMeta) -> int:
+    """Schema version of a head file for a head fitted on statistics with metadata ``meta``:
+    :data:`HEAD_SCHEMA_VERSION`, or :data:`~ghofl.stats.meta.HOLDOUT_SCHEMA_VERSION` when the
+    metadata records a held-out fraction (older ghofl could not read it)."""
+    return max(HEAD_SCHEMA_VERSION, meta.written_version())
+
+
+def _check_head_version(header: dict[str, str], meta: StatsMeta,
+                        path: str | os.PathLike[str]) -> None:
+    """Refuse head schema versions newer than :data:`HEAD_MAX_SCHEMA_VERSION` (the shared
+    header check bounds them by the statistics schema, which may move on without the head
+    format), and a version-2 head whose metadata records a held-out fraction (version 3
+    introduced it). Versions below 1 are refused by the shared header check."""
+    version = int(header["schema_version"])  # an integer: the shared header check ran first
+    if version > HEAD_MAX_SCHEMA_VERSION:
+        raise StatsFormatError(
+            f"{str(path)!r} uses head schema version {version}, newer than this ghofl "
+            f"supports ({HEAD_MAX_SCHEMA_VERSION}); upgrade ghofl"
+        )
+    if meta.has_holdout and version < HOLDOUT_SCHEMA_VERSION:
+        raise StatsFormatError(
+            f"{str(path)!r} has head schema version {version} but its metadata records a "
+            f"held-out fraction, which version {HOLDOUT_SCHEMA_VERSION} introduced; the file "
+            "is corrupt, re-create it with ghofl fit"
+        )
+
+
 def load_head(path: str | os.PathLike[str]) -> Head:
     """Load a head written by :func:`save_head`, validating everything it holds.
+
+    Head files of schema versions 1 to :data:`HEAD_MAX_SCHEMA_VERSION` are read.
 
     Raises
     ------
     StatsFormatError
         The file is missing, not a regular file, corrupt (digest mismatch, malformed header,
-        arrays of the wrong dtype, shape or with NaN/inf), or names an unknown head.
+        arrays of the wrong dtype, shape or with NaN/inf), names an unknown head, or has a
+        schema version this ghofl does not read (newer than :data:`HEAD_MAX_SCHEMA_VERSION`,
+        or below 1).
     """
     state: dict[str, Any] = {}
 
     def check(header: dict[str, str], table: dict[str, TensorInfo]) -> None:
         meta = header_meta(header, path)
+        _check_head_version(header, meta, path)
         state["meta"] = meta
         # Before reading any data: a head holds at most about (C + 4)·(d + 4)² float64
         # values (QDA: C·d² precision factors; the trained heads: d·k_f + C·k_f + ...).

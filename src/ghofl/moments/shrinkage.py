@@ -3,7 +3,10 @@
 A shrinkage parameter is a float in [0, 1] or the name of a rule (:data:`SHRINKAGE_RULES`):
 
 - ``"auto"``: the data-driven default: chosen on a held-out part of the statistics when the
-  upload holds one (:mod:`ghofl.moments.selection`), else :data:`ANALYTIC_DEFAULT`;
+  upload holds one (:mod:`ghofl.moments.selection`); else, for the pooled covariance of LDA
+  and the Fisher subspace, the analytic test-error estimate
+  (:func:`ghofl.moments.selection.analytic_error_shrinkage`), and for QDA's class covariances
+  :data:`ANALYTIC_DEFAULT`;
 - ``"heldout"``: chosen on the held-out part; an error if the statistics hold none;
 - ``"oas"`` (Chen et al. 2010, what ``"auto"`` meant before), ``"rblw"`` (Rao–Blackwellised
   Ledoit–Wolf, Chen et al. 2010) and ``"evidence"`` (inverse-Wishart marginal likelihood,
@@ -24,7 +27,8 @@ ShrinkageRule = Literal["auto", "heldout", "oas", "rblw", "evidence"]
 Shrinkage = float | ShrinkageRule
 #: Names accepted in place of a coefficient.
 SHRINKAGE_RULES: tuple[str, ...] = ("auto", "heldout", "oas", "rblw", "evidence")
-#: Rule used by ``"auto"`` when the statistics hold no held-out part.
+#: Rule used by ``"auto"`` for a lone covariance (QDA's class covariances) when the statistics
+#: hold no held-out part; the pooled covariance of LDA uses the analytic error estimate.
 ANALYTIC_DEFAULT: ShrinkageRule = "evidence"
 Target = Literal["scaled_identity", "identity"]
 

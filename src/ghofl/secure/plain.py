@@ -21,7 +21,7 @@ from ghofl.secure.messages import (
     ServerMessage,
     Stage,
 )
-from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.client_stats import ClientStats, StatsTotal
 from ghofl.stats.meta import StatsMeta
 
 __all__ = ["PlainClient", "PlainServer"]
@@ -106,7 +106,7 @@ class PlainServer:
         self.view: list[tuple[str, str, ClientMessage]] = []
         self._record = record_view
         self.on_accept = on_accept
-        self._total: ClientStats | None = None
+        self._total = StatsTotal()  # payloads added in place as they arrive
         self._survivors: list[str] = []
 
     def requests(self) -> dict[str, ServerMessage]:
@@ -139,7 +139,7 @@ class PlainServer:
         for client in self.clients:
             if client not in seen and client not in self.excluded:
                 self.dropped[client] = "input"
-        if len(self._survivors) < self.threshold or self._total is None:
+        if len(self._survivors) < self.threshold or not len(self._total):
             self.state = "aborted"
             raise AggregationAbortedError(
                 f"aggregation aborted: {len(self._survivors)} of {len(self.clients)} clients "
@@ -160,8 +160,7 @@ class PlainServer:
             return "sent a message of another protocol version or round (replayed)"
         if msg.sender != client:
             return f"sent a message claiming to come from {msg.sender!r}"
-        reference = self.meta if self.meta is not None else (
-            self._total.meta if self._total is not None else None)
+        reference = self.meta if self.meta is not None else self._total.meta
         if reference is not None:
             diffs = reference.differences(msg.stats.meta)
             if diffs:
@@ -169,15 +168,15 @@ class PlainServer:
         return None
 
     def _add(self, stats: ClientStats) -> None:
-        self._total = stats if self._total is None else self._total + stats
+        self._total.add(stats)
 
     def result(self) -> ClientStats:
         """The total over the clients whose statistics arrived."""
-        if self._total is None or self.state != "done":
+        if not len(self._total) or self.state != "done":
             raise AggregationAbortedError(
                 f"the round has no result (state {self.state!r}); run the input stage first"
             )
-        return self._total
+        return self._total.result()
 
     @property
     def survivors(self) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ The rules of each upload mode (arrays, ranks, packing, flat layouts) live in
 """
 
 from ghofl.stats.accumulate import StatsAccumulator, compute_stats, holdout_mask
-from ghofl.stats.client_stats import ClientStats, sum_stats
+from ghofl.stats.client_stats import ClientStats, StatsTotal, sum_stats
 from ghofl.stats.codec import load_stats, payload_nbytes, save_stats, through_transport
 from ghofl.stats.meta import MODES, EncoderInfo, Mode, StatsMeta
 from ghofl.stats.projection import ProjectionSpec
@@ -32,6 +32,7 @@ __all__ = [
     "Segment",
     "StatsAccumulator",
     "StatsMeta",
+    "StatsTotal",
     "compute_stats",
     "holdout_mask",
     "load_stats",

@@ -19,7 +19,7 @@ subtraction, mode conversion, flattening and the file format act on both section
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,19 +276,7 @@ class ClientStats:
     # ------------------------------------------------------------------ algebra
     def check_compatible(self, other: ClientStats) -> None:
         """Raise :class:`IncompatibleStatsError` naming every field in which ``other`` differs."""
-        if not isinstance(other, ClientStats):
-            raise IncompatibleStatsError(
-                f"can only combine ClientStats with ClientStats; got {type(other).__name__}"
-            )
-        diffs = self.meta.differences(other.meta)
-        if diffs:
-            raise IncompatibleStatsError(
-                "cannot combine these statistics because they differ in "
-                + "; ".join(diffs)
-                + ". Every client must use the same encoder, projection, class list, clipping "
-                "bound and upload mode (convert with ClientStats.to_mode to a common, lower mode "
-                "if needed)."
-            )
+        _check_compatible(self.meta, other)
 
     def __add__(self, other: ClientStats) -> ClientStats:
         self.check_compatible(other)
@@ -407,28 +395,234 @@ class ClientStats:
 
 
 def sum_stats(items: Iterable[ClientStats]) -> ClientStats:
-    """Add statistics one at a time (memory independent of how many there are).
+    """Add statistics one at a time, in place (:class:`StatsTotal`): the memory is the running
+    total plus the payload being added, however many there are.
 
-    Raises :class:`StatsValidationError` when ``items`` is empty.
+    Equal, bit for bit, to ``items[0] + items[1] + ...`` added left to right.
+
+    Raises
+    ------
+    StatsValidationError
+        ``items`` is empty.
+    IncompatibleStatsError, StatsOverflowError
+        As :meth:`StatsTotal.add`, naming the 0-based index of the offending payload.
     """
-    total: ClientStats | None = None
-    for i, s in enumerate(items):
-        if total is None:
-            total = s
-            continue
+    total = StatsTotal()
+    for s in items:
+        total.add(s)
+    return total.result()
+
+
+class StatsTotal:
+    """Running total of payloads added in place: bounded-memory server aggregation.
+
+    The first payload is copied once; every later one is added into that copy (``numpy.add``
+    with ``out=``), so aggregating any number of payloads holds the total and the payload being
+    added, never the intermediate sums ``a + b`` allocates (a third payload's worth at C = 200,
+    d = 1280 in mode ``full``: 2.6 GB). The payloads are never modified. The result equals,
+    bit for bit, the left-to-right sum ``p0 + p1 + ...`` (same additions, same order).
+
+    Every payload is checked as ``+`` checks it: same metadata (:class:`IncompatibleStatsError`
+    naming every difference) and no overflow (:class:`StatsOverflowError`); a refused payload
+    leaves the total unchanged, so the caller may skip it and go on. The sum of valid payloads
+    is valid by construction, so the total is not re-validated.
+
+    Examples
+    --------
+    >>> total = StatsTotal()
+    >>> for payload in payloads:          # doctest: +SKIP
+    ...     total.add(payload)
+    >>> aggregate = total.result()        # doctest: +SKIP
+    """
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._meta: StatsMeta | None = None
+        self._arrays: dict[str, Any] = {}
+        self._n_clipped = 0
+        self._magnitude = _Magnitude(0.0, 0.0)
+        self._holdout: StatsTotal | None = None
+        self._result: ClientStats | None = None  # shares the arrays: copy them before an add
+
+    def __len__(self) -> int:
+        """Number of payloads added."""
+        return self._count
+
+    @property
+    def meta(self) -> StatsMeta | None:
+        """Metadata of the total (``None`` before the first payload)."""
+        return self._meta
+
+    def add(self, stats: ClientStats) -> None:
+        """Add one payload to the total (in place; ``stats`` is not modified).
+
+        Raises
+        ------
+        IncompatibleStatsError
+            ``stats`` is not :class:`ClientStats` or its metadata differs from the total's;
+            the message starts with ``payload #i (0-based)`` and names every difference.
+        StatsOverflowError
+            The sum would overflow the int64 counts or float64 sums; the total is unchanged.
+        """
+        i = self._count
         try:
-            total = total + s
+            _check_compatible(self._meta, stats)
         except IncompatibleStatsError as exc:
             raise IncompatibleStatsError(f"payload #{i} (0-based): {exc}") from exc
+        if self._meta is None:
+            self._start(stats)
+            self._count = 1
+            return
+        try:
+            self._check_addable(stats)
         except StatsOverflowError as exc:
             raise StatsOverflowError(
                 f"cannot add payload #{i} (0-based) to the total of the payloads before it: {exc}"
             ) from exc
-    if total is None:
-        raise StatsValidationError(
-            "cannot sum an empty collection of statistics; give at least one"
+        self._add(stats)
+        self._count += 1
+
+    def result(self) -> ClientStats:
+        """The total as :class:`ClientStats` (no copy, and the same object until the next
+        :meth:`add`, which copies the arrays first, so a result never changes).
+
+        Raises
+        ------
+        StatsValidationError
+            No payload was added.
+        """
+        if self._meta is None:
+            raise StatsValidationError(
+                "cannot sum an empty collection of statistics; give at least one"
+            )
+        if self._result is None:
+            holdout = None if self._holdout is None else self._holdout.result()
+            self._result = ClientStats._trusted(
+                self._meta, n_clipped=self._n_clipped, magnitude=self._magnitude,
+                holdout=holdout, **self._arrays,
+            )
+        return self._result
+
+    # ------------------------------------------------------------------ internals
+    def _start(self, s: ClientStats) -> None:
+        self._meta = s.meta
+        self._arrays = {name: np.array(getattr(s, name)) for name in schema_for(s.mode).names}
+        self._n_clipped = s.n_clipped
+        self._magnitude = s._magnitude
+        if s.holdout is not None:
+            self._holdout = StatsTotal()
+            self._holdout._start(s.holdout)
+
+    def _check_addable(self, s: ClientStats) -> None:
+        _check_addable(self._arrays, self._n_clipped, self._magnitude, s)
+        if self._holdout is not None and s.holdout is not None:
+            self._holdout._check_addable(s.holdout)
+
+    def _add(self, s: ClientStats) -> None:
+        if self._result is not None:
+            self._own()
+        for name, arr in self._arrays.items():
+            np.add(arr, getattr(s, name), out=arr)
+        self._n_clipped += s.n_clipped
+        self._magnitude = self._magnitude + s._magnitude
+        if self._holdout is not None and s.holdout is not None:
+            self._holdout._add(s.holdout)
+
+    def _own(self) -> None:
+        self._arrays = {name: np.array(arr) for name, arr in self._arrays.items()}
+        self._result = None
+        if self._holdout is not None:
+            self._holdout._own()
+
+
+def check_addable(total: ClientStats, other: ClientStats) -> None:
+    """Raise what ``total + other`` would raise, without computing the sum (no allocation).
+
+    Raises
+    ------
+    IncompatibleStatsError
+        The metadata differ (the message names every difference).
+    StatsOverflowError
+        The sum would overflow the int64 counts or the float64 sums.
+    """
+    _check_compatible(total.meta, other)
+    arrays = {name: getattr(total, name) for name in schema_for(total.mode).names}
+    _check_addable(arrays, total.n_clipped, total._magnitude, other)
+    if total.holdout is not None and other.holdout is not None:
+        check_addable(total.holdout, other.holdout)
+
+
+def _check_compatible(meta: StatsMeta | None, other: object) -> None:
+    """Raise :class:`IncompatibleStatsError` unless ``other`` is :class:`ClientStats` with
+    metadata ``meta`` (naming every field in which it differs)."""
+    if not isinstance(other, ClientStats):
+        raise IncompatibleStatsError(
+            f"can only combine ClientStats with ClientStats; got {type(other).__name__}"
         )
-    return total
+    diffs = [] if meta is None else meta.differences(other.meta)
+    if diffs:
+        raise IncompatibleStatsError(
+            "cannot combine these statistics because they differ in "
+            + "; ".join(diffs)
+            + ". Every client must use the same encoder, projection, class list, clipping "
+            "bound and upload mode (convert with ClientStats.to_mode to a common, lower mode "
+            "if needed)."
+        )
+
+
+#: Magnitudes below which a sum of two values cannot overflow float64 (a wide margin over
+#: the rounding of the bounds).
+_SAFE_MAGNITUDE = float(np.finfo(np.float64).max) / 4.0
+
+
+def _check_addable(arrays: dict[str, Any], n_clipped: int, magnitude: _Magnitude,
+                   b: ClientStats) -> None:
+    """Refuse ``a + b`` (``a`` given by its arrays) when its int64 counts would wrap or its
+    floats overflow to inf, before anything is added.
+
+    The floats are safe without looking at them when the magnitude bounds of both operands
+    (which bound every entry: |A_c| by ``first``, second moments by ``second``) add up to far
+    below the float64 range; otherwise the sums are computed one slab at a time into a
+    scratch buffer and checked.
+    """
+    _check_counts_addable(arrays["counts"], n_clipped, b.counts, b.n_clipped)
+    m = b._magnitude
+    if (magnitude.first + m.first < _SAFE_MAGNITUDE
+            and magnitude.second + m.second < _SAFE_MAGNITUDE):
+        return
+    for name, arr in arrays.items():
+        if arr.dtype.kind != "f":
+            continue
+        other = getattr(b, name)
+        for x, y in zip(_slabs(arr), _slabs(other), strict=True):
+            with np.errstate(over="ignore", invalid="ignore"):
+                finite = bool(np.all(np.isfinite(np.add(x, y))))
+            if not finite:
+                raise StatsOverflowError(_float_overflow_message(name))
+
+
+def _slabs(arr: Any) -> Any:
+    """The array in pieces of at most one matrix (for checks without a full-size temporary)."""
+    return arr if arr.ndim == 3 else (arr,)
+
+
+def _check_counts_addable(a_counts: I64, a_clipped: int, b_counts: I64, b_clipped: int) -> None:
+    limit = np.iinfo(np.int64).max
+    if (np.any(a_counts > limit - b_counts) or a_clipped > limit - b_clipped
+            or sum(int(v) for v in a_counts) + sum(int(v) for v in b_counts) > limit):
+        raise StatsOverflowError(
+            f"adding these statistics overflows the int64 sample counts (more than {limit} "
+            "samples in a class): a payload declares impossible counts, so it is corrupt; "
+            "remove it from the aggregation"
+        )
+
+
+def _float_overflow_message(name: str) -> str:
+    return (
+        f"adding these statistics overflows float64 in {name} (a sum exceeds "
+        "1.8e308): a payload holds values too large to aggregate; it is corrupt, or "
+        "its embeddings must be rescaled (or clipped) on the clients"
+    )
 
 
 def _check_removable(left: ClientStats, right: ClientStats, where: str) -> None:
@@ -685,20 +879,22 @@ def _check_psd(s: ClientStats, res: _Magnitude) -> None:
     from scipy.linalg import LinAlgError, cholesky
 
     d = s.dim
-    eye = np.eye(d)
-    mats: list[tuple[str, tuple[F64, float]]] = []
     counts = s.counts.astype(np.float64)
-    if s.class_scatter is not None:
-        for c in range(s.num_classes):
-            mats.append((f"the second moment S_c of class {s.meta.classes[c]!r}",
-                         _centred(s.class_scatter[c], s.sums[c : c + 1], counts[c : c + 1],
-                                  res.second)))
-    elif s.scatter is not None:
-        mats.append(("the second moment B", _centred(s.scatter, s.sums, counts, res.second)))
-    for what, (m, scale) in mats:
+
+    def mats() -> Iterator[tuple[str, tuple[F64, float]]]:  # one (d, d) matrix at a time
+        if s.class_scatter is not None:
+            for c in range(s.num_classes):
+                yield (f"the second moment S_c of class {s.meta.classes[c]!r}",
+                       _centred(s.class_scatter[c], s.sums[c : c + 1], counts[c : c + 1],
+                                res.second))
+        elif s.scatter is not None:
+            yield "the second moment B", _centred(s.scatter, s.sums, counts, res.second)
+
+    for what, (m, scale) in mats():
         ridge = _PSD_RTOL * d + _RESIDUE_RTOL * (1 + s.num_classes) * res.second / scale
+        m[np.diag_indices(d)] += ridge  # m is a fresh matrix of _centred: add the ridge in place
         try:
-            L = cholesky(m + ridge * eye, lower=True, check_finite=False)
+            L = cholesky(m, lower=True, check_finite=False)
             ok = bool(np.all(np.isfinite(L)))
         except LinAlgError:
             ok = False
@@ -727,21 +923,10 @@ def _centred(m: F64, sums: F64, counts: F64, floor: float) -> tuple[F64, float]:
 
 def _check_no_overflow(a: ClientStats, b: ClientStats, arrays: dict[str, Any]) -> None:
     """Refuse a sum whose int64 counts wrapped or whose floats overflowed to inf."""
-    limit = np.iinfo(np.int64).max
-    if (np.any(a.counts > limit - b.counts) or a.n_clipped > limit - b.n_clipped
-            or sum(int(v) for v in a.counts) + sum(int(v) for v in b.counts) > limit):
-        raise StatsOverflowError(
-            f"adding these statistics overflows the int64 sample counts (more than {limit} "
-            "samples in a class): a payload declares impossible counts, so it is corrupt; "
-            "remove it from the aggregation"
-        )
+    _check_counts_addable(a.counts, a.n_clipped, b.counts, b.n_clipped)
     for name, arr in arrays.items():
-        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
-            raise StatsOverflowError(
-                f"adding these statistics overflows float64 in {name} (a sum exceeds "
-                "1.8e308): a payload holds values too large to aggregate; it is corrupt, or "
-                "its embeddings must be rescaled (or clipped) on the clients"
-            )
+        if arr.dtype.kind == "f" and not all(np.all(np.isfinite(x)) for x in _slabs(arr)):
+            raise StatsOverflowError(_float_overflow_message(name))
 
 
 def _check_n_clipped(s: ClientStats) -> None:

@@ -45,7 +45,7 @@ from numpy.typing import NDArray
 
 from ghofl.errors import InputError, StatsOverflowError, StoreConflictError, StoreError
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES, FixedPointCodec
-from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.client_stats import ClientStats, StatsTotal, check_addable
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import schema_for
 from ghofl.store import _sqlite as db
@@ -272,7 +272,7 @@ class AggregationStore:
         words = self._encode(client_id, stats)
         if words is None and self.meta is not None and not self.meta.differences(stats.meta):
             try:  # the float total must stay finite: refuse before anything is recorded
-                self.total() + stats
+                check_addable(self.total(), stats)
             except StatsOverflowError as exc:
                 raise StatsOverflowError(
                     f"cannot add the contribution of client {client_id!r} to store "
@@ -489,11 +489,10 @@ def _canonical_sum(meta: StatsMeta, con: sqlite3.Connection,
                    rounding: float = 0.0) -> ClientStats:
     """Σ of the stored contributions, added one at a time in client-id order (as
     :func:`~ghofl.stats.sum_stats` over them sorted by id would)."""
-    total: ClientStats | None = None
+    total = StatsTotal()  # in place: the total and one stored contribution in memory
     for ints, floats in con.execute("SELECT ints, floats FROM contributions ORDER BY client_id"):
-        part = _unflatten(meta, ints, floats, rounding)
-        total = part if total is None else total + part
-    return ClientStats.zeros(meta) if total is None else total
+        total.add(_unflatten(meta, ints, floats, rounding))
+    return ClientStats.zeros(meta) if not len(total) else total.result()
 
 
 def _unflatten(meta: StatsMeta, ints: bytes, floats: bytes,

@@ -5,8 +5,10 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
 * ``protocol``: ``"secure"`` or ``"plain"``;
 * the secure round: ``threshold`` (0 = strict majority), ``neighbours`` (0 = default),
   ``max-samples``, ``limbs``; its clipping bound is the client job's ``clip_norm``;
-* the :class:`~ghofl.client.job.ClientJob` keys (``classes``, ``mode``, ``clip_norm``, ...) and
-  the :class:`~ghofl.server_job.ServerJob` keys (``heads``, ``head_params``, ``seed``, ...);
+* the :class:`~ghofl.client.job.ClientJob` keys (``classes``, ``mode``, ``clip_norm``,
+  ``holdout_fraction``, ``holdout_seed``, ``transport_dtype``, ...; float32 transport only with
+  the plain protocol) and the :class:`~ghofl.server_job.ServerJob` keys (``heads``,
+  ``head_params``, ``seed``, ``preset``, ...);
 * differential privacy: ``dp-epsilon`` (0 = none), ``dp-delta``, ``dp-mode`` (``central``:
   the server noises the total; ``distributed``: every client adds a noise share, needs the
   secure protocol) and ``min-class-count`` (0 = 5 with DP, else off); the spent (ε, δ) is
@@ -41,6 +43,7 @@ from flwr.app import Context  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
 from ghofl.client.job import ClientJob  # noqa: E402
+from ghofl.client.transforms import apply_feature_transform  # noqa: E402
 from ghofl.data.embeddings import align_labels, load_embeddings  # noqa: E402
 from ghofl.errors import ConfigError  # noqa: E402
 from ghofl.files import write_json_atomic  # noqa: E402
@@ -130,6 +133,7 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
     distributed = plan is not None and plan.config.mode == "distributed"
     if distributed and protocol != "secure":
         raise ConfigError("run config dp-mode 'distributed' needs protocol 'secure'")
+    _check_upload_options(job, protocol, dp=plan is not None)
     server_job = ServerJob.from_config(cfg)
     test = _load_test(cfg_str(cfg, "test-path"), job)
     dim = cfg_int(cfg, "dim") or (None if test is None else int(test[0].shape[1]))
@@ -206,6 +210,23 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
             "n_samples": total.n_samples, "n_clipped": total.n_clipped}
 
 
+def _check_upload_options(job: ClientJob, protocol: str, dp: bool) -> None:
+    """Held-out sections and float32 transport: refuse the combinations they do not support
+    (as the in-process simulator does), before any node is asked for anything."""
+    if job.transport_dtype != "float64" and protocol == "secure":
+        raise ConfigError(
+            f"run config transport_dtype {job.transport_dtype!r} applies to plain uploads; the "
+            "secure protocol sends its own fixed-point encoding of the float64 sums, so set "
+            "transport_dtype = \"float64\" or protocol = \"plain\""
+        )
+    if job.holdout_fraction > 0 and dp:
+        raise ConfigError(
+            "differential privacy does not support a held-out section (held-out samples would "
+            "count twice in the sensitivity); set the run config holdout_fraction = 0.0 or "
+            "dp-epsilon = 0.0"
+        )
+
+
 def _store_id(client: str, transport: FlowerTransport) -> str:
     """The store's id of a node's contribution: its partition id when it reported one (stable
     across runs, so re-running is idempotent), else its Flower node id."""
@@ -218,4 +239,5 @@ def _load_test(path: str, job: ClientJob) -> tuple[Any, Any] | None:
         return None
     emb = load_embeddings(Path(path), "test-path")
     labels = align_labels(emb.y, emb.classes, job.classes, f"'{path}'")
-    return emb.x, labels
+    # the heads score what the clients summed: the job's transform of the embeddings
+    return apply_feature_transform(emb.x, job.feature_transform), labels

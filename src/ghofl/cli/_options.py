@@ -1,0 +1,109 @@
+"""Options shared by several subcommands, declared once, and their checks.
+
+Each ``*Option`` is an annotated type for a typer parameter, e.g.
+``holdout: HoldoutOption = 0.0``; the default stays in the signature. The client-side upload
+options (--holdout, --holdout-seed, --transport-dtype) are checked by
+:class:`~ghofl.client.job.ClientJob`; :func:`client_job` words its errors for the flags.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from ghofl.client.job import ClientJob
+from ghofl.errors import ConfigError
+from ghofl.stats.meta import Mode
+
+__all__ = [
+    "FeatureTransformOption",
+    "HoldoutOption",
+    "HoldoutSeedOption",
+    "ParamOption",
+    "PresetOption",
+    "TransportDtypeOption",
+    "check_feature_transform_option",
+    "check_upload_options",
+    "client_job",
+]
+
+HoldoutOption = Annotated[float, typer.Option(
+    "--holdout", help="Each client also uploads the sums of a held-out fraction F in (0, 0.5] "
+    "of its samples (seeded per-sample split), so the server can choose hyperparameters on "
+    "held-out moments; every client must use the same F. 0: none.")]
+HoldoutSeedOption = Annotated[int, typer.Option(
+    "--holdout-seed", help="Seed of the held-out split (every client the same).")]
+TransportDtypeOption = Annotated[str, typer.Option(
+    "--transport-dtype", help="Dtype of the float sums of the plain uploads: float64, or "
+    "float32 (half the bytes; the server still adds them in float64).")]
+FeatureTransformOption = Annotated[str, typer.Option(
+    "--feature-transform", help="Elementwise transform of the embeddings before the "
+    "statistics: none, sqrt, or x+sqrt (appends sqrt(max(x, 0)): doubles d; in pooled mode "
+    "the linear heads then reach the centralised probe). Every client must use the same; "
+    "the test embeddings get it too.")]
+ParamOption = Annotated[list[str] | None, typer.Option(
+    "--param", help="Head hyperparameter HEAD.KEY=VALUE (repeatable), e.g. "
+    "lda.shrinkage=auto.")]
+PresetOption = Annotated[str, typer.Option(
+    "--preset", help="Named head hyperparameters: 'default' (chosen from the data) or "
+    "'paper' (the paper's fixed values); --param overrides them.")]
+
+#: ClientJob fields and the CLI flags that set them.
+_FLAGS = {"holdout_fraction": "--holdout", "holdout_seed": "--holdout-seed",
+          "transport_dtype": "--transport-dtype", "projection_basis": "--projection-basis"}
+
+
+def client_job(names: tuple[str, ...], mode: Mode, **options: Any) -> ClientJob:
+    """The :class:`ClientJob` of the options, with ClientJob's errors worded for the CLI flags.
+
+    Raises
+    ------
+    ConfigError
+        An option is invalid; the message names its flag (e.g. ``--holdout``).
+    """
+    try:
+        return ClientJob(names, mode, **options)
+    except ConfigError as exc:
+        text = str(exc)
+        for key, flag in _FLAGS.items():
+            text = text.replace(f"ClientJob {key}", flag)
+        raise ConfigError(text) from None
+
+
+def check_upload_options(holdout: float, holdout_seed: int, transport_dtype: str, *,
+                         secure: bool = False) -> None:
+    """Check --holdout, --holdout-seed and --transport-dtype before any work (as
+    :func:`client_job` does) and their combination with --secure.
+
+    Raises
+    ------
+    ConfigError
+        A value is invalid, or float32 transport is asked of the secure protocol.
+    """
+    client_job(("0",), "full", holdout_fraction=holdout, holdout_seed=holdout_seed,
+               transport_dtype=transport_dtype)
+    if secure and transport_dtype != "float64":
+        raise ConfigError(
+            f"transport dtype {transport_dtype} applies to plain uploads; secure aggregation "
+            "sends its own fixed-point encoding of the float64 sums, so drop --transport-dtype "
+            "(or --secure)"
+        )
+
+
+def check_feature_transform_option(name: str) -> str:
+    """Check --feature-transform before any work.
+
+    Raises
+    ------
+    ConfigError
+        ``name`` is not a known transform.
+    """
+    from ghofl.client.transforms import FEATURE_TRANSFORMS
+
+    if name not in FEATURE_TRANSFORMS:
+        raise ConfigError(
+            f"--feature-transform must be one of {', '.join(FEATURE_TRANSFORMS)}; got {name!r}"
+        )
+    return name
+

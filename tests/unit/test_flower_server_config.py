@@ -1,0 +1,63 @@
+"""The ServerApp's run-config checks for the upload options and the preset: refused before any
+node is asked for anything (``run_federation`` never touches the grid)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")
+
+from ghofl.errors import ConfigError
+from ghofl.integrations.flower.server_app import run_federation
+
+
+class _NoGrid:
+    """A grid that fails the test when used: the checks must come first."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the grid was used ({name}) before the run config was checked")
+
+
+def _cfg(**extra: Any) -> dict[str, Any]:
+    return {"protocol": "plain", "classes": json.dumps(["a", "b"]), "heads": "nb,lda",
+            "clip_norm": 1.0, "dim": 3, **extra}
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"protocol": "secure", "transport_dtype": "float32"},
+         r"run config transport_dtype 'float32' applies to plain uploads; the secure protocol "
+         r"sends its own fixed-point encoding of the float64 sums, so set transport_dtype = "
+         r"\"float64\" or protocol = \"plain\""),
+        ({"holdout_fraction": 0.2, "dp-epsilon": 1.0},
+         r"differential privacy does not support a held-out section .*; set the run config "
+         r"holdout_fraction = 0\.0 or dp-epsilon = 0\.0"),
+        ({"preset": "fast"}, r"unknown preset 'fast'; available presets: default, paper"),
+        ({"preset": 2}, r"server job config key 'preset' must be a preset name"),
+        ({"holdout_fraction": 0.9},
+         r"ClientJob holdout_fraction: the held-out fraction must be 0 .*got 0\.9"),
+        ({"transport_dtype": "float16"},
+         r"ClientJob transport_dtype must be one of float64, float32; got 'float16'"),
+    ],
+)
+def test_bad_run_config_is_refused_first(extra: dict[str, Any], match: str,
+                                         tmp_path: Path) -> None:
+    if "dp-epsilon" in extra:
+        pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    state: dict[str, Any] = {}
+    with pytest.raises(ConfigError, match=match):
+        run_federation(_NoGrid(), _cfg(**extra), tmp_path, state)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_allowed_combinations_pass_the_checks(tmp_path: Path) -> None:
+    """Held-out sections with either protocol and float32 with the plain one reach the grid."""
+    for extra in ({"holdout_fraction": 0.2, "protocol": "secure"},
+                  {"holdout_fraction": 0.2, "transport_dtype": "float32", "preset": "paper"}):
+        with pytest.raises(AssertionError, match=r"the grid was used \(get_node_ids\)"):
+            run_federation(_NoGrid(), _cfg(**extra), tmp_path, {})
