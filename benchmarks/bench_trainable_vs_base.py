@@ -21,6 +21,7 @@ paper preset trains 40 epochs on 4000 samples per class, 800,000 rows at C = 200
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -206,6 +207,9 @@ def main() -> None:
                              "left out (e.g. tiny-imagenet)")
     parser.add_argument("--no-timing", action="store_true")
     parser.add_argument("--no-write", action="store_true", help="print, do not write files")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other datasets' rows (and, with --no-timing, the timing) "
+                             "of the existing results file; run only --datasets")
     args = parser.parse_args()
 
     import sys
@@ -222,11 +226,19 @@ def main() -> None:
     if not args.no_timing:
         result["timing"]["10"] = timing(10, True)
         result["timing"]["200"] = timing(200, not args.skip_c200_paper)
+    path = ROOT / "benchmarks" / "results" / "trainable_vs_base.json"
+    if args.merge and path.exists():
+        old = json.loads(path.read_text())
+        result["accuracy"] = {**old.get("accuracy", {}), **result["accuracy"]}
+        if args.no_timing:
+            result["timing"] = old.get("timing", {})
+        result["merged_from"] = {"machine": old.get("machine"),
+                                 "load_average": old.get("load_average")}
     text = markdown(result)
     if args.no_write:
         print(text)
         return
-    write_json(ROOT / "benchmarks" / "results" / "trainable_vs_base.json", result)
+    write_json(path, result)
     update_section(ROOT / "BENCHMARKS.md", "trainable_vs_base", text)
     print(text)
 
