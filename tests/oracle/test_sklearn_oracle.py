@@ -51,7 +51,8 @@ def test_qda_matches_sklearn_reg_param(reg: float, c: int, d: int) -> None:
 def test_qda_matches_sklearn_eigen_shrinkage(shrinkage: float) -> None:
     """The paper's convention (scaled-identity target) = sklearn's solver='eigen' shrinkage."""
     x, y = gaussian_mixture(17, num_classes=3, dim=6, n=300)
-    head = make_head("qda", shrinkage=shrinkage, covariance_divisor="n")
+    head = make_head("qda", shrinkage=shrinkage, covariance_divisor="n",
+                     shrinkage_target="scaled_identity")
     head.fit_from_stats(_federated_stats(x, y, 3))
     ref = QuadraticDiscriminantAnalysis(solver="eigen", shrinkage=shrinkage).fit(x, y)
     np.testing.assert_allclose(head.predict_proba(x), ref.predict_proba(x), atol=1e-6)

@@ -6,38 +6,48 @@ import numpy as np
 import pytest
 
 import ghofl.heads.qda as qda
+from ghofl.errors import ConfigError, StatsValidationError
 from ghofl.heads.qda import QDAHead, qda_evidence_shrinkage, qda_shrinkage, whitened_sq_norms
 from ghofl.moments.core import compute_moments
-from ghofl.moments.selection import choose_qda_shrinkage
+from ghofl.moments.selection import choose_qda_shrinkage, pooled_center
 from ghofl.moments.shrinkage import shrink
 from ghofl.stats import compute_stats
 from tests.helpers import gaussian_mixture
 
 
 def _reference_scores(head: QDAHead, moments_x: np.ndarray, moments_y: np.ndarray,
-                      z: np.ndarray, a: float) -> np.ndarray:
-    """log π_c + log N(z; μ_c, shrink(Σ_c, a)) computed directly from the class covariances."""
+                      z: np.ndarray, a: float, target: str) -> np.ndarray:
+    """log π_c + log N(z; μ_c, Σ̃_c) computed directly from the class covariances, with
+    Σ̃_c = shrink(Σ_c, a) or (1 − a)Σ_c + a·tr(B⁻¹Σ_c)/d·B toward the pooled centre B."""
     m = compute_moments(compute_stats(moments_x, moments_y, head.means_.shape[0]))
+    d = z.shape[1]
     out = np.empty((z.shape[0], m.num_classes))
     for c in range(m.num_classes):
-        cov = shrink(m.class_covariance(c), a)
+        if target == "pooled":
+            b = pooled_center(m)
+            sc = m.class_covariance(c)
+            cov = (1 - a) * sc + a * np.trace(np.linalg.solve(b, sc)) / d * b
+        else:
+            cov = shrink(m.class_covariance(c), a)
         diff = z - m.means[c]
         quad = np.einsum("ij,ij->i", diff, np.linalg.solve(cov, diff.T).T)
         logdet = np.linalg.slogdet(cov)[1]
         out[:, c] = (np.log(m.priors[c]) - 0.5 * (quad + logdet)
-                     - 0.5 * z.shape[1] * np.log(2.0 * np.pi))
+                     - 0.5 * d * np.log(2.0 * np.pi))
     return out
 
 
+@pytest.mark.parametrize("target", ["pooled", "scaled_identity"])
 @pytest.mark.parametrize("block", [1, 7, 1024])
 def test_block_scoring_equals_the_direct_density(monkeypatch: pytest.MonkeyPatch,
-                                                 block: int) -> None:
+                                                 block: int, target: str) -> None:
     x, y = gaussian_mixture(3, num_classes=3, dim=6, n=240)
-    head = QDAHead(shrinkage=0.05).fit_from_stats(compute_stats(x, y, 3))
+    head = QDAHead(shrinkage=0.05, shrinkage_target=target  # type: ignore[arg-type]
+                   ).fit_from_stats(compute_stats(x, y, 3))
     z, _ = gaussian_mixture(4, num_classes=3, dim=6, n=50)
     monkeypatch.setattr(qda, "SCORE_BLOCK_ROWS", block)
     got = head.decision_function(z)
-    np.testing.assert_allclose(got, _reference_scores(head, x, y, z, 0.05), rtol=1e-9)
+    np.testing.assert_allclose(got, _reference_scores(head, x, y, z, 0.05, target), rtol=1e-9)
     assert np.all(np.triu(head.precision_chol_) == head.precision_chol_)  # upper triangular
 
 
@@ -77,13 +87,14 @@ def _moments(seed: int, n: int, d: int, c: int, rank: int | None = None) -> obje
     return compute_moments(compute_stats(x, rng.integers(0, c, n), c))
 
 
-@pytest.mark.parametrize("target", ["scaled_identity", "identity"])
+@pytest.mark.parametrize("target", ["pooled", "scaled_identity", "identity"])
 @pytest.mark.parametrize(("n", "d", "c", "rank"), [(400, 6, 3, None), (50, 20, 4, None),
                                                    (300, 8, 3, 4)])
 def test_eigenvalue_evidence_equals_the_selection_rule(target: str, n: int, d: int, c: int,
                                                        rank: int | None) -> None:
     m = _moments(n + d, n, d, c, rank)  # rank < d: the support basis is used
-    lean = qda_evidence_shrinkage(m, target)  # type: ignore[arg-type]
+    center = pooled_center(m) if target == "pooled" else None  # type: ignore[arg-type]
+    lean = qda_evidence_shrinkage(m, target, center)  # type: ignore[arg-type]
     ref = choose_qda_shrinkage(m, "evidence", target=target)  # type: ignore[arg-type]
     assert lean[1] == ref[1] == "evidence"
     np.testing.assert_allclose(lean[0], ref[0], rtol=1e-12)
@@ -96,7 +107,17 @@ def test_single_sample_classes_and_other_rules() -> None:
     assert qda_evidence_shrinkage(m) == ([1.0, 1.0], "single-sample")  # type: ignore[arg-type]
     m2 = _moments(7, 200, 5, 2)
     assert qda_shrinkage(m2, 0.3) == ([0.3, 0.3], "fixed")  # type: ignore[arg-type]
-    assert qda_shrinkage(m2, "oas") == choose_qda_shrinkage(m2, "oas")  # type: ignore[arg-type]
+    assert (qda_shrinkage(m2, "oas", target="scaled_identity")  # type: ignore[arg-type]
+            == choose_qda_shrinkage(m2, "oas"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("rule", ["oas", "rblw"])
+def test_identity_only_rules_refuse_the_pooled_target(rule: str) -> None:
+    m = _moments(9, 200, 5, 2)
+    with pytest.raises(ConfigError, match=rf"{rule}.*not the pooled covariance.*scaled_identity"):
+        choose_qda_shrinkage(m, rule, target="pooled")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=rf"{rule}.*not the pooled covariance.*scaled_identity"):
+        QDAHead(shrinkage=rule).fit_from_moments(m)  # type: ignore[arg-type]
 
 
 def test_auto_with_a_held_out_part_uses_the_held_out_rule() -> None:
@@ -104,3 +125,11 @@ def test_auto_with_a_held_out_part_uses_the_held_out_rule() -> None:
     head = QDAHead().fit_from_stats(compute_stats(x, y, 3, holdout_fraction=0.25))
     assert head.shrinkage_method_ == "heldout-loglik"
     assert QDAHead().fit_from_stats(compute_stats(x, y, 3)).shrinkage_method_ == "evidence"
+
+
+def test_non_finite_class_covariances_are_refused_with_the_fix() -> None:
+    x, y = gaussian_mixture(10, num_classes=2, dim=4, n=200)
+    m = compute_moments(compute_stats(x * 1e-160, y, 2))
+    with pytest.raises(StatsValidationError,
+                       match=r"non-finite entries.*rescale the embeddings"):
+        QDAHead().fit_from_moments(m)

@@ -180,8 +180,9 @@ def test_fisher_scorers_in_the_full_space_match_x_space_heads(
     assert fs.k_f == 8
     sc = fisher_scorers(m, fs.V, fs.within, 0.1)
     z = x @ fs.V
+    qda = QDAHead(shrinkage=0.1, shrinkage_target="scaled_identity")  # QDA_f's family
     np.testing.assert_array_equal(qda_f_logits(sc, z).argmax(1),
-                                  QDAHead(shrinkage=0.1).fit_from_stats(stats).predict(x))
+                                  qda.fit_from_stats(stats).predict(x))
     np.testing.assert_array_equal(lda_f_logits(sc, z).argmax(1),
                                   LDAHead(shrinkage=0.05).fit_from_stats(stats).predict(x))
     nb = nb_f_logits(z, sc.means, sc.sigma2, sc.log_priors)

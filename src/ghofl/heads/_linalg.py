@@ -8,6 +8,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.linalg import LinAlgError, cholesky, solve_triangular
 
+from ghofl.errors import StatsValidationError
 from ghofl.moments.core import GhoflWarning
 
 F64 = NDArray[np.float64]
@@ -20,6 +21,12 @@ def stable_cholesky(cov: F64, what: str) -> tuple[F64, float]:
     Returns ``(L, jitter)``; a non-zero jitter is reported with a :class:`GhoflWarning`.
     """
     d = cov.shape[0]
+    if not np.all(np.isfinite(cov)):
+        raise StatsValidationError(
+            f"{what} has non-finite entries: the features' scale over- or underflows float64 "
+            "(e.g. values near 1e-160 or 1e+160); rescale the embeddings (standardise them) "
+            "and recompute the statistics"
+        )
     scale = max(float(np.trace(cov)) / d, np.finfo(float).tiny)
     jitter = 0.0
     for step in range(10):

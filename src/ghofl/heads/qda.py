@@ -26,19 +26,23 @@ from ghofl.moments.selection import (
     argmax_candidate,
     choose_qda_shrinkage,
     evidence_loglik,
+    pooled_center,
     refine_grid,
     support_basis,
 )
 from ghofl.moments.shrinkage import (
     ANALYTIC_DEFAULT,
     Shrinkage,
-    Target,
     check_shrinkage,
     shrink,
 )
 from ghofl.stats.meta import StatsMeta
 
 Shape = tuple[int, ...]
+#: Shrinkage targets of QDA: the pooled covariance rescaled per class (the default), or a
+#: multiple of the identity (:func:`ghofl.moments.shrinkage.shrink`).
+QDATarget = Literal["pooled", "scaled_identity", "identity"]
+QDA_TARGETS: tuple[str, ...] = ("pooled", "scaled_identity", "identity")
 
 #: Rows of inputs whitened at once when scoring (a (rows, d) float64 buffer: 10 MB at d = 1280).
 SCORE_BLOCK_ROWS = 1024
@@ -47,27 +51,46 @@ SCORE_BLOCK_ROWS = 1024
 def qda_params(
     moments: Moments,
     shrinkage: Shrinkage,
-    target: Target = "scaled_identity",
+    target: QDATarget = "pooled",
     divisor: str = "n-1",
+    pooled_shrinkage: Shrinkage = "auto",
 ) -> tuple[F64, F64, F64, list[float], str]:
     """Per-class whitening factors for QDA.
 
-    For each class, Σ̃_c = shrink(Σ_c, a_c) = L_c L_cᵀ; returns ``P`` (C, d, d) with
-    P_c = L_c⁻ᵀ (upper triangular) so that (x−μ_c)ᵀ Σ̃_c⁻¹ (x−μ_c) = ‖(x−μ_c) P_c‖², half
-    log-determinants Σ log diag L_c (C,), log priors (C,), the coefficients a_c and how they
-    were chosen (a rule is resolved by :func:`qda_shrinkage`).
-    Classes are processed one at a time, so peak memory is P plus a few (d, d) matrices.
+    For each class, Σ̃_c = L_c L_cᵀ is Σ_c shrunk with coefficient a_c toward its target:
+    (1 − a_c)Σ_c + a_c·t_c·B with B = :func:`~ghofl.moments.selection.pooled_center` and
+    t_c = tr(B⁻¹Σ_c)/d (``"pooled"``), or shrink(Σ_c, a_c, target) toward a multiple of the
+    identity. Returns ``P`` (C, d, d) with P_c = L_c⁻ᵀ (upper triangular) so that
+    (x−μ_c)ᵀ Σ̃_c⁻¹ (x−μ_c) = ‖(x−μ_c) P_c‖², half log-determinants Σ log diag L_c (C,), log
+    priors (C,), the coefficients a_c and how they were chosen (a rule is resolved by
+    :func:`qda_shrinkage`). Classes are processed one at a time, so peak memory is P plus a
+    few (d, d) matrices.
     """
     c_num, d = moments.num_classes, moments.dim
-    coefs, method = qda_shrinkage(moments, shrinkage, divisor=divisor, target=target)
+    center = pooled_center(moments, pooled_shrinkage) if target == "pooled" else None
+    coefs, method = qda_shrinkage(moments, shrinkage, divisor=divisor, target=target,
+                                  center=center, pooled_shrinkage=pooled_shrinkage)
+    center_inv = None
+    if center is not None:
+        Lb, _ = stable_cholesky(center, "the pooled covariance QDA shrinks toward")
+        Lb_inv = _lower_inverse(Lb)
+        with np.errstate(over="ignore", invalid="ignore"):  # refused below when not finite
+            center_inv = Lb_inv.T @ Lb_inv
+        del Lb, Lb_inv
     prec = np.empty((c_num, d, d))
     half_logdet = np.empty(c_num)
     for c in range(c_num):
         cov = moments.class_covariance(c, divisor)
+        if center is not None and center_inv is not None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                scale = max(float(np.vdot(center_inv, cov)), 0.0) / d  # t_c = tr(B⁻¹Σ_c)/d
+                shrunk = (1.0 - coefs[c]) * (0.5 * (cov + cov.T)) + (coefs[c] * scale) * center
+        else:
+            shrunk = shrink(cov, coefs[c], target)  # type: ignore[arg-type]
         L, _ = stable_cholesky(
-            shrink(cov, coefs[c], target),
-            f"the QDA covariance of class {moments.meta.classes[c]!r}",
+            shrunk, f"the QDA covariance of class {moments.meta.classes[c]!r}",
         )
+        del shrunk
         del cov
         prec[c] = _lower_inverse(L).T
         half_logdet[c] = float(np.sum(np.log(np.diag(L))))
@@ -89,23 +112,29 @@ def qda_shrinkage(
     shrinkage: Shrinkage,
     *,
     divisor: str = "n-1",
-    target: Target = "scaled_identity",
+    target: QDATarget = "pooled",
+    center: F64 | None = None,
+    pooled_shrinkage: Shrinkage = "auto",
 ) -> tuple[list[float], str]:
     """The QDA coefficients: :func:`~ghofl.moments.selection.choose_qda_shrinkage`, except
     that the inverse-Wishart evidence rule (``"evidence"``, and ``"auto"`` on statistics
     without a held-out part) runs through :func:`qda_evidence_shrinkage`, which gives the same
-    coefficient from eigenvalues alone (O(d²) memory instead of C eigenbases)."""
+    coefficient from eigenvalues alone (O(d²) memory instead of C eigenbases). ``center``
+    (d, d): the ``"pooled"`` target's centre when the caller already has it."""
     rule = check_shrinkage("shrinkage", shrinkage)
     lean = rule == "evidence" or (
         rule == "auto" and ANALYTIC_DEFAULT == "evidence" and moments.stats.holdout is None
     )
     if lean:
-        return qda_evidence_shrinkage(moments, target)
-    return choose_qda_shrinkage(moments, shrinkage, divisor=divisor, target=target)
+        if target == "pooled" and center is None:
+            center = pooled_center(moments, pooled_shrinkage)
+        return qda_evidence_shrinkage(moments, target, center)
+    return choose_qda_shrinkage(moments, shrinkage, divisor=divisor, target=target,
+                                pooled_shrinkage=pooled_shrinkage)
 
 
 def qda_evidence_shrinkage(
-    moments: Moments, target: Target = "scaled_identity"
+    moments: Moments, target: QDATarget = "pooled", center: F64 | None = None
 ) -> tuple[list[float], str]:
     """One coefficient for every class: the maximum of the inverse-Wishart evidence summed
     over the class scatters (:func:`~ghofl.moments.selection.evidence_loglik`), on the
@@ -113,7 +142,9 @@ def qda_evidence_shrinkage(
 
     The evidence depends on each class covariance only through its (generalised) eigenvalues,
     so they are all this computes: one ``eigvalsh`` per class (no eigenvectors), kept as C·k
-    numbers.
+    numbers. With the ``"pooled"`` target (``center`` B, (d, d), required) they are the
+    eigenvalues of L⁻¹Σ_cL⁻ᵀ, B = LLᵀ (one Cholesky factor and its inverse for all classes),
+    and the prior of class c is centred on t_c·B.
 
     Returns
     -------
@@ -127,14 +158,32 @@ def qda_evidence_shrinkage(
         return [1.0] * c_num, "single-sample"
     support = support_basis(moments)
     metric = None if support is None else support.T @ support
+    whiten = None
+    if target == "pooled":
+        if center is None:
+            raise ValueError("the 'pooled' target needs its centre")
+        q = center if support is None else support.T @ center @ support
+        Lq, _ = stable_cholesky(0.5 * (q + q.T), "the pooled covariance QDA shrinks toward")
+        whiten = _lower_inverse(Lq)
+        del Lq, q
     fams: list[tuple[ShrinkageFamily, float]] = []
     for c in usable:
         cov = moments.class_covariance(c, "n-1")
         d = cov.shape[0]
-        t = max(float(np.trace(cov)), 0.0) / d if target == "scaled_identity" else 1.0
-        if support is None:
+        if whiten is not None:
+            p = cov if support is None else support.T @ cov @ support
+            # L⁻¹ p L⁻ᵀ with two triangular products (BLAS dtrmm: half a general product each)
+            half = dtrmm(1.0, whiten, np.asfortranarray(p), side=0, lower=1)
+            del p
+            wc = dtrmm(1.0, whiten, half, side=1, lower=1, trans_a=1, overwrite_b=1)
+            del half
+            t = max(float(np.trace(wc)), 0.0) / d
+            w = eigvalsh(0.5 * (wc + wc.T), check_finite=False, overwrite_a=True)
+        elif support is None:
+            t = max(float(np.trace(cov)), 0.0) / d if target == "scaled_identity" else 1.0
             w = eigvalsh(cov, check_finite=False, overwrite_a=True)
         else:
+            t = max(float(np.trace(cov)), 0.0) / d if target == "scaled_identity" else 1.0
             p = support.T @ cov @ support
             w = eigvalsh(0.5 * (p + p.T), metric, check_finite=False)
         del cov
@@ -200,16 +249,25 @@ class QDAHead(Head):
     Parameters
     ----------
     shrinkage : float in [0, 1] or rule, default "auto"
-        Shrinkage of every class covariance. ``"auto"``: one coefficient for all classes chosen
-        from the data: on the held-out part of the statistics when the clients uploaded one
-        (held-out log-likelihood), else by the inverse-Wishart evidence of the class moments;
-        ``"heldout"``, ``"oas"``, ``"rblw"``, ``"evidence"`` name one rule. The paper fixed
-        a = 0.1 (``preset="paper"``).
-    shrinkage_target : {"scaled_identity", "identity"}, default "scaled_identity"
-        Shrink toward tr(Σ_c)/d·I (the paper) or toward I (scikit-learn's ``reg_param``).
+        Shrinkage a of every class covariance toward its target. ``"auto"``: one coefficient
+        for all classes chosen from the data: on the held-out part of the statistics when the
+        clients uploaded one (held-out log-likelihood), else by the inverse-Wishart evidence of
+        the class moments; ``"heldout"``, ``"oas"``, ``"rblw"`` (identity targets only),
+        ``"evidence"`` name one rule. The paper fixed a = 0.1 toward the scaled identity
+        (``preset="paper"``).
+    shrinkage_target : {"pooled", "scaled_identity", "identity"}, default "pooled"
+        ``"pooled"``: (1 − a)Σ_c + a·t_c·B, toward the covariance B of the default LDA (the
+        pooled covariance shrunk with ``pooled_shrinkage``) rescaled to the class,
+        t_c = tr(B⁻¹Σ_c)/d: a = 1 is an LDA whose covariance has each class's scale, a = 0
+        plain QDA (regularised discriminant analysis, Friedman 1989). ``"scaled_identity"``:
+        toward tr(Σ_c)/d·I (the paper); ``"identity"``: toward I (scikit-learn's
+        ``reg_param``).
     covariance_divisor : {"n-1", "n"}, default "n-1"
         Divide class scatter by N_c − 1 (unbiased, the paper) or N_c (maximum likelihood,
         scikit-learn >= 1.9 ``QuadraticDiscriminantAnalysis``).
+    pooled_shrinkage : float in [0, 1] or rule, default "auto"
+        Shrinkage of the pooled covariance B (target ``"pooled"`` only); ``"auto"`` is the
+        default LDA's rule.
     """
 
     name = "qda"
@@ -226,19 +284,28 @@ class QDAHead(Head):
     def __init__(
         self,
         shrinkage: Shrinkage = "auto",
-        shrinkage_target: Literal["scaled_identity", "identity"] = "scaled_identity",
+        shrinkage_target: QDATarget = "pooled",
         covariance_divisor: Literal["n-1", "n"] = "n-1",
+        pooled_shrinkage: Shrinkage = "auto",
     ) -> None:
         self.shrinkage = shrinkage
         self.shrinkage_target = shrinkage_target
         self.covariance_divisor = covariance_divisor
+        self.pooled_shrinkage = pooled_shrinkage
 
     def _validate_params(self) -> None:
         self.shrinkage = check_shrinkage("shrinkage", self.shrinkage)
-        if self.shrinkage_target not in ("scaled_identity", "identity"):
+        self.pooled_shrinkage = check_shrinkage("pooled_shrinkage", self.pooled_shrinkage)
+        if self.shrinkage_target not in QDA_TARGETS:
             raise ConfigError(
-                "shrinkage_target must be 'scaled_identity' or 'identity'; got "
+                "shrinkage_target must be 'pooled', 'scaled_identity' or 'identity'; got "
                 f"{self.shrinkage_target!r}"
+            )
+        if self.shrinkage_target == "pooled" and self.shrinkage in ("oas", "rblw"):
+            raise ConfigError(
+                f"shrinkage {self.shrinkage!r} is defined for a multiple of the identity as "
+                "target, not the pooled covariance; set shrinkage_target='scaled_identity' "
+                "with it, or use shrinkage='auto'"
             )
         if self.covariance_divisor not in ("n-1", "n"):
             raise ConfigError(
@@ -248,7 +315,8 @@ class QDAHead(Head):
     def _fit(self, moments: Moments) -> None:
         self.means_ = moments.means.copy()
         self.precision_chol_, self.half_log_det_, self.log_priors_, coefs, method = qda_params(
-            moments, self.shrinkage, self.shrinkage_target, self.covariance_divisor
+            moments, self.shrinkage, self.shrinkage_target, self.covariance_divisor,
+            self.pooled_shrinkage,
         )
         self.shrinkage_ = coefs
         self.shrinkage_method_ = method

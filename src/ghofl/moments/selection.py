@@ -58,12 +58,18 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.linalg import eigh
+from scipy.linalg import cholesky, eigh, solve_triangular
 from scipy.special import gammaln, ndtr
 
 from ghofl.errors import ConfigError, StatsValidationError
 from ghofl.moments.core import Moments
-from ghofl.moments.shrinkage import ANALYTIC_DEFAULT, Shrinkage, check_shrinkage, resolve_shrinkage
+from ghofl.moments.shrinkage import (
+    ANALYTIC_DEFAULT,
+    Shrinkage,
+    check_shrinkage,
+    resolve_shrinkage,
+    shrink,
+)
 
 F64 = NDArray[np.float64]
 
@@ -739,11 +745,50 @@ def choose_class_shrinkage(
                      moments.class_covariance(c, "n"), float(n_c))
 
 
+def pooled_center(moments: Moments, shrinkage: Shrinkage = "auto") -> F64:
+    """The centre of QDA's ``"pooled"`` target: shrink(Σ_pool, a), the covariance of the
+    default LDA (a from :func:`choose_pooled_shrinkage`, N − C divisor).
+
+    Returns
+    -------
+    ndarray, shape (d, d), symmetric positive definite whenever a > 0 or Σ_pool is.
+    """
+    a = choose_pooled_shrinkage(moments, shrinkage).value
+    return shrink(moments.pooled_covariance("n-c"), a)
+
+
+def center_scale(cov: F64, center: F64) -> float:
+    """t = tr(B⁻¹Σ)/d: the multiple of the centre B closest to Σ (its mean generalised
+    eigenvalue), so that t·B has the scale of Σ.
+
+    Parameters
+    ----------
+    cov : ndarray, shape (k, k)
+    center : ndarray, shape (k, k), positive definite
+
+    Returns
+    -------
+    float >= 0
+    """
+    L = cholesky(0.5 * (center + center.T), lower=True, check_finite=False)
+    half = solve_triangular(L, 0.5 * (cov + cov.T), lower=True, check_finite=False)
+    w = solve_triangular(L, half.T, lower=True, check_finite=False)
+    return float(max(float(np.trace(w)), 0.0) / cov.shape[0])
+
+
 def _class_family(
-    fit: Moments, c: int, divisor: str, basis: F64 | None, target: str
+    fit: Moments, c: int, divisor: str, basis: F64 | None, target: str,
+    center: F64 | None = None,
 ) -> ShrinkageFamily:
     cov = fit.class_covariance(c, divisor)
     d = cov.shape[0]
+    if target == "pooled":
+        if center is None:
+            raise ValueError("the 'pooled' target needs its centre")
+        q = _project(center, basis)
+        # the scale over the full dimension d, as the head applies it (module docstring)
+        t = center_scale(_project(cov, basis), q) * q.shape[0] / d
+        return shrinkage_family(_project(cov, basis), t, q)
     t = max(float(np.trace(cov)), 0.0) / d if target == "scaled_identity" else 1.0
     return shrinkage_family(_project(cov, basis), t, None if basis is None else basis.T @ basis)
 
@@ -754,6 +799,7 @@ def choose_qda_shrinkage(
     *,
     divisor: str = "n-1",
     target: str = "scaled_identity",
+    pooled_shrinkage: Shrinkage = "auto",
 ) -> tuple[list[float], str]:
     """One coefficient for every class of QDA (per class only for ``"oas"``/``"rblw"``).
 
@@ -769,7 +815,12 @@ def choose_qda_shrinkage(
         Mode ``full``.
     shrinkage : float or rule
     divisor : {"n-1", "n"}
-    target : {"scaled_identity", "identity"}
+    target : {"scaled_identity", "identity", "pooled"}
+        ``"pooled"``: candidates (1 − a)Σ_c + a·t_c·B, B = :func:`pooled_center`, t_c =
+        :func:`center_scale`; the held-out part is scored against the centre of its fitting
+        part.
+    pooled_shrinkage : float or rule, default "auto"
+        The shrinkage of B (``"pooled"`` target only).
 
     Returns
     -------
@@ -780,6 +831,11 @@ def choose_qda_shrinkage(
     c_num = moments.num_classes
     if not isinstance(rule, str):
         return [float(rule)] * c_num, "fixed"
+    if rule in ("oas", "rblw") and target == "pooled":
+        raise ConfigError(
+            f"shrinkage {rule!r} is defined for a multiple of the identity as target, not the "
+            "pooled covariance; use shrinkage_target='scaled_identity' with it, or 'auto'"
+        )
     if rule in ("oas", "rblw"):
         choices = [choose_class_shrinkage(moments, c, rule) for c in range(c_num)]
         return [ch.value for ch in choices], rule
@@ -792,7 +848,11 @@ def choose_qda_shrinkage(
         fit, held = parts
         usable = [c for c in range(c_num) if fit.counts[c] >= 2 and held.counts[c] >= 1]
         if usable:
-            fams = {c: _class_family(fit, c, divisor, support, target) for c in usable}
+            center = None
+            if target == "pooled":
+                fit_rule = "auto" if pooled_shrinkage in ("auto", "heldout") else pooled_shrinkage
+                center = pooled_center(fit, fit_rule)
+            fams = {c: _class_family(fit, c, divisor, support, target, center) for c in usable}
             resid = {
                 c: residual_scatter(_rows(fit.means[c:c + 1], support),
                                     _rows(held.means[c:c + 1], support), held.counts[c:c + 1],
@@ -816,7 +876,8 @@ def choose_qda_shrinkage(
     usable = [c for c in range(c_num) if moments.counts[c] >= 2]
     if not usable:
         return [1.0] * c_num, "single-sample"
-    fams = {c: _class_family(moments, c, "n-1", support, target) for c in usable}
+    center = pooled_center(moments, pooled_shrinkage) if target == "pooled" else None
+    fams = {c: _class_family(moments, c, "n-1", support, target, center) for c in usable}
 
     def evidence(cands: list[float]) -> F64:
         out = np.zeros(len(cands))
@@ -840,6 +901,7 @@ __all__ = [
     "analytic_error",
     "analytic_error_shrinkage",
     "argmax_candidate",
+    "center_scale",
     "check_criterion",
     "choose_class_shrinkage",
     "choose_pooled_shrinkage",
@@ -849,6 +911,7 @@ __all__ = [
     "heldout_error",
     "heldout_loglik",
     "holdout_parts",
+    "pooled_center",
     "refine_grid",
     "rescale_for_total",
     "residual_scatter",
