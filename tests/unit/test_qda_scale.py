@@ -133,3 +133,17 @@ def test_non_finite_class_covariances_are_refused_with_the_fix() -> None:
     with pytest.raises(StatsValidationError,
                        match=r"non-finite entries.*rescale the embeddings"):
         QDAHead().fit_from_moments(m)
+
+
+@pytest.mark.parametrize("pooled_shrinkage", [0.0, 0.2, 1.0])
+def test_pooled_target_uses_the_given_pooled_shrinkage(pooled_shrinkage: float) -> None:
+    """Σ̃_c = (1 − a)Σ_c + a·tr(B⁻¹Σ_c)/d·B with B = shrink(Σ_pool, pooled_shrinkage)."""
+    x, y = gaussian_mixture(11, num_classes=3, dim=5, n=300)
+    m = compute_moments(compute_stats(x, y, 3))
+    head = QDAHead(shrinkage=0.4, pooled_shrinkage=pooled_shrinkage).fit_from_moments(m)
+    b = shrink(m.pooled_covariance("n-c"), pooled_shrinkage)
+    for c in range(3):
+        sc = m.class_covariance(c)
+        cov = 0.6 * sc + 0.4 * np.trace(np.linalg.solve(b, sc)) / 5 * b
+        prec = head.precision_chol_[c]
+        np.testing.assert_allclose(prec @ prec.T, np.linalg.inv(cov), rtol=1e-8)
