@@ -7,12 +7,19 @@ and session creation are not timed). Writes benchmarks/results/encoders.json and
 ``encoders`` section of BENCHMARKS.md.
 
 Part ``int8``: for Lite0/1/2 at 224, the float ONNX encoder and its static int8 quantization
-(:mod:`ghofl.client.encoders.quantize`, calibrated on 256 CIFAR-10 training images) embed the
-same test images, alternating float and int8 runs so that both see the same machine load; the
-speed-up is the median of the per-run ratios. Accuracy of every registered head (one aggregate,
-mode ``full``) on a stratified CIFAR-10 subset (``--train-per-class``/``--test-per-class``; the
-float features come from the embedding cache). Writes benchmarks/results/encoders_int8.json
-and the ``encoders_int8`` section of BENCHMARKS.md.
+(:mod:`ghofl.client.encoders.quantize`, default settings, calibrated on 256 CIFAR-10 training
+images) embed the same test images, alternating float and int8 runs so that both see the same
+machine load; the speed-up is the median of the per-run ratios. One profiled run of each model
+(ONNX Runtime profiler) splits the time by operator kind (stem, depthwise, pointwise and head
+convolutions, the rest). Accuracy of every registered head (one aggregate, mode ``full``) on a
+stratified CIFAR-10 subset (``--train-per-class``/``--test-per-class``; the float features
+come from the embedding cache). Writes benchmarks/results/encoders_int8.json and the
+``encoders_int8`` section of BENCHMARKS.md.
+
+Part ``int8sweep``: Lite0 quantized with each of the settings in :data:`SWEEP`, each timed
+against the float model in the same process (alternated runs, median ratio) and compared by
+feature cosine to float on the same images. Writes benchmarks/results/encoders_int8_sweep.json
+and the ``encoders_int8_sweep`` section.
 
 Run: ``flock scratch/cpu.lock .venv/bin/python benchmarks/bench_encoders.py --parts int8``
 (needs ``GHOFL_DATA_DIR`` or ../shared/data with cifar10.zip).
@@ -38,12 +45,25 @@ from ghofl.bench.report import (
     write_json,
 )
 from ghofl.client.encoders import Encoder, get_encoder
+from ghofl.client.encoders.onnx_backend import OnnxEncoder
 from ghofl.data.registry import load_dataset, subsample
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 4.0
 INT8_TARGET_SPEEDUP = 2.0
 INT8_MAX_LOSS_POINTS = 0.3
+INT8_WHY = (
+    "The CPU has AVX2 but neither VNNI nor AVX-512, so ONNX Runtime's uint8 x int8 kernels "
+    "multiply with `vpmaddubsw` + `vpmaddwd` (two multiply instructions per 32 products, through "
+    "saturating 16-bit pair sums) where the float kernels issue one `vfmadd` per 8 products and "
+    "use blocked NCHWc layouts with the activation fused in: at best about twice the float rate, "
+    "and much less where the integer multiplies do not issue as often as the FMAs. The same "
+    "`vpmaddubsw` forces 7-bit weights in the matrix-product convolutions (with 8-bit weights "
+    "the 16-bit sums saturate), which is where most of the accuracy goes; the depthwise kernel "
+    "does not saturate and keeps 8-bit weights. The stem (3 input channels) and the head "
+    "convolution stay float by default. The settings tried are in the section \"Encoders: int8 "
+    "settings tried\" (`--parts int8sweep`).\n"
+)
 
 
 def _data_dir() -> str:
@@ -140,13 +160,83 @@ def _head_accuracies(
     return acc, xy["test"][0], preds
 
 
+def _onnx(enc: Encoder) -> OnnxEncoder:
+    if not isinstance(enc, OnnxEncoder):
+        raise TypeError(f"expected an ONNX Runtime encoder, got {enc!r}")
+    return enc
+
+
+def _conv_kinds(path: Path) -> dict[str, str]:
+    """Kind of every convolution node of ONNX Runtime's optimized graph of ``path``: stem (the
+    first), head (the last), depthwise (group > 1) or pointwise."""
+    import onnx
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.optimized_model_filepath = str(Path(tmp) / "opt.onnx")
+        opts.log_severity_level = 3
+        ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        nodes = onnx.load(str(Path(tmp) / "opt.onnx")).graph.node
+    convs = [n for n in nodes if "Conv" in n.op_type]
+    kinds = {}
+    for i, n in enumerate(convs):
+        depthwise = any(a.name == "group" and a.i > 1 for a in n.attribute)
+        kinds[n.name] = ("conv stem" if i == 0 else "conv head" if i == len(convs) - 1
+                         else "conv depthwise" if depthwise else "conv pointwise")
+    return kinds
+
+
+def _session(path: Path, threads: int, profile_dir: str | None = None) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    if profile_dir is not None:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = str(Path(profile_dir) / "prof")
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _run_file(sess: Any, images: np.ndarray, batch_size: int) -> np.ndarray:
+    return np.concatenate([sess.run(["features"], {"x": images[i : i + batch_size]})[0]
+                           for i in range(0, len(images), batch_size)])
+
+
+def op_profile(path: Path, images: np.ndarray, batch_size: int, threads: int) -> dict[str, float]:
+    """Milliseconds per operator kind (convolutions split by :func:`_conv_kinds`) of one
+    profiled run over ``images``, after one warm-up batch."""
+    import json
+
+    kinds = _conv_kinds(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        sess = _session(path, threads, tmp)
+        _run_file(sess, images[:batch_size], batch_size)
+        _run_file(sess, images, batch_size)
+        with open(sess.end_profiling()) as fh:
+            events = json.load(fh)
+    runs = [e for e in events if e.get("cat") == "Session" and e["name"] == "model_run"]
+    start = runs[1]["ts"] if len(runs) > 1 else 0  # runs[0] is the warm-up batch
+    out: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] >= start:
+            node = e["name"].removesuffix("_kernel_time")
+            kind = kinds.get(node, e["args"].get("op_name", "?"))
+            out[kind] = out.get(kind, 0.0) + e["dur"] / 1e3
+    return out
+
+
 def bench_int8_variant(
     variant: str, images: np.ndarray, calibration: np.ndarray, args: argparse.Namespace,
     heads: list[str],
 ) -> dict[str, Any]:
     """Float vs int8 of one Lite variant: side-by-side throughput, then accuracy of every head."""
-    flt = get_encoder(variant, args.int8_resolution)
-    q = get_encoder(f"{variant}-int8", args.int8_resolution, calibration=calibration)
+    flt = _onnx(get_encoder(variant, args.int8_resolution))
+    q = _onnx(get_encoder(f"{variant}-int8", args.int8_resolution, calibration=calibration))
     t0 = time.perf_counter()
     q.embed(images[: args.batch_size])  # builds (quantizes) or loads the cached int8 model
     build_s = time.perf_counter() - t0
@@ -168,6 +258,13 @@ def bench_int8_variant(
     }
     print(f"{variant}: float {out['float_img_per_s']:.1f} img/s, int8 "
           f"{out['int8_img_per_s']:.1f} img/s ({out['speedup']:.2f}x)", flush=True)
+    h, w = images.shape[1:3]
+    prof = images[: args.profile_images]
+    out["profile_ms"] = {
+        "float": op_profile(flt.onnx_path(h, w), prof, args.batch_size, flt.threads),
+        "int8": op_profile(q.onnx_path(h, w), prof, args.batch_size, q.threads),
+    }
+    out["profile_images"] = len(prof)
     if args.train_per_class > 0:
         acc_f, xf, pf = _head_accuracies(flt, args.train_per_class, args.test_per_class, heads)
         acc_q, xq, pq = _head_accuracies(q, args.train_per_class, args.test_per_class, heads)
@@ -187,6 +284,83 @@ def bench_int8_variant(
         print(f"  best head float {best_f} {acc_f[best_f]:.4f}, int8 {best_q} "
               f"{acc_q[best_q]:.4f}; feature cosine {cos.mean():.4f}", flush=True)
     return out
+
+
+def _sweep() -> list[tuple[str, Any]]:
+    from ghofl.client.encoders.quantize import QuantSettings
+
+    return [
+        ("default", QuantSettings()),
+        ("all convolutions int8, 7-bit depthwise (the first default)",
+         QuantSettings(keep_float=(), depthwise_8bit=False)),
+        ("all convolutions int8", QuantSettings(keep_float=())),
+        ("QOperator format", QuantSettings(quant_format="qoperator")),
+        ("per-tensor weights", QuantSettings(per_channel=False)),
+        ("8-bit weights everywhere (reduce_range off)", QuantSettings(reduce_range=False)),
+        ("uint8 weights (U8U8 kernels)", QuantSettings(weight_type="uint8", reduce_range=False)),
+    ]
+
+
+def bench_int8_sweep(
+    images: np.ndarray, calibration: np.ndarray, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Lite0 quantized with each :func:`_sweep` setting: speed vs float side by side, cosine."""
+    from ghofl.client.encoders.quantize import quantize_onnx
+
+    flt = _onnx(get_encoder("efficientnet-lite0", args.int8_resolution))
+    flt.embed(images[:2])  # make sure the float export exists
+    h, w = images.shape[1:3]
+    float_path = flt.onnx_path(h, w)
+    sf = _session(float_path, flt.threads)
+    ref = _run_file(sf, images, args.batch_size)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (label, settings) in enumerate(_sweep()):
+            path = quantize_onnx(float_path, Path(tmp) / f"v{i}.onnx", calibration, settings)
+            sq = _session(path, flt.threads)
+            feats = _run_file(sq, images, args.batch_size)
+            cos = np.sum(ref * feats, 1) / (
+                np.linalg.norm(ref, axis=1) * np.linalg.norm(feats, axis=1)
+            )
+            tf, tq = [], []
+            for _ in range(args.repeats):
+                tf.append(median_time(lambda: _run_file(sf, images, args.batch_size), 1)[0])
+                tq.append(median_time(lambda s=sq: _run_file(s, images, args.batch_size), 1)[0])  # type: ignore[misc]
+            rows.append({
+                "label": label,
+                "settings": settings.describe(),
+                "speedup": statistics.median([a / b for a, b in zip(tf, tq, strict=True)]),
+                "float_img_per_s": len(images) / statistics.median(tf),
+                "int8_img_per_s": len(images) / statistics.median(tq),
+                "cosine_mean": float(cos.mean()),
+                "cosine_min": float(cos.min()),
+            })
+            print(f"sweep {label}: {rows[-1]['speedup']:.2f}x, cosine {cos.mean():.4f}", flush=True)
+            path.unlink()
+    return {"rows": rows}
+
+
+def render_int8_sweep(result: dict[str, Any]) -> str:
+    table = markdown_table(
+        ["setting", "int8 img/s", "float img/s", "int8 / float", "feature cosine mean (min)"],
+        [
+            [r["label"], f"{r['int8_img_per_s']:.1f}", f"{r['float_img_per_s']:.1f}",
+             f"{r['speedup']:.2f}x", f"{r['cosine_mean']:.3f} ({r['cosine_min']:.3f})"]
+            for r in result["rows"]
+        ],
+    )
+    return (
+        "## Encoders: int8 settings tried (EfficientNet-Lite0, 224 px)\n\n"
+        "Written by `benchmarks/bench_encoders.py --parts int8sweep`. Lite0 quantized with each "
+        f"setting (calibrated on {result['n_calibration']} CIFAR-10 training images), timed "
+        f"against the float model in the same process on {result['n_images']} CIFAR-10 test "
+        f"images (batch {result['batch_size']}, {result['repeats']} alternated runs, median of "
+        "the per-run ratios), and compared with the float features of the same images (cosine). "
+        "Unless named, a row uses the default settings: "
+        f"{result['default_settings']}. The histogram calibrations (percentile, entropy) are not "
+        "in the sweep: they keep every activation of every calibration image in memory (entropy "
+        f"needed more than 16 GiB for 256 images). Machine: {result['machine']}.\n\n{table}\n"
+    )
 
 
 def render_int8(result: dict[str, Any]) -> str:
@@ -223,6 +397,26 @@ def render_int8(result: dict[str, Any]) -> str:
             )
         lines.append(line + ".")
     n_test = 10 * result["test_per_class"]
+    kinds = ["conv pointwise", "conv depthwise", "conv stem", "conv head"]
+    prof_rows = []
+    for r in result["runs"]:
+        pf, pq = r["profile_ms"]["float"], r["profile_ms"]["int8"]
+        rest_f = sum(v for k, v in pf.items() if k not in kinds)
+        rest_q = sum(v for k, v in pq.items() if k not in kinds)
+        cells = [f"{pf.get(k, 0):.0f} / {pq.get(k, 0):.0f}" for k in kinds]
+        prof_rows.append([r["variant"], *cells, f"{rest_f:.0f} / {rest_q:.0f}",
+                          f"{sum(pf.values()):.0f} / {sum(pq.values()):.0f}"])
+    prof_table = markdown_table(
+        ["encoder", *(f"{k} ms" for k in kinds), "other ops ms", "total ms"], prof_rows
+    )
+    n_prof = result["runs"][0]["profile_images"] if result["runs"] else 0
+    kind_lines = []
+    for r in result["runs"]:
+        pf, pq = r["profile_ms"]["float"], r["profile_ms"]["int8"]
+        ratios = [f"{k.removeprefix('conv ')} {pq[k] / pf[k]:.2f}" for k in kinds
+                  if pf.get(k, 0) > 0 and k in pq]
+        kind_lines.append(f"- {r['variant']}: int8 / float kernel time: " + ", ".join(ratios)
+                          + " (below 1 = int8 faster).")
     return (
         "## Encoders: float vs int8 (static quantization, ONNX Runtime), "
         "EfficientNet-Lite0/1/2\n\n"
@@ -230,20 +424,25 @@ def render_int8(result: dict[str, Any]) -> str:
         f"{result['n_images']} real CIFAR-10 test images at {result['resolution']} px, batch "
         f"{result['batch_size']}, float and int8 runs alternated {result['repeats']} times "
         "(speed-up = median of the per-run ratios, so both see the same machine load); the "
-        "quantization itself is not timed. int8: QDQ, per-channel 7-bit weights (AVX2 without "
-        "VNNI saturates 8-bit products), uint8 activations calibrated (min/max) on 256 CIFAR-10 "
-        "training images; preprocessing and the final average stay float; own encoder "
-        "fingerprint. Accuracy: every head fitted from the statistics of "
+        f"quantization itself is not timed. int8 settings: {result['settings']}; calibrated on "
+        f"{result['n_calibration']} CIFAR-10 training images; the preprocessing and the final "
+        "average stay float; own encoder fingerprint. Accuracy: every head fitted from the "
+        "statistics of "
         f"{10 * result['train_per_class']} training images ({result['train_per_class']} per "
         f"class) and scored on {n_test} test images (one image = {100 / n_test:.2f} points). "
         f"Machine: {result['machine']}.\n\n"
-        f"{table}\n\n" + "\n".join(lines) + "\n"
+        f"{table}\n\n" + "\n".join(lines) + "\n\n"
+        f"Where the time goes (ONNX Runtime profiler, one run of {n_prof} images, float / int8 "
+        "kernel milliseconds; the int8 graph is fully fused: QLinearConv and QLinearAdd, no "
+        "QuantizeLinear/DequantizeLinear left inside the network):\n\n"
+        f"{prof_table}\n\n" + "\n".join(kind_lines) + "\n\n" + INT8_WHY
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="torch,int8", help="comma-separated: torch, int8")
+    parser.add_argument("--parts", default="torch,int8,int8sweep",
+                        help="comma-separated: torch, int8, int8sweep")
     parser.add_argument("--n", type=int, default=256, help="images per throughput run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -255,6 +454,10 @@ def main() -> None:
                         help="int8 accuracy: training images per class (0 = skip accuracy)")
     parser.add_argument("--test-per-class", type=int, default=50)
     parser.add_argument("--heads", default="all", help="comma-separated names, or 'all'")
+    parser.add_argument("--profile-images", type=int, default=64,
+                        help="int8: images of the profiled run")
+    parser.add_argument("--sweep-n", type=int, default=64,
+                        help="int8sweep: images per timed run and for the cosine")
     args = parser.parse_args()
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     images = _images(args.n)
@@ -265,11 +468,15 @@ def main() -> None:
         from ghofl.heads.registry import available_heads
 
         heads = available_heads() if args.heads == "all" else args.heads.split(",")
+        from ghofl.client.encoders.quantize import QuantSettings
+
         calibration = default_calibration_images(_data_dir())
         runs = [bench_int8_variant(v, images, calibration, args, heads)
                 for v in args.int8_variants]
         result = {
             "machine": machine_summary(),
+            "settings": QuantSettings().describe(),
+            "n_calibration": len(calibration),
             "n_images": len(images),
             "batch_size": args.batch_size,
             "repeats": args.repeats,
@@ -282,6 +489,24 @@ def main() -> None:
         write_json(ROOT / "benchmarks" / "results" / "encoders_int8.json", result)
         update_section(ROOT / "BENCHMARKS.md", "encoders_int8", render_int8(result))
         print(render_int8(result))
+    if "int8sweep" in parts:
+        from ghofl.client.encoders.quantize import QuantSettings, default_calibration_images
+
+        calibration = default_calibration_images(_data_dir())
+        sweep_images = images[: args.sweep_n]
+        result = {
+            "machine": machine_summary(),
+            "n_images": len(sweep_images),
+            "n_calibration": len(calibration),
+            "batch_size": args.batch_size,
+            "repeats": args.repeats,
+            "resolution": args.int8_resolution,
+            "default_settings": QuantSettings().describe(),
+            **bench_int8_sweep(sweep_images, calibration, args),
+        }
+        write_json(ROOT / "benchmarks" / "results" / "encoders_int8_sweep.json", result)
+        update_section(ROOT / "BENCHMARKS.md", "encoders_int8_sweep", render_int8_sweep(result))
+        print(render_int8_sweep(result))
 
 
 def main_torch(args: argparse.Namespace, images: np.ndarray) -> None:

@@ -95,6 +95,10 @@ def test_int8_identity_differs_from_float_and_from_other_calibrations() -> None:
     assert int8_info(INFO, _images(24, seed=9), QuantSettings()).fingerprint() != info.fingerprint()
     other = QuantSettings(per_channel=False)
     assert int8_info(INFO, cal, other).fingerprint() != info.fingerprint()
+    seven_bit_dw = QuantSettings(depthwise_8bit=False)
+    assert int8_info(INFO, cal, seven_bit_dw).fingerprint() != info.fingerprint()
+    assert "8-bit depthwise" in info.preprocessing
+    assert "8-bit depthwise" not in int8_info(INFO, cal, seven_bit_dw).preprocessing
 
 
 def test_statistics_of_int8_and_float_encoders_refuse_to_merge() -> None:
@@ -120,6 +124,40 @@ def test_statistics_of_int8_and_float_encoders_refuse_to_merge() -> None:
 def test_bad_settings_are_refused(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         QuantSettings(**kwargs)
+
+
+def _int8_weight_ranges(path: Path) -> dict[str, int]:
+    """Largest |q| of the quantized 4-d conv weights, keyed "dw" (one input channel per group)
+    or "dense"."""
+    import onnx
+    from onnx import numpy_helper
+
+    out: dict[str, int] = {}
+    for init in onnx.load(str(path)).graph.initializer:
+        w = numpy_helper.to_array(init)
+        if w.dtype == np.int8 and w.ndim == 4:
+            kind = "dw" if w.shape[1] == 1 else "dense"
+            out[kind] = max(out.get(kind, 0), int(np.abs(w.astype(np.int32)).max()))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        (QuantSettings(keep_float=()), {"dw": 127, "dense": 64}),
+        (QuantSettings(keep_float=(), depthwise_8bit=False), {"dw": 64, "dense": 64}),
+        (QuantSettings(), {"dw": 127}),  # stem and head stay float
+        (QuantSettings(keep_float=(), reduce_range=False), {"dw": 127, "dense": 127}),
+        (QuantSettings(keep_float=(), per_channel=False), {"dw": 127, "dense": 64}),
+    ],
+)
+def test_weight_bits_follow_the_settings(
+    settings: QuantSettings, expected: dict[str, int], tmp_path: Path
+) -> None:
+    q = QuantizedOnnxEncoder(_Tiny, INFO, _images(16, seed=1), settings, cache_dir=tmp_path)
+    out = q.embed(_images(3, seed=2))
+    assert out.shape == (3, 16) and np.all(np.isfinite(out))
+    assert _int8_weight_ranges(q.onnx_path(16, 16)) == expected
 
 
 def test_bad_calibration_images_are_refused() -> None:

@@ -2,10 +2,15 @@
 
 An int8 encoder is the float ONNX export of an encoder (:mod:`ghofl.client.encoders.onnx_backend`)
 passed through ONNX Runtime's pre-processing (shape inference, graph fusion) and static
-quantization: weights int8 per output channel, activations uint8 with ranges calibrated (min/max)
-on a fixed set of images. The preprocessing inside the graph (cast, resize, normalisation) and
-the final global average stay in float. The quantized file is cached next to the float exports
-(``<cache dir>/onnx/<name>-int8-<fingerprint>-<H>x<W>-<dtype>.onnx``).
+quantization (defaults, :class:`QuantSettings`): QDQ format that ONNX Runtime fuses into
+QLinearConv/QLinearAdd kernels, symmetric int8 weights per output channel (7-bit in the
+convolutions run as matrix products, which saturate on AVX2 CPUs without VNNI; 8-bit in the
+depthwise ones), uint8 activations with ranges calibrated (min/max) on a fixed set of images.
+The preprocessing inside the graph (cast, resize, normalisation), the stem and head
+convolutions and the final global average stay in float. On an AVX2 CPU without VNNI the int8
+kernels are not faster than the float ones (measured in BENCHMARKS.md); they are meant for CPUs
+with VNNI or ARM dot-product instructions (not measured here). The quantized file is cached next
+to the float exports (``<cache dir>/onnx/<name>-int8-<fingerprint>-<H>x<W>-<dtype>.onnx``).
 
 Identity: the :class:`~ghofl.stats.meta.EncoderInfo` of an int8 encoder has the name
 ``<float name>-int8`` and a ``weights_hash`` that digests the float weights, the calibration images,
@@ -61,18 +66,27 @@ class QuantSettings:
     per_channel : bool, default True
         One weight scale per output channel (needed by depthwise convolutions).
     reduce_range : bool, default True
-        7-bit weights: avoids the overflow of the 16-bit pairwise sums of uint8 x int8 products
-        on x86 CPUs without VNNI (AVX2), which otherwise costs a lot of accuracy.
+        7-bit weights for the convolutions run as integer matrix products (pointwise, stem,
+        head): avoids the overflow of the 16-bit pairwise sums of uint8 x int8 products
+        (``vpmaddubsw``) on x86 CPUs without VNNI (AVX2), which otherwise costs a lot of
+        accuracy (feature cosine to float 0.85 instead of 0.94 on Lite0).
+    depthwise_8bit : bool, default True
+        With ``reduce_range``, depthwise convolutions still get full 8-bit weights: ONNX
+        Runtime's depthwise kernel does not use the saturating pairwise product, and the
+        extra bit lifts the feature cosine to float from 0.94 to 0.96 on Lite0.
     weight_type : {"int8", "uint8"}, default "int8"
         Symmetric int8 weights, or asymmetric uint8 weights (U8U8 kernels: no saturation on
         AVX2, slower).
     op_types : tuple of str, default ("Conv", "Add", "Clip")
         Operator types to quantize.
-    keep_float : tuple of str, default ()
+    keep_float : tuple of str, default ("first", "last")
         Which convolutions stay float besides the preprocessing: ``"first"`` (the stem) and/or
-        ``"last"`` (the 1x1 head convolution).
+        ``"last"`` (the 1x1 head convolution). The stem (3 input channels) is twice as slow in
+        int8 as in float on AVX2, and both are among the most sensitive layers.
     calibration : {"minmax", "percentile", "entropy"}, default "minmax"
-        How activation ranges are chosen from the calibration images.
+        How activation ranges are chosen from the calibration images (on Lite0 min/max and
+        percentile give the same feature cosine to float; ONNX Runtime's entropy calibrator
+        needed more than 16 GiB of memory for 256 images at 224 px).
     calibration_batch : int, default 32
         Images per calibration batch.
     """
@@ -80,9 +94,10 @@ class QuantSettings:
     quant_format: str = "qdq"
     per_channel: bool = True
     reduce_range: bool = True
+    depthwise_8bit: bool = True
     weight_type: str = "int8"
     op_types: tuple[str, ...] = ("Conv", "Add", "Clip")
-    keep_float: tuple[str, ...] = ()
+    keep_float: tuple[str, ...] = ("first", "last")
     calibration: str = "minmax"
     calibration_batch: int = 32
 
@@ -111,7 +126,8 @@ class QuantSettings:
         parts = [
             self.quant_format.upper(),
             "per-channel" if self.per_channel else "per-tensor",
-            ("7-bit " if self.reduce_range else "8-bit ") + self.weight_type + " weights",
+            ("7-bit " if self.reduce_range else "8-bit ") + self.weight_type + " weights"
+            + (" (8-bit depthwise)" if self.reduce_range and self.depthwise_8bit else ""),
             "ops " + "+".join(self.op_types),
         ]
         parts.append(f"{self.calibration} calibration")
@@ -252,6 +268,29 @@ def _float_nodes(model_path: Path, keep_float: tuple[str, ...]) -> list[str]:
     return names
 
 
+def _full_range_weights(
+    model_path: Path, settings: QuantSettings, excluded: list[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """ONNX Runtime ``TensorQuantOverrides`` giving the depthwise convolution weights 8 bits
+    when ``reduce_range`` gives the other weights 7 (empty when not asked for)."""
+    import onnx
+
+    if not (settings.reduce_range and settings.depthwise_8bit):
+        return {}
+    skip = set(excluded)
+    nodes = onnx.load(str(model_path), load_external_data=False).graph.node
+    override: dict[str, Any] = {"reduce_range": False}
+    if settings.per_channel:
+        override["axis"] = 0
+    return {
+        n.input[1]: [dict(override)]
+        for n in nodes
+        if n.op_type == "Conv"
+        and n.name not in skip
+        and any(a.name == "group" and a.i > 1 for a in n.attribute)
+    }
+
+
 def quantize_onnx(
     float_path: str | os.PathLike[str],
     out_path: str | os.PathLike[str],
@@ -268,7 +307,8 @@ def quantize_onnx(
     calibration : ndarray of uint8, shape (n, H', W', 3)
         Calibration images; resized (bilinear) to the model's H x W when they differ.
     settings : QuantSettings, optional
-        Defaults: QDQ, per-channel, 7-bit weights, Conv/Add/Clip.
+        Defaults: QDQ, per-channel, 7-bit weights (8-bit depthwise), Conv/Add/Clip, float stem
+        and head convolutions, min/max calibration.
     input_name : str, default "x"
 
     Returns
@@ -301,6 +341,7 @@ def quantize_onnx(
         pre = Path(tmp) / "pre.onnx"
         quant_pre_process(str(src), str(pre), skip_symbolic_shape=False)
         staged = Path(tmp) / "int8.onnx"
+        excluded = _float_nodes(pre, cfg.keep_float)
         quantize_static(
             str(pre),
             str(staged),
@@ -316,10 +357,11 @@ def quantize_onnx(
                 "entropy": CalibrationMethod.Entropy,
             }[cfg.calibration],
             weight_type=QuantType.QInt8 if cfg.weight_type == "int8" else QuantType.QUInt8,
-            nodes_to_exclude=_float_nodes(pre, cfg.keep_float),
+            nodes_to_exclude=excluded,
             extra_options={
                 "ActivationSymmetric": False,
                 "WeightSymmetric": cfg.weight_type == "int8",
+                "TensorQuantOverrides": _full_range_weights(pre, cfg, excluded),
             },
         )
         os.chmod(staged, 0o644)
