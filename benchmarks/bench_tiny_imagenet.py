@@ -22,9 +22,13 @@ and the old pairwise ``total + payload`` for the last one.
 
 Run: ``flock scratch/cpu.lock .venv/bin/python benchmarks/bench_tiny_imagenet.py`` (needs the
 Tiny-ImageNet embedding cache or ``GHOFL_DATA_DIR`` to compute it: about 6 minutes on 2 cores).
-``--configs pooled,full-k256`` runs a subset; ``--render`` rewrites the section from the
-JSON. Writes ``benchmarks/results/tiny_imagenet_scale.json`` and the section
-``tiny-imagenet-scale`` of BENCHMARKS.md.
+``--configs pooled,full-k256`` runs a subset; ``--heads`` and ``--skip full:nb,full:lda``
+re-run some heads of a configuration: its other head rows are kept from the JSON with the date
+they were measured (the upload and aggregation columns are always re-measured); ``--render``
+rewrites the section from the JSON. Writes ``benchmarks/results/tiny_imagenet_scale.json`` and
+the section ``tiny-imagenet-scale`` of BENCHMARKS.md; the notes under it read the main table,
+the centralised probe and the trainable heads from ``benchmarks/results/tiny_imagenet/`` and
+``benchmarks/results/tiny_imagenet_trained/``.
 """
 
 from __future__ import annotations
@@ -51,6 +55,12 @@ CONFIGS: dict[str, tuple[str, int]] = {
     "pooled": ("pooled", 0),
 }
 CLIENTS, ALPHA, SEED = 10, 0.1, 0
+#: QDA's ``shrinkage_target`` values, as the notes describe them
+QDA_TARGET_WORDS = {
+    "pooled": "the default LDA's pooled covariance rescaled to the class",
+    "scaled_identity": "tr(Σ_c)/d·I",
+    "identity": "I",
+}
 
 
 class RssSampler:
@@ -103,6 +113,7 @@ def worker(name: str, heads: tuple[str, ...]) -> dict[str, Any]:
     stage, so an interrupted configuration keeps its finished rows."""
     import numpy as np
 
+    from ghofl.bench.report import machine_summary
     from ghofl.client.job import ClientJob, client_statistics
     from ghofl.data.partition import dirichlet_partition
     from ghofl.server_job import ServerJob, run_server_job
@@ -119,7 +130,8 @@ def worker(name: str, heads: tuple[str, ...]) -> dict[str, Any]:
                            "clients": CLIENTS, "alpha": ALPHA, "seed": SEED,
                            "dim": int(feats.x_train.shape[1]), "classes": len(feats.classes),
                            "n_train": int(feats.y_train.size), "n_test": int(feats.y_test.size),
-                           "baseline_rss_bytes": base, "date": time.strftime("%Y-%m-%d")}
+                           "baseline_rss_bytes": base, "date": time.strftime("%Y-%m-%d"),
+                           "machine": machine_summary()}
     client_s: list[float] = []
     acc = StatsTotal()
     inplace_s: list[float] = []
@@ -185,6 +197,7 @@ def worker(name: str, heads: tuple[str, ...]) -> dict[str, Any]:
     out["heads"] = {}
     partial = RESULTS.with_suffix(f".{name}.partial.json")
     partial.write_text(json.dumps(out))
+    from ghofl.heads.build import to_jsonable
     from ghofl.heads.registry import head_class
     from ghofl.stats.schema import mode_supports
 
@@ -201,6 +214,10 @@ def worker(name: str, heads: tuple[str, ...]) -> dict[str, Any]:
             "accuracy": score.accuracy,
             "fit_predict_peak_extra_bytes": sampler.window_peak() - rss,
             "peak_over_baseline_bytes": sampler.window_peak() - base,
+            "params": to_jsonable(res.heads[head].get_params()),
+            "fitted": {a: to_jsonable(getattr(res.heads[head], a, None))
+                       for a in res.heads[head].fitted_scalars},
+            "date": out["date"],
         }
         del res
         partial.write_text(json.dumps(out))
@@ -247,6 +264,44 @@ def _sim_peak(r: dict[str, Any]) -> str:
     return ("≤ " if bound else "") + _gb(r["aggregate_peak_extra_bytes"])
 
 
+def _head_date(run: dict[str, Any], head: dict[str, Any]) -> str:
+    """When a head row was measured (its own date, else its configuration's)."""
+    return str(head.get("date", run.get("date", "2026-11-30")))
+
+
+def _qda_cost_note(runs: list[dict[str, Any]]) -> str:
+    """How much more QDA would cost at full d than in its smallest measured projection."""
+    ks = [r["projection_dim"] for r in runs if r["projection_dim"] and "qda" in r["heads"]]
+    if not ks:
+        return ""
+    k, d = min(ks), runs[0]["dim"]
+    return (f" QDA's fit and prediction grow as d³ and C·n·d² (about {(d / k) ** 3:.0f} and "
+            f"{(d / k) ** 2:.0f} times its k = {k} row at d = {d}).")
+
+
+def _machines(data: dict[str, Any]) -> str:
+    """The machine line, per group of rows when the rows come from differently set-up runs."""
+    rows: dict[str, list[str]] = {}
+    for r in data["runs"]:
+        run_machine = str(r.get("machine", data["machine"]))
+        where = f"`{r['config']}`"
+        heads = {h: str(r["heads"][h].get("machine", run_machine))
+                 for h in HEADS if h in r["heads"]}
+        for m in dict.fromkeys([run_machine, *heads.values()]):
+            own = [h for h, hm in heads.items() if hm == m]
+            if m == run_machine and len(own) == len(heads):
+                rows.setdefault(m, []).append(where)
+            elif m == run_machine:
+                rows.setdefault(m, []).append(
+                    f"{where} (upload and aggregation" + "".join(f", {h}" for h in own) + ")")
+            else:
+                rows.setdefault(m, []).append(f"{where} ({', '.join(own)})")
+    if len(rows) <= 1:
+        return f"Machine: {next(iter(rows), data['machine'])}. "
+    return "\n".join(["Machines, with the rows measured on each:", "",
+                      *(f"* {m}: {', '.join(w)}" for m, w in rows.items()), "", ""])
+
+
 def _dates(data: dict[str, Any]) -> str:
     """The measurement date, per configuration when the rows come from several runs."""
     dates = {str(r["config"]): str(r.get("date", "2026-11-30")) for r in data["runs"]}
@@ -277,8 +332,10 @@ def render(data: dict[str, Any]) -> str:
                 f"`{r['mode']}`", r["projection_dim"] or "-", h, f"{100 * v['accuracy']:.2f}",
                 f"{v['fit_seconds']:.1f}", f"{v['predict_seconds']:.1f}",
                 _gb(v["fit_predict_peak_extra_bytes"]), _gb(v["peak_over_baseline_bytes"]),
+                _head_date(r, v),
             ])
     r0 = runs[0]
+    per_class = r0["n_train"] / r0["classes"]
     skipped = [f"{h} in `{r['mode']}`" + (f" k = {r['projection_dim']}" if r["projection_dim"]
                                          else f" at d = {r['dim']}")
                for r in runs for h in r.get("skipped_heads", [])]
@@ -286,14 +343,14 @@ def render(data: dict[str, Any]) -> str:
         "## Tiny-ImageNet at C = 200: bytes, server memory and time per head "
         "(`benchmarks/bench_tiny_imagenet.py`)",
         "",
-        f"Machine: {data['machine']}. Measured {_dates(data)}. EfficientNet-Lite0 at 224 px "
-        f"(d = {r0['dim']}), {r0['n_train']:,} training images (100 per class) and "
+        f"{_machines(data)}Measured {_dates(data)}. EfficientNet-Lite0 at 224 px "
+        f"(d = {r0['dim']}), {r0['n_train']:,} training images ({per_class:g} per class) and "
         f"{r0['n_test']:,} test images, {r0['classes']} classes; one federation per row, "
         f"{r0['clients']} clients, α = {r0['alpha']}, seed {r0['seed']}, each configuration "
         "in a fresh process. Memory is the resident set size above the process baseline "
-        "(which holds the embeddings), sampled every 5 ms. Timings come from a shared, loaded "
-        "machine (BLAS on 1 thread, two benchmark processes side by side, other jobs running): "
-        "read them as upper bounds and as ratios between rows.",
+        "(which holds the embeddings), sampled every 5 ms. Timings come from a shared machine "
+        "with other jobs running beside the benchmark: read them as upper bounds and as ratios "
+        "between rows.",
         "",
         "Upload and aggregation. *Upload*: array bytes one client sends (symmetric matrices "
         "as upper triangles). *In memory*: the same payload held as full matrices. *Client s*: "
@@ -318,20 +375,20 @@ def render(data: dict[str, Any]) -> str:
             payload_rows,
         ),
         "",
-        "Heads fitted from the total (server side). *Fit peak GB*: memory above the level "
-        "before that head's fit and prediction; *over baseline GB*: including the total "
-        "held in memory.",
+        "Heads fitted from the total (server side), each at its default hyperparameters. "
+        "*Fit peak GB*: memory above the level before that head's fit and prediction; *over "
+        "baseline GB*: including the total held in memory. *Measured*: the date of the run "
+        "that fitted the head (`--heads` / `--skip` re-run some heads of a configuration and "
+        "keep its other rows).",
         "",
         markdown_table(
             ["mode", "proj k", "head", "accuracy %", "fit s", "predict s", "fit peak GB",
-             "over baseline GB"],
+             "over baseline GB", "measured"],
             head_rows,
         ),
         *([
             "",
-            "Not run (`--skip`): " + ", ".join(skipped) + ". QDA's fit and prediction grow "
-            "as d³ and C·n·d² (about 125 and 25 times its k = 256 row at d = 1280), more than "
-            "the session's time on this machine allowed.",
+            "Not run (`--skip`): " + ", ".join(skipped) + "." + _qda_cost_note(runs),
         ] if skipped else []),
     ])
 
@@ -361,20 +418,54 @@ def _spread(recs: list[dict[str, Any]]) -> float:
     return max((100 * (max(v) - min(v)) for v in groups.values()), default=0.0)
 
 
+def _qda_rule(v: dict[str, Any]) -> str:
+    """QDA's shrinkage as a run recorded it (target and coefficient), in words."""
+    params, fitted = v.get("params"), v.get("fitted") or {}
+    if not params:
+        return "hyperparameters not recorded in that run"
+    target = QDA_TARGET_WORDS.get(str(params.get("shrinkage_target")),
+                                  str(params.get("shrinkage_target")))
+    a = fitted.get("shrinkage_")
+    values = sorted(set(a)) if isinstance(a, list) else [a]
+    coef = "/".join(f"{x:.3g}" for x in values if isinstance(x, int | float)) or "?"
+    return f"toward {target}, a = {coef} ({fitted.get('shrinkage_method_', '?')})"
+
+
+def _logreg_note(ref: dict[str, Any] | None, best: tuple[str, float] | None) -> str:
+    """The centralised probe of the main table, from its record."""
+    if ref is None:
+        return ("* Centralised logistic-regression probe: not in the main table's results "
+                "(`benchmarks/results/tiny_imagenet/results.json`); scikit-learn's LDA is the "
+                "centralised reference there.")
+    det = ref.get("details", {})
+    how = (f"C = {det['C']:g} chosen among {len(det['cv_scores'])} values by {det['folds']}-fold "
+           f"cross-validation on {det['cv_samples']:,} training rows, then refitted on all "
+           f"{ref['n_train']:,}" if det.get("cv_scores") else f"C = {det.get('C', '?')}")
+    gap = ("" if best is None else
+           f"; the best head of the main table ({best[0]}, {100 * best[1]:.2f} %) is "
+           f"{100 * (ref['accuracy'] - best[1]):.2f} points below it")
+    return (f"* Centralised logistic-regression probe (main table): "
+            f"`ghofl.bench.logreg.LogisticProbe` on standardised embeddings (scikit-learn's "
+            f"`LogisticRegression` objective and L-BFGS solver, float32 products), {how}: "
+            f"{100 * ref['accuracy']:.2f} % in {ref['fit_seconds'] / 60:.0f} min{gap}.")
+
+
 def paper_notes(runs: list[dict[str, Any]]) -> str:
     """How the Tiny-ImageNet numbers relate to the paper's setting (values from the results)."""
     main_recs, trained_recs = _records("tiny_imagenet"), _records("tiny_imagenet_trained")
     means, trained = _means(main_recs), _means(trained_recs)
-    refs = {r["head"]: r["accuracy"] for r in main_recs if r["mode"] == "reference"}
-    cells = len({(r["alpha"], r["clients"], r["seed"]) for r in main_recs
-                 if r["mode"] != "reference"})
+    refs = {r["head"]: r for r in main_recs if r["mode"] == "reference"}
+    fed = [r for r in main_recs if r["mode"] != "reference"]
+    cells = len({(r["alpha"], r["clients"], r["seed"]) for r in fed})
+    modes = ", ".join(f"`{m}`" for m in sorted({r["mode"] for r in fed}))
     lines = ["### Tiny-ImageNet results and the paper", ""]
     if means:
         lines.append(
             f"Main table (`benchmarks/configs/tiny_imagenet.toml`, section `experiment-"
-            f"tiny_imagenet`): {cells} federations in mode `pooled`; mean accuracy "
+            f"tiny_imagenet`): {cells} federations in mode {modes}; mean accuracy "
             + ", ".join(f"{h} {100 * v:.2f} %" for h, v in means.items())
-            + "".join(f"; centralised {k} {100 * v:.2f} %" for k, v in sorted(refs.items()))
+            + "".join(f"; centralised {k} {100 * r['accuracy']:.2f} %"
+                      for k, r in sorted(refs.items()))
             + f". Largest change of any head between α / client-count settings with the same "
             f"seed: {_spread(main_recs):.4f} points."
         )
@@ -386,10 +477,14 @@ def paper_notes(runs: list[dict[str, Any]]) -> str:
             f"Trainable heads at their defaults (`tiny_imagenet_trained.toml`, {tcells} seeds): "
             + ", ".join(f"{h} {100 * v:.2f} %" for h, v in trained.items()) + "."
         )
-        same = [h for h, v in trained.items() if "lda" in means and abs(v - means["lda"]) < 1e-9]
+        lda_seed = {r["seed"]: r["accuracy"] for r in fed if r["head"] == "lda"}
+        same = [h for h in trained
+                if all(abs(r["accuracy"] - lda_seed.get(r["seed"], -1.0)) < 1e-12
+                       for r in trained_recs if r["head"] == h and r["mode"] != "reference")]
         if same:
             lines.append(
-                f"{' and '.join(same)} score exactly LDA's accuracy in every seed: at C = 200 "
+                f"{' and '.join(same)} score{'' if len(same) > 1 else 's'} exactly LDA's "
+                "accuracy in every seed: at C = 200 "
                 "their checkpoint selection on held-out synthetic samples kept the initial "
                 "(LDA) parameters, so here they add nothing over LDA."
             )
@@ -398,38 +493,65 @@ def paper_notes(runs: list[dict[str, Any]]) -> str:
             "The trainable heads (`tiny_imagenet_trained.toml`: FisherMix and Proto-Hyper at "
             "their defaults) were not run in this measurement."
         )
-    qda = [(r["projection_dim"], r["heads"]["qda"]) for r in runs if "qda" in r["heads"]]
+    qda = [(r["projection_dim"], r["dim"], r["heads"]["qda"]) for r in runs
+           if "qda" in r["heads"]]
     if qda:
         lines.append(
-            "QDA (mode `full`, table above): "
+            "QDA (mode `full`, table above; one shrinkage coefficient a for every class "
+            "covariance): "
             + "; ".join(
-                f"{'d = 1280' if k is None else f'k = {k}'}: {100 * v['accuracy']:.2f} %, fit "
-                f"{v['fit_seconds']:.0f} s, predict {v['predict_seconds']:.0f} s"
-                for k, v in qda
+                f"{f'd = {d}' if k is None else f'k = {k}'}: {100 * v['accuracy']:.2f} %, fit "
+                f"{v['fit_seconds']:.0f} s, predict {v['predict_seconds']:.0f} s, "
+                f"{_qda_rule(v)}"
+                for k, d, v in qda
             )
             + "."
         )
+    r0 = runs[0] if runs else None
+    if r0 is not None:
+        per = r0["n_train"] / r0["classes"]
+        data = (
+            f"Here every class has {per:g} training images (a subset of the official 500, see "
+            f"`benchmarks/configs/tiny_imagenet.toml`), so d = {r0['dim']} exceeds every class "
+            f"count {r0['dim'] / per:.1f}-fold: each class covariance has rank at most "
+            f"{per - 1:g}. QDA rests on shrinkage (by default toward LDA's pooled covariance "
+            "rescaled to each class, so what a class's own samples cannot determine comes "
+            "from the pooled estimate), as does the class-covariance synthesis of the trainable "
+            f"heads in mode `full`, while LDA's pooled covariance "
+            f"({r0['n_train'] - r0['classes']:,} degrees of freedom) is well determined. Expect "
+            "every head below what 500 per class would give."
+        )
+    else:
+        data = "Expect every head below what 500 training images per class would give."
+    by_mode = {r["mode"]: r for r in runs if not r["projection_dim"]}
+    exact = ""
+    if "full" in by_mode and "pooled" in by_mode:
+        common = [h for h in HEADS
+                  if h in by_mode["pooled"]["heads"] and h in by_mode["full"]["heads"]]
+        equal = [h for h in common if by_mode["pooled"]["heads"][h]["accuracy"]
+                 == by_mode["full"]["heads"][h]["accuracy"]]
+        differ = [h for h in common if h not in equal]
+        who = (f"{', '.join(equal)} score" if len(equal) > 1
+               else f"{equal[0]} scores" if equal else "no head scores")
+        exact = f"; in the table above {who} the same in both modes" + (
+            f", {', '.join(differ)} not (rows measured with different defaults)"
+            if differ else "")
+    best = max(((h, v) for h, v in means.items()), key=lambda hv: hv[1], default=None)
     lines += [
         "",
         "Where and why these numbers differ from the paper's:",
         "",
         "* No paper number to check against: the paper (and its code, per our reference notes) "
         "reports no Tiny-ImageNet run with EfficientNet-Lite0; its many-class runs (CIFAR-100, "
-        "C = 100) use torchvision backbones with 500 training images per class. Here every "
-        "class has 100 (the first 100 of the official 500), so d = 1280 exceeds every class "
-        "count 12.8-fold: each class covariance has rank at most 99, and QDA and the "
-        "class-covariance synthesis rest entirely on shrinkage, while LDA's pooled covariance "
-        "(19,800 degrees of freedom) is well determined. Expect every head below what 500 per "
-        "class would give.",
+        "C = 100) use torchvision backbones with 500 training images per class. " + data,
         "* Upload mode: the main table uses `pooled` (one global d x d matrix plus per-class "
         "diagonals) instead of the paper's `full`: at C = 200 and d = 1280 `full` is 200 "
         "second-moment matrices per client (table above). nb, lda and fedcgs get exactly the "
-        "same totals in both modes (`pooled` is an exact reduction of `full`); FisherMix and "
-        "Proto-Hyper synthesise from the pooled covariance instead of per-class ones "
-        "(`syn_covariance_` records it). QDA needs `full`; the table above shows where it ran.",
-        "* Centralised logistic-regression probe: not run at C = 200 (its cross-validated lbfgs "
-        "fits on 200 classes x 1280 features did not fit the time on the shared 2-core "
-        "machine); scikit-learn's LDA is the centralised reference.",
+        "same totals in both modes (`pooled` is an exact reduction of `full`)" + exact + "; "
+        "FisherMix and Proto-Hyper synthesise from the pooled covariance instead of per-class "
+        "ones (`syn_covariance_` records it). QDA needs `full`; the table above shows where it "
+        "ran.",
+        _logreg_note(refs.get("logreg"), best),
         "* Encoder input: 64x64 images are resized to 224 inside the model (bilinear, no "
         "antialiasing), where the paper's clients use PIL `Resize(224)`.",
         "* Leakage caveat: Tiny-ImageNet was made from ImageNet images and EfficientNet-Lite0 "
@@ -440,11 +562,30 @@ def paper_notes(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def merge_heads(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` with the head rows of ``old`` (the same configuration's earlier run) that ``new``
+    did not measure (not in ``--heads`` or in ``--skip``), each kept with its own date.
+
+    The upload and aggregation columns are always those of ``new`` (every run measures them);
+    a kept head row records the date (``"date"``) and the machine line (``"machine"``) of the
+    run that measured it."""
+    if old is None:
+        return new
+    old_date = str(old.get("date", "2026-11-30"))
+    kept = {h: {**v, "date": v.get("date", old_date)}
+            for h, v in old["heads"].items() if h not in new["heads"]}
+    for v in kept.values():
+        if "machine" not in v and "machine" in old:
+            v["machine"] = old["machine"]
+    return {**new, "heads": {**kept, **new["heads"]}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--heads", default=",".join(HEADS))
-    ap.add_argument("--skip", default="", help="CONFIG:HEAD pairs not to run, e.g. full:qda")
+    ap.add_argument("--skip", default="", help="CONFIG:HEAD pairs not to run, e.g. full:qda "
+                    "(their rows from an earlier run are kept)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--render", action="store_true", help="only rewrite the section")
     args = ap.parse_args()
@@ -461,14 +602,19 @@ def main() -> None:
         unknown = sorted(set(names) - set(CONFIGS))
         if unknown:
             raise SystemExit(f"unknown config(s) {unknown}; choose among {list(CONFIGS)}")
-        previous = json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else []
-        runs = {r["config"]: r for r in previous}
+        old_data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": []}
+        runs = {r["config"]: r for r in old_data["runs"]}
+        for r in runs.values():  # runs from before the per-run machine line
+            if "machine" in old_data:
+                r.setdefault("machine", old_data["machine"])
         skip = {tuple(p.split(":", 1)) for p in args.skip.split(",") if ":" in p}
         for name in names:  # the JSON is rewritten after each, so a partial run keeps its rows
             print(f"[{name}]", file=sys.stderr, flush=True)
-            runs[name] = run_config(name, tuple(h for h in heads if (name, h) not in skip))
-            if skip & {(name, h) for h in heads}:
-                runs[name]["skipped_heads"] = sorted(h for c, h in skip if c == name)
+            new = run_config(name, tuple(h for h in heads if (name, h) not in skip))
+            runs[name] = merge_heads(runs.get(name), new)
+            not_run = {h for c, h in skip if c == name} - set(runs[name]["heads"])
+            if not_run:
+                runs[name]["skipped_heads"] = sorted(not_run)
             data = {
                 "machine": machine_summary(),
                 "date": time.strftime("%Y-%m-%d"),
