@@ -69,11 +69,11 @@ class QuantSettings:
         7-bit weights for the convolutions run as integer matrix products (pointwise, stem,
         head): avoids the overflow of the 16-bit pairwise sums of uint8 x int8 products
         (``vpmaddubsw``) on x86 CPUs without VNNI (AVX2), which otherwise costs a lot of
-        accuracy (feature cosine to float 0.85 instead of 0.94 on Lite0).
+        accuracy (measured in BENCHMARKS.md, "Encoders: int8 settings tried").
     depthwise_8bit : bool, default True
         With ``reduce_range``, depthwise convolutions still get full 8-bit weights: ONNX
         Runtime's depthwise kernel does not use the saturating pairwise product, and the
-        extra bit lifts the feature cosine to float from 0.94 to 0.96 on Lite0.
+        extra bit brings the features closer to the float ones (same section).
     weight_type : {"int8", "uint8"}, default "int8"
         Symmetric int8 weights, or asymmetric uint8 weights (U8U8 kernels: no saturation on
         AVX2, slower).
@@ -81,12 +81,12 @@ class QuantSettings:
         Operator types to quantize.
     keep_float : tuple of str, default ("first", "last")
         Which convolutions stay float besides the preprocessing: ``"first"`` (the stem) and/or
-        ``"last"`` (the 1x1 head convolution). The stem (3 input channels) is twice as slow in
+        ``"last"`` (the 1x1 head convolution). The stem (3 input channels) is slower in
         int8 as in float on AVX2, and both are among the most sensitive layers.
     calibration : {"minmax", "percentile", "entropy"}, default "minmax"
         How activation ranges are chosen from the calibration images (on Lite0 min/max and
         percentile give the same feature cosine to float; ONNX Runtime's entropy calibrator
-        needed more than 16 GiB of memory for 256 images at 224 px).
+        keeps every activation of every calibration image in memory, too much at 224 px).
     calibration_batch : int, default 32
         Images per calibration batch.
     """
