@@ -82,7 +82,7 @@ class QuantSettings:
     keep_float : tuple of str, default ("first", "last")
         Which convolutions stay float besides the preprocessing: ``"first"`` (the stem) and/or
         ``"last"`` (the 1x1 head convolution). The stem (3 input channels) is slower in
-        int8 as in float on AVX2, and both are among the most sensitive layers.
+        int8 than in float on AVX2, and both are among the most sensitive layers.
     calibration : {"minmax", "percentile", "entropy"}, default "minmax"
         How activation ranges are chosen from the calibration images (on Lite0 min/max and
         percentile give the same feature cosine to float; ONNX Runtime's entropy calibrator
