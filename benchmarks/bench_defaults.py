@@ -253,16 +253,15 @@ def _matched_gaussian(rng: np.random.Generator, mean: NDArray[Any], cov: NDArray
     return out
 
 
-def replica_check(data: Data) -> dict[str, Any] | None:
-    """QDA on the real data and on a Gaussian replica with the same class statistics.
+def replica_data(data: Data) -> Data | None:
+    """A Gaussian replica of ``data`` with the same class statistics.
 
     The replica's training set has, class by class, the same count, mean and covariance as
-    the real one (so the same upload, up to rounding); its test set is drawn from those
-    Gaussians. A rule that reads only the statistics gives the same coefficient for both, so
-    when the best coefficient differs between them no such rule can be right for both.
+    the real one (so the same upload, up to rounding); its test set, of the same class
+    counts as the real test split, is drawn from those Gaussians (seed :data:`REPLICA_SEED`).
     Returns None when some class has no more samples than dimensions (no matched replica).
     """
-    x, y, xt, yt, c = data
+    x, y, _, yt, c = data
     m = _moments(x, y, c)
     counts = np.bincount(y, minlength=c)
     if counts.min() <= x.shape[1] + 1:
@@ -278,9 +277,26 @@ def replica_check(data: Data) -> dict[str, Any] | None:
     gxt = np.vstack([m.means[k] + rng.standard_normal((int(test_counts[k]), d)) @ roots[k].T
                      for k in range(c)])
     gyt = np.repeat(np.arange(c), test_counts)
+    return gx, gy, gxt, gyt, c
+
+
+def replica_check(data: Data) -> dict[str, Any] | None:
+    """QDA on the real data and on its Gaussian replica (:func:`replica_data`).
+
+    A rule that reads only the statistics gives the same coefficient for both, so when the
+    best coefficient differs between them no such rule can be right for both.
+    Returns None when there is no matched replica.
+    """
+    rep = replica_data(data)
+    if rep is None:
+        return None
+    x, y, xt, yt, c = data
+    gx, gy, gxt, gyt, _ = rep
+    m = _moments(x, y, c)
     gm = _moments(gx, gy, c)
     out: dict[str, Any] = {"max_rel_stat_diff": float(max(
-        np.max(np.abs(gm.class_covariance(k) - covs[k])) / np.max(np.abs(covs[k]))
+        np.max(np.abs(gm.class_covariance(k) - m.class_covariance(k)))
+        / np.max(np.abs(m.class_covariance(k)))
         for k in range(c)))}
     for label, mom, tx, ty in (("real", m, xt, yt), ("replica", gm, gxt, gyt)):
         grid = {str(a): acc(make_head("qda", shrinkage=a).fit_from_moments(mom), tx, ty)
