@@ -108,26 +108,34 @@ def _kind(test: dict[str, float], cv: dict[str, float], best: str, cv_best: str,
           lda: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"n_train": 1000, "n_test": 500, "test": test, "cv": cv,
                            "cv_seeds": [0, 1], "best_fixed": best, "cv_best_fixed": cv_best,
-                           "p_best": 0.38}
+                           "p_best": 0.38, "p_best_holdout": 0.5}
     if lda:
         out["p_sklearn"] = 1.0
+        out["p_sklearn_holdout"] = 1.0
     return out
 
 
 def test_report_reads_every_number_from_the_results(bench: ModuleType) -> None:
     grid = {str(a): 80.0 for a in bench.bd.GRID}
-    test = {**grid, "0.0": 92.6, "auto": 92.0, "sklearn": 91.8}
-    cv = {**grid, "0.0": 85.8, "auto": 85.5, "sklearn": 84.7}
-    qtest = {**grid, "0.1": 82.0, "auto": 84.0}
+    test = {**grid, "0.0": 92.6, "auto": 92.0, "auto+holdout": 92.4, "sklearn": 91.8}
+    cv = {**grid, "0.0": 85.8, "auto": 85.5, "auto+holdout": 85.6, "sklearn": 84.7}
+    qtest = {**grid, "0.1": 82.0, "auto": 84.0, "auto+holdout": 81.0}
+    qcv = {**grid, "0.3": 74.7, "auto": 78.1, "auto+holdout": 73.0}
     results = {"machine": "test machine", "datasets": {"trec": {
         "lda": _kind(test, cv, "0.0", "0.0", True),
-        "qda": _kind(qtest, {**grid, "0.3": 74.7, "auto": 78.1}, "0.1", "0.3", False)}}}
+        "qda": _kind(qtest, qcv, "0.1", "0.3", False)}}}
     text = bench.report(results)
     assert "Machine: test machine." in text
-    assert "| trec | LDA | best fixed (a=0.0) | 500 | 92.0 vs 92.6 | -0.60 | 0.38" in text
+    assert "| trec | LDA | auto | best fixed (a=0.0) | 500 | 92.0 vs 92.6 | -0.60 | 0.38" in text
     assert "85.5 vs 85.8 (a=0.0) | -0.30 | test noise" in text
-    assert "| trec | LDA | sklearn LW | 500 | 92.0 vs 91.8 | +0.20 | 1.00" in text
-    assert "| trec | QDA | best fixed (a=0.1) | 500 | 84.0 vs 82.0 | +2.00" in text
+    assert "| trec | LDA | auto | sklearn LW | 500 | 92.0 vs 91.8 | +0.20 | 1.00" in text
+    assert "| trec | LDA | auto+holdout | best fixed (a=0.0) | 500 | 92.4 vs 92.6 | -0.20" in text
+    assert "| trec | QDA | auto | best fixed (a=0.1) | 500 | 84.0 vs 82.0 | +2.00" in text
+    assert "| trec | QDA | auto+holdout | best fixed (a=0.1) | 500 | 81.0 vs 82.0 | -1.00" in text
+    assert "*auto*: 2 of 3 targets met on the test split; of the 1 others, 1 met" in text
+    assert ("*auto+holdout*: 2 of 3 targets met on the test split; of the 1 others, 0 met in "
+            "cross-validation") in text
+    assert "missed in cross-validation too: trec QDA vs best fixed (a=0.1)." in text
     assert "demo subset's training set" not in text
 
 
@@ -149,9 +157,11 @@ def test_gaussian_twin_keeps_counts_and_moments(bench: ModuleType) -> None:
 
 
 def test_verdict_summary_counts(bench: ModuleType) -> None:
-    rows = [["a", "LDA", "best fixed (a=0.0)", "met"],
-            ["b", "LDA", "sklearn LW", "test noise (met in CV; p ≥ 0.05)"],
-            ["c", "QDA", "best fixed (a=0.3)", "**missed** (in CV too)"]]
-    text = bench.verdict_summary(rows)
-    assert text.startswith("1 of 3 targets met on the test split; of the 2 others, 1 met")
-    assert text.endswith("missed in cross-validation too: c QDA vs best fixed (a=0.3).")
+    rows = [["a", "LDA", "auto", "best fixed (a=0.0)", "met"],
+            ["b", "LDA", "auto", "sklearn LW", "test noise (met in CV; p ≥ 0.05)"],
+            ["c", "QDA", "auto", "best fixed (a=0.3)", "**missed** (in CV too)"],
+            ["c", "QDA", "auto+holdout", "best fixed (a=0.3)", "met"]]
+    first, second = bench.verdict_summary(rows).split("\n\n")
+    assert first.startswith("*auto*: 1 of 3 targets met on the test split; of the 2 others, 1 met")
+    assert first.endswith("missed in cross-validation too: c QDA vs best fixed (a=0.3).")
+    assert second.startswith("*auto+holdout*: 1 of 1 targets met")

@@ -54,9 +54,10 @@ def test_generators_reject_bad_sizes(kw: dict[str, int], match: str) -> None:
 
 # ---------------------------------------------------------------- default vs hindsight
 #: The rule "auto" records, without and with a held-out part (ghofl.moments.selection): LDA
-#: minimises an estimate of its test error, QDA maximises a likelihood.
+#: minimises an estimate of its test error, QDA maximises a likelihood without a held-out part
+#: and minimises the held-out error estimate with one.
 PLAIN_METHOD = {"lda": "analytic-error", "qda": "evidence"}
-HELD_METHOD = {"lda": "heldout-error", "qda": "heldout-loglik"}
+HELD_METHOD = {"lda": "heldout-error", "qda": "heldout-error"}
 PAPER_FAMILY = {"qda": {"shrinkage_target": "scaled_identity"}}
 
 

@@ -123,7 +123,7 @@ def test_identity_only_rules_refuse_the_pooled_target(rule: str) -> None:
 def test_auto_with_a_held_out_part_uses_the_held_out_rule() -> None:
     x, y = gaussian_mixture(8, num_classes=3, dim=5, n=900)
     head = QDAHead().fit_from_stats(compute_stats(x, y, 3, holdout_fraction=0.25))
-    assert head.shrinkage_method_ == "heldout-loglik"
+    assert head.shrinkage_method_ == "heldout-error"
     assert QDAHead().fit_from_stats(compute_stats(x, y, 3)).shrinkage_method_ == "evidence"
 
 

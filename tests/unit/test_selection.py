@@ -177,11 +177,15 @@ def test_choose_without_holdout_uses_the_analytic_default_and_heldout_rule_needs
         sel.choose_qda_shrinkage(m, "heldout")
 
 
-def test_choose_class_and_qda_shrinkage_with_holdout() -> None:
+def test_choose_class_and_qda_shrinkage_with_holdout(monkeypatch: pytest.MonkeyPatch) -> None:
     x, y = gaussian_mixture(8, num_classes=3, dim=5, n=1500)
     m = compute_moments(compute_stats(x, y, 3, holdout_fraction=0.25))
     values, method = sel.choose_qda_shrinkage(m, "auto")
+    assert method == "heldout-error" and len(set(values)) == 1 and 0 < values[0] < 1
+    monkeypatch.setattr(sel, "QDA_CRITERION", "loglik")
+    values, method = sel.choose_qda_shrinkage(m, "auto")
     assert method == "heldout-loglik" and len(set(values)) == 1 and 0 < values[0] < 0.2
+    monkeypatch.undo()
     one = sel.choose_class_shrinkage(m, 1, "auto")
     assert one.method == "heldout-loglik" and 0.0 <= one.value <= 1.0
 

@@ -251,7 +251,8 @@ class QDAHead(Head):
     shrinkage : float in [0, 1] or rule, default "auto"
         Shrinkage a of every class covariance toward its target. ``"auto"``: one coefficient
         for all classes chosen from the data: on the held-out part of the statistics when the
-        clients uploaded one (held-out log-likelihood), else by the inverse-Wishart evidence of
+        clients uploaded one (a Gaussian estimate of the held-out error of the quadratic rule;
+        the held-out log-likelihood above 32 classes), else by the inverse-Wishart evidence of
         the class moments; ``"heldout"``, ``"oas"``, ``"rblw"`` (identity targets only),
         ``"evidence"`` name one rule. The paper fixed a = 0.1 toward the scaled identity
         (``preset="paper"``).

@@ -45,7 +45,10 @@ covariance), so P(s_c < s_j) ≈ Φ(−mean/sd); a class's error is 1 − Π_j (
   likelihood criterion it under-shrinks for classification when n/d is small.
 
 With a held-out part, ``"auto"`` uses the held-out error estimate for the pooled covariance
-(:data:`POOLED_CRITERION`) and the held-out log-likelihood for the class covariances.
+(:data:`POOLED_CRITERION`) and, for QDA's class covariances, the Gaussian estimate of the
+held-out error of the quadratic rule (:func:`heldout_qda_error`, :data:`QDA_CRITERION`): its
+score differences are quadratic in x, and their held-out mean and variance, under Gaussian
+held-out classes, again need only the held-out counts, means and second moments.
 
 Ledoit–Wolf's estimator is not offered: its variance term needs Σ_i ‖x_i x_iᵀ − S‖², a fourth
 moment of the data that no upload mode holds.
@@ -250,6 +253,99 @@ def heldout_error(
         pair[:, ~finite_prior] = 0.0
         class_err = 1.0 - np.exp(np.sum(np.log1p(-np.minimum(pair, 1.0 - 1e-16)), axis=1))
         out[i] = float(weights @ class_err)
+    return out
+
+
+def heldout_qda_error(
+    families: dict[int, ShrinkageFamily],
+    fit_means: F64,
+    log_priors: F64,
+    heldout_means: F64,
+    heldout_counts: NDArray[np.int64],
+    heldout_covs: dict[int, F64],
+    candidates: Sequence[float],
+) -> F64:
+    """Gaussian estimate of the held-out error rate of QDA on the class covariances C_c(a).
+
+    With P_c = C_c(a)⁻¹ and δ_c(x) = −½(x − μ_c)ᵀP_c(x − μ_c) − ½ log det C_c(a) + log π_c,
+    the score difference f = δ_h − δ_j is quadratic in x. Under held-out class h with mean m
+    and covariance S (treated as Gaussian) it has mean E f = E δ_h − E δ_j,
+    E δ_c = −½[tr(P_cS) + (m − μ_c)ᵀP_c(m − μ_c)] − ½ log det C_c(a) + log π_c, and variance
+    ½ tr((MS)²) + gᵀSg with M = P_h − P_j and g = P_j(m − μ_j) − P_h(m − μ_h). So
+    P(f < 0) ≈ Φ(−E f/sd f), and class h's error is 1 − Π_j (1 − P(f_hj < 0)), weighted by
+    its held-out count. Like :func:`heldout_error`, this needs only held-out counts, means and
+    second moments.
+
+    Every candidate is read from the generalised eigenbases U_c of the families
+    (P_c = U_c diag(1/D_c) U_cᵀ): per pair, UᵀSU products are formed once (three k³ products),
+    then each candidate costs O(k²).
+
+    Parameters
+    ----------
+    families : dict of int to ShrinkageFamily
+        The fitted classes (the rivals), each with its basis; all share the metric Q.
+    fit_means : ndarray, shape (C, k)
+    log_priors : ndarray, shape (C,)
+    heldout_means : ndarray, shape (C, k)
+    heldout_counts : ndarray of int, shape (C,)
+        n'_h, the weights of the scored classes.
+    heldout_covs : dict of int to ndarray, shape (k, k)
+        Held-out covariance (divisor n'_h) of each scored class; classes missing from it, with
+        no held-out sample, or not fitted, are not scored.
+    candidates : sequence of float
+
+    Returns
+    -------
+    ndarray, shape (len(candidates),)
+        Estimated error rates in [0, 1] (1 where some C_c(a) is singular).
+    """
+    rivals = sorted(families)
+    scored = [h for h in sorted(heldout_covs) if h in families and heldout_counts[h] > 0]
+    out = np.zeros(len(candidates))
+    if len(rivals) < 2 or not scored:
+        return out
+    lp = np.where(np.isfinite(log_priors), log_priors, -1e300)
+    dvals = {c: np.stack([families[c].diag(a) for a in candidates]) for c in rivals}
+    bad = np.zeros(len(candidates), dtype=bool)
+    for c in rivals:
+        bad |= np.any(dvals[c] <= 0.0, axis=1)
+    inv = {c: 1.0 / np.where(dvals[c] > 0.0, dvals[c], 1.0) for c in rivals}  # (n, k)
+    logdet = {c: np.sum(np.log(np.where(dvals[c] > 0.0, dvals[c], 1.0)), axis=1)
+              + families[c].logdet_q for c in rivals}
+    total = float(sum(int(heldout_counts[h]) for h in scored))
+    weight = {h: int(heldout_counts[h]) / total for h in scored}
+    for h in scored:
+        s = 0.5 * (heldout_covs[h] + heldout_covs[h].T)
+        m = heldout_means[h]
+        uh = families[h].basis
+        sv_h = s @ uh
+        a_h = uh.T @ sv_h
+        r_h = families[h].basis.T @ (m - fit_means[h])  # U_hᵀ(m − μ_h)
+        e_h = inv[h]
+        p = e_h * r_h  # rows: U_hᵀ P_h (m − μ_h) per candidate
+        mean_h = -0.5 * (e_h @ np.diag(a_h) + e_h @ (r_h * r_h)) - 0.5 * logdet[h] + lp[h]
+        quad_hh = np.sum((e_h @ (a_h * a_h)) * e_h, axis=1)
+        grad_hh = np.sum((p @ a_h) * p, axis=1)
+        log_keep = np.zeros(len(candidates))  # Σ_j log(1 − P(f_hj < 0))
+        for j in rivals:
+            if j == h:
+                continue
+            uj = families[j].basis
+            sv_j = s @ uj
+            a_j = uj.T @ sv_j
+            x_hj = uh.T @ sv_j  # U_hᵀ S U_j
+            r_j = uj.T @ (m - fit_means[j])
+            e_j = inv[j]
+            q = e_j * r_j
+            mean_j = -0.5 * (e_j @ np.diag(a_j) + e_j @ (r_j * r_j)) - 0.5 * logdet[j] + lp[j]
+            var = (0.5 * (quad_hh - 2.0 * np.sum((e_h @ (x_hj * x_hj)) * e_j, axis=1)
+                          + np.sum((e_j @ (a_j * a_j)) * e_j, axis=1))
+                   + grad_hh - 2.0 * np.sum((p @ x_hj) * q, axis=1)
+                   + np.sum((q @ a_j) * q, axis=1))
+            z = (mean_h - mean_j) / np.sqrt(np.maximum(var, 1e-300))
+            log_keep += np.log1p(-np.minimum(ndtr(-z), 1.0 - 1e-16))
+        out += weight[h] * (1.0 - np.exp(log_keep))
+    out[bad] = 1.0
     return out
 
 
@@ -504,6 +600,15 @@ class ShrinkageChoice:
 #: held-out log-likelihood under-shrinks when n/d is small (CIFAR-10 at 300 images per class:
 #: 1 point below the best fixed coefficient), the held-out error estimate does not.
 POOLED_CRITERION = "error"
+#: Held-out criterion of QDA's ``"auto"``/``"heldout"``: ``"error"`` (:func:`heldout_qda_error`)
+#: or ``"loglik"`` (:func:`heldout_loglik` summed over the classes). On sentence embeddings the
+#: log-likelihood under-shrinks for classification (BENCHMARKS.md, "Data-driven shrinkage
+#: defaults"); the error estimate sees that the class covariances' differences do not hold up
+#: on held-out data.
+QDA_CRITERION = "error"
+#: The QDA error criterion costs about 3·C²·k³ flops per fit (every class pair), against
+#: C·k³ for the log-likelihood; with more classes than this the log-likelihood is used.
+QDA_ERROR_MAX_CLASSES = 32
 #: Analytic criterion of ``"auto"`` for the pooled covariance when the statistics hold no
 #: held-out part: ``"error"`` (:func:`analytic_error`) or ``"evidence"``.
 POOLED_ANALYTIC = "error"
@@ -805,7 +910,9 @@ def choose_qda_shrinkage(
 
     A single a keeps the classes' log-determinants comparable (per-class coefficients add a
     class bias Σ log(a_c·t_c) in every weakly estimated direction). ``"auto"``/``"heldout"``
-    with a held-out part maximise the held-out log-likelihood summed over all held-out samples;
+    with a held-out part minimise the held-out error estimate of :func:`heldout_qda_error`
+    (:data:`QDA_CRITERION`; the held-out log-likelihood summed over all held-out samples with
+    ``"loglik"`` or above :data:`QDA_ERROR_MAX_CLASSES` classes);
     ``"auto"``/``"evidence"`` without one maximise the summed evidence of the class scatters.
     Criteria are evaluated on the support of the data (:func:`support_basis`).
 
@@ -852,7 +959,10 @@ def choose_qda_shrinkage(
             if target == "pooled":
                 fit_rule = "auto" if pooled_shrinkage in ("auto", "heldout") else pooled_shrinkage
                 center = pooled_center(fit, fit_rule)
-            fams = {c: _class_family(fit, c, divisor, support, target, center) for c in usable}
+            rivals = [c for c in range(c_num) if fit.counts[c] >= 2]
+            crit = QDA_CRITERION if len(rivals) <= QDA_ERROR_MAX_CLASSES else "loglik"
+            fams = {c: _class_family(fit, c, divisor, support, target, center) for c in
+                    (rivals if crit == "error" else usable)}
             resid = {
                 c: residual_scatter(_rows(fit.means[c:c + 1], support),
                                     _rows(held.means[c:c + 1], support), held.counts[c:c + 1],
@@ -860,19 +970,34 @@ def choose_qda_shrinkage(
                 for c in usable
             }
 
-            def total(cands: list[float]) -> F64:
+            def loglik(cands: list[float]) -> F64:
                 out = np.zeros(len(cands))
                 for c in usable:
                     n_h = float(held.counts[c])
                     out += n_h * heldout_loglik(fams[c], resid[c], n_h, cands)
                 return out
 
-            best = argmax_candidate(total(grid), grid)
-            fine = refine_grid(best, grid)
-            best = argmax_candidate(total(fine), fine)
+            def choose(cands: list[float]) -> float:
+                if crit == "loglik":
+                    return argmax_candidate(loglik(cands), cands)
+                score = -heldout_qda_error(
+                    fams, _rows(fit.means, support), np.log(np.maximum(fit.priors, 1e-300)),
+                    _rows(held.means, support), held.counts,
+                    {c: _project(_class_scatter(held, c), support) / float(held.counts[c])
+                     for c in usable}, cands)
+                # equal estimated errors (e.g. all 0 on well separated classes): the
+                # log-likelihood decides among them
+                tied = [a for a, v in zip(cands, score, strict=True)
+                        if np.isfinite(v) and v >= np.max(score)]
+                if len(tied) > 1:
+                    return argmax_candidate(loglik(tied), tied)
+                return argmax_candidate(score, cands)
+
+            best = choose(grid)
+            best = choose(refine_grid(best, grid))
             if RESCALE_TO_TOTAL:
                 best = rescale_for_total(best, float(fit.n_samples), float(moments.n_samples))
-            return [best] * c_num, "heldout-loglik"
+            return [best] * c_num, f"heldout-{crit}"
     usable = [c for c in range(c_num) if moments.counts[c] >= 2]
     if not usable:
         return [1.0] * c_num, "single-sample"
@@ -895,6 +1020,8 @@ __all__ = [
     "CANDIDATES",
     "POOLED_ANALYTIC",
     "POOLED_CRITERION",
+    "QDA_CRITERION",
+    "QDA_ERROR_MAX_CLASSES",
     "SUPPORT_RTOL",
     "ShrinkageChoice",
     "ShrinkageFamily",
@@ -910,6 +1037,7 @@ __all__ = [
     "evidence_shrinkage",
     "heldout_error",
     "heldout_loglik",
+    "heldout_qda_error",
     "holdout_parts",
     "pooled_center",
     "refine_grid",
