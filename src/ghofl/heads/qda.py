@@ -252,10 +252,10 @@ class QDAHead(Head):
         Shrinkage a of every class covariance toward its target. ``"auto"``: one coefficient
         for all classes chosen from the data: on the held-out part of the statistics when the
         clients uploaded one (a Gaussian estimate of the held-out error of the quadratic rule;
-        the held-out log-likelihood above 32 classes), else by the inverse-Wishart evidence of
-        the class moments; ``"heldout"``, ``"oas"``, ``"rblw"`` (identity targets only),
-        ``"evidence"`` name one rule. The paper fixed a = 0.1 toward the scaled identity
-        (``preset="paper"``).
+        the held-out log-likelihood above ``selection.QDA_ERROR_MAX_CLASSES`` classes), else by
+        the inverse-Wishart evidence of the class moments; ``"heldout"``, ``"oas"``,
+        ``"rblw"`` (identity targets only), ``"evidence"`` name one rule. The paper fixed
+        a = 0.1 toward the scaled identity (``preset="paper"``).
     shrinkage_target : {"pooled", "scaled_identity", "identity"}, default "pooled"
         ``"pooled"``: (1 − a)Σ_c + a·t_c·B, toward the covariance B of the default LDA (the
         pooled covariance shrunk with ``pooled_shrinkage``) rescaled to the class,

@@ -277,8 +277,8 @@ def heldout_qda_error(
     second moments.
 
     Every candidate is read from the generalised eigenbases U_c of the families
-    (P_c = U_c diag(1/D_c) U_cᵀ): per pair, UᵀSU products are formed once (three k³ products),
-    then each candidate costs O(k²).
+    (P_c = U_c diag(1/D_c) U_cᵀ): per pair and call, the UᵀSU products are formed once
+    (three k³ products), then each candidate costs O(k²).
 
     Parameters
     ----------
@@ -320,7 +320,7 @@ def heldout_qda_error(
         uh = families[h].basis
         sv_h = s @ uh
         a_h = uh.T @ sv_h
-        r_h = families[h].basis.T @ (m - fit_means[h])  # U_hᵀ(m − μ_h)
+        r_h = uh.T @ (m - fit_means[h])  # U_hᵀ(m − μ_h)
         e_h = inv[h]
         p = e_h * r_h  # rows: U_hᵀ P_h (m − μ_h) per candidate
         mean_h = -0.5 * (e_h @ np.diag(a_h) + e_h @ (r_h * r_h)) - 0.5 * logdet[h] + lp[h]
@@ -977,14 +977,18 @@ def choose_qda_shrinkage(
                     out += n_h * heldout_loglik(fams[c], resid[c], n_h, cands)
                 return out
 
+            if crit == "error":  # the held-out side of the estimate, shared by both passes
+                fit_means = _rows(fit.means, support)
+                fit_log_priors = np.log(np.maximum(fit.priors, 1e-300))
+                held_means = _rows(held.means, support)
+                held_covs = {c: _project(_class_scatter(held, c), support)
+                             / float(held.counts[c]) for c in usable}
+
             def choose(cands: list[float]) -> float:
                 if crit == "loglik":
                     return argmax_candidate(loglik(cands), cands)
-                score = -heldout_qda_error(
-                    fams, _rows(fit.means, support), np.log(np.maximum(fit.priors, 1e-300)),
-                    _rows(held.means, support), held.counts,
-                    {c: _project(_class_scatter(held, c), support) / float(held.counts[c])
-                     for c in usable}, cands)
+                score = -heldout_qda_error(fams, fit_means, fit_log_priors, held_means,
+                                           held.counts, held_covs, cands)
                 # equal estimated errors (e.g. all 0 on well separated classes): the
                 # log-likelihood decides among them
                 tied = [a for a, v in zip(cands, score, strict=True)
