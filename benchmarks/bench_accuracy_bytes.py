@@ -9,14 +9,16 @@ samples in a principal subspace) on full CIFAR-10 (50,000 / 10,000), EfficientNe
 * a public random projection and a public principal-direction projection (basis from
   Tiny-ImageNet train features, never CIFAR-10) at several k,
 * the client-side transforms ``sqrt`` and ``x+sqrt`` with and without a principal-direction
-  projection,
+  projection, and the public kernel feature map ``x+sqrt+rbf`` (Gaussian-kernel similarities
+  to 2048 anchors drawn from Tiny-ImageNet train features, never CIFAR-10),
 * float64 and float32 transport of every client's sums (``through_transport``: each
   client's upload is rounded to float32; the server adds in float64).
 
 The total is independent of the client split except for the float32 rounding, which happens
 per client, so every client's statistics are computed and sent separately. The centralised
 logistic-regression probes are read from the ``cifar10_main`` and ``cifar10_expand``
-experiment records (same features, same code), unless ``--probe`` recomputes the raw one.
+experiment records (same features, same code), unless ``--probe`` recomputes the raw one; the
+probe on the kernel features is computed here (same code) when the JSON lacks it.
 
 Writes ``benchmarks/results/accuracy_bytes.json``, ``benchmarks/results/accuracy_bytes.png`` and
 the ``accuracy-bytes`` section of BENCHMARKS.md.
@@ -40,6 +42,7 @@ from numpy.typing import NDArray
 from ghofl.bench.config import ExperimentConfig
 from ghofl.bench.features import Features, load_features
 from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.client.kernel_map import build_kernel_map, save_kernel_map
 from ghofl.client.transforms import apply_feature_transform, transformed_info
 from ghofl.data.partition import dirichlet_partition
 from ghofl.heads import make_head
@@ -61,6 +64,10 @@ EXTRA = ["ens(lda+ridge)", "softmax-syn"]
 #: synthetic samples, so elsewhere they would repeat the LDA column.
 TRAINABLE = ("fishermix", "protohyper")
 BUDGETS_MB = [0.1, 0.3, 0.6, 1.44, 3.0, 7.0, 30.0, 70.0]
+#: The kernel transform's short name in the settings and tables; its map is built by
+#: :func:`public_kernel_map` (``KERNEL_ANCHORS`` anchors, seed 0).
+KERNEL = "x+sqrt+rbf"
+KERNEL_ANCHORS = 2048
 
 
 def settings(quick: bool) -> list[dict[str, Any]]:
@@ -76,6 +83,7 @@ def settings(quick: bool) -> list[dict[str, Any]]:
         out.append({"transform": "x+sqrt", "mode": "pooled", "proj": "pca", "k": k})
     out.append({"transform": "none", "mode": "full", "proj": "pca", "k": 128})
     out.append({"transform": "x+sqrt", "mode": "pooled", "proj": "none", "k": 0})
+    out.append({"transform": KERNEL, "mode": "pooled", "proj": "none", "k": 0})
     out.append({"transform": "sqrt", "mode": "pooled", "proj": "none", "k": 0})
     for k in [768] if quick else [768, 1024]:
         out.append({"transform": "sqrt", "mode": "pooled", "proj": "pca", "k": k})
@@ -104,8 +112,20 @@ def public_bases(info: EncoderInfo, log: Any) -> dict[str, str]:
                            source=f"tiny-imagenet train, {x.shape[0]} images, {transform}")
         log(f"basis {transform}: {basis.shape} fingerprint {fp} ({time.perf_counter() - t:.1f}s)")
         out[transform] = fp
+    t = time.perf_counter()
+    kmap = build_kernel_map(tiny.x_train, KERNEL_ANCHORS, seed=0,
+                            source=f"tiny-imagenet train, {tiny.x_train.shape[0]} images")
+    _, fp = save_kernel_map(kmap)
+    log(f"kernel map: {kmap.n_anchors} anchors, gamma {kmap.gamma:.4g}, scale {kmap.scale:.4g}, "
+        f"fingerprint {fp} ({time.perf_counter() - t:.1f}s)")
+    out[KERNEL] = fp
     out["n_public"] = str(tiny.x_train.shape[0])
     return out
+
+
+def transform_name(short: str, bases: dict[str, str]) -> str:
+    """The full transform name of a setting (the kernel transform names its map)."""
+    return f"{KERNEL}:{bases[KERNEL]}" if short == KERNEL else short
 
 
 def projection(s: dict[str, Any], d: int, bases: dict[str, str]) -> ProjectionSpec | None:
@@ -136,9 +156,10 @@ def run_setting(
     s: dict[str, Any], feats: Features, parts: list[NDArray[np.int64]], bases: dict[str, str],
     log: Any, extras: bool,
 ) -> list[dict[str, Any]]:
-    x = apply_feature_transform(feats.x_train, s["transform"])
-    xte = apply_feature_transform(feats.x_test, s["transform"]).astype(np.float64)
-    info = transformed_info(feats.encoder_info, s["transform"])
+    name_t = transform_name(s["transform"], bases)
+    x = apply_feature_transform(feats.x_train, name_t)
+    xte = apply_feature_transform(feats.x_test, name_t).astype(np.float64)
+    info = transformed_info(feats.encoder_info, name_t)
     spec = projection(s, x.shape[1], bases)
     c = len(feats.classes)
     t0 = time.perf_counter()
@@ -224,6 +245,8 @@ def plot(records: list[dict[str, Any]], probes: dict[str, float | None], path: P
                 color = "tab:green" if kind == "pca" else "darkgreen"
             elif transform == "sqrt":
                 color = "tab:olive" if kind == "pca" else "olive"
+            elif transform == KERNEL:
+                color = "tab:purple"
             if mode == "full":
                 color = "tab:orange" if kind == "pca" else "tab:cyan"
             name = " ".join(p for p in (transform if transform != "none" else "", kind, mode,
@@ -268,12 +291,20 @@ def report(out: dict[str, Any], png: Path) -> str:
         "## Accuracy against upload bytes (`benchmarks/bench_accuracy_bytes.py`)",
         "",
         f"Machine: {machine_summary()}. Measured {time.strftime('%Y-%m-%d')}; the run took "
-        f"{out['wall_seconds'] / 60:.1f} min. CIFAR-10 {out['n_train']:,} / {out['n_test']:,}, "
+        f"{out['wall_seconds'] / 60:.1f} min"
+        + (f" (resumed: {out['resumed_settings']} settings kept from the earlier run's records)"
+           if out.get("resumed_settings") else "")
+        + f". CIFAR-10 {out['n_train']:,} / {out['n_test']:,}, "
         "EfficientNet-Lite0 at 224 (ONNX), 10 clients, Dirichlet α = 0.1 (seed 0). Principal "
         f"directions from {out['n_public']} Tiny-ImageNet train images (bases "
         + ", ".join(f"`{fp}` for {t if t != 'none' else 'x'}" for t, fp in out["bases"].items()
-                    if t != "n_public")
-        + "). float32 = "
+                    if t not in ("n_public", KERNEL))
+        + ")."
+        + (f" Kernel feature map `{KERNEL}` (`ghofl.client.kernel_map`): [x, √x, κ·exp(−γ‖√x − "
+           f"a_k‖²)] with {KERNEL_ANCHORS} anchors a_k drawn from the same Tiny-ImageNet train "
+           "images, γ by the median heuristic and κ matching the block variances, all from the "
+           f"public images (map `{out['bases'][KERNEL]}`)." if KERNEL in out["bases"] else "")
+        + " float32 = "
         "every client's sums rounded to float32 for transport (`through_transport`), added in "
         "float64. FisherMix and Proto-Hyper run on the unprojected float64 settings only "
         "(time budget; they start from LDA). Bytes = array data of one client's upload. Paper "
@@ -285,7 +316,9 @@ def report(out: dict[str, Any], png: Path) -> str:
         "",
         "Centralised logistic-regression probe (standardised features, C by 3-fold CV; "
         f"{out['probe_source']}): raw features {_pct(probes.get('raw'))} %, x+sqrt "
-        f"{_pct(probes.get('x+sqrt'))} %.",
+        f"{_pct(probes.get('x+sqrt'))} %"
+        + (f", {KERNEL} {_pct(probes.get(KERNEL))} %" if probes.get(KERNEL) is not None else "")
+        + ".",
         "",
         "### Test accuracy % of every head in every setting",
         "",
@@ -356,6 +389,17 @@ def goals(records: list[dict[str, Any]], probes: dict[str, float | None]) -> lis
             f"({100 * p:.2f} %): **{'met' if b['accuracy'] >= p else 'not met'}**, best "
             f"{b['head']} on `{label(b)}` {100 * b['accuracy']:.2f} % at "
             f"{mb(b['bytes_per_client'])} MB.")
+    for key in ("x+sqrt", KERNEL):
+        p = probes.get(key)
+        same = [r for r in pooled if r["transform"] == key]
+        if p is None or not same:
+            continue
+        b = max(same, key=lambda r: (r["accuracy"], -r["bytes_per_client"]))
+        out.append(
+            f"- The same question on identical features: the best one-shot head on `{key}` "
+            f"(`pooled`) against the centralised probe on `{key}` ({100 * p:.2f} %): "
+            f"{b['head']} {100 * b['accuracy']:.2f} % ({100 * (b['accuracy'] - p):+.2f}) at "
+            f"{mb(b['bytes_per_client'])} MB.")
     return out
 
 
@@ -394,6 +438,9 @@ def _changes(records: list[dict[str, Any]]) -> list[tuple[str, dict[str, list[fl
     collect("x+sqrt expansion (pooled, no projection, float64)",
             [(("x+sqrt", "pooled", "none", 0, "float64"), ("none", "pooled", "none", 0,
                                                            "float64"))])
+    collect(f"kernel block: {KERNEL} instead of x+sqrt (pooled, no projection, float64)",
+            [((KERNEL, "pooled", "none", 0, "float64"), ("x+sqrt", "pooled", "none", 0,
+                                                       "float64"))])
     collect("pooled instead of full (no projection, float64)",
             [(("none", "pooled", "none", 0, "float64"), ("none", "full", "none", 0, "float64"))])
     collect("pca k=512 vs no projection (pooled, float64)",
@@ -434,7 +481,24 @@ def main() -> None:
     records: list[dict[str, Any]] = []
     path = RESULTS / f"{name}.json"
     if args.resume and path.exists():
-        records = json.loads(path.read_text())["records"]
+        old = json.loads(path.read_text())
+        records = [r for r in old["records"]
+                   if r["transform"] != KERNEL or old["bases"].get(KERNEL) == bases[KERNEL]]
+        # A basis rebuilt on another machine can differ in its last bits (and fingerprint):
+        # the stored PCA rows keep the bases they were measured with, which is only sound
+        # when no PCA setting is left to run.
+        changed = [t for t in ("none", "sqrt", "x+sqrt") if old["bases"].get(t) != bases[t]]
+        kept = {(r["transform"], r["mode"], r["proj"], r["k"]) for r in records}
+        pending = [s for s in settings(args.quick) if s["proj"] == "pca"
+                   and (s["transform"], s["mode"], s["proj"], s["k"]) not in kept]
+        if changed and pending:
+            raise SystemExit(f"--resume: the public bases of {', '.join(changed)} differ from "
+                             "those of the stored records and PCA settings remain; run "
+                             "without --resume")
+        bases.update({t: old["bases"][t] for t in changed})
+        if old["probes"].get(KERNEL) is not None and old["bases"].get(KERNEL) == bases[KERNEL]:
+            probes[KERNEL] = old["probes"][KERNEL]
+            source = old["probe_source"]
     done = {(r["transform"], r["mode"], r["proj"], r["k"]) for r in records}
     out: dict[str, Any] = {}
     todo = settings(args.quick)
@@ -445,8 +509,22 @@ def main() -> None:
                "n_public": bases["n_public"], "n_train": int(feats.x_train.shape[0]),
                "n_test": int(feats.x_test.shape[0]), "paper_mb": PAPER_MB,
                "wall_seconds": time.perf_counter() - start, "quick": args.quick,
+               "resumed_settings": len(done),
                "complete": i == len(todo) - 1}
         write_json(RESULTS / f"{name}.json", out)  # after every setting: a partial run counts
+    if out and probes.get(KERNEL) is None:
+        from ghofl.bench.references import logreg_reference
+
+        name_k = transform_name(KERNEL, bases)
+        res = logreg_reference(apply_feature_transform(feats.x_train, name_k), feats.y_train,
+                               apply_feature_transform(feats.x_test, name_k), feats.y_test,
+                               seed=0)
+        log(f"probe on {KERNEL}: {100 * res.accuracy:.2f} % (C={res.details['C']}, "
+            f"{res.fit_seconds:.0f}s)")
+        probes[KERNEL] = res.accuracy
+        out["probe_source"] = (source + f"; {KERNEL}: computed by this script, C "
+                               f"{res.details['C']} by CV")
+        write_json(RESULTS / f"{name}.json", out)
     if args.probe:
         from ghofl.bench.references import logreg_reference
 

@@ -313,7 +313,8 @@ MORE_BAD_CASES += [
          r"transport dtype float32 applies to plain uploads; secure aggregation sends its own "
          r"fixed-point encoding of the float64 sums, so drop --transport-dtype \(or --secure\)"),
         ("feature-transform", ["--feature-transform", "cube"], _CLIENT_SIDE,
-         r"--feature-transform must be one of none, sqrt, x\+sqrt; got 'cube'"),
+         r"--feature-transform must be one of none, sqrt, x\+sqrt or "
+         r"x\+sqrt\+rbf:<kernel-map fingerprint>; got 'cube'"),
         ("preset", ["--preset", "fast"], ("flower-run", "simulate", "fit"),
          r"unknown preset 'fast'; available presets: default, paper"),
         ("param", ["--heads", "lda", "--param", "lda.foo=1"], ("flower-run", "simulate", "fit"),
@@ -539,3 +540,53 @@ def test_default_projection_basis_of_transformed_embeddings(ws: Path, tmp_path: 
                 "--projection-basis", "default", cwd=tmp_path, env=env)
     assert r.returncode == 2  # the plain encoder has no default basis: only x+sqrt has one
     assert "no principal-direction basis is recorded for the encoder with fingerprint" in r.stderr
+
+
+def test_kernel_feature_map_from_public_data_to_evaluate(ws: Path, tmp_path: Path) -> None:
+    """ghofl feature-map builds a public kernel map; client-stats, fit, evaluate and simulate
+    all apply x+sqrt+rbf:<fingerprint>; a client without the map file, or a map of too many
+    anchors, gets one clear line."""
+    train = np.load(ws / "train.npz")
+    np.savez(tmp_path / "public.npz", x=train["x"][:200], y=train["y"][:200])
+    env = {"GHOFL_PROJECTION_DIR": str(tmp_path / "maps")}
+    r = run_cli("feature-map", "--embeddings", "public.npz", "--anchors", "16", cwd=tmp_path,
+                env=env)
+    _ok(r)
+    found = re.search(r": 16 anchors in 5 dimensions, gamma \S+, scale \S+, fingerprint "
+                      r"([0-9a-f]{16}); clients use --feature-transform "
+                      r"x\+sqrt\+rbf:([0-9a-f]{16})", r.stdout)
+    assert found and found.group(1) == found.group(2)
+    name = f"x+sqrt+rbf:{found.group(1)}"
+    _ok(run_cli("client-stats", "--embeddings", ws / "train.npz", "--out", "t.ghs", "--mode",
+                "pooled", "--encoder-name", "toy", "--feature-transform", name, cwd=tmp_path,
+                env=env))
+    meta = load_stats(tmp_path / "t.ghs").meta
+    assert meta.dim == 2 * D + 16 and meta.encoder is not None
+    assert meta.encoder.preprocessing.split("; then ")[-1] == name
+    _ok(run_cli("fit", "t.ghs", "--heads", "lda,ridge", "--out", "model", cwd=tmp_path,
+                env=env))
+    r = run_cli("evaluate", "model", "--embeddings", ws / "test.npz", cwd=tmp_path, env=env)
+    assert r.returncode == 2
+    assert re.search(r"expects d=26; the clients applied --feature-transform "
+                     + re.escape(name) + "; pass the same", r.stderr)
+    _ok(run_cli("evaluate", "model", "--embeddings", ws / "test.npz", "--feature-transform",
+                name, "--json", "e.json", cwd=tmp_path, env=env))
+    scores = json.loads((tmp_path / "e.json").read_text())["heads"]
+    _ok(run_cli("simulate", "--train", ws / "train.npz", "--test", ws / "test.npz",
+                "--clients", "3", "--alpha", "0.5", "--heads", "lda,ridge", "--mode", "pooled",
+                "--feature-transform", name, "--json", "sim.json", cwd=tmp_path, env=env))
+    sim = json.loads((tmp_path / "sim.json").read_text())
+    assert sim["feature_transform"] == name
+    assert {h: v["accuracy"] for h, v in sim["heads"].items()} == {
+        h: s["accuracy"] for h, s in scores.items()}  # partition invariance
+    r = run_cli("client-stats", "--embeddings", ws / "train.npz", "--out", "u.ghs",
+                "--mode", "pooled", "--feature-transform", name, cwd=tmp_path,
+                env={"GHOFL_PROJECTION_DIR": str(tmp_path / "empty"),
+                     "HOME": str(tmp_path / "home")})
+    assert r.returncode == 2 and not (tmp_path / "u.ghs").exists()
+    assert re.search(f"no kernel feature map with fingerprint {found.group(1)} in .*; copy "
+                     f"the federation's {found.group(1)}.rbf.npz there", r.stderr)
+    r = run_cli("feature-map", "--embeddings", "public.npz", "--anchors", "500", cwd=tmp_path,
+                env=env)
+    assert r.returncode == 2
+    assert "500 anchors need at least as many public samples; got 200" in r.stderr

@@ -105,7 +105,7 @@ def test_no_default_for_unknown_encoders_callables_and_unmeasured_settings() -> 
 def test_bad_transform_and_stacked_transforms_are_config_errors() -> None:
     info = shipped_info("efficientnet-lite0", 224)
     with pytest.raises(ConfigError, match=r"feature_transform must be one of none, sqrt, "
-                                          r"x\+sqrt; got 'log'"):
+                                          r"x\+sqrt or x\+sqrt\+rbf:<kernel-map fingerprint>; got 'log'"):
         default_clip_norm(info, "log")
     with pytest.raises(ConfigError, match=r"already includes the feature transform 'sqrt'; "
                                           r"pass transform='none'"):

@@ -15,7 +15,7 @@ from ghofl.heads.ridge import (
     ridge_solution,
 )
 from ghofl.moments.core import compute_moments
-from ghofl.stats import compute_stats
+from ghofl.stats import compute_stats, sum_stats
 from tests.helpers import gaussian_mixture
 
 
@@ -130,3 +130,22 @@ def test_singular_covariance_needs_a_penalty() -> None:
         RidgeHead(alpha=0.0, n_calibration=0).fit_from_stats(compute_stats(x, y, 2, mode="pooled"))
     ok = RidgeHead(alpha=0.01, n_calibration=0).fit_from_stats(compute_stats(x, y, 2, mode="pooled"))
     assert ok.score(x, y) > 0.5
+
+
+def test_auto_fits_a_total_covariance_that_rounding_left_slightly_indefinite() -> None:
+    """float32 transport of a near-constant feature with a large mean leaves the total
+    covariance with an eigenvalue just below 0; the penalty GCV picks must still fit (solved on
+    the clipped spectrum GCV scored), not fail as singular."""
+    from ghofl.stats.codec import through_transport
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    x = rng.normal(size=(n, 6))
+    y = (x[:, 0] > 0).astype(int)
+    x[:, 5] = 50.0 + 1e-4 * rng.normal(size=n)
+    total = sum_stats(through_transport(compute_stats(x[i], y[i], 2, mode="pooled"), "float32")
+                      for i in np.array_split(np.arange(n), 5))
+    cov = compute_moments(total).total_scatter / (n - 1)
+    assert np.linalg.eigvalsh(cov)[0] < 0  # the case this test is about
+    head = make_head("ridge").fit_from_stats(total)
+    assert head.alpha_rule_ == "gcv" and np.mean(head.predict(x) == y) > 0.95

@@ -40,5 +40,6 @@ def test_concat_transform_doubles_the_dimension() -> None:
 
 
 def test_unknown_transform() -> None:
-    with pytest.raises(ConfigError, match="feature_transform must be one of none, sqrt, x\\+sqrt; got 'log'"):
+    with pytest.raises(ConfigError, match="feature_transform must be one of none, sqrt, x\\+sqrt "
+                                          "or x\\+sqrt\\+rbf:<kernel-map fingerprint>; got 'log'"):
         apply_feature_transform(np.zeros((1, 1)), "log")

@@ -38,10 +38,12 @@ TransportDtypeOption = Annotated[str, typer.Option(
     "--transport-dtype", help="Dtype of the float sums of the plain uploads: float64, or "
     "float32 (half the bytes; the server still adds them in float64).")]
 FeatureTransformOption = Annotated[str, typer.Option(
-    "--feature-transform", help="Elementwise transform of the embeddings before the "
-    "statistics: none, sqrt, or x+sqrt (appends sqrt(max(x, 0)): doubles d; in pooled mode "
-    "the linear heads then reach the centralised probe). Every client must use the same; "
-    "the test embeddings get it too.")]
+    "--feature-transform", help="Transform of the embeddings before the statistics: none, "
+    "sqrt, x+sqrt (appends sqrt(max(x, 0)): doubles d; in pooled mode the linear heads then "
+    "reach the centralised probe), or x+sqrt+rbf:FINGERPRINT (x+sqrt, then Gaussian-kernel "
+    "similarities to the public anchors of the kernel map that ghofl feature-map built: "
+    "kernel heads from one upload). Every client must use the same; the test embeddings get "
+    "it too.")]
 ParamOption = Annotated[list[str] | None, typer.Option(
     "--param", help="Head hyperparameter HEAD.KEY=VALUE (repeatable), e.g. "
     "lda.shrinkage=auto.")]
@@ -99,11 +101,11 @@ def check_feature_transform_option(name: str) -> str:
     ConfigError
         ``name`` is not a known transform.
     """
-    from ghofl.client.transforms import FEATURE_TRANSFORMS
+    from ghofl.client.transforms import check_feature_transform
 
-    if name not in FEATURE_TRANSFORMS:
-        raise ConfigError(
-            f"--feature-transform must be one of {', '.join(FEATURE_TRANSFORMS)}; got {name!r}"
-        )
-    return name
+    try:
+        return check_feature_transform(name)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("feature_transform", "--feature-transform", 1)) \
+            from None
 

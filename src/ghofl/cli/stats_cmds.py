@@ -356,3 +356,36 @@ def projection_basis_cmd(
     typer.echo(f"wrote {path}: {basis.shape[0]} x {basis.shape[1]} principal directions, "
                f"fingerprint {fp}" + (f", default for encoder {info.name}" if default and info
                                       else ""))
+
+
+@app.command("feature-map")
+def feature_map_cmd(
+    embeddings: Annotated[Path, typer.Option(
+        "--embeddings", help="Embeddings of a PUBLIC dataset (.npz from ghofl embed, key x), "
+        "never the federation's data.")],
+    anchors: Annotated[int, typer.Option(
+        "--anchors", help="Number K of public anchors (the kernel block's dimension).")] = 2048,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the anchor draw.")] = 0,
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out-dir", help="Folder of map files (default: $GHOFL_PROJECTION_DIR, else "
+        "~/.cache/ghofl/projections).")] = None,
+) -> None:
+    """Build a public Gaussian-kernel feature map from public embeddings.
+
+    Writes <fingerprint>.rbf.npz (K anchors, bandwidth by the median heuristic, block scale);
+    every client of a federation must hold the same file (ship it with the encoder) and pass
+    --feature-transform x+sqrt+rbf:<fingerprint>; the fingerprint is part of every payload's
+    encoder identity, so payloads made with different maps are refused when added.
+    """
+    from ghofl.client.kernel_map import build_kernel_map, save_kernel_map
+
+    emb = load_embeddings(embeddings)
+    if emb.x.ndim != 2:
+        raise ConfigError(f"{str(embeddings)!r} holds embeddings of shape {emb.x.shape}; a "
+                          "feature map needs a 2-D array (n, d)")
+    m = build_kernel_map(emb.x, anchors, seed,
+                         source=f"{embeddings.name}: {emb.x.shape[0]} samples, seed {seed}")
+    path, fp = save_kernel_map(m, out_dir)
+    typer.echo(f"wrote {path}: {m.n_anchors} anchors in {m.input_dim} dimensions, gamma "
+               f"{m.gamma:.4g}, scale {m.scale:.4g}, fingerprint {fp}; clients use "
+               f"--feature-transform x+sqrt+rbf:{fp}")

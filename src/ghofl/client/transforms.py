@@ -12,12 +12,19 @@ Every client must apply the same transform, so it is part of the encoder fingerp
   part of the CIFAR-10 training split, not on the test set; BENCHMARKS.md (``cifar10_expand``)
   has the test numbers. In ``pooled`` mode the payload grows only with (2d)², so it stays
   smaller than ``full`` mode on x alone.
+* ``"x+sqrt+rbf:<fingerprint>"``: x ↦ [x, √max(x, 0), κ·exp(−γ‖√max(x, 0) − a_k‖²)_k]
+  (dimension 2d + K): the ``x+sqrt`` map followed by Gaussian-kernel similarities to K public
+  anchors, a public kernel feature map built once from a public dataset
+  (:mod:`ghofl.client.kernel_map`, ``ghofl feature-map``) and named by its fingerprint. The
+  linear heads on its statistics are kernel heads (ridge on it approximates kernel ridge
+  regression), still from one upload.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,28 +32,79 @@ from numpy.typing import NDArray
 from ghofl.errors import ConfigError
 from ghofl.stats.meta import EncoderInfo
 
+if TYPE_CHECKING:
+    from ghofl.client.kernel_map import KernelMap
+
+#: The elementwise transforms (no parameters).
 FEATURE_TRANSFORMS = ("none", "sqrt", "x+sqrt")
+#: The kernel transform; its full name carries the map: ``x+sqrt+rbf:<fingerprint>``.
+KERNEL_TRANSFORM = "x+sqrt+rbf"
+_KERNEL_NAME = re.compile(r"^x\+sqrt\+rbf:([0-9a-f]{16})$")
+_CHOICES = "none, sqrt, x+sqrt or x+sqrt+rbf:<kernel-map fingerprint>"
+
+
+def kernel_map_of(name: str) -> str | None:
+    """The kernel-map fingerprint in transform ``name`` (``None`` for the elementwise ones)."""
+    m = _KERNEL_NAME.match(name)
+    return m.group(1) if m else None
 
 
 def check_feature_transform(name: str) -> str:
-    if name not in FEATURE_TRANSFORMS:
+    """``name`` if it names a transform, else :class:`ConfigError` listing the choices."""
+    if name in FEATURE_TRANSFORMS or kernel_map_of(name) is not None:
+        return name
+    if name == KERNEL_TRANSFORM or name.startswith(KERNEL_TRANSFORM + ":"):
         raise ConfigError(
-            f"feature_transform must be one of {', '.join(FEATURE_TRANSFORMS)}; got {name!r}"
+            f"feature_transform {name!r} must name its kernel map: x+sqrt+rbf:<fingerprint> "
+            "(16 hex digits, printed by ghofl feature-map)"
         )
-    return name
+    raise ConfigError(f"feature_transform must be one of {_CHOICES}; got {name!r}")
+
+
+def _kernel_map(name: str) -> KernelMap:
+    from ghofl.client.kernel_map import load_kernel_map
+
+    fp = kernel_map_of(name)
+    assert fp is not None
+    return load_kernel_map(fp)
 
 
 def transformed_dim(dim: int, name: str) -> int:
-    """Output dimension of transform ``name`` on d-dimensional embeddings."""
-    return 2 * dim if check_feature_transform(name) == "x+sqrt" else dim
+    """Output dimension of transform ``name`` on d-dimensional embeddings (a kernel transform
+    reads its map file; :class:`ConfigError` if the map takes another d)."""
+    check_feature_transform(name)
+    if name == "x+sqrt":
+        return 2 * dim
+    if kernel_map_of(name) is not None:
+        m = _kernel_map(name)
+        if m.input_dim != dim:
+            raise ConfigError(
+                f"the kernel feature map {m.fingerprint} was built for {m.input_dim}-dimensional "
+                f"embeddings, not {dim}-dimensional ones; use the map built for this encoder"
+            )
+        return int(2 * dim + m.n_anchors)
+    return dim
+
+
+def base_dim(dim: int, name: str) -> int:
+    """The embedding dimension d that transform ``name`` maps to ``dim`` (inverse of
+    :func:`transformed_dim`)."""
+    check_feature_transform(name)
+    if name == "x+sqrt":
+        return dim // 2
+    if kernel_map_of(name) is not None:
+        return int(_kernel_map(name).input_dim)
+    return dim
 
 
 def apply_feature_transform(x: NDArray[Any], name: str) -> NDArray[Any]:
     """Apply transform ``name`` to embeddings ``x`` (n, d); returns (n, transformed_dim(d)),
-    same dtype."""
+    same dtype (a kernel transform: float64 for integer input)."""
     check_feature_transform(name)
     if name == "none":
         return x
+    if kernel_map_of(name) is not None:
+        return _kernel_map(name).apply(x)
     root: NDArray[Any] = np.sqrt(np.maximum(x, 0))
     if name == "sqrt":
         return root
@@ -72,5 +130,5 @@ def recorded_feature_transform(info: EncoderInfo | None) -> str:
     if info is None or not info.preprocessing:
         return "none"
     last = info.preprocessing.rsplit("; then ", 1)[-1].strip()
-    return last if last in FEATURE_TRANSFORMS else "none"
+    return last if last in FEATURE_TRANSFORMS or kernel_map_of(last) is not None else "none"
 

@@ -143,7 +143,12 @@ class Head(ABC):
 
             done = recorded_feature_transform(self.meta_.encoder)
             hint = "use the same encoder as the clients"
-            if done != "none" and transformed_dim(X.shape[1], done) == self.n_features_in_:
+            try:
+                matches = (done != "none"
+                           and transformed_dim(X.shape[1], done) == self.n_features_in_)
+            except ConfigError:  # e.g. the kernel map's file is not on this machine
+                matches = True
+            if matches:
                 hint = (f"the clients applied the feature transform {done!r} to their "
                         "embeddings; apply it to these too (ghofl.client.transforms."
                         f"apply_feature_transform(X, {done!r}), or --feature-transform "

@@ -26,12 +26,19 @@ any random projection (which keeps norms only in expectation).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Final
 
-from ghofl.client.transforms import FEATURE_TRANSFORMS, check_feature_transform, transformed_dim
+from ghofl.client.transforms import (
+    FEATURE_TRANSFORMS,
+    base_dim,
+    check_feature_transform,
+    kernel_map_of,
+    transformed_dim,
+)
 from ghofl.errors import ConfigError
 from ghofl.stats.meta import EncoderInfo
 
@@ -81,13 +88,16 @@ def split_transform(info: EncoderInfo) -> tuple[EncoderInfo, str]:
     -------
     base : EncoderInfo
         ``info`` without the transform (``info`` itself when it carries none).
-    transform : {"none", "sqrt", "x+sqrt"}
-        The transform recorded at the end of ``info.preprocessing``.
+    transform : str
+        The transform recorded at the end of ``info.preprocessing`` (``"none"``, ``"sqrt"``,
+        ``"x+sqrt"`` or ``"x+sqrt+rbf:<fingerprint>"``).
     """
-    for name in FEATURE_TRANSFORMS[1:]:
+    last = info.preprocessing.rsplit("; then ", 1)[-1].strip()
+    names = [*FEATURE_TRANSFORMS[1:], *([last] if kernel_map_of(last) is not None else [])]
+    for name in names:
         suffix = f"; then {name}"
         if info.preprocessing.endswith(suffix):
-            dim = info.dim // 2 if name == "x+sqrt" else info.dim
+            dim = base_dim(info.dim, name)
             if transformed_dim(dim, name) != info.dim:
                 break
             return replace(info, preprocessing=info.preprocessing[: -len(suffix)], dim=dim), name
@@ -125,9 +135,12 @@ def default_clip_norm(info: EncoderInfo, transform: str = "none") -> float | Non
         ``encoder.info`` of the encoder that makes the embeddings, or the info of the
         transformed embeddings (:func:`~ghofl.client.transforms.transformed_info`, as recorded
         in statistics metadata); the transform is then read from it.
-    transform : {"none", "sqrt", "x+sqrt"}, default "none"
+    transform : str, default "none"
         Feature transform applied to the embeddings before clipping. Give it only with an
-        untransformed ``info``.
+        untransformed ``info``. For ``"x+sqrt+rbf:<fingerprint>"`` R is the measured bound of
+        ``"x+sqrt"`` combined with the kernel block's bound by construction
+        (:meth:`~ghofl.client.kernel_map.KernelMap.norm_bound`), rounded up to two significant
+        digits.
 
     Returns
     -------
@@ -167,4 +180,19 @@ def default_clip_norm(info: EncoderInfo, transform: str = "none") -> float | Non
     if expected is None or replace(base, name=name) != expected:
         return None
     row = DEFAULT_CLIP_NORMS.get((name, base.resolution))
-    return None if row is None else row[transform]
+    if row is None:
+        return None
+    fp = kernel_map_of(transform)
+    if fp is None:
+        return row[transform]
+    from ghofl.client.kernel_map import load_kernel_map
+
+    # x+sqrt part as measured; the kernel block is bounded by construction
+    bound = math.hypot(row["x+sqrt"], load_kernel_map(fp).norm_bound())
+    return _round_up_2sig(bound)
+
+
+def _round_up_2sig(v: float) -> float:
+    """``v`` rounded up to two significant digits (v > 0)."""
+    step = 10.0 ** (math.floor(math.log10(v)) - 1)
+    return float(math.ceil(v / step - 1e-9) * step)
