@@ -65,7 +65,7 @@ EXTRA = ["ens(lda+ridge)", "softmax-syn"]
 TRAINABLE = ("fishermix", "protohyper")
 BUDGETS_MB = [0.1, 0.3, 0.6, 1.44, 3.0, 7.0, 30.0, 70.0]
 #: The kernel transform's short name in the settings and tables; its map is built by
-#: :func:`public_kernel_map` (``KERNEL_ANCHORS`` anchors, seed 0).
+#: :func:`public_bases` (``KERNEL_ANCHORS`` anchors, seed 0).
 KERNEL = "x+sqrt+rbf"
 KERNEL_ANCHORS = 2048
 

@@ -24,7 +24,7 @@ import argparse
 import math
 import os
 import time
-from decimal import ROUND_CEILING, Decimal
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
 from ghofl.client.embed import embed_dataset_cached
 from ghofl.client.encoders import Encoder, get_encoder
+from ghofl.client.encoders.clipping import round_up
 from ghofl.client.encoders.efficientnet_lite import LITE_VARIANTS, lite_weights_path
 from ghofl.client.transforms import FEATURE_TRANSFORMS, apply_feature_transform
 from ghofl.data.registry import load_dataset
@@ -54,13 +55,6 @@ IMAGE_CONFIGS: tuple[tuple[str, int], ...] = (
 )
 TEXT_DATASETS = ("trec", "sst2", "agnews")
 RELU6_MAX = 6.0
-
-
-def round_up(value: float, digits: int = SIG_DIGITS) -> float:
-    """Smallest number with ``digits`` significant digits that is >= ``value`` (> 0)."""
-    d = Decimal(repr(float(value)))
-    step = Decimal(1).scaleb(d.adjusted() - digits + 1)
-    return float((d / step).to_integral_value(rounding=ROUND_CEILING) * step)
 
 
 def construction_bound(family: str, dim: int, transform: str) -> float:

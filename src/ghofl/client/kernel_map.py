@@ -52,6 +52,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import ConfigError
+from ghofl.files import atomic_write
 from ghofl.stats.projection import BASIS_DIR_ENV, basis_dirs
 
 __all__ = [
@@ -172,8 +173,7 @@ class KernelMap:
         a_sq = np.einsum("ij,ij->i", a, a)
         for s0 in range(0, x.shape[0], BLOCK_ROWS):
             s = np.sqrt(np.maximum(np.asarray(x[s0 : s0 + BLOCK_ROWS], dtype=np.float64), 0.0))
-            d2 = np.einsum("ij,ij->i", s, s)[:, None] - 2.0 * (s @ a.T) + a_sq[None, :]
-            np.maximum(d2, 0.0, out=d2)
+            d2 = _sq_distances(s, a, a_sq)
             d2 *= -self.gamma
             np.exp(d2, out=d2)
             d2 *= self.scale
@@ -200,6 +200,16 @@ class KernelMap:
         block lies in (−o_k, κ − o_k] and the block's L2 norm is at most this, whatever the
         input."""
         return float(np.sqrt(np.sum(np.maximum(self.offset, self.scale - self.offset) ** 2)))
+
+
+def _sq_distances(s: NDArray[np.float64], anchors: NDArray[np.float64],
+                  anchors_sq: NDArray[np.float64]) -> NDArray[np.float64]:
+    """‖s_i − a_k‖² (n, K) for rows s (n, d) and anchors (K, d) with ‖a_k‖² given, through
+    one matrix product; rounding below 0 is clipped."""
+    d2: NDArray[np.float64] = (np.einsum("ij,ij->i", s, s)[:, None] - 2.0 * (s @ anchors.T)
+                               + anchors_sq[None, :])
+    np.maximum(d2, 0.0, out=d2)
+    return d2
 
 
 def build_kernel_map(
@@ -251,9 +261,7 @@ def build_kernel_map(
     d2 = np.empty((x.shape[0], anchors.shape[0]))
     for s0 in range(0, x.shape[0], BLOCK_ROWS):
         blk = s[s0 : s0 + BLOCK_ROWS]
-        d2[s0 : s0 + blk.shape[0]] = (np.einsum("ij,ij->i", blk, blk)[:, None]
-                                      - 2.0 * (blk @ anchors.T) + a_sq[None, :])
-    np.maximum(d2, 0.0, out=d2)
+        d2[s0 : s0 + blk.shape[0]] = _sq_distances(blk, anchors, a_sq)
     med = float(np.median(d2))
     if not med > 0:
         raise ConfigError(
@@ -286,7 +294,6 @@ def save_kernel_map(
     """Write ``m`` as ``<fingerprint>.rbf.npz`` (atomically) into ``directory`` (default: the
     first of the projection-basis folders); return (path, fingerprint)."""
     folder = Path(directory) if directory is not None else basis_dirs()[0]
-    folder.mkdir(parents=True, exist_ok=True)
     fp = m.fingerprint
     buf = io.BytesIO()
     np.savez(buf, anchors=np.ascontiguousarray(m.anchors, dtype="<f4"),
@@ -294,9 +301,7 @@ def save_kernel_map(
              offset=np.ascontiguousarray(m.offset, dtype="<f8"),
              source=np.array(m.source))
     path = _map_path(folder, fp)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(buf.getvalue()))
     return path, fp
 
 

