@@ -3,6 +3,9 @@ what was expected, what was given, and how to fix it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import ClassVar, Protocol
+
 
 class GhoflError(Exception):
     """Base class of every error raised on purpose by ghofl."""
@@ -10,6 +13,71 @@ class GhoflError(Exception):
 
 class ConfigError(GhoflError, ValueError):
     """A parameter or configuration value is invalid."""
+
+
+class FieldNames(Protocol):
+    """How a front end names the options of a federation (``ghofl.server.fields``)."""
+
+    def name(self, path: str) -> str:
+        """The option at plan field ``path`` (``"client.clip_norm"``)."""
+        ...
+
+    def ask(self, path: str) -> str:
+        """The option as a request for a value (``--clip R``)."""
+        ...
+
+    def setting(self, path: str, value: object) -> str:
+        """The option set to ``value``."""
+        ...
+
+    def reset(self, paths: tuple[tuple[str, object], ...]) -> str:
+        """A remedy: set any one of the options back to its value."""
+        ...
+
+
+class LibraryNames:
+    """The library's names: ``ClientJob clip_norm``, ``AggregationSpec protocol = "plain"``."""
+
+    _OWNERS: ClassVar[dict[str, str]] = {"client": "ClientJob", "aggregation": "AggregationSpec",
+                                         "server": "ServerJob"}
+
+    def name(self, path: str) -> str:
+        part, _, attr = path.partition(".")
+        return f"{self._OWNERS.get(part, part)} {attr}"
+
+    def ask(self, path: str) -> str:
+        return self.name(path)
+
+    def setting(self, path: str, value: object) -> str:
+        literal = f'"{value}"' if isinstance(value, str) else repr(value)
+        return f"{self.name(path)} = {literal}"
+
+    def reset(self, paths: tuple[tuple[str, object], ...]) -> str:
+        return "set " + " or ".join(self.setting(p, v) for p, v in paths)
+
+
+class FieldError(ConfigError):
+    """An option of a federation is invalid, alone or with others; :attr:`field` names it.
+
+    Parameters
+    ----------
+    field : str
+        Plan field (``"client.transport_dtype"``) to change.
+    text : callable
+        Renders the message for a :class:`FieldNames`; ``str(error)`` is the library's
+        rendering (:class:`LibraryNames`), and each front end renders it in its own names
+        (:meth:`render`), so no front end edits a message.
+    """
+
+    def __init__(self, field: str, text: Callable[[FieldNames], str]) -> None:
+        self.field = field
+        self._text = text
+        super().__init__(text(LibraryNames()))
+
+    def render(self, names: FieldNames, hint: str = "") -> str:
+        """The message in ``names``, with an optional front-end ``hint`` sentence appended."""
+        text = self._text(names)
+        return f"{text}. {hint}" if hint else text
 
 
 class StatsValidationError(GhoflError, ValueError):

@@ -27,21 +27,14 @@ from ghofl.data.partition import dirichlet_partition
 from ghofl.errors import ConfigError, InputError
 from ghofl.heads.build import build_heads, head_defaults, to_jsonable
 from ghofl.heads.registry import parse_head_list
-from ghofl.privacy import DPConfig, NoisyDecoder, noise_share_encoder, plan_noise, release_central
-from ghofl.secure import (
-    AggregationReport,
-    InMemoryTransport,
-    PlainClient,
-    PlainServer,
-    SecAggClient,
-    SecAggConfig,
-    SecAggServer,
-    run_aggregation,
-)
-from ghofl.server_job import ServerJob, run_server_job
+from ghofl.privacy import DPConfig, noise_share_encoder
+from ghofl.secure import InMemoryTransport, PlainClient, SecAggClient, SecAggConfig
+from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server.run import FederationServer
+from ghofl.server_job import ServerJob
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import through_transport
-from ghofl.stats.meta import EncoderInfo, Mode
+from ghofl.stats.meta import EncoderInfo, Mode, StatsMeta
 from ghofl.stats.schema import schema_for
 
 F64 = NDArray[np.float64]
@@ -49,10 +42,12 @@ I64 = NDArray[np.int64]
 
 __all__ = [
     "HeadResult",
+    "Population",
     "SimulationResult",
     "build_heads",  # re-exported from ghofl.heads.build
     "check_labelled_embeddings",  # re-exported from ghofl.data.embeddings
     "head_defaults",  # re-exported from ghofl.heads.build
+    "simulate",
     "simulate_federation",
     "to_jsonable",  # re-exported from ghofl.heads.build
 ]
@@ -316,36 +311,68 @@ def simulate_federation(
                     min_class_count=min_class_count, holdout_fraction=holdout_fraction,
                     holdout_seed=holdout_seed, transport_dtype=transport_dtype,
                     projection_basis=projection_basis, feature_transform=feature_transform)
-    _check_upload_options(job, secure, dp)
-    if dp is not None and dp.mode == "distributed" and secure is None:
-        raise ConfigError(
-            "distributed differential privacy adds each client's noise share before secure "
-            "aggregation, so it needs the secure protocol; add --secure, or use --dp-mode "
-            "central"
-        )
-    plan = None if dp is None else plan_noise(dp, job.mode, clip, job.min_class_count)
-    server_job = ServerJob(tuple(names), dict(head_params or {}), seed=seed, progress=progress)
-    build_heads(server_job.heads, server_job.head_params, mode=job.mode)  # fail before work
+    agg = AggregationSpec(protocol="plain", dp=dp, drops=dict(drops or {})) if secure is None \
+        else AggregationSpec(protocol="secure", threshold=secure.threshold,
+                             neighbours=secure.neighbours, max_samples=secure.max_samples,
+                             limbs=secure.limbs, dp=dp, drops=dict(drops or {}))
+    plan = FederationPlan(job, agg, ServerJob(tuple(names), dict(head_params or {}), seed=seed,
+                                              progress=progress))
+    return simulate(plan, (x_train, y_train), (x_test, y_test),
+                    Population(clients, alpha, min_per_client, encoder))
+
+
+@dataclass(frozen=True)
+class Population:
+    """What only a simulation has: how the training set is split into clients.
+
+    Attributes
+    ----------
+    clients : int
+        Number of clients K (Dirichlet partition of the training set).
+    alpha : float
+        Dirichlet concentration of the label skew.
+    min_per_client : int, default 0
+        Redraw the partition until every client holds at least this many samples.
+    encoder : EncoderInfo, optional
+        Encoder fingerprint stored in the payloads.
+    """
+
+    clients: int
+    alpha: float
+    min_per_client: int = 0
+    encoder: EncoderInfo | None = None
+
+
+def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
+             test: tuple[NDArray[Any], NDArray[Any]], population: Population
+             ) -> SimulationResult:
+    """Run ``plan`` in process: partition, client statistics, the plan's server, scores.
+
+    Parameters
+    ----------
+    plan : FederationPlan
+        The federation (its server job's seed seeds the partition, the simulated drops and
+        the DP noise).
+    train, test : pair (x (n, d), y (n,))
+        Labelled embeddings.
+    population : Population
+        The clients to split ``train`` into.
+
+    Returns
+    -------
+    SimulationResult
+    """
+    job, server_job = plan.client, plan.server
+    build_heads(server_job.heads, server_job.resolved_params(), mode=job.mode)  # before work
     class_names, c = job.classes, len(job.classes)
-    xtr, ytr = check_labelled_embeddings(x_train, y_train, c, "training")
-    xte, yte = check_labelled_embeddings(x_test, y_test, c, "test")
-    if xte.shape[1] != xtr.shape[1]:
-        raise InputError(
-            f"test embeddings have d={xte.shape[1]} but training embeddings have "
-            f"d={xtr.shape[1]}; embed both with the same encoder"
-        )
-    if yte.size == 0:
-        raise InputError("the test set is empty; accuracy needs at least one test sample")
-    if encoder is not None and encoder.dim != xtr.shape[1]:
-        raise InputError(
-            f"encoder {encoder.name!r} declares d={encoder.dim} but the embeddings have "
-            f"d={xtr.shape[1]}; pass the EncoderInfo of the encoder that produced them"
-        )
+    xtr, ytr = check_labelled_embeddings(train[0], train[1], c, "training")
+    xte, yte = _check_test(test, c, xtr.shape[1], population.encoder)
+    encoder, clients = population.encoder, population.clients
 
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
-    parts = dirichlet_partition(ytr, clients, alpha, server_job.seed,
-                                min_per_client=min_per_client)
+    parts = dirichlet_partition(ytr, clients, population.alpha, server_job.seed,
+                                min_per_client=population.min_per_client)
     stages["partition"] = time.perf_counter() - t0
 
     ids = [f"client-{i:0{len(str(max(clients - 1, 1)))}d}" for i in range(clients)]
@@ -365,36 +392,16 @@ def simulate_federation(
     meta = job.stats_meta(transformed_dim(xtr.shape[1], job.feature_transform), info)
     xte = apply_feature_transform(xte, job.feature_transform)
     noise_seeds = np.random.SeedSequence([server_job.seed, 0x0D1FF]).spawn(clients + 1)
-    decoder = None
-    server: SecAggServer | PlainServer
-    halves: list[SecAggClient] | list[PlainClient]
-    if secure is not None:
-        distributed = plan is not None and plan.config.mode == "distributed"
-        halves = [SecAggClient(cid, stats_of(idx), meta=meta, encode=None if not distributed
-                               or plan is None else noise_share_encoder(
-                                   plan, np.random.default_rng(noise_seeds[i])))
-                  for i, (cid, idx) in enumerate(zip(ids, parts, strict=True))]
-        decoder = NoisyDecoder(plan) if distributed and plan is not None else None
-        server = SecAggServer(secure, meta, ids, decode=decoder)
-    else:
-        halves = [PlainClient(cid, stats_of(idx)) for cid, idx in zip(ids, parts, strict=True)]
-        server = PlainServer(ids, meta)
-    t0 = time.perf_counter()
-    report: AggregationReport = run_aggregation(server, InMemoryTransport(halves, drops,
-                                                                          seed=server_job.seed))
-    elapsed = time.perf_counter() - t0
-    total = report.total
-    privacy = None
-    if plan is not None:
-        release = (decoder.release if decoder is not None else
-                   release_central(total, plan, np.random.default_rng(noise_seeds[-1])))
-        assert release is not None
-        total, privacy = release.stats, release.to_dict()
+    server = FederationServer(plan, ids, meta)
+    halves = _client_halves(plan, ids, [stats_of(idx) for idx in parts], meta, noise_seeds)
+    out = server.aggregate(InMemoryTransport(halves, plan.aggregation.drops,
+                                             seed=server_job.seed),
+                           noise_rng=np.random.default_rng(noise_seeds[-1]))
     stages["client_stats"] = float(sum(client_seconds))
     stages["client_stats_max"] = max(client_seconds, default=0.0)
-    stages["aggregate"] = max(elapsed - stages["client_stats"], 0.0)
+    stages["aggregate"] = max(out.seconds - stages["client_stats"], 0.0)
 
-    fitted = run_server_job(total, server_job, test=(xte, yte))
+    fitted = server.fit(out.total, test=(xte, yte))
     scores = fitted.scores or {}
     results: dict[str, HeadResult] = {}
     for name, head in fitted.heads.items():
@@ -407,7 +414,7 @@ def simulate_federation(
     return SimulationResult(
         heads=results,
         clients=int(clients),
-        alpha=float(alpha),
+        alpha=float(population.alpha),
         seed=server_job.seed,
         mode=job.mode,
         projection_dim=job.projection_dim,
@@ -420,12 +427,12 @@ def simulate_federation(
         classes=list(class_names),
         stage_seconds=stages,
         client_sizes=[int(p.size) for p in parts],
-        aggregation=report.to_dict(),
-        clip_norm=clip,
-        n_clipped=total.n_clipped,
+        aggregation=out.report.to_dict(),
+        clip_norm=job.clip_norm,
+        n_clipped=out.total.n_clipped,
         min_class_count=job.min_class_count,
         suppressed=_suppressed(ytr, parts, c, job.min_class_count),
-        privacy=privacy,
+        privacy=out.privacy,
         predictions={name: score.predictions for name, score in scores.items()},
         holdout_fraction=job.holdout_fraction,
         transport_dtype=job.transport_dtype,
@@ -433,23 +440,38 @@ def simulate_federation(
     )
 
 
-# ---------------------------------------------------------------------- options
-def _check_upload_options(job: ClientJob, secure: SecAggConfig | None,
-                          dp: DPConfig | None) -> None:
-    """Held-out sections and float32 transport: refuse the combinations they do not support."""
-    if job.transport_dtype != "float64" and secure is not None:
-        raise ConfigError(
-            f"transport dtype {job.transport_dtype} applies to plain uploads; secure "
-            "aggregation sends its own fixed-point encoding of the float64 sums, so drop "
-            "--transport-dtype (or --secure)"
-        )
-    if job.holdout_fraction > 0 and dp is not None:
-        raise ConfigError(
-            "differential privacy does not support a held-out section (held-out samples would "
-            "count twice in the sensitivity); drop --holdout or the DP options"
-        )
+def _client_halves(plan: FederationPlan, ids: Sequence[str],
+                   stats: Sequence[Callable[[], ClientStats]], meta: StatsMeta,
+                   noise_seeds: Sequence[np.random.SeedSequence]
+                   ) -> list[SecAggClient] | list[PlainClient]:
+    """The clients' protocol halves (with their noise shares under distributed DP)."""
+    if not plan.secure:
+        return [PlainClient(cid, make) for cid, make in zip(ids, stats, strict=True)]
+    noise = plan.noise_plan() if plan.distributed_dp else None
+    return [SecAggClient(cid, make, meta=meta, encode=None if noise is None else
+                         noise_share_encoder(noise, np.random.default_rng(noise_seeds[i])))
+            for i, (cid, make) in enumerate(zip(ids, stats, strict=True))]
 
 
+def _check_test(test: tuple[NDArray[Any], NDArray[Any]], c: int, d: int,
+                encoder: EncoderInfo | None) -> tuple[NDArray[np.float64], I64]:
+    xte, yte = check_labelled_embeddings(test[0], test[1], c, "test")
+    if xte.shape[1] != d:
+        raise InputError(
+            f"test embeddings have d={xte.shape[1]} but training embeddings have "
+            f"d={d}; embed both with the same encoder"
+        )
+    if yte.size == 0:
+        raise InputError("the test set is empty; accuracy needs at least one test sample")
+    if encoder is not None and encoder.dim != d:
+        raise InputError(
+            f"encoder {encoder.name!r} declares d={encoder.dim} but the embeddings have "
+            f"d={d}; pass the EncoderInfo of the encoder that produced them"
+        )
+    return xte, yte
+
+
+# ---------------------------------------------------------------------- helpers
 def _suppressed(y: I64, parts: Sequence[I64], num_classes: int, k: int) -> dict[str, int]:
     """Client-class pairs (and their rows) the minimum-count rule drops."""
     classes = samples = 0

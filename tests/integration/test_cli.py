@@ -251,8 +251,9 @@ MORE_BAD_CASES = [
     ("secure-without-clip", ["simulate", "--train", f"{W}/train.npz", "--test",
                              f"{W}/test.npz", "--clients", "5", "--alpha", "0.1", "--secure",
                              "--json", "s.json"],
-     r"--secure needs --clip R: embeddings read from an \.npz file have no default clipping "
-     r"bound, .*\(the largest in --train is 7\.948\), e\.g\. --clip 8\.4$"),
+     r"--secure needs --clip R: the fixed-point encoding of the secure sum needs a per-sample "
+     r"clipping bound\. Embeddings read from an \.npz file have no default clipping bound: "
+     r".*\(the largest in --train is 7\.948\), e\.g\. --clip 8\.4$"),
     ("threshold-without-secure", ["simulate", "--train", f"{W}/train.npz", "--test",
                                   f"{W}/test.npz", "--clients", "5", "--alpha", "0.1",
                                   "--threshold", "3"],
@@ -275,13 +276,15 @@ MORE_BAD_CASES = [
      r"and 3"),
     ("flower-secure-no-clip", ["flower-run", "--engine", "simulation", "--nodes", "2",
                                "--data-template", "p-{partition_id}.npz", "--out", "o",
-                               "--secure"], r"--secure needs a clipping bound: give --clip R"),
+                               "--secure"],
+     r"--secure needs --clip R: the fixed-point encoding of the secure sum needs a per-sample "
+     r"clipping bound$"),
     ("flower-engine", ["flower-run", "--engine", "cloud", "--nodes", "2", "--data-template",
                        "p-{partition_id}.npz", "--out", "o"],
      r"--engine must be 'simulation' or 'deployment'; got 'cloud'"),
     ("secure-bad-clip", ["simulate", "--train", f"{W}/train.npz", "--test", f"{W}/test.npz",
                          "--clients", "3", "--alpha", "0.5", "--secure", "--clip", "-1"],
-     r"secure aggregation needs a clipping bound R > 0 \(--clip R\); got -1\.0"),
+     r"--clip \(the per-sample L2 clipping bound R\) must be a finite number > 0; got -1\.0"),
 ]
 
 # The client-side upload options and --preset fail alike on every command that takes them,
@@ -310,8 +313,8 @@ MORE_BAD_CASES += [
          r"--transport-dtype must be one of float64, float32; got 'float16'"),
         ("float32-secure", ["--secure", "--clip", "30", "--transport-dtype", "float32"],
          ("flower-run", "simulate"),
-         r"transport dtype float32 applies to plain uploads; secure aggregation sends its own "
-         r"fixed-point encoding of the float64 sums, so drop --transport-dtype \(or --secure\)"),
+         r"--transport-dtype 'float32' applies to plain uploads; secure aggregation sends its "
+         r"own fixed-point encoding of the float64 sums, so drop --transport-dtype or --secure$"),
         ("feature-transform", ["--feature-transform", "cube"], _CLIENT_SIDE,
          r"--feature-transform must be one of none, sqrt, x\+sqrt or "
          r"x\+sqrt\+rbf:<kernel-map fingerprint>; got 'cube'"),

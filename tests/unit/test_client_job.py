@@ -205,6 +205,27 @@ def test_image_folder_with_the_jobs_encoder(
                           cache_dir=tmp_path / "cache")
 
 
+def test_class_folders_at_the_root_take_the_same_path_as_ghofl_embed(
+    tmp_path: Path, fake_encoder: list[tuple[str, int, str]]
+) -> None:
+    """Every client (CLI, simulator, Flower ClientApp) embeds raw data through one path, so
+    an image layout without a train/ folder (<root>/<class>/<image>) works for all of them."""
+    pytest.importorskip("PIL", reason="image decoding needs Pillow")
+    from ghofl.client.local_data import embed_local_data
+
+    files = layout_files(classes=("dog", "cat"), n_per_class=2, size=(4, 4))
+    flat = {rel.split("/", 1)[1]: img for rel, img in files.items()}  # <class>/<image>
+    src = make_image_folder(tmp_path / "site", flat)
+    job = ClientJob(("cat", "dog"), encoder="efficientnet-lite0", resolution=32)
+    got = client_statistics(src, job, cache_dir=tmp_path / "cache")
+    _same(got, _expected_images(files, job.classes))
+    local = embed_local_data(src, _mean_rgb(), cache_dir=tmp_path / "cache")
+    assert local.split == "all" and got.n_samples == local.x.shape[0] == 4
+    with pytest.raises(InputError, match=r"holds images but encoder 'len' is a text encoder"):
+        client_statistics(src, ClientJob(("cat", "dog"), encoder="len"),
+                          cache_dir=tmp_path / "cache")
+
+
 def test_text_file_with_the_jobs_encoder(
     tmp_path: Path, fake_encoder: list[tuple[str, int, str]]
 ) -> None:

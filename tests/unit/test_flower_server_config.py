@@ -31,18 +31,29 @@ def _cfg(**extra: Any) -> dict[str, Any]:
     ("extra", "match"),
     [
         ({"protocol": "secure", "transport_dtype": "float32"},
-         r"run config transport_dtype 'float32' applies to plain uploads; the secure protocol "
+         r"run config: transport_dtype 'float32' applies to plain uploads; secure aggregation "
          r"sends its own fixed-point encoding of the float64 sums, so set transport_dtype = "
          r"\"float64\" or protocol = \"plain\""),
         ({"holdout_fraction": 0.2, "dp-epsilon": 1.0},
-         r"differential privacy does not support a held-out section .*; set the run config "
+         r"run config: differential privacy does not support a held-out section .*; set "
          r"holdout_fraction = 0\.0 or dp-epsilon = 0\.0"),
+        ({"dp-epsilon": 1.0, "dp-mode": "distributed"},
+         r"run config: dp-mode = \"distributed\" adds each client's noise share before secure "
+         r"aggregation, so it needs protocol = \"secure\"; add it, or use dp-mode = "
+         r"\"central\""),
+        ({"protocol": "secure", "clip_norm": 0.0},
+         r"run config: protocol = \"secure\" needs clip_norm: the fixed-point encoding of the "
+         r"secure sum needs a per-sample clipping bound"),
+        ({"protocol": "secure", "store": "s.db"},
+         r"run config: store records each client's contribution, which the secure protocol "
+         r"never shows the server; set store = \"\" or protocol = \"plain\""),
+        ({"protocol": "tls"}, r"run config: protocol must be 'secure' or 'plain'; got 'tls'"),
         ({"preset": "fast"}, r"unknown preset 'fast'; available presets: default, paper"),
         ({"preset": 2}, r"server job config key 'preset' must be a preset name"),
         ({"holdout_fraction": 0.9},
-         r"ClientJob holdout_fraction: the held-out fraction must be 0 .*got 0\.9"),
+         r"run config: holdout_fraction: the held-out fraction must be 0 .*got 0\.9"),
         ({"transport_dtype": "float16"},
-         r"ClientJob transport_dtype must be one of float64, float32; got 'float16'"),
+         r"run config: transport_dtype must be one of float64, float32; got 'float16'"),
     ],
 )
 def test_bad_run_config_is_refused_first(extra: dict[str, Any], match: str,

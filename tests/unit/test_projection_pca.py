@@ -149,7 +149,7 @@ def test_client_job_carries_the_basis(basis_dir: Path) -> None:
     assert job.projection(10) == ProjectionSpec(0, 10, 3, PCA_GENERATOR, fp)
     with pytest.raises(ConfigError, match="projection_basis must be '' or the 16-hex-digit"):
         ClientJob(classes=("a", "b"), projection_dim=3, projection_basis="zz")
-    with pytest.raises(ConfigError, match="with projection_dim set"):
+    with pytest.raises(ConfigError, match="with ClientJob projection_dim set"):
         ClientJob(classes=("a", "b"), projection_basis=fp)
 
 

@@ -250,7 +250,7 @@ def test_job_simulation_and_config_options() -> None:
     assert cfg.transport_dtype == ("float32",)
     with pytest.raises(ConfigError, match="transport_dtype must be among float64, float32"):
         config_from_dict({"datasets": ["cifar10"], "transport_dtype": ["bf16"]})
-    with pytest.raises(ConfigError, match="with secure = true the clients send fixed-point"):
+    with pytest.raises(ConfigError, match="experiment config: transport_dtype 'float32' applies to plain uploads; secure aggregation"):
         config_from_dict({"datasets": ["cifar10"], "transport_dtype": "float32",
                           "secure": True})
 

@@ -181,6 +181,8 @@ class ExperimentConfig:
 def _check_upload_options(cfg: ExperimentConfig) -> None:
     """``holdout`` fractions in [0, 0.5] and ``transport_dtype`` float64/float32 (not float32
     with ``secure``: secure aggregation sends its own fixed-point words)."""
+    from ghofl.server.fields import CONFIG
+    from ghofl.server.plan import PlanError, check_transport_dtype
     from ghofl.stats.codec import TRANSPORT_DTYPES
     from ghofl.stats.meta import MAX_HOLDOUT_FRACTION
 
@@ -195,11 +197,10 @@ def _check_upload_options(cfg: ExperimentConfig) -> None:
             raise ConfigError(
                 f"transport_dtype must be among {', '.join(TRANSPORT_DTYPES)}; got {t!r}"
             )
-        if t != "float64" and cfg.secure:
-            raise ConfigError(
-                f"transport_dtype {t!r} applies to plain uploads; with secure = true the "
-                "clients send fixed-point words, so use transport_dtype = \"float64\""
-            )
+        try:
+            check_transport_dtype(t, "secure" if cfg.secure else "plain")
+        except PlanError as exc:
+            raise ConfigError(f"experiment config: {exc.render(CONFIG)}") from None
 
 
 def _check_datasets(datasets: tuple[str | DatasetSpec, ...]) -> None:

@@ -19,9 +19,10 @@ from ghofl.bench.config import ExperimentConfig
 from ghofl.bench.features import Features, load_features
 from ghofl.bench.references import run_reference
 from ghofl.bench.report import write_json
+from ghofl.client.job import ClientJob
 from ghofl.errors import ConfigError
-from ghofl.heads.presets import merge_preset
-from ghofl.secure import SecAggConfig
+from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server_job import ServerJob
 from ghofl.stats.meta import EncoderInfo
 from ghofl.stats.projection import default_basis
 
@@ -88,8 +89,6 @@ def run_experiment(
     over the same data, like ``ghofl demo``'s, read it once). ``plots=False`` skips the PNGs.
     Returns the list of records.
     """
-    from ghofl.simulation import simulate_federation
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     say = log or (lambda _msg: None)
@@ -142,35 +141,8 @@ def run_experiment(
                                     + (f" holdout={holdout}" if holdout else "")
                                     + (f" transport={tdtype}" if tdtype else "")
                                 )
-                                heads = heads_for_mode(cfg.heads, mode)
-                                clip = resolve_clip(cfg, feats.encoder_info)
-                                res = simulate_federation(
-                                    feats.x_train,
-                                    feats.y_train,
-                                    feats.x_test,
-                                    feats.y_test,
-                                    classes=feats.classes,
-                                    clients=clients,
-                                    alpha=alpha,
-                                    seed=seed,
-                                    heads=heads,
-                                    head_params=merge_preset(
-                                        cfg.preset, heads, cfg.head_params),
-                                    mode=mode,  # type: ignore[arg-type]
-                                    projection_dim=proj or None,
-                                    projection_seed=cfg.projection_seed,
-                                    encoder=feats.encoder_info,
-                                    min_per_client=cfg.min_per_client,
-                                    progress=progress,
-                                    clip_norm=clip,
-                                    secure=SecAggConfig(clip_norm=clip)
-                                    if cfg.secure and clip is not None else None,
-                                    holdout_fraction=holdout or 0.0,
-                                    transport_dtype=tdtype or "float64",
-                                    projection_basis=default_basis(
-                                        feats.encoder_info.fingerprint())
-                                    if proj and cfg.projection == "pca" else "",
-                                ).to_dict()
+                                res = _run_one(cfg, feats, mode, proj, clients, alpha,
+                                               seed, holdout, tdtype, progress).to_dict()
                                 for head, hres in res["heads"].items():
                                     records.append(
                                         {
@@ -223,6 +195,26 @@ def _upload_variants(
     these options existed resume."""
     return [(seed, h or None, None if t == "float64" else t)
             for seed in cfg.seeds for h in cfg.holdout for t in cfg.transport_dtype]
+
+
+def _run_one(cfg: ExperimentConfig, feats: Any, mode: str, proj: int, clients: int,
+             alpha: float, seed: int, holdout: float | None, tdtype: str | None, progress: bool
+             ) -> Any:
+    """One grid cell: the plan of the experiment config's row, simulated."""
+    from ghofl.simulation import Population, simulate
+
+    heads = heads_for_mode(cfg.heads, mode)
+    clip = resolve_clip(cfg, feats.encoder_info)
+    job = ClientJob(tuple(feats.classes), mode, projection_dim=proj or None,  # type: ignore[arg-type]
+                    projection_seed=cfg.projection_seed, clip_norm=clip,
+                    holdout_fraction=holdout or 0.0, transport_dtype=tdtype or "float64",
+                    projection_basis=default_basis(feats.encoder_info.fingerprint())
+                    if proj and cfg.projection == "pca" else "")
+    plan = FederationPlan(job, AggregationSpec("secure" if cfg.secure else "plain"),
+                          ServerJob(tuple(heads), dict(cfg.head_params), seed=seed,
+                                    progress=progress, preset=cfg.preset))
+    return simulate(plan, (feats.x_train, feats.y_train), (feats.x_test, feats.y_test),
+                    Population(clients, alpha, cfg.min_per_client, feats.encoder_info))
 
 
 def resolve_clip(cfg: ExperimentConfig, info: EncoderInfo) -> float | None:

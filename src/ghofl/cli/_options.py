@@ -3,17 +3,21 @@
 Each ``*Option`` is an annotated type for a typer parameter, e.g.
 ``holdout: HoldoutOption = 0.0``; the default stays in the signature. The client-side upload
 options (--holdout, --holdout-seed, --transport-dtype) are checked by
-:class:`~ghofl.client.job.ClientJob`; :func:`client_job` words its errors for the flags.
+:class:`~ghofl.client.job.ClientJob`; its errors name the field, and :func:`cli_plan` renders
+them with the flags of :data:`~ghofl.server.fields.FIELDS`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from ghofl.client.job import ClientJob
-from ghofl.errors import ConfigError
+from ghofl.errors import ConfigError, FieldError
+from ghofl.server.fields import CLI
+from ghofl.server.plan import check_transport_dtype
 from ghofl.stats.meta import Mode
 
 __all__ = [
@@ -25,6 +29,7 @@ __all__ = [
     "TransportDtypeOption",
     "check_feature_transform_option",
     "check_upload_options",
+    "cli_plan",
     "client_job",
 ]
 
@@ -51,26 +56,17 @@ PresetOption = Annotated[str, typer.Option(
     "--preset", help="Named head hyperparameters: 'default' (chosen from the data) or "
     "'paper' (the paper's fixed values); --param overrides them.")]
 
-#: ClientJob fields and the CLI flags that set them.
-_FLAGS = {"holdout_fraction": "--holdout", "holdout_seed": "--holdout-seed",
-          "transport_dtype": "--transport-dtype", "projection_basis": "--projection-basis"}
-
+T = TypeVar("T")
 
 def client_job(names: tuple[str, ...], mode: Mode, **options: Any) -> ClientJob:
-    """The :class:`ClientJob` of the options, with ClientJob's errors worded for the CLI flags.
+    """The :class:`ClientJob` of the options, its errors naming the CLI flags.
 
     Raises
     ------
     ConfigError
         An option is invalid; the message names its flag (e.g. ``--holdout``).
     """
-    try:
-        return ClientJob(names, mode, **options)
-    except ConfigError as exc:
-        text = str(exc)
-        for key, flag in _FLAGS.items():
-            text = text.replace(f"ClientJob {key}", flag)
-        raise ConfigError(text) from None
+    return cli_plan(lambda: ClientJob(names, mode, **options))
 
 
 def check_upload_options(holdout: float, holdout_seed: int, transport_dtype: str, *,
@@ -85,12 +81,30 @@ def check_upload_options(holdout: float, holdout_seed: int, transport_dtype: str
     """
     client_job(("0",), "full", holdout_fraction=holdout, holdout_seed=holdout_seed,
                transport_dtype=transport_dtype)
-    if secure and transport_dtype != "float64":
-        raise ConfigError(
-            f"transport dtype {transport_dtype} applies to plain uploads; secure aggregation "
-            "sends its own fixed-point encoding of the float64 sums, so drop --transport-dtype "
-            "(or --secure)"
-        )
+    cli_plan(lambda: check_transport_dtype(transport_dtype, "secure" if secure else "plain"))
+
+
+def cli_plan(make: Callable[[], T], hint: Callable[[FieldError], str] | None = None) -> T:
+    """``make()`` (building a :class:`~ghofl.server.plan.FederationPlan` or one of its parts,
+    or checking one of its rules) with an invalid option reported in the CLI's flags.
+
+    Parameters
+    ----------
+    make : callable
+    hint : callable, optional
+        A sentence for the error from what the command knows (e.g. the data's largest norm).
+
+    Raises
+    ------
+    ConfigError
+        The plan's error, rendered for the CLI (:data:`~ghofl.server.fields.CLI`).
+    """
+    try:
+        return make()
+    except FieldError as exc:
+        raise ConfigError(exc.render(CLI, hint(exc) if hint else "")) from None
+
+
 
 
 def check_feature_transform_option(name: str) -> str:
@@ -103,9 +117,4 @@ def check_feature_transform_option(name: str) -> str:
     """
     from ghofl.client.transforms import check_feature_transform
 
-    try:
-        return check_feature_transform(name)
-    except ConfigError as exc:
-        raise ConfigError(str(exc).replace("feature_transform", "--feature-transform", 1)) \
-            from None
-
+    return cli_plan(lambda: check_feature_transform(name))

@@ -22,12 +22,15 @@ from ghofl.cli._options import (
     TransportDtypeOption,
     check_feature_transform_option,
     check_upload_options,
+    cli_plan,
+    client_job,
 )
 from ghofl.cli.app import app
 from ghofl.cli.io import check_mode, parse_param_options
 from ghofl.client.job import ClientJob
 from ghofl.errors import ConfigError, require_extra
 from ghofl.heads.registry import parse_head_list
+from ghofl.server.plan import AggregationSpec, FederationPlan
 from ghofl.server_job import ServerJob
 
 
@@ -85,14 +88,19 @@ def flower_run(
         raise ConfigError(f"--engine must be 'simulation' or 'deployment'; got {engine!r}")
     if nodes < 1:
         raise ConfigError(f"--nodes must be at least 1; got {nodes}")
-    if secure and clip is None:
-        raise ConfigError("--secure needs a clipping bound: give --clip R")
-    check_mode(mode)
+    m = check_mode(mode)
     check_upload_options(holdout, holdout_seed, transport_dtype, secure=secure)
     check_feature_transform_option(feature_transform)
     head_names = parse_head_list(heads)
     server_job = ServerJob(tuple(head_names), parse_param_options(param, head_names), seed=seed,
                            preset=preset)
+    # the plan's rules, before any process starts (the class list is not known yet)
+    cli_plan(lambda: FederationPlan(
+        client_job(("0",), m, clip_norm=clip, holdout_fraction=holdout,
+                   holdout_seed=holdout_seed, transport_dtype=transport_dtype,
+                   feature_transform=feature_transform),
+        AggregationSpec(protocol="secure" if secure else "plain", threshold=threshold or None),
+        server_job))
     names = _classes(classes, test)
     out = out.resolve()
     template = data_template if Path(data_template).is_absolute() else str(

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 import typer
@@ -49,6 +49,8 @@ from ghofl.cli._options import (
     TransportDtypeOption,
     check_feature_transform_option,
     check_upload_options,
+    cli_plan,
+    client_job,
 )
 from ghofl.cli.app import app
 from ghofl.cli.io import (
@@ -64,11 +66,13 @@ from ghofl.cli.stats_cmds import projection_basis_option
 from ghofl.client.local_data import read_npz_encoder_info
 from ghofl.data.embeddings import load_embeddings
 from ghofl.errors import ConfigError
-from ghofl.heads.presets import merge_preset
 from ghofl.heads.registry import parse_head_list
 from ghofl.privacy import DEFAULT_DELTA, DEFAULT_MIN_CLASS_COUNT, DP_MODES, DPConfig
-from ghofl.secure import DEFAULT_MAX_SAMPLES, SecAggConfig, parse_drops
-from ghofl.simulation import SimulationResult, simulate_federation
+from ghofl.secure import DEFAULT_MAX_SAMPLES, parse_drops
+from ghofl.server.plan import AggregationSpec, FederationPlan, default_min_class_count
+from ghofl.server_job import ServerJob
+from ghofl.simulation import Population, SimulationResult
+from ghofl.simulation import simulate as simulate_plan
 
 
 @app.command("simulate")
@@ -154,51 +158,39 @@ def simulate(
     if projection_seed is not None and projection_dim is None:
         raise ConfigError("--projection-seed needs --projection-dim; give both or neither")
     names = parse_head_list(heads)
-    params = merge_preset(preset, names, parse_param_options(param, names))
-    secure_only = {"--threshold": threshold, "--neighbours": neighbours,
-                   "--max-samples": max_samples, "--limbs": limbs}
-    given = [k for k, v in secure_only.items() if v is not None]
-    if given and not secure:
-        raise ConfigError(f"{given[0]} only applies to the secure protocol; add --secure")
-    dp = _dp_config(dp_epsilon, dp_delta, dp_mode, secure)
+    server_job = ServerJob(tuple(names), parse_param_options(param, names), seed=seed,
+                           progress=progress, preset=preset)
+    dp = _dp_config(dp_epsilon, dp_delta, dp_mode)
+    protocol: Literal["plain", "secure"] = "secure" if secure else "plain"
+    aggregation = cli_plan(lambda: AggregationSpec(
+        protocol=protocol, threshold=threshold, neighbours=neighbours,
+        max_samples=max_samples or DEFAULT_MAX_SAMPLES, limbs=limbs or 2, dp=dp,
+        drops=parse_drops(drop, ("advertise", "share", "mask", "unmask") if secure
+                          else ("input",))))
     check_upload_options(holdout, holdout_seed, transport_dtype, secure=secure)
     check_feature_transform_option(feature_transform)
     if min_class_count is not None and min_class_count < 1:
         raise ConfigError(f"--min-class-count must be at least 1 (1 keeps every class); got "
                           f"{min_class_count}")
-    k = min_class_count or (DEFAULT_MIN_CLASS_COUNT if dp is not None else 1)
-    drops = parse_drops(drop, ("advertise", "share", "mask", "unmask") if secure
-                        else ("input",))
     if json_out is not None:
         check_output_file(json_out, "--json")
     tr = load_embeddings(train, "--train")
     te = load_embeddings(test, "--test")
-    if secure and clip is None:
-        raise ConfigError(_clip_needed(tr.x))
-    if dp is not None and clip is None:
-        raise ConfigError(_clip_needed(tr.x).replace("--secure needs", "--dp-epsilon needs", 1)
-                          .replace("the fixed-point encoding of the secure sum needs one",
-                                   "the sensitivity of the statistics depends on it"))
-    config = None
-    if secure:
-        assert clip is not None
-        config = SecAggConfig(clip_norm=clip, threshold=threshold, neighbours=neighbours,
-                              max_samples=max_samples or DEFAULT_MAX_SAMPLES, limbs=limbs or 2)
     class_names = resolve_classes(classes, num_classes, [tr, te])
     basis = projection_basis_option(projection_basis, projection_dim, projection_seed,
                                     read_npz_encoder_info(train)
                                     if projection_basis == "default" else None,
                                     feature_transform)
-    result = simulate_federation(
-        tr.x, tr.y, te.x, te.y,
-        classes=list(class_names), clients=clients, alpha=alpha, seed=seed, heads=names,
-        head_params=params, mode=m, projection_dim=projection_dim,
-        projection_seed=projection_seed or 0, min_per_client=min_per_client, progress=progress,
-        clip_norm=clip, secure=config, drops=drops, min_class_count=k, dp=dp,
-        holdout_fraction=holdout, holdout_seed=holdout_seed, transport_dtype=transport_dtype,
-        feature_transform=feature_transform,
-        projection_basis=basis,
-    )
+    job = client_job(tuple(class_names), m, projection_dim=projection_dim,
+                     projection_seed=projection_seed or 0, clip_norm=clip,
+                     min_class_count=min_class_count or default_min_class_count(dp),
+                     holdout_fraction=holdout, holdout_seed=holdout_seed,
+                     transport_dtype=transport_dtype, projection_basis=basis,
+                     feature_transform=feature_transform)
+    plan = cli_plan(lambda: FederationPlan(job, aggregation, server_job),
+                    hint=lambda exc: _clip_hint(tr.x) if exc.field == "client.clip_norm" else "")
+    result = simulate_plan(plan, (tr.x, tr.y), (te.x, te.y),
+                           Population(clients, alpha, min_per_client))
     if json_out is not None:
         write_json(json_out, result.to_dict())
     typer.echo(
@@ -211,8 +203,8 @@ def simulate(
                      [[n, r.accuracy, r.fit_seconds] for n, r in result.heads.items()]))
 
 
-def _dp_config(epsilon: float | None, delta: float | None, mode: str | None,
-               secure: bool) -> DPConfig | None:
+def _dp_config(epsilon: float | None, delta: float | None, mode: str | None
+               ) -> DPConfig | None:
     """The DP options as a :class:`DPConfig` (``None`` without --dp-epsilon)."""
     if epsilon is None:
         given = [k for k, v in (("--dp-delta", delta), ("--dp-mode", mode)) if v is not None]
@@ -221,11 +213,6 @@ def _dp_config(epsilon: float | None, delta: float | None, mode: str | None,
         return None
     if mode is not None and mode not in DP_MODES:
         raise ConfigError(f"--dp-mode must be one of {', '.join(DP_MODES)}; got {mode!r}")
-    if mode == "distributed" and not secure:
-        raise ConfigError(
-            "--dp-mode distributed adds each client's noise share before secure aggregation, "
-            "so it needs --secure; add --secure, or use --dp-mode central"
-        )
     return DPConfig(epsilon, DEFAULT_DELTA if delta is None else delta,
                     "distributed" if mode == "distributed" else "central")
 
@@ -246,18 +233,17 @@ def _echo_privacy(result: SimulationResult) -> None:
         typer.echo(f"  post-processing: {note}")
 
 
-def _clip_needed(x: np.ndarray) -> str:
-    """The message asking for --clip, with the largest norm and a suggested bound."""
+def _clip_hint(x: np.ndarray) -> str:
+    """Why --clip has no default here, with the largest norm and a suggested bound."""
     norms = np.linalg.norm(np.asarray(x, dtype=np.float64), axis=1)
     if norms.size == 0:
-        return "--secure needs --clip R (the training embeddings are empty)"
+        return "The training embeddings are empty"
     largest = float(norms.max())
     digits = 1 - math.floor(math.log10(max(largest * 1.05, 1e-300)))
     suggestion = math.ceil(largest * 1.05 * 10**digits) / 10**digits
-    return ("--secure needs --clip R: embeddings read from an .npz file have no default "
-            "clipping bound, and the fixed-point encoding of the secure sum needs one. Give an "
-            f"R at or above the embeddings' norms (the largest in --train is {largest:.4g}), "
-            f"e.g. --clip {suggestion:g}")
+    return ("Embeddings read from an .npz file have no default clipping bound: give an R at "
+            f"or above the embeddings' norms (the largest in --train is {largest:.4g}), e.g. "
+            f"--clip {suggestion:g}")
 
 
 def _echo_aggregation(result: SimulationResult) -> None:

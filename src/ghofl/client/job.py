@@ -57,7 +57,7 @@ from ghofl.data.embeddings import (
     check_labelled_embeddings,
     load_embeddings,
 )
-from ghofl.errors import ConfigError, InputError, StatsValidationError
+from ghofl.errors import ConfigError, FieldError, InputError, StatsValidationError
 from ghofl.stats.accumulate import StatsAccumulator, compute_stats
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import TRANSPORT_DTYPES
@@ -149,9 +149,10 @@ class ClientJob:
                 )
         object.__setattr__(self, "resolution", _int(self.resolution, "resolution", low=1))
         if self.backend not in _BACKENDS:
-            raise ConfigError(
-                f"ClientJob backend must be one of {', '.join(_BACKENDS)}; got {self.backend!r}"
-            )
+            backend = self.backend
+            raise FieldError("client.backend", lambda n: (
+                f"{n.name('client.backend')} must be one of {', '.join(_BACKENDS)}; got "
+                f"{backend!r}"))
         check_feature_transform(self.feature_transform)
         if self.projection_dim is not None:
             object.__setattr__(
@@ -168,24 +169,24 @@ class ClientJob:
         object.__setattr__(self, "holdout_fraction", _holdout(self.holdout_fraction))
         object.__setattr__(self, "holdout_seed", _int(self.holdout_seed, "holdout_seed", low=0))
         if self.holdout_seed >= 2**63:
-            raise ConfigError(
-                f"ClientJob holdout_seed must be below 2^63; got {self.holdout_seed}"
-            )
+            seed = self.holdout_seed
+            raise FieldError("client.holdout_seed", lambda n: (
+                f"{n.name('client.holdout_seed')} must be below 2^63; got {seed}"))
         if self.transport_dtype not in TRANSPORT_DTYPES:
-            raise ConfigError(
-                f"ClientJob transport_dtype must be one of {', '.join(TRANSPORT_DTYPES)}; got "
-                f"{self.transport_dtype!r}"
-            )
+            dtype = self.transport_dtype
+            raise FieldError("client.transport_dtype", lambda n: (
+                f"{n.name('client.transport_dtype')} must be one of "
+                f"{', '.join(TRANSPORT_DTYPES)}; got {dtype!r}"))
         if self.projection_basis and (
             not isinstance(self.projection_basis, str)
             or not re.fullmatch(r"[0-9a-f]{16}", self.projection_basis)
             or self.projection_dim is None
         ):
-            raise ConfigError(
-                f"ClientJob projection_basis must be '' or the 16-hex-digit fingerprint of a "
-                f"principal-direction basis, with projection_dim set; got "
-                f"{self.projection_basis!r} (projection_dim={self.projection_dim})"
-            )
+            basis, k = self.projection_basis, self.projection_dim
+            raise FieldError("client.projection_basis", lambda n: (
+                f"{n.name('client.projection_basis')} must be '' or the 16-hex-digit "
+                "fingerprint of a principal-direction basis, with "
+                f"{n.name('client.projection_dim')} set; got {basis!r} (projection_dim={k})"))
 
     # ------------------------------------------------------------------ config
     def to_config(self) -> dict[str, ConfigValue]:
@@ -326,7 +327,7 @@ def client_statistics(
     *,
     cache_dir: str | os.PathLike[str] | None = None,
     encoder_info: EncoderInfo | None = None,
-    split: str | None = "train",
+    split: str | None = None,
     batch_size: int = 64,
     progress: bool = False,
     range_hint: str | None = None,
@@ -354,8 +355,10 @@ def client_statistics(
     encoder_info : EncoderInfo, optional
         Fingerprint of the encoder that produced embeddings inputs (overrides the one the job
         implies; the job's transform is still applied).
-    split : str or None, default "train"
-        Split folder of an ImageFolder layout (``None``: class folders at its root).
+    split : str, optional
+        Split of the raw data (:func:`ghofl.data.by_path.open_path`); default: a whole single
+        text file, ``train`` of a folder of text files, and for an image layout its
+        ``train`` folder when it has one, else the class folders at its root.
     batch_size : int, default 64
         Items per encoder call (raw data).
     progress : bool, default False
@@ -484,7 +487,10 @@ def _raw_stats(
     path: Path, job: ClientJob, cache_dir: str | os.PathLike[str] | None,
     split: str | None, batch_size: int, progress: bool,
 ) -> ClientStats:
-    from ghofl.client.embed import embed_dataset_cached
+    """Raw data through the one embedding path of every client (``ghofl embed``, ``ghofl
+    client-stats --data``, the Flower ClientApp): :func:`~ghofl.client.local_data.
+    embed_local_data`."""
+    from ghofl.client.local_data import embed_local_data
 
     if job.encoder is None:
         raise ConfigError(
@@ -492,29 +498,15 @@ def _raw_stats(
             "to embed raw data with; set the job's encoder (e.g. 'efficientnet-lite0') or give "
             "embeddings"
         )
-    source, key = _open_raw(path, job, split)
-    encoder = job.build_encoder()
-    x, y = embed_dataset_cached(source, split or "all", encoder, key=key,
-                                cache_dir=cache_dir, batch_size=batch_size, progress=progress)
+    coarse = not any(":" in c for c in job.classes)
+    local = embed_local_data(path, job.build_encoder(), split=split, classes=job.classes,
+                             coarse=coarse, cache_dir=cache_dir, batch_size=batch_size,
+                             progress=progress)
     what = f"'{path}'"
-    labels = align_labels(y, source.classes, job.classes, what)
-    xx, yy = check_labelled_embeddings(x, labels, len(job.classes), what)
-    info = transformed_info(encoder.info, job.feature_transform)
+    labels = align_labels(local.y, local.classes, job.classes, what)
+    xx, yy = check_labelled_embeddings(local.x, labels, len(job.classes), what)
+    info = transformed_info(local.info, job.feature_transform)
     return _finish(apply_feature_transform(xx, job.feature_transform), yy, job, info)
-
-
-def _open_raw(path: Path, job: ClientJob, split: str | None) -> tuple[Any, str]:
-    """The raw source at ``path`` and its cache key (which fingerprints the content)."""
-    from ghofl.data.by_path import DatasetSpec
-    from ghofl.data.images import ImageFolderSource
-
-    spec = DatasetSpec(str(path))
-    if spec.kind == "text":  # a file (all of it), or a folder of train/test files
-        coarse = not any(":" in c for c in job.classes)
-        text_split = (split or "train") if path.is_dir() else "all"
-        return (spec.load(text_split, job.classes, coarse=coarse),
-                spec.cache_key(job.classes, coarse=coarse))
-    return ImageFolderSource(path, split), spec.cache_key()
 
 
 # ---------------------------------------------------------------------- validation
@@ -542,7 +534,8 @@ def _check_mode(mode: Any) -> Mode:
 
 def _int(value: Any, key: str, *, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ConfigError(f"ClientJob {key} must be an integer >= {low}; got {value!r}")
+        raise FieldError(f"client.{key}", lambda n: (
+            f"{n.name('client.' + key)} must be an integer >= {low}; got {value!r}"))
     return int(value)
 
 
@@ -550,16 +543,18 @@ def _holdout(value: Any) -> float:
     try:
         return check_holdout_fraction(value)
     except StatsValidationError as exc:
-        raise ConfigError(f"ClientJob holdout_fraction: {exc}") from None
+        reason = str(exc)
+        raise FieldError("client.holdout_fraction", lambda n: (
+            f"{n.name('client.holdout_fraction')}: {reason}")) from None
 
 
 def _clip(value: Any) -> float:
     ok = isinstance(value, int | float | np.number) and not isinstance(value, bool)
     if not ok or not (math.isfinite(float(value)) and float(value) > 0):
-        raise ConfigError(
-            f"ClientJob clip_norm (the per-sample L2 clipping bound R) must be a finite number "
-            f"> 0; got {value!r}; pass a positive bound, or None for no clipping"
-        )
+        raise FieldError("client.clip_norm", lambda n: (
+            f"{n.name('client.clip_norm')} (the per-sample L2 clipping bound R) must be a "
+            f"finite number > 0; got {value!r}; pass a positive bound, or none for no "
+            "clipping"))
     return float(value)
 
 

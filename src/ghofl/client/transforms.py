@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import ConfigError
+from ghofl.errors import ConfigError, FieldError
 from ghofl.stats.meta import EncoderInfo
 
 if TYPE_CHECKING:
@@ -54,11 +54,11 @@ def check_feature_transform(name: str) -> str:
     if name in FEATURE_TRANSFORMS or kernel_map_of(name) is not None:
         return name
     if name == KERNEL_TRANSFORM or name.startswith(KERNEL_TRANSFORM + ":"):
-        raise ConfigError(
-            f"feature_transform {name!r} must name its kernel map: x+sqrt+rbf:<fingerprint> "
-            "(16 hex digits, printed by ghofl feature-map)"
-        )
-    raise ConfigError(f"feature_transform must be one of {_CHOICES}; got {name!r}")
+        raise FieldError("client.feature_transform", lambda n: (
+            f"{n.name('client.feature_transform')} {name!r} must name its kernel map: "
+            "x+sqrt+rbf:<fingerprint> (16 hex digits, printed by ghofl feature-map)"))
+    raise FieldError("client.feature_transform", lambda n: (
+        f"{n.name('client.feature_transform')} must be one of {_CHOICES}; got {name!r}"))
 
 
 def _kernel_map(name: str) -> KernelMap:

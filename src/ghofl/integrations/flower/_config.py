@@ -11,6 +11,8 @@ import numpy as np
 from ghofl.client.job import ClientJob
 from ghofl.client.transforms import apply_feature_transform
 from ghofl.errors import ConfigError
+from ghofl.server.config import cfg_float, cfg_int, cfg_str
+from ghofl.server.plan import default_min_class_count
 from ghofl.stats.meta import StatsMeta
 
 if TYPE_CHECKING:
@@ -37,41 +39,21 @@ def job_meta(job: ClientJob, input_dim: int | None) -> StatsMeta:
     return job.stats_meta(int(dim), info)
 
 
-def cfg_str(cfg: Mapping[str, Any], key: str, default: str = "") -> str:
-    value = cfg.get(key, default)
-    if not isinstance(value, str):
-        raise ConfigError(f"run config key {key!r} must be a string; got {value!r}")
-    return value
-
-
-def cfg_int(cfg: Mapping[str, Any], key: str, default: int = 0) -> int:
-    value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"run config key {key!r} must be an integer; got {value!r}")
-    return int(value)
-
-
-def cfg_float(cfg: Mapping[str, Any], key: str, default: float = 0.0) -> float:
-    value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"run config key {key!r} must be a number; got {value!r}")
-    return float(value)
-
-
 def dp_options(cfg: Mapping[str, Any], job: ClientJob) -> tuple[ClientJob, NoisePlan | None]:
     """The run config's DP keys: ``dp-epsilon`` (0 = no DP), ``dp-delta``, ``dp-mode``
     (``central`` or ``distributed``) and ``min-class-count`` (0 = the default: 5 with DP, 1
     without). Returns the job with its minimum count set, and the calibrated plan (or None)."""
-    from ghofl.privacy import DEFAULT_DELTA, DEFAULT_MIN_CLASS_COUNT, DPConfig, plan_noise
+    from ghofl.privacy import DEFAULT_DELTA, DPConfig, plan_noise
 
     eps = cfg_float(cfg, "dp-epsilon", 0.0)
     k = cfg_int(cfg, "min-class-count", 0)
     if k < 0:
         raise ConfigError(f"run config key 'min-class-count' must be >= 0; got {k}")
-    k = k or (DEFAULT_MIN_CLASS_COUNT if eps > 0 else job.min_class_count)
+    config = None if eps == 0.0 else DPConfig(
+        eps, cfg_float(cfg, "dp-delta", DEFAULT_DELTA),
+        cfg_str(cfg, "dp-mode", "central"))  # type: ignore[arg-type]
+    k = k or (default_min_class_count(config) if config is not None else job.min_class_count)
     job = replace(job, min_class_count=k)
-    if eps == 0.0:
+    if config is None:
         return job, None
-    mode = cfg_str(cfg, "dp-mode", "central")
-    config = DPConfig(eps, cfg_float(cfg, "dp-delta", DEFAULT_DELTA), mode)  # type: ignore[arg-type]
     return job, plan_noise(config, job.mode, job.clip_norm, k)

@@ -33,8 +33,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ghofl.errors import require_extra
 
 require_extra("flwr", "flower")
@@ -47,25 +45,11 @@ from ghofl.client.transforms import apply_feature_transform  # noqa: E402
 from ghofl.data.embeddings import align_labels, load_embeddings  # noqa: E402
 from ghofl.errors import ConfigError  # noqa: E402
 from ghofl.files import write_json_atomic  # noqa: E402
-from ghofl.integrations.flower._config import (  # noqa: E402
-    cfg_float,
-    cfg_int,
-    cfg_str,
-    dp_options,
-    job_meta,
-)
+from ghofl.integrations.flower._config import job_meta  # noqa: E402
 from ghofl.integrations.flower.transport import FlowerTransport  # noqa: E402
-from ghofl.privacy import NoisyDecoder, release_central  # noqa: E402
-from ghofl.secure import (  # noqa: E402
-    PlainServer,
-    SecAggConfig,
-    SecAggServer,
-    run_aggregation,
-)
-from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES  # noqa: E402
-from ghofl.server_job import ServerJob, run_server_job  # noqa: E402
+from ghofl.server.config import cfg_float, cfg_int, cfg_str, plan_from_config  # noqa: E402
+from ghofl.server.run import FederationServer  # noqa: E402
 from ghofl.stats.codec import save_stats  # noqa: E402
-from ghofl.store import AggregationStore  # noqa: E402
 
 __all__ = ["RESULTS", "TOTAL", "app", "run_federation", "wait_for_nodes"]
 
@@ -124,20 +108,12 @@ def wait_for_nodes(grid: Any, expected: int, timeout_s: float, poll_s: float = 0
 def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
                    state: dict[str, Any]) -> dict[str, Any]:
     """The whole server side; fills ``state`` as it goes (for the failure report)."""
-    protocol = cfg_str(cfg, "protocol", "secure")
-    if protocol not in ("secure", "plain"):
-        raise ConfigError(f"run config key 'protocol' must be 'secure' or 'plain'; got "
-                          f"{protocol!r}")
+    plan = plan_from_config(cfg)
+    protocol = plan.aggregation.protocol
     state["protocol"] = protocol
-    job, plan = dp_options(cfg, ClientJob.from_config(cfg))
-    distributed = plan is not None and plan.config.mode == "distributed"
-    if distributed and protocol != "secure":
-        raise ConfigError("run config dp-mode 'distributed' needs protocol 'secure'")
-    _check_upload_options(job, protocol, dp=plan is not None)
-    server_job = ServerJob.from_config(cfg)
-    test = _load_test(cfg_str(cfg, "test-path"), job)
+    test = _load_test(cfg_str(cfg, "test-path"), plan.client)
     dim = cfg_int(cfg, "dim") or (None if test is None else int(test[0].shape[1]))
-    meta = job_meta(job, dim)
+    meta = job_meta(plan.client, dim)
 
     t_wait = time.perf_counter()
     nodes = wait_for_nodes(grid, cfg_int(cfg, "expected-nodes", 2),
@@ -145,86 +121,40 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
     state["wait_seconds"] = time.perf_counter() - t_wait
     ids = {f"node-{n}": n for n in nodes}
     state["nodes"] = {c: {"node_id": n} for c, n in ids.items()}
-    server: SecAggServer | PlainServer
-    decoder = None
-    store: AggregationStore | None = None
-    if protocol == "secure":
-        if job.clip_norm is None:
-            raise ConfigError(
-                "the secure protocol needs a clipping bound: set the run config key clip_norm "
-                "(R > 0)"
-            )
-        secagg = SecAggConfig(
-            clip_norm=job.clip_norm,
-            threshold=cfg_int(cfg, "threshold") or None,
-            neighbours=cfg_int(cfg, "neighbours") or None,
-            max_samples=cfg_int(cfg, "max-samples", DEFAULT_MAX_SAMPLES),
-            limbs=cfg_int(cfg, "limbs", 2),
-        )
-        decoder = NoisyDecoder(plan) if distributed and plan is not None else None
-        server = SecAggServer(secagg, meta, list(ids), decode=decoder)
-    else:
-        store_path = cfg_str(cfg, "store")
-        if store_path:  # record every accepted contribution durably (plain protocol only)
-            store = AggregationStore(Path(store_path))
-            state["store"] = store_path
-            server = PlainServer(list(ids), meta, on_accept=lambda c, stats: store.add(
-                _store_id(c, transport), stats))
-        else:
-            server = PlainServer(list(ids), meta)
+    if plan.aggregation.store:
+        state["store"] = plan.aggregation.store
     transport = FlowerTransport(grid, ids, cfg_float(cfg, "stage-timeout-s", 60.0))
+    server = FederationServer(plan, list(ids), meta,
+                              store_id=lambda c: _store_id(c, transport))
     try:
-        report = run_aggregation(server, transport)
+        out = server.aggregate(transport)  # central DP noise from OS entropy
     finally:
-        if store is not None:
-            store.close()
         for c, part in transport.partitions.items():
             state["nodes"][c]["partition_id"] = part
         state.update(
             stage_seconds=dict(transport.stage_seconds),
-            dropped=dict(server.dropped), excluded=dict(server.excluded),
+            dropped=dict(server.half.dropped), excluded=dict(server.half.excluded),
             problems=dict(transport.problems),
         )
+    report = out.report
     agg = report.to_dict()
     state.update(survivors=agg["survivor_ids"], aggregation=agg,
                  bytes={s: {"server_sent": r.server_sent_bytes,
                             "server_received": r.server_received_bytes}
                         for s, r in report.stages.items()})
-    total = report.total
+    total = out.total
     extra: dict[str, Any] = {"source": f"flower ({protocol} protocol, {len(ids)} nodes)"}
-    if plan is not None:  # the noise comes from OS entropy
-        release = decoder.release if decoder is not None else release_central(
-            total, plan, np.random.default_rng())
-        assert release is not None
-        total = release.stats
-        extra["privacy"] = state["privacy"] = release.to_dict()
+    if out.privacy is not None:
+        extra["privacy"] = state["privacy"] = out.privacy
     save_stats(total, out_dir / TOTAL)
     t_fit = time.perf_counter()
-    result = run_server_job(total, server_job, out_dir=out_dir / "model", test=test,
-                            extra=extra)
+    result = server.fit(total, out_dir=out_dir / "model", test=test, extra=extra)
     state["fit_seconds"] = time.perf_counter() - t_fit
     server_summary = result.to_dict()
     accuracy = {name: h["accuracy"] for name, h in server_summary["heads"].items()
                 if "accuracy" in h}
     return {"status": "ok", **state, "accuracy": accuracy, "server": server_summary,
             "n_samples": total.n_samples, "n_clipped": total.n_clipped}
-
-
-def _check_upload_options(job: ClientJob, protocol: str, dp: bool) -> None:
-    """Held-out sections and float32 transport: refuse the combinations they do not support
-    (as the in-process simulator does), before any node is asked for anything."""
-    if job.transport_dtype != "float64" and protocol == "secure":
-        raise ConfigError(
-            f"run config transport_dtype {job.transport_dtype!r} applies to plain uploads; the "
-            "secure protocol sends its own fixed-point encoding of the float64 sums, so set "
-            "transport_dtype = \"float64\" or protocol = \"plain\""
-        )
-    if job.holdout_fraction > 0 and dp:
-        raise ConfigError(
-            "differential privacy does not support a held-out section (held-out samples would "
-            "count twice in the sensitivity); set the run config holdout_fraction = 0.0 or "
-            "dp-epsilon = 0.0"
-        )
 
 
 def _store_id(client: str, transport: FlowerTransport) -> str:

@@ -1,0 +1,82 @@
+"""A :class:`~ghofl.server.plan.FederationPlan` from a flat run config (TOML, Flower).
+
+The keys are those of :data:`~ghofl.server.fields.FIELDS` (``docs/file-formats.md`` shows the
+table); a broken rule of the plan is reported in the config's vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from ghofl.client.job import ClientJob
+from ghofl.errors import ConfigError, FieldError
+from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES
+from ghofl.server.fields import CONFIG
+from ghofl.server.plan import AggregationSpec, FederationPlan, default_min_class_count
+from ghofl.server_job import ServerJob
+
+__all__ = ["cfg_float", "cfg_int", "cfg_str", "plan_from_config"]
+
+
+def plan_from_config(cfg: Mapping[str, Any]) -> FederationPlan:
+    """The plan of a run config (``protocol`` defaults to ``"secure"``).
+
+    Raises
+    ------
+    ConfigError
+        A key holds an invalid value, or a rule of the plan is broken; the message names the
+        config keys.
+    """
+    try:
+        return _plan(cfg)
+    except FieldError as exc:
+        raise ConfigError(f"run config: {exc.render(CONFIG)}") from None
+
+
+def _plan(cfg: Mapping[str, Any]) -> FederationPlan:
+    from ghofl.privacy import DEFAULT_DELTA, DPConfig
+
+    job = ClientJob.from_config(cfg)
+    eps = cfg_float(cfg, "dp-epsilon", 0.0)
+    dp = None if eps == 0.0 else DPConfig(
+        eps, cfg_float(cfg, "dp-delta", DEFAULT_DELTA),
+        cfg_str(cfg, "dp-mode", "central"))  # type: ignore[arg-type]
+    k = cfg_int(cfg, "min-class-count", 0)
+    if k < 0:
+        raise ConfigError(f"run config key 'min-class-count' must be >= 0; got {k}")
+    job = replace(job, min_class_count=k or (default_min_class_count(dp) if dp is not None
+                                             else job.min_class_count))
+    protocol = cfg_str(cfg, "protocol", "secure")
+    agg = AggregationSpec(
+        protocol=protocol,  # type: ignore[arg-type]
+        threshold=cfg_int(cfg, "threshold") or None,
+        neighbours=cfg_int(cfg, "neighbours") or None,
+        max_samples=cfg_int(cfg, "max-samples", DEFAULT_MAX_SAMPLES),
+        limbs=cfg_int(cfg, "limbs", 2), dp=dp, store=cfg_str(cfg, "store"))
+    return FederationPlan(job, agg, ServerJob.from_config(cfg))
+
+
+def cfg_str(cfg: Mapping[str, Any], key: str, default: str = "") -> str:
+    """``cfg[key]`` as a string (``default`` when absent)."""
+    value = cfg.get(key, default)
+    if not isinstance(value, str):
+        raise ConfigError(f"run config key {key!r} must be a string; got {value!r}")
+    return value
+
+
+def cfg_int(cfg: Mapping[str, Any], key: str, default: int = 0) -> int:
+    """``cfg[key]`` as an integer (``default`` when absent)."""
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"run config key {key!r} must be an integer; got {value!r}")
+    return int(value)
+
+
+def cfg_float(cfg: Mapping[str, Any], key: str, default: float = 0.0) -> float:
+    """``cfg[key]`` as a number (``default`` when absent)."""
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"run config key {key!r} must be a number; got {value!r}")
+    return float(value)

@@ -1,0 +1,241 @@
+"""The federation as one value: what the clients compute, how it is added, what is fitted.
+
+A :class:`FederationPlan` holds the :class:`~ghofl.client.job.ClientJob` (what every client
+computes), an :class:`AggregationSpec` (plain or secure sum, its settings, differential privacy,
+the durable store, simulated drops) and the :class:`~ghofl.server_job.ServerJob` (which heads,
+with which hyperparameters: the only place a preset is merged). Every rule that ties options
+of different parts together is checked here, once, when the plan is built; its error, a
+:class:`PlanError`, names the field, and each front end renders it in its own vocabulary
+(:mod:`ghofl.server.fields`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from ghofl.client.job import ClientJob
+from ghofl.errors import ConfigError, FieldError
+from ghofl.errors import FieldNames as Naming
+from ghofl.secure.config import SecAggConfig
+from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES
+from ghofl.server_job import ServerJob
+
+if TYPE_CHECKING:
+    from ghofl.privacy import DPConfig, NoisePlan
+
+__all__ = [
+    "PROTOCOLS",
+    "AggregationSpec",
+    "FederationPlan",
+    "PlanError",
+    "check_transport_dtype",
+    "default_min_class_count",
+]
+
+Protocol = Literal["plain", "secure"]
+PROTOCOLS: tuple[str, ...] = ("plain", "secure")
+
+
+#: A broken rule of the plan (a :class:`~ghofl.errors.FieldError` naming the field).
+PlanError = FieldError
+
+
+# ---------------------------------------------------------------------- the rules
+def check_transport_dtype(transport_dtype: str, protocol: str) -> None:
+    """float32 transport is for plain uploads: the secure protocol sends fixed-point words."""
+    if transport_dtype != "float64" and protocol == "secure":
+        raise PlanError("client.transport_dtype", lambda n: (
+            f"{n.name('client.transport_dtype')} {transport_dtype!r} applies to plain "
+            "uploads; secure aggregation sends its own fixed-point encoding of the float64 "
+            "sums, so " + n.reset((("client.transport_dtype", "float64"),
+                                   ("aggregation.protocol", "plain")))))
+
+
+def _check_clip(client: ClientJob, agg: AggregationSpec) -> None:
+    """The secure sum's fixed-point range and DP's sensitivity both need a clipping bound."""
+    if client.clip_norm is not None:
+        return
+    if agg.protocol == "secure":
+        raise PlanError("client.clip_norm", lambda n: (
+            f"{n.setting('aggregation.protocol', 'secure')} needs {n.ask('client.clip_norm')}"
+            ": the fixed-point encoding of the secure sum needs a per-sample clipping bound"))
+    if agg.dp is not None:
+        raise PlanError("client.clip_norm", lambda n: (
+            f"{n.name('aggregation.dp_epsilon')} needs {n.ask('client.clip_norm')}: "
+            "without a per-sample clipping bound one sample can change the statistics "
+            "without limit, and the sensitivity of the statistics depends on it"))
+
+
+def _check_holdout(client: ClientJob, agg: AggregationSpec) -> None:
+    if client.holdout_fraction > 0 and agg.dp is not None:
+        raise PlanError("client.holdout_fraction", lambda n: (
+            "differential privacy does not support a held-out section (held-out samples "
+            "would count twice in the sensitivity); " + n.reset(
+                (("client.holdout_fraction", 0.0), ("aggregation.dp_epsilon", 0.0)))))
+
+
+def _check_distributed(agg: AggregationSpec) -> None:
+    if agg.dp is not None and agg.dp.mode == "distributed" and agg.protocol != "secure":
+        raise PlanError("aggregation.dp_mode", lambda n: (
+            f"{n.setting('aggregation.dp_mode', 'distributed')} adds each client's noise "
+            "share before secure aggregation, so it needs "
+            f"{n.setting('aggregation.protocol', 'secure')}; add it, or use "
+            f"{n.setting('aggregation.dp_mode', 'central')}"))
+
+
+def _check_secure_only(agg: AggregationSpec) -> None:
+    if agg.protocol == "secure":
+        return
+    given = [("aggregation.threshold", agg.threshold), ("aggregation.neighbours",
+                                                         agg.neighbours),
+             ("aggregation.max_samples", agg.max_samples != DEFAULT_MAX_SAMPLES or None),
+             ("aggregation.limbs", agg.limbs != 2 or None)]
+    for path, value in given:
+        if value is not None:
+            raise PlanError(path, _secure_only_text(path))
+
+
+def _secure_only_text(path: str) -> Callable[[Naming], str]:
+    def text(n: Naming) -> str:
+        return (f"{n.name(path)} only applies to the secure protocol; add "
+                f"{n.setting('aggregation.protocol', 'secure')}")
+    return text
+
+
+def default_min_class_count(dp: DPConfig | None) -> int:
+    """k of the minimum-count rule when the user gives none: 5 under DP, else 1 (off)."""
+    from ghofl.privacy import DEFAULT_MIN_CLASS_COUNT
+
+    return DEFAULT_MIN_CLASS_COUNT if dp is not None else 1
+
+
+# ---------------------------------------------------------------------- the values
+@dataclass(frozen=True)
+class AggregationSpec:
+    """How the clients' statistics are added and released.
+
+    Attributes
+    ----------
+    protocol : {"plain", "secure"}, default "plain"
+        The one-stage plain sum, or the secure protocol (the server learns only the sum).
+    threshold, neighbours : int or None
+        Secure: fewest clients that must remain, neighbours per client on the SecAgg+ graph
+        (``None``: the defaults of :class:`~ghofl.secure.SecAggConfig`).
+    max_samples : int
+        Secure: public maximum samples per client.
+    limbs : {1, 2}, default 2
+        Secure: 64-bit words per float statistic.
+    dp : DPConfig or None
+        Differential privacy of the release (``None``: none).
+    store : str, default ""
+        Path of a durable store that records every accepted contribution (plain protocol).
+    drops : mapping of str to int
+        Simulated drops: clients that vanish per stage (in-process transport only).
+    """
+
+    protocol: Protocol = "plain"
+    threshold: int | None = None
+    neighbours: int | None = None
+    max_samples: int = DEFAULT_MAX_SAMPLES
+    limbs: int = 2
+    dp: DPConfig | None = None
+    store: str = ""
+    drops: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise PlanError("aggregation.protocol", lambda n: (
+                f"{n.name('aggregation.protocol')} must be 'secure' or 'plain'; got "
+                f"{self.protocol!r}"))
+        object.__setattr__(self, "drops", dict(self.drops))
+        _check_secure_only(self)
+        _check_distributed(self)
+        if self.store and self.protocol == "secure":
+            raise PlanError("aggregation.store", lambda n: (
+                f"{n.name('aggregation.store')} records each client's contribution, which "
+                "the secure protocol never shows the server; "
+                + n.reset((("aggregation.store", ""), ("aggregation.protocol", "plain")))))
+
+    def secagg_config(self, clip_norm: float) -> SecAggConfig:
+        """The secure round's public parameters for clipping bound ``clip_norm``."""
+        return SecAggConfig(clip_norm=clip_norm, threshold=self.threshold,
+                            neighbours=self.neighbours, max_samples=self.max_samples,
+                            limbs=self.limbs)
+
+
+@dataclass(frozen=True)
+class FederationPlan:
+    """One federation, declared: checked as a whole when built.
+
+    Attributes
+    ----------
+    client : ClientJob
+    aggregation : AggregationSpec
+    server : ServerJob
+
+    Raises
+    ------
+    PlanError
+        A rule tying parts together is broken (float32 transport with the secure protocol,
+        secure or DP without a clipping bound, a held-out section under DP, distributed DP
+        without the secure protocol, secure-only settings with the plain sum).
+    ConfigError
+        The secure round's parameters are invalid.
+    """
+
+    client: ClientJob
+    aggregation: AggregationSpec = field(default_factory=AggregationSpec)
+    server: ServerJob = field(default_factory=lambda: ServerJob(("nb",)))
+
+    def __post_init__(self) -> None:
+        agg = self.aggregation
+        check_transport_dtype(self.client.transport_dtype, agg.protocol)
+        _check_clip(self.client, agg)
+        _check_holdout(self.client, agg)
+        if agg.protocol == "secure":
+            assert self.client.clip_norm is not None
+            agg.secagg_config(self.client.clip_norm)
+        self.noise_plan()  # calibrate once: a budget it cannot meet fails here
+
+    @property
+    def secure(self) -> bool:
+        return self.aggregation.protocol == "secure"
+
+    @property
+    def distributed_dp(self) -> bool:
+        dp = self.aggregation.dp
+        return dp is not None and dp.mode == "distributed"
+
+    def secagg_config(self) -> SecAggConfig:
+        """The secure round's parameters (the plan's clipping bound; secure plans only)."""
+        if not self.secure or self.client.clip_norm is None:
+            raise ConfigError("secagg_config() is for plans with the secure protocol")
+        return self.aggregation.secagg_config(self.client.clip_norm)
+
+    def noise_plan(self) -> NoisePlan | None:
+        """The calibrated Gaussian mechanism (``None`` without DP)."""
+        dp = self.aggregation.dp
+        if dp is None:
+            return None
+        from ghofl.privacy import plan_noise
+
+        return plan_noise(dp, self.client.mode, self.client.clip_norm,
+                          self.client.min_class_count)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready summary of the plan (the parts' flat configs and the aggregation)."""
+        agg = self.aggregation
+        dp = agg.dp
+        return {
+            "client": self.client.to_config(),
+            "aggregation": {
+                "protocol": agg.protocol, "threshold": agg.threshold,
+                "neighbours": agg.neighbours, "max_samples": agg.max_samples,
+                "limbs": agg.limbs, "store": agg.store, "drops": dict(agg.drops),
+                "dp": None if dp is None else {"epsilon": dp.epsilon, "delta": dp.delta,
+                                               "mode": dp.mode},
+            },
+            "server": self.server.to_config(),
+        }

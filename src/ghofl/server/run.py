@@ -1,0 +1,142 @@
+"""The server of a federation: aggregate (any protocol, any transport), release, record, fit.
+
+:class:`FederationServer` is the one server entry point of every front end. The in-process
+simulator hands it an :class:`~ghofl.secure.InMemoryTransport`, the Flower ServerApp a
+:class:`~ghofl.integrations.flower.transport.FlowerTransport`; both then call
+:meth:`FederationServer.aggregate` (the protocol's server half, built here from the plan, and
+the differential-privacy release) and :meth:`FederationServer.fit` (the plan's server job).
+Only this module builds a :class:`~ghofl.secure.SecAggServer`, a
+:class:`~ghofl.secure.PlainServer` or a DP release.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.secure import AggregationReport, PlainServer, SecAggServer, run_aggregation
+from ghofl.secure.transport import Transport
+from ghofl.server.plan import FederationPlan
+from ghofl.server_job import ServerResult, run_server_job
+from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import StatsMeta
+
+if TYPE_CHECKING:
+    from ghofl.privacy import NoisyDecoder
+    from ghofl.store import AggregationStore
+
+__all__ = ["Aggregated", "FederationServer"]
+
+
+@dataclass(frozen=True)
+class Aggregated:
+    """What :meth:`FederationServer.aggregate` produced.
+
+    Attributes
+    ----------
+    report : AggregationReport
+        The protocol run (its ``total`` is the exact sum, before any DP noise).
+    total : ClientStats
+        What the heads are fitted from: the exact sum, or its DP release.
+    privacy : dict or None
+        :meth:`~ghofl.privacy.PrivateRelease.to_dict` of the release; ``None`` without DP.
+    seconds : float
+        Wall time of the protocol run.
+    """
+
+    report: AggregationReport
+    total: ClientStats
+    privacy: dict[str, Any] | None
+    seconds: float
+
+
+class FederationServer:
+    """The server side of one federation plan.
+
+    Parameters
+    ----------
+    plan : FederationPlan
+    clients : sequence of str
+        The clients invited (ids the transport delivers to).
+    meta : StatsMeta
+        The statistics every client produces.
+    store_id : callable, optional
+        Maps a client id to its id in the plan's store (default: the client id).
+
+    Attributes
+    ----------
+    half : SecAggServer or PlainServer
+        The protocol's server half (its ``dropped`` and ``excluded`` stay readable after a
+        failed run).
+    """
+
+    def __init__(self, plan: FederationPlan, clients: Sequence[str], meta: StatsMeta, *,
+                 store_id: Callable[[str], str] | None = None) -> None:
+        self.plan = plan
+        self.meta = meta
+        self._noise = plan.noise_plan()
+        self._decoder: NoisyDecoder | None = None
+        self._store: AggregationStore | None = None
+        self.half: SecAggServer | PlainServer
+        ids = [str(c) for c in clients]
+        if plan.secure:
+            if plan.distributed_dp and self._noise is not None:
+                from ghofl.privacy import NoisyDecoder
+
+                self._decoder = NoisyDecoder(self._noise)
+            self.half = SecAggServer(plan.secagg_config(), meta, ids, decode=self._decoder)
+        elif plan.aggregation.store:
+            from ghofl.store import AggregationStore
+
+            store = self._store = AggregationStore(Path(plan.aggregation.store))
+            name = store_id or str
+            self.half = PlainServer(ids, meta, on_accept=lambda c, s: store.add(name(c), s))
+        else:
+            self.half = PlainServer(ids, meta)
+
+    def aggregate(self, transport: Transport, *,
+                  noise_rng: np.random.Generator | None = None) -> Aggregated:
+        """Run the protocol over ``transport`` and release the total.
+
+        Parameters
+        ----------
+        transport : Transport
+            Delivers the server's requests to the clients.
+        noise_rng : numpy.random.Generator, optional
+            Source of central DP noise (default: OS entropy, as a deployment needs).
+
+        Raises
+        ------
+        AggregationAbortedError
+            The protocol aborted; the store (if any) is closed either way.
+        """
+        t0 = time.perf_counter()
+        try:
+            report = run_aggregation(self.half, transport)
+        finally:
+            if self._store is not None:
+                self._store.close()
+        seconds = time.perf_counter() - t0
+        total, privacy = report.total, None
+        if self._noise is not None:
+            from ghofl.privacy import release_central
+
+            release = (self._decoder.release if self._decoder is not None else
+                       release_central(report.total, self._noise,
+                                       noise_rng or np.random.default_rng()))
+            assert release is not None
+            total, privacy = release.stats, release.to_dict()
+        return Aggregated(report, total, privacy, seconds)
+
+    def fit(self, total: ClientStats, *, out_dir: Path | None = None,
+            test: tuple[NDArray[Any], NDArray[Any]] | None = None,
+            extra: Mapping[str, Any] | None = None) -> ServerResult:
+        """Fit the plan's heads from ``total`` (:func:`~ghofl.server_job.run_server_job`)."""
+        return run_server_job(total, self.plan.server, out_dir=out_dir, test=test,
+                              extra=extra)
