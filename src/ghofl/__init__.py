@@ -5,6 +5,7 @@ The public surface is deliberately small; everything else lives in the sub-packa
 side effects and does not import torch or flwr.
 """
 
+from ghofl._version import __version__
 from ghofl.errors import GhoflError
 from ghofl.heads.registry import available_heads, load_head, make_head, save_head
 from ghofl.moments import Moments, compute_moments
@@ -16,8 +17,6 @@ from ghofl.stats import (
     load_stats,
     save_stats,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ClientStats",

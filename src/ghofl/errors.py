@@ -11,6 +11,10 @@ class GhoflError(Exception):
     """Base class of every error raised on purpose by ghofl."""
 
 
+class GhoflWarning(UserWarning):
+    """Warnings about statistically fragile situations (tiny classes, singular covariances)."""
+
+
 class ConfigError(GhoflError, ValueError):
     """A parameter or configuration value is invalid."""
 

@@ -49,3 +49,213 @@ def test_deployment_commands_do_not_load_the_simulator_even_indirectly() -> None
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Import graph: no cycles, no upward imports.
+#
+# The graph is read from the AST of every module under src/ghofl (nothing is imported). Every
+# ``import``/``from ... import`` counts, including lazy imports inside functions: a lazy import is
+# still a dependency, it only moves the failure from import time to call time. Imports under
+# ``if TYPE_CHECKING:`` do not count (they never run). ``from pkg import name`` where ``pkg`` is a
+# package ``__init__`` is resolved to the module the facade re-exports ``name`` from (a facade
+# importing its own children is not a dependency of concerns); names defined in the facade itself
+# make the facade a node like any module.
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+#: Layer rank of every top-level part of ghofl; a module may import only modules of the same or
+#: a lower rank. The order follows one run (data -> client -> secure sum -> privacy -> moments ->
+#: heads -> evaluation), except that the statistics value sits below the client that produces it.
+#: ``""`` is the ``ghofl`` facade. A new top-level part must be placed here deliberately.
+LAYERS: dict[str, int] = {
+    "errors": 0, "files": 0, "_jobconfig": 0, "_version": 0,
+    "data": 1,
+    "stats": 2,
+    "client": 3,
+    "secure": 4,
+    "store": 5,
+    "privacy": 6,
+    "moments": 7,
+    "heads": 8, "baselines": 8,
+    "evaluation": 9, "": 9,
+    "server": 10, "server_job": 10, "simulation": 10,
+    "integrations": 11, "cli": 11, "bench": 11,
+}
+
+#: Cycles still to break (each a sorted tuple of modules), with the reason; must only shrink.
+KNOWN_CYCLES: dict[tuple[str, ...], str] = {
+    ("ghofl.stats.client_stats", "ghofl.stats.schema"):
+        "ModeSchema.unflatten builds ClientStats; store/aggregation.py (not yet changed) calls it",
+    ("ghofl.data.by_path", "ghofl.data.registry"):
+        "DatasetSpec.load dispatches images through load_dataset, which loads text via DatasetSpec",
+}
+
+#: Upward imports still to remove (importer, imported), with the reason; must only shrink.
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
+
+
+def _module_files() -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for path in sorted((SRC / "ghofl").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        files[".".join(parts)] = path
+    return files
+
+
+def _is_facade(files: dict[str, Path], module: str) -> bool:
+    return files[module].name == "__init__.py"
+
+
+def _owner(files: dict[str, Path], dotted: str) -> str | None:
+    while dotted and dotted not in files:
+        dotted = dotted.rpartition(".")[0]
+    return dotted or None
+
+
+def _import_nodes(files: dict[str, Path], module: str) -> list[ast.Import | ast.ImportFrom]:
+    tree = ast.parse(files[module].read_text(encoding="utf-8"))
+    type_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            type_only.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
+    return [n for n in ast.walk(tree)
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in type_only]
+
+
+def _base(files: dict[str, Path], module: str, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".") if _is_facade(files, module) else module.split(".")[:-1]
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _reexports(files: dict[str, Path], facade: str) -> dict[str, str]:
+    """``name -> dotted place it comes from`` for the names a package ``__init__`` imports."""
+    out: dict[str, str] = {}
+    for node in _import_nodes(files, facade):
+        if isinstance(node, ast.ImportFrom):
+            base = _base(files, facade, node)
+            for alias in node.names:
+                out[alias.asname or alias.name] = f"{base}.{alias.name}"
+    return out
+
+
+def _target(files: dict[str, Path], dotted: str, seen: frozenset[str] = frozenset()) -> str | None:
+    """The module that ``dotted`` (a module, or ``module.name``) finally resolves to."""
+    if dotted in files:
+        return dotted
+    owner = _owner(files, dotted)
+    if owner is None or not _is_facade(files, owner) or dotted in seen:
+        return owner
+    name = dotted[len(owner) + 1:].split(".")[0]
+    source = _reexports(files, owner).get(name)
+    return owner if source is None else _target(files, source, seen | {dotted})
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> ghofl modules it imports (rules in the comment above)."""
+    files = _module_files()
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for module in files:
+        for node in _import_nodes(files, module):
+            if isinstance(node, ast.Import):
+                dotted = [a.name for a in node.names]
+            else:
+                base = _base(files, module, node)
+                dotted = [f"{base}.{a.name}" for a in node.names]
+            for d in dotted:
+                if not d.startswith("ghofl"):
+                    continue
+                if _is_facade(files, module) and _owner(files, d) != module and d.startswith(
+                        module + "."):
+                    continue  # a facade re-exporting its own children
+                t = _target(files, d)
+                if t is not None and t != module:
+                    graph[module].add(t)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[tuple[str, ...]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(tuple(sorted(comp)))
+    return sorted(out)
+
+
+def _layer(module: str) -> int:
+    part = module.split(".")[1] if "." in module else ""
+    assert part in LAYERS, (
+        f"{module} is in the top-level part {part!r}, which has no layer; add it to LAYERS in "
+        "tests/unit/test_layering.py at its place in the data order"
+    )
+    return LAYERS[part]
+
+
+def test_the_cycle_finder_sees_a_lazy_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [("a", "b", "c")]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_resolves_facade_reexports_and_lazy_imports() -> None:
+    graph = import_graph()
+    # lazy, function-level import (fisher imports selection inside functions)
+    assert "ghofl.moments.selection" in graph["ghofl.heads.fisher"]
+    # `from ghofl.stats import ClientStats` resolves past the facade to its defining module
+    assert "ghofl.stats" not in graph["ghofl.moments.core"]
+    assert "ghofl.stats.client_stats" in graph["ghofl.moments.core"]
+
+
+def test_no_import_cycles_among_ghofl_modules() -> None:
+    found = _cycles(import_graph())
+    new = [c for c in found if c not in KNOWN_CYCLES]
+    assert not new, f"import cycles among src/ghofl modules: {new}; break them"
+    fixed = [c for c in KNOWN_CYCLES if c not in found]
+    assert not fixed, f"{fixed} no longer form a cycle; remove them from KNOWN_CYCLES"
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    graph = import_graph()
+    found = {(m, t) for m, ts in graph.items() for t in ts if _layer(t) > _layer(m)}
+    new = sorted(found - set(KNOWN_UPWARD))
+    assert not new, f"upward imports (importer, imported): {new}; move the shared piece down"
+    fixed = sorted(set(KNOWN_UPWARD) - found)
+    assert not fixed, f"{fixed} are no longer upward imports; remove them from KNOWN_UPWARD"

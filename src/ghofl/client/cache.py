@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,6 +28,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.client.encoders.base import Encoder
+from ghofl.data.cache_dir import CACHE_DIR_ENV, default_cache_dir, subset_key
+from ghofl.data.cache_dir import safe_name as _safe
 from ghofl.errors import ConfigError
 from ghofl.files import atomic_write
 from ghofl.stats.meta import EncoderInfo
@@ -45,39 +46,11 @@ __all__ = [
     "subset_key",
 ]
 
-CACHE_DIR_ENV = "GHOFL_CACHE_DIR"
 CACHE_FORMAT = "ghofl-embeddings"
 CACHE_VERSION = 1
 _log = logging.getLogger(__name__)
 
 Embeddings = tuple[NDArray[np.float32], NDArray[np.int64]]
-
-
-def default_cache_dir() -> Path:
-    """``GHOFL_CACHE_DIR`` when set, else ``~/.cache/ghofl``."""
-    env = os.environ.get(CACHE_DIR_ENV, "").strip()
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ghofl"
-
-
-def subset_key(indices: NDArray[np.integer[Any]] | Sequence[int] | str | None) -> str:
-    """Subset part of the cache key.
-
-    ``"all"`` for ``None``, a string as is (made file-name safe), else ``sub-`` + 16 hex of the
-    SHA-256 of the indices as int64.
-    """
-    if indices is None:
-        return "all"
-    if isinstance(indices, str):
-        return _safe(indices)
-    idx = np.ascontiguousarray(np.asarray(indices, dtype=np.int64))
-    return "sub-" + hashlib.sha256(idx.tobytes()).hexdigest()[:16]
-
-
-def _safe(part: str) -> str:
-    clean = re.sub(r"[^A-Za-z0-9_.-]+", "_", part).strip(".") or "_"
-    if clean != part:
-        clean += "-" + hashlib.sha256(part.encode()).hexdigest()[:8]
-    return clean
 
 
 def _info(encoder: Encoder | EncoderInfo) -> EncoderInfo:

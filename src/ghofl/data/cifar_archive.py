@@ -306,7 +306,7 @@ def cifar10_url() -> str:
 def cached_archive_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Where a downloaded archive is kept: ``<cache dir>/data/cifar-10-python.tar.gz`` (cache
     dir: the argument, else ``GHOFL_CACHE_DIR``, else ``~/.cache/ghofl``)."""
-    from ghofl.client.cache import default_cache_dir
+    from ghofl.data.cache_dir import default_cache_dir
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     return root / "data" / CIFAR10_ARCHIVE

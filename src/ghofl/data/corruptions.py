@@ -673,7 +673,7 @@ def corrupted_array(
     -------
     ndarray of uint8, shape (m, h, w, 3)
     """
-    from ghofl.client.cache import default_cache_dir, subset_key
+    from ghofl.data.cache_dir import default_cache_dir, subset_key
     from ghofl.files import atomic_write
 
     idx = np.arange(len(images), dtype=np.int64) if indices is None else np.asarray(indices)

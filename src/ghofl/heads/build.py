@@ -7,7 +7,6 @@ accepting a ``seed`` parameter gets the job's seed, any head accepting ``progres
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -17,24 +16,11 @@ import numpy as np
 from ghofl.errors import ConfigError, UnsupportedModeError
 from ghofl.heads.base import Head
 from ghofl.heads.presets import DEFAULT_PRESET, check_preset, preset_params
-from ghofl.heads.registry import available_heads, head_class, make_head
+from ghofl.heads.registry import available_heads, head_class, head_defaults, make_head
 from ghofl.stats.meta import Mode
 from ghofl.stats.schema import mode_supports
 
 __all__ = ["build_heads", "head_defaults", "to_jsonable"]
-
-
-def head_defaults(name: str) -> dict[str, Any]:
-    """Default hyperparameters of the head registered as ``name`` (from its ``__init__``).
-
-    Parameters without a default map to ``inspect.Parameter.empty``.
-    """
-    sig = inspect.signature(head_class(name).__init__)
-    return {
-        p.name: p.default
-        for p in sig.parameters.values()
-        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    }
 
 
 def build_heads(

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ghofl.errors import ConfigError
+from ghofl.heads.registry import head_defaults
 
 _TRAINING_PAPER: dict[str, Any] = {
     "fisher_shrinkage": 0.05,
@@ -118,8 +119,6 @@ def merge_preset(
     -------
     dict of str to dict
     """
-    from ghofl.heads.build import head_defaults
-
     check_preset(preset)
     out = {k: dict(v) for k, v in (head_params or {}).items()}
     for name in names:

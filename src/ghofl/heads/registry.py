@@ -7,6 +7,7 @@ head never imports torch; trainable heads import it only when fitted.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 from typing import Any
@@ -71,6 +72,19 @@ def head_class(name: str) -> type[Head]:
     if not (isinstance(cls, type) and issubclass(cls, Head)):
         raise ConfigError(f"registered head {name!r} ({target}) is not a Head subclass")
     return cls
+
+
+def head_defaults(name: str) -> dict[str, Any]:
+    """Default hyperparameters of the head registered as ``name`` (from its ``__init__``).
+
+    Parameters without a default map to ``inspect.Parameter.empty``.
+    """
+    sig = inspect.signature(head_class(name).__init__)
+    return {
+        p.name: p.default
+        for p in sig.parameters.values()
+        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
 
 
 def make_head(name: str, **params: Any) -> Head:

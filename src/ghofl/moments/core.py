@@ -15,15 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from ghofl.errors import GhoflWarning as GhoflWarning  # re-exported: its home is ghofl.errors
 from ghofl.errors import StatsValidationError, UnsupportedModeError
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 
 F64 = NDArray[np.float64]
-
-
-class GhoflWarning(UserWarning):
-    """Warnings about statistically fragile situations (tiny classes, singular covariances)."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import ConfigError
+from ghofl.moments.criteria import evidence_shrinkage
 
 ShrinkageRule = Literal["auto", "heldout", "oas", "rblw", "evidence"]
 Shrinkage = float | ShrinkageRule
@@ -137,8 +138,6 @@ def resolve_shrinkage(a: Shrinkage, cov: NDArray[np.float64], n: float) -> float
     if rule == "rblw":
         return rblw_shrinkage(cov, n)
     if rule == "evidence":
-        from ghofl.moments.selection import evidence_shrinkage
-
         return evidence_shrinkage(cov, n)
     raise ConfigError(
         f"unknown shrinkage rule {a!r}; use a number in [0, 1] or one of "

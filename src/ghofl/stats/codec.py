@@ -69,7 +69,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import GhoflError, StatsFormatError, StatsValidationError, WriteError
+from ghofl.errors import (
+    GhoflError,
+    GhoflWarning,
+    StatsFormatError,
+    StatsValidationError,
+    WriteError,
+)
 from ghofl.files import atomic_write
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import (
@@ -592,8 +598,6 @@ def read_safetensors(
         data = _read_data(f, p, size - data_start, what)
     expected = header.get(DIGEST_KEY)
     if expected is None:
-        from ghofl.moments.core import GhoflWarning
-
         warnings.warn(
             f"{str(p)!r} has no {DIGEST_KEY} integrity digest (it was written by an older "
             "ghofl), so its bytes could not be verified; re-save it with this ghofl to add one",
