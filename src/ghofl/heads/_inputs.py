@@ -9,13 +9,40 @@ what they refuse, with messages that name the problem and the fix.
 
 from __future__ import annotations
 
+import functools
+import sys
+import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import InputError
+from ghofl.moments.core import GhoflWarning
+
+T = TypeVar("T", bound=type)
+
+
+def sklearn_flavoured(ours: T, module: str, name: str) -> T:
+    """``ours``, or a subclass of both ``ours`` and scikit-learn's ``module.name`` when
+    scikit-learn is already imported (so that scikit-learn's own ``except NotFittedError`` or
+    warning filters see ghofl's errors and warnings); scikit-learn is never imported here."""
+    if module not in sys.modules:
+        return ours
+    return cast(T, _dual(ours, module, name))
+
+
+@functools.cache
+def _dual(ours: type, module: str, name: str) -> type:
+    theirs = getattr(sys.modules[module], name)
+    # scikit-learn's name, which its checks read in warning reprs
+    return type(theirs.__name__, (ours, theirs), {"__module__": ours.__module__,
+                                                "__doc__": ours.__doc__})
+
+
+class ColumnVectorWarning(GhoflWarning):
+    """Labels were given as a column vector (n, 1) and read as a 1-D array."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +120,8 @@ def check_features(owner: str, X: Any) -> NDArray[np.float64]:
     return out
 
 
-def check_training_data(owner: str, X: Any, y: Any, classes: Any = None) -> TrainingData:
+def check_training_data(owner: str, X: Any, y: Any, classes: Any = None,
+                        min_samples: int = 1) -> TrainingData:
     """Check ``X`` (n, d) and ``y`` (n,) for ``fit(X, y)`` and encode the labels.
 
     Parameters
@@ -107,6 +135,8 @@ def check_training_data(owner: str, X: Any, y: Any, classes: Any = None) -> Trai
     classes : int or sequence of str, optional
         Number or names of the classes (then ``y`` holds indices, as in
         :func:`ghofl.stats.compute_stats`).
+    min_samples : int, default 1
+        Fewest samples the head can be fitted on (covariances need 2).
 
     Raises
     ------
@@ -121,10 +151,24 @@ def check_training_data(owner: str, X: Any, y: Any, classes: Any = None) -> Trai
         )
     x = check_features(owner, X)
     yy = np.asarray(y)
+    if yy.ndim == 2 and yy.shape[1] == 1:
+        category = sklearn_flavoured(ColumnVectorWarning, "sklearn.exceptions",
+                                     "DataConversionWarning")
+        warnings.warn(
+            f"A column-vector y was passed when a 1d array was expected; {owner} read it as "
+            "y.ravel(); pass a 1-D array of labels to silence this warning",
+            category, stacklevel=3,
+        )
+        yy = yy.ravel()
     if yy.ndim != 1:
         raise InputError(
             f"{owner} needs y as a 1-D array of shape (n_samples,); got shape {yy.shape}; "
             "use y.ravel() for a column vector (multi-output targets are not supported)"
+        )
+    if x.shape[0] < min_samples:
+        raise InputError(
+            f"{owner} got {x.shape[0]} sample(s) (n_samples={x.shape[0]}) but needs at least "
+            f"{min_samples} to estimate its covariances; give it more samples"
         )
     if yy.shape[0] != x.shape[0]:
         raise InputError(
@@ -150,4 +194,5 @@ def check_training_data(owner: str, X: Any, y: Any, classes: Any = None) -> Trai
     return TrainingData(x, idx, tuple(str(v) for v in labels), labels)
 
 
-__all__ = ["TrainingData", "check_features", "check_training_data"]
+__all__ = ["ColumnVectorWarning", "TrainingData", "check_features", "check_training_data",
+           "sklearn_flavoured"]

@@ -376,6 +376,7 @@ class FisherTrainedHead(Head):
     """
 
     min_mode = "pooled"
+    min_samples = 2
     #: ``fit(X, y)`` computes mode-``full`` statistics, so class covariances are used
     fit_mode: ClassVar[Mode | None] = "full"
     parameter_constraints: ClassVar[dict[str, Constraint]] = {

@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 from scipy.special import logsumexp
 
 from ghofl.errors import ConfigError, InputError, NotFittedError, UnsupportedModeError
-from ghofl.heads._inputs import check_training_data
+from ghofl.heads._inputs import check_features, check_training_data, sklearn_flavoured
 from ghofl.heads._params import Constraint, resolve_params
 from ghofl.moments.core import Moments, compute_moments
 from ghofl.stats.accumulate import compute_stats
@@ -65,6 +65,8 @@ class Head(ABC):
     #: every hyperparameter and its constraint (:mod:`ghofl.heads._params`), the one place
     #: where parameters are checked
     parameter_constraints: ClassVar[dict[str, Constraint]] = {}
+    #: fewest samples :meth:`fit` accepts (heads estimating a covariance need 2)
+    min_samples: ClassVar[int] = 1
     #: upload mode of the statistics :meth:`fit` computes from pooled data
     fit_mode: ClassVar[Mode | None] = None
     #: scikit-learn < 1.6 reads the estimator type from this attribute
@@ -165,7 +167,7 @@ class Head(ABC):
         classes : int or sequence of str, optional
             Number or names of the classes, with ``y`` holding indices 0..C-1.
         """
-        data = check_training_data(type(self).__name__, X, y, classes)
+        data = check_training_data(type(self).__name__, X, y, classes, self.min_samples)
         mode = self.fit_mode or self.min_mode
         self.fit_from_stats(compute_stats(data.X, data.y, data.classes, mode=mode))
         if data.labels is not None:
@@ -195,7 +197,8 @@ class Head(ABC):
 
     def _check_fitted(self) -> None:
         if not self._is_fitted():
-            raise NotFittedError(
+            error = sklearn_flavoured(NotFittedError, "sklearn.exceptions", "NotFittedError")
+            raise error(
                 f"this {type(self).__name__} is not fitted yet; call fit_from_stats, "
                 "fit_from_moments or fit first"
             )
@@ -203,6 +206,8 @@ class Head(ABC):
     def _prepare(self, X: NDArray[Any]) -> F64:
         self._check_fitted()
         X = np.asarray(X)
+        if X.dtype.kind == "O":  # e.g. a pandas frame of numbers; non-numbers are refused
+            X = check_features(type(self).__name__, X)
         if X.ndim != 2:
             raise InputError(
                 f"inputs must be a 2-D array (n, d); got shape {X.shape}. Reshape your data: "

@@ -57,6 +57,7 @@ class LDAHead(Head):
 
     name = "lda"
     min_mode = "pooled"
+    min_samples = 2
     fitted_arrays = ("coef_", "intercept_", "means_")
     fitted_scalars = ("shrinkage_", "shrinkage_method_", "jitter_")
     neg_inf_arrays = frozenset({"intercept_"})

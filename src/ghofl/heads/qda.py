@@ -274,6 +274,7 @@ class QDAHead(Head):
 
     name = "qda"
     min_mode = "full"
+    min_samples = 2
     fitted_arrays = ("means_", "precision_chol_", "half_log_det_", "log_priors_")
     fitted_scalars = ("shrinkage_", "shrinkage_method_")
     neg_inf_arrays = frozenset({"log_priors_"})

@@ -263,6 +263,7 @@ class RidgeHead(Head):
 
     name = "ridge"
     min_mode = "pooled"
+    min_samples = 2
     fitted_arrays = ("coef_", "intercept_")
     fitted_scalars = ("alpha_", "alpha_rule_", "temperature_")
     parameter_constraints: ClassVar[dict[str, Constraint]] = {
