@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from typing import Any
 
@@ -46,17 +47,25 @@ EXPECTED_FAILURES = {
     "check_decision_proba_consistency": BINARY_SHAPE,
 }
 
-CLOSED_FORM = [NBDiagHead(), LDAHead(), QDAHead(), FedCGSHead(), RidgeHead(n_calibration=32)]
 #: trainable heads at a budget that fits in a fraction of a second on a few hundred rows
 FAST = {"epochs": 2, "n_per_class": 50, "val_per_class": 20, "batch_size": 64}
-
-
+CLOSED_FORM = [NBDiagHead(), LDAHead(), QDAHead(), FedCGSHead(), RidgeHead(n_calibration=32)]
 def _expected_failures(estimator: Any) -> dict[str, str]:
     return EXPECTED_FAILURES
 
 
 @parametrize_with_checks(CLOSED_FORM, expected_failed_checks=_expected_failures)
 def test_sklearn_estimator_checks(estimator: Any, check: Any) -> None:
+    check(estimator)
+
+
+#: the trainable heads at a small budget pass the same checks (torch extra only)
+TRAINABLE = ([FisherMixHead(**FAST), ProtoHyperHead(**FAST)]
+             if importlib.util.find_spec("torch") is not None else [])
+
+
+@parametrize_with_checks(TRAINABLE, expected_failed_checks=_expected_failures)
+def test_sklearn_estimator_checks_trainable(estimator: Any, check: Any) -> None:
     check(estimator)
 
 
