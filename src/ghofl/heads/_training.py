@@ -2,9 +2,10 @@
 
 :class:`FisherTrainedHead` owns the hyperparameters common to
 :class:`~ghofl.heads.fishermix.FisherMixHead` and :class:`~ghofl.heads.protohyper.ProtoHyperHead`
-(Fisher subspace, synthesis, AdamW and seeding), their validation, the Fisher subspace and class
-Gaussians, the seeded batch sources and the fit-time bookkeeping. :func:`torch_session` and
-:func:`run_training` are the deterministic torch context and the generic minibatch loop.
+(Fisher subspace, synthesis, AdamW and seeding) and their constraints table, the Fisher
+subspace and class Gaussians, the seeded batch sources and the fit-time bookkeeping.
+:func:`torch_session` and :func:`run_training` are the deterministic torch context and the
+generic minibatch loop.
 The public names are re-exported by :mod:`ghofl.heads.fishermix`.
 """
 
@@ -32,7 +33,7 @@ from ghofl.heads.synthesis import (
     shuffled_batches,
 )
 from ghofl.moments.core import Moments
-from ghofl.moments.shrinkage import Shrinkage, check_shrinkage
+from ghofl.moments.shrinkage import Shrinkage
 from ghofl.stats.meta import Mode
 
 if TYPE_CHECKING:
@@ -603,14 +604,6 @@ class FisherTrainedHead(Head):
         """Train inside the torch session and store numpy fitted arrays."""
 
 
-def check_owned_shrinkage(owner: str, name: str, value: object) -> Shrinkage:
-    """:func:`~ghofl.moments.shrinkage.check_shrinkage` with ``owner`` prefixed to its error."""
-    try:
-        return check_shrinkage(name, value)
-    except ConfigError as exc:
-        raise ConfigError(f"{owner}: {exc}") from None
-
-
 __all__ = [
     "F64",
     "STAGES",
@@ -625,7 +618,6 @@ __all__ = [
     "auto_train_samples_per_class",
     "auto_val_per_class",
     "blas_threads",
-    "check_owned_shrinkage",
     "run_training",
     "synthesis_covariance",
     "torch_session",
