@@ -160,9 +160,12 @@ def test_nb_variance_is_at_least_both_floors() -> None:
 
 
 @pytest.mark.parametrize(("kw", "match"), [
-    ({"var_floor": -1.0}, r"var_floor must be a finite number >= 0; got -1.0"),
-    ({"var_floor": float("nan")}, r"var_floor must be a finite number >= 0; got nan"),
-    ({"var_smoothing": "x"}, r"var_smoothing must be a finite number >= 0; got 'x'"),
+    ({"var_floor": -1.0},
+     r"NBDiagHead: parameter 'var_floor' must be a number in \[0.0, inf\]; got -1.0"),
+    ({"var_floor": float("nan")},
+     r"NBDiagHead: parameter 'var_floor' must be a number in \[0.0, inf\]; got nan"),
+    ({"var_smoothing": "x"},
+     r"NBDiagHead: parameter 'var_smoothing' must be a number in \[0.0, inf\]; got 'x'"),
 ])
 def test_nb_rejects_bad_floors(kw: dict[str, object], match: str) -> None:
     x, y = gaussian_mixture(6, num_classes=2, dim=3, n=100)

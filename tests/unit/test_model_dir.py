@@ -160,7 +160,7 @@ def _head_parts(p: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         (lambda a, m: m.__setitem__("params", "[1, 2]"),
          r"has a corrupt head header: params is a JSON list, expected an object"),
         (lambda a, m: m.__setitem__("params", '{"shrinkage": null}'),
-         r"holds a corrupt head: shrinkage must be"),
+         r"holds a corrupt head: LDAHead: shrinkage must be"),
         (lambda a, m: m.__setitem__("scalars", "null"),
          r"has a corrupt head header: scalars is a JSON NoneType, expected an object"),
     ],

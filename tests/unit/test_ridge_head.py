@@ -111,10 +111,13 @@ def test_temperature_calibrates_without_changing_predictions() -> None:
 @pytest.mark.parametrize(
     ("params", "match"),
     [
-        ({"alpha": 1.0}, r"ridge alpha must be a number in \[0, 1\) or 'auto'; got 1.0"),
-        ({"alpha": "big"}, r"ridge alpha must be a number in \[0, 1\) or 'auto'; got 'big'"),
-        ({"n_calibration": -1}, "ridge n_calibration must be an integer >= 0; got -1"),
-        ({"seed": 1.5}, "ridge seed must be an integer >= 0; got 1.5"),
+        ({"alpha": 1.0},
+         r"RidgeHead: parameter 'alpha' must be a number in \[0, 1\) or 'auto'; got 1.0"),
+        ({"alpha": "big"},
+         r"RidgeHead: parameter 'alpha' must be a number in \[0, 1\) or 'auto'; got 'big'"),
+        ({"n_calibration": -1},
+         "RidgeHead: parameter 'n_calibration' must be an integer >= 0; got -1"),
+        ({"seed": 1.5}, "RidgeHead: parameter 'seed' must be an integer >= 0; got 1.5"),
     ],
 )
 def test_invalid_parameters(params: dict[str, object], match: str) -> None:

@@ -357,7 +357,7 @@ PH_BAD = [
     ("residual_init", "ones", r"'residual_init' must be one of 'zero', 'random'; got 'ones'"),
     ("rank", 0, r"'rank' must be an integer >= 1 or None; got 0"),
     ("teacher", "qda", r"'teacher' must be one of 'informative', 'base', 'paper'; got 'qda'"),
-    ("teacher_blend", 1.5, r"'teacher_blend' must be a number in \[0.0, 1.0\]; got 1.5"),
+    ("teacher_blend", 1.5, r"'teacher_blend' must be a number in \[0.0, 1.0\] or None; got 1.5"),
     ("teacher_scale", "row", r"'teacher_scale' must be one of 'base', 'unit'; got 'row'"),
     ("qda_shrinkage", "big", r"qda_shrinkage must be a number in \[0, 1\] or 'auto'"),
     ("kd_alpha", 2.0, r"'kd_alpha' must be a number in \[0.0, 1.0\]; got 2.0"),

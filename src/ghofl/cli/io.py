@@ -9,6 +9,7 @@ writes in :mod:`ghofl.files`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,8 @@ def parse_param_options(
     """Parse ``--param HEAD.KEY=VALUE`` options into ``{head: {key: value}}``.
 
     Each value is converted to the type of the head's default for that key (int, float, bool,
-    str); ``auto`` is passed as the string ``"auto"``.
+    str; a number for a parameter whose default is a string such as ``"auto"`` becomes a
+    float); ``auto`` is passed as the string ``"auto"``.
 
     Raises
     ------
@@ -184,7 +186,13 @@ def parse_value(raw: str, default: Any, where: str) -> Any:
         except ValueError:
             raise ConfigError(f"{where}: expected a number (or auto); got {raw!r}") from None
     if isinstance(default, str):
-        return raw
+        # a number given for a rule-valued parameter (shrinkage "auto" -> 0.3): the heads
+        # never rewrite their parameters, so the recorded value is the number itself
+        try:
+            number = float(raw)
+        except ValueError:
+            return raw
+        return number if math.isfinite(number) else raw
     return _guess(raw)
 
 

@@ -1,4 +1,13 @@
-"""Classification heads fitted from aggregated statistics, and their registry."""
+"""Classification heads fitted from aggregated statistics, and their registry.
+
+The head classes are importable from here (``from ghofl.heads import LDAHead``); each is loaded
+on first use, so importing :mod:`ghofl.heads` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ghofl.heads.base import Head
 from ghofl.heads.registry import (
@@ -11,8 +20,41 @@ from ghofl.heads.registry import (
     save_head,
 )
 
+if TYPE_CHECKING:
+    from ghofl.heads.fedcgs import FedCGSHead
+    from ghofl.heads.fishermix import FisherMixHead
+    from ghofl.heads.lda import LDAHead
+    from ghofl.heads.nb import NBDiagHead
+    from ghofl.heads.protohyper import ProtoHyperHead
+    from ghofl.heads.qda import QDAHead
+    from ghofl.heads.ridge import RidgeHead
+
+_CLASSES = {
+    "NBDiagHead": "ghofl.heads.nb",
+    "LDAHead": "ghofl.heads.lda",
+    "QDAHead": "ghofl.heads.qda",
+    "FedCGSHead": "ghofl.heads.fedcgs",
+    "RidgeHead": "ghofl.heads.ridge",
+    "FisherMixHead": "ghofl.heads.fishermix",
+    "ProtoHyperHead": "ghofl.heads.protohyper",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLASSES:
+        return getattr(importlib.import_module(_CLASSES[name]), name)
+    raise AttributeError(f"module 'ghofl.heads' has no attribute {name!r}")
+
+
 __all__ = [
+    "FedCGSHead",
+    "FisherMixHead",
     "Head",
+    "LDAHead",
+    "NBDiagHead",
+    "ProtoHyperHead",
+    "QDAHead",
+    "RidgeHead",
     "available_heads",
     "head_class",
     "load_head",

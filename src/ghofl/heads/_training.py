@@ -2,9 +2,10 @@
 
 :class:`FisherTrainedHead` owns the hyperparameters common to
 :class:`~ghofl.heads.fishermix.FisherMixHead` and :class:`~ghofl.heads.protohyper.ProtoHyperHead`
-(Fisher subspace, synthesis, AdamW and seeding), their validation, the Fisher subspace and class
-Gaussians, the seeded batch sources and the fit-time bookkeeping. :func:`torch_session` and
-:func:`run_training` are the deterministic torch context and the generic minibatch loop.
+(Fisher subspace, synthesis, AdamW and seeding) and their constraints table, the Fisher
+subspace and class Gaussians, the seeded batch sources and the fit-time bookkeeping.
+:func:`torch_session` and :func:`run_training` are the deterministic torch context and the
+generic minibatch loop.
 The public names are re-exported by :mod:`ghofl.heads.fishermix`.
 """
 
@@ -15,21 +16,15 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import ConfigError, require_extra
+from ghofl.heads._params import BOOL, Constraint, Integer, Options, Real, ShrinkageParam
 from ghofl.heads.base import Head
-from ghofl.heads.fisher import (
-    FisherSubspace,
-    check_choice,
-    check_fisher_params,
-    check_int,
-    check_number,
-    fisher_subspace,
-)
+from ghofl.heads.fisher import FisherSubspace, fisher_subspace
 from ghofl.heads.synthesis import (
     FisherGaussians,
     fisher_gaussians,
@@ -38,8 +33,8 @@ from ghofl.heads.synthesis import (
     shuffled_batches,
 )
 from ghofl.moments.core import Moments
-from ghofl.moments.shrinkage import Shrinkage, check_shrinkage
-from ghofl.stats.accumulate import compute_stats
+from ghofl.moments.shrinkage import Shrinkage
+from ghofl.stats.meta import Mode
 
 if TYPE_CHECKING:
     import torch
@@ -382,6 +377,32 @@ class FisherTrainedHead(Head):
     """
 
     min_mode = "pooled"
+    min_samples = 2
+    #: ``fit(X, y)`` computes mode-``full`` statistics, so class covariances are used
+    fit_mode: ClassVar[Mode | None] = "full"
+    parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "fisher_shrinkage": ShrinkageParam(),
+        "fisher_energy": Real(lo=0.0, hi=1.0, lo_open=True),
+        "fisher_max_dim": Integer(lo=1, none_ok=True),
+        "fisher_min_dim": Integer(lo=1),
+        "tau": Real(lo=0.0, lo_open=True),
+        "n_per_class": Integer(lo=1, none_ok=True),
+        "val_per_class": Integer(lo=0, none_ok=True),
+        "patience": Integer(lo=1, none_ok=True),
+        "selection_z": Real(lo=0.0),
+        "syn_shrink": ShrinkageParam(),
+        "syn_class_cov": Options((True, False, "auto")),
+        "fresh_samples": BOOL,
+        "center": BOOL,
+        "prior_correction": BOOL,
+        "lr": Real(lo=0.0, lo_open=True),
+        "weight_decay": Real(lo=0.0),
+        "batch_size": Integer(lo=1),
+        "epochs": Integer(lo=1),
+        "seed": Integer(lo=0),
+        "num_threads": Integer(lo=1, none_ok=True),
+        "progress": BOOL,
+    }
 
     fisher_shrinkage: Shrinkage
     fisher_energy: float
@@ -415,44 +436,6 @@ class FisherTrainedHead(Head):
             if name != "self":
                 setattr(self, name, value)
 
-    def fit(self, X: NDArray[Any], y: NDArray[Any], classes: Any = None) -> Self:
-        """Fit on pooled data via its mode-``full`` statistics (so class covariances are used).
-
-        Parameters
-        ----------
-        X : array_like, shape (n, d)
-        y : array_like of int, shape (n,)
-        classes : int or sequence of str, optional
-        """
-        y_arr = np.asarray(y)
-        if classes is None:
-            classes = int(y_arr.max()) + 1 if y_arr.size else 1
-        return self.fit_from_stats(compute_stats(X, y_arr, classes, mode="full"))
-
-    def _validate_params(self) -> None:
-        owner = type(self).__name__
-        self.fisher_shrinkage = check_owned_shrinkage(owner, "fisher_shrinkage",
-                                                      self.fisher_shrinkage)
-        check_fisher_params(self.fisher_energy, self.fisher_max_dim, self.fisher_min_dim, owner)
-        check_number(owner, "tau", self.tau, lo=0.0, lo_open=True)
-        check_int(owner, "n_per_class", self.n_per_class, lo=1, none_ok=True)
-        check_int(owner, "val_per_class", self.val_per_class, lo=0, none_ok=True)
-        check_int(owner, "patience", self.patience, lo=1, none_ok=True)
-        check_number(owner, "selection_z", self.selection_z, lo=0.0)
-        self.syn_shrink = check_owned_shrinkage(owner, "syn_shrink", self.syn_shrink)
-        if not (self.syn_class_cov is True or self.syn_class_cov is False
-                or self.syn_class_cov == "auto"):
-            raise ConfigError(f"{owner}: parameter 'syn_class_cov' must be one of True, False, "
-                              f"'auto'; got {self.syn_class_cov!r}")
-        for flag in ("fresh_samples", "center", "prior_correction", "progress"):
-            check_choice(owner, flag, getattr(self, flag), (True, False))
-        check_number(owner, "lr", self.lr, lo=0.0, lo_open=True)
-        check_number(owner, "weight_decay", self.weight_decay, lo=0.0)
-        check_int(owner, "batch_size", self.batch_size, lo=1)
-        check_int(owner, "epochs", self.epochs, lo=1)
-        check_int(owner, "seed", self.seed, lo=0)
-        check_int(owner, "num_threads", self.num_threads, lo=1, none_ok=True)
-
     def _fisher_and_gaussians(self, moments: Moments) -> tuple[FisherSubspace, FisherGaussians]:
         """Fisher subspace and class Gaussians; sets the common fitted scalars.
 
@@ -462,10 +445,10 @@ class FisherTrainedHead(Head):
         with 2 threads, 4 s with one).
         """
         with self._timed("fisher"), blas_threads(1):
-            fs = fisher_subspace(moments, self.fisher_shrinkage, self.fisher_energy,
+            fs = fisher_subspace(moments, self.params_["fisher_shrinkage"], self.fisher_energy,
                                  self.fisher_max_dim, self.fisher_min_dim)
         with self._timed("synthesis"), blas_threads(1):
-            g = fisher_gaussians(moments, fs.V, self.tau, self.syn_shrink,
+            g = fisher_gaussians(moments, fs.V, self.tau, self.params_["syn_shrink"],
                                  synthesis_covariance(self.syn_class_cov, moments, fs.k_f))
         self.V_ = fs.V
         self.k_f_ = fs.k_f
@@ -621,14 +604,6 @@ class FisherTrainedHead(Head):
         """Train inside the torch session and store numpy fitted arrays."""
 
 
-def check_owned_shrinkage(owner: str, name: str, value: object) -> Shrinkage:
-    """:func:`~ghofl.moments.shrinkage.check_shrinkage` with ``owner`` prefixed to its error."""
-    try:
-        return check_shrinkage(name, value)
-    except ConfigError as exc:
-        raise ConfigError(f"{owner}: {exc}") from None
-
-
 __all__ = [
     "F64",
     "STAGES",
@@ -643,7 +618,6 @@ __all__ = [
     "auto_train_samples_per_class",
     "auto_val_per_class",
     "blas_threads",
-    "check_owned_shrinkage",
     "run_training",
     "synthesis_covariance",
     "torch_session",

@@ -11,6 +11,8 @@ from numpy.typing import NDArray
 from scipy.special import logsumexp
 
 from ghofl.errors import ConfigError, InputError, NotFittedError, UnsupportedModeError
+from ghofl.heads._inputs import check_features, check_training_data, sklearn_flavoured
+from ghofl.heads._params import Constraint, resolve_params
 from ghofl.moments.core import Moments, compute_moments
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats
@@ -24,18 +26,30 @@ class Head(ABC):
     """Base class of every classification head.
 
     Subclasses store hyperparameters in ``__init__`` (no work, no validation there), declare
-    their fitted array attributes (names ending in ``_``) in ``fitted_arrays`` and implement
+    each of them once in ``parameter_constraints`` (checked at fit time), declare their
+    fitted array attributes (names ending in ``_``) in ``fitted_arrays`` and implement
     :meth:`_fit` and :meth:`_decision`.
+
+    The heads are scikit-learn classifiers: ``get_params``/``set_params``, estimator tags
+    (``__sklearn_tags__``, read lazily from scikit-learn when it asks), ``sklearn.base.clone``,
+    ``is_classifier``, ``cross_val_score``, ``GridSearchCV`` and ``Pipeline`` work with the
+    thin :meth:`fit`. Scores keep the shape (n, C) also for two classes.
 
     Fitted attributes common to all heads
     -------------------------------------
     meta_ : StatsMeta
         Metadata of the statistics the head was fitted on (encoder, projection, classes).
-    classes_ : ndarray of int64, shape (C,)
-        ``arange(C)``; predictions are indices into ``meta_.classes``.
+    classes_ : ndarray, shape (C,)
+        What :meth:`predict` returns: ``arange(C)`` (int64; indices into ``meta_.classes``)
+        when fitted from statistics, or from labels 0..C-1; the sorted distinct labels when
+        :meth:`fit` was given other labels (strings, gaps). A saved head keeps the class names
+        only, so a loaded head predicts indices.
     n_features_in_ : int
         Dimension of the inputs accepted: the encoder dimension d (projected internally when
         the statistics were projected).
+    params_ : dict
+        The hyperparameters as resolved by ``parameter_constraints`` (``get_params()`` keeps
+        the values as given).
     """
 
     name: ClassVar[str] = ""
@@ -48,14 +62,25 @@ class Head(ABC):
     #: fitted arrays that may hold -inf (log priors of classes without samples); every other
     #: entry of a fitted array must be finite
     neg_inf_arrays: ClassVar[frozenset[str]] = frozenset()
+    #: every hyperparameter and its constraint (:mod:`ghofl.heads._params`), the one place
+    #: where parameters are checked
+    parameter_constraints: ClassVar[dict[str, Constraint]] = {}
+    #: fewest samples :meth:`fit` accepts (heads estimating a covariance need 2)
+    min_samples: ClassVar[int] = 1
+    #: upload mode of the statistics :meth:`fit` computes from pooled data
+    fit_mode: ClassVar[Mode | None] = None
+    #: scikit-learn < 1.6 reads the estimator type from this attribute
+    _estimator_type: ClassVar[str] = "classifier"
 
     # ------------------------------------------------------------------ parameters
-    def get_params(self) -> dict[str, Any]:
-        """Hyperparameters as given to ``__init__``."""
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Hyperparameters as given to ``__init__`` (``deep`` is accepted for
+        scikit-learn; heads hold no nested estimators)."""
         sig = inspect.signature(type(self).__init__)
         return {p: getattr(self, p) for p in sig.parameters if p != "self"}
 
     def set_params(self, **params: Any) -> Self:
+        """Set hyperparameters (checked at the next fit, as in scikit-learn)."""
         valid = self.get_params()
         for key, value in params.items():
             if key not in valid:
@@ -66,8 +91,45 @@ class Head(ABC):
             setattr(self, key, value)
         return self
 
-    def _validate_params(self) -> None:  # noqa: B027 - optional hook, not abstract
-        """Check hyperparameters (called at fit time); raise ConfigError naming the parameter."""
+    def _validate_params(self) -> dict[str, Any]:
+        """The hyperparameters checked against ``parameter_constraints`` and resolved.
+
+        Called at fit time (and by front ends before fitting); nothing is written back into
+        the parameters. Raises ConfigError naming the head, the parameter, the allowed values
+        and the value given.
+        """
+        # constrained attributes a subclass stores without taking them in __init__ too
+        given = {k: getattr(self, k) for k in self.parameter_constraints if hasattr(self, k)}
+        params = resolve_params(type(self).__name__, self.parameter_constraints,
+                                {**given, **self.get_params()})
+        self._check_params(params)
+        return params
+
+    def _check_params(self, params: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Checks across parameters (resolved values); raise ConfigError."""
+
+    # ------------------------------------------------------------------ scikit-learn
+    def __sklearn_tags__(self) -> Any:
+        """Estimator tags for scikit-learn >= 1.6: a classifier that needs y, takes dense
+        2-D finite float input and is not multi-output (scikit-learn imported here only)."""
+        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type="classifier",
+            target_tags=TargetTags(required=True, single_output=True),
+            transformer_tags=None,
+            classifier_tags=ClassifierTags(poor_score=False),
+            regressor_tags=None,
+            input_tags=InputTags(two_d_array=True, sparse=False, allow_nan=False),
+        )
+
+    def _more_tags(self) -> dict[str, Any]:
+        """Estimator tags for scikit-learn < 1.6."""
+        return {"requires_y": True, "allow_nan": False, "multioutput": False}
+
+    def __sklearn_is_fitted__(self) -> bool:
+        """Whether the head is fitted (``sklearn.utils.validation.check_is_fitted``)."""
+        return self._is_fitted()
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
@@ -81,7 +143,7 @@ class Head(ABC):
 
     def fit_from_moments(self, moments: Moments) -> Self:
         """Fit from :class:`~ghofl.moments.Moments` derived from the aggregate."""
-        self._validate_params()
+        self.params_ = self._validate_params()
         self._check_mode(moments.meta)
         self.meta_ = moments.meta
         self.classes_ = np.arange(moments.num_classes, dtype=np.int64)
@@ -93,17 +155,24 @@ class Head(ABC):
     def fit(self, X: NDArray[Any], y: NDArray[Any], classes: Any = None) -> Self:
         """Convenience: fit on pooled data by computing its statistics first.
 
+        The statistics are computed in upload mode ``fit_mode`` (default: ``min_mode``).
+
         Parameters
         ----------
         X : array_like, shape (n, d)
-        y : array_like of int, shape (n,), labels in 0..C-1
+        y : array_like, shape (n,)
+            Class labels of any hashable kind (``classes_`` then holds the sorted distinct
+            labels, which :meth:`predict` returns), or class indices when ``classes`` is
+            given.
         classes : int or sequence of str, optional
-            Number or names of classes (default: ``max(y) + 1``).
+            Number or names of the classes, with ``y`` holding indices 0..C-1.
         """
-        y_arr = np.asarray(y)
-        if classes is None:
-            classes = int(y_arr.max()) + 1 if y_arr.size else 1
-        return self.fit_from_stats(compute_stats(X, y_arr, classes, mode=self.min_mode))
+        data = check_training_data(type(self).__name__, X, y, classes, self.min_samples)
+        mode = self.fit_mode or self.min_mode
+        self.fit_from_stats(compute_stats(data.X, data.y, data.classes, mode=mode))
+        if data.labels is not None:
+            self.classes_ = data.labels
+        return self
 
     def _check_mode(self, meta: StatsMeta) -> None:
         """Raise UnsupportedModeError unless the schema of ``meta.mode`` supports ``min_mode``."""
@@ -128,7 +197,8 @@ class Head(ABC):
 
     def _check_fitted(self) -> None:
         if not self._is_fitted():
-            raise NotFittedError(
+            error = sklearn_flavoured(NotFittedError, "sklearn.exceptions", "NotFittedError")
+            raise error(
                 f"this {type(self).__name__} is not fitted yet; call fit_from_stats, "
                 "fit_from_moments or fit first"
             )
@@ -136,8 +206,13 @@ class Head(ABC):
     def _prepare(self, X: NDArray[Any]) -> F64:
         self._check_fitted()
         X = np.asarray(X)
+        if X.dtype.kind == "O":  # e.g. a pandas frame of numbers; non-numbers are refused
+            X = check_features(type(self).__name__, X)
         if X.ndim != 2:
-            raise InputError(f"inputs must be a 2-D array (n, d); got shape {X.shape}")
+            raise InputError(
+                f"inputs must be a 2-D array (n, d); got shape {X.shape}. Reshape your data: "
+                "X.reshape(1, -1) for a single sample, X.reshape(-1, 1) for a single feature"
+            )
         if X.shape[1] != self.n_features_in_:
             from ghofl.client.transforms import recorded_feature_transform, transformed_dim
 
@@ -154,8 +229,10 @@ class Head(ABC):
                         f"apply_feature_transform(X, {done!r}), or --feature-transform "
                         f"{done} on the command line)")
             raise InputError(
-                f"{type(self).__name__} was fitted on {self.n_features_in_}-dimensional "
-                f"embeddings but got {X.shape[1]} features; {hint}"
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input: it was fitted on "
+                f"{self.n_features_in_}-dimensional embeddings but got {X.shape[1]} "
+                f"features; {hint}"
             )
         if X.dtype.kind not in "fiu":
             raise InputError(f"inputs must be numeric; got dtype {X.dtype}")
@@ -198,10 +275,16 @@ class Head(ABC):
         """Posterior probabilities (n, C); rows sum to 1."""
         return np.exp(self.predict_log_proba(X))
 
-    def predict(self, X: NDArray[Any]) -> NDArray[np.int64]:
-        """Class indices (n,), into ``meta_.classes``."""
-        out: NDArray[np.int64] = np.argmax(self.decision_function(X), axis=1).astype(np.int64)
+    def predict(self, X: NDArray[Any]) -> NDArray[Any]:
+        """Predicted classes (n,): entries of ``classes_`` (int64 indices into
+        ``meta_.classes`` unless :meth:`fit` was given other labels)."""
+        idx = np.argmax(self.decision_function(X), axis=1).astype(np.int64)
+        out: NDArray[Any] = idx if self._labels_are_indices() else self.classes_[idx]
         return out
+
+    def _labels_are_indices(self) -> bool:
+        c = self.classes_
+        return bool(c.dtype == np.int64 and np.array_equal(c, np.arange(c.size)))
 
     def score(self, X: NDArray[Any], y: NDArray[Any]) -> float:
         """Accuracy on (X, y)."""
@@ -227,6 +310,7 @@ class Head(ABC):
             setattr(self, k, arrays[k])
         for k in self.fitted_scalars:
             setattr(self, k, scalars[k])
+        self.params_ = self._validate_params()
         return self
 
 

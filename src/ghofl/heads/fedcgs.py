@@ -21,6 +21,7 @@ class FedCGSHead(Head):
 
     name = "fedcgs"
     min_mode = "pooled"
+    min_samples = 2
     fitted_arrays = ("coef_", "intercept_")
     fitted_scalars = ("jitter_",)
     neg_inf_arrays = frozenset({"intercept_"})

@@ -31,11 +31,12 @@ training loop, the common hyperparameters and their checks) lives in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
 from ghofl.heads._linalg import linear_discriminant, safe_log
+from ghofl.heads._params import Constraint, Options, Real
 from ghofl.heads._training import (
     F64,
     FisherTrainedHead,
@@ -46,7 +47,7 @@ from ghofl.heads._training import (
     uniform_init,
 )
 from ghofl.heads.base import scalar_int
-from ghofl.heads.fisher import FisherSubspace, check_choice, check_number, project_covariance
+from ghofl.heads.fisher import FisherSubspace, project_covariance
 from ghofl.heads.synthesis import FisherGaussians
 from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import Shrinkage
@@ -168,6 +169,13 @@ class FisherMixHead(FisherTrainedHead):
     fitted_scalars = ("k_f_", "fisher_shrinkage_", "fisher_ridge_", "syn_covariance_",
                       "n_per_class_", "val_per_class_", "epochs_run_", "selected_epoch_",
                       "base_val_accuracy_", "val_accuracy_", "final_loss_", "fit_seconds_")
+    parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        **FisherTrainedHead.parameter_constraints,
+        "init": Options(("lda", "random")),
+        "variant": Options(("linear", "cosine")),
+        "scale": Real(lo=0.0, lo_open=True),
+        "margin": Real(lo=0.0),
+    }
 
     def _fitted_shapes(
         self, meta: StatsMeta, scalars: dict[str, Any]
@@ -212,14 +220,6 @@ class FisherMixHead(FisherTrainedHead):
         progress: bool = False,
     ) -> None:
         self._store_init_args(locals())
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        owner = type(self).__name__
-        check_choice(owner, "variant", self.variant, ("linear", "cosine"))
-        check_choice(owner, "init", self.init, ("lda", "random"))
-        check_number(owner, "scale", self.scale, lo=0.0, lo_open=True)
-        check_number(owner, "margin", self.margin, lo=0.0)
 
     def _train(self, moments: Moments, fs: FisherSubspace, g: FisherGaussians) -> None:
         self.offset_ = self._offset(g)

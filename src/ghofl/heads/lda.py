@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from ghofl.errors import ConfigError
 from ghofl.heads._linalg import F64, linear_discriminant, safe_log
+from ghofl.heads._params import Constraint, Options, ShrinkageParam
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
 from ghofl.moments.selection import ShrinkageChoice, choose_pooled_shrinkage
-from ghofl.moments.shrinkage import Shrinkage, check_shrinkage, shrink
+from ghofl.moments.shrinkage import Shrinkage, shrink
 from ghofl.stats.meta import StatsMeta
 
 Shape = tuple[int, ...]
@@ -57,9 +57,14 @@ class LDAHead(Head):
 
     name = "lda"
     min_mode = "pooled"
+    min_samples = 2
     fitted_arrays = ("coef_", "intercept_", "means_")
     fitted_scalars = ("shrinkage_", "shrinkage_method_", "jitter_")
     neg_inf_arrays = frozenset({"intercept_"})
+    parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "shrinkage": ShrinkageParam(),
+        "covariance_divisor": Options(("n-c", "n")),
+    }
 
     def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
         c, d = meta.num_classes, meta.dim
@@ -71,15 +76,9 @@ class LDAHead(Head):
         self.shrinkage = shrinkage
         self.covariance_divisor = covariance_divisor
 
-    def _validate_params(self) -> None:
-        self.shrinkage = check_shrinkage("shrinkage", self.shrinkage)
-        if self.covariance_divisor not in ("n-c", "n"):
-            raise ConfigError(
-                f"covariance_divisor must be 'n-c' or 'n'; got {self.covariance_divisor!r}"
-            )
-
     def _fit(self, moments: Moments) -> None:
-        cov, choice = lda_covariance_choice(moments, self.shrinkage, self.covariance_divisor)
+        p = self.params_
+        cov, choice = lda_covariance_choice(moments, p["shrinkage"], p["covariance_divisor"])
         self.means_ = moments.means.copy()
         self.coef_, self.intercept_, self.jitter_ = linear_discriminant(
             moments.means, cov, safe_log(moments.priors), "the LDA pooled covariance"

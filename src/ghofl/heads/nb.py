@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ghofl.errors import ConfigError, InputError
+from ghofl.errors import InputError
 from ghofl.heads._linalg import F64, safe_log
+from ghofl.heads._params import Constraint, Real
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
 from ghofl.stats.meta import StatsMeta
@@ -53,6 +54,10 @@ class NBDiagHead(Head):
     min_mode = "diag"
     fitted_arrays = ("means_", "vars_", "log_priors_")
     neg_inf_arrays = frozenset({"log_priors_"})
+    parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "var_smoothing": Real(lo=0.0),
+        "var_floor": Real(lo=0.0),
+    }
 
     def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
         c, d = meta.num_classes, meta.dim
@@ -69,16 +74,10 @@ class NBDiagHead(Head):
         self.var_smoothing = var_smoothing
         self.var_floor = var_floor
 
-    def _validate_params(self) -> None:
-        for name in ("var_smoothing", "var_floor"):
-            v = getattr(self, name)
-            ok = isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v)
-            if not ok or not v >= 0:
-                raise ConfigError(f"{name} must be a finite number >= 0; got {v!r}")
-
     def _fit(self, moments: Moments) -> None:
+        p = self.params_
         self.means_, self.vars_, self.log_priors_ = nb_params(
-            moments, float(self.var_smoothing), float(self.var_floor)
+            moments, p["var_smoothing"], p["var_floor"]
         )
 
     def _decision(self, Z: F64) -> F64:

@@ -62,7 +62,7 @@ which binds only at large C: 31 per class at C = 200, k_f = 199).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -71,6 +71,7 @@ from scipy.special import log_softmax
 
 from ghofl.errors import InputError, UnsupportedModeError
 from ghofl.heads._linalg import linear_discriminant, safe_log, stable_cholesky
+from ghofl.heads._params import Constraint, Integer, Options, Real, ShrinkageParam
 from ghofl.heads._training import (
     AUTO_QDA_MACS,
     F64,
@@ -78,15 +79,11 @@ from ghofl.heads._training import (
     FisherTrainedHead,
     auto_qda_samples_per_class,
     blas_threads,
-    check_owned_shrinkage,
     uniform_init,
 )
 from ghofl.heads.base import scalar_int, scalar_positive
 from ghofl.heads.fisher import (
     FisherSubspace,
-    check_choice,
-    check_int,
-    check_number,
     fisher_class_covariances,
     project_covariance,
 )
@@ -367,6 +364,18 @@ class ProtoHyperHead(FisherTrainedHead):
                       "val_per_class_", "epochs_run_", "selected_epoch_",
                       "base_val_accuracy_", "val_accuracy_", "final_loss_", "fit_seconds_")
     neg_inf_arrays = frozenset({"log_priors_"})
+    parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        **FisherTrainedHead.parameter_constraints,
+        "base": Options(("auto", "lda", "qda")),
+        "residual_init": Options(("zero", "random")),
+        "rank": Integer(lo=1, none_ok=True),
+        "teacher": Options(("informative", "base", "paper")),
+        "teacher_blend": Real(lo=0.0, hi=1.0, none_ok=True),
+        "teacher_scale": Options(("base", "unit")),
+        "qda_shrinkage": ShrinkageParam(),
+        "kd_alpha": Real(lo=0.0, hi=1.0),
+        "kd_temperature": Real(lo=0.0, lo_open=True),
+    }
 
     def _fitted_shapes(
         self, meta: StatsMeta, scalars: dict[str, Any]
@@ -432,20 +441,6 @@ class ProtoHyperHead(FisherTrainedHead):
     ) -> None:
         self._store_init_args(locals())
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        owner = type(self).__name__
-        check_choice(owner, "base", self.base, ("auto", "lda", "qda"))
-        check_choice(owner, "residual_init", self.residual_init, ("zero", "random"))
-        check_int(owner, "rank", self.rank, lo=1, none_ok=True)
-        check_choice(owner, "teacher", self.teacher, ("informative", "base", "paper"))
-        if self.teacher_blend is not None:
-            check_number(owner, "teacher_blend", self.teacher_blend, lo=0.0, hi=1.0)
-        check_choice(owner, "teacher_scale", self.teacher_scale, ("base", "unit"))
-        self.qda_shrinkage = check_owned_shrinkage(owner, "qda_shrinkage", self.qda_shrinkage)
-        check_number(owner, "kd_alpha", self.kd_alpha, lo=0.0, hi=1.0)
-        check_number(owner, "kd_temperature", self.kd_temperature, lo=0.0, lo_open=True)
-
     def _blend(self) -> float:
         if self.teacher_blend is not None:
             return float(self.teacher_blend)
@@ -463,10 +458,10 @@ class ProtoHyperHead(FisherTrainedHead):
         # the synthesis covariances are the QDA_f ones (scaled by τ²) when both use the same
         # shrinkage: reuse them instead of choosing C coefficients again
         reuse = (g.covariances() / g.tau**2 if want_qda and g.source == "class"
-                 and self.qda_shrinkage == self.syn_shrink else None)
+                 and self.params_["qda_shrinkage"] == self.params_["syn_shrink"] else None)
         with self._timed("teacher"):
             sc = fisher_scorers(moments, fs.V, fs.within,
-                                self.qda_shrinkage if want_qda else None, reuse)
+                                self.params_["qda_shrinkage"] if want_qda else None, reuse)
         # every synthetic row will be scored by QDA_f: bound that cost at large C
         self._qda_dim = fs.k_f if sc.qda_prec is not None else 0
         self.means_f_, self.log_priors_, self.sigma2_ = sc.means, sc.log_priors, sc.sigma2

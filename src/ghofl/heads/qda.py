@@ -10,7 +10,7 @@ temporaries are O(block·d) whatever the number of inputs.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from scipy.linalg import eigvalsh
@@ -19,6 +19,7 @@ from scipy.linalg.lapack import dtrtri
 
 from ghofl.errors import ConfigError
 from ghofl.heads._linalg import F64, safe_log, stable_cholesky
+from ghofl.heads._params import Constraint, Options, ShrinkageParam
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
 from ghofl.moments.selection import (
@@ -273,9 +274,16 @@ class QDAHead(Head):
 
     name = "qda"
     min_mode = "full"
+    min_samples = 2
     fitted_arrays = ("means_", "precision_chol_", "half_log_det_", "log_priors_")
     fitted_scalars = ("shrinkage_", "shrinkage_method_")
     neg_inf_arrays = frozenset({"log_priors_"})
+    parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "shrinkage": ShrinkageParam(),
+        "shrinkage_target": Options(QDA_TARGETS),
+        "covariance_divisor": Options(("n-1", "n")),
+        "pooled_shrinkage": ShrinkageParam(),
+    }
 
     def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
         c, d = meta.num_classes, meta.dim
@@ -294,30 +302,20 @@ class QDAHead(Head):
         self.covariance_divisor = covariance_divisor
         self.pooled_shrinkage = pooled_shrinkage
 
-    def _validate_params(self) -> None:
-        self.shrinkage = check_shrinkage("shrinkage", self.shrinkage)
-        self.pooled_shrinkage = check_shrinkage("pooled_shrinkage", self.pooled_shrinkage)
-        if self.shrinkage_target not in QDA_TARGETS:
+    def _check_params(self, params: dict[str, Any]) -> None:
+        if params["shrinkage_target"] == "pooled" and params["shrinkage"] in ("oas", "rblw"):
             raise ConfigError(
-                "shrinkage_target must be 'pooled', 'scaled_identity' or 'identity'; got "
-                f"{self.shrinkage_target!r}"
-            )
-        if self.shrinkage_target == "pooled" and self.shrinkage in ("oas", "rblw"):
-            raise ConfigError(
-                f"shrinkage {self.shrinkage!r} is defined for a multiple of the identity as "
-                "target, not the pooled covariance; set shrinkage_target='scaled_identity' "
-                "with it, or use shrinkage='auto'"
-            )
-        if self.covariance_divisor not in ("n-1", "n"):
-            raise ConfigError(
-                f"covariance_divisor must be 'n-1' or 'n'; got {self.covariance_divisor!r}"
+                f"QDAHead: shrinkage {params['shrinkage']!r} is defined for a multiple of the "
+                "identity as target, not the pooled covariance; set "
+                "shrinkage_target='scaled_identity' with it, or use shrinkage='auto'"
             )
 
     def _fit(self, moments: Moments) -> None:
+        p = self.params_
         self.means_ = moments.means.copy()
         self.precision_chol_, self.half_log_det_, self.log_priors_, coefs, method = qda_params(
-            moments, self.shrinkage, self.shrinkage_target, self.covariance_divisor,
-            self.pooled_shrinkage,
+            moments, p["shrinkage"], p["shrinkage_target"], p["covariance_divisor"],
+            p["pooled_shrinkage"],
         )
         self.shrinkage_ = coefs
         self.shrinkage_method_ = method

@@ -40,15 +40,16 @@ the moments describe; no raw data is needed and argmax predictions do not depend
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigh
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 
-from ghofl.errors import ConfigError, StatsValidationError
+from ghofl.errors import StatsValidationError
 from ghofl.heads._linalg import F64, stable_cholesky
+from ghofl.heads._params import Constraint, Integer, RealOrAuto
 from ghofl.heads.base import Head, scalar_positive
 from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import shrink
@@ -262,8 +263,14 @@ class RidgeHead(Head):
 
     name = "ridge"
     min_mode = "pooled"
+    min_samples = 2
     fitted_arrays = ("coef_", "intercept_")
     fitted_scalars = ("alpha_", "alpha_rule_", "temperature_")
+    parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "alpha": RealOrAuto(0.0, 1.0),
+        "n_calibration": Integer(lo=0),
+        "seed": Integer(lo=0),
+    }
 
     def __init__(
         self, alpha: float | str = "auto", n_calibration: int = 256, seed: int = 0
@@ -272,38 +279,18 @@ class RidgeHead(Head):
         self.n_calibration = n_calibration
         self.seed = seed
 
-    def _validate_params(self) -> None:
-        a = self.alpha
-        if isinstance(a, str) and a != "auto":
-            try:
-                a = float(a)
-            except ValueError:
-                a = None  # type: ignore[assignment]
-        ok = a == "auto" or (
-            isinstance(a, int | float) and not isinstance(a, bool) and 0.0 <= a < 1.0
-        )
-        if not ok:
-            raise ConfigError(
-                f"ridge alpha must be a number in [0, 1) or 'auto'; got {self.alpha!r}"
-            )
-        self.alpha = a if a == "auto" else float(a)  # type: ignore[arg-type]
-        for key in ("n_calibration", "seed"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
-                raise ConfigError(f"ridge {key} must be an integer >= 0; got {v!r}")
-
     def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
         scalar_positive(type(self).__name__, scalars, "temperature_")
         c, d = meta.num_classes, meta.dim
         return {"coef_": (c, d), "intercept_": (c,)}
 
     def _fit(self, moments: Moments) -> None:
-        a, rule = choose_alpha(moments, self.alpha)
+        p = self.params_
+        a, rule = choose_alpha(moments, p["alpha"])
         ((coef, intercept),) = ridge_solution(moments, [a])
         t = 1.0
-        if self.n_calibration > 0:
-            t = synthetic_temperature(moments, coef, intercept, int(self.n_calibration),
-                                      int(self.seed))
+        if p["n_calibration"] > 0:
+            t = synthetic_temperature(moments, coef, intercept, p["n_calibration"], p["seed"])
         self.coef_ = np.ascontiguousarray(coef.T)
         self.intercept_ = intercept
         self.alpha_ = float(a)
