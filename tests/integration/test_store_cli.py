@@ -135,3 +135,17 @@ def test_fit_accepts_a_store_where_it_accepts_a_total(tmp_path: Path) -> None:
     b, _ = load_model(tmp_path / "from-file")
     for name in ("nb", "lda"):
         np.testing.assert_array_equal(a[name].predict(x), b[name].predict(x))
+
+
+def test_store_show_and_forget_refuse_an_empty_file_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ghofl.cli.main import main
+
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    for argv in (["store", "show", str(empty)], ["forget", "--store", str(empty), "--client", "a"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert re.fullmatch(r"ghofl: error: .*is an empty file, not an aggregation store.*\n", err)
+    assert empty.read_bytes() == b""

@@ -139,6 +139,10 @@ def test_unknown_ids_empty_and_foreign_files(tmp_path: Path) -> None:
             store.remove("b")
     with pytest.raises(StoreError, match=r"store '.*nope.db' does not exist"):
         AggregationStore(tmp_path / "nope.db", create=False)
+    (tmp_path / "empty.db").write_bytes(b"")
+    with pytest.raises(StoreError, match="is an empty file, not an aggregation store"):
+        AggregationStore(tmp_path / "empty.db", create=False)
+    assert (tmp_path / "empty.db").read_bytes() == b""
     (tmp_path / "text.db").write_text("hello")
     with pytest.raises(StoreError, match="is not an aggregation store"):
         AggregationStore(tmp_path / "text.db")
@@ -295,3 +299,18 @@ def test_sigkill_at_random_instants_loses_nothing_and_counts_nothing_twice(
         assert shas == {cid: hashlib.sha256((folder / f"{cid}.ghs").read_bytes()).hexdigest()
                         for cid in payloads}
     assert any(rc == -signal.SIGKILL and 0 < n < len(payloads) for rc, n in seen), seen
+
+
+@pytest.mark.parametrize(("message", "cause"), [
+    ("database or disk is full", "the disk is full"),
+    ("attempt to write a readonly database", "the store is read-only"),
+    ("database is locked", "another process holds the store's lock"),
+    ("database disk image is malformed", "the store file is corrupt"),
+])
+def test_sqlite_failures_are_one_line_errors_naming_the_cause(message: str, cause: str) -> None:
+    from ghofl.cli.main import EXPECTED_ERRORS, describe_error
+
+    exc = sqlite3.OperationalError(message)
+    assert isinstance(exc, EXPECTED_ERRORS)
+    text = describe_error(exc)
+    assert "\n" not in text and cause in text and message in text

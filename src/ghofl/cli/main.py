@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import sqlite3
 import sys
 import warnings
 from collections.abc import Sequence
@@ -40,7 +41,9 @@ _NOT_COMMANDS = frozenset({"main", "app", "io"})
 # ``command_modules()`` below, so nothing else needs editing. Put helpers in "_name.py" files.
 
 EXIT_ERROR = 2
-EXPECTED_ERRORS: tuple[type[BaseException], ...] = (GhoflError, OSError, LinAlgError, MemoryError)
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
+    GhoflError, OSError, LinAlgError, MemoryError, sqlite3.Error,
+)
 
 
 def command_modules() -> list[str]:
@@ -111,11 +114,33 @@ def describe_error(exc: BaseException) -> str:
     elif isinstance(exc, LinAlgError):
         text = (f"numerical failure ({exc}); the statistics are degenerate, try more samples "
                 "or a larger shrinkage")
+    elif isinstance(exc, sqlite3.Error):
+        text = _describe_sqlite(exc)
     elif isinstance(exc, MemoryError):
         text = "out of memory; use a projection (--projection-dim) or a lower --mode"
     else:
         text = str(exc) or type(exc).__name__
     return " ".join(text.split())
+
+
+def _describe_sqlite(exc: sqlite3.Error) -> str:
+    """One line naming the cause of a SQLite failure of an aggregation store and the fix."""
+    raw = str(exc)
+    low = raw.lower()
+    if "full" in low:
+        cause = "the disk is full; free space and run the command again"
+    elif "readonly" in low or "read-only" in low:
+        cause = ("the store is read-only (file, folder or media not writable); make it "
+                 "writable, or use a command that only reads it")
+    elif "locked" in low or "busy" in low:
+        cause = "another process holds the store's lock; wait for it to finish and retry"
+    elif "malformed" in low or "not a database" in low or "corrupt" in low:
+        cause = "the store file is corrupt; restore it from a backup"
+    elif "unable to open" in low or "permission" in low:
+        cause = "the store file cannot be opened; check its path and permissions"
+    else:
+        cause = "check the store file and its folder"
+    return f"aggregation store failure ({raw}): {cause}"
 
 
 def _error(message: str) -> None:

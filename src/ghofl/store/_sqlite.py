@@ -81,7 +81,12 @@ def connect(path: Path, create: bool) -> sqlite3.Connection:
                 f"'ghofl aggregate --store {path} PAYLOAD...'"
             )
         path.parent.mkdir(parents=True, exist_ok=True)
-    elif path.stat().st_size > 0 and not has_sqlite_header(path):
+    elif path.stat().st_size == 0:
+        raise StoreError(
+            f"'{path}' is an empty file, not an aggregation store; give the path of a store, "
+            "or a new path (one that does not exist) to create one"
+        )
+    elif not has_sqlite_header(path):
         raise StoreError(
             f"'{path}' is not an aggregation store (it is not a SQLite database); give the "
             "path of a store, or of a new file to create one"
