@@ -39,9 +39,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ghofl.bench import harness
 from ghofl.bench.config import ExperimentConfig
 from ghofl.bench.features import Features, load_features
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.kernel_map import build_kernel_map, save_kernel_map
 from ghofl.client.transforms import apply_feature_transform, transformed_info
 from ghofl.data.partition import dirichlet_partition
@@ -280,7 +281,9 @@ def plot(records: list[dict[str, Any]], probes: dict[str, float | None], path: P
     plt.close(fig)
 
 
-def report(out: dict[str, Any], png: Path) -> str:
+def report(out: dict[str, Any]) -> str:
+    """The section from the saved results (``machine`` and ``date`` recorded in them)."""
+    png = Path(_png(out))
     records = out["records"]
     probes = out["probes"]
     heads = [h for h in [*HEADS, *EXTRA] if any(r["head"] == h for r in records)]
@@ -290,7 +293,7 @@ def report(out: dict[str, Any], png: Path) -> str:
     lines = [
         "## Accuracy against upload bytes (`benchmarks/bench_accuracy_bytes.py`)",
         "",
-        f"Machine: {machine_summary()}. Measured {time.strftime('%Y-%m-%d')}; the run took "
+        f"Machine: {out['machine']}. Measured {out['date']}; the run took "
         f"{out['wall_seconds'] / 60:.1f} min"
         + (f" (resumed: {out['resumed_settings']} settings kept from the earlier run's records)"
            if out.get("resumed_settings") else "")
@@ -449,29 +452,27 @@ def _changes(records: list[dict[str, Any]]) -> list[tuple[str, dict[str, list[fl
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2,000/500 per class, fewer settings")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write)."""
+    ap.add_argument("--quick", action="store_true",
+                    help="2,000/500 per class, fewer settings (results in accuracy_bytes_quick"
+                         ".json; the section is not touched)")
     ap.add_argument("--probe", action="store_true", help="recompute the raw logreg probe")
-    ap.add_argument("--no-write", action="store_true", help="do not touch BENCHMARKS.md")
     ap.add_argument("--resume", action="store_true",
                     help="keep the settings already in the JSON and run only the others")
-    ap.add_argument("--report-only", action="store_true",
-                    help="rebuild the plot and the section from the (possibly partial) JSON")
-    args = ap.parse_args()
+
+
+def measure(ctx: harness.Context) -> dict[str, Any] | None:
+    """Run every setting (each row saved as it finishes) and the probes the JSON lacks."""
+    args = ctx.args
     name = "accuracy_bytes_quick" if args.quick else "accuracy_bytes"
-    if args.report_only:
-        finish(json.loads((RESULTS / f"{name}.json").read_text()), name, args.no_write)
-        return
     start = time.perf_counter()
     per_train, per_test = (2000, 500) if args.quick else (0, 0)
     cfg = ExperimentConfig(name="accuracy-bytes", datasets=("cifar10",),
                            encoders=("efficientnet-lite0",), resolution=224, backend="onnx",
-                           train_per_class=per_train, test_per_class=per_test)
-
-    def log(msg: str) -> None:
-        print(msg, flush=True)
-
+                           train_per_class=per_train, test_per_class=per_test,
+                           data_dir=ctx.data_dir(required=False))
+    log = ctx.log
     feats = load_features("cifar10", "efficientnet-lite0", cfg, log=log)
     bases = public_bases(feats.encoder_info, log)
     parts = dirichlet_partition(feats.y_train, 10, 0.1, seed=0, min_per_client=5)
@@ -479,18 +480,16 @@ def main() -> None:
                                        "x+sqrt": stored_probe("cifar10_expand")}
     source = "from the cifar10_main / cifar10_expand experiment records"
     records: list[dict[str, Any]] = []
-    path = RESULTS / f"{name}.json"
-    if args.resume and path.exists():
-        old = json.loads(path.read_text())
+    old = ctx.load(f"{name}.json")
+    if args.resume and old is not None:
         records = [r for r in old["records"]
                    if r["transform"] != KERNEL or old["bases"].get(KERNEL) == bases[KERNEL]]
         # A basis rebuilt on another machine can differ in its last bits (and fingerprint):
         # the stored PCA rows keep the bases they were measured with, which is only sound
         # when no PCA setting is left to run.
         changed = [t for t in ("none", "sqrt", "x+sqrt") if old["bases"].get(t) != bases[t]]
-        kept = {(r["transform"], r["mode"], r["proj"], r["k"]) for r in records}
-        pending = [s for s in settings(args.quick) if s["proj"] == "pca"
-                   and (s["transform"], s["mode"], s["proj"], s["k"]) not in kept]
+        kept = {_key(r) for r in records}
+        pending = [s for s in settings(args.quick) if s["proj"] == "pca" and _key(s) not in kept]
         if changed and pending:
             raise SystemExit(f"--resume: the public bases of {', '.join(changed)} differ from "
                              "those of the stored records and PCA settings remain; run "
@@ -499,20 +498,27 @@ def main() -> None:
         if old["probes"].get(KERNEL) is not None and old["bases"].get(KERNEL) == bases[KERNEL]:
             probes[KERNEL] = old["probes"][KERNEL]
             source = old["probe_source"]
-    done = {(r["transform"], r["mode"], r["proj"], r["k"]) for r in records}
-    out: dict[str, Any] = {}
+    done = {_key(r) for r in records}
     todo = settings(args.quick)
-    for i, s in enumerate(todo):
-        if (s["transform"], s["mode"], s["proj"], s["k"]) not in done:
-            records += run_setting(s, feats, parts, bases, log, extras=True)
-        out = {"records": records, "probes": probes, "probe_source": source, "bases": bases,
-               "n_public": bases["n_public"], "n_train": int(feats.x_train.shape[0]),
-               "n_test": int(feats.x_test.shape[0]), "paper_mb": PAPER_MB,
-               "wall_seconds": time.perf_counter() - start, "quick": args.quick,
-               "resumed_settings": len(done),
-               "complete": i == len(todo) - 1}
-        write_json(RESULTS / f"{name}.json", out)  # after every setting: a partial run counts
-    if out and probes.get(KERNEL) is None:
+
+    def snapshot(rows: dict[str, Any]) -> dict[str, Any]:
+        flat = records + [r for k, rs in rows.items() if k not in done_keys for r in rs]
+        return {"records": flat, "probes": probes, "probe_source": source, "bases": bases,
+                "n_public": bases["n_public"], "n_train": int(feats.x_train.shape[0]),
+                "n_test": int(feats.x_test.shape[0]), "paper_mb": PAPER_MB,
+                "wall_seconds": time.perf_counter() - start, "quick": args.quick,
+                "resumed_settings": len(done),
+                "complete": len(rows) == len(todo),
+                "machine": machine_summary(), "date": time.strftime("%Y-%m-%d")}
+
+    done_keys = {str(k) for k in done}
+    rows = harness.run_rows(
+        todo, key=lambda s: str(_key(s)),
+        run_row=lambda s: run_setting(s, feats, parts, bases, log, extras=True),
+        done={k: [] for k in done_keys},
+        save=lambda rows: ctx.save(f"{name}.json", snapshot(rows)))  # a partial run counts
+    out = snapshot(rows)
+    if probes.get(KERNEL) is None:
         from ghofl.bench.references import logreg_reference
 
         name_k = transform_name(KERNEL, bases)
@@ -524,26 +530,41 @@ def main() -> None:
         probes[KERNEL] = res.accuracy
         out["probe_source"] = (source + f"; {KERNEL}: computed by this script, C "
                                f"{res.details['C']} by CV")
-        write_json(RESULTS / f"{name}.json", out)
+        ctx.save(f"{name}.json", out)
     if args.probe:
         from ghofl.bench.references import logreg_reference
 
         res = logreg_reference(feats.x_train, feats.y_train, feats.x_test, feats.y_test, seed=0)
         probes["raw"] = res.accuracy
         out["probe_source"] = "recomputed in this run (raw); x+sqrt " + source
-        write_json(RESULTS / f"{name}.json", out)
-    finish(out, name, args.no_write or args.quick)
+    if args.quick:  # a smoke run: saved and printed, the section is left alone
+        ctx.save(f"{name}.json", out)
+        plot(out["records"], out["probes"], ctx.results_dir / f"{name}.png")
+        print(report(out))
+        return None
+    return {"accuracy-bytes": out}
 
 
-def finish(out: dict[str, Any], name: str, no_write: bool) -> None:
-    """Plot, print and (unless ``no_write``) write the BENCHMARKS.md section."""
-    png = RESULTS / f"{name}.png"
-    plot(out["records"], out["probes"], png)
-    body = report(out, png)
-    print(body)
-    if not no_write:
-        update_section(ROOT / "BENCHMARKS.md", "accuracy-bytes", body)
+def _key(s: dict[str, Any]) -> tuple[Any, ...]:
+    return (s["transform"], s["mode"], s["proj"], s["k"])
 
+
+def _plot(out: dict[str, Any], results_dir: Path) -> None:
+    plot(out["records"], out["probes"], results_dir / _png(out))
+
+
+def _png(out: dict[str, Any]) -> str:
+    return "accuracy_bytes_quick.png" if out.get("quick") else "accuracy_bytes.png"
+
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("accuracy-bytes", "accuracy_bytes.json", report,
+                              after_render=_plot, states_machine=True),),
+    measure=measure,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)

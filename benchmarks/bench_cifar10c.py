@@ -27,16 +27,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ghofl.bench import harness
 from ghofl.bench.config import ExperimentConfig
 from ghofl.bench.features import load_features
 from ghofl.bench.references import fit_logreg_probe
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.embed import embed_dataset_cached
 from ghofl.client.encoders import Encoder, get_encoder
 from ghofl.data.corruptions import ALL_CORRUPTIONS, SEVERITIES, CorruptedImages
@@ -45,7 +45,6 @@ from ghofl.heads.build import build_heads
 from ghofl.heads.registry import available_heads
 from ghofl.stats import compute_stats
 
-ROOT = Path(__file__).resolve().parents[1]
 PROBE = "probe (centralised)"
 #: The paper's CIFAR-100-C holdout (leaky: same base images), accuracy % (GH graphs.py).
 PAPER_C100C = {"nb": 25.40, "lda": 37.60, "fishermix": 40.10, "protohyper": 39.80, "qda": 64.30}
@@ -294,8 +293,8 @@ def render(r: dict[str, Any]) -> str:
     ])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write)."""
     parser.add_argument("--encoder", default="efficientnet-lite0")
     parser.add_argument("--resolution", type=int, default=224)
     parser.add_argument("--heads", default="all", help="comma-separated names, or 'all'")
@@ -307,15 +306,15 @@ def main() -> None:
     parser.add_argument("--stats-per-class", type=int, default=20,
                         help="training images per class per corruption x severity (protocol b)")
     parser.add_argument("--probe-cv-samples", type=int, default=5000)
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    args = parser.parse_args()
-    result = run(args)
-    body = render(result)
-    if not args.no_write:
-        write_json(ROOT / "benchmarks" / "results" / "cifar10c.json", result)
-        update_section(ROOT / "BENCHMARKS.md", "cifar10c", body)
-    print(body)
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("cifar10c", "cifar10c.json", render),),
+    measure=lambda ctx: {"cifar10c": run(ctx.args)},
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)

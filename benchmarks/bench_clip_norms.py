@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench import harness
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.embed import embed_dataset_cached
 from ghofl.client.encoders import Encoder, get_encoder
 from ghofl.client.encoders.clipping import round_up
@@ -40,7 +39,6 @@ from ghofl.client.transforms import FEATURE_TRANSFORMS, apply_feature_transform
 from ghofl.data.registry import load_dataset
 from ghofl.errors import MissingExtraError
 
-ROOT = Path(__file__).resolve().parents[1]
 SECTION = "clip_norms"
 #: R = margin x observed max, capped at the bound by construction, rounded up to SIG digits
 MARGIN = 1.25
@@ -209,6 +207,10 @@ def run_text(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
     }
 
 
+def _index(name: str) -> int:
+    return TEXT_DATASETS.index(name) if name in TEXT_DATASETS else 0
+
+
 def _f(v: float) -> str:
     return f"{v:.4g}"
 
@@ -236,7 +238,10 @@ def render(result: dict[str, Any]) -> str:
     text_rows = []
     for e in result["encoders"]:
         for t, s in e["transforms"].items():
-            for ds, d in s.get("per_dataset", {}).items():
+            per = s.get("per_dataset", {})
+            # saved results sort their keys: the rows keep the measured order of the data sets
+            for ds in sorted(per, key=lambda k: (k not in TEXT_DATASETS, _index(k))):
+                d = per[ds]
                 text_rows.append([
                     e["encoder"], ds, t, _f(d["sample"]["median"]), _f(d["sample"]["max"]),
                     _f(d["heldout"]["max"]),
@@ -304,8 +309,8 @@ def render(result: dict[str, Any]) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write)."""
     parser.add_argument("--n-images", type=int, default=2000, help="CIFAR-10 train images")
     parser.add_argument("--n-heldout", type=int, default=500, help="CIFAR-10 test images")
     parser.add_argument("--n-text", type=int, default=1000, help="train sentences per dataset")
@@ -315,24 +320,26 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads")
     parser.add_argument("--skip-text", action="store_true")
-    parser.add_argument("--no-write", action="store_true",
-                        help="print the section only (smoke runs); write neither file")
-    args = parser.parse_args()
-    data_dir = os.environ.get("GHOFL_DATA_DIR") or str(ROOT.parent / "shared" / "data")
+
+
+def measure_all(ctx: harness.Context) -> dict[str, Any]:
+    """One row per image encoder (those whose weights are installed) and one for MiniLM."""
+    args = ctx.args
+    data_dir = str(ctx.data_dir())
     encoders, skipped = [], []
     for variant, res in IMAGE_CONFIGS:
         try:
             lite_weights_path(variant)
         except MissingExtraError as exc:
             skipped.append({"encoder": variant, "resolution": res, "reason": str(exc)})
-            print(f"skip {variant}: {exc}", flush=True)
+            ctx.log(f"skip {variant}: {exc}")
             continue
         encoders.append(run_image(variant, res, args, data_dir))
-        print(f"{variant} @ {res}: max norm {encoders[-1]['transforms']['none']['max']:.3f} "
-              f"({encoders[-1]['embed_seconds']:.0f} s)", flush=True)
+        ctx.log(f"{variant} @ {res}: max norm {encoders[-1]['transforms']['none']['max']:.3f} "
+                f"({encoders[-1]['embed_seconds']:.0f} s)")
     if not args.skip_text:
         encoders.append(run_text(args, data_dir))
-        print(f"minilm: max norm {encoders[-1]['transforms']['none']['max']:.7f}", flush=True)
+        ctx.log(f"minilm: max norm {encoders[-1]['transforms']['none']['max']:.7f}")
     result = {
         "machine": machine_summary(),
         "rule": {
@@ -352,11 +359,16 @@ def main() -> None:
             for e in encoders for t in FEATURE_TRANSFORMS
         ],
     }
-    if not args.no_write:
-        write_json(ROOT / "benchmarks" / "results" / "clip_norms.json", result)
-        update_section(ROOT / "BENCHMARKS.md", SECTION, render(result))
-    print(render(result))
+    return {SECTION: result}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section(SECTION, "clip_norms.json", render),),
+    measure=measure_all,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)

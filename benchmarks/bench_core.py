@@ -9,24 +9,18 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ghofl.bench.report import (
-    machine_summary,
-    markdown_table,
-    median_time,
-    update_section,
-    write_json,
-)
+from ghofl.bench import harness
+from ghofl.bench.harness import median_times
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.heads import make_head
 from ghofl.moments import compute_moments
 from ghofl.stats import ClientStats, compute_stats
 from ghofl.stats.codec import expected_payload_nbytes
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def stats_vs_gemm(n: int, d: int, c: int, repeats: int) -> dict[str, Any]:
@@ -34,15 +28,19 @@ def stats_vs_gemm(n: int, d: int, c: int, repeats: int) -> dict[str, Any]:
     x = rng.random((n, d)) * 6.0  # float64, like post-ReLU6 features
     y = rng.integers(0, c, n)
     out: dict[str, Any] = {"n": n, "d": d, "C": c, "repeats": repeats}
-    gemm, gs = median_time(lambda: x.T @ x, repeats)
-    out["gemm_seconds_median"], out["gemm_samples"] = gemm, gs
+    x32 = x.astype(np.float32)
+    fns: dict[str, Callable[[], Any]] = {"gemm": lambda: x.T @ x}
     for mode in ("full", "pooled", "diag"):
-        t, ts = median_time(lambda m=mode: compute_stats(x, y, c, mode=m), repeats)  # type: ignore[misc]
+        fns[mode] = lambda m=mode: compute_stats(x, y, c, mode=m)  # type: ignore[misc]
+    fns["full_float32"] = lambda: compute_stats(x32, y, c, mode="full")
+    times = median_times(fns, repeats)  # side by side: load changes fall on every row alike
+    gemm = times["gemm"][0]
+    out["gemm_seconds_median"], out["gemm_samples"] = times["gemm"]
+    for mode in ("full", "pooled", "diag"):
+        t, ts = times[mode]
         out[f"{mode}_seconds_median"], out[f"{mode}_samples"] = t, ts
         out[f"{mode}_ratio_to_gemm"] = t / gemm
-    x32 = x.astype(np.float32)
-    t, ts = median_time(lambda: compute_stats(x32, y, c, mode="full"), repeats)
-    out["full_float32_input_ratio_to_gemm"] = t / gemm
+    out["full_float32_input_ratio_to_gemm"] = times["full_float32"][0] / gemm
     return out
 
 
@@ -58,12 +56,14 @@ def synthetic_full_stats(c: int, d: int, n_per_class: int, seed: int = 0) -> Cli
 
 def head_fit_times(c: int, d: int, repeats: int) -> dict[str, Any]:
     stats = synthetic_full_stats(c, d, n_per_class=max(2 * d // c, 200) if c <= 10 else 150)
-    t_mom, _ = median_time(lambda: compute_moments(stats), repeats)
     moments = compute_moments(stats)
-    out: dict[str, Any] = {"C": c, "d": d, "moments_seconds": t_mom}
+    fns: dict[str, Callable[[], Any]] = {"moments": lambda: compute_moments(stats)}
     for name in ("nb", "lda", "qda", "fedcgs"):
-        t, _ = median_time(lambda nm=name: make_head(nm).fit_from_moments(moments), repeats)  # type: ignore[misc]
-        out[f"{name}_fit_seconds"] = t
+        fns[name] = lambda nm=name: make_head(nm).fit_from_moments(moments)  # type: ignore[misc]
+    times = median_times(fns, repeats)
+    out: dict[str, Any] = {"C": c, "d": d, "moments_seconds": times["moments"][0]}
+    for name in ("nb", "lda", "qda", "fedcgs"):
+        out[f"{name}_fit_seconds"] = times[name][0]
     return out
 
 
@@ -177,25 +177,33 @@ def render(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     ap.add_argument("--n", type=int, default=50_000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--fit-repeats", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
-    args = ap.parse_args()
-    res: dict[str, Any] = {
+
+
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """Statistics against one GEMM, head fits at C = 10 and 100, and the upload sizes."""
+    args = ctx.args
+    return {"core": {
         "machine": machine_summary(),
         "date": time.strftime("%Y-%m-%d"),
         "stats_vs_gemm": stats_vs_gemm(args.n, 1280, 10, args.repeats),
         "fit_repeats": args.fit_repeats,
         "fit_times": [head_fit_times(c, 1280, args.fit_repeats) for c in (10, 100)],
         "bytes": bytes_table(),
-    }
-    write_json(ROOT / "benchmarks" / "results" / "core.json", res)
-    update_section(args.out, "core", render(res))
-    print(render(res))
+    }}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("core", "core.json", render),),
+    measure=measure,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)

@@ -61,22 +61,38 @@ def write_json(path: str | os.PathLike[str], data: Any) -> None:
     write_json_atomic(path, data, indent=2, sort_keys=True, default=str)
 
 
+def _section_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"<!-- BEGIN {re.escape(name)} -->\n?(.*?)\n?<!-- END {re.escape(name)} -->",
+                      re.S)
+
+
+def read_section(text: str, name: str) -> str | None:
+    """The body of section ``name`` in the markdown ``text`` (``None`` when it has none)."""
+    m = _section_pattern(name).search(text)
+    return None if m is None else m.group(1)
+
+
+def replace_section(text: str | None, name: str, body: str, first: bool = False) -> str:
+    """``text`` (default: the BENCHMARKS.md header) with section ``name`` holding ``body``.
+
+    A new section is appended, or placed right after the file's header when ``first``.
+    """
+    text = HEADER if text is None else text
+    block = f"<!-- BEGIN {name} -->\n{body.rstrip()}\n<!-- END {name} -->"
+    pattern = _section_pattern(name)
+    if pattern.search(text):
+        return pattern.sub(lambda _: block, text)
+    if first and "<!-- BEGIN " in text:
+        i = text.index("<!-- BEGIN ")
+        return text[:i] + block + "\n\n" + text[i:]
+    return text.rstrip() + "\n\n" + block + "\n"
+
+
 def update_section(path: str | os.PathLike[str], name: str, body: str, first: bool = False) -> None:
     """Replace the section ``name`` of the markdown file ``path`` atomically; a new section is
     appended, or placed right after the file's header when ``first``."""
     p = Path(path)
-    text = p.read_text() if p.exists() else HEADER
-    block = f"<!-- BEGIN {name} -->\n{body.rstrip()}\n<!-- END {name} -->"
-    pattern = re.compile(
-        rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S
-    )
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    elif first and "<!-- BEGIN " in text:
-        i = text.index("<!-- BEGIN ")
-        text = text[:i] + block + "\n\n" + text[i:]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
+    text = replace_section(p.read_text() if p.exists() else None, name, body, first)
     atomic_write(p, lambda tmp: Path(tmp).write_text(text))
 
 

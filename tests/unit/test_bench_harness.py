@@ -1,0 +1,100 @@
+"""The benchmark harness: every script's sections re-render from the committed results."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from ghofl.bench.harness import (
+    Benchmark,
+    BenchmarkError,
+    find_data_dir,
+    median_times,
+    render_sections,
+    run_rows,
+    stated_machine,
+)
+from ghofl.bench.report import read_section, replace_section
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+#: Scripts ported onto the harness so far (the others keep their own entry points).
+SCRIPTS = ("bench_ablation_cifar10.py", "bench_accuracy_bytes.py", "bench_cifar10c.py",
+           "bench_clip_norms.py", "bench_core.py")
+
+
+def _script(name: str) -> ModuleType:
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(f"_harness_{name[:-3]}", BENCH / name)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(BENCH))
+    return mod
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_section_renders_from_committed_results(name: str, tmp_path: Path) -> None:
+    bench = _script(name).BENCH
+    assert isinstance(bench, Benchmark)
+    out = tmp_path / "BENCHMARKS.md"
+    shutil.copyfile(ROOT / "BENCHMARKS.md", out)
+    bodies = render_sections(bench, out, side_products=False)
+    assert set(bodies) == {s.marker for s in bench.sections}
+    assert out.read_text() == (ROOT / "BENCHMARKS.md").read_text()
+
+
+def test_replace_section_keeps_other_sections_and_places_first() -> None:
+    text = replace_section(None, "a", "one")
+    text = replace_section(text, "b", "two")
+    text = replace_section(text, "a", "three\n")
+    assert read_section(text, "a") == "three" and read_section(text, "b") == "two"
+    text = replace_section(text, "s", "summary", first=True)
+    assert text.index("summary") < text.index("three") < text.index("two")
+    assert read_section(text, "missing") is None
+
+
+def test_median_times_side_by_side_order_and_medians() -> None:
+    calls: list[str] = []
+    times = median_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3)
+    assert calls == ["a", "b"] * 3
+    assert set(times) == {"a", "b"} and len(times["a"][1]) == 3
+    assert times["a"][0] == sorted(times["a"][1])[1]
+
+
+def test_median_times_rejects_zero_repeats() -> None:
+    with pytest.raises(BenchmarkError, match=r"median_times needs repeats >= 1; got 0\."):
+        median_times({"a": lambda: None}, 0)
+
+
+def test_run_rows_keeps_done_rows_and_saves_each() -> None:
+    saved: list[dict[str, object]] = []
+    out = run_rows([1, 2, 3], key=str, run_row=lambda r: None if r == 3 else r * 10,
+                   done={"1": "old"}, save=lambda d: saved.append(dict(d)))
+    assert out == {"1": "old", "2": 20} and saved == [{"1": "old", "2": 20}]
+
+
+def test_find_data_dir_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GHOFL_DATA_DIR", str(tmp_path / "nope"))
+    with pytest.raises(BenchmarkError, match=r"GHOFL_DATA_DIR is .*which is not a folder"):
+        find_data_dir(tmp_path / "repo")
+    monkeypatch.delenv("GHOFL_DATA_DIR")
+    with pytest.raises(BenchmarkError, match=r"No data folder: GHOFL_DATA_DIR is not set"):
+        find_data_dir(tmp_path / "repo")
+    assert find_data_dir(tmp_path / "repo", required=False) is None
+    (tmp_path / "shared" / "data").mkdir(parents=True)
+    assert find_data_dir(tmp_path / "repo") == tmp_path / "shared" / "data"
+
+
+def test_stated_machine_prefers_results_then_section_text() -> None:
+    text = "Machine: 2 CPU cores, Python 3.11.7 (x, 2 threads). Measured 2026-01-02; more."
+    assert stated_machine({}, text) == {"machine": "2 CPU cores, Python 3.11.7 (x, 2 threads)",
+                                        "date": "2026-01-02"}
+    assert stated_machine({"machine": "m", "date": "d"}, text) == {"machine": "m", "date": "d"}
