@@ -26,12 +26,9 @@ KNOWN_LONG_MODULES: dict[str, int] = {
 
 #: Functions over MAX_FUNCTION code lines today ("module:qualified name": size).
 KNOWN_LONG_FUNCTIONS: dict[str, int] = {
-    "ghofl.simulation:simulate_federation": 146,
     "ghofl.cli.simulate:simulate": 131,
     "ghofl.bench.runner:run_experiment": 130,
-    "ghofl.cli.flower_cmds:flower_run": 93,
     "ghofl.bench.plots:write_demo_plots": 85,
-    "ghofl.integrations.flower.server_app:run_federation": 85,
     "ghofl.cli.stats_cmds:client_stats": 84,
 }
 

@@ -28,7 +28,7 @@ from ghofl.server import (
     PlanError,
     key_table,
 )
-from ghofl.server.config import plan_from_config
+from ghofl.server.config import plan_from_config, plan_to_config
 from ghofl.server_job import ServerJob
 from ghofl.stats.accumulate import compute_stats
 
@@ -206,6 +206,26 @@ def test_plan_from_a_run_config() -> None:
     assert plan.aggregation.dp is not None and plan.aggregation.dp.epsilon == 1.0
     plain = plan_from_config({**cfg, "protocol": "plain", "threshold": 0, "dp-epsilon": 0.0})
     assert not plain.secure and plain.client.min_class_count == 1
+
+
+@pytest.mark.parametrize("plan", [
+    FederationPlan(ClientJob(("a", "b"))),
+    FederationPlan(ClientJob(("a", "b", "c"), mode="diag", clip_norm=3.0, min_class_count=4,
+                             holdout_fraction=0.2, holdout_seed=7, transport_dtype="float32",
+                             feature_transform="sqrt", projection_dim=2, projection_seed=9),
+                   AggregationSpec(store="s.db"),
+                   ServerJob(("nb", "lda"), {"lda": {"shrinkage": 0.25}}, seed=3,
+                             preset="paper")),
+    FederationPlan(ClientJob(("a", "b"), clip_norm=2.0, min_class_count=6),
+                   AggregationSpec("secure", threshold=3, neighbours=4, max_samples=500,
+                                   limbs=1, dp=DPConfig(2.0, 1e-6, "distributed"))),
+], ids=["defaults", "plain-everything", "secure-dp"])
+def test_a_plan_survives_its_run_config(plan: FederationPlan) -> None:
+    cfg = plan_to_config(plan)
+    assert plan_from_config(cfg) == plan
+    assert set(cfg) <= {f.key for f in FIELDS.values()} | {
+        "encoder_name", "resolution", "backend", "progress"}
+    assert all(isinstance(v, str | int | float | bool) for v in cfg.values())
 
 
 # ---------------------------------------------------------------------- the server

@@ -7,9 +7,8 @@ SuperNodes, ``flwr run``, Ray) is stopped by PID before it returns.
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -20,16 +19,15 @@ from ghofl.cli._options import (
     ParamOption,
     PresetOption,
     TransportDtypeOption,
-    check_feature_transform_option,
-    check_upload_options,
     cli_plan,
     client_job,
 )
 from ghofl.cli.app import app
 from ghofl.cli.io import check_mode, parse_param_options
-from ghofl.client.job import ClientJob
+from ghofl.client.job import ClientJob, ConfigValue
 from ghofl.errors import ConfigError, require_extra
 from ghofl.heads.registry import parse_head_list
+from ghofl.server.config import plan_to_config
 from ghofl.server.plan import AggregationSpec, FederationPlan
 from ghofl.server_job import ServerJob
 
@@ -88,40 +86,27 @@ def flower_run(
         raise ConfigError(f"--engine must be 'simulation' or 'deployment'; got {engine!r}")
     if nodes < 1:
         raise ConfigError(f"--nodes must be at least 1; got {nodes}")
-    m = check_mode(mode)
-    check_upload_options(holdout, holdout_seed, transport_dtype, secure=secure)
-    check_feature_transform_option(feature_transform)
     head_names = parse_head_list(heads)
     server_job = ServerJob(tuple(head_names), parse_param_options(param, head_names), seed=seed,
                            preset=preset)
-    # the plan's rules, before any process starts (the class list is not known yet)
-    cli_plan(lambda: FederationPlan(
-        client_job(("0",), m, clip_norm=clip, holdout_fraction=holdout,
-                   holdout_seed=holdout_seed, transport_dtype=transport_dtype,
-                   feature_transform=feature_transform),
-        AggregationSpec(protocol="secure" if secure else "plain", threshold=threshold or None),
-        server_job))
-    names = _classes(classes, test)
+
+    def plan_for(names: tuple[str, ...]) -> FederationPlan:
+        return cli_plan(lambda: FederationPlan(
+            client_job(names, check_mode(mode), clip_norm=clip, holdout_fraction=holdout,
+                       holdout_seed=holdout_seed, transport_dtype=transport_dtype,
+                       feature_transform=feature_transform),
+            AggregationSpec(protocol="secure" if secure else "plain",
+                            threshold=threshold or None),
+            server_job))
+
+    plan_for(("0",))  # the plan's rules first: option errors before class-list errors
+    plan = plan_for(tuple(_classes(classes, test)))
     out = out.resolve()
     template = data_template if Path(data_template).is_absolute() else str(
         Path.cwd() / data_template)
-    server_cfg = server_job.to_config()
-    cfg: dict[str, object] = {
-        "protocol": "secure" if secure else "plain", "classes": json.dumps(names),
-        "mode": mode, "clip_norm": float(clip or 0.0), "threshold": threshold,
-        "heads": server_cfg["heads"], "head_params": server_cfg["head_params"],
-        "seed": seed, "out-dir": str(out), "test-path": str(test.resolve()) if test else "",
-        "stage-timeout-s": float(stage_timeout), "data-template": template,
-    }
-    # Only keys that differ from the app's defaults: an older app folder (--app) lacks them,
-    # and Flower refuses run config keys that the app does not declare.
-    optional: dict[str, object] = {
-        "holdout_fraction": float(holdout), "holdout_seed": holdout_seed,
-        "transport_dtype": transport_dtype, "preset": server_job.preset,
-        "feature_transform": feature_transform,
-    }
-    defaults = {f.name: f.default for f in (*fields(ClientJob), *fields(ServerJob))}
-    cfg.update({k: v for k, v in optional.items() if v != defaults[k]})
+    cfg = _run_config(plan)
+    cfg.update({"out-dir": str(out), "test-path": str(test.resolve()) if test else "",
+                "stage-timeout-s": float(stage_timeout), "data-template": template})
     if test is None:
         cfg["dim"] = _dim(template)
     result = run_local(engine, nodes, cfg, out / "flower", data_template=template,  # type: ignore[arg-type]
@@ -132,16 +117,34 @@ def flower_run(
         typer.echo(f"ghofl: error: the Flower run failed: {result.get('error')}", err=True)
         raise typer.Exit(2)
     if not as_json:
-        typer.echo(f"flower {engine}: {len(result['survivors'])} of {nodes} nodes in the sum, "
-                   f"dropped {result['dropped'] or 'none'}, excluded "
-                   f"{result['excluded'] or 'none'}; wall {result['wall_s']:.1f} s")
-        for stage, secs in result.get("stage_seconds", {}).items():
-            sent = result.get("bytes", {}).get(stage, {})
-            typer.echo(f"  {stage:9s} {secs:7.2f} s  server sent {sent.get('server_sent', 0)} B"
-                       f", received {sent.get('server_received', 0)} B")
-        for name, acc in result.get("accuracy", {}).items():
-            typer.echo(f"  {name:10s} accuracy {acc:.4f}")
-        typer.echo(f"model: {out / 'model'}")
+        _report(result, engine, nodes, out)
+
+
+#: Run-config keys always sent; the others only when they differ from the app's defaults (an
+#: older app folder, given with --app, lacks them, and Flower refuses keys an app does not
+#: declare).
+_ALWAYS = ("protocol", "classes", "mode", "clip_norm", "threshold", "heads", "head_params",
+           "seed")
+
+
+def _run_config(plan: FederationPlan) -> dict[str, ConfigValue]:
+    full = plan_to_config(plan)
+    base = plan_to_config(FederationPlan(ClientJob(plan.client.classes),
+                                         server=ServerJob(plan.server.heads)))
+    return {k: v for k, v in full.items() if k in _ALWAYS or v != base[k]}
+
+
+def _report(result: dict[str, Any], engine: str, nodes: int, out: Path) -> None:
+    typer.echo(f"flower {engine}: {len(result['survivors'])} of {nodes} nodes in the sum, "
+               f"dropped {result['dropped'] or 'none'}, excluded "
+               f"{result['excluded'] or 'none'}; wall {result['wall_s']:.1f} s")
+    for stage, secs in result.get("stage_seconds", {}).items():
+        sent = result.get("bytes", {}).get(stage, {})
+        typer.echo(f"  {stage:9s} {secs:7.2f} s  server sent {sent.get('server_sent', 0)} B"
+                   f", received {sent.get('server_received', 0)} B")
+    for name, acc in result.get("accuracy", {}).items():
+        typer.echo(f"  {name:10s} accuracy {acc:.4f}")
+    typer.echo(f"model: {out / 'model'}")
 
 
 def _classes(spec: str | None, test: Path | None) -> list[str]:

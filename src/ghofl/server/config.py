@@ -10,14 +10,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ghofl.client.job import ClientJob
+from ghofl.client.job import ClientJob, ConfigValue
 from ghofl.errors import ConfigError, FieldError
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES
 from ghofl.server.fields import CONFIG
 from ghofl.server.plan import AggregationSpec, FederationPlan, default_min_class_count
 from ghofl.server_job import ServerJob
 
-__all__ = ["cfg_float", "cfg_int", "cfg_str", "plan_from_config"]
+__all__ = ["cfg_float", "cfg_int", "cfg_str", "plan_from_config", "plan_to_config"]
 
 
 def plan_from_config(cfg: Mapping[str, Any]) -> FederationPlan:
@@ -33,6 +33,31 @@ def plan_from_config(cfg: Mapping[str, Any]) -> FederationPlan:
         return _plan(cfg)
     except FieldError as exc:
         raise ConfigError(f"run config: {exc.render(CONFIG)}") from None
+
+
+def plan_to_config(plan: FederationPlan) -> dict[str, ConfigValue]:
+    """The run config of ``plan``: ``plan_from_config(plan_to_config(plan)) == plan``.
+
+    Simulated drops (``aggregation.drops``) have no run-config key and are left out.
+
+    Returns
+    -------
+    dict
+        Every key of :data:`~ghofl.server.fields.FIELDS` but ``drop``, flat (strings, numbers,
+        booleans), as a Flower run config or a TOML table holds them.
+    """
+    agg = plan.aggregation
+    cfg: dict[str, ConfigValue] = {**plan.client.to_config(), **plan.server.to_config()}
+    cfg["min-class-count"] = cfg.pop("min_class_count")
+    cfg.update({
+        "protocol": agg.protocol, "threshold": agg.threshold or 0,
+        "neighbours": agg.neighbours or 0, "max-samples": agg.max_samples, "limbs": agg.limbs,
+        "store": agg.store,
+        "dp-epsilon": 0.0 if agg.dp is None else float(agg.dp.epsilon),
+    })
+    if agg.dp is not None:
+        cfg.update({"dp-delta": float(agg.dp.delta), "dp-mode": agg.dp.mode})
+    return cfg
 
 
 def _plan(cfg: Mapping[str, Any]) -> FederationPlan:
