@@ -2,8 +2,10 @@
 
 Each "site" computes its statistics from its own data (clipped to a public bound R), the
 clients and the server exchange one message per stage (advertise keys → share keys → masked
-input → unmask) through a transport, and the server obtains only the total, from which it fits
-a head. Here the transport is the in-memory one; any transport that implements
+input → consistency check → unmask) through a transport, and the server obtains only the
+total, from which it fits a head. Every site has a long-term identity key, and the roster of
+those keys (fixed out of band in a real federation) lets each site verify that the keys the
+server relays are its peers' own. Here the transport is the in-memory one; any transport that implements
 ``exchange(stage, requests) -> iterator of (client_id, reply)`` works the same way.
 
 Run it with ``python examples/secure_aggregation.py``.
@@ -15,7 +17,9 @@ import numpy as np
 
 from ghofl.heads import make_head
 from ghofl.secure import (
+    IdentityKey,
     InMemoryTransport,
+    Roster,
     SecAggClient,
     SecAggConfig,
     SecAggServer,
@@ -37,21 +41,26 @@ def main() -> None:
     payloads = [compute_stats(*site_data(200), num_classes, "pooled", clip_norm=clip)
                 for _ in range(8)]
 
-    # 2. The two halves: one client object per site, one server.
-    clients = [SecAggClient(f"site-{i}", stats) for i, stats in enumerate(payloads)]
-    server = SecAggServer(SecAggConfig(clip_norm=clip), payloads[0].meta,
-                          [c.client_id for c in clients])
+    # 2. Identities: each site's key pair, and the federation's roster of public keys.
+    keys = {f"site-{i}": IdentityKey.generate() for i in range(len(payloads))}
+    roster = Roster.from_identities(keys)
+    print(f"roster fingerprint: {roster.fingerprint().hex()[:16]}")
 
-    # 3. Run the four stages; two sites vanish after sending their masked input.
+    # 3. The two halves: one client object per site, one server.
+    clients = [SecAggClient(c, stats, identity=keys[c], roster=roster)
+               for c, stats in zip(keys, payloads, strict=True)]
+    server = SecAggServer(SecAggConfig(clip_norm=clip), payloads[0].meta, roster=roster)
+
+    # 4. Run the five stages; two sites vanish after sending their masked input.
     report = run_aggregation(server, InMemoryTransport(clients, drops={"unmask": 2}))
 
-    # 4. The server has the exact total and nothing else.
+    # 5. The server has the exact total and nothing else.
     exact = sum_stats(payloads)
     error = float(np.max(np.abs(report.total.sums - exact.sums)) / np.max(np.abs(exact.sums)))
     print(f"survivors: {len(report.survivors)}, dropped: {report.dropped}")
     print(f"relative error of the secure sum: {error:.1e}")
     for stage, s in report.stages.items():
-        print(f"  {stage:9s} server {s.server_seconds * 1e3:7.1f} ms, each client sent "
+        print(f"  {stage:11s} server {s.server_seconds * 1e3:7.1f} ms, each client sent "
               f"{s.client_sent_bytes_mean / 1e3:8.1f} kB")
 
     head = make_head("lda").fit_from_stats(report.total)

@@ -33,3 +33,40 @@ def gaussian_mixture(
         a = rng.normal(size=(dim, dim)) / np.sqrt(dim) if class_cov else np.eye(dim)
         x[idx] = means[c] + rng.normal(size=(idx.size, dim)) @ (a + 0.5 * np.eye(dim))
     return x, y.astype(np.int64)
+
+
+def policy_for(config: object, **overrides: object) -> object:
+    """The client policy that accepts ``config``'s explicit threshold and degree (tests that
+    run small or sparse rounds on purpose); the default policy when it sets neither."""
+    from ghofl.secure.policy import ClientPolicy
+
+    t, k = getattr(config, "threshold", None), getattr(config, "neighbours", None)
+    kwargs: dict[str, object] = {}
+    if t is not None:
+        kwargs["trust_server"] = True
+    if k is not None:
+        kwargs["min_neighbours"] = k
+    kwargs.update(overrides)
+    return ClientPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def secure_federation(ids: list[str], payloads: list[object], config: object, *,
+                      policy: object | None = None, **server_kwargs: object
+                      ) -> tuple[list[object], object, dict[str, object], object]:
+    """Honest clients with identity keys, the roster of those keys, and a server over it.
+
+    Returns
+    -------
+    (clients, server, identities, roster)
+    """
+    from ghofl.secure import SecAggClient, SecAggServer
+    from ghofl.secure.identity import IdentityKey, Roster
+
+    identities = {c: IdentityKey.generate() for c in ids}
+    roster = Roster.from_identities(identities)
+    pol = policy if policy is not None else policy_for(config)
+    clients = [SecAggClient(c, p, identity=identities[c], roster=roster,  # type: ignore[arg-type]
+                            policy=pol) for c, p in zip(ids, payloads, strict=True)]
+    meta = payloads[0].meta  # type: ignore[attr-defined]
+    server = SecAggServer(config, meta, ids, roster=roster, **server_kwargs)  # type: ignore[arg-type]
+    return clients, server, identities, roster  # type: ignore[return-value]

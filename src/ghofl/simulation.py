@@ -29,6 +29,8 @@ from ghofl.heads.build import build_heads, head_defaults, to_jsonable
 from ghofl.heads.registry import parse_head_list
 from ghofl.privacy import DPConfig, noise_share_encoder
 from ghofl.secure import InMemoryTransport, PlainClient, SecAggClient, SecAggConfig
+from ghofl.secure.identity import IdentityKey, Roster
+from ghofl.secure.policy import ClientPolicy
 from ghofl.server.plan import AggregationSpec, FederationPlan
 from ghofl.server.run import FederationServer
 from ghofl.server_job import ServerJob
@@ -392,8 +394,9 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     meta = job.stats_meta(transformed_dim(xtr.shape[1], job.feature_transform), info)
     xte = apply_feature_transform(xte, job.feature_transform)
     noise_seeds = np.random.SeedSequence([server_job.seed, 0x0D1FF]).spawn(clients + 1)
-    server = FederationServer(plan, ids, meta)
-    halves = _client_halves(plan, ids, [stats_of(idx) for idx in parts], meta, noise_seeds)
+    roster, halves = _client_halves(plan, ids, [stats_of(idx) for idx in parts], meta,
+                                    noise_seeds)
+    server = FederationServer(plan, ids, meta, roster=roster)
     out = server.aggregate(InMemoryTransport(halves, plan.aggregation.drops,
                                              seed=server_job.seed),
                            noise_rng=np.random.default_rng(noise_seeds[-1]))
@@ -443,14 +446,23 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
 def _client_halves(plan: FederationPlan, ids: Sequence[str],
                    stats: Sequence[Callable[[], ClientStats]], meta: StatsMeta,
                    noise_seeds: Sequence[np.random.SeedSequence]
-                   ) -> list[SecAggClient] | list[PlainClient]:
-    """The clients' protocol halves (with their noise shares under distributed DP)."""
+                   ) -> tuple[Roster | None, list[SecAggClient] | list[PlainClient]]:
+    """The federation's roster and the clients' protocol halves (with their noise shares under
+    distributed DP). Secure clients get fresh identity keys; their policy accepts the plan's
+    own threshold and degree (the simulated clients are the user's)."""
     if not plan.secure:
-        return [PlainClient(cid, make) for cid, make in zip(ids, stats, strict=True)]
+        return None, [PlainClient(cid, make) for cid, make in zip(ids, stats, strict=True)]
+    identities = {cid: IdentityKey.generate() for cid in ids}
+    roster = Roster.from_identities(identities)
+    cfg = plan.secagg_config()
+    policy = ClientPolicy(trust_server=cfg.threshold is not None,
+                          min_neighbours=cfg.neighbours)
     noise = plan.noise_plan() if plan.distributed_dp else None
-    return [SecAggClient(cid, make, meta=meta, encode=None if noise is None else
-                         noise_share_encoder(noise, np.random.default_rng(noise_seeds[i])))
-            for i, (cid, make) in enumerate(zip(ids, stats, strict=True))]
+    return roster, [
+        SecAggClient(cid, make, meta=meta, encode=None if noise is None else
+                     noise_share_encoder(noise, np.random.default_rng(noise_seeds[i])),
+                     identity=identities[cid], roster=roster, policy=policy)
+        for i, (cid, make) in enumerate(zip(ids, stats, strict=True))]
 
 
 def _check_test(test: tuple[NDArray[Any], NDArray[Any]], c: int, d: int,

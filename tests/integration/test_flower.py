@@ -94,7 +94,7 @@ def test_simulation_secure_matches_in_process(tmp_path: Path) -> None:
         _closed(flower)
     assert res["status"] == "ok", res.get("error")
     assert len(res["survivors"]) == 10 and res["dropped"] == {}
-    assert set(res["stage_seconds"]) == {"advertise", "share", "mask", "unmask"}
+    assert set(res["stage_seconds"]) == {"advertise", "share", "mask", "consistency", "unmask"}
     assert res["bytes"]["mask"]["server_received"] > 0
     _assert_same_predictions(tmp_path / "out" / "model", data, _reference(data, 10))
 
@@ -173,23 +173,70 @@ def test_nodes_killed_at_each_stage_above_threshold(deployment: Any) -> None:
     assert (root / "run-kill" / "model" / "manifest.json").exists()
 
 
-def test_node_killed_below_threshold_fails_cleanly(tmp_path: Path) -> None:
-    data = _data(tmp_path, 3)
-    flower = LocalFlower(tmp_path / "work", "deployment")
+NAMES = ("site-a", "site-b", "site-c", "site-d", "stranger")
+
+
+@pytest.fixture(scope="module")
+def authenticated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
+        LocalFlower, Path, dict[str, Any]]]:
+    """Five SuperNodes with identity keys: site-a, -b, -c and -d are on the federation's
+    roster (site-d SIGKILLs itself at its first advertise request), the stranger's key is not."""
+    from ghofl.secure.identity import IdentityKey, Roster
+
+    root = tmp_path_factory.mktemp("authenticated")
+    data = _data(root, 3)
+    keys = {}
+    for name in NAMES:
+        keys[name] = key = IdentityKey.generate()
+        key.save(root / f"{name}.key", name)
+    Roster({n: k.public for n, k in keys.items() if n != "stranger"}).save(root / "roster.json")
+    flower = LocalFlower(root / "work", "deployment")
     try:
         flower.__enter__()
-        for i in range(3):
-            flower.add_supernode(i, 3, data["template"].format(partition_id=i),
-                                 extra={"ghofl-test-kill-at": "advertise"} if i == 2 else None)
-        res = flower.run(_config(tmp_path, data, "out", threshold=3,
-                                 **{"expected-nodes": 3, "stage-timeout-s": 30.0}), app_dir=APP)
+        for i, name in enumerate(NAMES):
+            extra = {"identity-key": str(root / f"{name}.key"), "roster": str(root / "roster.json")}
+            if name == "site-d":
+                extra["ghofl-test-kill-at"] = "advertise"
+            flower.add_supernode(i, len(NAMES), data["template"].format(partition_id=min(i, 2)),
+                                 extra=extra)
+        yield flower, root, data
     finally:
         _closed(flower)
+
+
+def test_deployment_with_identities_binds_the_roster_and_refuses_a_stranger(
+        authenticated: Any) -> None:
+    """The ServerApp binds every node to its roster id (signed answers to its challenge); the
+    stranger binds to nothing and contributes nothing; site-d dies at advertise (a dropout);
+    the round runs authenticated (signed keys, consistency check) with the exact sum of
+    site-a, -b and -c."""
+    flower, root, data = authenticated
+    res = flower.run(_config(root, data, "out", roster=str(root / "roster.json"),
+                             **{"expected-nodes": 5}), app_dir=APP)
+    assert res["status"] == "ok", res.get("error")
+    assert sorted(res["survivors"]) == ["site-a", "site-b", "site-c"]
+    assert res["dropped"] == {"site-d": "advertise"} and set(res["unbound"]) <= {"site-d"}
+    (why,) = res["identity_problems"].values()
+    assert "identity key is not on its roster" in why
+    assert res["aggregation"]["excluded"] == {}
+    total = load_stats(root / "out" / "total.ghs")
+    plain = sum_stats(compute_stats(data["xtr"][idx], data["ytr"][idx], CLASSES, "full",
+                                    clip_norm=CLIP) for idx in data["parts"])
+    np.testing.assert_array_equal(total.counts, plain.counts)
+    assert total.allclose(plain, rtol=1e-12)
+
+
+def test_node_killed_below_threshold_fails_cleanly(authenticated: Any) -> None:
+    """With t = 4 of the roster's 4, the lost site-d leaves too few: the run fails with no
+    model and no total."""
+    flower, root, data = authenticated
+    res = flower.run(_config(root, data, "below", threshold=4, roster=str(root / "roster.json"),
+                             **{"expected-nodes": 4, "stage-timeout-s": 30.0}), app_dir=APP)
     assert res["status"] == "failed"
     assert "AggregationAbortedError" in res["error"], res["error"]
-    assert list(res["dropped"].values()) == ["advertise"]
-    assert not (tmp_path / "out" / "model").exists()
-    assert not (tmp_path / "out" / "total.ghs").exists()
+    assert list(res["dropped"]) == ["site-d"]
+    assert not (root / "below" / "model").exists()
+    assert not (root / "below" / "total.ghs").exists()
 
 
 def test_simulation_distributed_dp_records_the_spent_budget(tmp_path: Path) -> None:

@@ -25,9 +25,7 @@ from ghofl.secure import (
     InMemoryTransport,
     PlainClient,
     PlainServer,
-    SecAggClient,
     SecAggConfig,
-    SecAggServer,
     run_aggregation,
 )
 from ghofl.secure.messages import (
@@ -40,7 +38,7 @@ from ghofl.secure.messages import (
 from ghofl.stats import ClientStats
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.projection import ProjectionSpec
-from tests.helpers import gaussian_mixture
+from tests.helpers import gaussian_mixture, secure_federation
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -85,9 +83,8 @@ def _payloads(mode: str = "full", clip: float | None = 6.0, n: int = 4) -> list[
 
 def _secure_messages() -> list[ServerMessage | ClientMessage]:
     payloads = _payloads()
-    clients = [SecAggClient(f"site-{i}", s) for i, s in enumerate(payloads)]
-    server = SecAggServer(SecAggConfig(clip_norm=6.0), payloads[0].meta,
-                          [c.client_id for c in clients])
+    clients, server, _, _ = secure_federation([f"site-{i}" for i in range(len(payloads))],
+                                              list(payloads), SecAggConfig(clip_norm=6.0))
     rec = _Recording(InMemoryTransport(clients, {"mask": 1}, seed=1))
     run_aggregation(server, rec)
     return rec.seen
@@ -97,7 +94,8 @@ def test_every_secure_message_round_trips_bit_exact() -> None:
     seen = _secure_messages()
     kinds = {type(m).__name__ for m in seen}
     assert kinds == {"AdvertiseRequest", "AdvertiseKeys", "ShareRequest", "ShareKeys",
-                     "MaskRequest", "MaskedInput", "UnmaskRequest", "UnmaskShares"}
+                     "MaskRequest", "MaskedInput", "ConsistencyRequest", "ConsistencySignature",
+                     "UnmaskRequest", "UnmaskShares"}
     for msg in seen:
         back = message_from_record(message_to_record(msg))
         assert _same(msg, back), type(msg).__name__
@@ -145,8 +143,8 @@ def test_refuses_a_record_without_ghofl_header() -> None:
 
 def test_refuses_another_records_version() -> None:
     rd = _request()
-    _header(rd)["records-version"] = 2
-    with pytest.raises(ProtocolError, match=r"^the ghofl record 'ghofl' has records-version 2; this ghofl reads version 1; run the same ghofl version on the server and the clients$"):
+    _header(rd)["records-version"] = 3
+    with pytest.raises(ProtocolError, match=r"^the ghofl record 'ghofl' has records-version 3; this ghofl reads version 2; run the same ghofl version on the server and the clients$"):
         message_from_record(rd)
 
 
@@ -178,7 +176,7 @@ def test_refuses_columns_of_different_lengths_and_bad_lists() -> None:
     share_req = next(m for m in seen if type(m).__name__ == "ShareRequest")
     rd = message_to_record(share_req)
     _header(rd)["roster.enc_public"] = [b"x"]
-    with pytest.raises(ProtocolError, match=r"^the ghofl ShareRequest record's columns of 'roster' have different lengths \(4, 1, 4\); it is malformed$"):
+    with pytest.raises(ProtocolError, match=r"^the ghofl ShareRequest record's columns of 'roster' have different lengths \(4, 1, 4, 4\); it is malformed$"):
         message_from_record(rd)
     rd = message_to_record(share_req)
     _header(rd)["roster.client"] = [b"a", b"b", b"c", b"d"]
@@ -211,3 +209,15 @@ def test_refuses_corrupt_statistics() -> None:
     meta["n_clipped"] = "3"
     with pytest.raises(ProtocolError, match=r"^the ghofl statistics record's key 'n_clipped' must be an integer; got str$"):
         stats_from_record(rd)
+
+
+def test_identity_binding_messages_round_trip() -> None:
+    from ghofl.secure.binding import answer_hello, hello_request
+    from ghofl.secure.identity import IdentityKey, Roster
+
+    key = IdentityKey.generate()
+    roster = Roster.from_identities({"site-a": key})
+    req = hello_request(roster)
+    for msg in (req, answer_hello(req, key, roster, "node-3")):
+        back = message_from_record(message_to_record(msg))
+        assert _same(msg, back), type(msg).__name__

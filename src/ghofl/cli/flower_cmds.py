@@ -54,7 +54,7 @@ def flower_run(
     clip: Annotated[float | None, typer.Option(
         "--clip", help="Per-sample L2 clipping bound R every client applies.")] = None,
     threshold: Annotated[int, typer.Option(
-        "--threshold", help="Secure: fewest clients per stage (0 = strict majority).")] = 0,
+        "--threshold", help="Secure: fewest clients per stage (0 = about two thirds).")] = 0,
     heads: Annotated[str, typer.Option("--heads", help="Heads to fit, comma-separated.")]
         = "nb,lda,qda",
     mode: Annotated[str, typer.Option("--mode", help="Upload mode: full, pooled or diag.")]

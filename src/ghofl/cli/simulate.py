@@ -69,6 +69,7 @@ from ghofl.errors import ConfigError
 from ghofl.heads.registry import parse_head_list
 from ghofl.privacy import DEFAULT_DELTA, DEFAULT_MIN_CLASS_COUNT, DP_MODES, DPConfig
 from ghofl.secure import DEFAULT_MAX_SAMPLES, parse_drops
+from ghofl.secure.messages import SECURE_STAGES
 from ghofl.server.plan import AggregationSpec, FederationPlan, default_min_class_count
 from ghofl.server_job import ServerJob
 from ghofl.simulation import Population, SimulationResult
@@ -112,8 +113,8 @@ def simulate(
         "--secure", help="Aggregate with the secure protocol (the server learns only the "
         "sum).")] = False,
     threshold: Annotated[int | None, typer.Option(
-        "--threshold", help="Secure: fewest clients that must remain (default: a strict "
-        "majority).")] = None,
+        "--threshold", help="Secure: fewest clients that must remain (default: about two "
+        "thirds, (n + n//3)//2 + 1).")] = None,
     neighbours: Annotated[int | None, typer.Option(
         "--neighbours", help="Secure: neighbours per client on the SecAgg+ graph (default "
         "2*ceil(1.5*log2 n), complete graph up to 13 clients).")] = None,
@@ -125,7 +126,7 @@ def simulate(
         = None,
     drop: Annotated[list[str] | None, typer.Option(
         "--drop", help="STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, share, "
-        "mask, unmask; plain: input). Repeatable.")] = None,
+        "mask, consistency, unmask; plain: input). Repeatable.")] = None,
     dp_epsilon: Annotated[float | None, typer.Option(
         "--dp-epsilon", help="Differential privacy: release the total with the Gaussian "
         "mechanism calibrated to this epsilon (needs --clip).")] = None,
@@ -165,8 +166,7 @@ def simulate(
     aggregation = cli_plan(lambda: AggregationSpec(
         protocol=protocol, threshold=threshold, neighbours=neighbours,
         max_samples=max_samples or DEFAULT_MAX_SAMPLES, limbs=limbs or 2, dp=dp,
-        drops=parse_drops(drop, ("advertise", "share", "mask", "unmask") if secure
-                          else ("input",))))
+        drops=parse_drops(drop, SECURE_STAGES if secure else ("input",))))
     check_upload_options(holdout, holdout_seed, transport_dtype, secure=secure)
     check_feature_transform_option(feature_transform)
     if min_class_count is not None and min_class_count < 1:

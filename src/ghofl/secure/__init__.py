@@ -4,8 +4,11 @@ Two protocols share one interface, so every caller can run either:
 
 * the secure protocol (:class:`SecAggClient` / :class:`SecAggServer`): Bonawitz et al. (CCS
   2017) on the SecAgg+ graph of Bell et al. (CCS 2020), with exact fixed-point arithmetic
-  (:class:`FixedPointCodec`), in four stages: advertise keys → share keys → masked input →
-  unmask;
+  (:class:`FixedPointCodec`), in five stages: advertise keys → share keys → masked input →
+  consistency check → unmask. Against an active server or relay the clients trust only
+  their own configuration: the federation's :class:`Roster` of Ed25519 identity keys (every
+  relayed key and the survivor set are signed), their :class:`ClientPolicy` (threshold, graph
+  degree, roster size) and their :class:`RoundLedger` (no second round over the same data);
 * the plain protocol (:class:`PlainClient` / :class:`PlainServer`): one stage, in the clear.
 
 :func:`run_aggregation` drives a server half over a :class:`Transport`;
@@ -15,9 +18,13 @@ Example
 -------
 >>> from ghofl.secure import (InMemoryTransport, SecAggClient, SecAggConfig, SecAggServer,
 ...                           run_aggregation)
+>>> from ghofl.secure import IdentityKey, Roster
 >>> cfg = SecAggConfig(clip_norm=10.0)
->>> clients = [SecAggClient(f"site-{i}", stats_i) for i, stats_i in enumerate(payloads)]
->>> server = SecAggServer(cfg, payloads[0].meta, [c.client_id for c in clients])
+>>> keys = {f"site-{i}": IdentityKey.generate() for i in range(len(payloads))}
+>>> roster = Roster.from_identities(keys)  # in a deployment: fixed out of band
+>>> clients = [SecAggClient(c, s, identity=keys[c], roster=roster)
+...            for c, s in zip(keys, payloads)]
+>>> server = SecAggServer(cfg, payloads[0].meta, roster=roster)
 >>> report = run_aggregation(server, InMemoryTransport(clients))  # doctest: +SKIP
 >>> report.total  # the sum of every client's statistics  # doctest: +SKIP
 """
@@ -26,7 +33,10 @@ from ghofl.secure.client import SecAggClient
 from ghofl.secure.config import SecAggConfig, SessionParams, default_threshold
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES, FixedPointCodec
 from ghofl.secure.graph import default_neighbours
+from ghofl.secure.identity import IdentityKey, Roster
+from ghofl.secure.ledger import RoundLedger
 from ghofl.secure.plain import PlainClient, PlainServer
+from ghofl.secure.policy import ClientPolicy
 from ghofl.secure.protocol import AggregationReport, ServerHalf, StageReport, run_aggregation
 from ghofl.secure.server import SecAggServer
 from ghofl.secure.transport import ClientHalf, InMemoryTransport, Transport, parse_drops
@@ -35,10 +45,14 @@ __all__ = [
     "DEFAULT_MAX_SAMPLES",
     "AggregationReport",
     "ClientHalf",
+    "ClientPolicy",
     "FixedPointCodec",
+    "IdentityKey",
     "InMemoryTransport",
     "PlainClient",
     "PlainServer",
+    "Roster",
+    "RoundLedger",
     "SecAggClient",
     "SecAggConfig",
     "SecAggServer",

@@ -7,7 +7,8 @@ import struct
 
 from ghofl.secure.config import SessionParams
 from ghofl.secure.graph import HararyGraph
-from ghofl.secure.messages import RosterEntry
+from ghofl.secure.identity import transcript
+from ghofl.secure.messages import PROTOCOL_VERSION, RosterEntry
 
 SHARE_PLAINTEXT_BYTES = 132  # share of the self-mask seed + share of the mask private key
 
@@ -26,15 +27,56 @@ def seed_commitment(round_id: bytes, client: str, seed: bytes) -> bytes:
     ).digest()
 
 
+def advert_transcript(round_id: bytes, roster_fingerprint: bytes,
+                      params: tuple[tuple[str, str], ...], meta: str, sender: str,
+                      enc_public: bytes, mask_public: bytes) -> bytes:
+    """What a client signs when it advertises its keys: the protocol version, the round, the
+    roster, the public parameters and metadata it agreed to, itself and its two keys."""
+    flat = [x for pair in params for x in pair]
+    return transcript("advertise", PROTOCOL_VERSION, round_id, roster_fingerprint, sender,
+                      enc_public, mask_public, meta, len(params), *flat)
+
+
+def hello_transcript(round_id: bytes, challenge: bytes, roster_fingerprint: bytes,
+                     sender: str, address: str) -> bytes:
+    """What a node signs to bind its transport address to its roster identity."""
+    return transcript("hello", PROTOCOL_VERSION, round_id, challenge, roster_fingerprint,
+                      sender, address)
+
+
+def share_transcript(round_id: bytes, sender: str, recipient: str, sealed: bytes) -> bytes:
+    """What a client signs for each encrypted share it sends."""
+    return transcript("share", PROTOCOL_VERSION, round_id, sender, recipient, sealed)
+
+
+def consistency_transcript(round_id: bytes, roster_fingerprint: bytes,
+                           survivors: tuple[str, ...] | list[str],
+                           dropped: tuple[str, ...] | list[str]) -> bytes:
+    """What a survivor signs at the consistency check: the two sets it was told (sorted)."""
+    s, d = sorted(survivors), sorted(dropped)
+    return transcript("consistency", PROTOCOL_VERSION, round_id, roster_fingerprint,
+                      len(s), *s, len(d), *d)
+
+
+def graph_seed(round_id: bytes, roster: tuple[RosterEntry, ...]) -> bytes:
+    """The public randomness ordering the graph: a hash of the round and of every signed
+    advertisement in it, fixed only once all advertisements are in (no party picks it
+    without re-drawing through the hash)."""
+    parts: list[bytes | str | int] = [round_id, len(roster)]
+    for e in sorted(roster, key=lambda e: e.client):
+        parts += [e.client, e.enc_public, e.mask_public, e.signature]
+    return hashlib.sha256(transcript("graph", PROTOCOL_VERSION, *parts)).digest()
+
+
 class Topology:
     """Roster order, Shamir points and neighbourhoods of one round.
 
     Parameters
     ----------
     clients : tuple of str
-        Roster order (client ids as relayed by the server). The Shamir point of a client is
-        its position + 1; the pairwise mask of u and v is added by the lower position and
-        subtracted by the higher.
+        Canonical order (client ids sorted, whatever order the server relayed them in). The
+        Shamir point of a client is its position + 1; the pairwise mask of u and v is added by
+        the lower position and subtracted by the higher.
     graph : HararyGraph
         The public graph over roster positions.
     """
@@ -48,10 +90,10 @@ class Topology:
     @classmethod
     def build(cls, roster: tuple[RosterEntry, ...], params: SessionParams,
               round_id: bytes) -> Topology:
-        clients = tuple(e.client for e in roster)
+        clients = tuple(sorted(e.client for e in roster))
         n = len(clients)
         k = n - 1 if params.complete_graph else min(params.neighbours, n - 1)
-        return cls(clients, HararyGraph(n, k, round_id))
+        return cls(clients, HararyGraph(n, k, graph_seed(round_id, roster)))
 
     def neighbours(self, client: str) -> frozenset[str]:
         """The neighbours of ``client`` on the graph."""
@@ -71,3 +113,23 @@ class Topology:
     def sign(self, client: str, other: str) -> int:
         """+1 when ``client`` adds the pairwise mask shared with ``other``, else −1."""
         return 1 if self.index[client] < self.index[other] else -1
+
+    def components(self, members: frozenset[str]) -> list[frozenset[str]]:
+        """Connected components of the graph restricted to ``members``.
+
+        The server learns the sum over each component of the surviving clients (pairwise
+        masks cancel within a component), so more than one component is a partial sum.
+        """
+        if self._graph.complete or not members:
+            return [members] if members else []
+        left, parts = set(members), []
+        while left:
+            start = left.pop()
+            part, frontier = {start}, [start]
+            while frontier:
+                for other in self.neighbours(frontier.pop()) & left:
+                    left.discard(other)
+                    part.add(other)
+                    frontier.append(other)
+            parts.append(frozenset(part))
+        return parts

@@ -6,8 +6,14 @@ fits the current state and the earlier stages, moves to the next state and retur
 A request that does not fit raises :class:`~ghofl.errors.ProtocolError` and the client sends
 nothing (an honest client refuses rather than reveal more than the protocol allows).
 
+Against an active server or relay the client trusts only its own configuration: the
+federation's :class:`~ghofl.secure.identity.Roster` (every relayed key must carry its owner's
+signature), its :class:`~ghofl.secure.policy.ClientPolicy` (threshold, graph degree, roster
+size), and the consistency check (it reveals shares only for the survivor set it signed, and
+only after at least t survivors signed that same set).
+
 States: ``ready`` → (advertise) → ``advertised`` → (share) → ``shared`` → (mask) → ``masked``
-→ (unmask) → ``done``; any refusal → ``failed``.
+→ (consistency) → ``signed`` → (unmask) → ``done``; any refusal → ``failed``.
 """
 
 from __future__ import annotations
@@ -25,15 +31,22 @@ from ghofl.secure import shamir
 from ghofl.secure._common import (
     SHARE_PLAINTEXT_BYTES,
     Topology,
+    advert_transcript,
+    consistency_transcript,
     seed_commitment,
     share_aad,
+    share_transcript,
 )
 from ghofl.secure.config import SessionParams
+from ghofl.secure.identity import IdentityKey, Roster, verify_signature
+from ghofl.secure.ledger import RoundLedger, stats_digest
 from ghofl.secure.messages import (
     PROTOCOL_VERSION,
     AdvertiseKeys,
     AdvertiseRequest,
     ClientMessage,
+    ConsistencyRequest,
+    ConsistencySignature,
     MaskedInput,
     MaskRequest,
     RosterEntry,
@@ -44,12 +57,14 @@ from ghofl.secure.messages import (
     UnmaskRequest,
     UnmaskShares,
 )
+from ghofl.secure.policy import ClientPolicy
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 
 __all__ = ["ClientState", "PayloadEncoder", "SecAggClient", "StateValue", "StatsSource"]
 
-ClientState = Literal["ready", "advertised", "shared", "masked", "done", "failed"]
+ClientState = Literal["ready", "advertised", "shared", "masked", "signed", "done", "failed"]
+_STATES = ("ready", "advertised", "shared", "masked", "signed", "done", "failed")
 StatsSource = ClientStats | Callable[[], ClientStats]
 StateValue = bytes | str | int | list[str] | list[bytes]
 #: Turns the client's statistics into the words it masks, given the round's public parameters
@@ -72,6 +87,20 @@ class SecAggClient:
     encode : callable (ClientStats, SessionParams) -> ndarray of uint64, optional
         How the statistics become the masked words (default: the round's fixed-point codec);
         its output must have the codec's length. Not saved by :meth:`to_state`.
+    identity : IdentityKey, optional
+        This client's long-term identity key (required with ``roster``).
+    roster : Roster, optional
+        The federation's roster, fixed out of band; every relayed key and signature is checked
+        against it. Without a roster the client takes part only when its policy allows
+        unauthenticated rounds.
+    policy : ClientPolicy, optional
+        What this client accepts (default :class:`~ghofl.secure.policy.ClientPolicy`; when
+        no roster is given, the default allows unauthenticated rounds).
+    ledger : RoundLedger, optional
+        The rounds this client's data entered: a second round over the same statistics is
+        refused unless the ledger allows repeats (see :mod:`ghofl.secure.ledger`).
+    privacy_cost : (float, float), default (0, 0)
+        The (ε, δ) one round spends on this client's data, recorded in the ledger.
 
     Attributes
     ----------
@@ -82,7 +111,19 @@ class SecAggClient:
     """
 
     def __init__(self, client_id: str, stats: StatsSource, meta: StatsMeta | None = None,
-                 encode: PayloadEncoder | None = None) -> None:
+                 encode: PayloadEncoder | None = None, *, identity: IdentityKey | None = None,
+                 roster: Roster | None = None, policy: ClientPolicy | None = None,
+                 ledger: RoundLedger | None = None,
+                 privacy_cost: tuple[float, float] = (0.0, 0.0)) -> None:
+        if roster is not None:
+            if identity is None:
+                raise ProtocolError(f"client {client_id!r}: a roster needs identity= too")
+            if roster.keys.get(str(client_id)) != identity.public:
+                raise ProtocolError(
+                    f"client {client_id!r} is not on the roster with this identity key (the "
+                    "roster lists another key or no entry for it); rebuild the roster with "
+                    "this client's public key"
+                )
         if meta is None:
             if not isinstance(stats, ClientStats):
                 raise ProtocolError(
@@ -104,6 +145,14 @@ class SecAggClient:
         self._roster: dict[str, RosterEntry] = {}
         self._sharers: frozenset[str] = frozenset()
         self._held: dict[str, tuple[bytes, bytes]] = {}  # owner -> (seed share, key share)
+        self.identity = identity
+        self.roster = roster
+        self.policy = policy if policy is not None else ClientPolicy(
+            allow_unauthenticated=roster is None)
+        self._roster_fp = b""
+        self._signed: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        self.ledger = ledger
+        self.privacy_cost = privacy_cost
 
     # ------------------------------------------------------------------ persistence
     def to_state(self) -> dict[str, StateValue]:
@@ -115,16 +164,21 @@ class SecAggClient:
 
     @classmethod
     def from_state(cls, state: dict[str, Any], stats: StatsSource,
-                   encode: PayloadEncoder | None = None) -> SecAggClient:
-        """Rebuild a client saved by :meth:`to_state`.
+                   encode: PayloadEncoder | None = None, *,
+                   identity: IdentityKey | None = None, roster: Roster | None = None,
+                   policy: ClientPolicy | None = None, ledger: RoundLedger | None = None,
+                   privacy_cost: tuple[float, float] = (0.0, 0.0)) -> SecAggClient:
+        """Rebuild a client saved by :meth:`to_state` (give the identity, roster, policy and
+        ledger again: they are the client's configuration, not round state).
 
         Raises
         ------
         ProtocolError
             The state is malformed or from another protocol version.
         """
-        client = _load_state(state, stats)
+        client = _load_state(state, stats, identity, roster, policy)
         client._encode = encode
+        client.ledger, client.privacy_cost = ledger, privacy_cost
         return client
 
     # ------------------------------------------------------------------ dispatch
@@ -150,7 +204,8 @@ class SecAggClient:
         if not isinstance(request, ServerMessage) or request.version != PROTOCOL_VERSION:
             raise self._refuse("a request of an unknown type or protocol version")
         expected = {"ready": AdvertiseRequest, "advertised": ShareRequest,
-                    "shared": MaskRequest, "masked": UnmaskRequest}.get(self.state)
+                    "shared": MaskRequest, "masked": ConsistencyRequest,
+                    "signed": UnmaskRequest}.get(self.state)
         if expected is None or not isinstance(request, expected):
             raise self._refuse(
                 f"a {type(request).__name__} in state {self.state!r} (out of order or replayed)"
@@ -163,6 +218,8 @@ class SecAggClient:
             return self._share(request)
         if isinstance(request, MaskRequest):
             return self._masked_input(request)
+        if isinstance(request, ConsistencyRequest):
+            return self._sign_survivors(request)
         assert isinstance(request, UnmaskRequest)
         return self._unmask(request)
 
@@ -176,6 +233,11 @@ class SecAggClient:
     # ------------------------------------------------------------------ stage 1
     def _advertise(self, req: AdvertiseRequest) -> AdvertiseKeys:
         self._params = SessionParams.from_items(req.params)
+        if not isinstance(req.roster_fingerprint, bytes):
+            raise self._refuse("an advertise request with a malformed roster fingerprint")
+        problem = self.policy.problem(self._params, self.roster, req.roster_fingerprint)
+        if problem is not None:
+            raise self._refuse(f"{problem} (outside this client's policy)")
         if self.meta.clip_norm != self._params.clip_norm:
             got = "no clipping" if self.meta.clip_norm is None else f"R={self.meta.clip_norm:g}"
             raise self._refuse(
@@ -183,17 +245,24 @@ class SecAggClient:
                 f"computed with {got}"
             )
         self._round = req.round_id
+        self._roster_fp = req.roster_fingerprint
         self._enc, self._mask = cr.KeyPair.generate(), cr.KeyPair.generate()
+        meta = json.dumps(self.meta.to_dict(), sort_keys=True)
+        signature = b""
+        if self.identity is not None and self.roster is not None:
+            signature = self.identity.sign(advert_transcript(
+                self._round, self._roster_fp, req.params, meta, self.client_id,
+                self._enc.public, self._mask.public))
         self.state = "advertised"
         return AdvertiseKeys(**self._header("advertise"),  # type: ignore[arg-type]
                              enc_public=self._enc.public, mask_public=self._mask.public,
-                             meta=json.dumps(self.meta.to_dict(), sort_keys=True))
+                             meta=meta, signature=signature)
 
     # ------------------------------------------------------------------ stage 2
-    def _share(self, req: ShareRequest) -> ShareKeys:
+    def _check_roster(self, entries: tuple[RosterEntry, ...]) -> None:
         assert self._params is not None and self._enc is not None and self._mask is not None
-        ids = [e.client for e in req.roster]
-        mine = [e for e in req.roster if e.client == self.client_id]
+        ids = [e.client for e in entries]
+        mine = [e for e in entries if e.client == self.client_id]
         if len(set(ids)) != len(ids) or len(mine) != 1:
             raise self._refuse("a roster with duplicate clients or without this client")
         if (mine[0].enc_public, mine[0].mask_public) != (self._enc.public, self._mask.public):
@@ -202,6 +271,23 @@ class SecAggClient:
             raise self._refuse(
                 f"a roster of {len(ids)} clients, below the threshold {self._params.threshold}"
             )
+        if self.roster is None:
+            return
+        params = self._params.items()
+        for e in entries:
+            if e.client not in self.roster:
+                raise self._refuse(f"a roster naming {e.client!r}, who is not in the federation")
+            statement = advert_transcript(self._round, self._roster_fp, params, self._meta_json,
+                                          e.client, e.enc_public, e.mask_public)
+            if not verify_signature(self.roster.public(e.client), e.signature, statement):
+                raise self._refuse(
+                    f"the keys relayed for {e.client!r}: their signature does not verify "
+                    "against the federation's roster (substituted or altered keys)"
+                )
+
+    def _share(self, req: ShareRequest) -> ShareKeys:
+        assert self._params is not None and self._enc is not None and self._mask is not None
+        self._check_roster(req.roster)
         topo = Topology.build(req.roster, self._params, self._round)
         self._topology = topo
         self._roster = {e.client: e for e in req.roster}
@@ -216,15 +302,32 @@ class SecAggClient:
             if holder == self.client_id:
                 self._held[holder] = (s_b, s_k)
                 continue
-            key = cr.derive_key(
-                cr.agree(self._enc.private, self._roster[holder].enc_public), b"share", self._round
-            )
+            key = cr.derive_key(self._agree(self._enc.private, holder, "enc_public"), b"share",
+                                self._round)
             box = cr.aead_encrypt(key, s_b + s_k, share_aad(self._round, self.client_id, holder))
-            sealed.append(SealedShare(self.client_id, holder, box))
+            sealed.append(SealedShare(self.client_id, holder, box, self._sign(
+                share_transcript(self._round, self.client_id, holder, box))))
         self.state = "shared"
         return ShareKeys(**self._header("share"),  # type: ignore[arg-type]
                          shares=tuple(sealed),
                          seed_commitment=seed_commitment(self._round, self.client_id, self._seed))
+
+    def _agree(self, private: bytes, other: str, which: str) -> bytes:
+        try:
+            return cr.agree(private, getattr(self._roster[other], which))
+        except ValueError:
+            raise self._refuse(
+                f"the {which} relayed for {other!r}: it is not a valid X25519 key"
+            ) from None
+
+    def _sign(self, statement: bytes) -> bytes:
+        if self.identity is None or self.roster is None:
+            return b""
+        return self.identity.sign(statement)
+
+    @property
+    def _meta_json(self) -> str:
+        return json.dumps(self.meta.to_dict(), sort_keys=True)
 
     # ------------------------------------------------------------------ stage 3
     def _masked_input(self, req: MaskRequest) -> MaskedInput:
@@ -245,6 +348,12 @@ class SecAggClient:
             raise self._refuse(
                 "to mask statistics whose metadata differs from what it advertised"
             )
+        digest = stats_digest(stats) if self.ledger is not None else ""
+        if self.ledger is not None:
+            try:
+                self.ledger.check(digest, self._round)
+            except ProtocolError as exc:
+                raise self._refuse(str(exc)) from None
         if self._encode is None:
             vector = self._params.codec.encode(stats)
         else:
@@ -255,16 +364,20 @@ class SecAggClient:
         del stats
         vector += cr.mask_words(self._seed, vector.size)
         for other in sorted(topo.neighbours(self.client_id) & sharers):
-            shared = cr.agree(self._mask.private, self._roster[other].mask_public)
+            shared = self._agree(self._mask.private, other, "mask_public")
             words = cr.mask_words(cr.derive_key(shared, b"mask", self._round), vector.size)
             if topo.sign(self.client_id, other) > 0:
                 vector += words
             else:
                 vector -= words
+        if self.ledger is not None:  # before the masked input leaves the client
+            self.ledger.record(digest, self._round, *self.privacy_cost)
         self._stats = _spent
         self.state = "masked"
+        assert self._enc is not None
         return MaskedInput(**self._header("mask"),  # type: ignore[arg-type]
-                           vector=vector, complaints=self.complaints_)
+                           vector=vector, complaints=self.complaints_,
+                           complaint_key=self._enc.private if self.complaints_ else b"")
 
     def _open_shares(self, boxes: tuple[SealedShare, ...],
                      sharers: frozenset[str]) -> dict[str, str]:
@@ -278,10 +391,13 @@ class SecAggClient:
                     complaints[box.sender] = "sent a share that is misaddressed or repeated"
                 continue
             seen.add(box.sender)
-            key = cr.derive_key(
-                cr.agree(self._enc.private, self._roster[box.sender].enc_public), b"share",
-                self._round,
-            )
+            if self.roster is not None and not verify_signature(
+                    self.roster.public(box.sender), box.signature,
+                    share_transcript(self._round, box.sender, self.client_id, box.sealed)):
+                complaints[box.sender] = "its share's signature does not verify (altered)"
+                continue
+            key = cr.derive_key(self._agree(self._enc.private, box.sender, "enc_public"),
+                                b"share", self._round)
             plain = cr.aead_decrypt(key, box.sealed,
                                     share_aad(self._round, box.sender, self.client_id))
             if plain is None or len(plain) != SHARE_PLAINTEXT_BYTES:
@@ -297,25 +413,70 @@ class SecAggClient:
         return complaints
 
     # ------------------------------------------------------------------ stage 4
-    def _unmask(self, req: UnmaskRequest) -> UnmaskShares:
+    def _sign_survivors(self, req: ConsistencyRequest) -> ConsistencySignature:
         assert self._params is not None and self._topology is not None
-        survivors, dropped = frozenset(req.survivors), frozenset(req.dropped)
-        if survivors & dropped or not (survivors | dropped) <= self._sharers:
+        survivors, dropped = tuple(sorted(set(req.survivors))), tuple(sorted(set(req.dropped)))
+        if (len(survivors) != len(req.survivors) or len(dropped) != len(req.dropped)
+                or set(survivors) & set(dropped)
+                or set(survivors) | set(dropped) != self._sharers):
             raise self._refuse(
-                "an unmask request whose survivors and dropped clients overlap or were not "
-                "sharers (revealing both secrets of a client would unmask its input)"
+                "survivor and dropped sets that do not split the sharers exactly (revealing "
+                "both secrets of a client would unmask its input)"
             )
         if self.client_id not in survivors or len(survivors) < self._params.threshold:
             raise self._refuse(
-                f"to unmask a sum over {len(survivors)} clients, below the threshold "
+                f"to sign a sum over {len(survivors)} clients, below the threshold "
                 f"{self._params.threshold}"
             )
+        parts = self._topology.components(frozenset(survivors))
+        if len(parts) > 1:
+            raise self._refuse(
+                f"to unmask survivors that fall into {len(parts)} unconnected groups on the "
+                "graph (the server would learn the sum of each group, a partial sum)"
+            )
+        self._signed = (survivors, dropped)
+        self.state = "signed"
+        statement = consistency_transcript(self._round, self._roster_fp, survivors, dropped)
+        return ConsistencySignature(**self._header("consistency"),  # type: ignore[arg-type]
+                                    signature=self._sign(statement))
+
+    # ------------------------------------------------------------------ stage 5
+    def _unmask(self, req: UnmaskRequest) -> UnmaskShares:
+        assert self._params is not None and self._topology is not None
+        assert self._signed is not None
+        survivors, dropped = self._signed
+        if (tuple(sorted(req.survivors)) != survivors or tuple(sorted(req.dropped)) != dropped
+                or len(req.survivors) != len(survivors) or len(req.dropped) != len(dropped)):
+            raise self._refuse(
+                "an unmask request for other survivor or dropped sets than it signed"
+            )
+        self._check_consistency(req.signatures)
         mine = self._topology.neighbours(self.client_id) | {self.client_id}
-        seeds = tuple((u, self._held[u][0]) for u in sorted(survivors & mine) if u in self._held)
-        keys = tuple((u, self._held[u][1]) for u in sorted(dropped & mine) if u in self._held)
+        seeds = tuple((u, self._held[u][0]) for u in sorted(set(survivors) & mine)
+                      if u in self._held)
+        keys = tuple((u, self._held[u][1]) for u in sorted(set(dropped) & mine)
+                     if u in self._held)
         self.state = "done"
         return UnmaskShares(**self._header("unmask"),  # type: ignore[arg-type]
                             seed_shares=seeds, key_shares=keys)
+
+    def _check_consistency(self, signatures: tuple[tuple[str, bytes], ...]) -> None:
+        """Reveal nothing until at least t survivors signed the very sets this client signed."""
+        assert self._params is not None and self._signed is not None
+        if self.roster is None:
+            return  # unauthenticated: the sets were checked against this client's own only
+        survivors, dropped = self._signed
+        statement = consistency_transcript(self._round, self._roster_fp, survivors, dropped)
+        members = set(survivors)
+        valid = {c for c, sig in signatures
+                 if c in members and isinstance(sig, bytes)
+                 and verify_signature(self.roster.public(c), sig, statement)}
+        if len(valid) < self._params.threshold:
+            raise self._refuse(
+                f"to unmask: only {len(valid)} survivors signed the survivor set it was "
+                f"shown, below the threshold {self._params.threshold} (the server may be "
+                "showing different clients different sets)"
+            )
 
 
 def _save_state(client: SecAggClient) -> dict[str, StateValue]:
@@ -334,20 +495,28 @@ def _save_state(client: SecAggClient) -> dict[str, StateValue]:
     out["roster_clients"] = [e.client for e in entries]
     out["roster_enc"] = [e.enc_public for e in entries]
     out["roster_mask"] = [e.mask_public for e in entries]
+    out["roster_sig"] = [e.signature for e in entries]
+    out["roster_fp"] = client._roster_fp
+    signed = client._signed
+    out["signed"] = 1 if signed is not None else 0
+    out["signed_survivors"] = list(signed[0]) if signed else []
+    out["signed_dropped"] = list(signed[1]) if signed else []
     out["held_owners"] = list(client._held)
     out["held_seed"] = [v[0] for v in client._held.values()]
     out["held_key"] = [v[1] for v in client._held.values()]
     return out
 
 
-def _load_state(state: dict[str, Any], stats: StatsSource) -> SecAggClient:
+def _load_state(state: dict[str, Any], stats: StatsSource, identity: IdentityKey | None,
+                roster: Roster | None, policy: ClientPolicy | None) -> SecAggClient:
     from ghofl.stats.meta import StatsMeta as _Meta
 
     try:
         if state["version"] != PROTOCOL_VERSION:
             raise ValueError(f"protocol version {state['version']!r}")
         meta = _Meta.from_dict(json.loads(state["meta"]))
-        client = SecAggClient(str(state["client_id"]), stats, meta=meta)
+        client = SecAggClient(str(state["client_id"]), stats, meta=meta, identity=identity,
+                              roster=roster, policy=policy)
         client.state = state["state"]
         client._round = bytes(state["round"])
         client._seed = bytes(state["seed"])
@@ -361,10 +530,14 @@ def _load_state(state: dict[str, Any], stats: StatsSource) -> SecAggClient:
                 setattr(client, f"_{name}", cr.KeyPair(bytes(state[f"{name}_private"]),
                                                         bytes(state[f"{name}_public"])))
         client._roster = {
-            c: RosterEntry(c, bytes(e), bytes(m))
-            for c, e, m in zip(state["roster_clients"], state["roster_enc"],
-                               state["roster_mask"], strict=True)
+            c: RosterEntry(c, bytes(e), bytes(m), bytes(g))
+            for c, e, m, g in zip(state["roster_clients"], state["roster_enc"],
+                                  state["roster_mask"], state["roster_sig"], strict=True)
         }
+        client._roster_fp = bytes(state["roster_fp"])
+        if state["signed"]:
+            client._signed = (tuple(str(c) for c in state["signed_survivors"]),
+                              tuple(str(c) for c in state["signed_dropped"]))
         if client._roster and client._params is not None:
             client._topology = Topology.build(tuple(client._roster.values()), client._params,
                                               client._round)
@@ -378,7 +551,7 @@ def _load_state(state: dict[str, Any], stats: StatsSource) -> SecAggClient:
             f"the saved client state is malformed or from another version ({exc!r}); the "
             "client cannot resume this round"
         ) from exc
-    if client.state not in ("ready", "advertised", "shared", "masked", "done", "failed"):
+    if client.state not in _STATES:
         raise ProtocolError(f"the saved client state names an unknown state {client.state!r}")
     return client
 

@@ -10,12 +10,36 @@ from ghofl.errors import ConfigError, ProtocolError
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES, FixedPointCodec
 from ghofl.secure.graph import default_neighbours
 
-__all__ = ["SecAggConfig", "SessionParams", "default_threshold"]
+__all__ = [
+    "DEFAULT_CORRUPT_FRACTION",
+    "SecAggConfig",
+    "SessionParams",
+    "consistency_threshold",
+    "default_threshold",
+]
+
+
+#: Default γ: the largest fraction of the roster a client assumes may be corrupt (colluding
+#: with a malicious server).
+DEFAULT_CORRUPT_FRACTION = 1 / 3
+
+
+def consistency_threshold(n: int, corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION) -> int:
+    """Fewest consistency signatures that make two different survivor sets impossible:
+    ⌊(n + c)/2⌋ + 1 with c = ⌊γ·n⌋ corrupt clients (at least 2, at most n).
+
+    Honest clients sign one survivor set per round and corrupt ones may sign any, so two sets
+    with t signatures each need 2t ≤ n + c; above that a malicious server cannot show some
+    clients "u survived" and others "u dropped" to collect both of u's secrets.
+    """
+    c = math.floor(corrupt_fraction * n + 1e-9)
+    return min(n, max(2, (n + c) // 2 + 1))
 
 
 def default_threshold(n: int) -> int:
-    """Default threshold t for n clients: a strict majority, ⌊n/2⌋ + 1 (at least 2)."""
-    return max(2, n // 2 + 1)
+    """Default threshold t for n clients: :func:`consistency_threshold` at the default γ = 1/3,
+    ⌊(n + ⌊n/3⌋)/2⌋ + 1 (about two thirds; at least 2)."""
+    return consistency_threshold(n)
 
 
 @dataclass(frozen=True)
@@ -28,8 +52,10 @@ class SecAggConfig:
         R, the per-sample L2 clipping bound every client applies (public).
     threshold : int, optional
         t, the fewest clients that must remain at every stage; below it the round aborts.
-        Default: a strict majority of the clients, ⌊n/2⌋ + 1. The server learns only sums
-        over at least t clients, and up to t − 1 colluding clients learn nothing.
+        Default: :func:`default_threshold` (about two thirds of the clients), the least that
+        clients accept by default (:class:`~ghofl.secure.policy.ClientPolicy`). The server
+        learns only sums over at least t clients, and a malicious server with fewer than
+        n/3 colluding clients cannot make the consistency check pass for two survivor sets.
     neighbours : int, optional
         k, neighbours per client on the SecAgg+ graph. Default 2·⌈1.5·log2 n⌉, or the complete
         graph (k = n − 1) when that is at least n − 1.

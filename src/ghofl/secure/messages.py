@@ -2,9 +2,12 @@
 
 Every message carries the protocol version, the round identifier and its stage, so a message
 replayed from another round or stage, or delivered out of order, is recognised and its sender
-excluded. Client replies also name their sender, which must match the transport's identity of
-the client. Messages hold only bytes, integers, strings, tuples of those, numpy arrays and (in
-the plain protocol only) :class:`~ghofl.stats.ClientStats`, so any transport can carry them;
+excluded. What a relay could alter to its advantage (the advertised keys, the encrypted shares,
+the survivor set of the consistency check) is also signed with the sender's long-term identity
+key (:mod:`ghofl.secure.identity`); the signatures travel as plain ``bytes`` fields. Client
+replies also name their sender, which must match the transport's identity of the client.
+Messages hold only bytes, integers, strings, tuples of those, numpy arrays and (in the plain
+protocol only) :class:`~ghofl.stats.ClientStats`, so any transport can carry them;
 :func:`message_nbytes` is the size of that content, used for the byte accounting.
 """
 
@@ -25,6 +28,10 @@ __all__ = [
     "AdvertiseKeys",
     "AdvertiseRequest",
     "ClientMessage",
+    "ConsistencyRequest",
+    "ConsistencySignature",
+    "Hello",
+    "HelloRequest",
     "MaskRequest",
     "MaskedInput",
     "PlainInput",
@@ -40,10 +47,10 @@ __all__ = [
     "message_nbytes",
 ]
 
-PROTOCOL_VERSION = 1
-Stage = Literal["advertise", "share", "mask", "unmask", "input"]
-#: The four stages of the secure protocol, in order.
-SECURE_STAGES: tuple[Stage, ...] = ("advertise", "share", "mask", "unmask")
+PROTOCOL_VERSION = 2
+Stage = Literal["hello", "advertise", "share", "mask", "consistency", "unmask", "input"]
+#: The five stages of the secure protocol, in order.
+SECURE_STAGES: tuple[Stage, ...] = ("advertise", "share", "mask", "consistency", "unmask")
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,26 @@ class PlainInput(ClientMessage):
     stats: ClientStats
 
 
+# ---------------------------------------------------------------------- identity binding
+@dataclass(frozen=True)
+class HelloRequest(ServerMessage):
+    """Before a round on a transport whose addresses are not the roster's ids (Flower node
+    ids): each node is asked which roster identity it holds, with a fresh challenge."""
+
+    challenge: bytes
+    roster_fingerprint: bytes
+
+
+@dataclass(frozen=True)
+class Hello(ClientMessage):
+    """A node's answer: its roster id (``sender``) and its identity key's signature of the
+    challenge, the roster fingerprint and its transport address
+    (:func:`ghofl.secure._common.hello_transcript`)."""
+
+    address: str
+    signature: bytes
+
+
 # ---------------------------------------------------------------------- stage 1: advertise
 @dataclass(frozen=True)
 class AdvertiseRequest(ServerMessage):
@@ -86,32 +113,41 @@ class AdvertiseRequest(ServerMessage):
     Attributes
     ----------
     params : tuple of (str, str)
-        The session's public parameters (:meth:`SecAggConfig.public_items`), as text.
+        The session's public parameters (:meth:`SessionParams.items`), as text.
     meta : str
         Canonical JSON of the expected statistics metadata.
+    roster_fingerprint : bytes
+        SHA-256 of the federation's roster (:meth:`~ghofl.secure.identity.Roster.fingerprint`)
+        the server runs the round over; empty when the round is unauthenticated.
     """
 
     params: tuple[tuple[str, str], ...]
     meta: str
+    roster_fingerprint: bytes
 
 
 @dataclass(frozen=True)
 class AdvertiseKeys(ClientMessage):
-    """A client's two X25519 public keys: one to encrypt shares, one to agree masks."""
+    """A client's two X25519 public keys (one to encrypt shares, one to agree masks), signed
+    with its identity key over the round, the roster fingerprint, the parameters and the
+    metadata (:func:`ghofl.secure._common.advert_transcript`; empty when unauthenticated)."""
 
     enc_public: bytes
     mask_public: bytes
     meta: str
+    signature: bytes
 
 
 # ---------------------------------------------------------------------- stage 2: share
 @dataclass(frozen=True)
 class RosterEntry:
-    """One client that advertised its keys, as the server relays it to everyone."""
+    """One client that advertised its keys, as the server relays it to everyone, with the
+    client's own signature of its advertisement (so no relay can swap the keys)."""
 
     client: str
     enc_public: bytes
     mask_public: bytes
+    signature: bytes
 
 
 @dataclass(frozen=True)
@@ -123,11 +159,13 @@ class ShareRequest(ServerMessage):
 
 @dataclass(frozen=True)
 class SealedShare:
-    """Shares of one client's secrets for another, encrypted and authenticated (AES-GCM)."""
+    """Shares of one client's secrets for another, encrypted and authenticated (AES-GCM), and
+    signed by the sender's identity key (so a complaint about it can be verified)."""
 
     sender: str
     recipient: str
     sealed: bytes
+    signature: bytes
 
 
 @dataclass(frozen=True)
@@ -156,19 +194,50 @@ class MaskedInput(ClientMessage):
     vector : ndarray of uint64, shape (L,)
     complaints : tuple of (str, str)
         (client, reason) for each share that failed authentication or decoding.
+    complaint_key : bytes
+        With complaints: this client's share-encryption private key of the round (it only
+        ever decrypts shares addressed to this client), so the server can check every
+        complaint against the signed share it relayed; empty without complaints.
     """
 
     vector: NDArray[np.uint64]
     complaints: tuple[tuple[str, str], ...]
+    complaint_key: bytes
 
 
-# ---------------------------------------------------------------------- stage 4: unmask
+# ---------------------------------------------------------------------- stage 4: consistency
 @dataclass(frozen=True)
-class UnmaskRequest(ServerMessage):
-    """The clients whose input is in the sum, and those whose pairwise masks must be removed."""
+class ConsistencyRequest(ServerMessage):
+    """The clients whose masked input is in the sum and the sharers that dropped (together:
+    exactly the sharers), for every survivor to sign before any share is revealed."""
 
     survivors: tuple[str, ...]
     dropped: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ConsistencySignature(ClientMessage):
+    """A survivor's signature of the survivor and dropped sets it was told
+    (:func:`ghofl.secure._common.consistency_transcript`)."""
+
+    signature: bytes
+
+
+# ---------------------------------------------------------------------- stage 5: unmask
+@dataclass(frozen=True)
+class UnmaskRequest(ServerMessage):
+    """The clients whose input is in the sum, those whose pairwise masks must be removed, and
+    the survivors' signatures of exactly these two sets (the consistency check).
+
+    Attributes
+    ----------
+    signatures : tuple of (str, bytes)
+        (survivor, its :class:`ConsistencySignature`) for every survivor that signed.
+    """
+
+    survivors: tuple[str, ...]
+    dropped: tuple[str, ...]
+    signatures: tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,11 @@ server never holds a client's statistics: it sees public keys, encrypted shares 
 masked vectors indistinguishable from uniform words, and, in the last stage, exactly one kind
 of secret per client: the self-mask seed of a survivor or the mask key of a dropped client.
 
+With the federation's :class:`~ghofl.secure.identity.Roster` the server checks every
+signature too (an honest server excludes a client whose advertisement, share or consistency
+signature does not verify), and a complaint about a bad share is verified against the signed
+share the server relayed: the accused or the false accuser is excluded, never the round.
+
 Clients that do not answer a stage are dropouts; their secrets' shares let the survivors'
 pairwise masks be removed. A reply that is malformed, from another round or stage, claims
 another sender, or contradicts an earlier stage excludes its sender, with the reason in
@@ -28,14 +33,25 @@ from numpy.typing import NDArray
 from ghofl.errors import AggregationAbortedError, ConfigError, StatsFormatError
 from ghofl.secure import primitives as cr
 from ghofl.secure import shamir
-from ghofl.secure._common import Topology, seed_commitment
+from ghofl.secure._common import (
+    SHARE_PLAINTEXT_BYTES,
+    Topology,
+    advert_transcript,
+    consistency_transcript,
+    seed_commitment,
+    share_aad,
+    share_transcript,
+)
 from ghofl.secure.config import SecAggConfig, SessionParams
+from ghofl.secure.identity import Roster, verify_signature
 from ghofl.secure.messages import (
     PROTOCOL_VERSION,
     SECURE_STAGES,
     AdvertiseKeys,
     AdvertiseRequest,
     ClientMessage,
+    ConsistencyRequest,
+    ConsistencySignature,
     MaskedInput,
     MaskRequest,
     RosterEntry,
@@ -52,7 +68,7 @@ from ghofl.stats.meta import StatsMeta
 
 __all__ = ["PayloadDecoder", "SecAggServer", "ServerState"]
 
-ServerState = Literal["advertise", "share", "mask", "unmask", "done", "aborted"]
+ServerState = Literal["advertise", "share", "mask", "consistency", "unmask", "done", "aborted"]
 #: Turns the unmasked sum of words into the total (default: ``params.codec.decode(meta, words)``;
 #: :mod:`ghofl.privacy` decodes noisy sums and post-processes them into valid statistics).
 PayloadDecoder = Callable[[SessionParams, StatsMeta, NDArray[np.uint64]], ClientStats]
@@ -70,8 +86,9 @@ class SecAggServer:
     meta : StatsMeta
         The statistics every client must hold (mode, dim, classes, encoder, projection,
         clipping bound); a client advertising other metadata is excluded.
-    clients : sequence of str
-        The clients invited to the round.
+    clients : sequence of str, optional
+        The clients invited to the round (default: the roster's; with a roster, exactly its
+        clients: clients check the round's size against their roster).
     round_id : bytes, optional
         Public identifier of the round (default: 16 fresh random bytes).
     record_view : bool, default False
@@ -79,6 +96,10 @@ class SecAggServer:
     decode : callable (SessionParams, StatsMeta, ndarray of uint64) -> ClientStats, optional
         How the unmasked sum becomes the total (default: the round's fixed-point codec); a
         ``ValueError`` it raises aborts the round.
+    roster : Roster, optional
+        The federation's roster: signatures are checked and the round is bound to its
+        fingerprint. Without it the round is unauthenticated (clients take part only when
+        their policy allows that).
 
     Attributes
     ----------
@@ -97,12 +118,27 @@ class SecAggServer:
 
     stages: tuple[Stage, ...] = SECURE_STAGES
 
-    def __init__(self, config: SecAggConfig, meta: StatsMeta, clients: Sequence[str], *,
-                 round_id: bytes | None = None, record_view: bool = False,
-                 decode: PayloadDecoder | None = None) -> None:
+    def __init__(self, config: SecAggConfig, meta: StatsMeta,
+                 clients: Sequence[str] | None = None, *, round_id: bytes | None = None,
+                 record_view: bool = False, decode: PayloadDecoder | None = None,
+                 roster: Roster | None = None) -> None:
+        if clients is None:
+            if roster is None:
+                raise ConfigError("give the clients of the round, or the federation's roster")
+            clients = roster.clients
         ids = [str(c) for c in clients]
         if len(set(ids)) != len(ids):
             raise ConfigError("client ids must be unique; the list of clients repeats one")
+        if roster is not None and set(ids) != set(roster.clients):
+            extra = sorted(set(ids) - set(roster.clients))[:3]
+            missing = sorted(set(roster.clients) - set(ids))[:3]
+            raise ConfigError(
+                f"a round over a roster invites exactly its {len(roster)} clients (clients "
+                f"count an unreachable one as a dropout); not on the roster: {extra or 'none'}; "
+                f"not invited: {missing or 'none'}"
+            )
+        self.roster = roster
+        self._roster_fp = roster.fingerprint() if roster is not None else b""
         if meta.clip_norm is None or float(meta.clip_norm) != float(config.clip_norm):
             raise ConfigError(
                 f"the statistics metadata must carry the round's clipping bound "
@@ -126,6 +162,7 @@ class SecAggServer:
         self._vectors: dict[str, NDArray[np.uint64]] = {}
         self._survivors: tuple[str, ...] = ()
         self._gone: tuple[str, ...] = ()
+        self._signers: dict[str, bytes] = {}
         self._result: ClientStats | None = None
         self._decode = decode
 
@@ -135,7 +172,7 @@ class SecAggServer:
         head = {"version": PROTOCOL_VERSION, "round_id": self.round_id, "stage": self.state}
         if self.state == "advertise":
             req = AdvertiseRequest(**head, params=self.params.items(),  # type: ignore[arg-type]
-                                   meta=self._meta_json)
+                                   meta=self._meta_json, roster_fingerprint=self._roster_fp)
             return {c: req for c in self._active}
         if self.state == "share":
             share = ShareRequest(**head,  # type: ignore[arg-type]
@@ -150,10 +187,14 @@ class SecAggServer:
             sharers = tuple(self._active)
             return {c: MaskRequest(**head, sharers=sharers,  # type: ignore[arg-type]
                                    shares=tuple(inbox[c])) for c in self._active}
+        if self.state == "consistency":
+            cq = ConsistencyRequest(**head, survivors=self._survivors,  # type: ignore[arg-type]
+                                    dropped=self._gone)
+            return {c: cq for c in self._survivors}
         if self.state == "unmask":
             un = UnmaskRequest(**head, survivors=self._survivors,  # type: ignore[arg-type]
-                               dropped=self._gone)
-            return {c: un for c in self._survivors}
+                               dropped=self._gone, signatures=tuple(sorted(self._signers.items())))
+            return {c: un for c in self._signers}
         raise AggregationAbortedError(f"the round is {self.state}; there is nothing to send")
 
     # ------------------------------------------------------------------ replies
@@ -167,8 +208,9 @@ class SecAggServer:
         """
         stage = self.state
         expected_type = {"advertise": AdvertiseKeys, "share": ShareKeys, "mask": MaskedInput,
-                         "unmask": UnmaskShares}[stage]
-        asked = set(self._survivors if stage == "unmask" else self._active)
+                         "consistency": ConsistencySignature, "unmask": UnmaskShares}[stage]
+        asked = set(self._signers if stage == "unmask" else
+                    self._survivors if stage == "consistency" else self._active)
         accepted: dict[str, Any] = {}
         for client, msg in replies:
             if self._record:
@@ -181,9 +223,10 @@ class SecAggServer:
                 reason = f"sent two replies in stage {stage!r}"
             if reason is None:
                 reason = self._check(stage, client, msg)
-            if reason is not None and stage == "unmask":
-                # The input is in the sum already; only this client's shares go unused.
-                self.ignored.append(f"unmask: {client!r} {reason}; its shares were not used")
+            if reason is not None and stage in ("consistency", "unmask"):
+                # The input is in the sum already; only this client's signature or shares go
+                # unused.
+                self.ignored.append(f"{stage}: {client!r} {reason}; not used")
                 continue
             if reason is not None:
                 accepted.pop(client, None)
@@ -224,6 +267,13 @@ class SecAggServer:
             return "advertised the same key for encryption and masking"
         if msg.meta != self._meta_json:
             return _meta_difference(msg.meta, self.meta)
+        if not isinstance(msg.signature, bytes):
+            return "sent a malformed signature"
+        if self.roster is not None and not verify_signature(
+                self.roster.public(client), msg.signature, advert_transcript(
+                    self.round_id, self._roster_fp, self.params.items(), self._meta_json, client,
+                    msg.enc_public, msg.mask_public)):
+            return "advertised keys whose signature does not verify against the roster"
         return None
 
     def _after_advertise(self, accepted: dict[str, AdvertiseKeys]) -> None:
@@ -235,8 +285,8 @@ class SecAggServer:
                 seen.setdefault(key, client)
         self._active = [c for c in self.clients if c in accepted and c not in self.excluded]
         self._require(len(self._active), "advertised valid keys")
-        self._roster = {c: RosterEntry(c, accepted[c].enc_public, accepted[c].mask_public)
-                        for c in self._active}
+        self._roster = {c: RosterEntry(c, accepted[c].enc_public, accepted[c].mask_public,
+                                       accepted[c].signature) for c in self._active}
         self._topology = Topology.build(tuple(self._roster[c] for c in self._active),
                                         self.params, self.round_id)
         self.state = "share"
@@ -252,8 +302,14 @@ class SecAggServer:
             return ("sent shares to a set of clients other than its neighbours on the graph "
                     "(inconsistent with the roster)")
         if any(b.sender != client or not isinstance(b.sealed, bytes)
-               or len(b.sealed) != _SEALED_BYTES for b in msg.shares):
+               or len(b.sealed) != _SEALED_BYTES or not isinstance(b.signature, bytes)
+               for b in msg.shares):
             return "sent a malformed encrypted share"
+        if self.roster is not None:
+            key = self.roster.public(client)
+            if not all(verify_signature(key, b.signature, share_transcript(
+                    self.round_id, client, b.recipient, b.sealed)) for b in msg.shares):
+                return "sent a share whose signature does not verify against the roster"
         return None
 
     def _after_share(self, accepted: dict[str, ShareKeys]) -> None:
@@ -270,26 +326,72 @@ class SecAggServer:
             shape = getattr(v, "shape", None)
             return (f"sent a masked vector of dtype {getattr(v, 'dtype', type(v).__name__)} "
                     f"and shape {shape}; expected uint64 of length {length}")
-        if not isinstance(msg.complaints, tuple):
+        if not isinstance(msg.complaints, tuple) or not isinstance(msg.complaint_key, bytes):
             return "sent malformed complaints"
         return None
 
     def _after_mask(self, accepted: dict[str, MaskedInput]) -> None:
-        assert self._topology is not None
         for client in sorted(accepted):
-            for accused, why in accepted[client].complaints:
-                if accused in self._topology.neighbours(client) and accused in self._shares:
-                    self._exclude(str(accused), f"reported by {client!r}: {why}", "mask")
-                else:
-                    self.ignored.append(f"mask: {client!r} complained about a non-neighbour")
+            if accepted[client].complaints:
+                self._judge(client, accepted[client])
         survivors = [c for c in self._active if c in accepted and c not in self.excluded]
         self._require(len(survivors), "sent valid masked inputs")
         self._vectors = {c: accepted[c].vector for c in survivors}
         self._survivors = tuple(survivors)
         self._gone = tuple(c for c in self._active if c not in self._vectors)
-        self.state = "unmask"
+        parts = self._topology.components(frozenset(survivors)) if self._topology else []
+        if len(parts) > 1:
+            self.state = "aborted"
+            raise AggregationAbortedError(
+                f"secure aggregation aborted: the {len(survivors)} survivors fall into "
+                f"{len(parts)} unconnected groups on the graph, so unmasking would reveal the "
+                "sum of each group; clients refuse it (too many dropouts along the graph)"
+            )
+        self.state = "consistency"
+
+    def _judge(self, accuser: str, msg: MaskedInput) -> None:
+        """Verify each complaint against the share the server relayed, which the accused
+        signed: the accused is excluded when that share is bad, the accuser when it is good
+        (a false accusation), so one liar never aborts the round."""
+        assert self._topology is not None
+        key = msg.complaint_key
+        try:
+            valid_key = cr.public_from_private(key) == self._roster[accuser].enc_public
+        except ValueError:
+            valid_key = False
+        if not valid_key:
+            self._exclude(accuser, "complained without the key that lets its complaint be "
+                          "verified", "mask")
+            return
+        for accused, why in msg.complaints:
+            accused = str(accused)
+            if accused not in self._topology.neighbours(accuser) or accused not in self._shares:
+                self.ignored.append(f"mask: {accuser!r} complained about a non-neighbour")
+                continue
+            box = next((b for b in self._shares[accused].shares if b.recipient == accuser), None)
+            if box is None or not _opens(key, self._roster[accused].enc_public, box,
+                                         self.round_id):
+                self._exclude(accused, f"reported by {accuser!r} and verified: {why}", "mask")
+            else:
+                self._exclude(accuser, f"falsely reported {accused!r} (the share the server "
+                              "relayed opens correctly)", "mask")
 
     # ------------------------------------------------------------------ stage 4
+    def _check_consistency(self, client: str, msg: ConsistencySignature) -> str | None:
+        if not isinstance(msg.signature, bytes):
+            return "sent a malformed consistency signature"
+        if self.roster is not None and not verify_signature(
+                self.roster.public(client), msg.signature, consistency_transcript(
+                    self.round_id, self._roster_fp, self._survivors, self._gone)):
+            return "signed a survivor set other than the one the server sent"
+        return None
+
+    def _after_consistency(self, accepted: dict[str, ConsistencySignature]) -> None:
+        self._signers = {c: accepted[c].signature for c in self._survivors if c in accepted}
+        self._require(len(self._signers), "signed the survivor set")
+        self.state = "unmask"
+
+    # ------------------------------------------------------------------ stage 5
     def _check_unmask(self, client: str, msg: UnmaskShares) -> str | None:
         for pairs in (msg.seed_shares, msg.key_shares):
             if not isinstance(pairs, tuple) or not all(
@@ -377,6 +479,16 @@ class SecAggServer:
     def survivors(self) -> tuple[str, ...]:
         """Clients whose statistics are in the sum."""
         return self._survivors
+
+
+def _opens(private: bytes, sender_public: bytes, box: SealedShare, round_id: bytes) -> bool:
+    """Whether ``box`` opens under the recipient's private key (the complaint check)."""
+    try:
+        key = cr.derive_key(cr.agree(private, sender_public), b"share", round_id)
+    except ValueError:
+        return False
+    plain = cr.aead_decrypt(key, box.sealed, share_aad(round_id, box.sender, box.recipient))
+    return plain is not None and len(plain) == SHARE_PLAINTEXT_BYTES
 
 
 def _header_problem(msg: Any, expected: type, stage: str, client: str,

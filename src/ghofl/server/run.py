@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.secure import AggregationReport, PlainServer, SecAggServer, run_aggregation
+from ghofl.secure.identity import Roster
 from ghofl.secure.transport import Transport
 from ghofl.server.plan import FederationPlan
 from ghofl.server_job import ServerResult, run_server_job
@@ -68,6 +69,9 @@ class FederationServer:
         The statistics every client produces.
     store_id : callable, optional
         Maps a client id to its id in the plan's store (default: the client id).
+    roster : Roster, optional
+        The federation's roster of identity keys (secure protocol): every signature is
+        checked against it. Without it the secure round is unauthenticated.
 
     Attributes
     ----------
@@ -77,7 +81,8 @@ class FederationServer:
     """
 
     def __init__(self, plan: FederationPlan, clients: Sequence[str], meta: StatsMeta, *,
-                 store_id: Callable[[str], str] | None = None) -> None:
+                 store_id: Callable[[str], str] | None = None,
+                 roster: Roster | None = None) -> None:
         self.plan = plan
         self.meta = meta
         self._noise = plan.noise_plan()
@@ -90,7 +95,8 @@ class FederationServer:
                 from ghofl.privacy import NoisyDecoder
 
                 self._decoder = NoisyDecoder(self._noise)
-            self.half = SecAggServer(plan.secagg_config(), meta, ids, decode=self._decoder)
+            self.half = SecAggServer(plan.secagg_config(), meta, ids, decode=self._decoder,
+                                     roster=roster)
         elif plan.aggregation.store:
             from ghofl.store import AggregationStore
 

@@ -13,10 +13,19 @@ The statistics are computed only when they are due (the ``mask`` stage of the se
 
 with the :class:`~ghofl.client.job.ClientJob` read from the run config (its keys
 ``holdout_fraction``, ``holdout_seed`` and ``transport_dtype`` included: the plain protocol's
-statistics then travel with float32 sums). The client id is
-``node-<Flower node id>``; each reply also carries the node's ``partition-id`` and the seconds
-it took (ConfigRecord ``ghofl-client``). A request the client refuses (out of order, other
-statistics, unreadable data) is answered with the reason instead of a protocol reply.
+statistics then travel with float32 sums). Each reply also carries the node's
+``partition-id`` and the seconds it took (ConfigRecord ``ghofl-client``).
+
+Identity (secure protocol): with the node config keys ``identity-key`` (the node's private
+key file, ``ghofl keys new``) and ``roster`` (the federation's roster file, ``ghofl roster
+build``), the node's client id is its roster id, it answers the server's identity request
+(binding its Flower node id to that id with a signature) and it verifies every relayed key and
+the consistency check against its roster. Without them the node is unauthenticated: its id is
+``node-<Flower node id>`` and it takes relayed keys on trust (an honest-but-curious server
+only). ``ledger`` (a file path) keeps the rounds this node's data entered and refuses a second
+round over the same data unless ``allow-repeat-rounds=true``. A request the client refuses
+(out of order, other statistics, unreadable data) is answered with the reason instead of a
+protocol reply.
 
 Test-only: the node config key ``ghofl-test-kill-at=STAGE`` makes the node SIGKILL its own
 SuperNode (and itself) on receiving that stage's request, before answering: a deterministic
@@ -51,8 +60,21 @@ from ghofl.integrations.flower.records import (  # noqa: E402
 )
 from ghofl.integrations.flower.transport import CLIENT_INFO  # noqa: E402
 from ghofl.privacy import NoisePlan, noise_share_encoder  # noqa: E402
-from ghofl.secure import PlainClient, SecAggClient  # noqa: E402
-from ghofl.secure.messages import AdvertiseRequest, PlainRequest, ServerMessage  # noqa: E402
+from ghofl.secure import (  # noqa: E402
+    ClientPolicy,
+    IdentityKey,
+    PlainClient,
+    Roster,
+    RoundLedger,
+    SecAggClient,
+)
+from ghofl.secure.binding import answer_hello  # noqa: E402
+from ghofl.secure.messages import (  # noqa: E402
+    AdvertiseRequest,
+    HelloRequest,
+    PlainRequest,
+    ServerMessage,
+)
 from ghofl.stats.client_stats import ClientStats  # noqa: E402
 
 __all__ = ["STATE_KEY", "TEST_KILL_KEY", "app", "handle_query"]
@@ -78,19 +100,21 @@ def handle_query(content: RecordDict, context: Context) -> RecordDict:
     run_cfg = dict(context.run_config)
     part = node_cfg.get("partition-id", -1)
     partition = int(part) if isinstance(part, int) and not isinstance(part, bool) else -1
-    client_id = f"node-{context.node_id}"
     info: dict[str, Any] = {"partition-id": partition}
     try:
         request = message_from_record(content, ServerMessage)
         assert isinstance(request, ServerMessage)
         if node_cfg.get(TEST_KILL_KEY) == request.stage:
             _kill_own_supernode()
+        me = NodeIdentity.from_node_config(node_cfg, context.node_id)
+        if isinstance(request, HelloRequest):
+            return _answered(me.hello(request), info, t0)
         job, plan = dp_options(run_cfg, ClientJob.from_config(run_cfg))
         source = data_source(node_cfg, run_cfg)
         if isinstance(request, PlainRequest):
-            reply = PlainClient(client_id, _lazy(source, job)).handle(request)
+            reply = PlainClient(me.client_id, _lazy(source, job)).handle(request)
         else:
-            client = _secure_client(client_id, request, context, source, job, plan)
+            client = _secure_client(me, request, context, source, job, plan)
             try:
                 reply = client.handle(request)
             finally:
@@ -102,6 +126,68 @@ def handle_query(content: RecordDict, context: Context) -> RecordDict:
     info["seconds"] = time.perf_counter() - t0
     rd[CLIENT_INFO] = ConfigRecord(info)
     return rd
+
+
+def _answered(reply: Any, info: dict[str, Any], t0: float) -> RecordDict:
+    rd = message_to_record(reply)
+    info["seconds"] = time.perf_counter() - t0
+    rd[CLIENT_INFO] = ConfigRecord(info)
+    return rd
+
+
+class NodeIdentity:
+    """What a node is, from its node config: client id, identity key, roster, policy, ledger.
+
+    Parameters
+    ----------
+    client_id : str
+    identity : IdentityKey or None
+    roster : Roster or None
+    ledger : RoundLedger or None
+    address : str
+        The node's transport address (``node-<Flower node id>``).
+    """
+
+    def __init__(self, client_id: str, identity: IdentityKey | None, roster: Roster | None,
+                 ledger: RoundLedger | None, address: str) -> None:
+        self.client_id, self.identity, self.roster = client_id, identity, roster
+        self.ledger, self.address = ledger, address
+        self.policy = ClientPolicy(allow_unauthenticated=roster is None)
+
+    @classmethod
+    def from_node_config(cls, node_cfg: Mapping[str, Any], node_id: int) -> NodeIdentity:
+        """Read ``identity-key``, ``roster``, ``ledger`` and ``allow-repeat-rounds``."""
+        address = f"node-{node_id}"
+        key_path, roster_path = node_cfg.get("identity-key"), node_cfg.get("roster")
+        if bool(key_path) != bool(roster_path):
+            raise ProtocolError(
+                "give this node both 'identity-key' and 'roster' in its node config (or "
+                "neither, for an unauthenticated node)"
+            )
+        identity = IdentityKey.load(str(key_path)) if key_path else None
+        roster = Roster.load(str(roster_path)) if roster_path else None
+        ledger_path = node_cfg.get("ledger")
+        ledger = (RoundLedger(str(ledger_path), allow_repeat=node_cfg.get(
+            "allow-repeat-rounds") is True) if ledger_path else None)
+        client_id = address
+        if identity is not None and roster is not None:
+            found = next((c for c, k in roster.keys.items() if k == identity.public), None)
+            if found is None:
+                raise ProtocolError(
+                    "this node's identity key is not on its roster; rebuild the roster with "
+                    "this node's public key"
+                )
+            client_id = found
+        return cls(client_id, identity, roster, ledger, address)
+
+    def hello(self, request: HelloRequest) -> Any:
+        """Answer the server's identity request."""
+        if self.identity is None or self.roster is None:
+            raise ProtocolError(
+                "the server asked for this node's identity, but the node has no "
+                "'identity-key' and 'roster' in its node config"
+            )
+        return answer_hello(request, self.identity, self.roster, self.address)
 
 
 def data_source(node_cfg: Mapping[str, Any], run_cfg: Mapping[str, Any]) -> Path:
@@ -126,21 +212,24 @@ def _lazy(source: Path, job: ClientJob) -> Callable[[], ClientStats]:
     return make
 
 
-def _secure_client(client_id: str, request: ServerMessage, context: Context, source: Path,
+def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, source: Path,
                    job: ClientJob, plan: NoisePlan | None = None) -> SecAggClient:
     # Distributed DP: the noise share is drawn from OS entropy when the masked input is due.
     encode = (noise_share_encoder(plan, np.random.default_rng())
               if plan is not None and plan.config.mode == "distributed" else None)
+    client_id = me.client_id
+    kw: dict[str, Any] = {"identity": me.identity, "roster": me.roster, "policy": me.policy,
+                          "ledger": me.ledger}
     if isinstance(request, AdvertiseRequest):  # a new round: forget any earlier one
         return SecAggClient(client_id, _lazy(source, job), meta=job_meta(job, _input_dim(source)),
-                            encode=encode)
+                            encode=encode, **kw)
     saved = context.state.get(STATE_KEY)
     if not isinstance(saved, ConfigRecord):
         raise ProtocolError(
             f"client {client_id!r} received a {request.stage} request but holds no state of "
             "this round (it missed the advertise stage)"
         )
-    return SecAggClient.from_state(dict(saved), _lazy(source, job), encode=encode)
+    return SecAggClient.from_state(dict(saved), _lazy(source, job), encode=encode, **kw)
 
 
 def _input_dim(source: Path) -> int | None:

@@ -40,6 +40,10 @@ from ghofl.secure.messages import (
     AdvertiseKeys,
     AdvertiseRequest,
     ClientMessage,
+    ConsistencyRequest,
+    ConsistencySignature,
+    Hello,
+    HelloRequest,
     MaskedInput,
     MaskRequest,
     PlainInput,
@@ -71,33 +75,41 @@ __all__ = [
     "stats_to_record",
 ]
 
-RECORDS_VERSION = 1
+RECORDS_VERSION = 2
 HEADER = "ghofl"
 ARRAYS = "ghofl-arrays"
 STATS_ARRAYS = "ghofl-stats"
 STATS_META = "ghofl-stats-meta"
-_STAGES = (*SECURE_STAGES, "input")
+_STAGES = ("hello", *SECURE_STAGES, "input")
 
 # Field kinds: bytes, int, str, strs (tuple of str), str_pairs (tuple of (str, str)),
 # str_bytes (tuple of (str, bytes)), roster, sealed, u64 (uint64 vector), stats.
 _SPECS: dict[str, tuple[type, tuple[tuple[str, str], ...]]] = {
     "PlainRequest": (PlainRequest, ()),
     "PlainInput": (PlainInput, (("stats", "stats"),)),
-    "AdvertiseRequest": (AdvertiseRequest, (("params", "str_pairs"), ("meta", "str"))),
+    "HelloRequest": (HelloRequest, (("challenge", "bytes"), ("roster_fingerprint", "bytes"))),
+    "Hello": (Hello, (("address", "str"), ("signature", "bytes"))),
+    "AdvertiseRequest": (AdvertiseRequest, (("params", "str_pairs"), ("meta", "str"),
+                                            ("roster_fingerprint", "bytes"))),
     "AdvertiseKeys": (AdvertiseKeys, (("enc_public", "bytes"), ("mask_public", "bytes"),
-                                      ("meta", "str"))),
+                                      ("meta", "str"), ("signature", "bytes"))),
     "ShareRequest": (ShareRequest, (("roster", "roster"),)),
     "ShareKeys": (ShareKeys, (("shares", "sealed"), ("seed_commitment", "bytes"))),
     "MaskRequest": (MaskRequest, (("sharers", "strs"), ("shares", "sealed"))),
-    "MaskedInput": (MaskedInput, (("vector", "u64"), ("complaints", "str_pairs"))),
-    "UnmaskRequest": (UnmaskRequest, (("survivors", "strs"), ("dropped", "strs"))),
+    "MaskedInput": (MaskedInput, (("vector", "u64"), ("complaints", "str_pairs"),
+                                  ("complaint_key", "bytes"))),
+    "ConsistencyRequest": (ConsistencyRequest, (("survivors", "strs"), ("dropped", "strs"))),
+    "ConsistencySignature": (ConsistencySignature, (("signature", "bytes"),)),
+    "UnmaskRequest": (UnmaskRequest, (("survivors", "strs"), ("dropped", "strs"),
+                                      ("signatures", "str_bytes"))),
     "UnmaskShares": (UnmaskShares, (("seed_shares", "str_bytes"), ("key_shares", "str_bytes"))),
 }
 _COLUMNS = {
     "str_pairs": (("0", str), ("1", str)),
     "str_bytes": (("0", str), ("1", bytes)),
-    "roster": (("client", str), ("enc_public", bytes), ("mask_public", bytes)),
-    "sealed": (("sender", str), ("recipient", str), ("sealed", bytes)),
+    "roster": (("client", str), ("enc_public", bytes), ("mask_public", bytes),
+               ("signature", bytes)),
+    "sealed": (("sender", str), ("recipient", str), ("sealed", bytes), ("signature", bytes)),
 }
 _ROW_TYPES: dict[str, Any] = {"roster": RosterEntry, "sealed": SealedShare}
 

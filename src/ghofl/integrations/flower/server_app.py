@@ -3,7 +3,7 @@
 Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented defaults):
 
 * ``protocol``: ``"secure"`` or ``"plain"``;
-* the secure round: ``threshold`` (0 = strict majority), ``neighbours`` (0 = default),
+* the secure round: ``threshold`` (0 = about two thirds), ``neighbours`` (0 = default),
   ``max-samples``, ``limbs``; its clipping bound is the client job's ``clip_norm``;
 * the :class:`~ghofl.client.job.ClientJob` keys (``classes``, ``mode``, ``clip_norm``,
   ``holdout_fraction``, ``holdout_seed``, ``transport_dtype``, ...; float32 transport only with
@@ -13,6 +13,10 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
   the server noises the total; ``distributed``: every client adds a noise share, needs the
   secure protocol) and ``min-class-count`` (0 = 5 with DP, else off); the spent (ε, δ) is
   recorded in the model directory's manifest (``privacy``) and in ``results.json``;
+* ``roster`` (secure protocol): the federation's roster file (``ghofl roster build``); the
+  server first binds every node to its roster identity (a signed answer to a fresh
+  challenge), then runs the round over the roster's ids with every signature checked; ""
+  (the default) runs an unauthenticated round over ``node-<id>`` clients;
 * ``dim``: embedding dimension (0 = from the test set or the encoder);
 * ``expected-nodes``, ``wait-timeout-s``, ``stage-timeout-s``;
 * ``out-dir`` (required): receives ``model/`` (the model directory, written atomically),
@@ -47,6 +51,8 @@ from ghofl.errors import ConfigError  # noqa: E402
 from ghofl.files import write_json_atomic  # noqa: E402
 from ghofl.integrations.flower._config import job_meta  # noqa: E402
 from ghofl.integrations.flower.transport import FlowerTransport  # noqa: E402
+from ghofl.secure.binding import bind_addresses, hello_request  # noqa: E402
+from ghofl.secure.identity import Roster  # noqa: E402
 from ghofl.server.config import cfg_float, cfg_int, cfg_str, plan_from_config  # noqa: E402
 from ghofl.server.run import FederationServer  # noqa: E402
 from ghofl.stats.codec import save_stats  # noqa: E402
@@ -120,11 +126,18 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
                            cfg_float(cfg, "wait-timeout-s", 120.0))
     state["wait_seconds"] = time.perf_counter() - t_wait
     ids = {f"node-{n}": n for n in nodes}
+    timeout = cfg_float(cfg, "stage-timeout-s", 60.0)
+    roster = Roster.load(cfg_str(cfg, "roster")) if cfg_str(cfg, "roster") else None
+    if roster is not None:
+        if protocol != "secure":
+            raise ConfigError("the run config key 'roster' applies to the secure protocol only")
+        ids = _bind(grid, ids, roster, timeout, state)
     state["nodes"] = {c: {"node_id": n} for c, n in ids.items()}
     if plan.aggregation.store:
         state["store"] = plan.aggregation.store
-    transport = FlowerTransport(grid, ids, cfg_float(cfg, "stage-timeout-s", 60.0))
-    server = FederationServer(plan, list(ids), meta,
+    transport = FlowerTransport(grid, ids, timeout)
+    clients = list(roster.clients) if roster is not None else list(ids)
+    server = FederationServer(plan, clients, meta, roster=roster,
                               store_id=lambda c: _store_id(c, transport))
     try:
         out = server.aggregate(transport)  # central DP noise from OS entropy
@@ -155,6 +168,20 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
                 if "accuracy" in h}
     return {"status": "ok", **state, "accuracy": accuracy, "server": server_summary,
             "n_samples": total.n_samples, "n_clipped": total.n_clipped}
+
+
+def _bind(grid: Any, ids: dict[str, int], roster: Roster, timeout: float,
+          state: dict[str, Any]) -> dict[str, int]:
+    """Roster id → Flower node id, from every node's signed answer to one identity request;
+    nodes that answer badly (or not at all) are left out and listed in ``state``."""
+    request = hello_request(roster)
+    transport = FlowerTransport(grid, ids, timeout)
+    bound, problems = bind_addresses(request, transport.exchange("hello", dict.fromkeys(
+        ids, request)), roster)
+    problems.update({a: why for a, why in transport.problems.items() if a not in problems})
+    state["identity_problems"] = problems
+    state["unbound"] = sorted(set(roster.clients) - set(bound))
+    return {name: ids[address] for name, address in bound.items()}
 
 
 def _store_id(client: str, transport: FlowerTransport) -> str:

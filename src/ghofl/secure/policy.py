@@ -1,0 +1,122 @@
+"""What a client accepts from a server: its own policy, never the server's word.
+
+A malicious server could otherwise ask for a threshold of 1 (a "sum" over one client), a graph
+of one neighbour, a roster other than the federation's, or a round over invented clients. The
+client checks every public parameter of a round against its :class:`ClientPolicy` before it
+sends anything, and refuses a request outside it with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ghofl.errors import ConfigError
+from ghofl.secure.config import DEFAULT_CORRUPT_FRACTION, SessionParams, consistency_threshold
+from ghofl.secure.graph import default_neighbours
+from ghofl.secure.identity import Roster
+
+__all__ = ["DEFAULT_DROPOUT_FRACTION", "ClientPolicy"]
+
+#: Default δ: the fraction of clients a client expects may drop out of a round.
+DEFAULT_DROPOUT_FRACTION = 1 / 3
+
+
+@dataclass(frozen=True)
+class ClientPolicy:
+    """A client's own limits on the rounds it takes part in.
+
+    Parameters
+    ----------
+    corrupt_fraction : float, default 1/3
+        γ, the largest fraction of the roster that may collude with the server. Sets the least
+        threshold accepted, :func:`~ghofl.secure.config.consistency_threshold`.
+    dropout_fraction : float, default 1/3
+        δ, the fraction of clients expected to drop out (sizes the least graph degree).
+    min_threshold : int, optional
+        A threshold floor above the one γ implies.
+    min_neighbours : int, optional
+        The fewest neighbours accepted on a sparse graph (default:
+        :func:`~ghofl.secure.graph.default_neighbours` of the roster size).
+    expected_clients : int, optional
+        The roster size the client expects when it has no roster (with a roster: its size).
+    allow_unauthenticated : bool, default False
+        Take part without a roster (keys relayed by the server are then taken on trust: a
+        relay or an active server can substitute them, so the round holds only against an
+        honest-but-curious server, and thresholds down to 2 are accepted). Off by default.
+    trust_server : bool, default False
+        Assume the server follows the protocol (honest but curious): thresholds down to 2 are
+        accepted, since no server splits the survivor set. Off by default: the least
+        threshold is then the one that makes the consistency check hold against a malicious
+        server with up to γ·n colluding clients.
+    """
+
+    corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION
+    dropout_fraction: float = DEFAULT_DROPOUT_FRACTION
+    min_threshold: int | None = None
+    min_neighbours: int | None = None
+    expected_clients: int | None = None
+    allow_unauthenticated: bool = False
+    trust_server: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("corrupt_fraction", "dropout_fraction"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and 0 <= v < 1):
+                raise ConfigError(f"{name} must be in [0, 1); got {v!r}")
+        for name in ("min_threshold", "min_neighbours", "expected_clients"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ConfigError(f"{name} must be a positive integer; got {v!r}")
+
+    def least_threshold(self, n: int) -> int:
+        """The smallest threshold accepted for a round over ``n`` clients."""
+        t = 2 if self.trust_server else consistency_threshold(n, self.corrupt_fraction)
+        return min(n, max(t, self.min_threshold or 0))
+
+    def least_neighbours(self, n: int) -> int:
+        """The fewest neighbours accepted for ``n`` clients (n − 1: complete graph only)."""
+        k = default_neighbours(n) if self.min_neighbours is None else self.min_neighbours
+        return min(k, n - 1)
+
+    def problem(self, params: SessionParams, roster: Roster | None,
+                roster_fingerprint: bytes) -> str | None:
+        """Why a round with ``params`` is outside this policy (``None`` when it is inside).
+
+        Parameters
+        ----------
+        params : SessionParams
+            What the server asks for.
+        roster : Roster or None
+            The client's own roster.
+        roster_fingerprint : bytes
+            The roster fingerprint the server says it runs the round over.
+        """
+        if roster is None:
+            if not self.allow_unauthenticated:
+                return ("an unauthenticated round (this client has no roster: give it the "
+                        "federation's roster, or allow unauthenticated rounds explicitly)")
+            if roster_fingerprint:
+                return "a round over a roster this client does not have"
+            n = self.expected_clients or params.num_clients
+        else:
+            if roster_fingerprint != roster.fingerprint():
+                return ("a round over another roster (its fingerprint differs from this "
+                        "client's roster: the server may have added, dropped or swapped clients)")
+            n = len(roster)
+        if params.num_clients != n:
+            return (f"a round over {params.num_clients} clients; the federation's roster has "
+                    f"{n}")
+        # Unauthenticated, the server could substitute keys and read everything whatever the
+        # threshold: the round is in the honest-but-curious model, where t ≥ 2 suffices.
+        least = 2 if roster is None else self.least_threshold(n)
+        if not least <= params.threshold <= n:
+            return (f"threshold t={params.threshold} for {n} clients; this client accepts "
+                    f"t between {least} and {n} (corrupt fraction {self.corrupt_fraction:.3g})")
+        k_min = self.least_neighbours(n)
+        if params.neighbours < k_min:
+            return (f"a graph of {params.neighbours} neighbours per client; this client "
+                    f"accepts at least {k_min} for {n} clients")
+        if params.share_threshold < 2:
+            return f"a share threshold of {params.share_threshold} (at least 2 needed)"
+        return None
