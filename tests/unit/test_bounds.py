@@ -16,7 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ghofl.client.job import ClientJob
-from ghofl.errors import AggregationAbortedError, InputError, TotalOutOfBoundsError
+from ghofl.errors import (
+    AggregationAbortedError,
+    InputError,
+    StatsValidationError,
+    TotalOutOfBoundsError,
+)
 from ghofl.privacy import (
     DPConfig,
     NoisePlan,
@@ -440,3 +445,12 @@ def test_central_release_checks_the_exact_total_first() -> None:
     with pytest.raises(TotalOutOfBoundsError, match=r"^the central DP release aborted: .*first "
                                                     r"moment \(class 'a'\)"):
         release_central(_poisoned(good), plan, np.random.default_rng(0), limits)
+
+
+def test_vectors_of_another_layout_are_refused() -> None:
+    s = _payloads(1, "diag")[0]
+    ints, floats = schema_for("diag").flatten(s)
+    with pytest.raises(StatsValidationError, match=(
+            r"^the vectors checked against the bounds must have shapes \(4,\) and \(36,\) for "
+            r"mode 'diag' statistics with C=3 and d=6; got \(4,\) and \(35,\)")):
+        check_bounds(s.meta, ints, floats[:-1], TotalLimits(R))

@@ -62,7 +62,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import erfcinv
 
-from ghofl.errors import InputError, TotalOutOfBoundsError
+from ghofl.errors import InputError, StatsValidationError, TotalOutOfBoundsError
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import Kind, parts, schema_for, unpack_upper
@@ -208,7 +208,7 @@ def _z_two_sided(p: float) -> float:
 def _tolerances(meta: StatsMeta, limits: TotalLimits, samples: float) -> _Tol:
     d, c = meta.dim, meta.num_classes
     terms = samples + d + limits.num_clients + 2
-    gamma = terms * _U / (1.0 - terms * _U)
+    gamma = terms * _U / (1.0 - terms * _U) if terms * _U < 0.5 else 1.0  # γ_m, for m·u < 1/2
     gamma = (1.0 + gamma) * (1.0 + limits.rounding) - 1.0
     err = limits.entry_error
     noise = limits.noise or {}
@@ -272,16 +272,28 @@ def check_bounds(meta: StatsMeta, ints: NDArray[np.generic], floats: NDArray[np.
     -------
     tuple of BoundFailure
         Empty when every check passes.
+
+    Raises
+    ------
+    StatsValidationError
+        The vectors do not have the layout of ``meta``.
     """
     iv = np.asarray(ints, dtype=np.float64)
     fv = np.asarray(floats, dtype=np.float64)
-    bad = [name for name, v in (("counts", iv), ("floats", fv)) if not np.all(np.isfinite(v))]
-    if bad:
-        return tuple(BoundFailure("finite", w, "holds NaN or infinite values") for w in bad)
     sch = schema_for(meta.mode)
     c, d = meta.num_classes, meta.dim
     ilay = {s.name: s for s in sch.int_layout(c, d, meta.has_holdout)}
     flay = {s.name: s for s in sch.float_layout(c, d, meta.has_holdout)}
+    sizes = (sum(g.size for g in ilay.values()), sum(g.size for g in flay.values()))
+    if (iv.shape, fv.shape) != ((sizes[0],), (sizes[1],)):
+        raise StatsValidationError(
+            f"the vectors checked against the bounds must have shapes ({sizes[0]},) and "
+            f"({sizes[1]},) for mode {meta.mode!r} statistics with C={c} and d={d}; got "
+            f"{iv.shape} and {fv.shape}; pass the vectors of ModeSchema.flatten"
+        )
+    bad = [name for name, v in (("counts", iv), ("floats", fv)) if not np.all(np.isfinite(v))]
+    if bad:
+        return tuple(BoundFailure("finite", w, "holds NaN or infinite values") for w in bad)
     out: list[BoundFailure] = []
     for part in parts(meta.has_holdout):
         seg = ilay[part + "counts"]
@@ -316,9 +328,11 @@ def _check_counts(meta: StatsMeta, part: str, counts: F64, n_clipped: float,
     out: list[BoundFailure] = []
     n, m = limits.num_clients, limits.max_samples
     cap = math.inf if m is None else float(n) * float(m)
-    low, high = -(tol.m_count + tol.e_count), cap + tol.m_count + tol.e_count
-    for c in np.flatnonzero((counts < low) | (counts > high)):
-        what = f"[0, n·M] = [0, {cap:.6g}]" if m is not None else "[0, ∞)"
+    slack = tol.m_count + tol.e_count
+    what = f"[0, n·M] = [0, {cap:.6g}]" if m is not None else "[0, ∞)"
+    if limits.noise is not None:
+        what += f" by more than the noise margin {slack:.3g}"
+    for c in np.flatnonzero((counts < -slack) | (counts > cap + slack)):
         out.append(BoundFailure("counts", _cls(meta, part, int(c)),
                                 f"N_c = {counts[c]:.10g} lies outside {what}"))
     if limits.noise is None:
