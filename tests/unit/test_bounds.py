@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -315,22 +316,24 @@ def test_the_plans_server_refuses_a_poisoned_secure_total_and_fits_an_honest_one
 
 
 @pytest.mark.parametrize("dp", [None, DPConfig(2.0)], ids=["no-dp", "central-dp"])
-def test_the_plans_server_refuses_a_poisoned_plain_total(dp: DPConfig | None) -> None:
+def test_the_plain_server_excludes_a_poisoned_payload_and_keeps_the_round(
+        dp: DPConfig | None) -> None:
     payloads = _payloads(4, "diag")
     ids = _ids(4)
     plan = _plan("diag", dp, "plain")
     bad = [PlainClient(c, _poisoned(p) if i == 1 else p)
            for i, (c, p) in enumerate(zip(ids, payloads, strict=True))]
-    what = "the plain sum" if dp is None else "the central DP release"
-    with pytest.raises(TotalOutOfBoundsError, match=(
-            rf"^{what} aborted: the total fails the bounds of clipping at R=6 with no public "
-            r"maximum of samples over n=4 clients: first moment \(class 'a'\)")):
-        FederationServer(plan, ids, payloads[0].meta).aggregate(
-            InMemoryTransport(bad), noise_rng=np.random.default_rng(0))
-    ok = FederationServer(plan, ids, payloads[0].meta).aggregate(
-        InMemoryTransport([PlainClient(c, p) for c, p in zip(ids, payloads, strict=True)]),
-        noise_rng=np.random.default_rng(0))
-    assert (ok.privacy is None) == (dp is None)
+    server = FederationServer(plan, ids, payloads[0].meta)
+    out = server.aggregate(InMemoryTransport(bad), noise_rng=np.random.default_rng(0))
+    assert list(out.report.excluded) == ["site-1"]
+    assert re.match(r"^input: sent statistics that clipping at R=6 with no public maximum of "
+                    r"samples over one client cannot produce: first moment \(class 'a'\): ",
+                    out.report.excluded["site-1"])
+    assert out.report.survivors == ["site-0", "site-2", "site-3"]
+    expected = sum_stats([payloads[0], *payloads[2:]])
+    if dp is None:
+        np.testing.assert_array_equal(out.total.sums, expected.sums)
+    assert (out.privacy is None) == (dp is None)
 
 
 # ---------------------------------------------------------------------- differential privacy

@@ -8,8 +8,11 @@ the differential-privacy release) and :meth:`FederationServer.fit` (the plan's s
 Only this module builds a :class:`~ghofl.secure.SecAggServer`, a
 :class:`~ghofl.secure.PlainServer` or a DP release. Every total is checked against what
 clipping allows (:mod:`ghofl.secure.bounds`) before anything is fitted or released: the secure
-sum as it is decoded, the distributed-DP sum with its public noise, the plain sum after it
-arrives; a total that fails is refused with :class:`~ghofl.errors.TotalOutOfBoundsError`.
+sum as it is decoded (:class:`~ghofl.secure.bounds.BoundedDecoder`), the distributed-DP sum
+with its public noise (:class:`~ghofl.privacy.NoisyDecoder`); a total that fails is refused
+with :class:`~ghofl.errors.TotalOutOfBoundsError`. The plain server checks every payload as it
+arrives and excludes one that fails (the laws are additive, so the plain sum of payloads that
+pass passes too).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.secure import AggregationReport, PlainServer, SecAggServer, run_aggregation
-from ghofl.secure.bounds import BoundedDecoder, TotalLimits, check_stats_bounds, refuse_total
+from ghofl.secure.bounds import BoundedDecoder
 from ghofl.secure.transport import Transport
 from ghofl.server.plan import FederationPlan
 from ghofl.server_job import ServerResult, run_server_job
@@ -124,9 +127,9 @@ class FederationServer:
         AggregationAbortedError
             The protocol aborted; the store (if any) is closed either way.
         TotalOutOfBoundsError
-            The total fails the bounds that clipping allows (``ghofl.secure.bounds``: checked
-            on the decoded secure sum, the noisy distributed-DP sum and the plain sum, before
-            any DP release); nothing is released.
+            The secure total fails the bounds that clipping allows (``ghofl.secure.bounds``:
+            checked on the decoded sum, also with its distributed DP noise); nothing is
+            released.
         """
         t0 = time.perf_counter()
         try:
@@ -136,27 +139,15 @@ class FederationServer:
                 self._store.close()
         seconds = time.perf_counter() - t0
         total, privacy = report.total, None
-        limits = self._plain_limits(report)
-        if limits is not None and self._noise is None:
-            refuse_total(check_stats_bounds(total, limits), limits, "the plain sum")
         if self._noise is not None:
             from ghofl.privacy import release_central
 
             release = (self._decoder.release if self._decoder is not None else
                        release_central(report.total, self._noise,
-                                       noise_rng or np.random.default_rng(), limits))
+                                       noise_rng or np.random.default_rng()))
             assert release is not None
             total, privacy = release.stats, release.to_dict()
         return Aggregated(report, total, privacy, seconds)
-
-    def _plain_limits(self, report: AggregationReport) -> TotalLimits | None:
-        """Bounds of a plain total (the secure protocol checks its own while decoding):
-        clipping at R over the survivors, no public M; ``None`` without clipping."""
-        clip = self.plan.client.clip_norm
-        if self.plan.secure or clip is None:
-            return None
-        return TotalLimits(float(clip), max(len(report.survivors), 1), None,
-                           rounding=report.total.rounding)
 
     def fit(self, total: ClientStats, *, out_dir: Path | None = None,
             test: tuple[NDArray[Any], NDArray[Any]] | None = None,
