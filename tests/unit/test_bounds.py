@@ -154,7 +154,7 @@ def test_counts_must_be_integral_and_within_n_times_m() -> None:
             if f.check == "counts"] == [f"N_c = {half[1]:g} is not an integer"]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(mode=st.sampled_from(MODES), seed=st.integers(0, 2**32 - 1),
        clients=st.integers(1, 6), scale=st.sampled_from([0.1, 1.0, 50.0]),
        axis=st.booleans(), projected=st.booleans())
@@ -295,6 +295,35 @@ def test_a_poisoning_client_gets_the_secure_total_refused(attack: str, encode: E
         run_aggregation(server, InMemoryTransport(clients))
     assert named in str(info.value)
     assert isinstance(info.value, AggregationAbortedError)
+
+
+def _one_more(stats: ClientStats, params: SessionParams) -> np.ndarray:
+    """The honest words with one sample more in class 'a' (a zero vector: only the count)."""
+    words = params.codec.encode(stats).copy()
+    words[0] += np.uint64(1)
+    return words
+
+
+@pytest.mark.parametrize("poison", [False, True])
+def test_the_count_bound_is_tight_over_the_clients_in_the_sum(poison: bool) -> None:
+    """Five clients of exactly M = 60 samples, one dropped before its masked input: the four
+    in the sum reach 4·M exactly and pass; one sample more is refused against 4·M, not 5·M."""
+    payloads = _payloads(5, "diag")
+    ids = _ids(5)
+    clients = [SecAggClient(c, p, encode=_one_more if poison and i == 0 else None)
+               for i, (c, p) in enumerate(zip(ids, payloads, strict=True))]
+    server = SecAggServer(SecAggConfig(clip_norm=R, threshold=3, max_samples=60),
+                          payloads[0].meta, ids,
+                          decode=BoundedDecoder(lambda: len(server.survivors)))
+    transport = InMemoryTransport(clients, {"mask": 1}, seed=3)  # drops a client other than 0
+    if not poison:
+        report = run_aggregation(server, transport)
+        assert len(report.survivors) == 4 and report.total.n_samples == 240
+        assert "site-0" in report.survivors
+        return
+    with pytest.raises(TotalOutOfBoundsError, match=(
+            r"over n=4 clients: total count \(all classes\): Σ_c N_c = 241 > n·M = 240")):
+        run_aggregation(server, transport)
 
 
 def _plan(mode: str, dp: DPConfig | None = None, protocol: str = "secure") -> FederationPlan:
