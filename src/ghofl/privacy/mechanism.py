@@ -323,7 +323,8 @@ def noise_share_encoder(plan: NoisePlan, rng: np.random.Generator
                 f"secure aggregation uses the public clipping bound R={codec.clip_norm:g} but "
                 f"these statistics were computed with R={stats.meta.clip_norm!r}"
             )
-        refuse_client_stats(stats, codec.max_samples)
+        ints, floats = schema_for(plan.stats_mode).flatten(stats)
+        refuse_client_stats(stats, codec.max_samples, (ints, floats))
         share = 1.0 / math.sqrt(params.threshold)
         margin = _noise_margin(plan, share)
         if stats.n_samples + margin > codec.max_samples:
@@ -340,7 +341,6 @@ def noise_share_encoder(plan: NoisePlan, rng: np.random.Generator
                 "lower max_samples"
             )
         c = stats.num_classes
-        ints, floats = schema_for(plan.stats_mode).flatten(stats)
         dc, df = draw_noise(plan, c, stats.dim, rng, scale=share, clamp=NOISE_CLAMP_SIGMAS)
         words = np.zeros_like(ints)
         words[:c] = np.rint(np.ldexp(ints[:c].astype(np.float64) + dc, COUNT_FRACTION_BITS))

@@ -306,7 +306,7 @@ def check_bounds(meta: StatsMeta, ints: NDArray[np.generic], floats: NDArray[np.
         tol = _tolerances(meta, limits, samples)
         with np.errstate(over="ignore", invalid="ignore"):
             out += _check_counts(meta, part, counts, n_clipped, limits, tol)
-            for mom in _moments(meta, part, counts, blocks):
+            for mom in _moments(meta, part, counts, blocks, psd):
                 out += _check_moment(mom, limits, tol, psd)
     order = {name: i for i, name in enumerate(CHECKS)}
     return tuple(sorted(out, key=lambda f: order[f.check]))
@@ -351,27 +351,35 @@ def _check_counts(meta: StatsMeta, part: str, counts: F64, n_clipped: float,
     return out
 
 
-def _moments(meta: StatsMeta, part: str, counts: F64, blocks: Mapping[str, F64]
-             ) -> Iterator[_Moment]:
+def _moments(meta: StatsMeta, part: str, counts: F64, blocks: Mapping[str, F64],
+             matrices: bool) -> Iterator[_Moment]:
+    """The moments to test, one class at a time (then the pooled B); the (d, d) matrices are
+    unpacked only when ``matrices`` (for the PSD check), else only their traces are read."""
     c, d = meta.num_classes, meta.dim
     sums = blocks["sums"].reshape(c, d)
     scatter = blocks.get("class_scatter")
     sq = blocks.get("sq_sums")
+    tri = d * (d + 1) // 2
+    on_diag = np.cumsum(np.r_[0, np.arange(d, 1, -1)])  # (i, i) in a packed upper triangle
+
+    def matrix(packed: F64) -> tuple[float, F64 | None]:
+        return (float(np.sum(packed[on_diag])),
+                unpack_upper(packed, d) if matrices else None)
+
     for k in range(c):
         where = _cls(meta, part, k)
         if scatter is not None:
-            tri = d * (d + 1) // 2
-            mat = unpack_upper(scatter[k * tri : (k + 1) * tri], d)
-            yield _Moment(where, float(counts[k]), sums[k], float(np.trace(mat)), mat, None)
+            tr, mat = matrix(scatter[k * tri : (k + 1) * tri])
+            yield _Moment(where, float(counts[k]), sums[k], tr, mat, None)
         else:
             assert sq is not None
             diag = sq.reshape(c, d)[k]
             yield _Moment(where, float(counts[k]), sums[k], float(np.sum(diag)), None, diag)
     b = blocks.get("scatter")
     if b is not None:
-        mat = unpack_upper(b, d)
-        yield _Moment(f"{part}pooled B", float(np.sum(counts)), sums.sum(axis=0),
-                      float(np.trace(mat)), mat, None, pooled=True)
+        tr, mat = matrix(b)
+        yield _Moment(f"{part}pooled B", float(np.sum(counts)), sums.sum(axis=0), tr, mat,
+                      None, pooled=True)
 
 
 def _norm(v: F64) -> float:
@@ -434,8 +442,19 @@ def _psd_failure(mom: _Moment, tol: _Tol) -> str | None:
 
 
 # ---------------------------------------------------------------------- the two sides
-def refuse_client_stats(stats: ClientStats, max_samples: int) -> None:
-    """Client side: refuse to encode statistics that clipping at their R cannot produce.
+def refuse_client_stats(stats: ClientStats, max_samples: int,
+                        flat: tuple[NDArray[np.int64], NDArray[np.float64]] | None = None
+                        ) -> None:
+    """Client side: refuse to encode statistics that clipping at their R cannot produce (one
+    client, at most ``max_samples``; PSD is not re-checked: :class:`ClientStats` validates it).
+
+    Parameters
+    ----------
+    stats : ClientStats
+    max_samples : int
+        M.
+    flat : (ints, floats), optional
+        ``schema_for(stats.mode).flatten(stats)`` when the caller has it already.
 
     Raises
     ------
@@ -446,7 +465,8 @@ def refuse_client_stats(stats: ClientStats, max_samples: int) -> None:
     if r is None:
         return
     limits = TotalLimits(float(r), 1, int(max_samples), rounding=stats.rounding)
-    failures = check_stats_bounds(stats, limits, psd=False)  # validated by ClientStats
+    ints, floats = schema_for(stats.mode).flatten(stats) if flat is None else flat
+    failures = check_bounds(stats.meta, ints, floats, limits, psd=False)
     if failures:
         raise InputError(
             f"these statistics are not what {limits.describe()} can produce: "

@@ -149,8 +149,8 @@ class FixedPointCodec:
                 f"M={self.max_samples} per client that bounds the fixed-point encoding; raise "
                 "max_samples (--max-samples) for the whole federation"
             )
-        refuse_client_stats(stats, self.max_samples)
         ints, floats = schema_for(meta.mode).flatten(stats)
+        refuse_client_stats(stats, self.max_samples, (ints, floats))
         return self.encode_vectors(meta, ints, floats)
 
     def encode_vectors(self, meta: StatsMeta, ints: NDArray[np.int64],
