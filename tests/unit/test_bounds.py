@@ -486,3 +486,25 @@ def test_vectors_of_another_layout_are_refused() -> None:
             r"^the vectors checked against the bounds must have shapes \(4,\) and \(36,\) for "
             r"mode 'diag' statistics with C=3 and d=6; got \(4,\) and \(35,\)")):
         check_bounds(s.meta, ints, floats[:-1], TotalLimits(R))
+
+
+@pytest.mark.parametrize("limbs", [1, 2])
+@pytest.mark.parametrize("mode", MODES)
+def test_rounding_tolerances_are_tight(limbs: int, mode: str) -> None:
+    """Totals at the bounds pass; the same totals 10⁻⁷ beyond them fail: the tolerances are
+    rounding (γ of M + d + n + 2 additions, the codec's error bound), not a loose constant."""
+    payloads = _worst_case(5, mode)
+    codec = FixedPointCodec(5, 1000, R, limbs)
+    words = np.zeros(codec.length(payloads[0].meta), np.uint64)
+    for p in payloads:
+        words += codec.encode(p)
+    meta = payloads[0].meta
+    ints, floats = codec.decode_vectors(meta, words)
+    limits = TotalLimits.for_codec(codec)
+    assert check_bounds(meta, ints, floats, limits) == ()
+    lay = {g.name: g for g in schema_for(mode).float_layout(3, D)}
+    second = lay["class_scatter" if mode == "full" else "sq_sums"]
+    for name, seg in (("first moment", lay["sums"]), ("second moment", second)):
+        over = floats.copy()
+        over[seg.offset] *= 1.0 + 1e-7  # class 'a', coordinate 0: the one at the bound
+        assert name in _failed(check_bounds(meta, ints, over, limits))
