@@ -32,21 +32,27 @@ values (u = 2⁻⁵³, γ_m = m·u/(1 − m·u), the classic bound of m floating
 * the fixed-point words (:class:`~ghofl.secure.fixedpoint.FixedPointCodec`) add at most
   ``error_bound(kind)`` to every entry: √d times that to a norm, d times that to a trace or
   to an eigenvalue;
-* the PSD test (one Cholesky factorisation of S + τ·I) uses τ = (γ_m + d·u)·tr S + d·e₂.
+* the PSD test (one Cholesky factorisation of S + τ·I) uses τ = (γ_m + d·u)·tr S + d·e₂,
+  e₂ the codec's error bound of a second-moment entry (a matrix of entries within e₂ has
+  eigenvalues within d·e₂; the factorisation's own backward error is within d·u·tr S).
 
 Differential privacy. A total released under distributed DP carries Gaussian noise of public
 standard deviation σ_b per entry of block b (:class:`TotalLimits` ``noise``); the checks then
 widen each bound by a margin that honest noise exceeds with probability at most
 ``failure_probability`` (default 10⁻⁹) over the whole total: the probability is split evenly
-over the m events tested (a union bound), and with p = 10⁻⁹/m each margin is
+over the m = 4(C + 1) events tested per section (a union bound: count, first moment,
+second moment and PSD of each class and of the pooled terms), and with p = 10⁻⁹/m each
+margin is
 
 * a count, a trace (a sum of d entries, σ√d): z_p·σ, z_p the two-sided Gaussian quantile;
 * a norm of d noisy entries: σ(√d + √(2 ln 1/p)) (the norm is 1-Lipschitz, E‖g‖ ≤ √d);
 * the smallest eigenvalue of a noisy symmetric d×d matrix: σ(2√d + 2√(ln 1/p)) (E λ_max of
-  the noise ≤ 2σ√d, and λ_max is √2·σ-Lipschitz in the independent entries);
+  the noise ≤ 2σ√d, as for the GOE, which has more diagonal noise and so, λ_max being
+  convex, a larger mean; and λ_max is √2·σ-Lipschitz in the independent entries);
 * an entry of a noisy D_c, each of d: the one-sided quantile of p/d.
 
-The noise is treated as Gaussian; distributed shares are clamped at 12 standard deviations
+Under central DP the server checks the exact total before it adds noise (no margin). The
+noise is treated as Gaussian; distributed shares are clamped at 12 standard deviations
 (:mod:`ghofl.privacy.mechanism`, N4), which acts with probability below 10⁻²⁵ and only
 shrinks the noise.
 """
