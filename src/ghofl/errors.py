@@ -121,6 +121,16 @@ class AggregationAbortedError(GhoflError, RuntimeError):
     secret could not be recovered); nothing partial was produced."""
 
 
+class TotalOutOfBoundsError(AggregationAbortedError):
+    """A decoded total fails the bounds that clipping at R with at most M samples per client
+    allows (``ghofl.secure.bounds``): a client sent statistics beyond them, so nothing is
+    fitted or released. :attr:`checks` names the failed checks."""
+
+    def __init__(self, message: str, checks: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.checks = checks
+
+
 class MissingExtraError(GhoflError, ImportError):
     """An optional dependency is not installed."""
 

@@ -36,6 +36,7 @@ from ghofl.errors import ConfigError, InputError
 from ghofl.privacy.accounting import calibrate_noise_multiplier, check_epsilon_delta
 from ghofl.privacy.postprocess import postprocess
 from ghofl.privacy.sensitivity import COUNTS, block_names, block_sensitivities
+from ghofl.secure.bounds import TotalLimits, check_bounds, refuse_client_stats, refuse_total
 from ghofl.secure.config import SessionParams
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
@@ -251,8 +252,8 @@ class PrivateRelease:
                 "delta_spent": self.delta_spent, "postprocessing": list(self.notes)}
 
 
-def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generator
-                    ) -> PrivateRelease:
+def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generator,
+                    limits: TotalLimits | None = None) -> PrivateRelease:
     """Central mode: the server noises the exact total (N2) and post-processes it.
 
     Parameters
@@ -262,9 +263,19 @@ def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generato
     plan : NoisePlan
     rng : numpy.random.Generator
         Source of the noise (use an unseeded, OS-entropy generator in deployment).
+    limits : TotalLimits, optional
+        Public bounds the exact total is checked against before any noise is drawn.
+
+    Raises
+    ------
+    TotalOutOfBoundsError
+        ``total`` fails ``limits``; nothing is released.
     """
     _check_meta(total.meta, plan)
     ints, floats = schema_for(plan.stats_mode).flatten(total)
+    if limits is not None:
+        refuse_total(check_bounds(total.meta, ints, floats, limits), limits,
+                     "the central DP release")
     c = total.num_classes
     dc, df = draw_noise(plan, c, total.dim, rng)
     stats, notes = postprocess(total.meta, ints[:c].astype(np.float64) + dc, floats + df)
@@ -312,6 +323,8 @@ def noise_share_encoder(plan: NoisePlan, rng: np.random.Generator
                 f"secure aggregation uses the public clipping bound R={codec.clip_norm:g} but "
                 f"these statistics were computed with R={stats.meta.clip_norm!r}"
             )
+        ints, floats = schema_for(plan.stats_mode).flatten(stats)
+        refuse_client_stats(stats, codec.max_samples, (ints, floats))
         share = 1.0 / math.sqrt(params.threshold)
         margin = _noise_margin(plan, share)
         if stats.n_samples + margin > codec.max_samples:
@@ -328,7 +341,6 @@ def noise_share_encoder(plan: NoisePlan, rng: np.random.Generator
                 "lower max_samples"
             )
         c = stats.num_classes
-        ints, floats = schema_for(plan.stats_mode).flatten(stats)
         dc, df = draw_noise(plan, c, stats.dim, rng, scale=share, clamp=NOISE_CLAMP_SIGMAS)
         words = np.zeros_like(ints)
         words[:c] = np.rint(np.ldexp(ints[:c].astype(np.float64) + dc, COUNT_FRACTION_BITS))
@@ -348,13 +360,37 @@ def _noise_margin(plan: NoisePlan, share: float) -> float:
 class NoisyDecoder:
     """Distributed mode, server side: the ``decode`` of a :class:`~ghofl.secure.SecAggServer`.
 
-    Decodes the unmasked sum of noisy payloads without validating it, post-processes it into
-    valid statistics and keeps the :class:`PrivateRelease` in :attr:`release`.
+    Decodes the unmasked sum of noisy payloads, checks it against the public bounds widened
+    by the public noise (:func:`~ghofl.secure.bounds.check_bounds` with the total's σ_b·√(s/t)
+    per block, s the clients in the sum), post-processes it into valid statistics and keeps
+    the :class:`PrivateRelease` in :attr:`release`.
+
+    Parameters
+    ----------
+    plan : NoisePlan
+    contributors : callable returning int, optional
+        How many clients are in the sum (the server half's survivors); default the round's n.
+
+    Raises (when called)
+    --------------------
+    TotalOutOfBoundsError
+        The noisy total fails the bounds (a client sent statistics beyond them); nothing is
+        released (:attr:`release` stays ``None``).
     """
 
-    def __init__(self, plan: NoisePlan) -> None:
+    def __init__(self, plan: NoisePlan, contributors: Callable[[], int] | None = None) -> None:
         self.plan = plan
         self.release: PrivateRelease | None = None
+        self._contributors = contributors
+
+    def limits(self, params: SessionParams) -> TotalLimits:
+        """The bounds a noisy total of this round is checked against."""
+        s = params.num_clients if self._contributors is None else self._contributors()
+        s = min(max(int(s), 1), params.num_clients)
+        spread = math.sqrt(s / params.threshold)  # s shares of variance σ²/t each (N3)
+        noise = {b: sigma * spread for b, sigma in self.plan.sigma.items()}
+        return TotalLimits.for_codec(params.codec, s, noise,
+                                     count_error=s * 2.0 ** -(COUNT_FRACTION_BITS + 1))
 
     def __call__(self, params: SessionParams, meta: StatsMeta,
                  words: NDArray[np.uint64]) -> ClientStats:
@@ -362,6 +398,9 @@ class NoisyDecoder:
         ints, floats = params.codec.decode_vectors(meta, words)
         c = meta.num_classes
         counts = np.ldexp(ints[:c].astype(np.float64), -COUNT_FRACTION_BITS)
+        limits = self.limits(params)
+        refuse_total(check_bounds(meta, np.concatenate([counts, ints[c:]]), floats, limits),
+                     limits, "the distributed DP release")
         stats, notes = postprocess(meta, counts, floats)
         entries = params.num_clients * (c + floats.size)
         p = truncation_probability(entries)

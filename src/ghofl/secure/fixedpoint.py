@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import ConfigError, InputError
+from ghofl.secure.bounds import refuse_client_stats
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import Kind, ModeSchema, schema_for
@@ -130,7 +131,8 @@ class FixedPointCodec:
         ------
         InputError
             The statistics were clipped with another bound, or exceed the public bounds (more
-            than M samples, or values larger than clipping to R allows).
+            than M samples, or values that clipping to R cannot produce: the checks of
+            :func:`ghofl.secure.bounds.check_bounds`, per class, not only per entry).
         """
         meta = stats.meta
         if meta.clip_norm is None or not math.isclose(meta.clip_norm, self.clip_norm,
@@ -148,6 +150,7 @@ class FixedPointCodec:
                 "max_samples (--max-samples) for the whole federation"
             )
         ints, floats = schema_for(meta.mode).flatten(stats)
+        refuse_client_stats(stats, self.max_samples, (ints, floats))
         return self.encode_vectors(meta, ints, floats)
 
     def encode_vectors(self, meta: StatsMeta, ints: NDArray[np.int64],

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from ghofl.errors import AggregationAbortedError, ConfigError, ProtocolError
+from ghofl.secure.bounds import TotalLimits, bounds_message, check_stats_bounds
 from ghofl.secure.messages import (
     PROTOCOL_VERSION,
     ClientMessage,
@@ -165,7 +166,7 @@ class PlainServer:
             diffs = reference.differences(msg.stats.meta)
             if diffs:
                 return "holds statistics that differ from the federation's in " + "; ".join(diffs)
-        return None
+        return _out_of_bounds(msg.stats)
 
     def _add(self, stats: ClientStats) -> None:
         self._total.add(stats)
@@ -181,3 +182,18 @@ class PlainServer:
     @property
     def survivors(self) -> tuple[str, ...]:
         return tuple(self._survivors)
+
+
+def _out_of_bounds(stats: ClientStats) -> str | None:
+    """Why one payload is not what clipping at its R can produce (``None`` when it is, or
+    when it was not clipped); no public M in the plain protocol, so counts are only checked
+    to be non-negative integers. PSD is validated when the payload is built."""
+    clip = stats.meta.clip_norm
+    if clip is None:
+        return None
+    limits = TotalLimits(float(clip), rounding=stats.rounding)
+    failures = check_stats_bounds(stats, limits, psd=False)
+    if not failures:
+        return None
+    return (f"sent statistics that {limits.describe()} cannot produce: "
+            f"{bounds_message(failures)}")

@@ -42,6 +42,7 @@ from ghofl.secure._common import (
     share_aad,
     share_transcript,
 )
+from ghofl.secure.bounds import BoundedDecoder
 from ghofl.secure.config import SecAggConfig, SessionParams
 from ghofl.secure.identity import Roster, verify_signature
 from ghofl.secure.messages import (
@@ -94,8 +95,10 @@ class SecAggServer:
     record_view : bool, default False
         Keep every message received in :attr:`view` (for audits and tests).
     decode : callable (SessionParams, StatsMeta, ndarray of uint64) -> ClientStats, optional
-        How the unmasked sum becomes the total (default: the round's fixed-point codec); a
-        ``ValueError`` it raises aborts the round.
+        How the unmasked sum becomes the total (default:
+        :class:`~ghofl.secure.bounds.BoundedDecoder`, the round's fixed-point codec after
+        checking the total against what clipping allows); a ``ValueError`` it raises aborts
+        the round.
     roster : Roster, optional
         The federation's roster: signatures are checked and the round is bound to its
         fingerprint. Without it the round is unauthenticated (clients take part only when
@@ -436,11 +439,12 @@ class SecAggServer:
                     total -= words
                 else:
                     total += words
+        decode = self._decode or BoundedDecoder(lambda: len(self._survivors))
         try:
-            if self._decode is None:
-                self._result = self.params.codec.decode(self.meta, total)
-            else:
-                self._result = self._decode(self.params, self.meta, total)
+            self._result = decode(self.params, self.meta, total)
+        except AggregationAbortedError:  # a total beyond what clipping allows, named
+            self.state = "aborted"
+            raise
         except (StatsFormatError, ValueError) as exc:
             self.state = "aborted"
             raise AggregationAbortedError(

@@ -6,7 +6,13 @@ simulator hands it an :class:`~ghofl.secure.InMemoryTransport`, the Flower Serve
 :meth:`FederationServer.aggregate` (the protocol's server half, built here from the plan, and
 the differential-privacy release) and :meth:`FederationServer.fit` (the plan's server job).
 Only this module builds a :class:`~ghofl.secure.SecAggServer`, a
-:class:`~ghofl.secure.PlainServer` or a DP release.
+:class:`~ghofl.secure.PlainServer` or a DP release. Every total is checked against what
+clipping allows (:mod:`ghofl.secure.bounds`) before anything is fitted or released: the secure
+sum as it is decoded (:class:`~ghofl.secure.bounds.BoundedDecoder`), the distributed-DP sum
+with its public noise (:class:`~ghofl.privacy.NoisyDecoder`); a total that fails is refused
+with :class:`~ghofl.errors.TotalOutOfBoundsError`. The plain server checks every payload as it
+arrives and excludes one that fails (the laws are additive, so the plain sum of payloads that
+pass passes too).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.secure import AggregationReport, PlainServer, SecAggServer, run_aggregation
+from ghofl.secure.bounds import BoundedDecoder
 from ghofl.secure.identity import Roster
 from ghofl.secure.transport import Transport
 from ghofl.server.plan import FederationPlan
@@ -91,11 +98,15 @@ class FederationServer:
         self.half: SecAggServer | PlainServer
         ids = [str(c) for c in clients]
         if plan.secure:
+            def contributors() -> int:
+                return len(self.half.survivors)
+
+            decode: Callable[..., ClientStats] = BoundedDecoder(contributors)
             if plan.distributed_dp and self._noise is not None:
                 from ghofl.privacy import NoisyDecoder
 
-                self._decoder = NoisyDecoder(self._noise)
-            self.half = SecAggServer(plan.secagg_config(), meta, ids, decode=self._decoder,
+                decode = self._decoder = NoisyDecoder(self._noise, contributors)
+            self.half = SecAggServer(plan.secagg_config(), meta, ids, decode=decode,
                                      roster=roster)
         elif plan.aggregation.store:
             from ghofl.store import AggregationStore
@@ -121,6 +132,10 @@ class FederationServer:
         ------
         AggregationAbortedError
             The protocol aborted; the store (if any) is closed either way.
+        TotalOutOfBoundsError
+            The secure total fails the bounds that clipping allows (``ghofl.secure.bounds``:
+            checked on the decoded sum, also with its distributed DP noise); nothing is
+            released.
         """
         t0 = time.perf_counter()
         try:
