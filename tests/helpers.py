@@ -41,7 +41,9 @@ def policy_for(config: object, **overrides: object) -> object:
     from ghofl.secure.policy import ClientPolicy
 
     t, k = getattr(config, "threshold", None), getattr(config, "neighbours", None)
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, object] = {
+        name: getattr(config, name) for name in ("corrupt_fraction", "dropout_fraction",
+                                                 "sigma", "eta") if hasattr(config, name)}
     if t is not None:
         kwargs["trust_server"] = True
     if k is not None:

@@ -455,8 +455,9 @@ def _client_halves(plan: FederationPlan, ids: Sequence[str],
     identities = {cid: IdentityKey.generate() for cid in ids}
     roster = Roster.from_identities(identities)
     cfg = plan.secagg_config()
-    policy = ClientPolicy(trust_server=cfg.threshold is not None,
-                          min_neighbours=cfg.neighbours)
+    policy = ClientPolicy(corrupt_fraction=cfg.corrupt_fraction,
+                          dropout_fraction=cfg.dropout_fraction, sigma=cfg.sigma, eta=cfg.eta,
+                          trust_server=cfg.threshold is not None, min_neighbours=cfg.neighbours)
     noise = plan.noise_plan() if plan.distributed_dp else None
     return roster, [
         SecAggClient(cid, make, meta=meta, encode=None if noise is None else

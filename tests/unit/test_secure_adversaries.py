@@ -254,7 +254,7 @@ def test_a_roster_entry_for_an_invented_client_is_refused() -> None:
 def test_the_relayed_order_does_not_choose_the_graph() -> None:
     """The graph is fixed by the hash of the signed advertisements, not by the order the server
     relays them in: any permutation gives the same neighbourhoods."""
-    params = SecAggConfig(clip_norm=CLIP, neighbours=4).for_clients(20)
+    params = SessionParams(20, 14, 4, 1_000_000, CLIP, 2, 3)
     entries = tuple(RosterEntry(f"c{i:02d}", bytes([i]) * 32, bytes([i + 50]) * 32,
                                 bytes([i]) * 64) for i in range(20))
     rng = np.random.default_rng(0)
@@ -394,8 +394,10 @@ def test_dropouts_that_split_the_graph_abort_and_clients_refuse_the_partial_sums
     """On a ring (k = 2), two dropouts far apart cut the survivors in two: the honest server
     aborts, and a server that asks anyway is refused by every survivor."""
     n = 12
-    config = SecAggConfig(clip_norm=CLIP, neighbours=2, threshold=6)
-    policy = ClientPolicy(trust_server=True, min_neighbours=2)
+    # a ring is far below the sized degree: only with no corrupt or dropped clients assumed
+    lax = {"corrupt_fraction": 0.0, "dropout_fraction": 0.0, "sigma": 1.0, "eta": 1.0}
+    config = SecAggConfig(clip_norm=CLIP, neighbours=2, threshold=6, **lax)  # type: ignore[arg-type]
+    policy = ClientPolicy(trust_server=True, min_neighbours=2, **lax)  # type: ignore[arg-type]
     clients, server, _, _, _ = _federation(n, config, policy=policy, round_id=b"ring-round")
     transport = InMemoryTransport(clients)
     _stage(server, transport, "advertise")
@@ -510,3 +512,21 @@ def test_nodes_bind_to_their_roster_ids_and_nothing_else() -> None:
     bound, problems = bind_addresses(req, [("node-4", forged)], roster)
     assert bound == {} and problems == {
         "node-4": "claims the identity 'b' without its key's signature"}
+
+
+def test_a_client_refuses_a_share_threshold_below_what_its_graph_needs() -> None:
+    """On the sparse graph the server states t_s; one below what keeps exposure <= 2^-40 on
+    that graph (e.g. t_s = 2: two colluders rebuild a neighbour's secrets) is refused."""
+    n = 100
+    keys = {f"c{i:03d}": IdentityKey.generate() for i in range(n)}
+    roster = Roster.from_identities(keys)
+    payload = _payloads(1)[0]
+    client = SecAggClient("c000", payload, identity=keys["c000"], roster=roster)
+    server = SecAggServer(SecAggConfig(clip_norm=CLIP), payload.meta, roster=roster)
+    req = server.requests()["c000"]
+    params = SessionParams.from_items(req.params)
+    assert not params.complete_graph and params.share_threshold > 2
+    low = dataclasses.replace(params, shares_needed=2)
+    with pytest.raises(ProtocolError, match=rf"a share threshold of 2 for {params.neighbours} "
+                       rf"neighbours; this client needs at least {params.share_threshold} "):
+        client.handle(dataclasses.replace(req, params=low.items()))

@@ -15,6 +15,7 @@ from ghofl.secure import primitives as cr
 from ghofl.secure import shamir
 from ghofl.secure.fixedpoint import FixedPointCodec
 from ghofl.secure.graph import default_neighbours, harary_neighbours
+from ghofl.secure.graph_params import meets_targets, required_parameters, share_threshold_for
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import sum_stats
 from ghofl.stats.projection import ProjectionSpec
@@ -84,10 +85,13 @@ def test_harary_graph_is_complete_when_k_reaches_n_minus_1() -> None:
     assert all(nb == frozenset(set(range(6)) - {i}) for i, nb in enumerate(g))
 
 
-@pytest.mark.parametrize(("n", "k"), [(2, 1), (10, 9), (13, 12), (14, 12), (20, 14), (30, 16), (100, 20),
-                                      (1000, 30)])
-def test_default_neighbours_grow_with_log_n(n: int, k: int) -> None:
-    assert default_neighbours(n) == k
+@pytest.mark.parametrize("n", [2, 10, 14, 30, 100, 1000])
+def test_default_neighbours_are_sized_by_the_targets(n: int) -> None:
+    k = default_neighbours(n)
+    assert k == required_parameters(n)[0] <= n - 1
+    if k < n - 1:  # a sparse graph: the next smaller even degree misses a target
+        t_s = share_threshold_for(n, k - 2)
+        assert not meets_targets(n, k - 2, t_s, 1 / 3, 1 / 3, 40, 20)
 
 
 # ---------------------------------------------------------------------- primitives
@@ -254,6 +258,7 @@ def test_fixed_point_refuses_values_that_clipping_cannot_produce() -> None:
 
     from ghofl.stats.client_stats import ClientStats
     forged = ClientStats(replace(s.meta, clip_norm=1.0), s.counts, s.sums, sq_sums=s.sq_sums)
-    with pytest.raises(InputError, match=r"sums holds a value of magnitude .* above the public "
-                       r"bound .* the client did not clip its embeddings to R"):
+    with pytest.raises(InputError, match=r"these statistics are not what clipping at R=1 .* "
+                       r"first moment \(class '0'\): ‖A‖ = [\d.]+ > R·N = \d+; .* recompute "
+                       r"them from the embeddings with clipping at R=1"):
         FixedPointCodec(3, 1000, 1.0).encode(forged)

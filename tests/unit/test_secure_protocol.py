@@ -24,6 +24,7 @@ from ghofl.secure import (
 )
 from ghofl.secure import primitives as cr
 from ghofl.secure._common import share_aad
+from ghofl.secure.graph_params import required_parameters
 from ghofl.secure.messages import (
     AdvertiseRequest,
     ClientMessage,
@@ -108,11 +109,11 @@ def test_secure_sum_equals_plain_sum(mode: str, projected: bool, n: int) -> None
 @pytest.mark.usefixtures("fixed_graph")
 def test_secure_sum_on_a_sparse_graph_with_dropouts() -> None:
     payloads = _payloads(30, "pooled", seed=3)
-    report, server = _run(payloads, config=SecAggConfig(clip_norm=CLIP, neighbours=10,
-                                                        threshold=16),
+    report, server = _run(payloads, config=SecAggConfig(clip_norm=CLIP),
                           drops={"share": 2, "mask": 3, "unmask": 2}, seed=5)
-    assert server.params.neighbours == 10 and not server.params.complete_graph
-    assert server.params.share_threshold == 6  # ⌈11 · 16 / 30⌉
+    k, t_s = required_parameters(30)  # sized for exposure <= 2^-40, abort <= 2^-20
+    assert server.params.neighbours == k < 29 and not server.params.complete_graph
+    assert server.params.share_threshold == t_s
     assert len(report.survivors) == 25
     _assert_exact(report.total, _expected(payloads, report.survivors))
 
@@ -124,7 +125,9 @@ def test_a_neighbourhood_that_loses_too_many_share_holders_aborts() -> None:
     with pytest.raises(AggregationAbortedError,
                        match=r"the self-mask seed of client 'site-\d\d' cannot be recovered "
                              r"\(2 valid shares from its 5 share holders, 3 needed\); no result"):
-        _run(payloads, config=SecAggConfig(clip_norm=CLIP, neighbours=4, threshold=16),
+        # a small degree is allowed only under weaker targets: t_s = 3 of 5 holders
+        _run(payloads, config=SecAggConfig(clip_norm=CLIP, neighbours=4, corrupt_fraction=0.1,
+                                           dropout_fraction=0.0, sigma=8),
              drops={"share": 2, "mask": 4, "unmask": 3}, seed=0)
 
 
@@ -388,7 +391,8 @@ def test_exclusions_that_leave_too_few_clients_abort() -> None:
     payloads = _payloads(3, "diag")
     with pytest.raises(AggregationAbortedError, match=r"only 2 of 3 clients sent valid masked "
                        r"inputs, below the threshold t=3.*excluded: site-02"):
-        _run(payloads, config=SecAggConfig(clip_norm=CLIP, threshold=3),
+        # t = n tolerates no dropout: allowed only when the config expects none
+        _run(payloads, config=SecAggConfig(clip_norm=CLIP, threshold=3, dropout_fraction=0.0),
              wrap=_tamper("mask", _short_vector))
 
 

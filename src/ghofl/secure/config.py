@@ -8,7 +8,17 @@ from typing import Any
 
 from ghofl.errors import ConfigError, ProtocolError
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES, FixedPointCodec
-from ghofl.secure.graph import default_neighbours
+from ghofl.secure.graph_params import (
+    DEFAULT_CORRUPT_FRACTION,
+    DEFAULT_DROPOUT_FRACTION,
+    DEFAULT_ETA,
+    DEFAULT_SIGMA,
+    count_of,
+    graph_degree,
+    meets_targets,
+    required_parameters,
+    share_threshold_for,
+)
 
 __all__ = [
     "DEFAULT_CORRUPT_FRACTION",
@@ -17,11 +27,6 @@ __all__ = [
     "consistency_threshold",
     "default_threshold",
 ]
-
-
-#: Default γ: the largest fraction of the roster a client assumes may be corrupt (colluding
-#: with a malicious server).
-DEFAULT_CORRUPT_FRACTION = 1 / 3
 
 
 def consistency_threshold(n: int, corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION) -> int:
@@ -57,12 +62,19 @@ class SecAggConfig:
         learns only sums over at least t clients, and a malicious server with fewer than
         n/3 colluding clients cannot make the consistency check pass for two survivor sets.
     neighbours : int, optional
-        k, neighbours per client on the SecAgg+ graph. Default 2·⌈1.5·log2 n⌉, or the complete
-        graph (k = n − 1) when that is at least n − 1.
+        k, neighbours per client on the SecAgg+ graph. Default: the smallest degree meeting
+        exposure ≤ 2^-σ and abort ≤ 2^-η per honest client for the fractions below
+        (:func:`~ghofl.secure.graph_params.required_parameters`), or the complete graph
+        (k = n − 1) when no smaller one does.
     max_samples : int, default 1,000,000
         M, the public maximum number of samples per client (bounds the fixed-point range).
     limbs : {1, 2}, default 2
         64-bit words per float statistic (2: exact to float64 precision; 1: half the bytes).
+    corrupt_fraction, dropout_fraction : float, default 1/3
+        γ and δ, the fractions of corrupt and dropped clients the graph is sized for. A given
+        ``neighbours`` or ``threshold`` that cannot meet the targets for them is refused.
+    sigma, eta : float, default 40 and 20
+        The targets: exposure ≤ 2^-σ and abort ≤ 2^-η per honest client per round.
     """
 
     clip_norm: float
@@ -70,6 +82,10 @@ class SecAggConfig:
     neighbours: int | None = None
     max_samples: int = DEFAULT_MAX_SAMPLES
     limbs: int = 2
+    corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION
+    dropout_fraction: float = DEFAULT_DROPOUT_FRACTION
+    sigma: float = DEFAULT_SIGMA
+    eta: float = DEFAULT_ETA
 
     def __post_init__(self) -> None:
         if not (isinstance(self.clip_norm, int | float) and math.isfinite(self.clip_norm)
@@ -86,6 +102,8 @@ class SecAggConfig:
         if self.neighbours is not None and self.neighbours < 1:
             raise ConfigError(f"neighbours must be at least 1; got {self.neighbours}")
         FixedPointCodec(2, self.max_samples, float(self.clip_norm), self.limbs)  # checks
+        count_of(self.corrupt_fraction, 1)  # checks both fractions lie in [0, 1)
+        count_of(self.dropout_fraction, 1)
 
     def for_clients(self, n: int) -> SessionParams:
         """Resolve the defaults for a round over ``n`` clients.
@@ -106,8 +124,51 @@ class SecAggConfig:
                 f"threshold t={t} is larger than the number of clients ({n}); give "
                 f"--threshold between 2 and {n}"
             )
-        k = default_neighbours(n) if self.neighbours is None else min(int(self.neighbours), n - 1)
-        return SessionParams(n, t, k, self.max_samples, float(self.clip_norm), self.limbs)
+        k, t_s = self._graph(n, t)
+        return SessionParams(n, t, k, self.max_samples, float(self.clip_norm), self.limbs,
+                             t_s)
+
+    def _feasible(self, n: int) -> bool:
+        try:
+            required_parameters(n, self.corrupt_fraction, self.dropout_fraction, self.sigma,
+                                self.eta)
+        except ConfigError:
+            return False
+        return True
+
+    def _graph(self, n: int, t: int) -> tuple[int, int]:
+        """(k, t_s) for n clients: sized by the targets, or the user's k checked against them."""
+        gamma, delta = self.corrupt_fraction, self.dropout_fraction
+        k = n - 1 if self.neighbours is None else min(int(self.neighbours), n - 1)
+        if self.neighbours is None or graph_degree(n, k) >= n - 1:
+            try:
+                # a user's threshold is checked against the targets; the default one is
+                # the malicious-server consistency bound, which can exceed what dropouts at
+                # δ leave (γ + 2δ ≥ 1): docs/secure-aggregation.md states the trade-off
+                k, t_s = required_parameters(n, gamma, delta, self.sigma, self.eta,
+                                             complete_threshold=None if self.threshold is None
+                                             else t)
+            except ConfigError:
+                if self._feasible(n):
+                    raise  # a threshold that does meet the targets exists: name it
+                return n - 1, t  # too few clients for any graph to meet the targets
+            if self.neighbours is not None or k >= n - 1:
+                return n - 1, t
+            return k, t_s
+        t_s = share_threshold_for(n, k, gamma, self.sigma)
+        if not meets_targets(n, k, t_s, gamma, delta, self.sigma, self.eta):
+            try:
+                k_min = required_parameters(n, gamma, delta, self.sigma, self.eta)[0]
+                hint = f"give --neighbours {k_min} or more (or leave it unset)"
+            except ConfigError:
+                hint = "no graph over these clients meets them"
+            raise ConfigError(
+                f"neighbours k={k} cannot meet exposure <= 2^-{self.sigma:g} and abort <= "
+                f"2^-{self.eta:g} per client for {n} clients with corrupt fraction "
+                f"{gamma:.3g} ({count_of(gamma, n)}) and dropout fraction {delta:.3g} "
+                f"({count_of(delta, n)}): {hint}"
+            )
+        return k, t_s
 
 
 @dataclass(frozen=True)
@@ -124,6 +185,8 @@ class SessionParams:
         k, neighbours per client (n − 1: complete graph).
     max_samples, clip_norm, limbs :
         The fixed-point bounds (:class:`~ghofl.secure.fixedpoint.FixedPointCodec`).
+    shares_needed : int, optional
+        t_s, the share threshold (see :attr:`share_threshold`); None: derived from n, t, k.
     """
 
     num_clients: int
@@ -132,6 +195,7 @@ class SessionParams:
     max_samples: int
     clip_norm: float
     limbs: int
+    shares_needed: int | None = None
 
     @property
     def complete_graph(self) -> bool:
@@ -139,11 +203,14 @@ class SessionParams:
 
     @property
     def share_threshold(self) -> int:
-        """Shares needed to recover one client's secrets: t on the complete graph, else the
-        same fraction of its k + 1 share holders, ⌈(k + 1)·t / n⌉ (at least 2)."""
+        """Shares needed to recover one client's secrets: t on the complete graph; else
+        ``shares_needed``, or when not given the smallest t_s with exposure ≤ 2^-40 at a
+        corrupt fraction of 1/3 (:func:`~ghofl.secure.graph_params.share_threshold_for`)."""
         if self.complete_graph:
             return self.threshold
-        return max(2, math.ceil((self.neighbours + 1) * self.threshold / self.num_clients))
+        if self.shares_needed is not None:
+            return self.shares_needed
+        return share_threshold_for(self.num_clients, self.neighbours)
 
     @property
     def codec(self) -> FixedPointCodec:
@@ -156,15 +223,18 @@ class SessionParams:
     def to_dict(self) -> dict[str, Any]:
         return {"num_clients": self.num_clients, "threshold": self.threshold,
                 "neighbours": self.neighbours, "max_samples": self.max_samples,
-                "clip_norm": self.clip_norm, "limbs": self.limbs}
+                "clip_norm": self.clip_norm, "limbs": self.limbs,
+                "shares_needed": self.share_threshold}
 
     @classmethod
     def from_items(cls, items: tuple[tuple[str, str], ...]) -> SessionParams:
         """Parse :meth:`items`; raises :class:`ProtocolError` when malformed."""
         try:
             d = dict(items)
+            shares = d.get("shares_needed")
             return cls(int(d["num_clients"]), int(d["threshold"]), int(d["neighbours"]),
-                       int(d["max_samples"]), float(d["clip_norm"]), int(d["limbs"]))
+                       int(d["max_samples"]), float(d["clip_norm"]), int(d["limbs"]),
+                       None if shares in (None, "None") else int(shares))
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(
                 f"the round's public parameters are malformed ({exc!r}); the server and this "

@@ -12,14 +12,18 @@ import math
 from dataclasses import dataclass
 
 from ghofl.errors import ConfigError
-from ghofl.secure.config import DEFAULT_CORRUPT_FRACTION, SessionParams, consistency_threshold
-from ghofl.secure.graph import default_neighbours
+from ghofl.secure.config import SessionParams, consistency_threshold
+from ghofl.secure.graph_params import (
+    DEFAULT_CORRUPT_FRACTION,
+    DEFAULT_DROPOUT_FRACTION,
+    DEFAULT_ETA,
+    DEFAULT_SIGMA,
+    required_parameters,
+    share_threshold_for,
+)
 from ghofl.secure.identity import Roster
 
-__all__ = ["DEFAULT_DROPOUT_FRACTION", "ClientPolicy"]
-
-#: Default δ: the fraction of clients a client expects may drop out of a round.
-DEFAULT_DROPOUT_FRACTION = 1 / 3
+__all__ = ["ClientPolicy"]
 
 
 @dataclass(frozen=True)
@@ -33,11 +37,15 @@ class ClientPolicy:
         threshold accepted, :func:`~ghofl.secure.config.consistency_threshold`.
     dropout_fraction : float, default 1/3
         δ, the fraction of clients expected to drop out (sizes the least graph degree).
+    sigma, eta : float, default 40 and 20
+        The targets the least degree and share threshold are sized for: exposure ≤ 2^-σ and
+        abort ≤ 2^-η per honest client per round
+        (:func:`~ghofl.secure.graph_params.required_parameters`).
     min_threshold : int, optional
         A threshold floor above the one γ implies.
     min_neighbours : int, optional
-        The fewest neighbours accepted on a sparse graph (default:
-        :func:`~ghofl.secure.graph.default_neighbours` of the roster size).
+        The fewest neighbours accepted on a sparse graph (default: the degree the targets
+        need for the roster size, or the complete graph when no smaller one meets them).
     expected_clients : int, optional
         The roster size the client expects when it has no roster (with a roster: its size).
     allow_unauthenticated : bool, default False
@@ -53,6 +61,8 @@ class ClientPolicy:
 
     corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION
     dropout_fraction: float = DEFAULT_DROPOUT_FRACTION
+    sigma: float = DEFAULT_SIGMA
+    eta: float = DEFAULT_ETA
     min_threshold: int | None = None
     min_neighbours: int | None = None
     expected_clients: int | None = None
@@ -76,8 +86,22 @@ class ClientPolicy:
 
     def least_neighbours(self, n: int) -> int:
         """The fewest neighbours accepted for ``n`` clients (n − 1: complete graph only)."""
-        k = default_neighbours(n) if self.min_neighbours is None else self.min_neighbours
+        if self.min_neighbours is not None:
+            return min(self.min_neighbours, n - 1)
+        try:
+            k = required_parameters(n, self.corrupt_fraction, self.dropout_fraction,
+                                    self.sigma, self.eta)[0]
+        except ConfigError:
+            return n - 1
         return min(k, n - 1)
+
+    def least_share_threshold(self, params: SessionParams) -> int:
+        """The fewest shares per secret accepted: t on the complete graph, else the share
+        threshold that keeps exposure ≤ 2^-σ at this policy's γ on the round's graph."""
+        if params.complete_graph:
+            return params.threshold
+        return share_threshold_for(params.num_clients, params.neighbours,
+                                   self.corrupt_fraction, self.sigma)
 
     def problem(self, params: SessionParams, roster: Roster | None,
                 roster_fingerprint: bytes) -> str | None:
@@ -117,6 +141,9 @@ class ClientPolicy:
         if params.neighbours < k_min:
             return (f"a graph of {params.neighbours} neighbours per client; this client "
                     f"accepts at least {k_min} for {n} clients")
-        if params.share_threshold < 2:
-            return f"a share threshold of {params.share_threshold} (at least 2 needed)"
+        t_s = self.least_share_threshold(params)
+        if params.share_threshold < max(2, t_s):
+            return (f"a share threshold of {params.share_threshold} for {params.neighbours} "
+                    f"neighbours; this client needs at least {max(2, t_s)} (corrupt fraction "
+                    f"{self.corrupt_fraction:.3g}, exposure <= 2^-{self.sigma:g})")
         return None
