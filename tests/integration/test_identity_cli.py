@@ -67,3 +67,29 @@ def test_identity_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     _one_line_error(["roster", "build", str(tmp_path / "junk.json"), "--out",
                      str(tmp_path / "r.json")], capsys, r"is not an identity public key file")
     assert not (tmp_path / "r.json").exists()
+
+
+def test_flower_run_identities_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    pytest.importorskip("flwr")
+    np.savez(tmp_path / "test.npz", x=np.zeros((4, 3)), y=np.array([0, 1, 2, 0]))
+    ids = tmp_path / "ids"
+    for name in ("a", "b"):
+        assert _run(["keys", "new", "--out", str(ids / f"{name}.key"), "--id", name], capsys)[0] == 0
+    assert _run(["roster", "build", str(ids / "a.key.pub"), str(ids / "b.key.pub"), "--out",
+                 str(ids / "roster.json")], capsys)[0] == 0
+    base = ["flower-run", "--data-template", str(tmp_path / "p-{partition_id}.npz"), "--out",
+            str(tmp_path / "o"), "--test", str(tmp_path / "test.npz"), "--secure", "--clip", "5",
+            "--identities", str(ids)]
+    _one_line_error([*base, "--nodes", "2"], capsys,
+                    r"--identities needs --engine deployment and --secure")
+    _one_line_error([*base, "--nodes", "3", "--engine", "deployment"], capsys,
+                    r"--identities: the roster lists 2 clients but --nodes is 3")
+    (ids / "b.key").unlink()
+    assert _run(["keys", "new", "--out", str(ids / "b.key"), "--id", "b"], capsys)[0] == 2
+    (ids / "b.key.pub").unlink()
+    assert _run(["keys", "new", "--out", str(ids / "b.key"), "--id", "b"], capsys)[0] == 0
+    _one_line_error([*base, "--nodes", "2", "--engine", "deployment"], capsys,
+                    r"--identities: .*b.key is not the key the roster lists for 'b'")
+    assert not (tmp_path / "o").exists()

@@ -71,6 +71,10 @@ def flower_run(
     app_dir: Annotated[Path | None, typer.Option(
         "--app", help="Flower app folder (default: examples/flower_app of the sources).")]
         = None,
+    identities: Annotated[Path | None, typer.Option(
+        "--identities", help="Deployment, secure: a folder with roster.json and one "
+        "<client-id>.key per roster client (ghofl keys new, ghofl roster build); node i holds "
+        "the i-th client's key and the round is authenticated.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print results.json.")] = False,
 ) -> None:
     """Run a local Flower federation of ghofl clients and print the results.
@@ -109,8 +113,14 @@ def flower_run(
                 "stage-timeout-s": float(stage_timeout), "data-template": template})
     if test is None:
         cfg["dim"] = _dim(template)
+    node_extra = None if identities is None else _identity_nodes(identities, nodes, engine,
+                                                                 secure, cfg)
     result = run_local(engine, nodes, cfg, out / "flower", data_template=template,  # type: ignore[arg-type]
-                       app_dir=app_dir)
+                       app_dir=app_dir, node_extra=node_extra)
+    _finish(result, as_json, engine, nodes, out)
+
+
+def _finish(result: dict[str, Any], as_json: bool, engine: str, nodes: int, out: Path) -> None:
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
     if result.get("status") != "ok":
@@ -125,6 +135,31 @@ def flower_run(
 #: declare).
 _ALWAYS = ("protocol", "classes", "mode", "clip_norm", "threshold", "heads", "head_params",
            "seed")
+
+
+def _identity_nodes(folder: Path, nodes: int, engine: str, secure: bool,
+                    cfg: dict[str, ConfigValue]) -> list[dict[str, str]]:
+    """Node config of each SuperNode from an identities folder (roster.json + keys); adds
+    the roster to the run config ``cfg``."""
+    from ghofl.secure.identity import IdentityKey, Roster
+
+    if engine != "deployment" or not secure:
+        raise ConfigError("--identities needs --engine deployment and --secure (each SuperNode "
+                          "holds its own key; the simulation engine cannot give nodes files)")
+    roster = Roster.load(folder / "roster.json")
+    if len(roster) != nodes:
+        raise ConfigError(f"--identities: the roster lists {len(roster)} clients but --nodes is "
+                          f"{nodes}; give one node per roster client")
+    out = []
+    for client in roster.clients:
+        key = folder / f"{client}.key"
+        if IdentityKey.load(key).public != roster.keys[client]:
+            raise ConfigError(f"--identities: {key} is not the key the roster lists for "
+                              f"{client!r}")
+        out.append({"identity-key": str(key.resolve()),
+                    "roster": str((folder / "roster.json").resolve())})
+    cfg["roster"] = str((folder / "roster.json").resolve())
+    return out
 
 
 def _run_config(plan: FederationPlan) -> dict[str, ConfigValue]:

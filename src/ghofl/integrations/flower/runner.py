@@ -427,10 +427,12 @@ def _local(workdir: Path, engine: Engine) -> Iterator[LocalFlower]:
 
 def run_local(engine: Engine, nodes: int, run_config: Mapping[str, Any], workdir: Path, *,
               data_template: str | None = None, app_dir: Path | None = None,
-              timeout_s: float = 900.0) -> dict[str, Any]:
+              timeout_s: float = 900.0,
+              node_extra: Sequence[Mapping[str, str]] | None = None) -> dict[str, Any]:
     """One whole local run: start, ``flwr run``, stop everything; return ``results.json``.
 
-    In deployment each SuperNode ``i`` gets ``data-path = data_template.format(partition_id=i)``.
+    In deployment each SuperNode ``i`` gets ``data-path = data_template.format(partition_id=i)``
+    and, when given, the node config keys ``node_extra[i]`` (e.g. its identity key).
     Raises :class:`FlowerRunError` when a process survives the shutdown.
     """
     cfg = {**run_config, "expected-nodes": nodes}
@@ -442,7 +444,7 @@ def run_local(engine: Engine, nodes: int, run_config: Mapping[str, Any], workdir
             template = str(cfg.get("data-template", ""))
             for i in range(nodes):
                 flower.add_supernode(i, nodes, template.format(partition_id=i) if template
-                                     else None)
+                                     else None, extra=node_extra[i] if node_extra else None)
         result = flower.run(cfg, app_dir=app_dir, num_supernodes=nodes, timeout_s=timeout_s)
         result["superlink_start_s"] = flower.timings.get("superlink_start")
     left = flower.survivors()
