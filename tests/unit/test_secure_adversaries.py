@@ -530,3 +530,30 @@ def test_a_client_refuses_a_share_threshold_below_what_its_graph_needs() -> None
     with pytest.raises(ProtocolError, match=rf"a share threshold of 2 for {params.neighbours} "
                        rf"neighbours; this client needs at least {params.share_threshold} "):
         client.handle(dataclasses.replace(req, params=low.items()))
+
+
+@pytest.mark.usefixtures("ring")
+def test_a_client_whose_neighbours_are_declared_dropped_refuses_to_unmask() -> None:
+    """A server that declares a victim's honest neighbours dropped would get the victim's seed
+    from its own share and its corrupt neighbours' (t_s − 1 of them would do); the victim
+    refuses unless t_s of its neighbours survive."""
+    n = 30
+    lax = {"corrupt_fraction": 0.1, "dropout_fraction": 0.0, "sigma": 8.0}
+    config = SecAggConfig(clip_norm=CLIP, neighbours=6, **lax)  # type: ignore[arg-type]
+    policy = ClientPolicy(min_neighbours=6, **lax)  # type: ignore[arg-type]
+    clients, server, _, _, _ = _federation(n, config, policy=policy, round_id=b"victim-round")
+    transport = InMemoryTransport(clients)
+    for stage in ("advertise", "share", "mask"):
+        _stage(server, transport, stage)
+    assert server._topology is not None and not server.params.complete_graph
+    t_s = server.params.share_threshold
+    victim = clients[0]
+    neighbours = sorted(server._topology.neighbours(victim.client_id))
+    declared = frozenset(neighbours[: len(neighbours) - t_s + 1])  # t_s − 1 neighbours left
+    survivors = tuple(sorted(set(server._survivors) - declared))
+    head = {"version": 2, "round_id": server.round_id, "stage": "consistency"}
+    ask = ConsistencyRequest(**head, survivors=survivors,  # type: ignore[arg-type]
+                             dropped=tuple(sorted(declared)))
+    with pytest.raises(ProtocolError, match=rf"refused to unmask with only {t_s - 1} of its "
+                       rf"neighbours surviving, below the share threshold {t_s}"):
+        victim.handle(ask)

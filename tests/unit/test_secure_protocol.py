@@ -128,7 +128,7 @@ def test_a_neighbourhood_that_loses_too_many_share_holders_aborts() -> None:
         # a small degree is allowed only under weaker targets: t_s = 3 of 5 holders
         _run(payloads, config=SecAggConfig(clip_norm=CLIP, neighbours=4, corrupt_fraction=0.1,
                                            dropout_fraction=0.0, sigma=8),
-             drops={"share": 2, "mask": 4, "unmask": 3}, seed=0)
+             drops={"unmask": 6}, seed=3)  # after the consistency check: holders vanish
 
 
 def test_plain_and_secure_runs_share_one_interface() -> None:

@@ -428,6 +428,14 @@ class SecAggClient:
                 f"to sign a sum over {len(survivors)} clients, below the threshold "
                 f"{self._params.threshold}"
             )
+        if not self._params.complete_graph:
+            alive = len(self._topology.neighbours(self.client_id) & set(survivors))
+            if alive < self._params.share_threshold:
+                raise self._refuse(
+                    f"to unmask with only {alive} of its neighbours surviving, below the share "
+                    f"threshold {self._params.share_threshold} (its seed would then be "
+                    "recoverable by its surviving neighbours alone)"
+                )
         parts = self._topology.components(frozenset(survivors))
         if len(parts) > 1:
             raise self._refuse(

@@ -8,14 +8,17 @@ The model (stated in ``docs/secure-aggregation.md``):
 - ⌊γ·n⌋ clients are corrupt (they pool their shares with the server); ⌊δ·n⌋ clients drop out.
   Both counts are taken among the other n − 1 clients, which is exact for an honest surviving
   client and conservative otherwise.
-- Client i's self-mask seed and mask key are Shamir-shared among its k + 1 share holders
-  (itself and its neighbours) with threshold t_s. Because of the consistency check, the server
-  cannot obtain both kinds of shares of i from honest holders, so i is **exposed** when at
-  least t_s of its holders are corrupt: C ≥ t_s with C ~ Hypergeometric(n − 1, ⌊γ·n⌋, k).
-- The round **aborts** for a surviving honest client i when fewer than t_s of its holders
-  survive: k + 1 − D < t_s with D ~ Hypergeometric(n − 1, ⌊δ·n⌋, k). Corrupt clients are
-  assumed to deliver their shares for this count: a malicious client can always abort a
-  round, and an abort reveals nothing.
+- Client i's self-mask seed and mask key are Shamir-shared among itself and its k neighbours
+  with threshold t_s. Because of the consistency check, the server cannot obtain both kinds of
+  shares of i from honest holders, so i is **exposed** when at least t_s of its neighbours
+  are corrupt: C ≥ t_s with C ~ Hypergeometric(n − 1, ⌊γ·n⌋, k). This holds also against a
+  server that declares honest clients dropped at will, because an honest client refuses to
+  unmask when fewer than t_s of its neighbours (itself not counted) survive: a client whose
+  honest neighbours are all declared dropped then needs t_s corrupt neighbours.
+- The round **aborts** for an honest client i when fewer than t_s of its neighbours survive:
+  k − D < t_s with D ~ Hypergeometric(n − 1, ⌊δ·n⌋, k) (its own share is not counted).
+  Corrupt clients are assumed to deliver their shares for this count: a malicious client can
+  always abort a round, and an abort reveals nothing.
 - On the complete graph both counts are certain: exposed iff ⌊γ·n⌋ ≥ t, aborts iff
   n − ⌊δ·n⌋ < t.
 
@@ -109,10 +112,12 @@ def log2_exposure(n: int, k: int, t_s: int,
 
 def log2_abort(n: int, k: int, t_s: int,
                dropout_fraction: float = DEFAULT_DROPOUT_FRACTION) -> float:
-    """log2 of the probability that fewer than t_s of a surviving honest client's k + 1 share
-    holders (itself included) survive, so that the round aborts for it."""
+    """log2 of the probability that fewer than t_s of an honest client's k neighbours survive
+    (its own share not counted), so that the round aborts for it; on the complete graph,
+    that fewer than t clients survive in all (the rule of the original protocol)."""
     d = graph_degree(n, k)
-    return log2_hypergeom_sf(d + 2 - t_s, n - 1, count_of(dropout_fraction, n), d)
+    own = 1 if d >= n - 1 else 0
+    return log2_hypergeom_sf(d + 1 + own - t_s, n - 1, count_of(dropout_fraction, n), d)
 
 
 def log2_disconnected(n: int, k: int, removed_fraction: float) -> float:
