@@ -71,7 +71,7 @@ def monte_carlo(n: int, k: int, t_s: int, trials: int, seed: int) -> dict[str, A
     rng = np.random.default_rng(seed)
     c, d = count_of(GAMMA, n), count_of(DELTA, n)
     hist = np.zeros((trials, k + 1), dtype=np.int64)  # corrupt neighbours, honest clients
-    exposed = aborted = samples = cut = checked = old_exposed = 0
+    exposed = aborted = samples = alive_samples = cut = checked = old_exposed = 0
     k0, t0_s = old_defaults(n)
     t0 = time.perf_counter()
     for r in range(trials):
@@ -91,6 +91,7 @@ def monte_carlo(n: int, k: int, t_s: int, trials: int, seed: int) -> dict[str, A
         exposed += int((cn[honest] >= t_s).sum())
         aborted += int((k + 1 - dn[honest & alive] < t_s).sum())
         samples += int(honest.sum())
+        alive_samples += int((honest & alive).sum())
         if r % 10 == 0:  # the connectivity check on the survivors, on a tenth of the trials
             cut += reveals_partial_sum(graph, np.flatnonzero(alive).tolist())
             checked += 1
@@ -106,7 +107,11 @@ def monte_carlo(n: int, k: int, t_s: int, trials: int, seed: int) -> dict[str, A
             rows.append({"t": t, "exact": p, "measured": float(per_round[:, t].mean()),
                          "se": max(se, math.sqrt(p * (1 - p) / samples))})
     old_p = 2.0 ** log2_hypergeom_sf(t0_s, n - 1, c, k0)
+    risk = graph_risk(n, k, t_s, GAMMA, DELTA)
     return {"trials": trials, "client_samples": samples, "exposed": exposed,
+            "expected_exposed": samples * 2.0 ** risk.log2_exposure_,
+            "expected_aborted": alive_samples * 2.0 ** risk.log2_abort_,
+            "surviving_samples": alive_samples,
             "old_k": k0, "old_t_s": t0_s, "old_exposed": old_exposed, "old_exact": old_p,
             "aborted": aborted, "survivor_checks": checked, "disconnected": int(cut),
             "tail": rows[:: max(1, len(rows) // 6)], "seconds": time.perf_counter() - t0}
@@ -187,7 +192,9 @@ def render(res: dict[str, Any]) -> str:
         if mc is None:
             continue
         mc_rows.append([f"{r['n']:,}", f"{mc['trials']:,}", f"{mc['client_samples']:,}",
-                        mc["exposed"], mc["aborted"],
+                        f"{mc['exposed']} (expected {mc['expected_exposed']:.1e})",
+                        f"{mc['aborted']} of {mc['surviving_samples']:,} (expected "
+                        f"{mc['expected_aborted']:.2f})",
                         f"{mc['old_exposed']:,} ({mc['old_exposed'] / mc['client_samples']:.2%};"
                         f" exact {mc['old_exact']:.2%})",
                         f"{mc['disconnected']} of {mc['survivor_checks']:,}",
@@ -205,12 +212,15 @@ def render(res: dict[str, Any]) -> str:
         f"targets exposure ≤ 2^-{res['sigma']:g} and abort ≤ 2^-{res['eta']:g} per honest "
         "client per round. C is the number of corrupt neighbours of an honest client "
         "(exposed when C ≥ t_s); it aborts when fewer than t_s of its k + 1 share holders "
-        "survive. The cut columns are union bounds (two runs of ⌈k/2⌉ removed clients on the "
-        "ring); the honest-survivors cut removes corrupt and dropped clients together.\n\n"
+        "(itself included) survive. The cut columns are union "
+        "bounds (two runs of ⌈k/2⌉ removed clients on the ring); the honest-survivors cut "
+        "removes corrupt and dropped clients together.\n\n"
         f"{sizing}\n\nThe degree used before (2·⌈1.5·log2 n⌉, t_s = ⌈(k + 1)·t/n⌉):\n\n"
         f"{before}\n\nMonte Carlo with the real graph code (a fresh public seed, corrupt set "
         "and dropout set per round; every honest client counted; the connectivity check on "
-        f"every tenth round's survivors), seed {res['seed']}:\n\n{mc_table}\n\n"
+        f"every tenth round's survivors), seed {res['seed']}. Expected counts are the exact "
+        "probabilities times the client-rounds; clients of one round share most of their "
+        f"neighbours, so events cluster and counts vary more than Poisson's:\n\n{mc_table}\n\n"
         f"The measured tail of C against the exact hypergeometric tail, where it is large "
         f"enough to measure:\n\n{tail_table}\n\nCost: each client agrees keys with, shares its "
         "secrets among and expands one pairwise mask per neighbour, so its work and bytes grow "
