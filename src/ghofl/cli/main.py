@@ -117,7 +117,9 @@ def describe_error(exc: BaseException) -> str:
     elif isinstance(exc, sqlite3.Error):
         text = _describe_sqlite(exc)
     elif isinstance(exc, MemoryError):
-        text = "out of memory; use a projection (--projection-dim) or a lower --mode"
+        text = ("out of memory: the computation or a file being read needs more memory than is "
+                "free; for large statistics use a projection (--projection-dim) or a lower "
+                "--mode, and check that the input files are the ones you meant")
     else:
         text = str(exc) or type(exc).__name__
     return " ".join(text.split())
