@@ -124,12 +124,25 @@ def connect(path: Path, create: bool) -> tuple[sqlite3.Connection, bool]:
     try:
         con = _open_read_only(path) if read_only else _open(path)
         _check_store(con, path, read_only)
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         raise StoreError(
-            f"'{path}' is not a readable aggregation store ({exc}); it is corrupt or of "
-            "another format; restore it from a backup"
+            f"'{path}' is not a readable aggregation store ({_reason(exc)}); it is corrupt or "
+            "of another format; restore it from a backup"
         ) from exc
+    con.text_factory = _text
     return con, read_only
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "it holds text that is not UTF-8"
+    return str(exc)
+
+
+def _text(raw: bytes) -> str:
+    """TEXT values as ``str``; bytes that are not UTF-8 (a corrupt store) are kept as
+    surrogates, so that no digest matches them."""
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def writable(path: Path) -> bool:

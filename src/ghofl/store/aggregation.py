@@ -233,8 +233,20 @@ class AggregationStore:
     def contributions(self) -> list[ContributionInfo]:
         """Every recorded contribution, in the order they were added."""
         meta = self.meta
-        rows = self.con.execute(f"SELECT {db.ROW_COLUMNS} FROM contributions ORDER BY seq")
-        return [_info(self._checked(r), meta) for r in rows]
+        with db.transaction(self.con, write=False) as con:
+            rows = [self._checked(r) for r in con.execute(
+                f"SELECT {db.ROW_COLUMNS} FROM contributions ORDER BY seq")]
+            total = con.execute("SELECT generation, words, ints, floats, members, digest "
+                                "FROM total WHERE id = 1").fetchone()
+        members = integrity.members_of([str(r[8]) for r in rows])
+        if total is not None and total[5] == integrity.total_digest(*total[:5]) \
+                and total[4] != members:  # a corrupt total is rebuilt when read
+            raise StoreError(
+                f"store '{self.path}' lists {len(rows)} contributions but its total sums "
+                "another set; the store is corrupt (run 'ghofl store verify'): restore it "
+                "from a backup"
+            )
+        return [_info(r, meta) for r in rows]
 
     def get(self, client_id: str) -> ClientStats:
         """The statistics recorded for ``client_id`` (exactly as added)."""
