@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ghofl.errors import StatsFormatError
-from ghofl.stats import codec
+from ghofl.stats import _json as codec
 from ghofl.stats.codec import MAX_JSON_VALUES, load_stats, parse_json
 
 HEADER = 68_900_000  # bytes, under the 100 MB cap
