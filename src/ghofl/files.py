@@ -53,16 +53,16 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -
     Nothing is left behind on failure, ``KeyboardInterrupt`` included: the temporary file
     ``.NAME.XXXX.tmp`` is removed and an existing ``path`` keeps its previous content. The
     writer holds an advisory lock on its temporary file while it works; temporaries that a
-    killed process left next to ``path`` (unlocked, untouched for :data:`STALE_SECONDS`) are
-    removed by the next write of ``path``. The file gets the permissions ``open()`` would
-    give it (0o666 minus the umask), not ``mkstemp``'s 0600.
+    killed process left next to ``path`` (no live writer holds their lock) are removed by the
+    next write of ``path`` (where advisory locks do not exist: once untouched for
+    :data:`STALE_SECONDS`). Readers open ``path`` only, never a temporary. The file gets the
+    permissions ``open()`` would give it (0o666 minus the umask), not ``mkstemp``'s 0600.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = _locked_temporary(target)
     try:
-        _lock(fd, blocking=True)
         os.chmod(tmp, umask_mode(0o666))  # mkstemp makes 0600 files; follow the umask
         write(tmp)
         os.replace(tmp, target)
@@ -73,16 +73,33 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -
         os.close(fd)
 
 
-#: A temporary file untouched for this long and not locked by a live writer is stale.
+#: Where advisory locks do not exist, a temporary file untouched for this long is stale.
 STALE_SECONDS = 2.0
+
+
+def _locked_temporary(target: Path) -> tuple[int, str]:
+    """A new temporary file beside ``target`` and its descriptor, locked by this process.
+
+    A cleaner may take the lock of a file in the instant between its creation and the lock
+    being taken, and remove it: then the path no longer names the locked file, and a new one
+    is made."""
+    while True:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        _lock(fd, blocking=True)
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(tmp)):
+                return fd, tmp
+        except FileNotFoundError:
+            pass
+        os.close(fd)
 
 
 def remove_stale_temporaries(target: Path) -> list[Path]:
     """Remove the ``.NAME.*.tmp`` files beside ``target`` left by killed writers.
 
-    A temporary is removed only when no process holds its lock (the writer died) and it was
-    not modified for :data:`STALE_SECONDS`; errors (permissions, a race with another cleaner)
-    are ignored. Returns the removed paths.
+    A temporary is removed only when no process holds its lock (the writer died; where
+    advisory locks do not exist, when it was not modified for :data:`STALE_SECONDS`); errors
+    (permissions, a race with another cleaner) are ignored. Returns the removed paths.
     """
     removed: list[Path] = []
     try:
@@ -93,7 +110,8 @@ def remove_stale_temporaries(target: Path) -> list[Path]:
     for cand in candidates:
         try:
             st = cand.lstat()
-            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < STALE_SECONDS:
+            if not stat.S_ISREG(st.st_mode) or (not _HAVE_LOCKS
+                                                and now - st.st_mtime < STALE_SECONDS):
                 continue
             fd = os.open(cand, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
             try:
@@ -111,6 +129,13 @@ def remove_stale_temporaries(target: Path) -> list[Path]:
 def glob_escape(name: str) -> str:
     """``name`` with the glob metacharacters ``*?[`` escaped."""
     return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in name)
+
+
+try:
+    import fcntl as _fcntl  # noqa: F401
+    _HAVE_LOCKS = True
+except ImportError:  # pragma: no cover - Windows
+    _HAVE_LOCKS = False
 
 
 def _lock(fd: int, blocking: bool) -> bool:

@@ -553,6 +553,62 @@ def test_model_reader(corpus: Corpus, tmp_path: Path) -> None:
     run_case("model", "manifest/fifo", lambda: load_model(model))
 
 
+def _resign(manifest: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` with its digest recomputed (what an editor who knows the format does)."""
+    from ghofl.heads.model_dir import manifest_digest
+
+    return {**manifest, "digest": manifest_digest(manifest)}
+
+
+def test_manifest_repointing_and_resigned_edits(corpus: Corpus, tmp_path: Path) -> None:
+    """A manifest entry pointed at another head's file is refused, signed or re-signed, and
+    whatever else the entry records is edited to match; re-signed random edits never crash
+    and never load a head under another head's name."""
+    from ghofl.heads.model_dir import file_sha256
+
+    model = tmp_path / "model"
+    shutil.copytree(corpus.model, model)
+    manifest = json.loads(corpus.manifest)
+    names = list(manifest["heads"])
+    assert len(names) >= 2
+    rejected = 0
+    for a in names:
+        for b in names:
+            if a == b:
+                continue
+            entry = manifest["heads"][a]
+            moved = {**entry, "file": f"{b}.ghh"}
+            variants = {
+                "unsigned": {**manifest, "heads": {**manifest["heads"], a: moved}},
+                "resigned": _resign({**manifest, "heads": {**manifest["heads"], a: moved}}),
+                "resigned+sha": _resign({**manifest, "heads": {**manifest["heads"], a: {
+                    **moved, "sha256": file_sha256(model / f"{b}.ghh")}}}),
+                "resigned+sha+type": _resign({**manifest, "heads": {**manifest["heads"], a: {
+                    **moved, "sha256": file_sha256(model / f"{b}.ghh"), "head": b}}}),
+            }
+            for how, edit in variants.items():
+                (model / MANIFEST).write_text(json.dumps(edit))
+                rejected += run_case("model", f"repoint/{a}->{b}/{how}",
+                                     lambda: load_model(model))
+    assert rejected == 4 * len(names) * (len(names) - 1), FAILURES[-3:]
+    rng = np.random.default_rng(11)
+    for i in range(60):  # re-signed random edits of one entry field
+        edit = json.loads(corpus.manifest)
+        a, b = rng.choice(names, size=2, replace=False)
+        key = str(rng.choice(["file", "head", "sha256"]))
+        edit["heads"][a][key] = edit["heads"][b][key] if rng.random() < 0.7 else "x"
+        (model / MANIFEST).write_text(json.dumps(_resign(edit)))
+
+        def load_checked() -> None:
+            heads, _ = load_model(model)
+            assert all(h.name == n for n, h in heads.items()), "a head under another's name"
+
+        run_case("model", f"resigned/{i}", load_checked, accept=True)
+    (model / MANIFEST).write_text(corpus.manifest)
+    heads, _ = load_model(model)  # the untouched manifest still loads
+    assert sorted(heads) == sorted(names)
+
+
 def _cli(args: list[str]) -> tuple[int, str]:
     from ghofl.cli.main import main
 

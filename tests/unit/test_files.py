@@ -115,14 +115,13 @@ def test_a_stale_temporary_of_a_killed_writer_is_removed_by_the_next_write(
     stale = tmp_path / ".f.txt.abc123.tmp"  # what a killed process leaves (nobody locks it)
     stale.write_text("partial")
     os.utime(stale, (1_000_000_000, 1_000_000_000))
-    fresh = tmp_path / ".f.txt.def456.tmp"  # possibly a live writer's: too recent to touch
-    fresh.write_text("in progress")
+    fresh = tmp_path / ".f.txt.def456.tmp"  # killed just now: unlocked, so removed too
+    fresh.write_text("partial")
     other = tmp_path / ".g.txt.abc123.tmp"  # another target's temporary
     other.write_text("x")
     os.utime(other, (1_000_000_000, 1_000_000_000))
     atomic_write(target, lambda tmp: Path(tmp).write_text("done"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        ".f.txt.def456.tmp", ".g.txt.abc123.tmp", "f.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".g.txt.abc123.tmp", "f.txt"]
 
 
 def test_a_locked_temporary_is_kept(tmp_path: Path) -> None:
@@ -131,8 +130,9 @@ def test_a_locked_temporary_is_kept(tmp_path: Path) -> None:
     target = tmp_path / "f.txt"
     live = tmp_path / ".f.txt.live.tmp"
     live.write_text("writing")
-    os.utime(live, (1_000_000_000, 1_000_000_000))
+    os.utime(live, (1_000_000_000, 1_000_000_000))  # however old: a live writer holds it
     with live.open("rb") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         atomic_write(target, lambda tmp: Path(tmp).write_text("done"))
     assert live.exists()
+

@@ -304,3 +304,70 @@ def test_a_version_2_head_with_a_held_out_fraction_is_corrupt(tmp_path: Path) ->
                        r"records a held-out fraction, which version 3 introduced; the file is "
                        r"corrupt"):
         load_head(tmp_path / "lda.ghh")
+
+
+# ---------------------------------------------------------------------- head/name binding
+def _resigned(manifest: dict[str, object]) -> dict[str, object]:
+    from ghofl.heads.model_dir import manifest_digest
+
+    return {**manifest, "digest": manifest_digest(manifest)}
+
+
+def _repoint(m: Path, resign: bool, **entry: object) -> None:
+    manifest = json.loads((m / MANIFEST).read_text())
+    manifest["heads"]["lda"] = {**manifest["heads"]["lda"], "file": "nb.ghh", **entry}
+    (m / MANIFEST).write_text(json.dumps(_resigned(manifest) if resign else manifest))
+
+
+@pytest.mark.parametrize(("resign", "entry", "match"), [
+    (False, {}, r"lists head 'lda' as a 'lda' head, but '.*nb.ghh' records that it holds a "
+                r"'nb' head; the manifest was edited"),
+    (True, {}, r"lists head 'lda' as a 'lda' head, but .* holds a 'nb' head"),
+    (True, {"head": "nb"}, r"points head 'lda' at 'nb.ghh', which holds a 'nb' head"),
+])
+def test_a_manifest_pointing_a_head_at_another_heads_file_is_refused(
+    tmp_path: Path, fitted: tuple[ClientStats, dict[str, Head], np.ndarray],
+    resign: bool, entry: dict[str, object], match: str,
+) -> None:
+    stats, heads, _ = fitted
+    m = save_model(tmp_path / "m", heads, stats_meta=stats.meta)
+    if "head" in entry:  # the editor also recomputes the file digest it points at
+        from ghofl.heads.model_dir import file_sha256
+
+        entry = {**entry, "sha256": file_sha256(m / "nb.ghh")}
+    _repoint(m, resign, **entry)
+    with pytest.raises(InputError, match=match):
+        load_model(m)
+
+
+def test_an_edited_manifest_or_a_swapped_head_file_is_refused(
+    tmp_path: Path, fitted: tuple[ClientStats, dict[str, Head], np.ndarray]
+) -> None:
+    stats, heads, _ = fitted
+    m = save_model(tmp_path / "m", heads, stats_meta=stats.meta)
+    manifest = json.loads((m / MANIFEST).read_text())
+    assert manifest["heads"]["lda"]["head"] == "lda" and len(manifest["digest"]) == 64
+    edited = {**manifest, "note": "hand edit"}
+    (m / MANIFEST).write_text(json.dumps(edited))
+    with pytest.raises(InputError, match=r"does not match its digest: the manifest was edited"):
+        load_model(m)
+    (m / MANIFEST).write_text(json.dumps(_resigned(edited)))
+    assert sorted(load_model(m)[0]) == ["lda", "nb"]  # a re-signed harmless edit loads
+    other = save_model(tmp_path / "o", {"lda": make_head("lda", shrinkage=0.5)
+                                        .fit_from_stats(stats)}, stats_meta=stats.meta)
+    (m / "lda.ghh").write_bytes((other / "lda.ghh").read_bytes())
+    with pytest.raises(InputError, match=r"head file '.*lda.ghh' is not the one .* was written "
+                       r"with \(its SHA-256 differs\)"):
+        load_model(m)
+
+
+def test_a_head_saved_under_another_registered_name_is_refused(
+    tmp_path: Path, fitted: tuple[ClientStats, dict[str, Head], np.ndarray]
+) -> None:
+    stats, heads, _ = fitted
+    with pytest.raises(ConfigError, match=r"head name 'qda' is a registered head, but the head "
+                       r"given under it is a 'lda' head"):
+        save_model(tmp_path / "m", {"qda": heads["lda"]}, stats_meta=stats.meta)
+    assert not (tmp_path / "m").exists()
+    save_model(tmp_path / "m", {"my-lda": heads["lda"]}, stats_meta=stats.meta)
+    assert load_model(tmp_path / "m")[0]["my-lda"].name == "lda"

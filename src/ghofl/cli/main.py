@@ -117,7 +117,9 @@ def describe_error(exc: BaseException) -> str:
     elif isinstance(exc, sqlite3.Error):
         text = _describe_sqlite(exc)
     elif isinstance(exc, MemoryError):
-        text = "out of memory; use a projection (--projection-dim) or a lower --mode"
+        text = ("out of memory: the computation or a file being read needs more memory than is "
+                "free; for large statistics use a projection (--projection-dim) or a lower "
+                "--mode, and check that the input files are the ones you meant")
     else:
         text = str(exc) or type(exc).__name__
     return " ".join(text.split())
@@ -134,7 +136,7 @@ def _describe_sqlite(exc: sqlite3.Error) -> str:
                  "writable, or use a command that only reads it")
     elif "locked" in low or "busy" in low:
         cause = "another process holds the store's lock; wait for it to finish and retry"
-    elif "malformed" in low or "not a database" in low or "corrupt" in low:
+    elif any(w in low for w in ("malformed", "not a database", "corrupt", "no such")):
         cause = "the store file is corrupt; restore it from a backup"
     elif "unable to open" in low or "permission" in low:
         cause = "the store file cannot be opened; check its path and permissions"

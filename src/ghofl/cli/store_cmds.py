@@ -1,4 +1,5 @@
-"""``ghofl store show`` (list a store's contributions) and ``ghofl forget`` (exact unlearning).
+"""``ghofl store show`` (list a store's contributions), ``ghofl store verify`` (check its
+integrity) and ``ghofl forget`` (exact unlearning).
 
 Stores are written by ``ghofl aggregate --store DB PAYLOAD...``.
 """
@@ -13,7 +14,9 @@ import typer
 
 from ghofl.cli.app import app
 from ghofl.cli.io import table
+from ghofl.errors import StoreError
 from ghofl.store import AggregationStore
+from ghofl.store.verify import verify_store
 
 store_app = typer.Typer(
     name="store",
@@ -58,6 +61,29 @@ def show(
     typer.echo(
         f"store {db}: {summary['contributions']} contributions, total n="
         f"{summary['total_samples']} samples{how}"
+    )
+
+
+@store_app.command("verify")
+def verify(
+    db: Annotated[Path, typer.Argument(help="The store (SQLite file).")],
+) -> None:
+    """Check a store's integrity: SQLite's own check, the digest of every contribution, of
+    the settings and of the total, and the total against the exact sum of the contributions.
+    Reads only (works on read-only stores); exit status 2 when anything is wrong."""
+    problems, n = verify_store(db)
+    for problem in problems:
+        typer.echo(f"store {db}: {problem}")
+    if problems:
+        raise StoreError(
+            f"store '{db}' failed verification ({len(problems)} problem"
+            f"{'s' if len(problems) > 1 else ''}, listed above); restore it from a backup "
+            "(a wrong cached total alone is rebuilt from intact contributions when the store "
+            "is next opened writable, e.g. by 'ghofl store show')"
+        )
+    typer.echo(
+        f"store {db}: ok (SQLite integrity check, settings, {n} contribution digests, total "
+        "digest, total = exact sum of the contributions)"
     )
 
 

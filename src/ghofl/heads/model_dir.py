@@ -4,17 +4,32 @@ Layout::
 
     <model_dir>/manifest.json   {"format": "ghofl.model", "format_version": 1,
                                  "ghofl_version": ..., "heads": {NAME: {"file": "NAME.ghh",
-                                 "params": {...}, "fit_seconds": ...}, ...},
+                                 "head": TYPE, "sha256": ..., "params": {...},
+                                 "fit_seconds": ...}, ...},
                                  "stats": {StatsMeta fields, plus what the writer adds,
-                                 e.g. n_samples, counts, source}, ...extra keys}
+                                 e.g. n_samples, counts, source}, ...extra keys,
+                                 "digest": SHA-256 of the rest}
     <model_dir>/<NAME>.ghh      one head per file (:func:`ghofl.heads.registry.save_head`)
 
 A directory is written atomically (:func:`ghofl.files.atomic_directory`): it is complete or
 absent, and an existing model directory is replaced only once every head is saved.
+
+Binding heads to names
+----------------------
+Each head file records which head it is (its ``head`` header: the registered type, e.g.
+``qda``). Each manifest entry records the type it expects (``head``) and the SHA-256 of the
+head file (``sha256``), and the manifest carries a ``digest``: the SHA-256 of its canonical
+JSON (sorted keys, no spaces) without the digest. Loading refuses a manifest that does not
+match its digest (edited or corrupt), a head file whose bytes differ from the entry's
+``sha256``, a head file whose own record differs from the entry's ``head``, and an entry named
+after a registered head (``lda``) whose file holds another head (``qda.ghh``) — the last two
+even when the manifest was edited and its digests recomputed. Manifests written before these
+fields existed are read with the checks their fields allow.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -28,7 +43,7 @@ from ghofl.errors import ConfigError, GhoflError, InputError, StatsFormatError
 from ghofl.files import atomic_directory
 from ghofl.heads.base import Head
 from ghofl.heads.build import to_jsonable
-from ghofl.heads.registry import load_head, save_head
+from ghofl.heads.registry import available_heads, load_head, save_head
 from ghofl.stats.codec import parse_json
 from ghofl.stats.meta import StatsMeta
 
@@ -44,7 +59,7 @@ __all__ = [
 MANIFEST = "manifest.json"
 MODEL_FORMAT = "ghofl.model"
 MODEL_FORMAT_VERSION = 1
-_RESERVED = frozenset({"format", "format_version", "ghofl_version", "heads"})
+_RESERVED = frozenset({"format", "format_version", "ghofl_version", "heads", "digest"})
 _FIX = "write it with `ghofl fit` (or ghofl.heads.model_dir.save_model)"
 
 
@@ -144,14 +159,30 @@ def save_model(
     for name, seconds in (fit_seconds or {}).items():
         if name in entries:
             entries[name]["fit_seconds"] = float(seconds)
-    text = json.dumps(manifest, indent=2) + "\n"
     for name, head in heads.items():
         check_fitted_head(name, head)
     with atomic_directory(out_dir) as tmp:
         for name, head in heads.items():
             save_head(head, tmp / entries[name]["file"])
+            entries[name]["sha256"] = file_sha256(tmp / entries[name]["file"])
+        manifest["digest"] = manifest_digest(manifest)
+        text = json.dumps(manifest, indent=2) + "\n"
         (tmp / MANIFEST).write_text(text, encoding="utf-8")
     return out_dir
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """SHA-256 of a manifest's canonical JSON (sorted keys, compact) without ``digest``."""
+    body = {k: v for k, v in manifest.items() if k != "digest"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in chunks."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _check_heads(heads: Mapping[str, Head], meta: StatsMeta) -> dict[str, dict[str, Any]]:
@@ -175,7 +206,14 @@ def _check_heads(heads: Mapping[str, Head], meta: StatsMeta) -> dict[str, dict[s
                 f"dimension {meta.dim}; pass the metadata of the statistics the heads were "
                 "fitted from"
             )
-        entries[name] = {"file": file, "params": to_jsonable(head.get_params())}
+        kind = head.name or type(head).__name__
+        if name in available_heads() and name != kind:
+            raise ConfigError(
+                f"head name {name!r} is a registered head, but the head given under it is a "
+                f"{kind!r} head; save it under {kind!r} or a name that is not registered"
+            )
+        entries[name] = {"file": file, "head": kind,
+                         "params": to_jsonable(head.get_params())}
     return entries
 
 
@@ -242,8 +280,48 @@ def load_model(model_dir: Path) -> tuple[dict[str, Head], dict[str, Any]]:
                 f"on statistics that differ from the manifest's in {'; '.join(diffs)}; copy "
                 f"the whole model directory, or {_FIX}"
             )
+        _check_binding(str(name), entry, head, model_dir / file, path)
         heads[name] = head
+    _check_digest(manifest, path)  # last: a specific fault gets its specific message
     return heads, manifest
+
+
+def _check_digest(manifest: dict[str, Any], path: Path) -> None:
+    digest = manifest.get("digest")
+    if digest is None:
+        return  # written before manifests carried a digest
+    try:
+        expected = manifest_digest(manifest)
+    except (TypeError, ValueError):  # not JSON-encodable back (cannot happen for parsed JSON)
+        expected = ""
+    if digest != expected:
+        raise InputError(
+            f"'{path}' does not match its digest: the manifest was edited or is corrupt; "
+            f"copy the whole model directory again, or {_FIX}"
+        )
+
+
+def _check_binding(name: str, entry: dict[str, Any], head: Head, file: Path,
+                   path: Path) -> None:
+    """Refuse a head file that is not the head the manifest entry ``name`` names."""
+    kind = head.name or type(head).__name__
+    recorded = entry.get("head")
+    if recorded is not None and recorded != kind:
+        raise InputError(
+            f"'{path}' lists head {name!r} as a {str(recorded)[:40]!r} head, but '{file}' "
+            f"records that it holds a {kind!r} head; the manifest was edited, {_FIX}"
+        )
+    if name in available_heads() and name != kind:
+        raise InputError(
+            f"'{path}' points head {name!r} at '{file.name}', which holds a {kind!r} head; "
+            f"the manifest was edited, {_FIX}"
+        )
+    sha = entry.get("sha256")
+    if sha is not None and sha != file_sha256(file):
+        raise InputError(
+            f"head file '{file}' is not the one '{path}' was written with (its SHA-256 "
+            f"differs); copy the whole model directory again, or {_FIX}"
+        )
 
 
 #: Largest manifest read.

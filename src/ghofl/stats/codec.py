@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import stat
@@ -77,6 +76,11 @@ from ghofl.errors import (
     WriteError,
 )
 from ghofl.files import atomic_write
+from ghofl.stats._json import (
+    MAX_HEADER_BYTES,
+    MAX_JSON_VALUES,
+    parse_json,
+)
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import (
     HOLDOUT_SCHEMA_VERSION,
@@ -90,6 +94,7 @@ __all__ = [
     "DIGEST_KEY",
     "FORMAT",
     "MAX_HEADER_BYTES",
+    "MAX_JSON_VALUES",
     "MIN_SCHEMA_VERSION",
     "TensorInfo",
     "atomic_write",
@@ -118,12 +123,6 @@ STATS_KEYS = frozenset({
 })
 #: Header key holding the SHA-256 (hex) of the data section.
 DIGEST_KEY = "content_sha256"
-#: Largest header accepted (the JSON between the length prefix and the data).
-MAX_HEADER_BYTES = 100 * 1024 * 1024
-#: Deepest JSON nesting accepted in a header or in a JSON value inside it.
-MAX_JSON_DEPTH = 32
-#: Longest decimal integer accepted in header JSON.
-MAX_INT_DIGITS = 40
 #: Dtypes ghofl reads and writes, safetensors name to little-endian numpy dtype.
 DTYPES: dict[str, np.dtype[Any]] = {"F64": np.dtype("<f8"), "I64": np.dtype("<i8")}
 #: Dtypes of statistics files (float32 transport of the float sums adds ``F32``).
@@ -147,91 +146,6 @@ def rounding_name(rounding: float) -> str:
     )
 _MAX_NDIM = 4
 _CHUNK = 1 << 24
-
-
-# ---------------------------------------------------------------------- safe JSON
-class _JSONRefused(ValueError):
-    """Raised inside :func:`parse_json` hooks."""
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _JSONRefused(f"the non-standard number {name}")
-
-
-def _parse_int(text: str) -> int:
-    digits = len(text.lstrip("-"))
-    if digits > MAX_INT_DIGITS:
-        raise _JSONRefused(f"an integer of {digits} digits (at most {MAX_INT_DIGITS})")
-    return int(text)
-
-
-def _parse_float(text: str) -> float:
-    if len(text) > 64:
-        raise _JSONRefused(f"a number written with {len(text)} characters (at most 64)")
-    value = float(text)
-    if not math.isfinite(value):
-        raise _JSONRefused(f"the number {text} that overflows a float64")
-    return value
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _JSONRefused(f"the key {key!r} twice")
-        out[key] = value
-    return out
-
-
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKET = re.compile(r"[\[\]{}]")
-
-
-def _json_depth(text: str) -> int:
-    depth = deepest = 0
-    for m in _BRACKET.finditer(_STRING.sub("", text)):
-        if m.group() in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > MAX_JSON_DEPTH:
-                break
-        else:
-            depth -= 1
-    return deepest
-
-
-def parse_json(text: str, what: str, fix: str = "re-create it with ghofl") -> Any:
-    """Parse JSON from a file header defensively.
-
-    Refuses text longer than :data:`MAX_HEADER_BYTES`, nesting deeper than
-    :data:`MAX_JSON_DEPTH`, NaN/Infinity, numbers that overflow a float64 or have more than
-    :data:`MAX_INT_DIGITS` digits, and duplicate keys, with a :class:`StatsFormatError`
-    naming ``what`` and ending with ``fix``.
-    """
-    if len(text) > MAX_HEADER_BYTES:
-        raise StatsFormatError(
-            f"{what} is {len(text)} characters long, more than the {MAX_HEADER_BYTES} "
-            f"allowed; it is corrupt, {fix}"
-        )
-    depth = _json_depth(text)
-    if depth > MAX_JSON_DEPTH:
-        raise StatsFormatError(
-            f"{what} nests JSON more than {MAX_JSON_DEPTH} levels deep; it is corrupt, {fix}"
-        )
-    try:
-        return json.loads(
-            text,
-            parse_constant=_refuse_constant,
-            parse_int=_parse_int,
-            parse_float=_parse_float,
-            object_pairs_hook=_no_duplicates,
-        )
-    except _JSONRefused as exc:
-        raise StatsFormatError(f"{what} holds {exc}; it is corrupt, {fix}") from None
-    except (ValueError, RecursionError) as exc:
-        raise StatsFormatError(
-            f"{what} is not valid JSON ({exc}); it is corrupt, {fix}"
-        ) from None
 
 
 # ---------------------------------------------------------------------- tensors

@@ -34,6 +34,8 @@ import hashlib
 import json
 import os
 import sqlite3
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,11 +45,18 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import InputError, StatsOverflowError, StoreConflictError, StoreError
+from ghofl.errors import (
+    GhoflWarning,
+    InputError,
+    StatsOverflowError,
+    StoreConflictError,
+    StoreError,
+)
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES, FixedPointCodec
 from ghofl.stats.client_stats import ClientStats, StatsTotal, check_addable
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import schema_for
+from ghofl.store import _integrity as integrity
 from ghofl.store import _sqlite as db
 
 __all__ = [
@@ -150,7 +159,8 @@ class AggregationStore:
         create: bool = True,
     ) -> None:
         self.path = Path(path)
-        self._con: sqlite3.Connection | None = db.connect(self.path, create)
+        self._con: sqlite3.Connection | None
+        self._con, self._read_only = db.connect(self.path, create)
         try:
             self._max_contributions = self._bound("max_contributions", max_contributions,
                                                   DEFAULT_MAX_CONTRIBUTIONS)
@@ -205,6 +215,11 @@ class AggregationStore:
         return None if meta is None else self._codec(meta)
 
     @property
+    def read_only(self) -> bool:
+        """Whether the store file or its folder cannot be written (it is then never written)."""
+        return self._read_only
+
+    @property
     def max_contributions(self) -> int:
         return self._max_contributions
 
@@ -218,21 +233,31 @@ class AggregationStore:
     def contributions(self) -> list[ContributionInfo]:
         """Every recorded contribution, in the order they were added."""
         meta = self.meta
-        rows = self.con.execute(
-            "SELECT client_id, sha256, n_samples, n_clipped, added_at FROM contributions "
-            "ORDER BY seq"
-        ).fetchall()
+        with db.transaction(self.con, write=False) as con:
+            rows = [self._checked(r) for r in con.execute(
+                f"SELECT {db.ROW_COLUMNS} FROM contributions ORDER BY seq")]
+            total = con.execute("SELECT generation, words, ints, floats, members, digest "
+                                "FROM total WHERE id = 1").fetchone()
+        members = integrity.members_of([str(r[8]) for r in rows])
+        if total is not None and total[5] == integrity.total_digest(*total[:5]) \
+                and total[4] != members:  # a corrupt total is rebuilt when read
+            raise StoreError(
+                f"store '{self.path}' lists {len(rows)} contributions but its total sums "
+                "another set; the store is corrupt (run 'ghofl store verify'): restore it "
+                "from a backup"
+            )
         return [_info(r, meta) for r in rows]
 
     def get(self, client_id: str) -> ClientStats:
         """The statistics recorded for ``client_id`` (exactly as added)."""
         meta = self._require_meta()
         row = self.con.execute(
-            "SELECT ints, floats FROM contributions WHERE client_id = ?", (client_id,)
+            f"SELECT {db.ROW_COLUMNS} FROM contributions WHERE client_id = ?", (client_id,)
         ).fetchone()
         if row is None:
             raise self._unknown(client_id)
-        return _unflatten(meta, row[0], row[1], self._rounding(self.con))
+        row = self._checked(row, client_id)
+        return _unflatten(meta, row[5], row[6], self._rounding(self.con))
 
     # ------------------------------------------------------------------ changes
     def add(
@@ -267,6 +292,7 @@ class AggregationStore:
             bounds of the fixed-point total.
         """
         _check_client_id(client_id)
+        self._require_writable("add a contribution to")
         sha = content_sha256(stats) if payload_sha256 is None else _check_sha(payload_sha256)
         ints, floats = schema_for(stats.mode).flatten(stats)
         words = self._encode(client_id, stats)
@@ -280,10 +306,10 @@ class AggregationStore:
                 ) from exc
         now = datetime.now(UTC).isoformat(timespec="microseconds")
         with db.transaction(self.con) as con:
-            known = con.execute(
-                "SELECT client_id, sha256, n_samples, n_clipped, added_at FROM contributions "
-                "WHERE client_id = ? OR sha256 = ?", (client_id, sha)
-            ).fetchall()
+            known = [self._checked(r) for r in con.execute(
+                f"SELECT {db.ROW_COLUMNS} FROM contributions WHERE client_id = ? OR sha256 = ?",
+                (client_id, sha),
+            ).fetchall()]
             meta = self._check_meta(con, stats)
             if stats.rounding > self._rounding(con):
                 db.put_setting(con, "rounding", repr(float(stats.rounding)))
@@ -298,13 +324,16 @@ class AggregationStore:
                     f"(max_contributions={self._max_contributions}, fixed when it was created); "
                     "remove some or aggregate into a new store with a larger maximum"
                 )
+            total = self._load_total(con)  # checked (or rebuilt) before the rows change
+            row = (client_id, sha, int(stats.n_samples), int(stats.n_clipped), now,
+                   db.to_blob(ints), db.to_blob(floats),
+                   None if words is None else db.to_blob(words))
+            digest = integrity.row_digest(*row)
             con.execute(
-                "INSERT INTO contributions (client_id, sha256, n_samples, n_clipped, added_at, "
-                "ints, floats, words) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (client_id, sha, stats.n_samples, stats.n_clipped, now, db.to_blob(ints),
-                 db.to_blob(floats), None if words is None else db.to_blob(words)),
+                f"INSERT INTO contributions ({db.ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*row, digest),
             )
-            self._move_total(con, words, +1)
+            self._move_total(con, total, words, digest, +1)
             info = ContributionInfo(client_id, sha, stats.n_samples, stats.n_clipped,
                                     meta.clip_norm, now)
             return self._result("added", info, con)
@@ -318,18 +347,20 @@ class AggregationStore:
         StoreError
             No contribution is recorded under ``client_id``.
         """
+        self._require_writable("forget a contribution in")
         with db.transaction(self.con) as con:
             row = con.execute(
-                "SELECT client_id, sha256, n_samples, n_clipped, added_at, words "
-                "FROM contributions WHERE client_id = ?", (client_id,)
+                f"SELECT {db.ROW_COLUMNS} FROM contributions WHERE client_id = ?", (client_id,)
             ).fetchone()
             if row is None:
                 raise self._unknown(client_id)
+            row = self._checked(row, client_id)
             meta = self._require_meta()
+            total = self._load_total(con)
             con.execute("DELETE FROM contributions WHERE client_id = ?", (client_id,))
-            words = None if row[5] is None else db.from_blob(row[5], "<u8")
-            self._move_total(con, words, -1)
-            return _info(row[:5], meta)
+            words = None if row[7] is None else db.from_blob(row[7], "<u8")
+            self._move_total(con, total, words, str(row[8]), -1)
+            return _info(row, meta)
 
     # ------------------------------------------------------------------ the total
     def total(self) -> ClientStats:
@@ -342,21 +373,21 @@ class AggregationStore:
         """
         meta = self._require_meta()
         with db.transaction(self.con, write=False) as con:
-            gen, words, ints, floats, cached = con.execute(
-                "SELECT (SELECT value FROM settings WHERE key = 'generation'), words, ints, "
-                "floats, generation FROM total WHERE id = 1"
-            ).fetchone()
+            gen = int(db.setting(con, "generation") or "0")
+            t = self._load_total(con, save=False)
             codec = self._codec(meta)
             rounding = self._rounding(con)
             if codec is not None:
-                if words is None:
-                    return ClientStats.zeros(meta)
-                return codec.decode(meta, db.from_blob(words, "<u8"), rounding)
-            if cached == int(gen) and ints is not None:
-                return _unflatten(meta, ints, floats, rounding)
-            total = _canonical_sum(meta, con, rounding)
-        self._cache(total, int(gen))
-        return total
+                result = ClientStats.zeros(meta) if t.words is None else \
+                    codec.decode(meta, db.from_blob(t.words, "<u8"), rounding)
+            elif t.generation == gen and t.ints is not None and t.floats is not None:
+                result = _unflatten(meta, t.ints, t.floats, rounding)
+            else:
+                result = _canonical_sum(meta, con, self._checked, rounding)
+                t = _Total(gen, None, *_blobs(result), t.members, repaired=True)
+        if t.repaired:
+            self._save_total(t)
+        return result
 
     # ------------------------------------------------------------------ internals
     def _bound(self, key: str, given: int | None, default: int) -> int:
@@ -373,6 +404,8 @@ class AggregationStore:
     def _init_bound(self, key: str, value: int) -> str:
         if value < 1:
             raise StoreError(f"{key} must be >= 1; got {value}")
+        if self._read_only:
+            return str(value)  # never written: the default of a store that has none
         with db.transaction(self.con) as con:
             stored = db.setting(con, key)  # another process may have set it meanwhile
             if stored is None:
@@ -423,31 +456,86 @@ class AggregationStore:
             ClientStats.zeros(meta).check_compatible(stats)
         return meta
 
-    def _move_total(
-        self, con: sqlite3.Connection, words: NDArray[np.uint64] | None, sign: int
-    ) -> None:
+    def _move_total(self, con: sqlite3.Connection, total: _Total,
+                    words: NDArray[np.uint64] | None, digest: str, sign: int) -> None:
+        """Apply one added (+1) or removed (-1) row to the checked ``total`` and save it."""
         gen = db.bump_generation(con)
-        if words is None:
-            return  # recompute path: the cached total is stale from this generation on
-        row = con.execute("SELECT words FROM total WHERE id = 1").fetchone()
-        total = np.zeros_like(words) if row[0] is None else db.from_blob(row[0], "<u8")
+        members = integrity.add_member(total.members, digest, sign)
+        if words is None:  # recompute path: the cached total is stale from this generation on
+            _write_total(con, _Total(total.generation, None, total.ints, total.floats,
+                                     members))
+            return
+        old = np.zeros_like(words) if total.words is None else db.from_blob(total.words, "<u8")
+        if old.shape != words.shape:
+            raise StoreError(f"the total of store '{self.path}' has {old.size} words, not "
+                             f"{words.size}; the store is corrupt: restore it from a backup")
         with np.errstate(over="ignore"):
-            total = total + words if sign > 0 else total - words  # modulo 2^64, exact
-        con.execute(
-            "UPDATE total SET words = ?, generation = ? WHERE id = 1", (db.to_blob(total), gen)
-        )
+            new = old + words if sign > 0 else old - words  # modulo 2^64, exact
+        _write_total(con, _Total(gen, db.to_blob(new), None, None, members))
 
-    def _cache(self, total: ClientStats, gen: int) -> None:
-        ints, floats = schema_for(total.mode).flatten(total)
+    def _load_total(self, con: sqlite3.Connection, save: bool = True) -> _Total:
+        """The total row after checking its digest; rebuilt from the rows (which are checked)
+        when it fails, and the user told (saved at once in a write transaction ``save``)."""
+        row = con.execute(
+            "SELECT generation, words, ints, floats, members, digest FROM total WHERE id = 1"
+        ).fetchone()
+        if row is not None and row[5] == integrity.total_digest(*row[:5]):
+            return _Total(*row[:5])
+        rows = [self._checked(r) for r in con.execute(
+            f"SELECT {db.ROW_COLUMNS} FROM contributions ORDER BY client_id")]
+        total = _rebuilt_total(rows, self._codec_or_none(),
+                               int(db.setting(con, "generation") or "0"))
+        where = "saved" if save else ("not saved: the store is read-only" if self._read_only
+                                      else "saved")
+        warnings.warn(
+            f"the cached total of store '{self.path}' did not match its integrity digest; it "
+            f"was rebuilt from the {len(rows)} contributions, whose digests hold ({where})",
+            GhoflWarning, stacklevel=3,
+        )
+        if save:
+            _write_total(con, total)
+        return total
+
+    def _save_total(self, total: _Total) -> None:
+        """Write a rebuilt total or a fresh recompute cache, unless the store is read-only
+        or changed meanwhile (the cache is optional)."""
+        if self._read_only:
+            return
         try:
             with db.transaction(self.con) as con:
-                if db.setting(con, "generation") == str(gen):  # nothing changed meanwhile
-                    con.execute(
-                        "UPDATE total SET ints = ?, floats = ?, generation = ? WHERE id = 1",
-                        (db.to_blob(ints), db.to_blob(floats), gen),
-                    )
-        except sqlite3.OperationalError:  # read-only file or busy: the cache is optional
+                row = con.execute(
+                    "SELECT generation, words, ints, floats, members, digest FROM total "
+                    "WHERE id = 1").fetchone()
+                intact = row is not None and row[5] == integrity.total_digest(*row[:5])
+                if intact and (row[4] != total.members or row[0] == total.generation):
+                    return  # another change came first, or the cache is already there
+                _write_total(con, total)
+        except sqlite3.OperationalError:  # busy or read-only media: the cache is optional
             pass
+
+    def _checked(self, row: tuple[Any, ...], client_id: str | None = None) -> tuple[Any, ...]:
+        """``row`` (the :data:`~ghofl.store._sqlite.ROW_COLUMNS`) after checking its digest
+        (and, when given, that it is the row of ``client_id``)."""
+        if row[8] == integrity.row_digest(*row[:8]) and client_id in (None, row[0]):
+            return row
+        asked = "" if client_id in (None, row[0]) else f" (looked up as {client_id!r})"
+        raise StoreError(
+            f"the contribution of client {row[0]!r}{asked} in store '{self.path}' does not "
+            "match its integrity digest; the store is corrupt (run 'ghofl store verify'): "
+            "restore it from a backup"
+        )
+
+    def _codec_or_none(self) -> FixedPointCodec | None:
+        meta = self.meta
+        return None if meta is None else self._codec(meta)
+
+    def _require_writable(self, what: str) -> None:
+        if self._read_only:
+            raise StoreError(
+                f"cannot {what} store '{self.path}': it is read-only (the file, its folder or "
+                "the media cannot be written); make it writable, or only read it (ghofl store "
+                "show / verify, ghofl fit)"
+            )
 
     def _result(self, status: AddStatus, info: ContributionInfo,
                 con: sqlite3.Connection) -> AddResult:
@@ -485,13 +573,59 @@ def content_sha256(stats: ClientStats) -> str:
     return h.hexdigest()
 
 
+@dataclass(frozen=True)
+class _Total:
+    """The total row: cache ``generation``, BLOBs, ``members``; ``repaired``: rebuilt or
+    recomputed here, to be saved."""
+
+    generation: int
+    words: bytes | None
+    ints: bytes | None
+    floats: bytes | None
+    members: str
+    repaired: bool = False
+
+
+def _write_total(con: sqlite3.Connection, t: _Total) -> None:
+    digest = integrity.total_digest(t.generation, t.words, t.ints, t.floats, t.members)
+    con.execute(
+        "INSERT OR REPLACE INTO total (id, generation, words, ints, floats, members, digest) "
+        "VALUES (1, ?, ?, ?, ?, ?, ?)",
+        (t.generation, t.words, t.ints, t.floats, t.members, digest),
+    )
+
+
+def _rebuilt_total(rows: list[tuple[Any, ...]], codec: FixedPointCodec | None,
+                   generation: int) -> _Total:
+    """The total row rebuilt from checked contribution rows: the fixed-point sum of their
+    words (modulo 2^64, exact), or, on the recompute path, no cache (recomputed when read)."""
+    members = integrity.members_of([str(r[8]) for r in rows])
+    if codec is None:
+        return _Total(-1, None, None, None, members, repaired=True)
+    words = [db.from_blob(r[7], "<u8") for r in rows if r[7] is not None]
+    if not words:
+        return _Total(generation, None, None, None, members, repaired=True)
+    total = np.zeros_like(words[0])
+    with np.errstate(over="ignore"):
+        for w in words:
+            total = total + w
+    return _Total(generation, db.to_blob(total), None, None, members, repaired=True)
+
+
+def _blobs(stats: ClientStats) -> tuple[bytes, bytes]:
+    ints, floats = schema_for(stats.mode).flatten(stats)
+    return db.to_blob(ints), db.to_blob(floats)
+
+
 def _canonical_sum(meta: StatsMeta, con: sqlite3.Connection,
+                   check: Callable[[tuple[Any, ...]], tuple[Any, ...]],
                    rounding: float = 0.0) -> ClientStats:
-    """Σ of the stored contributions, added one at a time in client-id order (as
-    :func:`~ghofl.stats.sum_stats` over them sorted by id would)."""
+    """Σ of the stored contributions (each ``check``-ed), added one at a time in client-id
+    order (as :func:`~ghofl.stats.sum_stats` over them sorted by id would)."""
     total = StatsTotal()  # in place: the total and one stored contribution in memory
-    for ints, floats in con.execute("SELECT ints, floats FROM contributions ORDER BY client_id"):
-        total.add(_unflatten(meta, ints, floats, rounding))
+    for row in con.execute(f"SELECT {db.ROW_COLUMNS} FROM contributions ORDER BY client_id"):
+        row = check(row)
+        total.add(_unflatten(meta, row[5], row[6], rounding))
     return ClientStats.zeros(meta) if not len(total) else total.result()
 
 
