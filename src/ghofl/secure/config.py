@@ -142,12 +142,13 @@ class SecAggConfig:
         k = n - 1 if self.neighbours is None else min(int(self.neighbours), n - 1)
         if self.neighbours is None or graph_degree(n, k) >= n - 1:
             try:
-                # a user's threshold is checked against the targets; the default one is
-                # the malicious-server consistency bound, which can exceed what dropouts at
-                # δ leave (γ + 2δ ≥ 1): docs/secure-aggregation.md states the trade-off
+                # a threshold the corrupt clients could reach alone is refused (exposure); a
+                # high one only makes aborts likelier (never a leak), so it is allowed: the
+                # default is the malicious-server consistency bound, which can exceed what
+                # dropouts at δ leave (γ + 2δ ≥ 1; docs/secure-aggregation.md)
+                low = self.threshold is not None and t <= count_of(gamma, n)
                 k, t_s = required_parameters(n, gamma, delta, self.sigma, self.eta,
-                                             complete_threshold=None if self.threshold is None
-                                             else t)
+                                             complete_threshold=t if low else None)
             except ConfigError:
                 if self._feasible(n):
                     raise  # a threshold that does meet the targets exists: name it
