@@ -17,6 +17,16 @@ this virtualenv. :func:`run_local` is the one-call form used by ``ghofl flower-r
 
 ``flwr run --stream`` exits 0 even when the ServerApp raised, so the outcome is always read from
 ``results.json`` in the run's ``out-dir``.
+
+By default every process runs ``--insecure``. With ``tls`` (a
+:class:`~ghofl.integrations.flower.tls.LoopbackCredentials`, e.g. from
+:func:`~ghofl.integrations.flower.tls.make_loopback_credentials`) the SuperLink serves HTTPS
+(``--ssl-ca-certfile --ssl-certfile --ssl-keyfile``), the SuperNodes verify it
+(``--root-certificates``) and the ``flwr`` CLI's ``config.toml`` names the CA
+(``root-certificates``). With ``supernode_auth`` as well the SuperLink runs
+``--enable-supernode-auth``: only SuperNodes whose public key was registered
+(:meth:`LocalFlower.register_supernode`, i.e. ``flwr supernode register KEY``) and that sign
+with the private key (``--auth-supernode-private-key``) may connect.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -37,9 +48,12 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ghofl.errors import ConfigError, GhoflError, require_extra
+
+if TYPE_CHECKING:
+    from ghofl.integrations.flower.tls import LoopbackCredentials
 
 __all__ = [
     "FlowerRunError",
@@ -255,6 +269,11 @@ class LocalFlower:
     workdir : Path
         Logs, the SuperLink database, the private ``FLWR_HOME`` and ``UV_CACHE_DIR``.
     engine : {"simulation", "deployment"}
+    tls : LoopbackCredentials, optional
+        CA certificate, SuperLink certificate and key: HTTPS instead of ``--insecure``.
+    supernode_auth : bool
+        ``--enable-supernode-auth`` (deployment, needs ``tls``): register each SuperNode's
+        public key with :meth:`register_supernode` and start it with its private key.
 
     Attributes
     ----------
@@ -266,10 +285,18 @@ class LocalFlower:
         Seconds: ``superlink_start`` and one ``run:<n>`` per :meth:`run`.
     """
 
-    def __init__(self, workdir: Path, engine: Engine = "simulation") -> None:
+    def __init__(self, workdir: Path, engine: Engine = "simulation", *,
+                 tls: LoopbackCredentials | None = None, supernode_auth: bool = False) -> None:
         require_extra("flwr", "flower")
         if engine not in ("simulation", "deployment"):
             raise ConfigError(f"engine must be 'simulation' or 'deployment'; got {engine!r}")
+        if supernode_auth and (tls is None or engine != "deployment"):
+            raise ConfigError(
+                "supernode_auth needs the deployment engine and TLS certificates (Flower "
+                "refuses SuperNode authentication over --insecure); give engine='deployment' "
+                "and tls=make_loopback_credentials(...)")
+        self.tls = tls
+        self.supernode_auth = supernode_auth
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.engine = engine
@@ -282,10 +309,13 @@ class LocalFlower:
         self.nodes: dict[int, str] = {}
         self.timings: dict[str, float] = {}
         self._runs = 0
+        self._cli_calls = 0
         Path(env["FLWR_HOME"]).mkdir(parents=True, exist_ok=True)
+        channel = ("insecure = true" if tls is None else
+                   f"root-certificates = {_toml(Path(tls.ca_cert).resolve())}")
         (Path(env["FLWR_HOME"]) / "config.toml").write_text(
             f'[superlink]\ndefault = "{FEDERATION}"\n\n[superlink.{FEDERATION}]\n'
-            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n'
+            f'address = "127.0.0.1:{self.port}"\n{channel}\n'
         )
 
     def __enter__(self) -> LocalFlower:
@@ -312,12 +342,15 @@ class LocalFlower:
     def start_superlink(self, timeout_s: float = 90.0) -> None:
         """Start the SuperLink on :attr:`port` and wait until it is healthy."""
         t0 = time.perf_counter()
-        cmd = ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port",
+        cmd = ["flower-superlink", *self._superlink_channel(), "--host", "127.0.0.1", "--port",
                str(self.port), "--database", str(self.workdir / "superlink.db"),
                "--disable-runtime-dependency-installation"]
         if self.engine == "simulation":
             cmd += ["--simulation"]
         proc = self.group.start("superlink", [self._bin(cmd[0]), *cmd[1:]])
+        scheme, context = "http", None
+        if self.tls is not None:
+            scheme, context = "https", ssl.create_default_context(cafile=str(self.tls.ca_cert))
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
@@ -325,8 +358,8 @@ class LocalFlower:
                     f"flower-superlink exited with code {proc.returncode}\n"
                     + _tail([self.group.log("superlink")]))
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health",
-                                            timeout=2) as resp:
+                with urllib.request.urlopen(f"{scheme}://127.0.0.1:{self.port}/health",
+                                            timeout=2, context=context) as resp:
                     if resp.status == 200:
                         break
             except (urllib.error.URLError, OSError):
@@ -338,6 +371,13 @@ class LocalFlower:
             time.sleep(0.3)
         self.timings["superlink_start"] = time.perf_counter() - t0
 
+    def _superlink_channel(self) -> list[str]:
+        if self.tls is None:
+            return ["--insecure"]
+        out = ["--ssl-ca-certfile", str(self.tls.ca_cert), "--ssl-certfile",
+               str(self.tls.server_cert), "--ssl-keyfile", str(self.tls.server_key)]
+        return out + (["--enable-supernode-auth"] if self.supernode_auth else [])
+
     def stop_superlink(self) -> None:
         self.group.stop("superlink")
 
@@ -348,8 +388,14 @@ class LocalFlower:
 
     def add_supernode(self, partition_id: int, num_partitions: int,
                       data_path: str | os.PathLike[str] | None = None,
-                      extra: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-        """Start a SuperNode (deployment) for ``partition_id`` with its own port."""
+                      extra: Mapping[str, str] | None = None, *,
+                      auth_key: Path | None = None,
+                      root_certificates: Path | None = None) -> subprocess.Popen[bytes]:
+        """Start a SuperNode (deployment) for ``partition_id`` with its own port.
+
+        With TLS it verifies the SuperLink against ``root_certificates`` (default: the CA of
+        ``tls``); ``auth_key`` is its OpenSSH private key (``--auth-supernode-private-key``).
+        """
         if self.engine != "deployment":
             raise ConfigError("SuperNodes are started only by the deployment engine")
         items = {"partition-id": partition_id, "num-partitions": num_partitions}
@@ -358,13 +404,54 @@ class LocalFlower:
         items.update(dict(extra or {}))  # type: ignore[arg-type]
         node_config = " ".join(f"{k}={_toml(v)}" for k, v in items.items())
         name = f"supernode-{partition_id}"
+        if self.tls is None and (auth_key is not None or root_certificates is not None):
+            raise ConfigError("auth_key and root_certificates need a TLS federation: give "
+                              "LocalFlower(..., tls=make_loopback_credentials(...))")
+        channel = ["--insecure"] if self.tls is None else [
+            "--root-certificates", str(Path(root_certificates or self.tls.ca_cert).resolve())]
+        if auth_key is not None:
+            channel += ["--auth-supernode-private-key", str(Path(auth_key).resolve())]
         proc = self.group.start(name, [
-            self._bin("flower-supernode"), "--insecure", "--superlink",
+            self._bin("flower-supernode"), *channel, "--superlink",
             f"127.0.0.1:{self.port}", "--host", "127.0.0.1", "--port", str(free_port()),
             "--node-config", node_config,
         ])
         self.nodes[partition_id] = name
         return proc
+
+    def register_supernode(self, public_key: Path, timeout_s: float = 120.0) -> int:
+        """Register a SuperNode's OpenSSH public key with the SuperLink
+        (``flwr supernode register KEY``); return the node id it was given."""
+        out = self._flwr_json("register", ["supernode", "register",
+                                           str(Path(public_key).resolve()), FEDERATION],
+                              timeout_s)
+        if not out.get("success") or "node-id" not in out:
+            raise FlowerRunError(f"flwr supernode register {public_key} failed: {out}")
+        return int(out["node-id"])
+
+    def list_supernodes(self, timeout_s: float = 120.0) -> dict[int, str]:
+        """Node id → status (``registered``, ``online``, ...) of every SuperNode the
+        SuperLink knows (``flwr supernode list``)."""
+        out = self._flwr_json("list", ["supernode", "list", FEDERATION], timeout_s)
+        return {int(n["node-id"]): str(n["status"]) for n in out.get("nodes", [])}
+
+    def _flwr_json(self, what: str, args: Sequence[str], timeout_s: float) -> dict[str, Any]:
+        self._cli_calls += 1
+        name = f"flwr-{what}-{self._cli_calls}"
+        proc = self.group.start(name, [self._bin("flwr"), *args, "--format", "json"])
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.group.stop(name)
+            raise FlowerRunError(f"flwr {' '.join(args)} timed out after {timeout_s:g} s\n"
+                                 + _tail([self.group.log(name)])) from None
+        text = self.group.log(name).read_text(errors="replace")
+        try:
+            out: dict[str, Any] = json.loads(text[text.index("{"):text.rindex("}") + 1])
+        except ValueError:
+            raise FlowerRunError(f"flwr {' '.join(args)} (exit code {proc.returncode}) "
+                                 f"printed no JSON\n" + _tail([self.group.log(name)])) from None
+        return out
 
     def _bin(self, name: str) -> str:
         path = Path(sys.executable).parent / name
