@@ -28,13 +28,15 @@ from numpy.typing import NDArray
 
 from ghofl._jobconfig import check_config_keys
 from ghofl.data.embeddings import check_labelled_embeddings
-from ghofl.errors import ConfigError, InputError
+from ghofl.errors import ConfigError, InputError, StatsValidationError
 from ghofl.evaluation import HeadScore, evaluate_heads
 from ghofl.heads.base import Head
 from ghofl.heads.build import build_heads, to_jsonable
 from ghofl.heads.model_dir import check_model_target, save_model
+from ghofl.heads.ood import MahalanobisOOD
 from ghofl.heads.presets import DEFAULT_PRESET, check_preset, merge_preset
 from ghofl.heads.registry import parse_head_list
+from ghofl.moments.core import compute_moments
 from ghofl.stats.client_stats import ClientStats
 
 __all__ = ["ServerJob", "ServerResult", "run_server_job"]
@@ -263,9 +265,18 @@ def run_server_job(
         given = extras.pop("stats", None) or {}
         model_dir = save_model(Path(out_dir), models, stats_meta=total.meta,
                                extra={"stats": {**stats, **dict(given)}, **extras},
-                               fit_seconds=fit_seconds, option=option)
+                               fit_seconds=fit_seconds, option=option, ood=_fit_ood(total))
     scores = None if test is None else evaluate_heads(models, test[0], test[1])
     return ServerResult(models, fit_seconds, scores, model_dir)
+
+
+def _fit_ood(total: ClientStats) -> MahalanobisOOD | None:
+    """The model's out-of-distribution score, or ``None`` when the statistics cannot give one
+    (no more samples than classes, or a degenerate covariance)."""
+    try:
+        return MahalanobisOOD().fit_from_moments(compute_moments(total))
+    except StatsValidationError:
+        return None
 
 
 def _check_test(test: tuple[NDArray[Any], NDArray[Any]], total: ClientStats) -> None:

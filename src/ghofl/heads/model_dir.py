@@ -7,9 +7,13 @@ Layout::
                                  "head": TYPE, "sha256": ..., "params": {...},
                                  "fit_seconds": ...}, ...},
                                  "stats": {StatsMeta fields, plus what the writer adds,
-                                 e.g. n_samples, counts, source}, ...extra keys,
-                                 "digest": SHA-256 of the rest}
+                                 e.g. n_samples, counts, source},
+                                 "ood": {"file": "ood.npz", "sha256": ..., "threshold": ...,
+                                 "quantile": ..., "score": ..., "rule": ..., ...} (optional),
+                                 ...extra keys, "digest": SHA-256 of the rest}
     <model_dir>/<NAME>.ghh      one head per file (:func:`ghofl.heads.registry.save_head`)
+    <model_dir>/ood.npz         class means and covariance factor of the out-of-distribution
+                                score (:mod:`ghofl.heads.ood`), when the writer gave one
 
 A directory is written atomically (:func:`ghofl.files.atomic_directory`): it is complete or
 absent, and an existing model directory is replaced only once every head is saved.
@@ -43,6 +47,7 @@ from ghofl.errors import ConfigError, GhoflError, InputError, StatsFormatError
 from ghofl.files import atomic_directory
 from ghofl.heads.base import Head
 from ghofl.heads.build import to_jsonable
+from ghofl.heads.ood import OOD_RULE, OOD_SCORE, MahalanobisOOD
 from ghofl.heads.registry import available_heads, load_head, save_head
 from ghofl.stats.codec import parse_json
 from ghofl.stats.meta import StatsMeta
@@ -51,15 +56,18 @@ __all__ = [
     "MANIFEST",
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
+    "OOD_FILE",
     "check_model_target",
     "load_model",
+    "load_ood",
     "save_model",
 ]
 
 MANIFEST = "manifest.json"
 MODEL_FORMAT = "ghofl.model"
 MODEL_FORMAT_VERSION = 1
-_RESERVED = frozenset({"format", "format_version", "ghofl_version", "heads", "digest"})
+OOD_FILE = "ood.npz"
+_RESERVED = frozenset({"format", "format_version", "ghofl_version", "heads", "digest", "ood"})
 _FIX = "write it with `ghofl fit` (or ghofl.heads.model_dir.save_model)"
 
 
@@ -96,6 +104,7 @@ def save_model(
     extra: Mapping[str, Any] | None = None,
     fit_seconds: Mapping[str, float] | None = None,
     option: str = "out_dir",
+    ood: MahalanobisOOD | None = None,
 ) -> Path:
     """Write fitted heads and their manifest to ``out_dir``, atomically.
 
@@ -114,6 +123,9 @@ def save_model(
         Fitting time per head, recorded in the manifest.
     option : str, default "out_dir"
         What named ``out_dir``, for messages.
+    ood : MahalanobisOOD, optional
+        Fitted out-of-distribution score (statistics space of ``stats_meta``), written to
+        ``ood.npz`` and described under the manifest's ``ood`` (with the file's SHA-256).
 
     Returns
     -------
@@ -165,10 +177,58 @@ def save_model(
         for name, head in heads.items():
             save_head(head, tmp / entries[name]["file"])
             entries[name]["sha256"] = file_sha256(tmp / entries[name]["file"])
+        if ood is not None:
+            manifest["ood"] = _write_ood(tmp / OOD_FILE, ood, stats_meta)
         manifest["digest"] = manifest_digest(manifest)
         text = json.dumps(manifest, indent=2) + "\n"
         (tmp / MANIFEST).write_text(text, encoding="utf-8")
     return out_dir
+
+
+def _write_ood(path: Path, ood: MahalanobisOOD, meta: StatsMeta) -> dict[str, Any]:
+    arrays, scalars = ood.get_state()
+    if arrays["means_"].shape != (meta.num_classes, meta.dim):
+        raise ConfigError(
+            f"the OOD score was fitted on means of shape {arrays['means_'].shape}, but "
+            f"stats_meta describes {meta.num_classes} classes in dimension {meta.dim}; fit it "
+            "on the statistics the heads were fitted from"
+        )
+    with open(path, "wb") as f:
+        np.savez(f, means_=arrays["means_"], chol_=arrays["chol_"])
+    return {"file": OOD_FILE, "sha256": file_sha256(path), "score": OOD_SCORE,
+            "rule": OOD_RULE, **scalars}
+
+
+def load_ood(model_dir: Path, manifest: Mapping[str, Any]) -> MahalanobisOOD | None:
+    """The out-of-distribution score of a model directory read by :func:`load_model`
+    (``None`` when its manifest has no ``ood`` entry: a model written before it existed).
+
+    Raises
+    ------
+    InputError
+        The ``ood.npz`` file is missing, differs from the SHA-256 the manifest records, or is
+        malformed.
+    """
+    entry = manifest.get("ood")
+    if entry is None:
+        return None
+    path = Path(model_dir) / OOD_FILE
+    if not isinstance(entry, dict) or entry.get("file") != OOD_FILE:
+        raise InputError(f"'{Path(model_dir) / MANIFEST}' has a malformed ood entry; {_FIX}")
+    if not path.is_file():
+        raise InputError(f"'{path}' is missing; copy the whole model directory, or {_FIX}")
+    if entry.get("sha256") != file_sha256(path):
+        raise InputError(
+            f"'{path}' is not the one the manifest was written with (its SHA-256 differs); "
+            f"copy the whole model directory again, or {_FIX}"
+        )
+    meta = StatsMeta.from_dict(manifest["stats"])
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in MahalanobisOOD.fitted_arrays if k in z.files}
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(f"'{path}' is not a readable .npz archive ({exc}); {_FIX}") from exc
+    return MahalanobisOOD.from_state(arrays, entry, meta.num_classes, meta.dim, f"'{path}'")
 
 
 def manifest_digest(manifest: Mapping[str, Any]) -> str:

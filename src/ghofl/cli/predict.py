@@ -1,0 +1,255 @@
+"""``ghofl predict``: a model directory applied to new images, text lines or embeddings."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import numpy as np
+import typer
+
+from ghofl.cli._options import check_feature_transform_option
+from ghofl.cli.app import app
+from ghofl.client.transforms import recorded_feature_transform, transformed_dim
+from ghofl.data.items import EmbeddingRows, ImageItems, Item, TextLineItems, is_image_path
+from ghofl.errors import ConfigError, InputError
+from ghofl.evaluation.predict import (
+    Predictor,
+    RowWriter,
+    check_encoder_fingerprint,
+    embed_items,
+    iter_batches,
+    output_columns,
+    output_format,
+    prediction_rows,
+)
+from ghofl.files import atomic_write
+from ghofl.heads.base import Head
+from ghofl.heads.model_dir import load_model, load_ood
+from ghofl.stats.meta import EncoderInfo
+
+__all__ = ["predict"]
+
+DATA_HELP = ("Items to classify: an embeddings .npz (x (n, d); y optional), an image file, a "
+             "folder of images (searched recursively, class folders too) or a .zip of images, "
+             "or a UTF-8 text file with one item per line (text encoders).")
+FT_HELP = ("Embeddings input only: the transform to apply to x first, as for ghofl evaluate "
+           "(raw images and texts always get the transform the model records).")
+
+
+def data_kind(data: Path) -> str:
+    """``embeddings`` (.npz), ``images`` (folder, .zip, image file) or ``text`` (any other file)."""
+    if not data.exists():
+        raise InputError(f"--data '{data}' does not exist; check the path")
+    if data.is_dir() or data.suffix.lower() == ".zip" or is_image_path(data.name):
+        return "images"
+    return "embeddings" if data.suffix.lower() == ".npz" else "text"
+
+
+def _pick_head(models: dict[str, Head], name: str | None, model_dir: Path) -> tuple[str, Head]:
+    if name is None:
+        return next(iter(models.items()))
+    if name not in models:
+        raise ConfigError(
+            f"--head {name!r} is not in the model '{model_dir}'; it holds {', '.join(models)}"
+        )
+    return name, models[name]
+
+
+def _check_top_k(top_k: int | None, num_classes: int) -> int | None:
+    if top_k is not None and not 1 <= top_k <= num_classes:
+        raise ConfigError(
+            f"--top-k must lie in 1..{num_classes} (the model's number of classes); got {top_k}"
+        )
+    return top_k
+
+
+def _raw_batches(
+    data: Path, kind: str, head: Head, model_dir: Path, backend: str,
+) -> tuple[Any, Any, str]:
+    """(items, encoder, transform) of raw images or texts, the encoder checked."""
+    recorded = head.meta_.encoder
+    if recorded is None:
+        raise InputError(
+            f"the model in '{model_dir}' records no encoder (it was fitted on raw features), so "
+            "it cannot encode images or texts; give --data an embeddings .npz"
+        )
+    wants_text = recorded.resolution is None
+    if wants_text != (kind == "text"):
+        raise InputError(
+            f"--data '{data}' holds {'texts' if kind == 'text' else 'images'}, but the model's "
+            f"encoder {recorded.name!r} is {'a text' if wants_text else 'an image'} encoder; "
+            f"give it {'a text file, one item per line' if wants_text else 'images'} (or "
+            "embeddings)"
+        )
+    from ghofl.client.encoders import get_encoder
+
+    encoder = get_encoder(recorded.name, resolution=recorded.resolution or 224, backend=backend)
+    check_encoder_fingerprint(encoder.info, recorded, f"'{model_dir}'")
+    items = TextLineItems(data) if kind == "text" else ImageItems(data)
+    return items, encoder, recorded_feature_transform(recorded)
+
+
+def _embedding_rows(
+    data: Path, head: Head, model_dir: Path, feature_transform: str,
+) -> EmbeddingRows:
+    rows = EmbeddingRows(data)
+    recorded = head.meta_.encoder
+    if rows.encoder is not None and recorded is not None:
+        info = EncoderInfo.from_dict(rows.encoder)
+        check_encoder_fingerprint(info, recorded, f"'{model_dir}'")
+        done = recorded_feature_transform(recorded)
+        if feature_transform != done:
+            raise InputError(
+                f"'{data}' holds raw {info.name} embeddings (written by ghofl embed) and the "
+                f"clients applied --feature-transform {done}; pass --feature-transform {done}"
+            )
+    dim = transformed_dim(rows.dim, feature_transform) if rows.dim else 0
+    if dim != head.n_features_in_:
+        done = recorded_feature_transform(recorded)
+        hint = ("embed the items with the clients' encoder" if done == feature_transform
+                else f"the clients applied --feature-transform {done}; pass the same")
+        raise InputError(
+            f"'{data}' has {rows.dim}-dimensional embeddings"
+            + (f" ({dim} after --feature-transform {feature_transform})"
+               if feature_transform != "none" else "")
+            + f" but the model in '{model_dir}' expects d={head.n_features_in_}; {hint}"
+        )
+    return rows
+
+
+def _progress(total: int, show: bool | None) -> Any:
+    if show is None:
+        show = sys.stderr.isatty()
+    if not show:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm comes with the torch extra; without it, no bar
+        return None
+    return tqdm(total=total, desc="predicting", unit="item", mininterval=1.0, file=sys.stderr)
+
+
+def _skip(item: Item) -> None:
+    typer.echo(f"ghofl: warning: skipped unreadable item {item.id!r}: {item.error}", err=True)
+
+
+def _feature_batches(
+    data: Path, kind: str, head: Head, model_dir: Path, *, feature_transform: str,
+    backend: str, batch_size: int, skip_unreadable: bool, skipped: list[str],
+) -> tuple[int, str, Iterator[tuple[list[str], np.ndarray]]]:
+    """(number of items, transform, iterator of (ids, raw features (b, d)))."""
+    if kind == "embeddings":
+        rows = _embedding_rows(data, head, model_dir, feature_transform)
+
+        def from_rows() -> Iterator[tuple[list[str], np.ndarray]]:
+            start = 0
+            for block in rows.blocks(batch_size):
+                yield [str(i) for i in range(start, start + block.shape[0])], block
+                start += block.shape[0]
+
+        return len(rows), feature_transform, from_rows()
+    if feature_transform != "none":
+        raise ConfigError(
+            "--feature-transform applies to embeddings input only; raw images and texts get "
+            "the transform the model records"
+        )
+    items, encoder, transform = _raw_batches(data, kind, head, model_dir, backend)
+
+    def on_skip(item: Item) -> None:
+        skipped.append(item.id)
+        _skip(item)
+
+    def from_items() -> Iterator[tuple[list[str], np.ndarray]]:
+        for batch in iter_batches(items, batch_size, skip_unreadable=skip_unreadable,
+                                  on_skip=on_skip):
+            yield [item.id for item in batch], embed_items(encoder, batch)
+
+    return len(items), transform, from_items()
+
+
+@app.command("predict")
+def predict(
+    model_dir: Annotated[Path, typer.Argument(help="Model directory written by `ghofl fit`.")],
+    data: Annotated[Path, typer.Option("--data", help=DATA_HELP)],
+    out: Annotated[Path, typer.Option(
+        "--out", help="Predictions file: .csv or .jsonl (JSON Lines, the same keys).")],
+    head_name: Annotated[str | None, typer.Option(
+        "--head", help="Head of the model to use (default: the first in its manifest).")] = None,
+    top_k: Annotated[int | None, typer.Option(
+        "--top-k", help="Report the K most probable classes (top1, p_top1, ...) instead of "
+        "one p_<class> column per class.")] = None,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", help="Items per encoder and head call (the memory bound).")] = 64,
+    skip_unreadable: Annotated[bool, typer.Option(
+        "--skip-unreadable", help="Leave unreadable items (corrupt images, invalid UTF-8 "
+        "lines) out and list them on stderr, instead of failing with nothing written.")]
+        = False,
+    feature_transform: Annotated[str, typer.Option("--feature-transform", help=FT_HELP)]
+        = "none",
+    backend: Annotated[str, typer.Option("--backend", help="Encoder backend: onnx or torch.")]
+        = "onnx",
+    progress: Annotated[bool | None, typer.Option(
+        "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a "
+        "terminal; needs tqdm).")] = None,
+) -> None:
+    """Classify new items with a fitted model: one row per item, streamed to --out.
+
+    Columns: id (file path relative to --data, line number, or row index), label (class
+    name), p_<class> per class (or top<i>, p_top<i> with --top-k), then ood_score (squared
+    Mahalanobis distance to the nearest class mean under the model's pooled covariance) and
+    ood (true when ood_score exceeds the threshold the manifest records, the 0.99 quantile of
+    the in-distribution score under the Gaussian model). Raw images and texts are encoded by
+    the model's recorded encoder, rebuilt locally and refused when its fingerprint differs.
+    The file is written atomically: on an error (e.g. a corrupt image without
+    --skip-unreadable) nothing is written.
+    """
+    fmt = output_format(out)
+    if out.is_dir():
+        raise InputError(f"--out '{out}' is a directory; give a file path")
+    check_feature_transform_option(feature_transform)
+    kind = data_kind(data)
+    models, manifest = load_model(model_dir)
+    name, head = _pick_head(models, head_name, model_dir)
+    predictor_ood = load_ood(model_dir, manifest)
+    top_k = _check_top_k(top_k, len(head.meta_.classes))
+    skipped: list[str] = []
+    total, transform, batches = _feature_batches(
+        data, kind, head, model_dir, feature_transform=feature_transform, backend=backend,
+        batch_size=batch_size, skip_unreadable=skip_unreadable, skipped=skipped)
+    predictor = Predictor(head, transform, predictor_ood)
+    counts = {"rows": 0, "ood": 0}
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            _stream(f, fmt, predictor, batches, top_k, total, progress, counts)
+
+    atomic_write(out, write)
+    flagged = (f", {counts['ood']} flagged out of distribution (ood_score > "
+               f"{predictor_ood.threshold_:.4g})" if predictor_ood is not None else "")
+    left = f", {len(skipped)} unreadable item(s) skipped" if skipped else ""
+    typer.echo(f"wrote {out}: {counts['rows']} predictions with head {name!r}{flagged}{left}")
+
+
+def _stream(f: IO[str], fmt: str, predictor: Predictor,
+            batches: Iterator[tuple[list[str], np.ndarray]], top_k: int | None, total: int,
+            progress: bool | None, counts: dict[str, int]) -> None:
+    ood = predictor.ood
+    writer = RowWriter(f, fmt, output_columns(predictor.classes, top_k, ood is not None))
+    bar = _progress(total, progress)
+    try:
+        for ids, x in batches:
+            proba, scores = predictor.predict(x)
+            writer.write(prediction_rows(ids, proba, predictor.classes, top_k=top_k,
+                                         ood_score=scores,
+                                         threshold=None if ood is None else ood.threshold_))
+            if scores is not None and ood is not None:
+                counts["ood"] += int(np.sum(ood.flag(scores)))
+            if bar is not None:
+                bar.update(len(ids))
+    finally:
+        if bar is not None:
+            bar.close()
+    counts["rows"] = writer.rows

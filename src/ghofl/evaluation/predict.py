@@ -1,0 +1,262 @@
+"""Predictions of a model directory on new items, streamed in batches (``ghofl predict``).
+
+The pipeline is the one the clients ran, then the one ``ghofl evaluate`` runs: raw items
+(images, text lines) go through the encoder recorded in the model, rebuilt locally and
+refused when its fingerprint differs from the recorded one; then the recorded feature
+transform; then the head (which applies the model's projection itself). Embedding rows skip
+the encoder and take the transform the caller names (as ``evaluate --feature-transform``).
+
+Every batch gives one row per item: ``id``, ``label`` (class name), ``p_<class>`` per class
+(or, with ``top_k``, ``top<i>`` and ``p_top<i>`` for the K most probable classes), then
+``ood_score`` (:mod:`ghofl.heads.ood`) and ``ood`` (score above the model's threshold) when
+the model holds the score. Only one batch of embeddings is in memory at a time.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.client.encoders.base import Encoder
+from ghofl.client.transforms import (
+    apply_feature_transform,
+    recorded_feature_transform,
+    transformed_info,
+)
+from ghofl.data.items import Item
+from ghofl.errors import ConfigError, DataError, InputError
+from ghofl.heads.base import Head
+from ghofl.heads.ood import MahalanobisOOD
+from ghofl.stats.meta import EncoderInfo
+
+__all__ = [
+    "OUTPUT_FORMATS",
+    "Predictor",
+    "RowWriter",
+    "check_encoder_fingerprint",
+    "iter_batches",
+    "prediction_rows",
+]
+
+F64 = NDArray[np.float64]
+#: --out extensions and the format each selects.
+OUTPUT_FORMATS = {".csv": "csv", ".jsonl": "jsonl"}
+
+
+def check_encoder_fingerprint(local: EncoderInfo, recorded: EncoderInfo, where: str) -> None:
+    """Refuse a local encoder whose output (after the recorded feature transform) is not the
+    recorded encoder's.
+
+    Raises
+    ------
+    InputError
+        Naming both fingerprints, the fields that differ and the fix.
+    """
+    expected = transformed_info(local, recorded_feature_transform(recorded))
+    if expected.fingerprint() == recorded.fingerprint():
+        return
+    diffs = [f.name for f in fields(EncoderInfo)
+             if getattr(expected, f.name) != getattr(recorded, f.name)]
+    raise InputError(
+        f"the local encoder {local.name!r} has fingerprint {expected.fingerprint()}, but the "
+        f"model in {where} was fitted on embeddings of encoder fingerprint "
+        f"{recorded.fingerprint()} ({recorded.name!r}; they differ in {', '.join(diffs)}); "
+        "install the encoder the clients used (same weights package or file, resolution and "
+        "preprocessing), or fit the model again from statistics computed with this encoder"
+    )
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """A fitted head with the model's OOD score and the transform its inputs need.
+
+    Attributes
+    ----------
+    head : Head
+    transform : str
+        Feature transform applied to the encoder output (or embedding rows) first.
+    ood : MahalanobisOOD or None
+    """
+
+    head: Head
+    transform: str = "none"
+    ood: MahalanobisOOD | None = None
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return tuple(self.head.meta_.classes)
+
+    def features(self, x: NDArray[Any]) -> F64:
+        """Raw encoder output (b, d) -> the heads' input (b, n_features_in_)."""
+        out = np.asarray(apply_feature_transform(np.asarray(x), self.transform), dtype=np.float64)
+        return out
+
+    def predict(self, x: NDArray[Any]) -> tuple[F64, F64 | None]:
+        """Probabilities (b, C) and OOD scores (b,) (``None`` without a score) of raw rows."""
+        z = self.features(x)
+        proba = self.head.predict_proba(z)
+        if self.ood is None:
+            return proba, None
+        proj = self.head.meta_.projection
+        return proba, self.ood.score(proj.apply(z) if proj is not None else z)
+
+
+def iter_batches(items: Iterable[Item], batch_size: int, *, skip_unreadable: bool,
+                 on_skip: Callable[[Item], None]) -> Iterator[list[Item]]:
+    """Readable items in lists of at most ``batch_size``, the next one read in a background
+    thread while the caller works on the current one.
+
+    Raises
+    ------
+    DataError
+        At the first unreadable item unless ``skip_unreadable`` (then ``on_skip(item)``).
+    """
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1; got {batch_size}")
+    it = iter(items)
+
+    def take() -> list[Item]:
+        out: list[Item] = []
+        for item in it:
+            if item.error:
+                if not skip_unreadable:
+                    raise DataError(
+                        f"item {item.id!r} is unreadable: {item.error}; nothing was written "
+                        "(pass --skip-unreadable to leave unreadable items out)"
+                    )
+                on_skip(item)
+                continue
+            out.append(item)
+            if len(out) == batch_size:
+                break
+        return out
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(take)
+        while True:
+            batch = pending.result()
+            if not batch:
+                return
+            pending = pool.submit(take)
+            yield batch
+
+
+def embed_items(encoder: Encoder, batch: list[Item]) -> NDArray[np.float32]:
+    """Encode a batch; images of different sizes are encoded in groups of equal size (each
+    group exactly as a batch of that size), texts all at once. Shape (b, encoder.dim)."""
+    values = [item.value for item in batch]
+    if not values or isinstance(values[0], str):
+        return encoder.embed(values)
+    out = np.empty((len(values), encoder.dim), dtype=np.float32)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, v in enumerate(values):
+        groups.setdefault(tuple(v.shape), []).append(i)
+    for idx in groups.values():
+        out[idx] = encoder.embed(np.stack([values[i] for i in idx]))
+    return out
+
+
+def prediction_rows(
+    ids: list[str], proba: F64, classes: tuple[str, ...], *, top_k: int | None = None,
+    ood_score: F64 | None = None, threshold: float | None = None,
+) -> list[dict[str, Any]]:
+    """One output row per item (keys in column order; see the module docstring).
+
+    Parameters
+    ----------
+    ids : list of str, length b
+    proba : ndarray, shape (b, C)
+    classes : tuple of str, length C
+    top_k : int, optional
+        Report the K most probable classes (``top1``, ``p_top1``, ...) instead of every class.
+    ood_score : ndarray, shape (b,), optional
+    threshold : float, optional
+        The model's OOD threshold (``ood`` = score > threshold).
+    """
+    best = np.argmax(proba, axis=1)
+    order = np.argsort(-proba, axis=1, kind="stable")[:, :top_k] if top_k else None
+    rows: list[dict[str, Any]] = []
+    for i, item_id in enumerate(ids):
+        row: dict[str, Any] = {"id": item_id, "label": classes[int(best[i])]}
+        if order is None:
+            row.update({f"p_{c}": float(proba[i, j]) for j, c in enumerate(classes)})
+        else:
+            for r, j in enumerate(order[i], start=1):
+                row[f"top{r}"] = classes[int(j)]
+                row[f"p_top{r}"] = float(proba[i, j])
+        if ood_score is not None and threshold is not None:
+            row["ood_score"] = float(ood_score[i])
+            row["ood"] = bool(ood_score[i] > threshold)
+        rows.append(row)
+    return rows
+
+
+def output_columns(classes: tuple[str, ...], top_k: int | None, with_ood: bool) -> list[str]:
+    """The CSV header: the keys of :func:`prediction_rows`, in order."""
+    cols = ["id", "label"]
+    if top_k:
+        for r in range(1, top_k + 1):
+            cols += [f"top{r}", f"p_top{r}"]
+    else:
+        cols += [f"p_{c}" for c in classes]
+    return cols + (["ood_score", "ood"] if with_ood else [])
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)
+    return str(value)
+
+
+class RowWriter:
+    """Writes rows as CSV (header first) or JSON Lines (one object a line, same keys).
+
+    CSV cells are the JSON text of the value (floats as ``repr``, booleans ``true``/``false``,
+    strings as they are), so both formats carry the same content.
+    """
+
+    def __init__(self, f: IO[str], fmt: str, columns: list[str]) -> None:
+        if fmt not in OUTPUT_FORMATS.values():
+            raise ConfigError(f"output format must be csv or jsonl; got {fmt!r}")
+        self.fmt = fmt
+        self._f = f
+        self._csv = csv.writer(f, lineterminator="\n") if fmt == "csv" else None
+        if self._csv is not None:
+            self._csv.writerow(columns)
+        self.rows = 0
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            if self._csv is not None:
+                self._csv.writerow([_text(v) for v in row.values()])
+            else:
+                self._f.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+        self.rows += len(rows)
+
+
+def output_format(out: Path) -> str:
+    """The format selected by ``--out``'s extension.
+
+    Raises
+    ------
+    ConfigError
+        Any extension but ``.csv`` and ``.jsonl``.
+    """
+    fmt = OUTPUT_FORMATS.get(out.suffix.lower())
+    if fmt is None:
+        raise ConfigError(
+            f"--out '{out}' must end in .csv or .jsonl (the extension chooses CSV or JSON "
+            f"Lines); got {out.suffix or 'no extension'!r}"
+        )
+    return fmt

@@ -1,0 +1,236 @@
+"""Out-of-distribution score from the fitted statistics: Mahalanobis distance to the nearest class.
+
+Score
+-----
+For an input z in the statistics space (after the model's projection, if any), with class means
+μ_c and the pooled within-class covariance Σ̂ = W/(N − C) of the aggregate (its diagonal in
+``diag`` mode), shrunk toward a scaled identity, Σ = (1 − a)Σ̂ + a·tr(Σ̂)/k·I (a: the
+Rao–Blackwellised Ledoit–Wolf coefficient, :func:`~ghofl.moments.shrinkage.rblw_shrinkage`, so
+that Σ is invertible when k is large against N)::
+
+    ood_score(z) = min_c (z − μ_c)ᵀ Σ⁻¹ (z − μ_c)          (squared Mahalanobis distance)
+
+Threshold: how it is chosen
+---------------------------
+Without any data beyond the statistics. Under the Gaussian model the heads assume (class c:
+N(μ_c, Σ̂)), the distance of an in-distribution sample to its own class mean is a quadratic
+form whose mean is tr(M) and variance 2·tr(M²), with M = Σ⁻¹Σ̂. It is matched by a scaled
+chi-square g·χ²_h (Satterthwaite): g = tr(M²)/tr(M), h = tr(M)²/tr(M²). The threshold is the
+``quantile`` (default 0.99) of g·χ²_h; with no shrinkage (M = I) this is exactly the
+chi-square quantile with k degrees of freedom. The nearest-class distance is at most the
+own-class distance, so under that model at most 1 − ``quantile`` of in-distribution inputs are
+flagged; real embeddings are not Gaussian, so the observed rate differs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.linalg import solve_triangular
+from scipy.stats import chi2
+
+from ghofl.errors import ConfigError, InputError, NotFittedError, StatsValidationError
+from ghofl.moments.core import Moments
+from ghofl.moments.shrinkage import rblw_shrinkage, shrink
+
+__all__ = [
+    "MahalanobisOOD",
+    "nearest_mahalanobis",
+    "pooled_covariance_of",
+    "scaled_chi2_threshold",
+]
+
+F64 = NDArray[np.float64]
+
+#: Name of the score, recorded in the model manifest.
+OOD_SCORE = "squared Mahalanobis distance to the nearest class mean (shrunk pooled covariance)"
+OOD_RULE = ("quantile of the scaled chi-square g*chi2_h matching the mean and variance of the "
+            "own-class distance under the Gaussian model (chi2_k when unshrunk)")
+
+
+def pooled_covariance_of(moments: Moments) -> F64:
+    """Σ̂ = W/(N − C), shape (k, k); its diagonal Σ_c N_c v_c/(N − C) in ``diag`` mode.
+
+    Raises
+    ------
+    StatsValidationError
+        N ≤ C (no within-class degrees of freedom).
+    """
+    n, c = moments.n_samples, moments.num_classes
+    if n <= c:
+        raise StatsValidationError(
+            f"the out-of-distribution score needs more samples than classes; got N={n}, C={c}"
+        )
+    if moments.within_scatter is not None:
+        return moments.pooled_covariance("n-c")
+    scatter = (moments.counts[:, None] * moments.class_vars).sum(axis=0)
+    out: F64 = np.diag(scatter / (n - c))
+    return out
+
+
+def _cholesky(cov: F64) -> F64:
+    """Lower Cholesky factor of ``cov``, adding the smallest jitter ε·tr/k·I that makes it work."""
+    k = cov.shape[0]
+    tau = max(float(np.trace(cov)) / k, np.finfo(np.float64).tiny)
+    for eps in (0.0, *(10.0 ** p for p in range(-12, 0))):
+        try:
+            out: F64 = np.linalg.cholesky(cov + eps * tau * np.eye(k))
+            return out
+        except np.linalg.LinAlgError:
+            continue
+    raise StatsValidationError(
+        "the pooled covariance is not positive definite even after regularisation; the "
+        "statistics are degenerate (constant features?)"
+    )
+
+
+def nearest_mahalanobis(Z: F64, means: F64, chol: F64) -> tuple[F64, NDArray[np.int64]]:
+    """Squared Mahalanobis distance of every row of ``Z`` to its nearest mean.
+
+    Parameters
+    ----------
+    Z : ndarray, shape (n, k)
+    means : ndarray, shape (C, k)
+    chol : ndarray, shape (k, k)
+        Lower Cholesky factor L of the covariance Σ = L Lᵀ.
+
+    Returns
+    -------
+    score : ndarray, shape (n,)
+        min_c (z − μ_c)ᵀ Σ⁻¹ (z − μ_c), ≥ 0.
+    nearest : ndarray of int64, shape (n,)
+        The minimising class c.
+    """
+    u = solve_triangular(chol, np.asarray(Z, dtype=np.float64).T, lower=True).T  # (n, k)
+    m = solve_triangular(chol, np.asarray(means, dtype=np.float64).T, lower=True).T  # (C, k)
+    d2 = (u * u).sum(axis=1)[:, None] - 2.0 * (u @ m.T) + (m * m).sum(axis=1)[None, :]
+    nearest = np.argmin(d2, axis=1).astype(np.int64)
+    score: F64 = np.maximum(d2[np.arange(d2.shape[0]), nearest], 0.0)
+    return score, nearest
+
+
+def scaled_chi2_threshold(chol: F64, cov: F64, quantile: float) -> tuple[float, float, float]:
+    """The ``quantile`` of g·χ²_h matching (z − μ)ᵀΣ⁻¹(z − μ) for z ~ N(μ, ``cov``).
+
+    Parameters
+    ----------
+    chol : ndarray, shape (k, k)
+        Lower Cholesky factor of the scoring covariance Σ.
+    cov : ndarray, shape (k, k)
+        The covariance of the data, Σ̂.
+    quantile : float in (0, 1)
+
+    Returns
+    -------
+    threshold, scale g, degrees of freedom h : float
+        With G = L⁻¹Σ̂L⁻ᵀ: g = ‖G‖²_F / tr G, h = (tr G)² / ‖G‖²_F.
+    """
+    half = solve_triangular(chol, cov, lower=True)
+    g_mat = solve_triangular(chol, half.T, lower=True)
+    t1 = float(np.trace(g_mat))
+    t2 = float(np.sum(g_mat * g_mat))
+    scale, dof = t2 / t1, t1 * t1 / t2
+    return float(scale * chi2.ppf(quantile, dof)), scale, dof
+
+
+class MahalanobisOOD:
+    """Out-of-distribution detector held by a model directory (see the module docstring).
+
+    Parameters
+    ----------
+    quantile : float in (0, 1), default 0.99
+        Quantile of the in-distribution score model that sets ``threshold_``.
+
+    Attributes
+    ----------
+    means_ : ndarray, shape (C, k)
+    chol_ : ndarray, shape (k, k)
+        Lower Cholesky factor of the shrunk pooled covariance.
+    threshold_, shrinkage_, scale_, dof_ : float
+    """
+
+    fitted_arrays = ("means_", "chol_")
+    fitted_scalars = ("threshold_", "shrinkage_", "scale_", "dof_", "quantile")
+
+    def __init__(self, quantile: float = 0.99) -> None:
+        if not 0.0 < float(quantile) < 1.0:
+            raise ConfigError(f"the OOD quantile must lie in (0, 1); got {quantile!r}")
+        self.quantile = float(quantile)
+
+    def fit_from_moments(self, moments: Moments) -> Self:
+        """Fit from the moments of the aggregate (statistics space)."""
+        cov = pooled_covariance_of(moments)
+        a = 0.0
+        if moments.within_scatter is not None:
+            n = moments.n_samples
+            a = rblw_shrinkage(cov * (n - moments.num_classes) / n, n)
+        scoring = shrink(cov, a) if a > 0 else cov
+        self.means_ = np.asarray(moments.means, dtype=np.float64)
+        self.chol_ = _cholesky(scoring)
+        self.shrinkage_ = float(a)
+        self.threshold_, self.scale_, self.dof_ = scaled_chi2_threshold(
+            self.chol_, cov, self.quantile)
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "chol_"):
+            raise NotFittedError("this MahalanobisOOD is not fitted; call fit_from_moments")
+
+    def score(self, Z: NDArray[Any]) -> F64:
+        """``ood_score`` of every row of ``Z`` (n, k) in the statistics space; shape (n,)."""
+        self._check_fitted()
+        Z = np.asarray(Z, dtype=np.float64)
+        if Z.ndim != 2 or Z.shape[1] != self.chol_.shape[0]:
+            raise InputError(
+                f"the OOD score takes inputs of shape (n, {self.chol_.shape[0]}); got {Z.shape}"
+            )
+        return nearest_mahalanobis(Z, self.means_, self.chol_)[0]
+
+    def flag(self, scores: F64) -> NDArray[np.bool_]:
+        """``scores > threshold_``."""
+        self._check_fitted()
+        return np.asarray(scores) > self.threshold_
+
+    def get_state(self) -> tuple[dict[str, F64], dict[str, float]]:
+        """Fitted arrays and scalars (what the model directory stores)."""
+        self._check_fitted()
+        return ({k: np.ascontiguousarray(getattr(self, k)) for k in self.fitted_arrays},
+                {k: float(getattr(self, k)) for k in self.fitted_scalars})
+
+    @classmethod
+    def from_state(cls, arrays: dict[str, NDArray[Any]], scalars: dict[str, Any],
+                   num_classes: int, dim: int, where: str) -> MahalanobisOOD:
+        """Rebuild from :meth:`get_state`, checking shapes against the model's C and k.
+
+        Raises
+        ------
+        InputError
+            A missing or malformed array or scalar; the message names ``where``.
+        """
+        def bad(what: str) -> InputError:
+            return InputError(f"{where} is malformed ({what}); fit the model again with "
+                              "`ghofl fit`")
+
+        try:
+            out = cls(float(scalars["quantile"]))
+        except (KeyError, TypeError, ValueError, ConfigError) as exc:
+            raise bad(f"quantile: {exc}") from None
+        shapes = {"means_": (num_classes, dim), "chol_": (dim, dim)}
+        for key, shape in shapes.items():
+            arr = arrays.get(key)
+            if arr is None or arr.shape != shape or arr.dtype.kind != "f" \
+                    or not np.all(np.isfinite(arr)):
+                got = None if arr is None else arr.shape
+                raise bad(f"{key} must be finite floats of shape {shape}; got {got}")
+            setattr(out, key, np.asarray(arr, dtype=np.float64))
+        if np.any(np.diag(out.chol_) <= 0):
+            raise bad("chol_ is not a Cholesky factor (non-positive diagonal)")
+        for key in ("threshold_", "shrinkage_", "scale_", "dof_"):
+            value = scalars.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not np.isfinite(value) or value < 0:
+                raise bad(f"{key} must be a finite non-negative number; got {value!r}")
+            setattr(out, key, float(value))
+        return out
