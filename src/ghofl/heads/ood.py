@@ -194,10 +194,11 @@ class MahalanobisOOD:
         return np.asarray(scores) > self.threshold_
 
     def get_state(self) -> tuple[dict[str, F64], dict[str, float]]:
-        """Fitted arrays and scalars (what the model directory stores)."""
+        """Fitted arrays (``means_``, ``chol_``) and scalars (``threshold``, ``shrinkage``,
+        ``scale``, ``dof``, ``quantile``): what the model directory stores."""
         self._check_fitted()
         return ({k: np.ascontiguousarray(getattr(self, k)) for k in self.fitted_arrays},
-                {k: float(getattr(self, k)) for k in self.fitted_scalars})
+                {k.rstrip("_"): float(getattr(self, k)) for k in self.fitted_scalars})
 
     @classmethod
     def from_state(cls, arrays: dict[str, NDArray[Any]], scalars: dict[str, Any],
@@ -227,10 +228,10 @@ class MahalanobisOOD:
             setattr(out, key, np.asarray(arr, dtype=np.float64))
         if np.any(np.diag(out.chol_) <= 0):
             raise bad("chol_ is not a Cholesky factor (non-positive diagonal)")
-        for key in ("threshold_", "shrinkage_", "scale_", "dof_"):
+        for key in ("threshold", "shrinkage", "scale", "dof"):
             value = scalars.get(key)
             if isinstance(value, bool) or not isinstance(value, int | float) \
                     or not np.isfinite(value) or value < 0:
                 raise bad(f"{key} must be a finite non-negative number; got {value!r}")
-            setattr(out, key, float(value))
+            setattr(out, key + "_", float(value))
         return out
