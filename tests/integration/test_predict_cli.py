@@ -19,6 +19,9 @@ import pytest
 from ghofl.cli.main import main
 from ghofl.client.encoders import CallableEncoder
 from ghofl.heads.model_dir import load_model, load_ood
+from ghofl.heads.registry import make_head
+from ghofl.stats import compute_stats, save_stats
+from ghofl.stats.meta import EncoderInfo
 from tests.helpers_cli import tree, write_npz
 from tests.helpers_data import encode_png, make_image_folder, make_image_zip
 
@@ -209,12 +212,29 @@ def test_embeddings_like_evaluate(
     assert [r["id"] for r in rows] == [str(i) for i in range(11)]
     np.testing.assert_allclose([[r[f"p_{c}"] for c in CLASSES] for r in rows],
                                heads["lda"].predict_proba(x), rtol=1e-12)
+    # the archive ghofl embed writes (its encoder record checked) predicts as the raw images
+    new = make_image_folder(tmp_path / "new", _images(2, seed=4))
+    _ok(["embed", "--data", new, "--encoder", "mean-rgb", "--out", tmp_path / "n.npz"], capsys)
+    _ok(["predict", model, "--data", tmp_path / "n.npz", "--out", tmp_path / "n.jsonl"], capsys)
+    _ok(["predict", model, "--data", new, "--out", tmp_path / "r.jsonl"], capsys)
+    by_row, by_file = _read(tmp_path / "n.jsonl"), _read(tmp_path / "r.jsonl")
+    assert [{**r, "id": ""} for r in by_row] == [{**r, "id": ""} for r in by_file]
 
 
 def _bad_cases(tmp: Path, model: Path, state: dict[str, str]) -> list[tuple[list[Any], str]]:
     new = make_image_folder(tmp / "new", _images(1, seed=2))
     write_npz(tmp / "d4.npz", np.ones((3, 4)), np.zeros(3, dtype=int))
+    other = EncoderInfo("mean-rgb", 3, "", "mean of v2", 32)
+    np.savez(tmp / "other.npz", x=np.ones((2, 3)),
+             encoder=np.asarray(json.dumps(other.to_dict())))
+    (tmp / "words.txt").write_text("a bad cab\n", encoding="utf-8")
     return [
+        (["--data", new, "--out", tmp / "p.csv", "--feature-transform", "sqrt"],
+         r"--feature-transform applies to embeddings input only"),
+        (["--data", tmp / "other.npz", "--out", tmp / "p.csv"],
+         rf"the local encoder 'mean-rgb' has fingerprint {other.fingerprint()}, but the model"),
+        (["--data", tmp / "words.txt", "--out", tmp / "p.csv"],
+         r"holds texts, but the model's encoder 'mean-rgb' is an image encoder"),
         (["--data", new, "--out", tmp / "p.txt"], r"--out '.*p\.txt' must end in \.csv or "
          r"\.jsonl"),
         (["--data", new, "--out", tmp / "p.csv", "--top-k", "4"], r"--top-k must lie in 1\.\.3"),
@@ -239,6 +259,26 @@ def test_errors_one_line_nothing_written(
         assert rc == 2 and err.count("\n") == 1, (args, err)
         assert re.search(pattern, err), (pattern, err)
         assert tree(tmp_path) == before
+
+
+def test_model_without_encoder_takes_embeddings_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    x = np.random.default_rng(0).standard_normal((30, 3))
+    y = np.arange(30) % 3
+    save_stats(compute_stats(x, y, 3, "full"), tmp_path / "raw.ghs")
+    _ok(["fit", tmp_path / "raw.ghs", "--heads", "nb", "--out", tmp_path / "m"], capsys)
+    new = make_image_folder(tmp_path / "new", _images(1, seed=2))
+    rc, _, err = _run(["predict", tmp_path / "m", "--data", new, "--out", tmp_path / "p.csv"],
+                      capsys)
+    assert rc == 2 and "records no encoder (it was fitted on raw features)" in err
+    np.savez(tmp_path / "x.npz", x=x[:4])
+    _ok(["predict", tmp_path / "m", "--data", tmp_path / "x.npz", "--out", tmp_path / "p.csv"],
+        capsys)
+    rows = _read(tmp_path / "p.csv")
+    np.testing.assert_allclose([[r[f"p_{c}"] for c in "012"] for r in rows],
+                               make_head("nb").fit_from_stats(compute_stats(x, y, 3, "full"))
+                               .predict_proba(x[:4]), rtol=1e-12)
 
 
 def test_fingerprint_mismatch_refused(
