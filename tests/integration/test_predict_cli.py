@@ -234,6 +234,9 @@ def _bad_cases(tmp: Path, model: Path, state: dict[str, str]) -> list[tuple[list
     np.savez(tmp / "other.npz", x=np.ones((2, 3)),
              encoder=np.asarray(json.dumps(other.to_dict())))
     (tmp / "words.txt").write_text("a bad cab\n", encoding="utf-8")
+    bad = np.ones((5, 3))
+    bad[3, 1] = np.inf
+    np.savez(tmp / "nan.npz", x=bad)
     return [
         (["--data", new, "--out", tmp / "p.csv", "--feature-transform", "sqrt"],
          r"--feature-transform applies to embeddings input only"),
@@ -248,6 +251,10 @@ def _bad_cases(tmp: Path, model: Path, state: dict[str, str]) -> list[tuple[list
          r"--head 'qda' is not in the model .* it holds lda, nb"),
         (["--data", tmp / "d4.npz", "--out", tmp / "p.csv"],
          r"has 4-dimensional embeddings but the model .* expects d=3"),
+        (["--data", tmp / "nan.npz", "--out", tmp / "p.csv", "--batch-size", "2"],
+         r"item '3' has NaN or infinite features .* nothing was written"),
+        (["--data", new, "--out", tmp / "p.csv", "--batch-size", "0"],
+         r"--batch-size must be >= 1; got 0"),
         (["--data", tmp / "missing", "--out", tmp / "p.csv"], r"--data '.*missing' does not "
          r"exist"),
     ]
@@ -336,6 +343,7 @@ def test_real_lite0_with_a_feature_transform(
     rows = _read(tmp_path / "p.jsonl")
     heads, _ = load_model(tmp_path / "m")
     with np.load(tmp_path / "n.npz") as z:
-        expected = heads["nb"].predict_proba(apply_feature_transform(z["x"], "sqrt"))
+        expected = heads["nb"].predict_proba(
+            apply_feature_transform(z["x"].astype(np.float64), "sqrt"))
     np.testing.assert_allclose([[r[f"p_{c}"] for c in CLASSES] for r in rows], expected,
-                               rtol=1e-6, atol=1e-9)
+                               rtol=1e-12, atol=1e-15)

@@ -207,6 +207,8 @@ def predict(
     --skip-unreadable) nothing is written.
     """
     fmt = output_format(out)
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1; got {batch_size}")
     if out.is_dir():
         raise InputError(f"--out '{out}' is a directory; give a file path")
     check_feature_transform_option(feature_transform)
@@ -241,6 +243,13 @@ def _stream(f: IO[str], fmt: str, predictor: Predictor,
     bar = _progress(total, progress)
     try:
         for ids, x in batches:
+            finite = np.isfinite(x).all(axis=1)
+            if not finite.all():
+                raise InputError(
+                    f"item {ids[int(np.flatnonzero(~finite)[0])]!r} has NaN or infinite "
+                    "features (from the encoder or the embeddings file); nothing was written; "
+                    "fix or drop those rows"
+                )
             proba, scores = predictor.predict(x)
             writer.write(prediction_rows(ids, proba, predictor.classes, top_k=top_k,
                                          ood_score=scores,

@@ -96,8 +96,9 @@ class Predictor:
         return tuple(self.head.meta_.classes)
 
     def features(self, x: NDArray[Any]) -> F64:
-        """Raw encoder output (b, d) -> the heads' input (b, n_features_in_)."""
-        out = np.asarray(apply_feature_transform(np.asarray(x), self.transform), dtype=np.float64)
+        """Raw encoder output (b, d) -> the heads' input (b, n_features_in_), in float64
+        before the transform, as the clients computed it (``client-stats --data``)."""
+        out: F64 = apply_feature_transform(np.asarray(x, dtype=np.float64), self.transform)
         return out
 
     def predict(self, x: NDArray[Any]) -> tuple[F64, F64 | None]:
