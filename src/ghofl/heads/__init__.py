@@ -21,10 +21,12 @@ from ghofl.heads.registry import (
 )
 
 if TYPE_CHECKING:
+    from ghofl.heads.fed3r import Fed3RHead
     from ghofl.heads.fedcgs import FedCGSHead
     from ghofl.heads.fishermix import FisherMixHead
     from ghofl.heads.lda import LDAHead
     from ghofl.heads.nb import NBDiagHead
+    from ghofl.heads.ncm import NCMHead
     from ghofl.heads.protohyper import ProtoHyperHead
     from ghofl.heads.qda import QDAHead
     from ghofl.heads.ridge import RidgeHead
@@ -35,6 +37,8 @@ _CLASSES = {
     "QDAHead": "ghofl.heads.qda",
     "FedCGSHead": "ghofl.heads.fedcgs",
     "RidgeHead": "ghofl.heads.ridge",
+    "NCMHead": "ghofl.heads.ncm",
+    "Fed3RHead": "ghofl.heads.fed3r",
     "FisherMixHead": "ghofl.heads.fishermix",
     "ProtoHyperHead": "ghofl.heads.protohyper",
 }
@@ -47,11 +51,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Fed3RHead",
     "FedCGSHead",
     "FisherMixHead",
     "Head",
     "LDAHead",
     "NBDiagHead",
+    "NCMHead",
     "ProtoHyperHead",
     "QDAHead",
     "RidgeHead",

@@ -26,7 +26,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import IncompatibleStatsError, StatsOverflowError, StatsValidationError
+from ghofl.errors import (
+    IncompatibleStatsError,
+    StatsOverflowError,
+    StatsValidationError,
+    UnsupportedModeError,
+)
 from ghofl.stats.meta import Mode, StatsMeta
 from ghofl.stats.schema import ARRAY_NAMES, schema_for
 
@@ -196,7 +201,11 @@ class ClientStats:
         """D_c, shape (C, d): stored, or diag(S_c) in ``full`` mode."""
         if self.sq_sums is not None:
             return self.sq_sums
-        assert self.class_scatter is not None
+        if self.class_scatter is None:
+            raise UnsupportedModeError(
+                "these are mode 'means' statistics (class counts and sums only): they hold no "
+                "sums of squares D_c; recompute the client statistics with --mode diag or richer"
+            )
         return np.ascontiguousarray(np.diagonal(self.class_scatter, axis1=1, axis2=2))
 
     @property
@@ -715,12 +724,12 @@ def _check_cancelled(meta: StatsMeta, arrays: dict[str, Any], residue: _Magnitud
     if not np.any(empty):
         return
     sums = arrays["sums"]
+    left = (np.abs(sums) > _RESIDUE_RTOL * residue.first).any(axis=1)
     diag = arrays.get("sq_sums")
-    if diag is None:
+    if diag is None and "class_scatter" in arrays:
         diag = np.diagonal(arrays["class_scatter"], axis1=1, axis2=2)
-    left = (np.abs(sums) > _RESIDUE_RTOL * residue.first).any(axis=1) | (
-        np.abs(diag) > _RESIDUE_RTOL * residue.second
-    ).any(axis=1)
+    if diag is not None:  # mode 'means' holds no second moment
+        left |= (np.abs(diag) > _RESIDUE_RTOL * residue.second).any(axis=1)
     bad = np.flatnonzero(empty & left)
     if bad.size:
         raise StatsValidationError(
@@ -769,8 +778,11 @@ class _Magnitude:
     def own(cls, s: ClientStats) -> _Magnitude:
         """The magnitudes of ``s`` itself (O(C·d))."""
         with np.errstate(over="ignore"):  # inf for values near the float range: no residue
+            first = float(np.max(np.abs(s.sums), initial=0.0))
+            if s.meta.mode == "means":
+                return cls(first=first, second=0.0)
             return cls(
-                first=float(np.max(np.abs(s.sums), initial=0.0)),
+                first=first,
                 second=float(np.max(np.abs(s.diag_sums).sum(axis=0), initial=0.0)),
             )
 
@@ -810,17 +822,15 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None) -> None:
             f"{s.meta.classes[int(np.argmin(s.counts))]!r}"
         )
     _check_n_clipped(s)
+    if mode == "means":
+        _check_empty_classes(s, s.sums)
+        return
     diag = s.diag_sums
     if np.any(diag < -(_tol(diag) + _RESIDUE_RTOL * res.second)):
         raise StatsValidationError(
             "sums of squares (D_c or diag S_c) must be non-negative; the payload is corrupt"
         )
-    empty_with_sums = (s.counts == 0) & ((s.sums != 0) | (diag != 0)).any(axis=1)
-    if np.any(empty_with_sums):
-        cls = s.meta.classes[int(np.flatnonzero(empty_with_sums)[0])]
-        raise StatsValidationError(
-            f"class {cls!r} has zero samples but non-zero sums; the payload is corrupt"
-        )
+    _check_empty_classes(s, s.sums, diag)
     # Cauchy–Schwarz: N_c D_c >= A_c² elementwise (variance is non-negative), compared in a
     # scaled domain so that values near the float64 range cannot overflow to inf/NaN and pass.
     n = s.counts[:, None].astype(np.float64)
@@ -848,6 +858,19 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None) -> None:
                 f"diag(B) must equal Σ_c D_c in {mode!r} statistics; the payload is corrupt "
                 "or its parts come from different data"
             )
+
+
+def _check_empty_classes(s: ClientStats, *arrays: F64) -> None:
+    """Refuse a class with N_c = 0 and a non-zero entry in any of ``arrays`` (C, d)."""
+    nonzero = np.zeros(s.meta.num_classes, dtype=bool)
+    for arr in arrays:
+        nonzero |= (arr != 0).any(axis=1)
+    empty_with_sums = (s.counts == 0) & nonzero
+    if np.any(empty_with_sums):
+        cls = s.meta.classes[int(np.flatnonzero(empty_with_sums)[0])]
+        raise StatsValidationError(
+            f"class {cls!r} has zero samples but non-zero sums; the payload is corrupt"
+        )
 
 
 def _class_scale(counts: I64, sums: F64, diag: F64) -> F64:
