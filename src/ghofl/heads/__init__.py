@@ -23,6 +23,7 @@ from ghofl.heads.registry import (
 if TYPE_CHECKING:
     from ghofl.heads.fed3r import Fed3RHead
     from ghofl.heads.fedcgs import FedCGSHead
+    from ghofl.heads.fedcof import FedCOFHead
     from ghofl.heads.fishermix import FisherMixHead
     from ghofl.heads.lda import LDAHead
     from ghofl.heads.nb import NBDiagHead
@@ -39,6 +40,7 @@ _CLASSES = {
     "RidgeHead": "ghofl.heads.ridge",
     "NCMHead": "ghofl.heads.ncm",
     "Fed3RHead": "ghofl.heads.fed3r",
+    "FedCOFHead": "ghofl.heads.fedcof",
     "FisherMixHead": "ghofl.heads.fishermix",
     "ProtoHyperHead": "ghofl.heads.protohyper",
 }
@@ -53,6 +55,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Fed3RHead",
     "FedCGSHead",
+    "FedCOFHead",
     "FisherMixHead",
     "Head",
     "LDAHead",

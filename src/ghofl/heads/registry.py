@@ -44,6 +44,7 @@ _REGISTRY: dict[str, str] = {
     "ridge": "ghofl.heads.ridge:RidgeHead",
     "ncm": "ghofl.heads.ncm:NCMHead",
     "fed3r": "ghofl.heads.fed3r:Fed3RHead",
+    "fedcof": "ghofl.heads.fedcof:FedCOFHead",
 }
 
 
