@@ -142,7 +142,7 @@ def test_pooled_scatter_must_agree_with_the_diagonals() -> None:
 
 def test_meta_validation() -> None:
     with pytest.raises(
-        StatsValidationError, match="mode must be one of full, pooled, diag; got 'half'"
+        StatsValidationError, match="mode must be one of full, pooled, diag, means; got 'half'"
     ):
         StatsMeta("half", 3, ("a",))  # type: ignore[arg-type]
     with pytest.raises(StatsValidationError, match="class names must be unique"):

@@ -68,6 +68,7 @@ def test_table_holds_the_documented_arrays_and_ranks() -> None:
         "full": (2, ("counts", "sums", "class_scatter")),
         "pooled": (1, ("counts", "sums", "sq_sums", "scatter")),
         "diag": (0, ("counts", "sums", "sq_sums")),
+        "means": (-1, ("counts", "sums")),
     }
     full, pooled = SCHEMAS["full"], SCHEMAS["pooled"]
     assert full.spec("class_scatter").stored_name == "class_scatter_triu"
@@ -82,7 +83,7 @@ def test_table_holds_the_documented_arrays_and_ranks() -> None:
 
 @pytest.mark.parametrize(("mode", "required"), PAIRS)
 def test_supports_table(mode: str, required: str) -> None:
-    order = ["diag", "pooled", "full"]
+    order = ["means", "diag", "pooled", "full"]
     expected = order.index(mode) >= order.index(required)
     assert schema_for(mode).supports(required) is expected  # type: ignore[arg-type]
     assert mode_supports(mode, required) is expected
@@ -92,7 +93,7 @@ def test_supports_table(mode: str, required: str) -> None:
 def test_unknown_mode_names_the_valid_modes(bad: object) -> None:
     with pytest.raises(
         StatsValidationError,
-        match=rf"unknown upload mode {bad!r}; valid modes are full, pooled, diag",
+        match=rf"unknown upload mode {bad!r}; valid modes are full, pooled, diag, means",
     ):
         schema_for(bad)  # type: ignore[arg-type]
     with pytest.raises(StatsValidationError, match="unknown upload mode"):
@@ -469,7 +470,10 @@ def test_build_heads_accepts_exactly_supported_modes(name: str, mode: str) -> No
 def test_heads_for_mode_follows_the_schema(mode: str) -> None:
     expected = [h for h in HEADS if schema_for(mode).supports(head_class(h).min_mode)]
     assert heads_for_mode(tuple(HEADS), mode) == expected
-    assert heads_for_mode(("nb",), mode) == ["nb"]  # naive Bayes fits every mode
+    if mode != "means":  # naive Bayes fits every mode with second moments
+        assert heads_for_mode(("nb",), mode) == ["nb"]
+    else:
+        assert heads_for_mode(("nb", "ncm"), mode) == ["ncm"]
 
 
 @pytest.mark.parametrize("mode", [*MODES, "half", "Full"])
@@ -478,6 +482,6 @@ def test_cli_check_mode_accepts_exactly_the_schema_modes(mode: str) -> None:
         assert check_mode(mode) == mode
     else:
         with pytest.raises(
-            ConfigError, match=rf"--mode must be one of full, pooled, diag; got '{mode}'"
+            ConfigError, match=rf"--mode must be one of full, pooled, diag, means; got '{mode}'"
         ):
             check_mode(mode)

@@ -11,11 +11,14 @@ import pytest
 
 from ghofl.errors import ConfigError, InputError, NotFittedError
 from ghofl.heads import (
+    Fed3RHead,
     FedCGSHead,
+    FedCOFHead,
     FisherMixHead,
     Head,
     LDAHead,
     NBDiagHead,
+    NCMHead,
     ProtoHyperHead,
     QDAHead,
     RidgeHead,
@@ -49,7 +52,9 @@ EXPECTED_FAILURES = {
 
 #: trainable heads at a budget that fits in a fraction of a second on a few hundred rows
 FAST = {"epochs": 2, "n_per_class": 50, "val_per_class": 20, "batch_size": 64}
-CLOSED_FORM = [NBDiagHead(), LDAHead(), QDAHead(), FedCGSHead(), RidgeHead(n_calibration=32)]
+CLOSED_FORM = [NBDiagHead(), LDAHead(), QDAHead(), FedCGSHead(), RidgeHead(n_calibration=32),
+               NCMHead(), NCMHead(metric="euclidean"), Fed3RHead(n_calibration=32),
+               FedCOFHead(n_calibration=32)]
 def _expected_failures(estimator: Any) -> dict[str, str]:
     return EXPECTED_FAILURES
 
@@ -81,7 +86,8 @@ def test_expected_failures_are_really_failures() -> None:
 
 def test_head_classes_are_exported_and_match_the_registry() -> None:
     exported = {c.name: c for c in (NBDiagHead, LDAHead, QDAHead, FedCGSHead, RidgeHead,
-                                    FisherMixHead, ProtoHyperHead)}
+                                    FisherMixHead, ProtoHyperHead, NCMHead, Fed3RHead,
+                                    FedCOFHead)}
     assert set(exported) == set(available_heads())
     for name, cls in exported.items():
         assert head_class(name) is cls

@@ -21,10 +21,13 @@ from ghofl.heads.registry import (
 )
 
 if TYPE_CHECKING:
+    from ghofl.heads.fed3r import Fed3RHead
     from ghofl.heads.fedcgs import FedCGSHead
+    from ghofl.heads.fedcof import FedCOFHead
     from ghofl.heads.fishermix import FisherMixHead
     from ghofl.heads.lda import LDAHead
     from ghofl.heads.nb import NBDiagHead
+    from ghofl.heads.ncm import NCMHead
     from ghofl.heads.protohyper import ProtoHyperHead
     from ghofl.heads.qda import QDAHead
     from ghofl.heads.ridge import RidgeHead
@@ -35,6 +38,9 @@ _CLASSES = {
     "QDAHead": "ghofl.heads.qda",
     "FedCGSHead": "ghofl.heads.fedcgs",
     "RidgeHead": "ghofl.heads.ridge",
+    "NCMHead": "ghofl.heads.ncm",
+    "Fed3RHead": "ghofl.heads.fed3r",
+    "FedCOFHead": "ghofl.heads.fedcof",
     "FisherMixHead": "ghofl.heads.fishermix",
     "ProtoHyperHead": "ghofl.heads.protohyper",
 }
@@ -47,11 +53,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Fed3RHead",
     "FedCGSHead",
+    "FedCOFHead",
     "FisherMixHead",
     "Head",
     "LDAHead",
     "NBDiagHead",
+    "NCMHead",
     "ProtoHyperHead",
     "QDAHead",
     "RidgeHead",

@@ -42,6 +42,9 @@ _REGISTRY: dict[str, str] = {
     "fishermix": "ghofl.heads.fishermix:FisherMixHead",
     "protohyper": "ghofl.heads.protohyper:ProtoHyperHead",
     "ridge": "ghofl.heads.ridge:RidgeHead",
+    "ncm": "ghofl.heads.ncm:NCMHead",
+    "fed3r": "ghofl.heads.fed3r:Fed3RHead",
+    "fedcof": "ghofl.heads.fedcof:FedCOFHead",
 }
 
 

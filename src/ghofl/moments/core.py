@@ -35,7 +35,8 @@ class Moments:
         π_c = N_c / N.
     means : ndarray, shape (C, d)
     class_vars : ndarray, shape (C, d)
-        Maximum-likelihood per-class diagonal variances D_c/N_c − μ_c², clipped at 0.
+        Maximum-likelihood per-class diagonal variances D_c/N_c − μ_c², clipped at 0
+        (raises UnsupportedModeError in ``means`` mode, which holds no second moment).
     within_scatter : ndarray, shape (d, d), or None
         W = B − Σ_c N_c μ_c μ_cᵀ (``None`` in ``diag`` mode).
     total_scatter : ndarray, shape (d, d), or None
@@ -46,7 +47,7 @@ class Moments:
     counts: NDArray[np.int64]
     priors: F64
     means: F64
-    class_vars: F64
+    class_vars_: F64 | None
     within_scatter: F64 | None
     total_scatter: F64 | None
     stats: ClientStats
@@ -68,6 +69,18 @@ class Moments:
         """m = Σ_c π_c μ_c, shape (d,)."""
         out: F64 = self.priors @ self.means
         return out
+
+    @property
+    def class_vars(self) -> F64:
+        """Per-class diagonal variances (C, d); needs a second moment (not ``means`` mode)."""
+        if self.class_vars_ is None:
+            raise UnsupportedModeError(
+                "per-class variances need second moments (upload mode 'diag', 'pooled' or "
+                f"'full'); these statistics are mode {self.meta.mode!r}, which holds class "
+                "counts and sums only. Use the 'ncm' head, or recompute the client statistics "
+                "with --mode diag or richer"
+            )
+        return self.class_vars_
 
     @property
     def has_class_covariances(self) -> bool:
@@ -192,7 +205,9 @@ def compute_moments(stats: ClientStats, allow_empty_classes: bool = False) -> Mo
         )
     safe = np.maximum(counts, 1).astype(np.float64)
     means = stats.sums / safe[:, None]
-    class_vars = np.maximum(stats.diag_sums / safe[:, None] - means**2, 0.0)
+    class_vars = None
+    if stats.meta.mode != "means":
+        class_vars = np.maximum(stats.diag_sums / safe[:, None] - means**2, 0.0)
     b = stats.total_scatter
     within = total = None
     if b is not None:
@@ -205,7 +220,7 @@ def compute_moments(stats: ClientStats, allow_empty_classes: bool = False) -> Mo
         counts=counts,
         priors=counts / n,
         means=means,
-        class_vars=class_vars,
+        class_vars_=class_vars,
         within_scatter=within,
         total_scatter=total,
         stats=stats,

@@ -249,7 +249,7 @@ class _Moment:
     where: str
     count: float
     first: F64
-    trace: float
+    trace: float | None  # None: no second moment (mode 'means')
     matrix: F64 | None  # (d, d) second moment, or None
     diag: F64 | None    # (d,) diagonal second moment, or None
     pooled: bool = False
@@ -377,8 +377,9 @@ def _moments(meta: StatsMeta, part: str, counts: F64, blocks: Mapping[str, F64],
         if scatter is not None:
             tr, mat = matrix(scatter[k * tri : (k + 1) * tri])
             yield _Moment(where, float(counts[k]), sums[k], tr, mat, None)
+        elif sq is None:  # mode 'means': counts and first moments only
+            yield _Moment(where, float(counts[k]), sums[k], None, None, None)
         else:
-            assert sq is not None
             diag = sq.reshape(c, d)[k]
             yield _Moment(where, float(counts[k]), sums[k], float(np.sum(diag)), None, diag)
     b = blocks.get("scatter")
@@ -408,6 +409,8 @@ def _check_moment(mom: _Moment, limits: TotalLimits, tol: _Tol, psd: bool
     if norm > r * n_hi * (1.0 + g) + tol.e_first + m_a:
         out.append(BoundFailure("first moment", mom.where,
                                 f"‖A‖ = {norm:.6g} > R·N = {r * mom.count:.6g}"))
+    if mom.trace is None:
+        return out
     if mom.trace > r * r * n_hi * (1.0 + g) + tol.e_second + m_t:
         out.append(BoundFailure("second moment", mom.where,
                                 f"tr S = {mom.trace:.6g} > R²·N = {r * r * mom.count:.6g}"))
@@ -425,13 +428,14 @@ def _check_moment(mom: _Moment, limits: TotalLimits, tol: _Tol, psd: bool
 def _psd_failure(mom: _Moment, tol: _Tol) -> str | None:
     """Why the second moment is not positive semi-definite within tolerance, or ``None``."""
     d = mom.first.size
+    trace = 0.0 if mom.trace is None else max(mom.trace, 0.0)
     if mom.diag is not None:
         low = float(np.min(mom.diag, initial=0.0))
-        floor = tol.gamma * max(mom.trace, 0.0) + tol.e_second + tol.m_diag
+        floor = tol.gamma * trace + tol.e_second + tol.m_diag
         return None if low >= -floor else f"an entry of D is {low:.6g} < 0"
     assert mom.matrix is not None
     m_eig = tol.m_eig_b if mom.pooled else tol.m_eig
-    tau = (tol.gamma + d * _U) * max(mom.trace, 0.0) + tol.e_second + m_eig
+    tau = (tol.gamma + d * _U) * trace + tol.e_second + m_eig
     scale = max(float(np.max(np.abs(mom.matrix), initial=0.0)), tau)
     if scale == 0.0:
         return None

@@ -19,14 +19,20 @@ subtraction, mode conversion, flattening and the file format act on both section
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import IncompatibleStatsError, StatsOverflowError, StatsValidationError
+from ghofl.errors import (
+    IncompatibleStatsError,
+    StatsOverflowError,
+    StatsValidationError,
+    UnsupportedModeError,
+)
+from ghofl.stats._laws import RESIDUE_RTOL, check_second_moment_laws
 from ghofl.stats.meta import Mode, StatsMeta
 from ghofl.stats.schema import ARRAY_NAMES, schema_for
 
@@ -196,7 +202,11 @@ class ClientStats:
         """D_c, shape (C, d): stored, or diag(S_c) in ``full`` mode."""
         if self.sq_sums is not None:
             return self.sq_sums
-        assert self.class_scatter is not None
+        if self.class_scatter is None:
+            raise UnsupportedModeError(
+                "these are mode 'means' statistics (class counts and sums only): they hold no "
+                "sums of squares D_c; recompute the client statistics with --mode diag or richer"
+            )
         return np.ascontiguousarray(np.diagonal(self.class_scatter, axis1=1, axis2=2))
 
     @property
@@ -715,12 +725,12 @@ def _check_cancelled(meta: StatsMeta, arrays: dict[str, Any], residue: _Magnitud
     if not np.any(empty):
         return
     sums = arrays["sums"]
+    left = (np.abs(sums) > _RESIDUE_RTOL * residue.first).any(axis=1)
     diag = arrays.get("sq_sums")
-    if diag is None:
+    if diag is None and "class_scatter" in arrays:
         diag = np.diagonal(arrays["class_scatter"], axis1=1, axis2=2)
-    left = (np.abs(sums) > _RESIDUE_RTOL * residue.first).any(axis=1) | (
-        np.abs(diag) > _RESIDUE_RTOL * residue.second
-    ).any(axis=1)
+    if diag is not None:  # mode 'means' holds no second moment
+        left |= (np.abs(diag) > _RESIDUE_RTOL * residue.second).any(axis=1)
     bad = np.flatnonzero(empty & left)
     if bad.size:
         raise StatsValidationError(
@@ -730,10 +740,8 @@ def _check_cancelled(meta: StatsMeta, arrays: dict[str, Any], residue: _Magnitud
         )
 
 
-#: Relative size, with respect to the magnitude of the values a difference was computed from,
-#: of the float residue it may carry: far above the rounding of millions of additions and
-#: removals (each ~1.1e-16 relative), far below any genuine inconsistency.
-_RESIDUE_RTOL = 1e-9
+#: Float residue a difference may carry, relative to the magnitudes it was computed from.
+_RESIDUE_RTOL = RESIDUE_RTOL
 
 
 @dataclass(frozen=True)
@@ -769,8 +777,11 @@ class _Magnitude:
     def own(cls, s: ClientStats) -> _Magnitude:
         """The magnitudes of ``s`` itself (O(C·d))."""
         with np.errstate(over="ignore"):  # inf for values near the float range: no residue
+            first = float(np.max(np.abs(s.sums), initial=0.0))
+            if s.meta.mode == "means":
+                return cls(first=first, second=0.0)
             return cls(
-                first=float(np.max(np.abs(s.sums), initial=0.0)),
+                first=first,
                 second=float(np.max(np.abs(s.diag_sums).sum(axis=0), initial=0.0)),
             )
 
@@ -810,115 +821,28 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None) -> None:
             f"{s.meta.classes[int(np.argmin(s.counts))]!r}"
         )
     _check_n_clipped(s)
+    if mode == "means":
+        _check_empty_classes(s, s.sums)
+        return
     diag = s.diag_sums
     if np.any(diag < -(_tol(diag) + _RESIDUE_RTOL * res.second)):
         raise StatsValidationError(
             "sums of squares (D_c or diag S_c) must be non-negative; the payload is corrupt"
         )
-    empty_with_sums = (s.counts == 0) & ((s.sums != 0) | (diag != 0)).any(axis=1)
+    _check_empty_classes(s, s.sums, diag)
+    check_second_moment_laws(s, diag, res.first, res.second)
+
+def _check_empty_classes(s: ClientStats, *arrays: F64) -> None:
+    """Refuse a class with N_c = 0 and a non-zero entry in any of ``arrays`` (C, d)."""
+    nonzero = np.zeros(s.meta.num_classes, dtype=bool)
+    for arr in arrays:
+        nonzero |= (arr != 0).any(axis=1)
+    empty_with_sums = (s.counts == 0) & nonzero
     if np.any(empty_with_sums):
         cls = s.meta.classes[int(np.flatnonzero(empty_with_sums)[0])]
         raise StatsValidationError(
             f"class {cls!r} has zero samples but non-zero sums; the payload is corrupt"
         )
-    # Cauchy–Schwarz: N_c D_c >= A_c² elementwise (variance is non-negative), compared in a
-    # scaled domain so that values near the float64 range cannot overflow to inf/NaN and pass.
-    n = s.counts[:, None].astype(np.float64)
-    floor = max(res.first, float(np.sqrt(res.second)))  # residue magnitudes stay <= 1 too
-    scale = np.maximum(_class_scale(s.counts, s.sums, diag), floor)
-    a_hat = s.sums / scale
-    d_hat = diag / scale / scale
-    slack = n * d_hat - a_hat**2
-    r_first, r_second = res.first / scale, res.second / scale / scale
-    inherited = _RESIDUE_RTOL * (n * r_second + 2.0 * np.abs(a_hat) * r_first)
-    with np.errstate(over="ignore"):  # 1/scale² of tiny scales: capped at 1 below
-        unit = np.minimum(1.0 / scale / scale, 1.0)  # the absolute tolerance 1, in scale
-    if np.any(slack < -(1e-6 * (n * d_hat + a_hat**2 + unit) + inherited)):
-        raise StatsValidationError(
-            "per-class sums of squares are smaller than the squared sums allow (N_c·D_c < A_c²): "
-            "the payload is corrupt or its parts come from different data"
-        )
-    _check_psd(s, res)
-    if s.scatter is not None and s.sq_sums is not None:
-        tr_b = np.diagonal(s.scatter)
-        tr_d = diag.sum(axis=0)
-        atol = 1e-8 * (1.0 + float(np.abs(tr_d).max(initial=0))) + _RESIDUE_RTOL * c * res.second
-        if not np.allclose(tr_b, tr_d, rtol=1e-8, atol=atol):
-            raise StatsValidationError(
-                f"diag(B) must equal Σ_c D_c in {mode!r} statistics; the payload is corrupt "
-                "or its parts come from different data"
-            )
-
-
-def _class_scale(counts: I64, sums: F64, diag: F64) -> F64:
-    """Per-class scale (C, 1) of the data: max(max|A_c|/N_c, sqrt(max D_c / N_c)), at least
-    the smallest normal float; dividing by it (and D_c twice) keeps the moment checks in
-    range whatever the magnitude of the values."""
-    n = np.maximum(counts, 1).astype(np.float64)[:, None]
-    first = np.max(np.abs(sums) / n, axis=1, initial=0.0)[:, None]
-    second = np.sqrt(np.max(np.abs(diag) / n, axis=1, initial=0.0))[:, None]
-    out: F64 = np.maximum(np.maximum(first, second), np.finfo(np.float64).tiny)
-    return out
-
-
-#: Relative tolerance of the positive semi-definiteness checks, per unit of dimension: a
-#: matrix passes when M + tol·d·max(diag M, scale)·I has a Cholesky factor.
-_PSD_RTOL = 1e-9
-
-
-def _check_psd(s: ClientStats, res: _Magnitude) -> None:
-    """Second moments are sums of x xᵀ: per class, S_c − A_c A_cᵀ/N_c ⪰ 0 (mode ``full``); the
-    pooled within-class scatter B − Σ_c A_c A_cᵀ/N_c ⪰ 0 (mode ``pooled``).
-
-    Tested with one Cholesky factorisation per matrix (d³/3 flops, about a tenth of an
-    eigendecomposition) of the matrix, scaled to unit magnitude, plus a relative ridge
-    ``_PSD_RTOL·d`` (plus the inherited residue of a difference): it succeeds for every
-    matrix whose smallest eigenvalue is above −ridge, i.e. rounding, and fails for a genuine
-    negative direction.
-    """
-    from scipy.linalg import LinAlgError, cholesky
-
-    d = s.dim
-    counts = s.counts.astype(np.float64)
-
-    def mats() -> Iterator[tuple[str, tuple[F64, float]]]:  # one (d, d) matrix at a time
-        if s.class_scatter is not None:
-            for c in range(s.num_classes):
-                yield (f"the second moment S_c of class {s.meta.classes[c]!r}",
-                       _centred(s.class_scatter[c], s.sums[c : c + 1], counts[c : c + 1],
-                                res.second))
-        elif s.scatter is not None:
-            yield "the second moment B", _centred(s.scatter, s.sums, counts, res.second)
-
-    for what, (m, scale) in mats():
-        ridge = _PSD_RTOL * d + _RESIDUE_RTOL * (1 + s.num_classes) * res.second / scale
-        m[np.diag_indices(d)] += ridge  # m is a fresh matrix of _centred: add the ridge in place
-        try:
-            L = cholesky(m, lower=True, check_finite=False)
-            ok = bool(np.all(np.isfinite(L)))
-        except LinAlgError:
-            ok = False
-        if not ok:
-            raise StatsValidationError(
-                f"{what} minus its mean part (A Aᵀ/N) is not positive semi-definite (checked "
-                f"to a relative tolerance of {ridge:.1g}, scale {scale:.3g}): sums of x xᵀ "
-                "always are, so the payload is corrupt or its parts come from different data"
-            )
-
-
-def _centred(m: F64, sums: F64, counts: F64, floor: float) -> tuple[F64, float]:
-    """((M − Σ_c A_c A_cᵀ/N_c) / σ², σ²) with σ² = max(max diag M, floor): entries of
-    magnitude ≤ 1 (Cauchy–Schwarz, checked before, bounds A_c²/N_c by the diagonal), so
-    nothing overflows."""
-    sigma2 = max(float(np.max(np.diagonal(m), initial=0.0)), floor,
-                 float(np.finfo(np.float64).tiny))
-    sigma = float(np.sqrt(sigma2))
-    out: F64 = m / sigma / sigma
-    for a, n in zip(sums, counts, strict=True):
-        if n > 0:
-            v = a / sigma
-            out = out - np.outer(v, v) / n
-    return out, sigma2
 
 
 def _check_no_overflow(a: ClientStats, b: ClientStats, arrays: dict[str, Any]) -> None:

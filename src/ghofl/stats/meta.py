@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args
 
 from ghofl.errors import StatsFormatError, StatsValidationError
 
-Mode = Literal["full", "pooled", "diag"]
+Mode = Literal["full", "pooled", "diag", "means"]
 MODES: tuple[str, ...] = get_args(Mode)
 #: Version 2 added the clipping bound (meta ``clip_norm``) and the ``n_clipped`` count.
 #: Version 3 added the held-out section (meta ``holdout_fraction``, the ``holdout.*`` arrays)
@@ -92,7 +92,7 @@ class StatsMeta:
 
     Parameters
     ----------
-    mode : {"full", "pooled", "diag"}
+    mode : {"full", "pooled", "diag", "means"}
         Upload mode: ``full`` holds per-class second moments S_c (every head),
         ``pooled`` holds per-class diagonals D_c and the global B (no QDA),
         ``diag`` holds only D_c (naive Bayes only).

@@ -1,9 +1,9 @@
 """One schema per upload mode: the single source of the rules of each mode.
 
 A :class:`ModeSchema` says which arrays statistics of a mode hold (name, axes, dtype, magnitude
-class, symmetry), how modes are ordered (``diag`` < ``pooled`` < ``full``), how the arrays travel
-(symmetric matrices as row-major upper triangles) and how a payload flattens into one integer
-vector and one float vector (the layout used by secure aggregation). Validation, zeros, mode
+class, symmetry), how modes are ordered (``means`` < ``diag`` < ``pooled`` < ``full``), how the
+arrays travel (symmetric matrices as row-major upper triangles) and how a payload flattens into one
+integer vector and one float vector (the layout used by secure aggregation). Validation, zeros, mode
 conversion, the file format, the byte counts and every "does mode X support head Y" check are
 derived from :data:`SCHEMAS`.
 
@@ -16,7 +16,13 @@ mode              arrays                                           rank
 ``pooled``        counts (C,), sums (C, d), sq_sums (C, d),            1
                   scatter (d, d)
 ``diag``          counts (C,), sums (C, d), sq_sums (C, d)             0
+``means``         counts (C,), sums (C, d)                            -1
 ================  ===============================================  =====
+
+``means`` carries first moments only (FedNCM's and FedCOF's upload: class counts and sums, from
+which the server forms class means): heads that need no second moment fit from it (``ncm``),
+and per-client ``means`` payloads kept apart (not summed) feed FedCOF's covariance estimate
+(:mod:`ghofl.moments.fedcof`).
 
 Held-out section: statistics whose metadata has ``holdout_fraction > 0`` carry, besides the
 arrays above (sums over ALL the client's samples), the same arrays over the held-out samples
@@ -268,10 +274,10 @@ class ModeSchema:
 
     Parameters
     ----------
-    mode : {"full", "pooled", "diag"}
+    mode : {"full", "pooled", "diag", "means"}
     rank : int
-        Richness order: diag 0 < pooled 1 < full 2. A mode supports every mode of lower or
-        equal rank (its statistics convert to them exactly).
+        Richness order: means -1 < diag 0 < pooled 1 < full 2. A mode supports every mode of
+        lower or equal rank (its statistics convert to them exactly).
     arrays : tuple of ArraySpec
         In fixed order: counts, sums, then the mode's second-moment arrays.
     """
@@ -523,6 +529,7 @@ SCHEMAS: Mapping[Mode, ModeSchema] = MappingProxyType(
         "full": ModeSchema("full", 2, (_COUNTS, _SUMS, _CLASS_SCATTER)),
         "pooled": ModeSchema("pooled", 1, (_COUNTS, _SUMS, _SQ_SUMS, _SCATTER)),
         "diag": ModeSchema("diag", 0, (_COUNTS, _SUMS, _SQ_SUMS)),
+        "means": ModeSchema("means", -1, (_COUNTS, _SUMS)),
     }
 )
 if tuple(SCHEMAS) != MODES:  # pragma: no cover - guards edits of this table
