@@ -46,7 +46,7 @@ pytest: $(VENV)/.stamp-$(TEST_EXTRAS)
 test: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q --durations=15
+	$(VENV)/bin/pytest -q -n 2 --dist loadgroup --durations=15
 
 # Every benchmark script rewrites its own BENCHMARKS.md section (about 45 minutes in all on
 # 2 cores the first time: CIFAR-10 and text embeddings are computed once, then cached).

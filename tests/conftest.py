@@ -26,3 +26,21 @@ def synthetic_gaussian(request: pytest.FixtureRequest) -> SyntheticSplit:
 def synthetic_offset(request: pytest.FixtureRequest) -> SyntheticSplit:
     """Small seeded draw of the issue-10 offset set (a random half shifted by N(0, 1.5² I))."""
     return offset_classes(request.param, dim=12, num_classes=5, n_train=1500, n_test=1500)
+
+
+# ---------------------------------------------------------------- parallel runs (pytest-xdist)
+#: Modules that start Flower deployments or simulations: they pick free ports before binding and
+#: start Ray, so under ``pytest -n N --dist loadgroup`` they all run on one worker, one at a
+#: time, while the other workers take the rest of the suite.
+_SERIAL_MODULES = frozenset({
+    "test_cli", "test_identity_cli", "test_flower", "test_flower_cli", "test_flower_fedavg",
+    "test_flower_tls", "test_secure_adversaries",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        name = getattr(module, "__name__", "").rsplit(".", 1)[-1]
+        if name in _SERIAL_MODULES:
+            item.add_marker(pytest.mark.xdist_group("processes"))

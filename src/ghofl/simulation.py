@@ -246,7 +246,7 @@ def simulate_federation(
     head_params : dict of str to dict, optional
         Hyperparameters per head name, e.g. ``{"lda": {"shrinkage": "auto"}}``; entries for
         registered heads not in ``heads`` are ignored.
-    mode : {"full", "pooled", "diag"}, default "full"
+    mode : {"full", "pooled", "diag", "means"}, default "full"
         Upload mode of every client.
     projection_dim : int, optional
         Dimension k of a public random projection applied by every client.

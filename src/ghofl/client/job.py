@@ -80,7 +80,7 @@ class ClientJob:
     ----------
     classes : tuple of str
         The federation's class list; labels are indices into it.
-    mode : {"full", "pooled", "diag"}, default "full"
+    mode : {"full", "pooled", "diag", "means"}, default "full"
         Upload mode.
     encoder : str or None
         Registered encoder name (:func:`~ghofl.client.encoders.get_encoder`) for raw data;

@@ -46,7 +46,7 @@ def build_heads(
         Given to every head with a ``seed`` parameter that ``head_params`` does not set.
     progress : bool, default False
         Given to every head with a ``progress`` parameter that ``head_params`` does not set.
-    mode : {"full", "pooled", "diag"}, optional
+    mode : {"full", "pooled", "diag", "means"}, optional
         Upload mode the heads will be fitted from; a head needing more raises.
     preset : str, default "default"
         Named hyperparameters (:mod:`ghofl.heads.presets`: ``"default"`` data-driven,

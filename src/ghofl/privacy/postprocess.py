@@ -118,7 +118,7 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64
         arrays["scatter"] = w + between
         notes.append("within-class scatter B − Σ_c A_c A_cᵀ/N_c projected to the PSD cone; "
                      "per-class variances clamped at 0 and rescaled so that diag B = Σ_c D_c")
-    else:
+    elif meta.mode == "diag":
         arrays["sq_sums"] = np.maximum(arrays["sq_sums"], sums**2 / n[:, None])
         notes.append("per-class variances D_c/N_c − μ_c² clamped at 0")
     stats = ClientStats(meta, counts=counts, n_clipped=0, holdout=None, **arrays)

@@ -59,7 +59,7 @@ def block_sensitivities(mode: str, clip_norm: float, min_class_count: int = 1) -
 
     Parameters
     ----------
-    mode : {"full", "pooled", "diag"}
+    mode : {"full", "pooled", "diag", "means"}
     clip_norm : float
         R > 0, in the statistics space (after the projection).
     min_class_count : int, default 1
