@@ -1,9 +1,8 @@
 """Bring your own encoder: ``torchscript:PATH`` and ``onnx:PATH`` image model files.
 
-Every model is built here, in a temporary folder: TorchScript modules scripted from tiny conv
-nets, ONNX graphs written with ``onnx.helper`` (a seeded 3x3 convolution, global average
-pooling, flattening). The references are computed independently with torch (antialiased
-bilinear resize, normalisation, the same convolution).
+Every model is built in a temporary folder (:mod:`tests.helpers_models`); the references are
+computed independently with torch (antialiased bilinear resize, normalisation, the same
+convolution).
 """
 
 from __future__ import annotations
@@ -24,126 +23,35 @@ from ghofl.stats import compute_stats, sum_stats
 from tests.helpers_data import random_images
 
 torch = pytest.importorskip("torch", reason="model-file encoder tests need torch")
-onnx = pytest.importorskip("onnx", reason="model-file encoder tests need onnx")
+pytest.importorskip("onnx", reason="model-file encoder tests need onnx")
 pytest.importorskip("onnxruntime", reason="model-file encoder tests need onnxruntime")
-nn = torch.nn
 F = torch.nn.functional
 
+from tests.helpers_models import (  # noqa: E402  (after the skips)
+    PoolNet,
+    RawNet,
+    SpatialNet,
+    onnx_model,
+    reference,
+    script,
+)
+
 IMAGENET = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
-
-
-# --------------------------------------------------------------------------- tiny models
-def _conv_weights(seed: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return (rng.normal(size=(4, 3, 3, 3)).astype(np.float32),
-            rng.normal(size=4).astype(np.float32))
-
-
-class PoolNet(nn.Module):
-    """float NCHW (b, 3, H, W) -> (b, 4): a 3x3 convolution and global average pooling."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3)
-        w, b = _conv_weights(seed)
-        with torch.no_grad():
-            self.conv.weight.copy_(torch.from_numpy(w))
-            self.conv.bias.copy_(torch.from_numpy(b))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(x).mean(dim=(2, 3))
-
-
-class RawNet(nn.Module):
-    """uint8 NHWC (b, H, W, 3) -> (b, 4): the loader's images, converted inside."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        self.net = PoolNet(seed)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x.permute(0, 3, 1, 2).float() / 255.0)
-
-
-class SpatialNet(nn.Module):
-    """float NCHW -> (b, 4, h, w): no pooling (a wrong output rank)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(x)
-
-
-def _script(module: nn.Module, path: Path) -> Path:
-    torch.jit.save(torch.jit.script(module.eval()), str(path))
-    return path
-
-
-def _onnx_model(path: Path, seed: int = 0, *, uint8_nhwc: bool = False,
-                size: tuple[int, int] | None = None, pooled: bool = True,
-                two_outputs: bool = False) -> Path:
-    """x -> [Cast, Transpose, /255 for uint8 NHWC] -> Conv -> GlobalAveragePool -> Flatten."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    w, b = _conv_weights(seed)
-    h, wd = size if size is not None else ("h", "w")
-    nodes, src = [], "x"
-    if uint8_nhwc:
-        nodes += [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
-                  helper.make_node("Transpose", ["xf"], ["xt"], perm=[0, 3, 1, 2]),
-                  helper.make_node("Mul", ["xt", "inv255"], ["xs"])]
-        src = "xs"
-        x = helper.make_tensor_value_info("x", TensorProto.UINT8, ["n", h, wd, 3])
-    else:
-        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, h, wd])
-    nodes += [helper.make_node("Conv", [src, "w", "b"], ["c"]),
-              helper.make_node("GlobalAveragePool", ["c"], ["p"])]
-    outs = [helper.make_tensor_value_info("p", TensorProto.FLOAT, ["n", 4, 1, 1])]
-    if pooled:
-        nodes.append(helper.make_node("Flatten", ["p"], ["y"]))
-        outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])]
-    if two_outputs:
-        nodes.append(helper.make_node("ReduceMax", ["c"], ["m"], axes=[2, 3], keepdims=0))
-        outs.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, ["n", 4]))
-    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"),
-             numpy_helper.from_array(np.array(1 / 255, dtype=np.float32), "inv255")]
-    graph = helper.make_graph(nodes, "tiny", [x], outs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
-
-
-def _reference(images: np.ndarray, seed: int, size: tuple[int, int] | None,
-               mean: Any = (0.0, 0.0, 0.0), std: Any = (1.0, 1.0, 1.0)) -> np.ndarray:
-    """The conv net of ``seed`` on images resized (torch, antialiased) and normalised."""
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).float()
-    if size is not None and tuple(x.shape[2:]) != size:
-        x = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=True)
-    m = torch.tensor(mean).view(1, 3, 1, 1)
-    s = torch.tensor(std).view(1, 3, 1, 1)
-    x = (x / 255.0 - m) / s
-    w, b = _conv_weights(seed)
-    out = F.conv2d(x, torch.from_numpy(w), torch.from_numpy(b)).mean(dim=(2, 3))
-    return np.asarray(out.numpy())
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("models")
     return {
-        "raw": _script(RawNet(0), d / "raw.pt"),
-        "float": _script(PoolNet(0), d / "float.pt"),
-        "float_b": _script(PoolNet(1), d / "float_b.pt"),
-        "spatial": _script(SpatialNet(), d / "spatial.pt"),
-        "nchw": _onnx_model(d / "nchw.onnx", 0),
-        "nchw_b": _onnx_model(d / "nchw_b.onnx", 1),
-        "static": _onnx_model(d / "static.onnx", 0, uint8_nhwc=True, size=(12, 12)),
-        "unpooled": _onnx_model(d / "unpooled.onnx", 0, pooled=False),
-        "two": _onnx_model(d / "two.onnx", 0, two_outputs=True),
+        "raw": script(RawNet(0), d / "raw.pt"),
+        "float": script(PoolNet(0), d / "float.pt"),
+        "float_b": script(PoolNet(1), d / "float_b.pt"),
+        "spatial": script(SpatialNet(), d / "spatial.pt"),
+        "nchw": onnx_model(d / "nchw.onnx", 0),
+        "nchw_b": onnx_model(d / "nchw_b.onnx", 1),
+        "static": onnx_model(d / "static.onnx", 0, uint8_nhwc=True, size=(12, 12)),
+        "unpooled": onnx_model(d / "unpooled.onnx", 0, pooled=False),
+        "two": onnx_model(d / "two.onnx", 0, two_outputs=True),
     }
 
 
@@ -181,7 +89,7 @@ def test_torchscript_without_contract_takes_the_loaders_uint8_images(
         models: dict[str, Path]) -> None:
     enc = get_encoder(f"torchscript:{models['raw']}")
     imgs = random_images(5, (9, 11), seed=3)
-    np.testing.assert_allclose(enc.embed(imgs), _reference(imgs, 0, None), rtol=1e-5,
+    np.testing.assert_allclose(enc.embed(imgs), reference(imgs, 0, None), rtol=1e-5,
                                atol=1e-6)
     assert enc.name == "torchscript:raw" and enc.dim == 4
     assert enc.embed(imgs[:0]).shape == (0, 4)
@@ -193,7 +101,7 @@ def test_torchscript_float_contract_from_the_json_beside_it(
                  {"dtype": "float32", "size": [10, 12], **IMAGENET})
     enc = get_encoder(f"torchscript:{path}")
     imgs = random_images(4, (16, 16), seed=4)
-    np.testing.assert_allclose(enc.embed(imgs), _reference(imgs, 0, (10, 12), **IMAGENET),
+    np.testing.assert_allclose(enc.embed(imgs), reference(imgs, 0, (10, 12), **IMAGENET),
                                rtol=1e-4, atol=1e-5)
     assert enc.info.resolution == 10 and '"layout": "NCHW"' in enc.info.preprocessing
 
@@ -203,7 +111,7 @@ def test_onnx_float_model_with_a_dynamic_size_uses_the_resolution(
         models: dict[str, Path]) -> None:
     enc = get_encoder(f"onnx:{models['nchw']}", resolution=14, **IMAGENET)
     imgs = random_images(3, (20, 17), seed=5)
-    np.testing.assert_allclose(enc.embed(imgs), _reference(imgs, 0, (14, 14), **IMAGENET),
+    np.testing.assert_allclose(enc.embed(imgs), reference(imgs, 0, (14, 14), **IMAGENET),
                                rtol=1e-4, atol=1e-5)
     assert enc.info.resolution == 14
 
@@ -213,7 +121,7 @@ def test_onnx_uint8_nhwc_model_states_its_own_layout_and_size(models: dict[str, 
     assert enc.contract.layout == "NHWC" and enc.contract.dtype == "uint8"
     assert enc.contract.size == (12, 12) and enc.contract.resize == "bilinear"
     imgs = random_images(3, (12, 12), seed=6)
-    np.testing.assert_allclose(enc.embed(imgs), _reference(imgs, 0, None), rtol=1e-4,
+    np.testing.assert_allclose(enc.embed(imgs), reference(imgs, 0, None), rtol=1e-4,
                                atol=1e-5)
     assert enc.embed(random_images(2, (30, 20), seed=7)).shape == (2, 4)
 
@@ -224,7 +132,7 @@ def test_onnx_output_is_chosen_by_name_among_several(models: dict[str, Path]) ->
         get_encoder(f"onnx:{models['two']}")
     enc = get_encoder(f"onnx:{models['two']}", output="y", resolution=8)
     imgs = random_images(2, (8, 8), seed=8)
-    np.testing.assert_allclose(enc.embed(imgs), _reference(imgs, 0, None), rtol=1e-4,
+    np.testing.assert_allclose(enc.embed(imgs), reference(imgs, 0, None), rtol=1e-4,
                                atol=1e-5)
     with pytest.raises(ConfigError, match=r"has no output named 'z'; its outputs are y, m"):
         get_encoder(f"onnx:{models['two']}", output="z")
