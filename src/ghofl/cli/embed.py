@@ -25,7 +25,9 @@ __all__ = ["data_spec", "embed", "local_embeddings", "parse_class_option", "summ
 DATA_HELP = ("Raw data: a text file of '<label> <text>' lines or .csv/.tsv rows with a label "
              "column, a folder holding train/test text files, or an image layout (folder or "
              ".zip with [<split>/]<class>/<image>).")
-ENCODER_HELP = "Encoder (efficientnet-lite0, minilm, ...; see ghofl.client.encoders)."
+ENCODER_HELP = ("Encoder: a built-in name (efficientnet-lite0, minilm, ...; see "
+                "ghofl.client.encoders) or your own image model file, onnx:PATH or "
+                "torchscript:PATH (input contract in PATH.json beside it).")
 SPLIT_HELP = ("Split: an image layout's split folder, or train/test of a text dataset "
               "(default: a whole text file; else train; else the class folders at the root).")
 FORMAT_HELP = "Text format: auto (by extension), lines, csv or tsv."

@@ -68,7 +68,8 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
        "JSON list of class names; labels are indices into it"),
     _f("client.mode", "mode", "--mode", "str", '"full"', "upload mode: full, pooled or diag"),
     _f("client.encoder", "encoder", "--encoder", "str", '""',
-       "registered encoder for raw data; empty: the inputs are embeddings"),
+       "encoder for raw data (a built-in name, onnx:PATH or torchscript:PATH); empty: the "
+       "inputs are embeddings"),
     _f("client.feature_transform", "feature_transform", "--feature-transform", "str",
        '"none"', "none, sqrt, x+sqrt or x+sqrt+rbf:<fingerprint>"),
     _f("client.projection_dim", "projection_dim", "--projection-dim", "int", "0",

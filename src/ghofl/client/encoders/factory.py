@@ -1,4 +1,5 @@
-"""``get_encoder(name)``: the built-in encoders by name."""
+"""``get_encoder(name)``: the built-in encoders by name, and a user's own model file by
+``onnx:PATH`` or ``torchscript:PATH``."""
 
 from __future__ import annotations
 
@@ -18,12 +19,31 @@ _KWARGS: dict[str, frozenset[str]] = {
     "lite_int8": frozenset({"weights_path", "cache_dir", "threads", "calibration", "settings"}),
     "torchvision": frozenset({"weights", "seed", "cache_dir", "threads"}),
     "minilm": frozenset({"model_dir", "batch_size"}),
+    "torchscript": frozenset({"contract", "dim", "size", "resize", "layout", "dtype",
+                              "scale", "mean", "std"}),
+    "onnx": frozenset({"contract", "threads", "dim", "size", "resize", "layout",
+                       "dtype", "scale", "mean", "std", "input", "output"}),
 }
+#: prefixes of a user's own model: ``onnx:PATH``, ``torchscript:PATH``
+MODEL_FILE_KINDS = ("onnx", "torchscript")
 
 
 def available_encoders() -> tuple[str, ...]:
-    """Names accepted by :func:`get_encoder` (``all-MiniLM-L6-v2`` is an alias of ``minilm``)."""
-    return (*_LITE, *_LITE_INT8, *_TORCHVISION, "minilm")
+    """Names accepted by :func:`get_encoder` (``all-MiniLM-L6-v2`` is an alias of ``minilm``;
+    ``PATH`` stands for the path of a user's model file)."""
+    return (*_LITE, *_LITE_INT8, *_TORCHVISION, "minilm", *(f"{k}:PATH" for k in MODEL_FILE_KINDS))
+
+
+def _model_file_encoder(kind: str, path: str, name: str, resolution: int,
+                        kw: dict[str, Any]) -> Encoder:
+    _check_kwargs(kind, name, kw)
+    if kind == "onnx":
+        from ghofl.client.encoders.onnx_file import OnnxFileEncoder
+
+        return OnnxFileEncoder(path, resolution=resolution, **kw)
+    from ghofl.client.encoders.torchscript_file import TorchScriptEncoder
+
+    return TorchScriptEncoder(path, resolution=resolution, **kw)
 
 
 def _check_kwargs(family: str, name: str, kw: dict[str, Any]) -> None:
@@ -48,18 +68,29 @@ def get_encoder(
         (1280), ``vgg16`` (4096) (torchvision, ``vision`` extra), ``efficientnet-lite0-int8`` /
         ``-lite1-int8`` / ``-lite2-int8`` (static int8 quantization of the Lite encoders, ONNX
         Runtime only, own fingerprint; see :mod:`ghofl.client.encoders.quantize`), or ``minilm`` /
-        ``all-MiniLM-L6-v2`` (text, d = 384, ``text`` extra). Case-insensitive.
+        ``all-MiniLM-L6-v2`` (text, d = 384, ``text`` extra); case-insensitive. Or a user's own
+        image model file: ``onnx:PATH`` (any ONNX model with a (batch, d) output, run by ONNX
+        Runtime) or ``torchscript:PATH`` (a ``torch.jit.save`` file), with the input contract
+        (size, layout, dtype, normalisation) in a JSON beside it or in ``**kw``; see
+        :mod:`ghofl.client.encoders.contract`. Their fingerprint covers the file's SHA-256
+        and the resolved contract.
     resolution : int, default 224
-        Input resolution of image encoders (images are resized inside the model).
+        Input resolution of image encoders (images are resized inside the model); for a model
+        file, the input size when neither the file nor the contract fixes one.
     backend : {"onnx", "torch"}, default "onnx"
         ONNX Runtime (exported once and cached, several times faster on CPU) or eager PyTorch;
-        both give the same features and :class:`EncoderInfo`. Ignored by ``minilm``.
+        both give the same features and :class:`EncoderInfo`. Ignored by ``minilm`` and by
+        model files (the file's format decides the runtime).
     **kw
         Lite: ``weights_path``, ``cache_dir``, ``threads``; int8 Lite also ``calibration``
         (uint8 images (n, H, W, 3); default 256 CIFAR-10 training images from
         ``GHOFL_DATA_DIR``) and ``settings`` (a ``QuantSettings``). torchvision: ``weights``
         (``"imagenet"``, a state-dict path, or ``None`` for random init), ``seed``,
-        ``cache_dir``, ``threads``. minilm: ``model_dir``, ``batch_size``.
+        ``cache_dir``, ``threads``. minilm: ``model_dir``, ``batch_size``. Model files:
+        ``contract`` (a mapping or the path of a JSON file, instead of the JSON beside the
+        model; its ``name`` key names the encoder) and the contract keys ``dim``, ``size``,
+        ``resize``, ``layout``, ``dtype``, ``scale``, ``mean``, ``std`` (winning over the
+        file); ONNX also ``input``, ``output`` and ``threads``.
 
     Returns
     -------
@@ -70,6 +101,10 @@ def get_encoder(
     ------
     ConfigError
         For an unknown name, backend or option (the message lists the valid ones).
+        For a model file, also an input contract that does not fit the model, an output that
+        is not (batch, d), or a declared ``dim`` the model does not return.
+    DataError
+        A model file that does not exist.
     MissingExtraError
         When the extra that the encoder needs is not installed.
 
@@ -79,6 +114,9 @@ def get_encoder(
         ``encoder.info`` (measured for the Lite encoders at some resolutions and for MiniLM;
         ``None`` for the torchvision backbones).
     """
+    kind, sep, rest = str(name).strip().partition(":")
+    if sep and kind.strip().lower() in MODEL_FILE_KINDS:
+        return _model_file_encoder(kind.strip().lower(), rest, name, resolution, kw)
     key = str(name).strip().lower()
     if backend not in ("onnx", "torch"):
         raise ConfigError(f"encoder backend must be 'onnx' or 'torch'; got {backend!r}")
@@ -104,5 +142,6 @@ def get_encoder(
         return SentenceTransformerEncoder(**kw)
     raise ConfigError(
         f"unknown encoder {name!r}; choose one of {', '.join(available_encoders())} "
-        "(or wrap your own model with CallableEncoder or TorchModuleEncoder)"
+        "(a model file as onnx:PATH or torchscript:PATH; in Python, wrap your own model with "
+        "CallableEncoder or TorchModuleEncoder)"
     )
