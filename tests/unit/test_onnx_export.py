@@ -159,3 +159,26 @@ def test_head_without_converter_is_refused_until_one_is_registered() -> None:
         CONVERTERS.pop("_OddHead", None)
     with pytest.raises(ConfigError, match="registered for Head subclasses"):
         register_onnx_converter(int, convert)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["lda", "qda"])
+def test_kernel_transform_and_pca_projection(name: str, tmp_path: Any,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel feature map (read from its file) and a principal-direction basis."""
+    from ghofl.client import kernel_map as km
+    from ghofl.stats.projection import BASIS_DIR_ENV, pca_basis, save_basis
+
+    monkeypatch.setenv(BASIS_DIR_ENV, str(tmp_path / "maps"))
+    x, y = gaussian_mixture(4, num_classes=3, dim=5, n=300)
+    x = np.abs(x).astype(np.float32)
+    _, fp = km.save_kernel_map(km.build_kernel_map(x[:100], 7, seed=1))
+    transform = f"x+sqrt+rbf:{fp}"
+    xt = apply_feature_transform(x, transform)
+    _, basis = save_basis(pca_basis(xt[:100], 8))
+    proj = ProjectionSpec(0, xt.shape[1], 6, "pca-v1", basis)
+    enc = transformed_info(EncoderInfo("toy", 5), transform)
+    head = make_head(name).fit_from_stats(compute_stats(xt, y, 3, encoder=enc, projection=proj))
+    probe = x[150:200]
+    proba, label = run_onnx(head_graph(head), probe)
+    np.testing.assert_allclose(proba, head.predict_proba(xt[150:200]), atol=1e-4, rtol=0)
+    np.testing.assert_array_equal(label, head.predict(xt[150:200]))
