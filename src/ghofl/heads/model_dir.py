@@ -10,6 +10,8 @@ Layout::
                                  e.g. n_samples, counts, source}, ...extra keys,
                                  "digest": SHA-256 of the rest}
     <model_dir>/<NAME>.ghh      one head per file (:func:`ghofl.heads.registry.save_head`)
+    <model_dir>/MODEL_CARD.md   the model card (:mod:`ghofl.heads.model_card`): documentation
+                                only, not in the manifest or its digest, never read back
 
 A directory is written atomically (:func:`ghofl.files.atomic_directory`): it is complete or
 absent, and an existing model directory is replaced only once every head is saved.
@@ -43,6 +45,7 @@ from ghofl.errors import ConfigError, GhoflError, InputError, StatsFormatError
 from ghofl.files import atomic_directory
 from ghofl.heads.base import Head
 from ghofl.heads.build import to_jsonable
+from ghofl.heads.model_card import CARD_FILE, model_card
 from ghofl.heads.registry import available_heads, load_head, save_head
 from ghofl.stats.codec import parse_json
 from ghofl.stats.meta import StatsMeta
@@ -96,8 +99,10 @@ def save_model(
     extra: Mapping[str, Any] | None = None,
     fit_seconds: Mapping[str, float] | None = None,
     option: str = "out_dir",
+    scores: Mapping[str, Mapping[str, Any]] | None = None,
+    command: str | None = None,
 ) -> Path:
-    """Write fitted heads and their manifest to ``out_dir``, atomically.
+    """Write fitted heads, their manifest and ``MODEL_CARD.md`` to ``out_dir``, atomically.
 
     Parameters
     ----------
@@ -114,6 +119,10 @@ def save_model(
         Fitting time per head, recorded in the manifest.
     option : str, default "out_dir"
         What named ``out_dir``, for messages.
+    scores : mapping of head name to ``{"accuracy", "n"}``, optional
+        Test scores, reported in the model card (not in the manifest).
+    command : str, optional
+        The command line that reproduces the model, for the model card.
 
     Returns
     -------
@@ -168,6 +177,9 @@ def save_model(
         manifest["digest"] = manifest_digest(manifest)
         text = json.dumps(manifest, indent=2) + "\n"
         (tmp / MANIFEST).write_text(text, encoding="utf-8")
+        chosen = {name: head.get_state()[1] for name, head in heads.items()}
+        card = model_card(manifest, chosen=chosen, scores=scores, command=command)
+        (tmp / CARD_FILE).write_text(card, encoding="utf-8")
     return out_dir
 
 
