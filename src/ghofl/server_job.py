@@ -210,6 +210,7 @@ def run_server_job(
     extra: Mapping[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
     option: str = "out_dir",
+    command: str | None = None,
 ) -> ServerResult:
     """Fit every head of ``job`` from the aggregate; save and score them when asked.
 
@@ -231,6 +232,8 @@ def run_server_job(
         Receives a line before each head is fitted (e.g. ``"fitting lda..."``).
     option : str, default "out_dir"
         What named ``out_dir``, for messages.
+    command : str, optional
+        The command line that reproduces the model, for its model card.
 
     Returns
     -------
@@ -257,6 +260,8 @@ def run_server_job(
         t0 = time.perf_counter()
         head.fit_from_stats(total)
         fit_seconds[name] = time.perf_counter() - t0
+    # scored before saving, so that the model card reports the accuracies
+    scores = None if test is None else evaluate_heads(models, test[0], test[1])
     model_dir = None
     if out_dir is not None:
         stats = {"n_samples": total.n_samples, "counts": total.counts.tolist(),
@@ -265,8 +270,10 @@ def run_server_job(
         given = extras.pop("stats", None) or {}
         model_dir = save_model(Path(out_dir), models, stats_meta=total.meta,
                                extra={"stats": {**stats, **dict(given)}, **extras},
-                               fit_seconds=fit_seconds, option=option, ood=_fit_ood(total))
-    scores = None if test is None else evaluate_heads(models, test[0], test[1])
+                               fit_seconds=fit_seconds, option=option, ood=_fit_ood(total),
+                               scores=None if scores is None else
+                               {n: sc.to_dict() for n, sc in scores.items()},
+                               command=command)
     return ServerResult(models, fit_seconds, scores, model_dir)
 
 

@@ -85,7 +85,11 @@ def test_file_flow_matches_centralised_heads(ws: Path, tmp_path: Path) -> None:
                 "--param", "qda.shrinkage=0.2", "--out", "model", cwd=tmp_path)
     _ok(r)
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == \
-        sorted([f"{h}.ghh" for h in heads] + ["manifest.json", "ood.npz"])
+        sorted([f"{h}.ghh" for h in heads] + ["MODEL_CARD.md", "manifest.json", "ood.npz"])
+    card = (tmp_path / "model" / "MODEL_CARD.md").read_text()
+    assert all(f"| {h} | {h} |" in card for h in heads)
+    assert "ghofl fit total.ghs --heads nb,lda,qda,fedcgs --param lda.shrinkage=auto" in card
+    assert "No test data was given" in card
     manifest = json.loads((tmp_path / "model" / "manifest.json").read_text())
     assert manifest["format"] == "ghofl.model" and list(manifest["heads"]) == heads
     assert manifest["heads"]["lda"]["params"]["shrinkage"] == "auto"
@@ -109,13 +113,13 @@ def test_file_flow_matches_centralised_heads(ws: Path, tmp_path: Path) -> None:
 
     # refitting replaces the model directory as a whole; a failed fit leaves it intact
     _ok(run_cli("fit", "total.ghs", "--heads", "nb", "--out", "model", cwd=tmp_path))
-    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == \
-        ["manifest.json", "nb.ghh", "ood.npz"]
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [
+        "MODEL_CARD.md", "manifest.json", "nb.ghh", "ood.npz"]
     r = run_cli("fit", "total.ghs", "--heads", "lda", "--param", "lda.shrinkage=7",
                 "--out", "model", cwd=tmp_path)
     assert r.returncode == 2 and "shrinkage must be a number in [0, 1]" in r.stderr
-    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == \
-        ["manifest.json", "nb.ghh", "ood.npz"]
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [
+        "MODEL_CARD.md", "manifest.json", "nb.ghh", "ood.npz"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 

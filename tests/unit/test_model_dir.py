@@ -41,7 +41,8 @@ def test_round_trip_predicts_identically(
                      extra={"stats": {"n_samples": stats.n_samples}, "round": 3},
                      fit_seconds={"nb": 0.5})
     assert out == tmp_path / "m"
-    assert sorted(p.name for p in out.iterdir()) == sorted([MANIFEST, "lda.ghh", "nb.ghh"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [MANIFEST, "MODEL_CARD.md", "lda.ghh", "nb.ghh"])
     loaded, manifest = load_model(out)
     assert list(loaded) == ["nb", "lda"]
     for name, head in heads.items():
@@ -82,7 +83,8 @@ def test_an_interrupted_write_leaves_nothing(
     with pytest.raises(OSError, match="disk full"):
         save_model(tmp_path / "m", heads, stats_meta=stats.meta)
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [MANIFEST, "nb.ghh"]
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [
+        "MODEL_CARD.md", MANIFEST, "nb.ghh"]
 
 
 def test_save_refuses_what_it_must_not_replace_or_write(

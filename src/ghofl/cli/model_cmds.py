@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -62,9 +63,23 @@ def fit(
     stats = read_total_arg(total)
     job = ServerJob(tuple(names), params, seed=0 if seed is None else seed, progress=progress)
     result = run_server_job(stats, job, out_dir=out, extra={"stats": {"source": str(total)}},
-                            log=_stderr if progress else None, option="--out")
+                            log=_stderr if progress else None, option="--out",
+                            command=_fit_command(total, out, names, param, preset, seed))
     typer.echo(table(["head", "fit_seconds", "file"],
                      [[n, s, str(out / f"{n}.ghh")] for n, s in result.fit_seconds.items()]))
+
+
+def _fit_command(total: Path, out: Path, names: list[str], param: list[str] | None,
+                 preset: str, seed: int | None) -> str:
+    """The ``ghofl fit`` command line that reproduces this model (for its model card)."""
+    args = ["ghofl", "fit", str(total), "--heads", ",".join(names)]
+    for p in param or []:
+        args += ["--param", p]
+    if preset != "default":
+        args += ["--preset", preset]
+    if seed is not None:
+        args += ["--seed", str(seed)]
+    return shlex.join([*args, "--out", str(out)])
 
 
 def _stderr(message: str) -> None:

@@ -14,6 +14,8 @@ Layout::
     <model_dir>/<NAME>.ghh      one head per file (:func:`ghofl.heads.registry.save_head`)
     <model_dir>/ood.npz         class means and covariance factor of the out-of-distribution
                                 score (:mod:`ghofl.heads.ood`), when the writer gave one
+    <model_dir>/MODEL_CARD.md   the model card (:mod:`ghofl.heads.model_card`): documentation
+                                only, not in the manifest or its digest, never read back
 
 A directory is written atomically (:func:`ghofl.files.atomic_directory`): it is complete or
 absent, and an existing model directory is replaced only once every head is saved.
@@ -47,6 +49,7 @@ from ghofl.errors import ConfigError, GhoflError, InputError, StatsFormatError
 from ghofl.files import atomic_directory
 from ghofl.heads.base import Head
 from ghofl.heads.build import to_jsonable
+from ghofl.heads.model_card import CARD_FILE, model_card
 from ghofl.heads.ood import OOD_RULE, OOD_SCORE, MahalanobisOOD
 from ghofl.heads.registry import available_heads, load_head, save_head
 from ghofl.stats.codec import parse_json
@@ -105,8 +108,10 @@ def save_model(
     fit_seconds: Mapping[str, float] | None = None,
     option: str = "out_dir",
     ood: MahalanobisOOD | None = None,
+    scores: Mapping[str, Mapping[str, Any]] | None = None,
+    command: str | None = None,
 ) -> Path:
-    """Write fitted heads and their manifest to ``out_dir``, atomically.
+    """Write fitted heads, their manifest and ``MODEL_CARD.md`` to ``out_dir``, atomically.
 
     Parameters
     ----------
@@ -126,6 +131,10 @@ def save_model(
     ood : MahalanobisOOD, optional
         Fitted out-of-distribution score (statistics space of ``stats_meta``), written to
         ``ood.npz`` and described under the manifest's ``ood`` (with the file's SHA-256).
+    scores : mapping of head name to ``{"accuracy", "n"}``, optional
+        Test scores, reported in the model card (not in the manifest).
+    command : str, optional
+        The command line that reproduces the model, for the model card.
 
     Returns
     -------
@@ -182,6 +191,9 @@ def save_model(
         manifest["digest"] = manifest_digest(manifest)
         text = json.dumps(manifest, indent=2) + "\n"
         (tmp / MANIFEST).write_text(text, encoding="utf-8")
+        chosen = {name: head.get_state()[1] for name, head in heads.items()}
+        card = model_card(manifest, chosen=chosen, scores=scores, command=command)
+        (tmp / CARD_FILE).write_text(card, encoding="utf-8")
     return out_dir
 
 

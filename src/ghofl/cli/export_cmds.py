@@ -1,0 +1,41 @@
+"""``ghofl export``: one head of a model directory as an ONNX file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ghofl.cli.app import app
+
+
+@app.command("export")
+def export(
+    model_dir: Annotated[Path, typer.Argument(help="Model directory written by `ghofl fit`.")],
+    head: Annotated[str, typer.Option("--head", help="The head to export, e.g. lda.")],
+    out: Annotated[Path, typer.Option("--out", help="ONNX file to write (FILE.onnx).")],
+    head_only: Annotated[bool, typer.Option(
+        "--head-only", help="Export the head alone: input 'embeddings' float32 (N, d), the "
+        "encoder's output (the only choice for encoders without an ONNX path).")] = False,
+    image_size: Annotated[str | None, typer.Option(
+        "--image-size", help="Full graph: H or HxW of the uint8 images fed (default: the "
+        "encoder's resolution); only the batch axis is dynamic.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
+) -> None:
+    """Export a head as one ONNX graph: from the images (built-in image encoders) or, with
+    --head-only, from embeddings, through the feature transform, projection and head to the
+    outputs 'probabilities' float32 (N, C) and 'label' int64 (N,). Classes, head, encoder
+    fingerprint and input contract are recorded in the file's metadata."""
+    from ghofl.heads.export import export_model, parse_image_size
+
+    size = None if image_size is None else parse_image_size(image_size)
+    if head_only and size is not None:
+        from ghofl.errors import InputError
+
+        raise InputError("--image-size applies to the full graph only; drop it with "
+                         "--head-only")
+    path = export_model(model_dir, head, out, head_only=head_only, force=force,
+                        image_size=size)
+    kind = "head-only graph (input: embeddings)" if head_only else "encoder + head graph"
+    typer.echo(f"wrote {path} ({kind}, head {head})")

@@ -1,0 +1,194 @@
+"""``ghofl export``: one head of a model directory as an ONNX file, head-only or with its encoder.
+
+* Head-only (:func:`~ghofl.heads.onnx_graph.head_graph`): input ``embeddings`` float32 (N, d),
+  the encoder's output.
+* Full graph (:func:`full_graph`), for the built-in image encoders that run on ONNX Runtime
+  (EfficientNet-Lite, their int8 versions, the torchvision backbones): the encoder's own ONNX
+  export (:mod:`ghofl.client.encoders.onnx_backend`) composed with the head graph by
+  ``onnx.compose``; input ``images`` uint8 (N, H, W, 3), the decoded RGB images as ghofl's image
+  loader feeds the encoder (resized to H×W inside the graph as in the encoder), the same
+  outputs ``probabilities`` and ``label``. The encoder is rebuilt from the name and resolution
+  the model records and must have the recorded fingerprint (same weights, same
+  preprocessing).
+
+Both record the head's metadata (:func:`~ghofl.heads.onnx_graph.head_metadata`) in the file's
+``metadata_props``; the full graph adds ``ghofl.image_size``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ghofl.client.transforms import recorded_feature_transform, transformed_info
+from ghofl.errors import ConfigError, InputError, require_extra
+from ghofl.files import atomic_write
+from ghofl.heads.base import Head
+from ghofl.heads.onnx_graph import INPUT_NAME, head_graph
+from ghofl.stats.meta import EncoderInfo
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["IMAGE_INPUT", "export_model", "full_graph", "image_encoder_for", "parse_image_size"]
+
+#: Input of the full graph: decoded uint8 RGB images (N, H, W, 3).
+IMAGE_INPUT = "images"
+_HEAD_ONLY_HINT = "export the head alone with --head-only (input: the encoder's embeddings)"
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """``"224"`` or ``"32x48"`` (height x width) → (height, width)."""
+    parts = text.lower().split("x")
+    try:
+        vals = [int(p) for p in parts]
+    except ValueError:
+        vals = []
+    if len(vals) not in (1, 2) or min(vals) < 1:
+        raise ConfigError(f"invalid image size {text!r}; give H or HxW in pixels, e.g. 32x32")
+    return (vals[0], vals[-1])
+
+
+def image_encoder_for(info: EncoderInfo | None, cache_dir: str | os.PathLike[str] | None = None
+                      ) -> Any:
+    """The built-in ONNX image encoder that the model records, its fingerprint checked.
+
+    Parameters
+    ----------
+    info : EncoderInfo or None
+        The model's encoder (with the recorded feature transform, if any).
+    cache_dir : path, optional
+        Cache of the encoder's ONNX exports (default ``GHOFL_CACHE_DIR``).
+
+    Returns
+    -------
+    OnnxEncoder
+
+    Raises
+    ------
+    ConfigError
+        No encoder recorded, an encoder without an ONNX path (text, a user's own model), or a
+        local encoder whose fingerprint differs from the recorded one.
+    """
+    from ghofl.client.encoders.factory import available_encoders, get_encoder
+    from ghofl.client.encoders.onnx_backend import OnnxEncoder
+
+    if info is None:
+        raise ConfigError(f"the model records no encoder (raw features); {_HEAD_ONLY_HINT}")
+    transform = recorded_feature_transform(info)
+    if info.name.lower() not in available_encoders() or info.resolution is None:
+        raise ConfigError(
+            f"the model's encoder {info.name!r} has no ONNX path in ghofl (only the built-in "
+            f"image encoders have one); {_HEAD_ONLY_HINT}"
+        )
+    encoder = get_encoder(info.name, resolution=info.resolution, backend="onnx",
+                          cache_dir=cache_dir)
+    if not isinstance(encoder, OnnxEncoder):
+        raise ConfigError(f"the encoder {info.name!r} does not run on ONNX Runtime; "
+                          f"{_HEAD_ONLY_HINT}")
+    local = transformed_info(encoder.info, transform)
+    if local.fingerprint() != info.fingerprint():
+        raise ConfigError(
+            f"the local encoder {info.name!r} has fingerprint {local.fingerprint()}, but the "
+            f"model was fitted with {info.fingerprint()} (other weights or preprocessing); "
+            f"install the clients' weights, or {_HEAD_ONLY_HINT}"
+        )
+    return encoder
+
+
+def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
+               cache_dir: str | os.PathLike[str] | None = None) -> onnx.ModelProto:
+    """Encoder + head as one ONNX model (module docstring).
+
+    Parameters
+    ----------
+    head : Head
+        A fitted head.
+    name : str
+        Its name in the model directory.
+    image_size : (int, int), optional
+        (height, width) of the images fed (default: the encoder's resolution); only the batch
+        axis is dynamic.
+    cache_dir : path, optional
+        Cache of the encoder's ONNX exports.
+    """
+    require_extra("onnx", "torch")
+    import onnx
+    from onnx import compose, helper
+
+    encoder = image_encoder_for(head.meta_.encoder, cache_dir)
+    res = int(encoder.info.resolution or 224)
+    h, w = image_size or (res, res)
+    encoder.session(h, w)  # builds the cached export for this size if it is missing
+    enc = onnx.load(str(encoder.onnx_path(h, w)))
+    enc_in = enc.graph.input[0].name
+    (enc_out,) = [o.name for o in enc.graph.output]
+    head_model = head_graph(head, name)
+    head_model.ir_version = enc.ir_version
+    enc = compose.add_prefix(enc, "encoder/")
+    merged = compose.merge_models(
+        enc, head_model, io_map=[(f"encoder/{enc_out}", INPUT_NAME)],
+        producer_name="ghofl", producer_version=head_model.producer_version,
+    )
+    _rename_input(merged, f"encoder/{enc_in}", IMAGE_INPUT)
+    props = {p.key: p.value for p in head_model.metadata_props}
+    contract = json.loads(props["ghofl.input_contract"])
+    contract.update(input=IMAGE_INPUT, dtype="uint8", shape=["N", h, w, 3],
+                    layout="NHWC RGB, decoded as ghofl's image loader feeds the encoder",
+                    encoder_preprocessing=encoder.info.preprocessing)
+    props["ghofl.input_contract"] = json.dumps(contract, sort_keys=True)
+    props["ghofl.image_size"] = f"{h}x{w}"
+    del merged.metadata_props[:]
+    helper.set_model_props(merged, props)
+    onnx.checker.check_model(merged)
+    return merged
+
+
+def _rename_input(model: onnx.ModelProto, old: str, new: str) -> None:
+    for inp in model.graph.input:
+        if inp.name == old:
+            inp.name = new
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = new
+
+
+def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool = False,
+                 force: bool = False, image_size: tuple[int, int] | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Write head ``head_name`` of ``model_dir`` to the ONNX file ``out``, atomically.
+
+    Raises
+    ------
+    InputError
+        ``out`` does not end in ``.onnx``, is a directory, or exists without ``force``; the
+        model directory has no head ``head_name`` (the message lists its heads).
+    ConfigError
+        Full graph asked for an encoder without an ONNX path (see :func:`full_graph`).
+    """
+    from ghofl.heads.model_dir import load_model
+
+    out = Path(out)
+    if out.suffix.lower() != ".onnx":
+        raise InputError(f"--out '{out}' must end in .onnx (an ONNX model file); e.g. "
+                         f"{out.with_suffix('.onnx').name}")
+    if out.is_dir():
+        raise InputError(f"--out '{out}' is a directory; give a file path ending in .onnx")
+    if out.exists() and not force:
+        raise InputError(f"--out '{out}' already exists; pass --force to replace it, or "
+                         "choose another path")
+    heads, _ = load_model(model_dir)
+    if head_name not in heads:
+        raise InputError(f"the model in '{model_dir}' has no head {head_name!r}; its heads: "
+                         f"{', '.join(heads)}")
+    head = heads[head_name]
+    if head_only:
+        model = head_graph(head, head_name)
+    else:
+        model = full_graph(head, head_name, image_size, cache_dir)
+    blob = model.SerializeToString()
+    atomic_write(out, lambda tmp: Path(tmp).write_bytes(blob))
+    return out

@@ -1,0 +1,334 @@
+"""Head-only ONNX graphs: embeddings → feature transform → projection → head → probabilities.
+
+:func:`head_graph` builds, with the ``onnx.helper`` API (opset :data:`OPSET`), a graph from the
+fitted arrays of a head that computes exactly what :meth:`Head.predict_proba
+<ghofl.heads.base.Head.predict_proba>` and :meth:`~ghofl.heads.base.Head.predict` compute on
+raw encoder output::
+
+    embeddings  float32 (N, d)   the encoder's output, before any feature transform
+    probabilities float32 (N, C) softmax of the head's log-scores
+    label       int64 (N,)       arg-max of the log-scores (index into the classes)
+
+The recorded feature transform runs in float32 (as :func:`~ghofl.client.transforms.
+apply_feature_transform` does on float32 embeddings); the projection and the head's scores run
+in float64, like the head itself, and only the probabilities are cast to float32. Scores of
+classes without samples (log prior −∞) become :data:`NEG_SCORE`, a large negative finite
+number, so their probability is exactly 0 and every output stays finite.
+
+Each head type has a converter (:data:`CONVERTERS`, keyed by class name) that emits its
+``_decision`` as ONNX nodes; :func:`register_onnx_converter` adds one for a user's own head.
+onnx is imported only inside these functions (``torch`` extra).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.client.transforms import base_dim, kernel_map_of, recorded_feature_transform
+from ghofl.errors import ConfigError, require_extra
+from ghofl.heads.base import Head
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = [
+    "CONVERTERS",
+    "INPUT_NAME",
+    "LABEL_NAME",
+    "NEG_SCORE",
+    "OPSET",
+    "PROBA_NAME",
+    "GraphBuilder",
+    "head_graph",
+    "head_metadata",
+    "register_onnx_converter",
+]
+
+OPSET = 17
+INPUT_NAME = "embeddings"
+PROBA_NAME = "probabilities"
+LABEL_NAME = "label"
+#: Score given to classes whose log prior is −∞ (no samples): exp(NEG_SCORE − max) is 0.
+NEG_SCORE = -1e30
+
+F64 = NDArray[np.float64]
+
+
+class GraphBuilder:
+    """Collects ONNX nodes and initializers under unique names.
+
+    Every method returns the name of the tensor it produced.
+    """
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self.nodes: list[Any] = []
+        self.initializers: list[Any] = []
+        self._count = 0
+
+    def _name(self, hint: str) -> str:
+        self._count += 1
+        return f"{self.prefix}{hint}_{self._count}"
+
+    def const(self, value: Any, hint: str = "c", dtype: Any = np.float64) -> str:
+        """An initializer holding ``value`` (−∞ entries replaced by :data:`NEG_SCORE`)."""
+        from onnx import numpy_helper
+
+        arr = np.asarray(value, dtype=dtype)
+        if arr.dtype.kind == "f":
+            arr = np.where(np.isneginf(arr), NEG_SCORE, arr).astype(dtype)
+        name = self._name(hint)
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def op(self, op_type: str, *inputs: str, hint: str = "", **attrs: Any) -> str:
+        """One node with one output."""
+        from onnx import helper
+
+        out = self._name(hint or op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
+        return out
+
+    # shorthands ---------------------------------------------------------------------------
+    def matmul(self, x: str, matrix: Any) -> str:
+        return self.op("MatMul", x, self.const(matrix, "w"))
+
+    def add(self, x: str, value: Any) -> str:
+        return self.op("Add", x, self.const(value, "b"))
+
+    def mul(self, x: str, value: Any) -> str:
+        return self.op("Mul", x, self.const(value, "s"))
+
+    def affine(self, x: str, matrix: Any, bias: Any) -> str:
+        """x @ matrix + bias."""
+        return self.add(self.matmul(x, matrix), bias)
+
+    def row_sq_norm(self, x: str) -> str:
+        """Σ_j x_ij² as (N, 1)."""
+        return self.op("ReduceSumSquare", x, axes=[1], keepdims=1)  # axes: attribute < opset 18
+
+
+Converter = Callable[[Head, GraphBuilder, str], str]
+
+
+def _linear(head: Head, g: GraphBuilder, z: str) -> str:
+    """LDA, FedCGS: Z coefᵀ + intercept."""
+    h: Any = head
+    return g.affine(z, h.coef_.T, h.intercept_)
+
+
+def _ridge(head: Head, g: GraphBuilder, z: str) -> str:
+    """Ridge: (Z coefᵀ + intercept)/T."""
+    h: Any = head
+    t = float(h.temperature_)
+    return g.affine(z, h.coef_.T / t, h.intercept_ / t)
+
+
+def _diag_gaussian(head: Head, g: GraphBuilder, z: str) -> str:
+    """NB-diag: log π + const − ½ (Z² inv − 2 Z (μ·inv) + Σ μ² inv), expanded as the head."""
+    h: Any = head
+    inv = 1.0 / h.vars_
+    const = -0.5 * np.sum(np.log(2.0 * np.pi * h.vars_), axis=1)
+    bias = h.log_priors_ + const - 0.5 * np.sum(h.means_**2 * inv, axis=1)
+    sq = g.matmul(g.op("Mul", z, z), -0.5 * inv.T)
+    return g.op("Add", sq, g.affine(z, (h.means_ * inv).T, bias))
+
+
+def _sum_whitened(g: GraphBuilder, z: str, means: F64, prec: F64) -> str:
+    """‖(z − μ_c) P_c‖² for every class, (N, C): one product with the concatenated P."""
+    c_num, k = means.shape
+    p_cat = np.swapaxes(prec, 0, 1).reshape(k, c_num * k)
+    shift = np.einsum("ck,ckl->cl", means, prec).reshape(-1)
+    u = g.op("Sub", g.matmul(z, p_cat), g.const(shift, "shift"))
+    sq = g.op("Mul", u, u)
+    shaped = g.op("Reshape", sq, g.const([0, c_num, k], "shape", np.int64))
+    return g.op("ReduceSum", shaped, g.const([2], "axes", np.int64), keepdims=0)
+
+
+def _qda(head: Head, g: GraphBuilder, z: str) -> str:
+    """QDA: −½‖(z − μ_c)P_c‖² − ½ log det Σ̃_c + log π_c − (d/2) log 2π."""
+    h: Any = head
+    d = h.means_.shape[1]
+    quad = _sum_whitened(g, z, h.means_, h.precision_chol_)
+    bias = h.log_priors_ - h.half_log_det_ - 0.5 * d * np.log(2.0 * np.pi)
+    return g.add(g.mul(quad, -0.5), bias)
+
+
+def _fishermix(head: Head, g: GraphBuilder, z: str) -> str:
+    """FisherMix: the layer on z_f − ō (linear, or scaled cosine) plus log priors."""
+    h: Any = head
+    zf = g.op("Sub", g.matmul(z, h.V_), g.const(h.offset_, "offset"))
+    if h.variant != "cosine":
+        return g.affine(zf, h.coef_.T, h.intercept_ + h.log_priors_)
+    norm = g.op("Sqrt", g.row_sq_norm(zf))
+    zn = g.op("Div", zf, g.op("Max", norm, g.const(1e-12, "eps")))
+    wn = h.coef_ / np.maximum(np.linalg.norm(h.coef_, axis=1, keepdims=True), 1e-12)
+    return g.add(g.matmul(zn, float(h.scale) * wn.T), h.log_priors_)
+
+
+def _protohyper(head: Head, g: GraphBuilder, z: str) -> str:
+    """ProtoHyper: base (NB_f or QDA_f) on z_f = Z V plus the low-rank residual."""
+    h: Any = head
+    zf = g.matmul(z, h.V_)
+    if h.base_used_ == "qda":
+        quad = _sum_whitened(g, zf, h.means_f_, h.qda_prec_)
+        base = g.add(g.mul(quad, -0.5), h.log_priors_ - h.qda_half_logdet_)
+    else:
+        s2 = float(h.sigma2_)
+        k = h.means_f_.shape[1]
+        bias = (h.log_priors_ - 0.5 * np.sum(h.means_f_**2, axis=1) / s2
+                - 0.5 * k * np.log(s2))
+        sq = g.mul(g.row_sq_norm(zf), -0.5 / s2)
+        base = g.op("Add", sq, g.affine(zf, h.means_f_.T / s2, bias))
+    shifted = g.op("Sub", zf, g.const(h.offset_, "offset"))
+    residual = g.affine(g.matmul(shifted, h.U_.T), h.W2_.T, h.b_)
+    return g.op("Add", base, residual)
+
+
+#: Head class name → converter emitting its log-scores (N, C) from statistics-space inputs.
+CONVERTERS: dict[str, Converter] = {
+    "NBDiagHead": _diag_gaussian,
+    "LDAHead": _linear,
+    "FedCGSHead": _linear,
+    "QDAHead": _qda,
+    "RidgeHead": _ridge,
+    "FisherMixHead": _fishermix,
+    "ProtoHyperHead": _protohyper,
+}
+
+
+def register_onnx_converter(cls: type[Head], converter: Converter) -> None:
+    """Register ``converter(head, builder, z) -> scores`` for heads of class ``cls``.
+
+    ``z`` names the (N, d) float64 input in the statistics space (after transform and
+    projection); the converter returns the name of the (N, C) float64 log-scores, the same as
+    ``head._decision``.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Head)):
+        raise ConfigError(f"ONNX converters are registered for Head subclasses; got {cls!r}")
+    CONVERTERS[cls.__name__] = converter
+
+
+def _converter(head: Head) -> Converter:
+    for cls in type(head).__mro__:
+        if cls.__name__ in CONVERTERS and issubclass(cls, Head):
+            return CONVERTERS[cls.__name__]
+    raise ConfigError(
+        f"head type {type(head).__name__} has no ONNX converter; register one with "
+        "ghofl.heads.onnx_graph.register_onnx_converter, or use the head from Python"
+    )
+
+
+def _feature_transform(g: GraphBuilder, x: str, name: str) -> str:
+    """The recorded transform on float32 embeddings, as apply_feature_transform computes it."""
+    if name == "none":
+        return x
+    root = g.op("Sqrt", g.op("Max", x, g.const(0.0, "zero", np.float32)))
+    if name == "sqrt":
+        return root
+    parts = [x, root]
+    if kernel_map_of(name) is not None:
+        from ghofl.client.kernel_map import load_kernel_map
+
+        m = load_kernel_map(str(kernel_map_of(name)))
+        a = m.anchors.astype(np.float64)
+        # the map works in float64: s = √max(x, 0), ‖s − a‖² = ‖s‖² − 2 s·a + ‖a‖²
+        s = g.op("Sqrt", g.op("Max", g.op("Cast", x, to=11), g.const(0.0, "zero")))
+        d2 = g.op("Add", g.row_sq_norm(s),
+                  g.affine(s, -2.0 * a.T, np.einsum("ij,ij->i", a, a)))
+        d2 = g.op("Max", d2, g.const(0.0, "zero"))
+        block = g.add(g.mul(g.op("Exp", g.mul(d2, -float(m.gamma))), float(m.scale)),
+                      -m.offset)
+        parts.append(g.op("Cast", block, to=1))
+    return g.op("Concat", *parts, axis=1)
+
+
+def head_metadata(head: Head, name: str, input_dim: int,
+                  transform: str) -> dict[str, str]:
+    """The ``metadata_props`` of an exported head (every value a string; JSON where
+    structured)."""
+    from ghofl import __version__
+
+    meta = head.meta_
+    enc = meta.encoder
+    contract = {
+        "input": INPUT_NAME, "dtype": "float32", "shape": ["N", input_dim],
+        "feature_transform": transform,
+        "projection": None if meta.projection is None else meta.projection.to_dict(),
+        "outputs": {PROBA_NAME: ["N", meta.num_classes], LABEL_NAME: ["N"]},
+    }
+    return {
+        "ghofl.version": __version__,
+        "ghofl.classes": json.dumps(list(meta.classes)),
+        "ghofl.head": name,
+        "ghofl.head_type": head.name or type(head).__name__,
+        "ghofl.head_params": json.dumps(head.get_params(), sort_keys=True, default=str),
+        "ghofl.encoder": json.dumps(None if enc is None else enc.to_dict(), sort_keys=True),
+        "ghofl.encoder_fingerprint": "" if enc is None else enc.fingerprint(),
+        "ghofl.input_contract": json.dumps(contract, sort_keys=True),
+        "ghofl.stats_mode": meta.mode,
+    }
+
+
+def head_graph(head: Head, name: str | None = None) -> onnx.ModelProto:
+    """The head-only ONNX model of a fitted head (module docstring).
+
+    Parameters
+    ----------
+    head : Head
+        A fitted head (from statistics or a model directory).
+    name : str, optional
+        Name recorded in the metadata (default: the head's registered name).
+
+    Returns
+    -------
+    onnx.ModelProto
+        Checked with ``onnx.checker``; input ``embeddings`` float32 (N, d) with d the raw
+        encoder dimension, outputs ``probabilities`` float32 (N, C) and ``label`` int64 (N,).
+
+    Raises
+    ------
+    ConfigError
+        The head type has no converter, or the kernel map / projection basis file the
+        statistics name is not on this machine.
+    NotFittedError
+        The head is not fitted.
+    """
+    require_extra("onnx", "torch")
+    import onnx
+    from onnx import TensorProto, helper
+
+    head._check_fitted()
+    meta = head.meta_
+    transform = recorded_feature_transform(meta.encoder)
+    d = base_dim(int(head.n_features_in_), transform)
+    g = GraphBuilder()
+    z = g.op("Cast", _feature_transform(g, INPUT_NAME, transform), to=TensorProto.DOUBLE)
+    if meta.projection is not None:
+        z = g.matmul(z, meta.projection.matrix())
+    scores = _converter(head)(head, g, z)
+    g.nodes.append(helper.make_node("Softmax", [scores], ["proba64"], axis=1))
+    g.nodes.append(helper.make_node("Cast", ["proba64"], [PROBA_NAME], to=TensorProto.FLOAT))
+    g.nodes.append(helper.make_node("ArgMax", [scores], [LABEL_NAME], axis=1, keepdims=0))
+    c = meta.num_classes
+    graph = helper.make_graph(
+        g.nodes, f"ghofl_{name or head.name}",
+        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["N", d])],
+        [helper.make_tensor_value_info(PROBA_NAME, TensorProto.FLOAT, ["N", c]),
+         helper.make_tensor_value_info(LABEL_NAME, TensorProto.INT64, ["N"])],
+        g.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="ghofl")
+    model.ir_version = 8  # readable by every ONNX Runtime that implements opset 17
+    from ghofl import __version__
+
+    model.producer_version = __version__
+    helper.set_model_props(model, head_metadata(head, name or head.name, d, transform))
+    onnx.checker.check_model(model)
+    return model
