@@ -97,6 +97,10 @@ def test_simulation_secure_matches_in_process(tmp_path: Path) -> None:
     assert set(res["stage_seconds"]) == {"advertise", "share", "mask", "consistency", "unmask"}
     assert res["bytes"]["mask"]["server_received"] > 0
     _assert_same_predictions(tmp_path / "out" / "model", data, _reference(data, 10))
+    card = (tmp_path / "out" / "model" / "MODEL_CARD.md").read_text()
+    threshold = res["aggregation"]["params"]["threshold"]
+    assert "- Clients: 10\n" in card and "- Aggregation protocol: secure\n" in card
+    assert f"threshold: {threshold} clients" in card
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,9 @@ Manifest keys read (each optional; what is absent is said to be unrecorded): ``g
 ``stats`` (the statistics metadata: ``encoder``, ``projection``, ``classes``, ``mode``,
 ``clip_norm``, ``holdout_fraction``, and the writer's ``n_samples``, ``counts``, ``n_clipped``,
 ``source``); ``heads`` (``head``, ``params``, ``fit_seconds``); ``aggregation`` (``protocol``,
-``clients``, ``threshold``); ``privacy`` (a DP release: ``epsilon``/``epsilon_spent``,
-``delta``/``delta_spent``, ``dp_mode``, ``min_class_count``).
+``clients``, ``threshold``); ``source`` (when ``stats`` has none); ``privacy`` (a DP
+release: ``epsilon``/``epsilon_spent``, ``delta``/``delta_spent``, ``dp_mode``,
+``min_class_count``).
 """
 
 from __future__ import annotations
@@ -208,7 +209,9 @@ def model_card(
     str
         The card, ending with a newline.
     """
-    stats = manifest.get("stats") or {}
+    stats = dict(manifest.get("stats") or {})
+    if not stats.get("source") and manifest.get("source"):  # the Flower ServerApp's entry
+        stats["source"] = manifest["source"]
     heads = manifest.get("heads") or {}
     aggregation = manifest.get("aggregation") or {}
     privacy = manifest.get("privacy") if isinstance(manifest.get("privacy"), Mapping) else None

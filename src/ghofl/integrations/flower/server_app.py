@@ -156,7 +156,10 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
                             "server_received": r.server_received_bytes}
                         for s, r in report.stages.items()})
     total = out.total
-    extra: dict[str, Any] = {"source": f"flower ({protocol} protocol, {len(ids)} nodes)"}
+    extra: dict[str, Any] = {"source": f"flower ({protocol} protocol, {len(ids)} nodes)",
+                             "aggregation": {"protocol": agg["protocol"],
+                                             "clients": agg["survivors"],
+                                             "threshold": agg["params"].get("threshold")}}
     if out.privacy is not None:
         extra["privacy"] = state["privacy"] = out.privacy
     save_stats(total, out_dir / TOTAL)
