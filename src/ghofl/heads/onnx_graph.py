@@ -190,6 +190,29 @@ def _protohyper(head: Head, g: GraphBuilder, z: str) -> str:
     return g.op("Add", base, residual)
 
 
+def _unscaled_linear(head: Head, g: GraphBuilder, z: str) -> str:
+    """Fed3R, FedCOF: Z coefᵀ / T (no intercept)."""
+    h: Any = head
+    return g.matmul(z, h.coef_.T / float(h.temperature_))
+
+
+def _ncm(head: Head, g: GraphBuilder, z: str) -> str:
+    """NCM: cosine similarity or −½‖z − μ_c‖², over T, plus the empty-class offsets."""
+    h: Any = head
+    t = float(h.params_["temperature"])
+    off = np.maximum(h.offsets_, -1e30)  # −inf for empty classes: finite, probability 0
+    means = np.asarray(h.means_, dtype=np.float64)
+    if h.params_["metric"] == "cosine":
+        norms = np.linalg.norm(means, axis=1, keepdims=True)
+        unit = means / np.where(norms > 0, norms, 1.0)
+        zn = g.op("Sqrt", g.row_sq_norm(z))
+        safe = g.op("Max", zn, g.const(np.finfo(np.float64).tiny, "tiny"))
+        return g.add(g.matmul(g.op("Div", z, safe), unit.T / t), off)
+    sq = g.mul(g.row_sq_norm(z), -0.5 / t)
+    bias = off - 0.5 * np.sum(means**2, axis=1) / t
+    return g.op("Add", sq, g.affine(z, means.T / t, bias))
+
+
 #: Head class name → converter emitting its log-scores (N, C) from statistics-space inputs.
 CONVERTERS: dict[str, Converter] = {
     "NBDiagHead": _diag_gaussian,
@@ -199,6 +222,9 @@ CONVERTERS: dict[str, Converter] = {
     "RidgeHead": _ridge,
     "FisherMixHead": _fishermix,
     "ProtoHyperHead": _protohyper,
+    "NCMHead": _ncm,
+    "Fed3RHead": _unscaled_linear,
+    "FedCOFHead": _unscaled_linear,
 }
 
 
