@@ -212,7 +212,7 @@ MORE_BAD_CASES = [
     ("not-an-npz", ["client-stats", "--embeddings", f"{W}/arrays.npy", "--out", "o.ghs"],
      r"'.*arrays\.npy' (holds a single array|is not a readable \.npz archive)"),
     ("bad-mode", ["client-stats", "--embeddings", f"{W}/train.npz", "--mode", "huge",
-                  "--out", "o.ghs"], r"--mode must be one of full, pooled, diag; got 'huge'"),
+                  "--out", "o.ghs"], r"--mode must be one of full, pooled, diag, means; got 'huge'"),
     ("classes-disagree", ["client-stats", "--embeddings", f"{W}/train.npz", "--classes", "a,b",
                           "--num-classes", "3", "--out", "o.ghs"],
      r"--num-classes 3 disagrees with --classes, which names 2 classes"),

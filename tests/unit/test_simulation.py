@@ -177,7 +177,7 @@ def test_bad_data_is_named(data: dict[str, np.ndarray]) -> None:
                             classes=4, clients=3, alpha=1.0, seed=0, heads=["nb"])
     with pytest.raises(ConfigError, match=r"seed must be a non-negative integer; got -1"):
         _run(data, seed=-1)
-    with pytest.raises(ConfigError, match=r"mode must be one of full, pooled, diag; got 'x'"):
+    with pytest.raises(ConfigError, match=r"mode must be one of full, pooled, diag, means; got 'x'"):
         _run(data, mode="x")
 
 
