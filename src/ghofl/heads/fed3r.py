@@ -94,7 +94,39 @@ def normalize_columns(coef: F64) -> F64:
     return out
 
 
-class Fed3RHead(Head):
+class UnscaledLinearHead(Head):
+    """Shared part of the peers' linear classifiers s(x) = xᵀW / T without intercept (Fed3R,
+    FedCOF): optional column normalisation, temperature calibration, storage and scoring.
+    Subclasses compute W (d, C) in :meth:`_solution`."""
+
+    fitted_arrays = ("coef_",)
+    fitted_scalars = ("temperature_",)
+
+    def _solution(self, moments: Moments) -> F64:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
+        scalar_positive(type(self).__name__, scalars, "temperature_")
+        return {"coef_": (meta.num_classes, meta.dim)}
+
+    def _fit(self, moments: Moments) -> None:
+        p = self.params_
+        coef = self._solution(moments)
+        if p["normalize"]:
+            coef = normalize_columns(coef)
+        t = 1.0
+        if p["n_calibration"] > 0:
+            zero = np.zeros(moments.num_classes)
+            t = synthetic_temperature(moments, coef, zero, p["n_calibration"], p["seed"])
+        self.coef_ = np.ascontiguousarray(coef.T)
+        self.temperature_ = t
+
+    def _decision(self, Z: F64) -> F64:
+        out: F64 = (Z @ self.coef_.T) / self.temperature_
+        return out
+
+
+class Fed3RHead(UnscaledLinearHead):
     """Fed3R's closed-form ridge classifier (no intercept, absolute λ), from pooled moments.
 
     Parameters
@@ -113,8 +145,6 @@ class Fed3RHead(Head):
     name = "fed3r"
     min_mode = "pooled"
     min_samples = 2
-    fitted_arrays = ("coef_",)
-    fitted_scalars = ("temperature_",)
     parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "lam": Real(lo=0.0),
         "n_calibration": Integer(lo=0),
@@ -129,26 +159,9 @@ class Fed3RHead(Head):
         self.seed = seed
         self.normalize = normalize
 
-    def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
-        scalar_positive(type(self).__name__, scalars, "temperature_")
-        return {"coef_": (meta.num_classes, meta.dim)}
-
-    def _fit(self, moments: Moments) -> None:
-        p = self.params_
+    def _solution(self, moments: Moments) -> F64:
         g = moments._require_scatter(moments.stats.total_scatter, "the fed3r head")
-        coef = fed3r_solution(g, moments.stats.sums, float(p["lam"]))
-        if p["normalize"]:
-            coef = normalize_columns(coef)
-        t = 1.0
-        if p["n_calibration"] > 0:
-            zero = np.zeros(moments.num_classes)
-            t = synthetic_temperature(moments, coef, zero, p["n_calibration"], p["seed"])
-        self.coef_ = np.ascontiguousarray(coef.T)
-        self.temperature_ = t
-
-    def _decision(self, Z: F64) -> F64:
-        out: F64 = (Z @ self.coef_.T) / self.temperature_
-        return out
+        return fed3r_solution(g, moments.stats.sums, float(self.params_["lam"]))
 
 
-__all__ = ["Fed3RHead", "fed3r_solution", "normalize_columns"]
+__all__ = ["Fed3RHead", "UnscaledLinearHead", "fed3r_solution", "normalize_columns"]

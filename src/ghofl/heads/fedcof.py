@@ -16,17 +16,14 @@ normalised as in FedCOF's evaluation (``normalize=False`` keeps the raw solution
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from ghofl.heads._linalg import F64
 from ghofl.heads._params import Constraint, Integer, Options, Real
-from ghofl.heads.base import Head, scalar_positive
-from ghofl.heads.fed3r import normalize_columns
-from ghofl.heads.ridge import synthetic_temperature
+from ghofl.heads.fed3r import UnscaledLinearHead
 from ghofl.moments.core import Moments
-from ghofl.stats.meta import StatsMeta
 
 Shape = tuple[int, ...]
 
@@ -53,7 +50,7 @@ def fedcof_gram(within: F64, counts: F64, global_mean: F64, gamma: float) -> F64
     return out
 
 
-class FedCOFHead(Head):
+class FedCOFHead(UnscaledLinearHead):
     """FedCOF's classifier from pooled moments (exact, or FedCOF's estimate from client means).
 
     Parameters
@@ -72,8 +69,6 @@ class FedCOFHead(Head):
     name = "fedcof"
     min_mode = "pooled"
     min_samples = 2
-    fitted_arrays = ("coef_",)
-    fitted_scalars = ("temperature_",)
     parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "gamma": Real(lo=0.0),
         "normalize": Options((True, False)),
@@ -88,25 +83,9 @@ class FedCOFHead(Head):
         self.n_calibration = n_calibration
         self.seed = seed
 
-    def _fitted_shapes(self, meta: StatsMeta, scalars: dict[str, Any]) -> dict[str, Shape]:
-        scalar_positive(type(self).__name__, scalars, "temperature_")
-        return {"coef_": (meta.num_classes, meta.dim)}
-
-    def _fit(self, moments: Moments) -> None:
-        p = self.params_
+    def _solution(self, moments: Moments) -> F64:
         within = moments._require_scatter(moments.within_scatter, "the fedcof head")
         g = fedcof_gram(within, moments.counts.astype(np.float64), moments.global_mean,
-                        float(p["gamma"]))
+                        float(self.params_["gamma"]))
         coef: F64 = np.linalg.pinv(g, hermitian=True) @ moments.stats.sums.T  # (d, C)
-        if p["normalize"]:
-            coef = normalize_columns(coef)
-        t = 1.0
-        if p["n_calibration"] > 0:
-            zero = np.zeros(moments.num_classes)
-            t = synthetic_temperature(moments, coef, zero, p["n_calibration"], p["seed"])
-        self.coef_ = np.ascontiguousarray(coef.T)
-        self.temperature_ = t
-
-    def _decision(self, Z: F64) -> F64:
-        out: F64 = (Z @ self.coef_.T) / self.temperature_
-        return out
+        return coef
