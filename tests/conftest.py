@@ -38,9 +38,16 @@ _SERIAL_MODULES = frozenset({
 })
 
 
+#: Modules whose last test checks a tally kept by the module's other tests (the fuzz suites
+#: count their refused cases): each runs whole on one worker, in its own group.
+_WHOLE_MODULES = frozenset({"test_fuzz_readers", "test_fuzz_holdout"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         module = getattr(item, "module", None)
         name = getattr(module, "__name__", "").rsplit(".", 1)[-1]
         if name in _SERIAL_MODULES:
             item.add_marker(pytest.mark.xdist_group("processes"))
+        elif name in _WHOLE_MODULES:
+            item.add_marker(pytest.mark.xdist_group(name))
