@@ -29,12 +29,12 @@ def synthetic_offset(request: pytest.FixtureRequest) -> SyntheticSplit:
 
 
 # ---------------------------------------------------------------- parallel runs (pytest-xdist)
-#: Modules that start Flower deployments or simulations: they pick free ports before binding and
-#: start Ray, so under ``pytest -n N --dist loadgroup`` they all run on one worker, one at a
-#: time, while the other workers take the rest of the suite.
+#: Modules that start Flower deployments or simulations: they pick free ports before binding,
+#: start Ray and wait on stage timeouts, so under ``pytest -n N --dist loadgroup`` they run on
+#: one worker, one at a time, while the other workers take the rest of the suite.
 _SERIAL_MODULES = frozenset({
-    "test_cli", "test_identity_cli", "test_flower", "test_flower_cli", "test_flower_fedavg",
-    "test_flower_tls", "test_secure_adversaries",
+    "test_identity_cli", "test_flower", "test_flower_cli", "test_flower_fedavg",
+    "test_flower_tls",
 })
 
 
@@ -43,6 +43,7 @@ _SERIAL_MODULES = frozenset({
 _WHOLE_MODULES = frozenset({"test_fuzz_readers", "test_fuzz_holdout"})
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         module = getattr(item, "module", None)
@@ -51,3 +52,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("processes"))
         elif name in _WHOLE_MODULES:
             item.add_marker(pytest.mark.xdist_group(name))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under ``--dist loadgroup`` every grouped test's node id must carry its group (pytest-xdist
+    appends ``@group``); a pytest that stops it would spread a group over workers silently."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid:
+            raise pytest.UsageError(
+                f"pytest-xdist did not apply the xdist_group of {item.nodeid}: this pytest and "
+                "pytest-xdist do not work together (install the versions pyproject.toml pins)")

@@ -241,6 +241,9 @@ def flower_env(root: Path, python: str | None = None) -> dict[str, str]:
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # Ray node IP 127.0.0.1, loopback sockets
         PYTHONUNBUFFERED="1",
     )
+    # Flower's SuperExec looks for a new ServerApp/ClientApp task once a second by default; every
+    # message of a multi-stage protocol waits for that look (a user's own value is kept).
+    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1")
     return env
 
 

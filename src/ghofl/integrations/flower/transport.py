@@ -1,5 +1,7 @@
 """A :class:`~ghofl.secure.Transport` over a Flower ``Grid``: one QUERY message per client per
-stage, sent together with ``grid.send_and_receive(..., timeout=...)``.
+stage, pushed together and pulled every :data:`POLL_S` seconds until every reply is in or the
+stage timeout passes (Flower's own ``send_and_receive`` waits 3 s between pulls on the
+deployment engine, which a multi-stage protocol pays at every stage).
 
 A client whose reply does not arrive within the stage timeout, carries a Flower error, cannot
 be decoded (:mod:`~ghofl.integrations.flower.records` raises
@@ -22,7 +24,10 @@ from ghofl.integrations.flower.records import message_from_record, message_to_re
 from ghofl.secure.messages import ClientMessage, ServerMessage, Stage, message_nbytes
 from ghofl.secure.transport import StageTraffic
 
-__all__ = ["CLIENT_INFO", "FlowerTransport"]
+__all__ = ["CLIENT_INFO", "POLL_S", "FlowerTransport", "send_and_receive"]
+
+#: Seconds between two pulls of a stage's replies (one small request to the SuperLink each).
+POLL_S = 0.2
 
 #: ConfigRecord a ClientApp adds to every reply: ``seconds`` (float, time to answer),
 #: ``partition-id`` (int, -1 if unknown) and, when it refused the request, ``refused`` (str).
@@ -85,7 +90,7 @@ class FlowerTransport:
             traffic.to_client[client] = size
             messages.append(Message(content=record, dst_node_id=node,
                                     message_type=MESSAGE_TYPE))
-        replies = self.grid.send_and_receive(messages, timeout=self.timeout_s)
+        replies = send_and_receive(self.grid, messages, self.timeout_s)
         answered: set[str] = set()
         for reply in replies:
             found = self._client_of.get(int(reply.metadata.src_node_id))
@@ -126,3 +131,35 @@ class FlowerTransport:
 
     def _problem(self, stage: str, client: str, why: str) -> None:
         self.problems.setdefault(client, f"{stage}: {why}")
+
+
+def send_and_receive(grid: Any, messages: list[Any], timeout_s: float,
+                     poll_s: float = POLL_S) -> list[Any]:
+    """Push ``messages`` and pull their replies every ``poll_s`` seconds until all are in or
+    ``timeout_s`` has passed (Flower's ``Grid.send_and_receive`` with a shorter pull interval).
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+        Any grid with ``push_messages`` and ``pull_messages``.
+    messages : list of flwr.app.Message
+    timeout_s, poll_s : float
+        The stage's deadline and the pause between two pulls, in seconds.
+
+    Returns
+    -------
+    list of flwr.app.Message
+        The replies that arrived, in arrival order.
+    """
+    pending = set(grid.push_messages(messages))
+    deadline = time.monotonic() + timeout_s
+    replies: list[Any] = []
+    while pending:
+        got = list(grid.pull_messages(pending))
+        replies.extend(got)
+        pending.difference_update(m.metadata.reply_to_message_id for m in got)
+        left = deadline - time.monotonic()
+        if not pending or left <= 0:
+            break
+        time.sleep(min(poll_s, left))
+    return replies
