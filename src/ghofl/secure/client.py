@@ -476,9 +476,13 @@ class SecAggClient:
         survivors, dropped = self._signed
         statement = consistency_transcript(self._round, self._roster_fp, survivors, dropped)
         members = set(survivors)
-        valid = {c for c, sig in signatures
-                 if c in members and isinstance(sig, bytes)
-                 and verify_signature(self.roster.public(c), sig, statement)}
+        valid: set[str] = set()
+        for c, sig in signatures:  # t valid signatures suffice: stop verifying there
+            if len(valid) >= self._params.threshold:
+                break
+            if (c in members and c not in valid and isinstance(sig, bytes)
+                    and verify_signature(self.roster.public(c), sig, statement)):
+                valid.add(c)
         if len(valid) < self._params.threshold:
             raise self._refuse(
                 f"to unmask: only {len(valid)} survivors signed the survivor set it was "
