@@ -40,6 +40,8 @@ F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
 _SYM_RTOL = 1e-9
+#: Rows per strip of the symmetry check.
+_SYM_STRIP = 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -888,7 +890,7 @@ def _check_array(name: str, arr: Any, shape: tuple[int, ...], dtype: np.dtype[An
         raise StatsValidationError(
             f"{name} must have dtype {np.dtype(dtype).name}; got {arr.dtype.name}"
         )
-    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+    if arr.dtype.kind == "f" and not all(np.all(np.isfinite(x)) for x in _slabs(arr)):
         raise StatsValidationError(
             f"{name} contains NaN or infinite values; the embeddings fed to the client were not "
             "finite, or the payload is corrupt"
@@ -900,9 +902,18 @@ def _tol(a: F64) -> float:
 
 
 def _check_symmetric(name: str, m: F64, atol: float = 0.0) -> None:
-    mats = m.reshape(-1, m.shape[-2], m.shape[-1])  # one matrix at a time: no (C, d, d) temporary
-    dev = max(float(np.max(np.abs(a - a.T), initial=0.0)) for a in mats)
-    if dev > atol + _SYM_RTOL * (1.0 + float(np.max(np.abs(m), initial=0.0))):
+    """Refuse matrices (..., d, d) whose largest |M − Mᵀ| exceeds ``atol`` plus the relative
+    tolerance; compared in strips of :data:`_SYM_STRIP` rows, one matrix at a time (no
+    temporary beyond a strip)."""
+    mats = m.reshape(-1, m.shape[-2], m.shape[-1])
+    dev, peak = 0.0, 0.0
+    for a in mats:
+        peak = max(peak, float(np.max(a, initial=0.0)), -float(np.min(a, initial=0.0)))
+        for i0 in range(0, a.shape[0], _SYM_STRIP):  # rows i0:i1 right of the diagonal block
+            i1 = min(i0 + _SYM_STRIP, a.shape[0])  # against columns i0:i1 below it
+            diff = a[i0:i1, i0:] - a[i0:, i0:i1].T
+            dev = max(dev, float(np.max(np.abs(diff, out=diff), initial=0.0)))
+    if dev > atol + _SYM_RTOL * (1.0 + peak):
         raise StatsValidationError(
             f"{name} must be symmetric; its largest asymmetry is {dev:.3g}; the payload is corrupt"
         )
