@@ -287,9 +287,10 @@ def stats_from_tensors(
     holdout = None
     if meta.has_holdout:
         holdout = ClientStats.from_transport(meta.without_holdout(), sections[HOLDOUT_PREFIX],
-                                             n_clipped=holdout_n_clipped, rounding=rounding)
+                                             n_clipped=holdout_n_clipped, rounding=rounding,
+                                             unpacked=True)
     return ClientStats.from_transport(meta, sections[""], n_clipped=n_clipped,
-                                      holdout=holdout, rounding=rounding)
+                                      holdout=holdout, rounding=rounding, unpacked=True)
 
 
 def through_transport(stats: ClientStats, transport_dtype: Any = "float64") -> ClientStats:
