@@ -61,6 +61,7 @@ bench: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) benchmarks/bench_fedavg.py
 	$(PY) benchmarks/bench_dp.py
 	$(PY) benchmarks/bench_flower.py
+	$(PY) benchmarks/bench_validation.py
 	$(MAKE) bench-secure
 
 # Flower's SecAgg+ (the side-by-side comparison) runs from the venv's own flwr (extra flower).

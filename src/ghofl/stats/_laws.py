@@ -9,6 +9,7 @@ whose float residue the checks tolerate.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -90,6 +91,10 @@ def _class_scale(counts: I64, sums: F64, diag: F64) -> F64:
 #: matrix passes when M + tol·d·max(diag M, scale)·I has a Cholesky factor.
 _PSD_RTOL = 1e-9
 
+#: Flops (Σ d³/3 over the matrices) from which the PSD check runs its factorisations with one
+#: BLAS thread: below it, setting the limit costs more than it saves.
+_ONE_THREAD_FLOPS = 1e9
+
 
 def _check_psd(s: ClientStats, second_res: float) -> None:
     """Second moments are sums of x xᵀ: per class, S_c − A_c A_cᵀ/N_c ⪰ 0 (mode ``full``); the
@@ -99,48 +104,94 @@ def _check_psd(s: ClientStats, second_res: float) -> None:
     eigendecomposition) of the matrix, scaled to unit magnitude, plus a relative ridge
     ``_PSD_RTOL·d`` (plus the inherited residue of a difference): it succeeds for every
     matrix whose smallest eigenvalue is above −ridge, i.e. rounding, and fails for a genuine
-    negative direction.
+    negative direction. Each matrix is centred into one reused Fortran-ordered buffer and
+    factorised in place (LAPACK ``potrf``, which reports failure without raising), so the
+    check allocates one d × d matrix whatever C. Large checks run with one BLAS thread:
+    factorisations of this size gain little from a second thread and lose an order of
+    magnitude when the machine's other cores are busy. Only a refused matrix pays for an
+    eigenvalue computation, for the message.
     """
-    from scipy.linalg import LinAlgError, cholesky
+    from threadpoolctl import threadpool_limits
 
-    d = s.dim
+    d, c = s.dim, s.num_classes
+    count = c if s.class_scatter is not None else 1
+    if count * float(d) ** 3 / 3.0 < _ONE_THREAD_FLOPS:
+        _check_psd_each(s, second_res)
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        _check_psd_each(s, second_res)
+
+
+def _psd_matrices(s: ClientStats) -> Iterator[tuple[str, F64, F64, F64]]:
+    """(name, M, A rows, N) of each matrix to check, one (d, d) matrix at a time."""
     counts = s.counts.astype(np.float64)
+    if s.class_scatter is not None:
+        for c in range(s.num_classes):
+            yield (f"the second moment S_c of class {s.meta.classes[c]!r}", s.class_scatter[c],
+                   s.sums[c : c + 1], counts[c : c + 1])
+    elif s.scatter is not None:
+        yield "the second moment B", s.scatter, s.sums, counts
 
-    def mats() -> Iterator[tuple[str, tuple[F64, float]]]:  # one (d, d) matrix at a time
-        if s.class_scatter is not None:
-            for c in range(s.num_classes):
-                yield (f"the second moment S_c of class {s.meta.classes[c]!r}",
-                       _centred(s.class_scatter[c], s.sums[c : c + 1], counts[c : c + 1],
-                                second_res))
-        elif s.scatter is not None:
-            yield "the second moment B", _centred(s.scatter, s.sums, counts, second_res)
 
-    for what, (m, scale) in mats():
-        ridge = _PSD_RTOL * d + RESIDUE_RTOL * (1 + s.num_classes) * second_res / scale
-        m[np.diag_indices(d)] += ridge  # m is a fresh matrix of _centred: add the ridge in place
-        try:
-            L = cholesky(m, lower=True, check_finite=False)
-            ok = bool(np.all(np.isfinite(L)))
-        except LinAlgError:
-            ok = False
-        if not ok:
+def _check_psd_each(s: ClientStats, second_res: float) -> None:
+    """:func:`_check_psd`'s loop: one buffer, one in-place factorisation per matrix."""
+    buf: F64 = np.empty((s.dim, s.dim), order="F")
+    for what, m, sums, counts in _psd_matrices(s):
+        scale = _centre_into(buf, m, sums, counts, second_res)
+        ridge = _PSD_RTOL * s.dim + RESIDUE_RTOL * (1 + s.num_classes) * second_res / scale
+        if not _ridged_factor_ok(buf, ridge):
+            low = _smallest_eigenvalue(m, sums, counts, second_res)
             raise StatsValidationError(
                 f"{what} minus its mean part (A Aᵀ/N) is not positive semi-definite (checked "
-                f"to a relative tolerance of {ridge:.1g}, scale {scale:.3g}): sums of x xᵀ "
-                "always are, so the payload is corrupt or its parts come from different data"
+                f"to a relative tolerance of {ridge:.1g}, scale {scale:.3g}): its smallest "
+                f"eigenvalue is {low:.3g} times the scale, below −{ridge:.1g}; sums of x xᵀ "
+                "always are positive semi-definite, so the payload is corrupt or its parts "
+                "come from different data"
             )
 
 
-def _centred(m: F64, sums: F64, counts: F64, floor: float) -> tuple[F64, float]:
-    """((M − Σ_c A_c A_cᵀ/N_c) / σ², σ²) with σ² = max(max diag M, floor): entries of
-    magnitude ≤ 1 (Cauchy–Schwarz, checked before, bounds A_c²/N_c by the diagonal), so
-    nothing overflows."""
+def _centre_into(out: F64, m: F64, sums: F64, counts: F64, floor: float) -> float:
+    """Write (M − Σ_c A_c A_cᵀ/N_c) / σ² into the Fortran-ordered ``out`` and return
+    σ² = max(max diag M, floor).
+
+    ``out`` receives Mᵀ / σ² (one contiguous pass), then the rank-k update of its upper
+    triangle, which is the lower triangle of M (the triangle the check has always read).
+    Entries have magnitude ≤ 1 (Cauchy–Schwarz, checked before, bounds A_c²/N_c by the
+    diagonal), so nothing overflows.
+    """
+    from scipy.linalg.blas import dsyrk
+
     sigma2 = max(float(np.max(np.diagonal(m), initial=0.0)), floor,
                  float(np.finfo(np.float64).tiny))
-    sigma = float(np.sqrt(sigma2))
-    out: F64 = m / sigma / sigma
-    for a, n in zip(sums, counts, strict=True):
-        if n > 0:
-            v = a / sigma
-            out = out - np.outer(v, v) / n
-    return out, sigma2
+    with np.errstate(over="ignore"):  # off-diagonal entries far beyond the diagonal: inf,
+        np.multiply(m, 1.0 / sigma2, out=out.T)  # which the factorisation refuses
+    keep = counts > 0
+    if np.any(keep):  # out -= Wᵀ W, rows w_c = A_c / σ / sqrt(N_c): one rank-k update in place
+        w = (sums[keep] / np.sqrt(sigma2)) / np.sqrt(counts[keep])[:, None]
+        res = dsyrk(-1.0, np.asfortranarray(w.T), beta=1.0, c=out, lower=0, overwrite_c=1)
+        if res is not out:  # pragma: no cover - f2py updates an F-ordered float64 in place
+            out[...] = res
+    return sigma2
+
+
+def _ridged_factor_ok(a: F64, ridge: float) -> bool:
+    """Whether the symmetric matrix whose upper triangle is ``a`` (Fortran order), plus
+    ``ridge``·I, has a Cholesky factor; ``a`` is overwritten. A non-finite entry of the factor
+    reaches a later pivot through its square, and LAPACK reports a non-positive or NaN pivot:
+    a factor reported complete is finite."""
+    from scipy.linalg.lapack import dpotrf
+
+    a[np.diag_indices(a.shape[0])] += ridge
+    factor, info = dpotrf(a, lower=0, clean=0, overwrite_a=1)
+    return info == 0 and bool(np.all(np.isfinite(np.diagonal(factor))))
+
+
+def _smallest_eigenvalue(m: F64, sums: F64, counts: F64, floor: float) -> float:
+    """Smallest eigenvalue of (M − Σ_c A_c A_cᵀ/N_c) / σ² (for the message of a refusal)."""
+    from scipy.linalg import eigvalsh
+
+    buf: F64 = np.empty(m.shape, order="F")
+    _centre_into(buf, m, sums, counts, floor)
+    if not np.all(np.isfinite(np.triu(buf))):
+        return -math.inf
+    return float(eigvalsh(buf, lower=False, subset_by_index=[0, 0], check_finite=False)[0])

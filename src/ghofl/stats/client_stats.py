@@ -40,6 +40,8 @@ F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
 _SYM_RTOL = 1e-9
+#: Rows per strip of the symmetry check.
+_SYM_STRIP = 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,6 +145,7 @@ class ClientStats:
         n_clipped: int = 0,
         holdout: ClientStats | None = None,
         rounding: float = 0.0,
+        unpacked: bool = False,
     ) -> ClientStats:
         """Build and validate statistics received from a client whose float arrays were
         rounded in transport (e.g. float32), with relative error at most ``rounding`` per
@@ -164,19 +167,25 @@ class ClientStats:
             The held-out section (built by this method too).
         rounding : float, default 0.0
             Unit roundoff of the transport dtype (2⁻²⁴ for float32).
+        unpacked : bool, default False
+            The symmetric arrays were rebuilt from their upper triangles
+            (:func:`~ghofl.stats.schema.unpack_upper`), so they are symmetric by
+            construction and not compared with their transposes (every other check runs).
         """
-        if rounding <= 0.0:
+        if rounding <= 0.0 and not unpacked:
             return cls(meta, n_clipped=n_clipped, holdout=holdout, **arrays)
         for name, arr in arrays.items():  # dtypes, shapes and finiteness before anything else
             _check_array(name, arr, schema_for(meta.mode).spec(name).shape(meta.num_classes,
                                                                           meta.dim),
                          schema_for(meta.mode).spec(name).dtype)
         obj = cls._trusted(meta, n_clipped=n_clipped, holdout=holdout, **arrays)
-        k = max(1.0, 4.0 * meta.dim * rounding / _RESIDUE_RTOL)
-        own = obj._magnitude
-        magnitude = _Magnitude(own.first * k, own.second * k, rounding)
-        object.__setattr__(obj, "_magnitude", magnitude)
-        _validate(obj, magnitude)
+        magnitude: _Magnitude | None = None
+        if rounding > 0.0:
+            k = max(1.0, 4.0 * meta.dim * rounding / _RESIDUE_RTOL)
+            own = obj._magnitude
+            magnitude = _Magnitude(own.first * k, own.second * k, rounding)
+            object.__setattr__(obj, "_magnitude", magnitude)
+        _validate(obj, magnitude, check_symmetry=not unpacked)
         _validate_holdout(obj)
         return obj
 
@@ -791,11 +800,13 @@ class _Magnitude:
 
 
 # ---------------------------------------------------------------------- validation
-def _validate(s: ClientStats, residue: _Magnitude | None = None) -> None:
+def _validate(s: ClientStats, residue: _Magnitude | None = None,
+              check_symmetry: bool = True) -> None:
     """Check shapes, dtypes and the laws that sums of samples obey.
 
     ``residue``: magnitudes of the values the difference ``s`` was computed from, whose
     rounding the checks tolerate (``None`` for statistics built directly).
+    ``check_symmetry``: False for matrices symmetric by construction (unpacked triangles).
     """
     res = _Magnitude(0.0, 0.0) if residue is None else residue
     c, d, mode = s.meta.num_classes, s.meta.dim, s.meta.mode
@@ -807,7 +818,7 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None) -> None:
                 f"mode {mode!r} statistics must hold {spec.name}; it is missing"
             )
         _check_array(spec.name, arr, spec.shape(c, d), spec.dtype)
-        if spec.symmetric:
+        if spec.symmetric and check_symmetry:
             _check_symmetric(spec.name, arr, _RESIDUE_RTOL * res.second)
     for name in ARRAY_NAMES:
         if not schema.has(name) and getattr(s, name) is not None:
@@ -888,7 +899,7 @@ def _check_array(name: str, arr: Any, shape: tuple[int, ...], dtype: np.dtype[An
         raise StatsValidationError(
             f"{name} must have dtype {np.dtype(dtype).name}; got {arr.dtype.name}"
         )
-    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+    if arr.dtype.kind == "f" and not all(np.all(np.isfinite(x)) for x in _slabs(arr)):
         raise StatsValidationError(
             f"{name} contains NaN or infinite values; the embeddings fed to the client were not "
             "finite, or the payload is corrupt"
@@ -900,9 +911,18 @@ def _tol(a: F64) -> float:
 
 
 def _check_symmetric(name: str, m: F64, atol: float = 0.0) -> None:
-    mats = m.reshape(-1, m.shape[-2], m.shape[-1])  # one matrix at a time: no (C, d, d) temporary
-    dev = max(float(np.max(np.abs(a - a.T), initial=0.0)) for a in mats)
-    if dev > atol + _SYM_RTOL * (1.0 + float(np.max(np.abs(m), initial=0.0))):
+    """Refuse matrices (..., d, d) whose largest |M − Mᵀ| exceeds ``atol`` plus the relative
+    tolerance; compared in strips of :data:`_SYM_STRIP` rows, one matrix at a time (no
+    temporary beyond a strip)."""
+    mats = m.reshape(-1, m.shape[-2], m.shape[-1])
+    dev, peak = 0.0, 0.0
+    for a in mats:
+        peak = max(peak, float(np.max(a, initial=0.0)), -float(np.min(a, initial=0.0)))
+        for i0 in range(0, a.shape[0], _SYM_STRIP):  # rows i0:i1 right of the diagonal block
+            i1 = min(i0 + _SYM_STRIP, a.shape[0])  # against columns i0:i1 below it
+            diff = a[i0:i1, i0:] - a[i0:, i0:i1].T
+            dev = max(dev, float(np.max(np.abs(diff, out=diff), initial=0.0)))
+    if dev > atol + _SYM_RTOL * (1.0 + peak):
         raise StatsValidationError(
             f"{name} must be symmetric; its largest asymmetry is {dev:.3g}; the payload is corrupt"
         )

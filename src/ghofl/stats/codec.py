@@ -279,15 +279,18 @@ def stats_from_tensors(
                 f"array {name!r} has dtype {arr.dtype} but must be {want} (transport dtype "
                 f"{tname}); the payload is corrupt"
             )
-        arr = spec.unpack(arr, meta.num_classes, meta.dim)
-        sections.setdefault(part, {})[spec.name] = arr.astype(spec.dtype, copy=tname != "float64")
+        # Symmetric arrays unpack straight into spec.dtype; the others are copied, so the
+        # result holds no view of the (larger) buffer ``t``'s arrays may come from.
+        sections.setdefault(part, {})[spec.name] = spec.unpack(arr, meta.num_classes, meta.dim,
+                                                              spec.dtype)
     rounding = max(_ROUNDING[tname], _ROUNDING[check_transport_dtype(rounded_to)])
     holdout = None
     if meta.has_holdout:
         holdout = ClientStats.from_transport(meta.without_holdout(), sections[HOLDOUT_PREFIX],
-                                             n_clipped=holdout_n_clipped, rounding=rounding)
+                                             n_clipped=holdout_n_clipped, rounding=rounding,
+                                             unpacked=True)
     return ClientStats.from_transport(meta, sections[""], n_clipped=n_clipped,
-                                      holdout=holdout, rounding=rounding)
+                                      holdout=holdout, rounding=rounding, unpacked=True)
 
 
 def through_transport(stats: ClientStats, transport_dtype: Any = "float64") -> ClientStats:
@@ -535,7 +538,7 @@ def read_safetensors(
     return header, tensors
 
 
-def _tensor(data: bytes, t: TensorInfo) -> NDArray[Any]:
+def _tensor(data: NDArray[np.uint8], t: TensorInfo) -> NDArray[Any]:
     dtype = STATS_DTYPES[t.dtype]
     n = _prod(t.shape)
     if n == 0:
@@ -670,10 +673,20 @@ def _prod(shape: tuple[int, ...]) -> int:
     return out
 
 
-def _read_data(f: Any, p: Path, n: int, what: str) -> bytes:
-    data = _read_exact(f, n)
-    if len(data) != n:
-        raise _corrupt(p, what, f"the data section ended after {len(data)} of {n} bytes")
+def _read_data(f: Any, p: Path, n: int, what: str) -> NDArray[np.uint8]:
+    """The ``n`` bytes of the data section, read straight into one uninitialised buffer (no
+    zero fill, no joined copies: the tensors are views of it)."""
+    data = np.empty(n, dtype=np.uint8)
+    view = memoryview(data.data)
+    got = 0
+    while got < n:
+        k = f.readinto(view[got : got + _CHUNK])
+        if not k:
+            break
+        got += k
+    view.release()
+    if got != n:
+        raise _corrupt(p, what, f"the data section ended after {got} of {n} bytes")
     return data
 
 

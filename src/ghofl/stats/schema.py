@@ -34,6 +34,7 @@ and ``holdout.n_clipped`` in the integer vector). Every layout (:meth:`ModeSchem
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -91,17 +92,24 @@ def pack_upper(m: NDArray[Any]) -> NDArray[Any]:
     return np.ascontiguousarray(m[..., iu[0], iu[1]])
 
 
-def unpack_upper(packed: NDArray[Any], d: int) -> NDArray[Any]:
+def unpack_upper(packed: NDArray[Any], d: int, dtype: Any = None) -> NDArray[Any]:
     """Inverse of :func:`pack_upper`.
+
+    Copies row by row into the upper triangle, then mirrors it in tiles of
+    :data:`_TILE` columns, one matrix at a time (no index arrays, no temporary of the
+    output's size): about the cost of writing the output once.
 
     Parameters
     ----------
     packed : ndarray, shape (..., d(d+1)/2)
     d : int
+    dtype : dtype, optional
+        Of the result (default that of ``packed``; e.g. float64 for float32 transport,
+        converted on the way).
 
     Returns
     -------
-    ndarray, shape (..., d, d), symmetric, same dtype as ``packed``.
+    ndarray, shape (..., d, d), symmetric, C-contiguous.
 
     Raises
     ------
@@ -115,11 +123,24 @@ def unpack_upper(packed: NDArray[Any], d: int) -> NDArray[Any]:
             f"packed symmetric matrix has {got} entries; expected d(d+1)/2 = {tri} for d={d}; "
             "the file is corrupt"
         )
-    out = np.zeros((*packed.shape[:-1], d, d), dtype=packed.dtype)
-    iu = np.triu_indices(d)
-    out[..., iu[0], iu[1]] = packed
-    out[..., iu[1], iu[0]] = packed
-    return out
+    rows = packed.reshape(math.prod(packed.shape[:-1]), tri)
+    out = np.empty((rows.shape[0], d, d), dtype=packed.dtype if dtype is None else dtype)
+    start = 0
+    for i in range(d):  # row i of the triangle: its d − i entries from the diagonal on
+        out[:, i, i:] = rows[:, start : start + d - i]
+        start += d - i
+    below = [np.tri(min(_TILE, d - i0), k=-1, dtype=bool) for i0 in range(0, d, _TILE)]
+    for m in out:
+        for t, i0 in enumerate(range(0, d, _TILE)):
+            i1 = min(i0 + _TILE, d)
+            tile = m[i0:i1, i0:i1]
+            np.copyto(tile, tile.T, where=below[t])
+            m[i1:, i0:i1] = m[i0:i1, i1:].T
+    return out.reshape(*packed.shape[:-1], d, d)
+
+
+#: Columns per tile when :func:`unpack_upper` mirrors a triangle.
+_TILE = 64
 
 
 # ---------------------------------------------------------------------- one array
@@ -199,7 +220,8 @@ class ArraySpec:
         """
         return pack_upper(arr) if self.symmetric else np.ascontiguousarray(arr)
 
-    def unpack(self, packed: NDArray[Any], num_classes: int, dim: int) -> NDArray[Any]:
+    def unpack(self, packed: NDArray[Any], num_classes: int, dim: int, dtype: Any = None
+               ) -> NDArray[Any]:
         """Inverse of :meth:`pack`, after checking the packed shape.
 
         Parameters
@@ -207,10 +229,13 @@ class ArraySpec:
         packed : ndarray, shape :meth:`packed_shape`
         num_classes, dim : int
             C and d of the statistics.
+        dtype : dtype, optional
+            Convert to it; the result is then always a new array (never a view of
+            ``packed``).
 
         Returns
         -------
-        ndarray, shape :meth:`shape`, same dtype as ``packed`` (dtype is checked by
+        ndarray, shape :meth:`shape`, the dtype of ``packed`` by default (dtype is checked by
         :class:`~ghofl.stats.ClientStats` validation).
 
         Raises
@@ -227,7 +252,9 @@ class ArraySpec:
                 f"C={num_classes} classes and d={dim}; got {arr.shape}; the payload is corrupt "
                 "or was written for another class list or dimension"
             )
-        return unpack_upper(arr, dim) if self.symmetric else arr
+        if self.symmetric:
+            return unpack_upper(arr, dim, dtype)
+        return arr if dtype is None else np.array(arr, dtype=dtype)
 
 
 @dataclass(frozen=True)
