@@ -4,8 +4,9 @@ Noise makes the released sums inconsistent (negative variances, indefinite scatt
 non-integer or negative counts). Post-processing uses the noisy values only, so it costs no
 privacy. With n_c the clamped counts and A_c the noisy sums:
 
-* counts: n_c = max(round(ñ_c), 0); a class with n_c < 1 becomes a placeholder (n_c = 1,
-  zero sums) so every head stays fittable;                                           (P1)
+* counts: n_c = max(round(ñ_c), 0); a class with n_c < max(k, 1) becomes a placeholder
+  (n_c = 1, zero sums) so every head stays fittable, k the minimum-count rule's (under DP the
+  rule is this threshold on the noised counts, so it costs no privacy);              (P1)
 * ``full``: the within-class scatter M_c = S̃_c − A_c A_cᵀ/n_c is projected onto the positive
   semi-definite cone (eigenvalues clipped at 0), S_c = M_c⁺ + A_c A_cᵀ/n_c;          (P2)
 * ``pooled``: W = B̃ − Σ_c A_c A_cᵀ/n_c is projected as in (P2); the per-class variances
@@ -47,13 +48,16 @@ def project_psd(m: F64) -> F64:
     return np.asarray(0.5 * (out + out.T))
 
 
-def clamp_counts(noisy: F64) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
-    """(P1): rounded counts clamped at 0, and the mask of placeholder classes (count < 1,
-    given count 1).
+def clamp_counts(noisy: F64, min_count: int = 1
+                 ) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """(P1): rounded counts clamped at 0, and the mask of placeholder classes (rounded count
+    below ``max(min_count, 1)``, given count 1).
 
     Parameters
     ----------
     noisy : ndarray, shape (C,)
+    min_count : int, default 1
+        k of the minimum-count rule on the noised counts.
 
     Returns
     -------
@@ -61,11 +65,11 @@ def clamp_counts(noisy: F64) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
     placeholder : ndarray of bool, shape (C,)
     """
     rounded = np.maximum(np.rint(noisy), 0.0).astype(np.int64)
-    placeholder = rounded < 1
+    placeholder = rounded < max(int(min_count), 1)
     return np.where(placeholder, 1, rounded).astype(np.int64), placeholder
 
 
-def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64
+def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count: int = 1
                 ) -> tuple[ClientStats, list[str]]:
     """Valid statistics from a noisy flattened release (P1–P4).
 
@@ -76,6 +80,9 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64
     noisy_counts : ndarray, shape (C,)
     noisy_floats : ndarray, shape (F,)
         Layout ``schema_for(meta.mode).float_layout``.
+    min_count : int, default 1
+        k of the minimum-count rule: classes whose noised count rounds below k become
+        placeholders (P1).
 
     Returns
     -------
@@ -86,7 +93,8 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64
     """
     sch = schema_for(meta.mode)
     c, d = meta.num_classes, meta.dim
-    counts, placeholder = clamp_counts(np.asarray(noisy_counts, dtype=np.float64))
+    k_min = max(int(min_count), 1)
+    counts, placeholder = clamp_counts(np.asarray(noisy_counts, dtype=np.float64), k_min)
     arrays: dict[str, F64] = {}
     for spec, seg in zip(sch.float_arrays, sch.float_layout(c, d), strict=True):
         packed = np.asarray(noisy_floats[seg.offset : seg.stop], dtype=np.float64)
@@ -100,7 +108,7 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64
     notes = ["counts rounded and clamped at 0"]
     if np.any(placeholder):
         names = ", ".join(repr(meta.classes[i]) for i in np.flatnonzero(placeholder))
-        notes.append(f"classes with a noisy count below 1 kept as placeholders (N=1, zero "
+        notes.append(f"classes with a noisy count below {k_min} kept as placeholders (N=1, zero "
                      f"sums): {names}")
     if meta.mode == "full":
         cs = arrays["class_scatter"]
