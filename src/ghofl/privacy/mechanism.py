@@ -286,7 +286,7 @@ def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generato
     c = total.num_classes
     dc, df = draw_noise(plan, c, total.dim, rng)
     stats, notes = postprocess(total.meta, ints[:c].astype(np.float64) + dc, floats + df,
-                               plan.min_class_count)
+                               plan.min_class_count, plan.sigma)
     return PrivateRelease(stats, plan, plan.config.epsilon, plan.config.delta,
                           ("central Gaussian noise added by the server", *notes))
 
@@ -409,7 +409,10 @@ class NoisyDecoder:
         limits = self.limits(params)
         refuse_total(check_bounds(meta, np.concatenate([counts, ints[c:]]), floats, limits),
                      limits, "the distributed DP release")
-        stats, notes = postprocess(meta, counts, floats, self.plan.min_class_count)
+        survivors = params.num_clients if self._contributors is None else self._contributors()
+        spread = math.sqrt(min(max(int(survivors), 1), params.num_clients) / params.threshold)
+        stats, notes = postprocess(meta, counts, floats, self.plan.min_class_count,
+                                   {b: sig * spread for b, sig in self.plan.sigma.items()})
         entries = params.num_clients * (c + floats.size)
         p = truncation_probability(entries)
         delta = self.plan.config.delta + (1.0 + math.exp(self.plan.config.epsilon)) * p
