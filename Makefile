@@ -60,6 +60,7 @@ bench: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) benchmarks/bench_clip_norms.py
 	$(PY) benchmarks/bench_fedavg.py
 	$(PY) benchmarks/bench_dp.py
+	$(PY) benchmarks/bench_dp_synthetic.py
 	$(PY) benchmarks/bench_flower.py
 	$(PY) benchmarks/bench_validation.py
 	$(MAKE) bench-secure

@@ -116,9 +116,11 @@ class SimulationResult:
         Training samples (of the surviving clients) that clipping scaled down (0 under
         differential privacy: withheld).
     min_class_count : int
-        k of the minimum-count rule every client applied (1: off).
+        k of the minimum-count rule (1: off): applied by every client without DP, by the
+        server to the noised counts under DP.
     suppressed : dict of str to int
-        ``{"classes": client-class pairs dropped by the rule, "samples": rows dropped}``.
+        ``{"classes": client-class pairs the clients dropped by the rule, "samples": rows
+        dropped}`` (none under DP; the release's notes name the classes the server dropped).
     privacy : dict or None
         :meth:`~ghofl.privacy.PrivateRelease.to_dict` of a DP run (spent ε and δ, σ per block,
         sensitivities, post-processing notes); ``None`` without DP.
@@ -364,7 +366,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     -------
     SimulationResult
     """
-    job, server_job = plan.client, plan.server
+    job, server_job, clients_job = plan.client, plan.server, plan.clients_job
     build_heads(server_job.heads, server_job.resolved_params(), mode=job.mode)  # before work
     class_names, c = job.classes, len(job.classes)
     xtr, ytr = check_labelled_embeddings(train[0], train[1], c, "training")
@@ -383,7 +385,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     def stats_of(idx: I64) -> Callable[[], ClientStats]:
         def make() -> ClientStats:  # each client sees only its own rows
             t = time.perf_counter()
-            out = client_statistics((xtr[idx], ytr[idx]), job, encoder_info=encoder,
+            out = client_statistics((xtr[idx], ytr[idx]), clients_job, encoder_info=encoder,
                                     sample_ids=idx)
             out = through_transport(out, job.transport_dtype)  # as the server would read it
             client_seconds.append(time.perf_counter() - t)
@@ -434,7 +436,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
         clip_norm=job.clip_norm,
         n_clipped=out.total.n_clipped,
         min_class_count=job.min_class_count,
-        suppressed=_suppressed(ytr, parts, c, job.min_class_count),
+        suppressed=_suppressed(ytr, parts, c, clients_job.min_class_count),
         privacy=out.privacy,
         predictions={name: score.predictions for name, score in scores.items()},
         holdout_fraction=job.holdout_fraction,

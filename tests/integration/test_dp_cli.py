@@ -41,8 +41,10 @@ def test_simulate_reports_the_spent_budget(ws: Path, tmp_path: Path, mode: str) 
     assert p["dp_mode"] == mode and p["epsilon_spent"] == 4.0
     assert p["delta_spent"] == pytest.approx(1e-6, rel=1e-6)
     assert p["min_class_count"] == 5 and res["min_class_count"] == 5  # the DP default
-    assert p["sensitivity"] == {"counts": 5.0, "sums": 100.0, "class_scatter": 2000.0}
-    assert any("PSD" in n for n in p["postprocessing"])
+    # applied by the server to the noised counts: no client drops a class, no multiplier
+    assert res["suppressed"]["classes"] == 0  # type: ignore[index]
+    assert p["sensitivity"] == {"counts": 1.0, "sums": 20.0, "class_scatter": 400.0}
+    assert any("P2n" in n for n in p["postprocessing"])  # the noise-aware estimate
     assert f"differential privacy ({mode}): spent epsilon=4, delta=1e-06" in out
     assert "post-processing: counts rounded and clamped at 0" in out
     for head in res["heads"].values():  # type: ignore[attr-defined]

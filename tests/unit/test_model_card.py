@@ -83,6 +83,8 @@ def test_card_reports_protocol_privacy_and_scores(
     assert "noised and post-processed counts" in card and "true per-class counts are " \
         "withheld" in card
     assert "fewer than 5 samples on a client were withheld" in card
+    rich["privacy"]["min_class_count_rule"] = "server, on the noised counts (post-processing)"
+    assert "noised total count was below 5 were dropped by the server" in model_card(rich)
     assert "| lda | 0.8125 | 64 |" in card and "| qda |" not in card.split("## Evaluation")[1]
     assert "command that made this model was not recorded" in card
 

@@ -203,6 +203,7 @@ def test_plan_from_a_run_config() -> None:
     plan = plan_from_config(cfg)
     assert plan.secure and plan.secagg_config().threshold == 3
     assert plan.client.min_class_count == 5  # the DP default of the minimum-count rule
+    assert plan.clients_job.min_class_count == 1  # ... applied by the server, not the clients
     assert plan.aggregation.dp is not None and plan.aggregation.dp.epsilon == 1.0
     plain = plan_from_config({**cfg, "protocol": "plain", "threshold": 0, "dp-epsilon": 0.0})
     assert not plain.secure and plain.client.min_class_count == 1

@@ -35,7 +35,7 @@ R = 3.0
 
 def _plan(mode: str, z: float = 2.0, k: int = 1, dp_mode: str = "central") -> NoisePlan:
     """A plan with a fixed noise multiplier (no accountant needed)."""
-    sens = block_sensitivities(mode, R, k)
+    sens = block_sensitivities(mode, R)
     frac = {b: 1.0 / len(sens) for b in sens}
     cfg = DPConfig(1.0, 1e-5, dp_mode)  # type: ignore[arg-type]
     return NoisePlan(cfg, mode, R, k, z, sens, frac, block_sigmas(sens, frac, z))
@@ -94,18 +94,27 @@ def test_packed_outer_norm_matches_the_triangle() -> None:
         assert packed_outer_norm(z) <= float(z @ z) + 1e-12
 
 
-def test_minimum_count_rule_multiplies_the_sensitivity() -> None:
-    d, k = 4, 3
+def _kth_sample_change(job: ClientJob, d: int = 4, k: int = 3) -> dict[str, float]:
+    """Per-block change when one sample lifts class 0 from k − 1 to k samples."""
     x = np.vstack([np.eye(d)[0] * R] * (k - 1))
     y = np.zeros(k - 1, np.int64)
-    job = ClientJob(("a", "b"), clip_norm=R, min_class_count=k)
     before = schema_for("full").flatten(client_statistics((x, y), job))
     after = schema_for("full").flatten(client_statistics(
         (np.vstack([x, x[:1]]), np.append(y, 0)), job))
-    change = flat_change(before, after, "full", 2, d)
-    sens = block_sensitivities("full", R, k)
-    assert change["sums"] == pytest.approx(sens["sums"]) and sens["sums"] == k * R
-    assert change["counts"] == pytest.approx(k)
+    return flat_change(before, after, "full", 2, d)
+
+
+def test_a_client_side_rule_would_break_the_bound_so_dp_clients_keep_every_class() -> None:
+    from ghofl.server.plan import AggregationSpec, FederationPlan
+
+    k, sens = 3, block_sensitivities("full", R)
+    job = ClientJob(("a", "b"), clip_norm=R, min_class_count=k)
+    assert _kth_sample_change(job, k=k)["sums"] == pytest.approx(k * sens["sums"])
+    plan = FederationPlan(job, AggregationSpec(dp=DPConfig(2.0)))
+    assert plan.client.min_class_count == k and plan.clients_job.min_class_count == 1
+    change = _kth_sample_change(plan.clients_job, k=k)
+    assert all(change[b] <= sens[b] * (1 + 1e-12) for b in sens)
+    assert FederationPlan(job).clients_job == job  # without DP the clients apply the rule
 
 
 def test_sensitivity_needs_a_positive_bound() -> None:
@@ -131,10 +140,12 @@ def test_plan_noise_uses_the_calibrated_multiplier() -> None:
     pytest.importorskip("dp_accounting")
     from ghofl.privacy import calibrate_noise_multiplier, plan_noise
 
-    plan = plan_noise(DPConfig(2.0), "pooled", R, min_class_count=2)
     z = calibrate_noise_multiplier(2.0, 1e-5)
-    assert plan.noise_multiplier == z
-    assert plan.sigma["scatter"] == pytest.approx(z * 2 * R**2 * 2.0)  # Δ=kR², f=1/4
+    for k in (1, 2, 5):  # the minimum count is post-processing: σ does not depend on it
+        plan = plan_noise(DPConfig(2.0), "pooled", R, min_class_count=k)
+        assert plan.noise_multiplier == z and plan.min_class_count == k
+        assert plan.sigma["scatter"] == pytest.approx(z * R**2 * 2.0)  # Δ=R², f=1/4
+        assert plan.sensitivity == block_sensitivities("pooled", R)
 
 
 @pytest.mark.parametrize(("kw", "match"), [
@@ -249,6 +260,31 @@ def test_minimum_count_rule_drops_small_classes() -> None:
         [4, 2, 1, 0]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_the_minimum_count_thresholds_the_noised_counts_after_the_noise(mode: str) -> None:
+    """T_k reads the noised release only: the same noise draw for every k, the same released
+    values on the classes kept, placeholders exactly where the noised count rounds below k."""
+    from ghofl.privacy import release_central
+
+    rng = np.random.default_rng(8)
+    c, d = 6, 3
+    y = np.repeat(np.arange(c), [1, 2, 4, 6, 9, 30])
+    total = compute_stats(rng.normal(size=(y.size, d)), y, c, mode, clip_norm=R)
+    base = _plan(mode, z=0.3)
+    released = {}
+    for k in (1, 3, 7):
+        plan = NoisePlan(base.config, mode, R, k, base.noise_multiplier, base.sensitivity,
+                         base.fractions, base.sigma)
+        released[k] = release_central(total, plan, np.random.default_rng(9)).stats
+    noised = released[1].counts
+    assert np.any(noised < 7) and np.any(noised >= 7)
+    for k, stats in released.items():
+        dropped = noised < k
+        assert np.array_equal(stats.counts, np.where(dropped, 1, noised))
+        assert not stats.sums[dropped].any()
+        np.testing.assert_array_equal(stats.sums[~dropped], released[1].sums[~dropped])
+
+
 def test_minimum_count_travels_in_the_job_config() -> None:
     job = ClientJob(("a", "b"), min_class_count=5)
     assert ClientJob.from_config(job.to_config()) == job
@@ -294,3 +330,45 @@ def test_noise_share_must_fit_the_public_bound() -> None:
     params = SecAggConfig(clip_norm=R, max_samples=10).for_clients(3)
     with pytest.raises(InputError, match="its noise share may add as much as"):
         noise_share_encoder(plan, np.random.default_rng(0))(stats, params)
+
+
+# ---------------------------------------------------------------------- noise-aware estimate
+def test_noise_aware_covariances_are_positive_definite_and_exact_without_noise() -> None:
+    from ghofl.privacy import noise_aware_covariances
+
+    rng = np.random.default_rng(11)
+    a = rng.normal(size=(4, 4))
+    covs = np.stack([a @ a.T * s + np.eye(4) for s in (1.0, 2.0)])
+    n = np.array([500.0, 800.0])
+    noisy = covs * (n - 1)[:, None, None] + rng.normal(scale=40.0, size=(2, 4, 4))
+    out = noise_aware_covariances(noisy, n, 40.0)
+    assert all(np.linalg.eigvalsh(m).min() > 0 for m in out)
+    np.testing.assert_allclose(out, np.swapaxes(out, 1, 2))
+    exact = noise_aware_covariances(covs * (n - 1)[:, None, None], n, 0.0)
+    assert np.max(np.abs(exact - covs)) < 0.05 * np.abs(covs).max()  # little shrinkage
+
+
+def test_noise_aware_release_keeps_qda_from_collapsing() -> None:
+    """At ε = 8 (noise multiplier of about 0.5) on the synthetic Gaussian set, the projection
+    (P2) lets QDA whiten the noise; the noise-aware estimate (P2n) keeps it near LDA."""
+    from ghofl.bench.synthetic import gaussian_classes
+    from ghofl.heads import make_head
+
+    s = gaussian_classes(1, dim=12, num_classes=4, n_train=8000, n_test=2000)
+    total = compute_stats(s.x_train, s.y_train, 4, "full", clip_norm=R * 3)
+    sens = block_sensitivities("full", R * 3)
+    frac = {b: 1.0 / 3 for b in sens}
+    sigma = block_sigmas(sens, frac, 0.5)
+    ints, floats = schema_for("full").flatten(total)
+    dc, df = draw_noise(NoisePlan(DPConfig(8.0), "full", R * 3, 1, 0.5, sens, frac, sigma),
+                        4, 12, np.random.default_rng(12))
+
+    def acc(head: str, stats: object) -> float:
+        return float(np.mean(make_head(head).fit_from_stats(stats).predict(s.x_test)
+                             == s.y_test))
+
+    plain, _ = postprocess(total.meta, ints[:4] + dc, floats + df)
+    aware, notes = postprocess(total.meta, ints[:4] + dc, floats + df, 1, sigma)
+    assert any("P2n" in n for n in notes)
+    assert acc("qda", aware) > acc("qda", plain) + 0.1
+    assert acc("qda", aware) >= acc("lda", aware) - 0.03

@@ -138,8 +138,9 @@ def simulate(
         "aggregation; needs --secure).")] = None,
     min_class_count: Annotated[int | None, typer.Option(
         "--min-class-count", help="Each client drops classes it holds fewer than K samples "
-        f"of (default {DEFAULT_MIN_CLASS_COUNT} with --dp-epsilon, where it multiplies the "
-        "sensitivity by K; 1, i.e. off, without it).")] = None,
+        f"of (1, i.e. off, by default). With --dp-epsilon (default {DEFAULT_MIN_CLASS_COUNT}) "
+        "the server instead drops classes whose noised count is below K, which costs no "
+        "privacy.")] = None,
     holdout: HoldoutOption = 0.0,
     holdout_seed: HoldoutSeedOption = 0,
     transport_dtype: TransportDtypeOption = "float64",

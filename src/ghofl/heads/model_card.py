@@ -12,7 +12,7 @@ Manifest keys read (each optional; what is absent is said to be unrecorded): ``g
 ``source``); ``heads`` (``head``, ``params``, ``fit_seconds``); ``aggregation`` (``protocol``,
 ``clients``, ``threshold``); ``source`` (when ``stats`` has none); ``privacy`` (a DP
 release: ``epsilon``/``epsilon_spent``, ``delta``/``delta_spent``, ``dp_mode``,
-``min_class_count``).
+``min_class_count``, ``min_class_count_rule``).
 """
 
 from __future__ import annotations
@@ -147,9 +147,13 @@ def _protocol_lines(aggregation: Mapping[str, Any],
     lines.append(f"- Differential privacy: (epsilon, delta) = ({_fmt(eps)}, {_fmt(delta)}), "
                  f"{privacy.get('dp_mode', 'unrecorded')} mode, "
                  f"neighbouring: {privacy.get('neighbouring', 'unrecorded')}")
-    if privacy.get("min_class_count"):
-        lines.append(f"- Classes with fewer than {privacy['min_class_count']} samples on a "
-                     "client were withheld by that client")
+    k = privacy.get("min_class_count")
+    if k and privacy.get("min_class_count_rule"):
+        lines.append(f"- Classes whose noised total count was below {k} were dropped by the "
+                     "server (post-processing of the release)")
+    elif k:
+        lines.append(f"- Classes with fewer than {k} samples on a client were withheld by "
+                     "that client")
     return lines
 
 

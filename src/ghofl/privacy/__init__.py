@@ -27,7 +27,12 @@ from ghofl.privacy.mechanism import (
     release_central,
     truncation_probability,
 )
-from ghofl.privacy.postprocess import clamp_counts, postprocess, project_psd
+from ghofl.privacy.postprocess import (
+    clamp_counts,
+    noise_aware_covariances,
+    postprocess,
+    project_psd,
+)
 from ghofl.privacy.sensitivity import (
     block_names,
     block_sensitivities,
@@ -59,6 +64,7 @@ __all__ = [
     "draw_noise",
     "flat_change",
     "gaussian_epsilon",
+    "noise_aware_covariances",
     "noise_share_encoder",
     "packed_outer_norm",
     "plan_noise",

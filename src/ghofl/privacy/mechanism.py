@@ -119,7 +119,9 @@ class NoisePlan:
     clip_norm : float
         R in the statistics space.
     min_class_count : int
-        k of the minimum-count rule the sensitivities account for.
+        k of the minimum-count rule, applied by the server to the noised counts (a class whose
+        noised count rounds below k becomes a placeholder); post-processing, so σ does not
+        depend on it.
     noise_multiplier : float
         z for the unit-sensitivity scaled vector.
     sensitivity, fractions, sigma : dict of str to float
@@ -139,6 +141,7 @@ class NoisePlan:
         return {"epsilon": self.config.epsilon, "delta": self.config.delta,
                 "dp_mode": self.config.mode, "stats_mode": self.stats_mode,
                 "clip_norm": self.clip_norm, "min_class_count": self.min_class_count,
+                "min_class_count_rule": "server, on the noised counts (post-processing)",
                 "noise_multiplier": self.noise_multiplier,
                 "sensitivity": dict(self.sensitivity), "fractions": dict(self.fractions),
                 "sigma": dict(self.sigma), "accountant": "dp_accounting PLD (Gaussian)",
@@ -169,6 +172,10 @@ def plan_noise(config: DPConfig, stats_mode: str, clip_norm: float | None,
                min_class_count: int = 1) -> NoisePlan:
     """Calibrate the mechanism: Δ_b, f_b, z and σ_b (N1, N2).
 
+    ``min_class_count`` (k) is recorded for the post-processing threshold on the noised counts
+    (:func:`~ghofl.privacy.postprocess.postprocess`); it does not change Δ_b or σ_b. The
+    clients must keep every class (no client-side rule) for Δ_b to hold.
+
     Raises
     ------
     ConfigError
@@ -179,7 +186,7 @@ def plan_noise(config: DPConfig, stats_mode: str, clip_norm: float | None,
             "differential privacy needs a per-sample clipping bound R (--clip R): without it "
             "one sample can change the statistics without limit"
         )
-    sens = block_sensitivities(stats_mode, clip_norm, min_class_count)
+    sens = block_sensitivities(stats_mode, clip_norm)
     fractions = _fractions(stats_mode, config.fractions)
     z = calibrate_noise_multiplier(config.epsilon, config.delta)
     return NoisePlan(config, stats_mode, float(clip_norm), max(int(min_class_count), 1), z,
@@ -278,7 +285,8 @@ def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generato
                      "the central DP release")
     c = total.num_classes
     dc, df = draw_noise(plan, c, total.dim, rng)
-    stats, notes = postprocess(total.meta, ints[:c].astype(np.float64) + dc, floats + df)
+    stats, notes = postprocess(total.meta, ints[:c].astype(np.float64) + dc, floats + df,
+                               plan.min_class_count, plan.sigma)
     return PrivateRelease(stats, plan, plan.config.epsilon, plan.config.delta,
                           ("central Gaussian noise added by the server", *notes))
 
@@ -401,7 +409,10 @@ class NoisyDecoder:
         limits = self.limits(params)
         refuse_total(check_bounds(meta, np.concatenate([counts, ints[c:]]), floats, limits),
                      limits, "the distributed DP release")
-        stats, notes = postprocess(meta, counts, floats)
+        survivors = params.num_clients if self._contributors is None else self._contributors()
+        spread = math.sqrt(min(max(int(survivors), 1), params.num_clients) / params.threshold)
+        stats, notes = postprocess(meta, counts, floats, self.plan.min_class_count,
+                                   {b: sig * spread for b, sig in self.plan.sigma.items()})
         entries = params.num_clients * (c + floats.size)
         p = truncation_probability(entries)
         delta = self.plan.config.delta + (1.0 + math.exp(self.plan.config.epsilon)) * p

@@ -4,10 +4,13 @@ Noise makes the released sums inconsistent (negative variances, indefinite scatt
 non-integer or negative counts). Post-processing uses the noisy values only, so it costs no
 privacy. With n_c the clamped counts and A_c the noisy sums:
 
-* counts: n_c = max(round(ñ_c), 0); a class with n_c < 1 becomes a placeholder (n_c = 1,
-  zero sums) so every head stays fittable;                                           (P1)
+* counts: n_c = max(round(ñ_c), 0); a class with n_c < max(k, 1) becomes a placeholder
+  (n_c = 1, zero sums) so every head stays fittable, k the minimum-count rule's (under DP the
+  rule is this threshold on the noised counts, so it costs no privacy);              (P1)
 * ``full``: the within-class scatter M_c = S̃_c − A_c A_cᵀ/n_c is projected onto the positive
   semi-definite cone (eigenvalues clipped at 0), S_c = M_c⁺ + A_c A_cᵀ/n_c;          (P2)
+  when the noise levels σ are given (they are public), the noise-aware estimate (P2n) of
+  :func:`noise_aware_covariances` replaces the projection;
 * ``pooled``: W = B̃ − Σ_c A_c A_cᵀ/n_c is projected as in (P2); the per-class variances
   V_c = max(D̃_c − A_c²/n_c, 0) are rescaled per coordinate so that Σ_c V_c = diag W⁺, hence
   diag B = Σ_c D_c with D_c = V_c + A_c²/n_c;                                          (P3)
@@ -18,6 +21,9 @@ Symmetric matrices were noised as upper triangles, so they are symmetric by cons
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -25,7 +31,7 @@ from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import schema_for
 
-__all__ = ["clamp_counts", "postprocess", "project_psd"]
+__all__ = ["clamp_counts", "noise_aware_covariances", "postprocess", "project_psd"]
 
 F64 = NDArray[np.float64]
 
@@ -47,13 +53,16 @@ def project_psd(m: F64) -> F64:
     return np.asarray(0.5 * (out + out.T))
 
 
-def clamp_counts(noisy: F64) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
-    """(P1): rounded counts clamped at 0, and the mask of placeholder classes (count < 1,
-    given count 1).
+def clamp_counts(noisy: F64, min_count: int = 1
+                 ) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """(P1): rounded counts clamped at 0, and the mask of placeholder classes (rounded count
+    below ``max(min_count, 1)``, given count 1).
 
     Parameters
     ----------
     noisy : ndarray, shape (C,)
+    min_count : int, default 1
+        k of the minimum-count rule on the noised counts.
 
     Returns
     -------
@@ -61,12 +70,12 @@ def clamp_counts(noisy: F64) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
     placeholder : ndarray of bool, shape (C,)
     """
     rounded = np.maximum(np.rint(noisy), 0.0).astype(np.int64)
-    placeholder = rounded < 1
+    placeholder = rounded < max(int(min_count), 1)
     return np.where(placeholder, 1, rounded).astype(np.int64), placeholder
 
 
-def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64
-                ) -> tuple[ClientStats, list[str]]:
+def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count: int = 1,
+                sigma: Mapping[str, float] | None = None) -> tuple[ClientStats, list[str]]:
     """Valid statistics from a noisy flattened release (P1–P4).
 
     Parameters
@@ -76,6 +85,12 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64
     noisy_counts : ndarray, shape (C,)
     noisy_floats : ndarray, shape (F,)
         Layout ``schema_for(meta.mode).float_layout``.
+    min_count : int, default 1
+        k of the minimum-count rule: classes whose noised count rounds below k become
+        placeholders (P1).
+    sigma : mapping of str to float, optional
+        Noise standard deviation per block (``NoisePlan.sigma``); in ``full`` mode it selects
+        the noise-aware estimate (P2n) instead of the projection (P2).
 
     Returns
     -------
@@ -86,7 +101,8 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64
     """
     sch = schema_for(meta.mode)
     c, d = meta.num_classes, meta.dim
-    counts, placeholder = clamp_counts(np.asarray(noisy_counts, dtype=np.float64))
+    k_min = max(int(min_count), 1)
+    counts, placeholder = clamp_counts(np.asarray(noisy_counts, dtype=np.float64), k_min)
     arrays: dict[str, F64] = {}
     for spec, seg in zip(sch.float_arrays, sch.float_layout(c, d), strict=True):
         packed = np.asarray(noisy_floats[seg.offset : seg.stop], dtype=np.float64)
@@ -100,9 +116,15 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64
     notes = ["counts rounded and clamped at 0"]
     if np.any(placeholder):
         names = ", ".join(repr(meta.classes[i]) for i in np.flatnonzero(placeholder))
-        notes.append(f"classes with a noisy count below 1 kept as placeholders (N=1, zero "
+        notes.append(f"classes with a noisy count below {k_min} kept as placeholders (N=1, zero "
                      f"sums): {names}")
-    if meta.mode == "full":
+    if meta.mode == "full" and sigma is not None:
+        arrays["class_scatter"] = _noise_aware_scatter(arrays, n, keep, sigma)
+        notes.append("class covariances estimated knowing the noise (P2n): noise bias of the "
+                     "centring removed, pooled eigenvalues floored at the noise level, each "
+                     "class shrunk toward the rescaled pooled covariance with an intensity that "
+                     "counts the noise variance")
+    elif meta.mode == "full":
         cs = arrays["class_scatter"]
         for k in np.flatnonzero(keep):
             outer = np.outer(sums[k], sums[k]) / n[k]
@@ -133,3 +155,82 @@ def _match_diag(var: F64, target: F64, n: F64) -> F64:
     share = n / n.sum()
     scaled = var * np.divide(target, total, out=np.zeros_like(target), where=total > 0)
     return np.asarray(np.where(total > 0, scaled, share[:, None] * target[None, :]))
+
+
+def _noise_aware_scatter(arrays: dict[str, F64], n: F64, keep: NDArray[np.bool_],
+                         sigma: Mapping[str, float]) -> F64:
+    """Class scatters S_c = (n_c − 1) Σ̂_c + A_c A_cᵀ/n_c from (P2n); placeholders and classes
+    of one sample keep a zero within-class scatter."""
+    sums, cs = arrays["sums"], arrays["class_scatter"]
+    d = sums.shape[1]
+    fit = keep & (n >= 2)
+    out = np.einsum("ci,cj->cij", sums, sums) / n[:, None, None]
+    if not fit.any():
+        return np.asarray(out)
+    idx = np.flatnonzero(fit)
+    scat = cs[idx] - out[idx] + (sigma["sums"] ** 2 / n[idx])[:, None, None] * np.eye(d)
+    covs = noise_aware_covariances(scat, n[idx], sigma["class_scatter"])
+    out[idx] += (n[idx] - 1.0)[:, None, None] * covs
+    return np.asarray(out)
+
+
+def noise_aware_covariances(scatters: F64, counts: F64, sigma_scatter: float,
+                            floor: float = 1e-6) -> F64:
+    """Class covariances from noisy within-class scatters, knowing the noise (P2n).
+
+    ``scatters`` are M̃_c = M_c + F_c with F_c symmetric, every entry N(0, σ²) (σ =
+    ``sigma_scatter``), already corrected for the noise of the sums (+σ_A²/n_c·I, so that
+    E[M̃_c] = M_c). With Σ̃_c = M̃_c/(n_c − 1) and the pooled P̃ = Σ_c M̃_c/(N − C), whose entries
+    carry noise of variance ν² = C·σ²/(N − C)²:
+
+    * P̂: P̃ with its eigenvalues floored at ν (below it they are noise);
+    * Σ̂_c = (1 − a_c) Σ̃_c + a_c t_c P̂, t_c = max(tr Σ̃_c, d ν_c) / tr P̂ (ν_c below), with
+      the Ledoit–Wolf intensity
+      a_c = (d² ν_c² + (tr Σ̃_c² + tr² Σ̃_c)/(n_c − 1)) / ‖Σ̃_c − t_c P̂‖²_F: the estimation
+      error counts the noise variance ν_c² = σ²/(n_c − 1)² of every entry as well as the
+      sampling error; a_c is raised (no other projection) until the smallest eigenvalue of
+      Σ̂_c is at least ``floor`` times its largest.
+
+    Parameters
+    ----------
+    scatters : ndarray, shape (K, d, d)
+    counts : ndarray, shape (K,)
+        n_c ≥ 2 of each class.
+    sigma_scatter : float
+    floor : float, default 1e-6
+
+    Returns
+    -------
+    ndarray, shape (K, d, d), symmetric positive definite.
+    """
+    k, d = scatters.shape[0], scatters.shape[1]
+    sym = 0.5 * (scatters + np.swapaxes(scatters, 1, 2))
+    dof = counts - 1.0
+    pooled = sym.sum(axis=0) / max(float(dof.sum()), 1.0)
+    nu = math.sqrt(k) * sigma_scatter / max(float(dof.sum()), 1.0)
+    w, v = np.linalg.eigh(pooled)
+    w = np.maximum(w, max(nu, floor * max(float(w[-1]), 0.0), 1e-300))
+    center = (v * w) @ v.T
+    out = np.empty_like(sym)
+    for c in range(k):
+        cov = sym[c] / dof[c]
+        nu_c = sigma_scatter / dof[c]
+        scale = max(float(np.trace(cov)), d * nu_c)  # a trace below the noise is noise
+        target = center * (scale / float(np.trace(center)))
+        err = d * d * nu_c**2 + (
+            float(np.sum(cov * cov)) + float(np.trace(cov)) ** 2) / dof[c]
+        gap = float(np.sum((cov - target) ** 2))
+        a = 1.0 if gap <= 0.0 else min(err / gap, 1.0)
+        out[c] = _raise_to_pd(cov, target, a, floor)
+    return out
+
+
+def _raise_to_pd(cov: F64, target: F64, a: float, floor: float) -> F64:
+    """(1 − b) cov + b target for the smallest b ≥ a on a geometric grid whose smallest
+    eigenvalue is at least ``floor`` times its largest (b = 1 when none is)."""
+    for b in (a, *np.geomspace(max(a, 1e-4), 1.0, 40)):
+        m = (1.0 - b) * cov + b * target
+        ev = np.linalg.eigvalsh(m)
+        if ev[0] >= floor * max(float(ev[-1]), 1e-300):
+            return np.asarray(0.5 * (m + m.T))
+    return np.asarray(0.5 * (target + target.T))

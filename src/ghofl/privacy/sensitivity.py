@@ -18,9 +18,11 @@ block              change        L2 norm of the change
 (S4): the packed upper triangle holds z_i z_j once for i ≤ j, so its squared norm is
 Σ_{i≤j} z_i² z_j² = (‖z‖⁴ + Σ_i z_i⁴)/2, which reaches R⁴ exactly when z lies on one axis.
 Every bound is attained by the same sample (z = R·e_j), so the joint worst case is the blocks'
-worst cases at once. With the minimum-count rule (a client drops classes with fewer than k
-samples) one sample can lift a class from k − 1 to k samples and so release k samples at once:
-every Δ_b is multiplied by max(k, 1) (S6).
+worst cases at once. The bounds hold only if the clients keep every class: a client-side
+minimum-count rule (drop classes with fewer than k samples) would let one sample lift a class
+from k − 1 to k samples and release k samples at once. Under differential privacy the rule is
+therefore applied by the server to the noised counts instead (post-processing,
+:func:`~ghofl.privacy.postprocess.clamp_counts`), and the clients keep every class.
 """
 
 from __future__ import annotations
@@ -54,21 +56,19 @@ def block_names(mode: str) -> tuple[str, ...]:
     return (COUNTS, *(a.name for a in schema_for(mode).float_arrays))
 
 
-def block_sensitivities(mode: str, clip_norm: float, min_class_count: int = 1) -> dict[str, float]:
-    """Δ_b, the L2 sensitivity of each block (S1–S6).
+def block_sensitivities(mode: str, clip_norm: float) -> dict[str, float]:
+    """Δ_b, the L2 sensitivity of each block (S1–S5).
 
     Parameters
     ----------
     mode : {"full", "pooled", "diag", "means"}
     clip_norm : float
         R > 0, in the statistics space (after the projection).
-    min_class_count : int, default 1
-        k of the minimum-count rule (1: no rule).
 
     Returns
     -------
     dict of str to float
-        ``{block: max(k, 1) · R^p}`` with p = 0 (counts), 1 (sums), 2 (second moments).
+        ``{block: R^p}`` with p = 0 (counts), 1 (sums), 2 (second moments).
     """
     r = float(clip_norm)
     if not (math.isfinite(r) and r > 0):
@@ -76,10 +76,9 @@ def block_sensitivities(mode: str, clip_norm: float, min_class_count: int = 1) -
             f"the clipping bound R must be a finite number > 0 for differential privacy; got "
             f"{clip_norm!r}"
         )
-    group = float(max(int(min_class_count), 1))
     kinds = {a.name: a.kind for a in schema_for(mode).float_arrays}
-    out = {COUNTS: group}
-    out.update({name: group * r ** _POWER[kind] for name, kind in kinds.items()})
+    out = {COUNTS: 1.0}
+    out.update({name: r ** _POWER[kind] for name, kind in kinds.items()})
     return out
 
 

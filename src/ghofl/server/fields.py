@@ -81,7 +81,8 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
     _f("client.clip_norm", "clip_norm", "--clip", "float", "0.0",
        "per-sample L2 clipping bound R; 0: none", metavar="R"),
     _f("client.min_class_count", "min-class-count", "--min-class-count", "int",
-       "5 with DP, else 1", "each client drops classes it holds fewer than k samples of"),
+       "5 with DP, else 1", "each client drops classes it holds fewer than k samples of; "
+       "under DP the server drops classes whose noised count is below k"),
     _f("client.holdout_fraction", "holdout_fraction", "--holdout", "float", "0.0",
        "fraction of samples whose sums are also uploaded as a held-out section"),
     _f("client.holdout_seed", "holdout_seed", "--holdout-seed", "int", "0",

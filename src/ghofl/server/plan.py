@@ -12,7 +12,7 @@ of different parts together is checked here, once, when the plan is built; its e
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ghofl.client.job import ClientJob
@@ -105,7 +105,8 @@ def _secure_only_text(path: str) -> Callable[[Naming], str]:
 
 
 def default_min_class_count(dp: DPConfig | None) -> int:
-    """k of the minimum-count rule when the user gives none: 5 under DP, else 1 (off)."""
+    """k of the minimum-count rule when the user gives none: 5 under DP (a threshold on the
+    noised counts at the server), else 1 (off)."""
     from ghofl.privacy import DEFAULT_MIN_CLASS_COUNT
 
     return DEFAULT_MIN_CLASS_COUNT if dp is not None else 1
@@ -207,6 +208,18 @@ class FederationPlan:
     def distributed_dp(self) -> bool:
         dp = self.aggregation.dp
         return dp is not None and dp.mode == "distributed"
+
+    @property
+    def clients_job(self) -> ClientJob:
+        """The job every client runs: :attr:`client`, without the minimum-count rule under DP.
+
+        Under DP the rule's k is a threshold the server applies to the noised counts
+        (post-processing, free of privacy cost); a client-side rule would let one sample
+        release a class of k and multiply the sensitivity by k.
+        """
+        if self.aggregation.dp is None or self.client.min_class_count == 1:
+            return self.client
+        return replace(self.client, min_class_count=1)
 
     def secagg_config(self) -> SecAggConfig:
         """The secure round's parameters (the plan's clipping bound; secure plans only)."""

@@ -42,7 +42,8 @@ def job_meta(job: ClientJob, input_dim: int | None) -> StatsMeta:
 def dp_options(cfg: Mapping[str, Any], job: ClientJob) -> tuple[ClientJob, NoisePlan | None]:
     """The run config's DP keys: ``dp-epsilon`` (0 = no DP), ``dp-delta``, ``dp-mode``
     (``central`` or ``distributed``) and ``min-class-count`` (0 = the default: 5 with DP, 1
-    without). Returns the job with its minimum count set, and the calibrated plan (or None)."""
+    without). Returns the job the client runs (its minimum count set; 1 under DP, where the
+    server applies the rule to the noised counts) and the calibrated plan (or None)."""
     from ghofl.privacy import DEFAULT_DELTA, DPConfig, plan_noise
 
     eps = cfg_float(cfg, "dp-epsilon", 0.0)
@@ -53,7 +54,7 @@ def dp_options(cfg: Mapping[str, Any], job: ClientJob) -> tuple[ClientJob, Noise
         eps, cfg_float(cfg, "dp-delta", DEFAULT_DELTA),
         cfg_str(cfg, "dp-mode", "central"))  # type: ignore[arg-type]
     k = k or (default_min_class_count(config) if config is not None else job.min_class_count)
-    job = replace(job, min_class_count=k)
     if config is None:
-        return job, None
-    return job, plan_noise(config, job.mode, job.clip_norm, k)
+        return replace(job, min_class_count=k), None
+    # under DP the server applies the rule to the noised counts; the clients keep every class
+    return replace(job, min_class_count=1), plan_noise(config, job.mode, job.clip_norm, k)

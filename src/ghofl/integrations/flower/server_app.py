@@ -11,8 +11,9 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
   ``head_params``, ``seed``, ``preset``, ...);
 * differential privacy: ``dp-epsilon`` (0 = none), ``dp-delta``, ``dp-mode`` (``central``:
   the server noises the total; ``distributed``: every client adds a noise share, needs the
-  secure protocol) and ``min-class-count`` (0 = 5 with DP, else off); the spent (ε, δ) is
-  recorded in the model directory's manifest (``privacy``) and in ``results.json``;
+  secure protocol) and ``min-class-count`` (0 = 5 with DP, a threshold on the noised counts
+  at the server; else off); the spent (ε, δ) is recorded in the model directory's manifest
+  (``privacy``) and in ``results.json``;
 * ``roster`` (secure protocol): the federation's roster file (``ghofl roster build``); the
   server first binds every node to its roster identity (a signed answer to a fresh
   challenge), then runs the round over the roster's ids with every signature checked; ""
