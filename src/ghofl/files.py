@@ -9,6 +9,7 @@ target is left as it was. Created files and folders get the permissions ``open()
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -95,29 +96,38 @@ def _locked_temporary(target: Path) -> tuple[int, str]:
 
 
 def remove_stale_temporaries(target: Path) -> list[Path]:
-    """Remove the ``.NAME.*.tmp`` files beside ``target`` left by killed writers.
+    """Remove the ``.NAME.*.tmp`` files and folders beside ``target`` left by killed writers.
 
     A temporary is removed only when no process holds its lock (the writer died; where
     advisory locks do not exist, when it was not modified for :data:`STALE_SECONDS`); errors
     (permissions, a race with another cleaner) are ignored. Returns the removed paths.
     """
+    return _remove_unlocked(target, "tmp")
+
+
+def _remove_unlocked(target: Path, suffix: str) -> list[Path]:
+    """Remove the ``.NAME.*.SUFFIX`` files and folders beside ``target`` nobody locks."""
     removed: list[Path] = []
     try:
-        candidates = list(target.parent.glob(f".{glob_escape(target.name)}.*.tmp"))
+        candidates = list(target.parent.glob(f".{glob_escape(target.name)}.*.{suffix}"))
     except OSError:
         return removed
     now = time.time()
     for cand in candidates:
         try:
             st = cand.lstat()
-            if not stat.S_ISREG(st.st_mode) or (not _HAVE_LOCKS
-                                                and now - st.st_mtime < STALE_SECONDS):
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if not (is_dir or stat.S_ISREG(st.st_mode)) or (
+                    not _HAVE_LOCKS and now - st.st_mtime < STALE_SECONDS):
                 continue
             fd = os.open(cand, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
             try:
                 if not _lock(fd, blocking=False):
                     continue  # a live writer holds it
-                cand.unlink()
+                if is_dir:
+                    shutil.rmtree(cand)
+                else:
+                    cand.unlink()
                 removed.append(cand)
             finally:
                 os.close(fd)
@@ -187,31 +197,111 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     Yields
     ------
     Path
-        The temporary directory to fill.
+        The temporary directory ``.NAME.XXXX.tmp`` to fill.
 
     Notes
     -----
     "Complete or absent": when the ``with`` block raises, the temporary directory is removed
     and ``target`` is untouched; when it completes, ``target`` is swapped for the filled
-    directory (an older ``target`` is renamed aside first and restored if the swap fails).
+    directory in one atomic exchange where the system has one (Linux ``renameat2``), else by
+    renaming the older ``target`` aside first (restored if the swap fails). The writer locks
+    its temporary directory while it works, so what a killed writer leaves behind is told
+    from a live writer's work: the next write of ``target`` removes leftover temporaries and,
+    if the kill fell between the two renames of the fallback swap, first puts the previous
+    ``target`` back, so it is never lost.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    _recover_interrupted_swap(target)
+    remove_stale_temporaries(target)
+    fd, tmp = _locked_temporary_directory(target)
     try:
         os.chmod(tmp, umask_mode(0o777))
         yield tmp
-        if target.exists():
-            old = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.old"
-            os.replace(target, old)
-            try:
-                os.replace(tmp, target)
-            except BaseException:
-                os.replace(old, target)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
+        if not target.exists():
             os.replace(tmp, target)
+        elif not _exchange(tmp, target):
+            _swap_by_renaming(tmp, target)
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # the filled temporary, or the old target
+        os.close(fd)
+
+
+def _locked_temporary_directory(target: Path) -> tuple[int, Path]:
+    """A new temporary directory beside ``target`` and a descriptor holding its lock."""
+    while True:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        fd = os.open(tmp, os.O_RDONLY)
+        _lock(fd, blocking=True)
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(tmp)):
+                return fd, tmp
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # a cleaner took it in the instant before the lock; make another
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``).
+
+    False where the system or file system has no such call (the caller then renames)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _swap_by_renaming(tmp: Path, target: Path) -> None:
+    """Replace ``target`` by ``tmp`` in two renames; the old target waits aside, locked."""
+    old = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.old"
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        _lock(fd, blocking=True)  # a kill between the renames leaves an unlocked .old
+        os.replace(target, old)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            os.replace(old, target)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        os.close(fd)
+
+
+def _recover_interrupted_swap(target: Path) -> None:
+    """Put back a previous ``target`` that a writer killed mid-swap left aside, or remove it.
+
+    When ``target`` is missing, the newest unlocked ``.NAME.*.old`` is the previous
+    directory and is renamed back; every other unlocked one is a leftover and removed."""
+    if not target.exists():
+        olds = []
+        for cand in target.parent.glob(f".{glob_escape(target.name)}.*.old"):
+            try:
+                if cand.is_dir() and not cand.is_symlink():
+                    olds.append((cand.stat().st_mtime, cand))
+            except OSError:
+                continue
+        for _, cand in sorted(olds, reverse=True):
+            try:
+                fd = os.open(cand, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                if _lock(fd, blocking=False):
+                    os.replace(cand, target)
+                    break
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+    _remove_unlocked(target, "old")

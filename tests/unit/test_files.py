@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -136,3 +140,102 @@ def test_a_locked_temporary_is_kept(tmp_path: Path) -> None:
         atomic_write(target, lambda tmp: Path(tmp).write_text("done"))
     assert live.exists()
 
+
+
+_KILLED_DIRECTORY_WRITER = """
+import sys, time
+from pathlib import Path
+from ghofl.files import atomic_directory
+target, ready = Path(sys.argv[1]), Path(sys.argv[2])
+with atomic_directory(target) as tmp:
+    (tmp / "a.txt").write_text("half of the new content")
+    ready.write_text(str(tmp))
+    time.sleep(60)
+"""
+
+
+def _start_killed_writer(target: Path, ready: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_DIRECTORY_WRITER,
+                             str(target), str(ready)], env=env)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError("the writer did not start")
+        time.sleep(0.02)
+    return proc, Path(ready.read_text())
+
+
+def test_a_live_directory_writer_is_left_alone_and_a_killed_ones_leftovers_removed(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "a.txt").write_text("old")
+    proc, live_tmp = _start_killed_writer(target, tmp_path / "ready")
+    try:
+        with atomic_directory(target) as tmp:  # a concurrent write: the live temporary stays
+            (tmp / "a.txt").write_text("second")
+        assert live_tmp.is_dir()
+        assert (target / "a.txt").read_text() == "second"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert live_tmp.is_dir()  # what the kill left behind ...
+    assert (target / "a.txt").read_text() == "second"  # ... is never read as the target
+    with atomic_directory(target) as tmp:
+        (tmp / "a.txt").write_text("third")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "ready"]
+    assert (target / "a.txt").read_text() == "third"
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_replacing_a_directory_leaves_nothing_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool,
+) -> None:
+    import ghofl.files as files
+
+    if not exchange:
+        monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    target = tmp_path / "model"
+    for content in ("one", "two", "three"):
+        with atomic_directory(target) as tmp:
+            (tmp / "a.txt").write_text(content)
+        assert (target / "a.txt").read_text() == content
+        assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_a_previous_directory_left_aside_by_a_kill_mid_swap_is_put_back(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "model"
+    aside = tmp_path / ".model.1a2b3c4d.old"  # killed between the two renames: no target
+    aside.mkdir()
+    (aside / "a.txt").write_text("previous")
+    with pytest.raises(RuntimeError, match="interrupted"), atomic_directory(target) as tmp:
+        (tmp / "a.txt").write_text("half")
+        raise RuntimeError("interrupted")
+    assert (target / "a.txt").read_text() == "previous"  # never lost, even by a failed write
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_leftovers_aside_of_a_present_target_are_removed_unless_locked(tmp_path: Path) -> None:
+    import fcntl
+
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "a.txt").write_text("current")
+    stale, live = tmp_path / ".model.00000000.old", tmp_path / ".model.11111111.old"
+    stale.mkdir()
+    live.mkdir()
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with atomic_directory(target) as tmp:
+            (tmp / "a.txt").write_text("new")
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.11111111.old", "model"]
+    assert (target / "a.txt").read_text() == "new"

@@ -373,3 +373,60 @@ def test_a_head_saved_under_another_registered_name_is_refused(
     assert not (tmp_path / "m").exists()
     save_model(tmp_path / "m", {"my-lda": heads["lda"]}, stats_meta=stats.meta)
     assert load_model(tmp_path / "m")[0]["my-lda"].name == "lda"
+
+
+_SAVING_FOREVER = """
+import sys
+from pathlib import Path
+from ghofl.heads import make_head
+from ghofl.heads.model_dir import save_model
+from ghofl.stats import compute_stats
+from tests.helpers import gaussian_mixture
+x, y = gaussian_mixture(4, num_classes=3, dim=4, n=150)
+stats = compute_stats(x, y, ("a", "b", "c"))
+heads = {n: make_head(n).fit_from_stats(stats) for n in ("nb", "lda", "qda")}
+Path(sys.argv[2]).write_text("ready")
+while True:
+    save_model(Path(sys.argv[1]), heads, stats_meta=stats.meta)
+"""
+
+
+@pytest.mark.slow
+def test_a_writer_killed_at_random_moments_leaves_a_whole_model_and_no_leftover(
+    tmp_path: Path, fitted: tuple[ClientStats, dict[str, Head], np.ndarray]
+) -> None:
+    """SIGKILL of a process saving a model over and over, at seeded random moments: the
+    directory always loads (digests checked) and the next write leaves nothing beside it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    stats, heads, _ = fitted
+    target = tmp_path / "m"
+    save_model(target, heads, stats_meta=stats.meta)
+    rng = np.random.default_rng(25)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path])}
+    left_behind = 0
+    for i in range(6):
+        ready = tmp_path / f"ready{i}"
+        proc = subprocess.Popen([sys.executable, "-c", _SAVING_FOREVER, str(target),
+                                 str(ready)], env=env)
+        try:
+            deadline = time.monotonic() + 120
+            while not ready.exists():
+                assert proc.poll() is None and time.monotonic() < deadline, "writer died"
+                time.sleep(0.02)
+            time.sleep(float(rng.uniform(0.0, 0.3)))
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        left_behind += sum(p.name.startswith(".m.") for p in tmp_path.iterdir())
+        loaded, _ = load_model(target)  # whole: every digest and binding checks out
+        assert set(loaded) in ({"nb", "lda"}, {"nb", "lda", "qda"})
+        save_model(target, heads, stats_meta=stats.meta)
+        assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".m.")]
+        assert set(load_model(target)[0]) == {"nb", "lda"}
+    assert left_behind > 0  # the kills did land mid-write (else the test proves nothing)
