@@ -2,21 +2,58 @@
 
 The public surface is deliberately small; everything else lives in the sub-packages
 (``ghofl.stats``, ``ghofl.moments``, ``ghofl.heads``, ...). Importing ``ghofl`` has no
-side effects and does not import torch or flwr.
+side effects and does not import torch, flwr or scipy: each name below is loaded on first use,
+so a process that needs one part (a Flower ClientApp, a CLI command) pays only for that part.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ghofl._version import __version__
-from ghofl.errors import GhoflError
-from ghofl.heads.registry import available_heads, load_head, make_head, save_head
-from ghofl.moments import Moments, compute_moments
-from ghofl.stats import (
-    ClientStats,
-    EncoderInfo,
-    ProjectionSpec,
-    StatsAccumulator,
-    load_stats,
-    save_stats,
-)
+
+if TYPE_CHECKING:
+    from ghofl.errors import GhoflError
+    from ghofl.heads.registry import available_heads, load_head, make_head, save_head
+    from ghofl.moments import Moments, compute_moments
+    from ghofl.stats import (
+        ClientStats,
+        EncoderInfo,
+        ProjectionSpec,
+        StatsAccumulator,
+        load_stats,
+        save_stats,
+    )
+
+_LAZY = {
+    "GhoflError": "ghofl.errors",
+    "available_heads": "ghofl.heads.registry",
+    "load_head": "ghofl.heads.registry",
+    "make_head": "ghofl.heads.registry",
+    "save_head": "ghofl.heads.registry",
+    "Moments": "ghofl.moments",
+    "compute_moments": "ghofl.moments",
+    "ClientStats": "ghofl.stats",
+    "EncoderInfo": "ghofl.stats",
+    "ProjectionSpec": "ghofl.stats",
+    "StatsAccumulator": "ghofl.stats",
+    "load_stats": "ghofl.stats",
+    "save_stats": "ghofl.stats",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ghofl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "ClientStats",

@@ -216,7 +216,7 @@ def test_deployment_with_identities_binds_the_roster_and_refuses_a_stranger(
     site-a, -b and -c."""
     flower, root, data = authenticated
     res = flower.run(_config(root, data, "out", roster=str(root / "roster.json"),
-                             **{"expected-nodes": 5}), app_dir=APP)
+                             **{"expected-nodes": 5, "stage-timeout-s": 35.0}), app_dir=APP)
     assert res["status"] == "ok", res.get("error")
     assert sorted(res["survivors"]) == ["site-a", "site-b", "site-c"]
     assert res["dropped"] == {"site-d": "advertise"} and set(res["unbound"]) <= {"site-d"}

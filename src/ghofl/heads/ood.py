@@ -29,7 +29,6 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
-from scipy.stats import chi2
 
 from ghofl.errors import ConfigError, InputError, NotFittedError, StatsValidationError
 from ghofl.moments.core import Moments
@@ -132,6 +131,8 @@ def scaled_chi2_threshold(chol: F64, cov: F64, quantile: float) -> tuple[float, 
     t1 = float(np.trace(g_mat))
     t2 = float(np.sum(g_mat * g_mat))
     scale, dof = t2 / t1, t1 * t1 / t2
+    from scipy.stats import chi2  # scipy.stats costs ~0.5 s to import: only when fitting
+
     return float(scale * chi2.ppf(quantile, dof)), scale, dof
 
 
