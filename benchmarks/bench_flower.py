@@ -1,7 +1,10 @@
 """ghofl over Flower vs in process: 10 clients through Flower's simulation engine and its
 deployment engine (one SuperLink and 10 SuperNodes on 127.0.0.1), secure and plain, against
 the in-process simulation on the same data, partition and seed: wall time per stage, bytes
-per client, and the heads' accuracies (identical in every run). Writes
+per client, and the heads' accuracies (identical in every run). Beside them, Flower's own
+per-message floor on the same 10 SuperNodes: ``benchmarks/flower_floor_app`` (a ClientApp that
+imports only flwr and answers every message with an empty reply) through the same four
+stages, and ghofl's stage seconds as a ratio of that floor. Writes
 benchmarks/results/flower.json and the ``flower`` section of BENCHMARKS.md.
 
 Run: ``.venv/bin/python benchmarks/bench_flower.py`` (needs the ``flower`` extra and
@@ -75,6 +78,46 @@ def on_flower(feats: Any, clients: int, protocol: str, clip: float, engine: str,
             "accuracy": res["accuracy"]}
 
 
+def floor(clients: int, root: Path) -> dict[str, Any]:
+    """Flower's per-message floor: the four secure stages, one empty message per node each."""
+    from ghofl.integrations.flower.runner import run_local
+
+    cfg = {"out-dir": str(root / "deployment-floor"), "stages": ",".join(STAGES["secure"]),
+           "stage-timeout-s": 600.0, "wait-timeout-s": 300.0, "poll-s": 0.2}
+    t0 = time.perf_counter()
+    res = run_local("deployment", clients, cfg, root / "work-floor",
+                    app_dir=ROOT / "benchmarks" / "flower_floor_app", timeout_s=3600)
+    if res.get("status") != "ok":
+        raise RuntimeError(f"the Flower floor run failed: {res}")
+    return {"wall_s": time.perf_counter() - t0, "stage_seconds": res["stage_seconds"]}
+
+
+def floor_lines(data: dict[str, Any]) -> list[str]:
+    """The floor row and ghofl's deployment stage seconds as ratios of it."""
+    fl = data.get("floor")
+    if fl is None:
+        return []
+    stages = STAGES["secure"]
+    per = [fl["stage_seconds"][s] for s in stages]
+    lines = ["", "Flower's per-message floor (`benchmarks/flower_floor_app`: a ClientApp that "
+             "imports only flwr and answers with an empty reply; the same SuperNodes, stages, "
+             f"0.2 s pull interval): {' / '.join(f'{v:.2f}' for v in per)} s per stage "
+             f"(median {float(np.median(per)):.2f} s).", ""]
+    rows = []
+    for r in data["runs"]:
+        if r["engine"] != "deployment":
+            continue
+        own = [r["stage_seconds"].get(s, 0.0) for s in STAGES[r["protocol"]]]
+        ref = per if r["protocol"] == "secure" else [float(np.median(per))]
+        ratios = [a / b for a, b in zip(own, ref, strict=True)]
+        rows.append([r["protocol"], " / ".join(f"{x:.2f}" for x in ratios),
+                     f"{float(np.median(ratios)):.2f}"])
+    lines.append(markdown_table(["deployment protocol", "ghofl stage / floor stage",
+                                 "median ratio"], rows))
+    lines += ["", "The plain protocol's one stage is compared with the floor's median stage."]
+    return lines
+
+
 def render(data: dict[str, Any]) -> str:
     lines = ["## ghofl on Flower vs in process (`benchmarks/bench_flower.py`)", "",
              f"Machine: {data['machine']}. CIFAR-10 EfficientNet-Lite0 features "
@@ -103,6 +146,7 @@ def render(data: dict[str, Any]) -> str:
     lines += ["", "Stages: secure = advertise / share / mask / unmask; plain = input. "
               + ("Every run gives the same accuracies." if same
                  else "**The accuracies differ between runs.**")]
+    lines += floor_lines(data)
     return "\n".join(lines)
 
 
@@ -129,8 +173,14 @@ def main() -> None:
                 print(f"{engine} {protocol} ...", flush=True)
                 runs.append(on_flower(feats, args.clients, protocol, clip, engine, root))
                 print(f"  {runs[-1]['wall_s']:.1f} s", flush=True)
+        fl = None
+        if "deployment" in args.engines:
+            print("deployment floor ...", flush=True)
+            fl = floor(args.clients, root)
+            print(f"  {fl['wall_s']:.1f} s", flush=True)
     data = {"machine": machine_summary(), "clients": args.clients, "clip": clip,
-            "n_train": int(feats.y_train.size), "n_test": int(feats.y_test.size), "runs": runs}
+            "n_train": int(feats.y_train.size), "n_test": int(feats.y_test.size), "runs": runs,
+            "floor": fl}
     write_json(ROOT / "benchmarks/results/flower.json", data)
     update_section(ROOT / "BENCHMARKS.md", "flower", render(data))
     print("wrote benchmarks/results/flower.json and the 'flower' section of BENCHMARKS.md")

@@ -1,0 +1,62 @@
+"""ServerApp: wait for the nodes, then run each stage (one query per node, pull every poll-s
+seconds until every reply is in) and write the seconds per stage to ``results.json``.
+
+Stage seconds are measured as ghofl's ServerApp measures them: from pushing a stage's messages
+to its last reply. ``results.json`` is written last and is the success marker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from flwr.app import Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+app = ServerApp()
+
+
+def _wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        nodes = sorted(int(n) for n in grid.get_node_ids())
+        if len(nodes) >= expected or time.monotonic() > deadline:
+            return nodes
+        time.sleep(0.2)
+
+
+def _stage(grid: Grid, nodes: list[int], timeout_s: float, poll_s: float) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    pending = set(grid.push_messages([Message(RecordDict(), dst_node_id=n, message_type="query")
+                                      for n in nodes]))
+    deadline = time.monotonic() + timeout_s
+    answered = 0
+    while pending and time.monotonic() < deadline:
+        got = list(grid.pull_messages(pending))
+        answered += sum(not m.has_error() for m in got)
+        pending.difference_update(m.metadata.reply_to_message_id for m in got)
+        if pending:
+            time.sleep(poll_s)
+    return time.perf_counter() - t0, answered
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run the stages named in the run config; write results.json."""
+    cfg = context.run_config
+    out = Path(str(cfg["out-dir"]))
+    out.mkdir(parents=True, exist_ok=True)
+    nodes = _wait_for_nodes(grid, int(cfg["expected-nodes"]), float(cfg["wait-timeout-s"]))
+    seconds: dict[str, float] = {}
+    replies: dict[str, int] = {}
+    for name in str(cfg["stages"]).split(","):
+        seconds[name], replies[name] = _stage(grid, nodes, float(cfg["stage-timeout-s"]),
+                                              float(cfg["poll-s"]))
+    ok = all(r == len(nodes) for r in replies.values())
+    result = {"status": "ok" if ok else "failed", "nodes": len(nodes),
+              "stage_seconds": seconds, "replies": replies}
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(result, indent=2))
+    os.replace(tmp, out / "results.json")
