@@ -78,14 +78,19 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -
 STALE_SECONDS = 2.0
 
 
-def _locked_temporary(target: Path) -> tuple[int, str]:
-    """A new temporary file beside ``target`` and its descriptor, locked by this process.
+def _locked_temporary(target: Path, directory: bool = False) -> tuple[int, str]:
+    """A new temporary file (or directory) beside ``target`` and a descriptor holding its lock.
 
-    A cleaner may take the lock of a file in the instant between its creation and the lock
-    being taken, and remove it: then the path no longer names the locked file, and a new one
-    is made."""
+    A cleaner may take the lock of a temporary in the instant between its creation and the
+    lock being taken, and remove it: then the path no longer names the locked one, and a new
+    one is made."""
+    prefix = f".{target.name}."
     while True:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        if directory:
+            tmp = tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=target.parent)
+            fd = os.open(tmp, os.O_RDONLY)
+        else:
+            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=target.parent)
         _lock(fd, blocking=True)
         try:
             if os.path.samestat(os.fstat(fd), os.stat(tmp)):
@@ -214,7 +219,8 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     _recover_interrupted_swap(target)
     remove_stale_temporaries(target)
-    fd, tmp = _locked_temporary_directory(target)
+    fd, made = _locked_temporary(target, directory=True)
+    tmp = Path(made)
     try:
         os.chmod(tmp, umask_mode(0o777))
         yield tmp
@@ -226,20 +232,6 @@ def atomic_directory(target: Path) -> Iterator[Path]:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)  # the filled temporary, or the old target
         os.close(fd)
-
-
-def _locked_temporary_directory(target: Path) -> tuple[int, Path]:
-    """A new temporary directory beside ``target`` and a descriptor holding its lock."""
-    while True:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-        fd = os.open(tmp, os.O_RDONLY)
-        _lock(fd, blocking=True)
-        try:
-            if os.path.samestat(os.fstat(fd), os.stat(tmp)):
-                return fd, tmp
-        except FileNotFoundError:
-            pass
-        os.close(fd)  # a cleaner took it in the instant before the lock; make another
 
 
 def _exchange(a: Path, b: Path) -> bool:

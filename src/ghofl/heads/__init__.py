@@ -6,9 +6,9 @@ on first use, so importing :mod:`ghofl.heads` stays light.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ghofl._lazy import lazy_attributes
 from ghofl.heads.base import Head
 from ghofl.heads.registry import (
     available_heads,
@@ -46,10 +46,7 @@ _CLASSES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _CLASSES:
-        return getattr(importlib.import_module(_CLASSES[name]), name)
-    raise AttributeError(f"module 'ghofl.heads' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(__name__, _CLASSES)
 
 
 __all__ = [

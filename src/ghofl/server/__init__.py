@@ -6,8 +6,9 @@ coercion, the plan's defaults) does not import the heads and their scipy depende
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ghofl._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from ghofl.server.fields import CLI, CONFIG, FIELDS, LIBRARY, Naming, key_table
@@ -22,16 +23,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ghofl.server' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
