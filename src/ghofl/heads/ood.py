@@ -131,7 +131,7 @@ def scaled_chi2_threshold(chol: F64, cov: F64, quantile: float) -> tuple[float, 
     t1 = float(np.trace(g_mat))
     t2 = float(np.sum(g_mat * g_mat))
     scale, dof = t2 / t1, t1 * t1 / t2
-    from scipy.stats import chi2  # scipy.stats costs ~0.5 s to import: only when fitting
+    from scipy.stats import chi2  # a heavy import: only when fitting, not to predict
 
     return float(scale * chi2.ppf(quantile, dof)), scale, dof
 

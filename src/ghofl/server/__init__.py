@@ -1,7 +1,7 @@
 """The server role: the federation plan and the one server entry point of every front end.
 
-The names below load on first use, so a client process that reads one helper (a config
-coercion, the plan's defaults) does not import the heads and their scipy dependencies.
+The names below load on first use, so importing one submodule (a ClientApp reads
+``ghofl.server.config``) does not load the others.
 """
 
 from __future__ import annotations
