@@ -347,3 +347,33 @@ def test_real_lite0_with_a_feature_transform(
             apply_feature_transform(z["x"].astype(np.float64), "sqrt"))
     np.testing.assert_allclose([[r[f"p_{c}"] for c in CLASSES] for r in rows], expected,
                                rtol=1e-12, atol=1e-15)
+
+
+def test_evaluate_raw_labelled_images_as_the_heads_on_the_encoder_output(
+    tmp_path: Path, encoders: dict[str, str], capsys: pytest.CaptureFixture[str],
+) -> None:
+    """evaluate --data: the model's encoder on labelled class folders (a subset of the
+    classes too), the accuracy of each head on the encoder's output; refusals in one line."""
+    model = _model(tmp_path, capsys)
+    files = {k: v for k, v in _images(4, seed=5).items() if not k.startswith("green/")}
+    test = make_image_folder(tmp_path / "test", files)
+    _ok(["evaluate", model, "--data", test, "--json", tmp_path / "e.json"], capsys)
+    got = json.loads((tmp_path / "e.json").read_text())["heads"]
+    heads, _ = load_model(model)
+    names = sorted(files)
+    x = _mean_rgb(np.stack([files[n] for n in names]))
+    y = np.array([CLASSES.index(n.split("/")[0]) for n in names])
+    for name, head in heads.items():
+        assert got[name]["accuracy"] == pytest.approx(float(np.mean(head.predict(x) == y)))
+        assert got[name]["n"] == len(names)
+    odd = make_image_folder(tmp_path / "odd", {"purple/0.png": files[names[0]]})
+    rc, _, err = _run(["evaluate", model, "--data", odd], capsys)
+    assert rc == 2 and "holds the class(es) [purple], which the model does not know" in err
+    rc, _, err = _run(["evaluate", model], capsys)
+    assert rc == 2 and "give exactly one of --embeddings" in err
+    rc, _, err = _run(["evaluate", model, "--data", test, "--feature-transform", "sqrt"],
+                      capsys)
+    assert rc == 2 and "--feature-transform applies to --embeddings only" in err
+    encoders["preprocessing"] = "mean, another build"
+    rc, _, err = _run(["evaluate", model, "--data", test], capsys)
+    assert rc == 2 and "differ in preprocessing" in err

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 
 from ghofl.cli._options import (
@@ -18,6 +19,13 @@ from ghofl.cli._options import (
     check_feature_transform_option,
 )
 from ghofl.cli.app import app
+from ghofl.cli.embed import (
+    FORMAT_HELP,
+    LABEL_COLUMN_HELP,
+    SPLIT_HELP,
+    TEXT_COLUMNS_HELP,
+    data_spec,
+)
 from ghofl.cli.io import (
     check_output_dir,
     parse_param_options,
@@ -26,9 +34,11 @@ from ghofl.cli.io import (
     write_json,
 )
 from ghofl.client.transforms import apply_feature_transform, recorded_feature_transform
+from ghofl.data.by_path import DatasetSpec
 from ghofl.data.embeddings import check_labelled_embeddings, load_embeddings
-from ghofl.errors import InputError
+from ghofl.errors import ConfigError, InputError
 from ghofl.evaluation import evaluate_heads
+from ghofl.heads.base import Head
 from ghofl.heads.build import head_defaults, to_jsonable
 from ghofl.heads.model_dir import load_model
 from ghofl.heads.presets import merge_preset
@@ -89,21 +99,66 @@ def _stderr(message: str) -> None:
 @app.command("evaluate")
 def evaluate(
     model_dir: Annotated[Path, typer.Argument(help="Model directory written by `ghofl fit`.")],
-    embeddings: Annotated[Path, typer.Option(
-        "--embeddings", help="Test NPZ with x (n, d) and y (n,).")],
+    embeddings: Annotated[Path | None, typer.Option(
+        "--embeddings", help="Test NPZ with x (n, d) and y (n,).")] = None,
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="Instead of --embeddings: labelled raw test data (as client-stats "
+        "--data reads it), embedded with the encoder the model records.")] = None,
     json_out: Annotated[Path | None, typer.Option(
         "--json", help="Write the accuracies as JSON here.")] = None,
     feature_transform: FeatureTransformOption = "none",
+    split: Annotated[str | None, typer.Option("--split", help="With --data: " + SPLIT_HELP)]
+        = None,
+    fmt: Annotated[str, typer.Option("--format", help="With --data: " + FORMAT_HELP)] = "auto",
+    label_column: Annotated[str | None, typer.Option(
+        "--label-column", help="With --data: " + LABEL_COLUMN_HELP)] = None,
+    text_columns: Annotated[str | None, typer.Option(
+        "--text-columns", help="With --data: " + TEXT_COLUMNS_HELP)] = None,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", help="With --data: items per encoder call.")] = 64,
+    backend: Annotated[str, typer.Option("--backend", help="With --data: onnx or torch.")]
+        = "onnx",
 ) -> None:
-    """Score every head of a model directory on labelled test embeddings (with
-    --feature-transform: the raw encoder output, transformed as the clients did)."""
+    """Score every head of a model directory on labelled test data: embeddings (with
+    --feature-transform: the raw encoder output, transformed as the clients did), or raw
+    images or texts (--data), encoded by the model's recorded encoder (refused when the local
+    encoder's fingerprint differs) and transformed as the model records."""
     if json_out is not None and json_out.is_dir():
         raise InputError(f"--json '{json_out}' is a directory; give a file path")
     check_feature_transform_option(feature_transform)
+    if (embeddings is None) == (data is None):
+        raise ConfigError("give exactly one of --embeddings (an .npz of labelled embeddings) "
+                          "and --data (labelled raw images or texts)")
     models, _ = load_model(model_dir)
-    emb = load_embeddings(embeddings, "--embeddings")
     first = next(iter(models.values()))
+    if data is not None:
+        if feature_transform != "none":
+            raise ConfigError("--feature-transform applies to --embeddings only; raw data gets "
+                              "the transform the model records")
+        spec = data_spec(data, fmt, label_column, text_columns)
+        x, y = _raw_labelled(spec, first, model_dir, split=split, batch_size=batch_size,
+                             backend=backend)
+        source = data
+    else:
+        assert embeddings is not None
+        x, y = _labelled_embeddings(embeddings, first, model_dir, feature_transform)
+        source = embeddings
+    if y.size == 0:
+        raise InputError(f"'{source}' holds no samples; accuracy needs at least one")
+    scores = evaluate_heads(models, x, y, what=f"'{source}'")
+    results = {name: score.to_dict() for name, score in scores.items()}
+    if json_out is not None:
+        write_json(json_out, {"heads": results, "model_dir": str(model_dir),
+                              ("data" if data is not None else "embeddings"): str(source)})
+    typer.echo(table(["head", "accuracy", "n"],
+                     [[n, r["accuracy"], r["n"]] for n, r in results.items()]))
+
+
+def _labelled_embeddings(embeddings: Path, first: Head, model_dir: Path,
+                         feature_transform: str) -> tuple[Any, Any]:
+    """(x (n, d) transformed, y (n,)) of an embeddings archive, checked against the model."""
     classes = first.meta_.classes
+    emb = load_embeddings(embeddings, "--embeddings")
     if emb.classes is not None and emb.classes != classes:
         raise InputError(
             f"'{embeddings}' stores the class names {_short(emb.classes)}, which differ from the "
@@ -122,17 +177,42 @@ def evaluate(
                else "")
             + f" but the model in '{model_dir}' expects d={first.n_features_in_}; {hint}"
         )
-    x, y = check_labelled_embeddings(raw, emb.y, len(classes), f"'{embeddings}'",
+    return check_labelled_embeddings(raw, emb.y, len(classes), f"'{embeddings}'",
                                      range_hint="the model does not know that class")
-    if y.size == 0:
-        raise InputError(f"'{embeddings}' holds no samples; accuracy needs at least one")
-    scores = evaluate_heads(models, x, y, what=f"'{embeddings}'")
-    results = {name: score.to_dict() for name, score in scores.items()}
-    if json_out is not None:
-        write_json(json_out, {"heads": results, "model_dir": str(model_dir),
-                              "embeddings": str(embeddings)})
-    typer.echo(table(["head", "accuracy", "n"],
-                     [[n, r["accuracy"], r["n"]] for n, r in results.items()]))
+
+
+def _raw_labelled(spec: DatasetSpec, first: Head, model_dir: Path, *, split: str | None,
+                  batch_size: int, backend: str) -> tuple[Any, Any]:
+    """(x (n, d) transformed, y (n,) indices into the model's classes) of raw labelled data,
+    embedded with the model's recorded encoder."""
+    from ghofl.client.local_data import embed_local_data
+    from ghofl.evaluation.predict import recorded_encoder
+
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1; got {batch_size}")
+    classes = first.meta_.classes
+    recorded = first.meta_.encoder
+    encoder = recorded_encoder(recorded, f"'{model_dir}'", backend)
+    assert recorded is not None
+    is_text = recorded.resolution is None
+    local = embed_local_data(spec, encoder, split=split, classes=classes if is_text else None,
+                             batch_size=batch_size)
+    y = local.y
+    if tuple(local.classes) != classes:
+        unknown = [c for c in local.classes if c not in classes]
+        if unknown:
+            raise InputError(
+                f"'{spec.path}' holds the class(es) {_short(tuple(unknown))}, which the model "
+                f"does not know (its classes: {_short(classes)}); evaluate on data labelled "
+                "with the model's classes"
+            )
+        index = {c: i for i, c in enumerate(classes)}
+        y = np.asarray([index[c] for c in local.classes], dtype=np.int64)[local.y]
+    x = apply_feature_transform(local.x.astype(np.float64),
+                                recorded_feature_transform(recorded))
+    typer.echo(f"embedded {spec.path}: n={y.size} items with {recorded.name}", err=True)
+    return check_labelled_embeddings(x, y, len(classes), f"'{spec.path}'",
+                                     range_hint="the model does not know that class")
 
 
 def _short(names: tuple[str, ...]) -> str:

@@ -24,6 +24,7 @@ from ghofl.evaluation.predict import (
     output_columns,
     output_format,
     prediction_rows,
+    recorded_encoder,
 )
 from ghofl.files import atomic_write
 from ghofl.heads.base import Head
@@ -71,23 +72,16 @@ def _raw_batches(
 ) -> tuple[Any, Any, str]:
     """(items, encoder, transform) of raw images or texts, the encoder checked."""
     recorded = head.meta_.encoder
-    if recorded is None:
-        raise InputError(
-            f"the model in '{model_dir}' records no encoder (it was fitted on raw features), so "
-            "it cannot encode images or texts; give --data an embeddings .npz"
-        )
-    wants_text = recorded.resolution is None
-    if wants_text != (kind == "text"):
+    if recorded is not None and (recorded.resolution is None) != (kind == "text"):
+        wants_text = recorded.resolution is None
         raise InputError(
             f"--data '{data}' holds {'texts' if kind == 'text' else 'images'}, but the model's "
             f"encoder {recorded.name!r} is {'a text' if wants_text else 'an image'} encoder; "
             f"give it {'a text file, one item per line' if wants_text else 'images'} (or "
             "embeddings)"
         )
-    from ghofl.client.encoders import get_encoder
-
-    encoder = get_encoder(recorded.name, resolution=recorded.resolution or 224, backend=backend)
-    check_encoder_fingerprint(encoder.info, recorded, f"'{model_dir}'")
+    encoder = recorded_encoder(recorded, f"'{model_dir}'", backend)
+    assert recorded is not None
     items = TextLineItems(data) if kind == "text" else ImageItems(data)
     return items, encoder, recorded_feature_transform(recorded)
 

@@ -45,6 +45,7 @@ __all__ = [
     "check_encoder_fingerprint",
     "iter_batches",
     "prediction_rows",
+    "recorded_encoder",
 ]
 
 F64 = NDArray[np.float64]
@@ -73,6 +74,36 @@ def check_encoder_fingerprint(local: EncoderInfo, recorded: EncoderInfo, where: 
         "install the encoder the clients used (same weights package or file, resolution and "
         "preprocessing), or fit the model again from statistics computed with this encoder"
     )
+
+
+def recorded_encoder(recorded: EncoderInfo | None, where: str, backend: str = "onnx"
+                     ) -> Encoder:
+    """The encoder a model records, rebuilt locally and its fingerprint checked.
+
+    Parameters
+    ----------
+    recorded : EncoderInfo or None
+        ``head.meta_.encoder`` of the model (with the recorded feature transform).
+    where : str
+        The model, as messages name it (e.g. ``"'model/'"``).
+    backend : {"onnx", "torch"}, default "onnx"
+
+    Raises
+    ------
+    InputError
+        The model records no encoder (fitted on raw features), or the local encoder's
+        fingerprint differs (:func:`check_encoder_fingerprint`).
+    """
+    if recorded is None:
+        raise InputError(
+            f"the model in {where} records no encoder (it was fitted on raw features), so it "
+            "cannot encode images or texts; give it embeddings (an .npz) instead"
+        )
+    from ghofl.client.encoders import get_encoder
+
+    encoder = get_encoder(recorded.name, resolution=recorded.resolution or 224, backend=backend)
+    check_encoder_fingerprint(encoder.info, recorded, where)
+    return encoder
 
 
 @dataclass(frozen=True)
