@@ -27,7 +27,6 @@ KNOWN_LONG_FUNCTIONS: dict[str, int] = {
     "ghofl.cli.simulate:simulate": 131,
     "ghofl.bench.runner:run_experiment": 130,
     "ghofl.bench.plots:write_demo_plots": 85,
-    "ghofl.cli.stats_cmds:client_stats": 84,
 }
 
 

@@ -20,7 +20,14 @@ from ghofl.client.local_data import LocalEmbeddings
 from ghofl.data.by_path import DatasetSpec
 from ghofl.errors import ConfigError, InputError
 
-__all__ = ["data_spec", "embed", "local_embeddings", "parse_class_option", "summary"]
+__all__ = [
+    "DataBackendOption",
+    "DataBatchSizeOption",
+    "DataFormatOption",
+    "DataLabelColumnOption",
+    "DataSplitOption",
+    "DataTextColumnsOption",
+    "data_spec", "embed", "local_embeddings", "parse_class_option", "summary"]
 
 DATA_HELP = ("Raw data: a text file of '<label> <text>' lines or .csv/.tsv rows with a label "
              "column, a folder holding train/test text files, or an image layout (folder or "
@@ -34,6 +41,18 @@ FORMAT_HELP = "Text format: auto (by extension), lines, csv or tsv."
 LABEL_COLUMN_HELP = "CSV/TSV label column: header name or 0-based index."
 TEXT_COLUMNS_HELP = ("CSV/TSV text columns (names or 0-based indices, comma-separated), "
                      "joined by '. '; default every other column.")
+
+
+# The raw-data options of commands that also take --embeddings (client-stats, evaluate).
+DataSplitOption = Annotated[str | None, typer.Option("--split", help="With --data: " + SPLIT_HELP)]
+DataFormatOption = Annotated[str, typer.Option("--format", help="With --data: " + FORMAT_HELP)]
+DataLabelColumnOption = Annotated[str | None, typer.Option(
+    "--label-column", help="With --data: " + LABEL_COLUMN_HELP)]
+DataTextColumnsOption = Annotated[str | None, typer.Option(
+    "--text-columns", help="With --data: " + TEXT_COLUMNS_HELP)]
+DataBatchSizeOption = Annotated[int, typer.Option(
+    "--batch-size", help="With --data: items per encoder call.")]
+DataBackendOption = Annotated[str, typer.Option("--backend", help="With --data: onnx or torch.")]
 
 
 def parse_column(raw: str) -> str | int:

@@ -20,10 +20,12 @@ from ghofl.cli._options import (
 )
 from ghofl.cli.app import app
 from ghofl.cli.embed import (
-    FORMAT_HELP,
-    LABEL_COLUMN_HELP,
-    SPLIT_HELP,
-    TEXT_COLUMNS_HELP,
+    DataBackendOption,
+    DataBatchSizeOption,
+    DataFormatOption,
+    DataLabelColumnOption,
+    DataSplitOption,
+    DataTextColumnsOption,
     data_spec,
 )
 from ghofl.cli.io import (
@@ -107,17 +109,12 @@ def evaluate(
     json_out: Annotated[Path | None, typer.Option(
         "--json", help="Write the accuracies as JSON here.")] = None,
     feature_transform: FeatureTransformOption = "none",
-    split: Annotated[str | None, typer.Option("--split", help="With --data: " + SPLIT_HELP)]
-        = None,
-    fmt: Annotated[str, typer.Option("--format", help="With --data: " + FORMAT_HELP)] = "auto",
-    label_column: Annotated[str | None, typer.Option(
-        "--label-column", help="With --data: " + LABEL_COLUMN_HELP)] = None,
-    text_columns: Annotated[str | None, typer.Option(
-        "--text-columns", help="With --data: " + TEXT_COLUMNS_HELP)] = None,
-    batch_size: Annotated[int, typer.Option(
-        "--batch-size", help="With --data: items per encoder call.")] = 64,
-    backend: Annotated[str, typer.Option("--backend", help="With --data: onnx or torch.")]
-        = "onnx",
+    split: DataSplitOption = None,
+    fmt: DataFormatOption = "auto",
+    label_column: DataLabelColumnOption = None,
+    text_columns: DataTextColumnsOption = None,
+    batch_size: DataBatchSizeOption = 64,
+    backend: DataBackendOption = "onnx",
 ) -> None:
     """Score every head of a model directory on labelled test data: embeddings (with
     --feature-transform: the raw encoder output, transformed as the clients did), or raw

@@ -22,10 +22,12 @@ from ghofl.cli.app import app
 from ghofl.cli.embed import (
     DATA_HELP,
     ENCODER_HELP,
-    FORMAT_HELP,
-    LABEL_COLUMN_HELP,
-    SPLIT_HELP,
-    TEXT_COLUMNS_HELP,
+    DataBackendOption,
+    DataBatchSizeOption,
+    DataFormatOption,
+    DataLabelColumnOption,
+    DataSplitOption,
+    DataTextColumnsOption,
     data_spec,
     local_embeddings,
     parse_class_option,
@@ -65,21 +67,16 @@ def client_stats(
         + DATA_HELP)] = None,
     encoder: Annotated[str | None, typer.Option("--encoder", help="With --data: "
         + ENCODER_HELP)] = None,
-    split: Annotated[str | None, typer.Option("--split", help="With --data: " + SPLIT_HELP)]
-        = None,
+    split: DataSplitOption = None,
     resolution: Annotated[int, typer.Option(
         "--resolution", help="With --data: input resolution of image encoders.")] = 224,
-    backend: Annotated[str, typer.Option("--backend", help="With --data: onnx or torch.")]
-        = "onnx",
-    batch_size: Annotated[int, typer.Option(
-        "--batch-size", help="With --data: items per encoder call.")] = 64,
+    backend: DataBackendOption = "onnx",
+    batch_size: DataBatchSizeOption = 64,
     progress: Annotated[bool, typer.Option(
         "--progress", help="With --data: show a progress bar.")] = False,
-    fmt: Annotated[str, typer.Option("--format", help="With --data: " + FORMAT_HELP)] = "auto",
-    label_column: Annotated[str | None, typer.Option(
-        "--label-column", help="With --data: " + LABEL_COLUMN_HELP)] = None,
-    text_columns: Annotated[str | None, typer.Option(
-        "--text-columns", help="With --data: " + TEXT_COLUMNS_HELP)] = None,
+    fmt: DataFormatOption = "auto",
+    label_column: DataLabelColumnOption = None,
+    text_columns: DataTextColumnsOption = None,
     mode: Annotated[str, typer.Option(
         "--mode", help="Upload mode: full (every head), pooled (no QDA) or diag (NB only).")]
         = "full",
