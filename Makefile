@@ -17,7 +17,7 @@ export PYTHONDONTWRITEBYTECODE=1
 DEMO_EXTRAS := torch,bench
 TEST_EXTRAS := dev,torch,bench,text,flower,privacy
 
-.PHONY: demo test lint typecheck pytest bench bench-secure clean venv
+.PHONY: demo test lint typecheck pytest pytest-parallel bench bench-secure clean venv
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,9 +43,13 @@ typecheck: $(VENV)/.stamp-$(TEST_EXTRAS)
 pytest: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(VENV)/bin/pytest -q
 
+# Lint, type check and the suite run side by side (the Flower tests spend most of their time
+# waiting on processes, so the type check fits beside them); each one's output is printed whole
+# when it ends, and `make test` fails when any of them fails.
 test: $(VENV)/.stamp-$(TEST_EXTRAS)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/mypy
+	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck pytest-parallel
+
+pytest-parallel: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(VENV)/bin/pytest -q -n 2 --dist loadgroup --durations=15
 
 # Every benchmark script rewrites its own BENCHMARKS.md section (about 45 minutes in all on
