@@ -1,5 +1,8 @@
-"""Key checks shared by the flat configs of :class:`~ghofl.client.job.ClientJob` and
-:class:`~ghofl.server_job.ServerJob` (one run config may carry both)."""
+"""Key checks shared by the flat configs of client and server jobs.
+
+:class:`~ghofl.client.job.ClientJob` and :class:`~ghofl.server_job.ServerJob` share them
+(one run config may carry both).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +14,11 @@ from ghofl.errors import ConfigError
 
 def check_config_keys(config: Mapping[str, Any], known: Iterable[str], *, what: str,
                       required: str, example: str, strict: bool) -> None:
-    """Raise :class:`ConfigError` when ``required`` is missing, or (``strict``) when a key is
-    not in ``known``; messages name ``what`` ("client job config") and the key."""
+    """Raise :class:`ConfigError` when ``required`` is missing or (``strict``) a key is unknown.
+
+    A key is unknown when not in ``known``; messages name ``what`` ("client job
+    config") and the key.
+    """
     names = sorted(known)
     if strict:
         unknown = sorted(k for k in config if k not in names)

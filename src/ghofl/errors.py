@@ -1,5 +1,8 @@
-"""Exception hierarchy. Every message is a full sentence naming the object, the parameter,
-what was expected, what was given, and how to fix it."""
+"""Exception hierarchy.
+
+Every message is a full sentence naming the object, the parameter, what was expected,
+what was given, and how to fix it.
+"""
 
 from __future__ import annotations
 
@@ -46,17 +49,21 @@ class LibraryNames:
                                          "server": "ServerJob"}
 
     def name(self, path: str) -> str:
+        """The option as the library names it: ``ClientJob clip_norm``."""
         part, _, attr = path.partition(".")
         return f"{self._OWNERS.get(part, part)} {attr}"
 
     def ask(self, path: str) -> str:
+        """The option as a request for a value: its :meth:`name`."""
         return self.name(path)
 
     def setting(self, path: str, value: object) -> str:
+        """The option set to ``value``: ``AggregationSpec protocol = "plain"``."""
         literal = f'"{value}"' if isinstance(value, str) else repr(value)
         return f"{self.name(path)} = {literal}"
 
     def reset(self, paths: tuple[tuple[str, object], ...]) -> str:
+        """A remedy that sets any one of the options back to its value."""
         return "set " + " or ".join(self.setting(p, v) for p, v in paths)
 
 
@@ -117,14 +124,18 @@ class ProtocolError(GhoflError, ValueError):
 
 
 class AggregationAbortedError(GhoflError, RuntimeError):
-    """A secure aggregation round stopped without a result (too few clients remained, or a
-    secret could not be recovered); nothing partial was produced."""
+    """A secure aggregation round stopped without a result; nothing partial was produced.
+
+    Too few clients remained, or a secret could not be recovered.
+    """
 
 
 class TotalOutOfBoundsError(AggregationAbortedError):
-    """A decoded total fails the bounds that clipping at R with at most M samples per client
-    allows (``ghofl.secure.bounds``): a client sent statistics beyond them, so nothing is
-    fitted or released. :attr:`checks` names the failed checks."""
+    """A decoded total fails the bounds of clipping at R with at most M samples per client.
+
+    The bounds are those of ``ghofl.secure.bounds``: a client sent statistics beyond them, so
+    nothing is fitted or released. :attr:`checks` names the failed checks.
+    """
 
     def __init__(self, message: str, checks: tuple[str, ...] = ()) -> None:
         super().__init__(message)
@@ -151,13 +162,17 @@ class StoreError(GhoflError, ValueError):
 
 
 class StoreConflictError(StoreError):
-    """A contribution clashes with one already recorded: another payload under the same
-    client id, or the same payload under another client id."""
+    """A contribution clashes with one already recorded.
+
+    Another payload under the same client id, or the same payload under another client id.
+    """
 
 
 class WriteError(GhoflError, OSError):
-    """An output file could not be written (disk full, permissions...); nothing partial was
-    left behind."""
+    """An output file could not be written; nothing partial was left behind.
+
+    E.g. the disk is full, or permissions are missing.
+    """
 
 
 class StatsOverflowError(StatsValidationError):

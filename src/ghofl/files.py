@@ -83,7 +83,8 @@ def _locked_temporary(target: Path, directory: bool = False) -> tuple[int, str]:
 
     A cleaner may take the lock of a temporary in the instant between its creation and the
     lock being taken, and remove it: then the path no longer names the locked one, and a new
-    one is made."""
+    one is made.
+    """
     prefix = f".{target.name}."
     while True:
         if directory:
@@ -237,7 +238,8 @@ def atomic_directory(target: Path) -> Iterator[Path]:
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``).
 
-    False where the system or file system has no such call (the caller then renames)."""
+    False where the system or file system has no such call (the caller then renames).
+    """
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -274,7 +276,8 @@ def _recover_interrupted_swap(target: Path) -> None:
     """Put back a previous ``target`` that a writer killed mid-swap left aside, or remove it.
 
     When ``target`` is missing, the newest unlocked ``.NAME.*.old`` is the previous
-    directory and is renamed back; every other unlocked one is a leftover and removed."""
+    directory and is renamed back; every other unlocked one is a leftover and removed.
+    """
     if not target.exists():
         olds = []
         for cand in target.parent.glob(f".{glob_escape(target.name)}.*.old"):

@@ -98,8 +98,11 @@ class ServerJob:
         build_heads(self.heads, self.resolved_params(), seed=self.seed, progress=self.progress)
 
     def resolved_params(self) -> dict[str, dict[str, Any]]:
-        """The hyperparameters the heads are built with: the preset's values, overridden key
-        by key by :attr:`head_params` (:func:`~ghofl.heads.presets.merge_preset`)."""
+        """The hyperparameters the heads are built with.
+
+        The preset's values, overridden key by key by :attr:`head_params`
+        (:func:`~ghofl.heads.presets.merge_preset`).
+        """
         return merge_preset(self.preset, self.heads, self.head_params)
 
     def to_config(self) -> dict[str, ConfigValue]:
@@ -278,8 +281,10 @@ def run_server_job(
 
 
 def _fit_ood(total: ClientStats) -> MahalanobisOOD | None:
-    """The model's out-of-distribution score, or ``None`` when the statistics cannot give one
-    (no more samples than classes, or a degenerate covariance)."""
+    """The model's out-of-distribution score, or ``None`` when the statistics give none.
+
+    They give none with no more samples than classes, or a degenerate covariance.
+    """
     try:
         return MahalanobisOOD().fit_from_moments(compute_moments(total))
     except StatsValidationError:

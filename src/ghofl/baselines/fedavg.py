@@ -37,6 +37,7 @@ class SoftmaxParams:
 
     @classmethod
     def zeros(cls, dim: int, num_classes: int) -> SoftmaxParams:
+        """All-zero weights for ``dim`` inputs and ``num_classes`` classes."""
         return cls(np.zeros((dim, num_classes)), np.zeros(num_classes))
 
     @property

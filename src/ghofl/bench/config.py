@@ -158,6 +158,7 @@ class ExperimentConfig:
             raise ConfigError("train_per_class and test_per_class must be >= 0 (0 = all)")
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as a plain dictionary (:func:`dataclasses.asdict`)."""
         return asdict(self)
 
     def n_cells(self) -> int:
@@ -179,8 +180,10 @@ class ExperimentConfig:
 
 
 def _check_upload_options(cfg: ExperimentConfig) -> None:
-    """``holdout`` fractions in [0, 0.5] and ``transport_dtype`` float64/float32 (not float32
-    with ``secure``: secure aggregation sends its own fixed-point words)."""
+    """Check the ``holdout`` fractions (in [0, 0.5]) and ``transport_dtype`` (float64/float32).
+
+    float32 is refused with ``secure``: secure aggregation sends its own fixed-point words.
+    """
     from ghofl.server.fields import CONFIG
     from ghofl.server.plan import PlanError, check_transport_dtype
     from ghofl.stats.codec import TRANSPORT_DTYPES

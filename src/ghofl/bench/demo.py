@@ -63,9 +63,12 @@ DEMO_LOGREG_C = 3e-3
 
 @contextmanager
 def _one_blas_thread() -> Iterator[None]:
-    """Limit BLAS to one thread. On a busy 2-core machine a second BLAS thread mostly spins:
-    the d × d factorisations of the heads, FedAvg's small products and the probes then take
-    several times longer than with one thread, for identical results."""
+    """Limit BLAS to one thread.
+
+    On a busy 2-core machine a second BLAS thread mostly spins: the d × d factorisations of the
+    heads, FedAvg's small products and the probes then take several times longer than with one
+    thread, for identical results.
+    """
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
@@ -82,8 +85,9 @@ def resolve_demo_data(
     progress: bool = True,
     log: Log | None = None,
 ) -> str | None:
-    """The data directory the demo reads CIFAR-10 from (``None``: the cache, where the archive
-    was downloaded).
+    """The data directory the demo reads CIFAR-10 from.
+
+    ``None`` means the cache, where the archive was downloaded.
 
     In order: ``cifar10.zip`` (or ``cifar10/``) in ``data_dir`` (default ``GHOFL_DATA_DIR``),
     the official ``cifar-10-python.tar.gz`` there or in the cache, else a download of that
@@ -132,9 +136,12 @@ def demo_configs(
     heads: tuple[str, ...] | None = None,
     head_params: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, ExperimentConfig]:
-    """The demo's three grids, by name: ``alpha`` (mode full, α ∈ DEMO_ALPHAS), ``upload``
-    (modes diag and pooled × DEMO_PROJECTIONS, α = 0.1) and ``projection`` (mode full under the
-    projections other than none, α = 0.1); ``heads=None`` means every registered head."""
+    """The demo's three grids, by name.
+
+    ``alpha`` (mode full, α ∈ DEMO_ALPHAS), ``upload`` (modes diag and pooled × DEMO_PROJECTIONS,
+    α = 0.1) and ``projection`` (mode full under the projections other than none, α = 0.1);
+    ``heads=None`` means every registered head.
+    """
     from ghofl.heads.registry import available_heads
 
     common: dict[str, Any] = {
@@ -173,8 +180,9 @@ def fedavg_curve(
     lrs: tuple[float, ...] = DEMO_FEDAVG_LRS,
     select_rounds: int = 10,
 ) -> dict[str, Any]:
-    """FedAvg of a linear softmax head on the clients of the one-shot federation with the same
-    (α, clients, seed), test accuracy after every round.
+    """FedAvg of a linear softmax head, test accuracy after every round.
+
+    It runs on the clients of the one-shot federation with the same (α, clients, seed).
 
     The learning rate is the one of ``lrs`` whose ``select_rounds``-round run, trained on 90% of
     each client's rows, scores best on the other 10% (no test data is used to choose it).

@@ -176,8 +176,9 @@ class LogisticProbe(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
 def fit_path(X: NDArray[Any], y: NDArray[Any], cs: Sequence[float], tol: float = 1e-4,
              max_iter: int = 500, matmul_dtype: MatmulDtype = "float32"
              ) -> dict[float, LogisticProbe]:
-    """One :class:`LogisticProbe` per C in ``cs``, fitted in increasing C, each warm-started
-    from the solution of the previous (smaller, more regularised) C.
+    """One :class:`LogisticProbe` per C in ``cs``, fitted in increasing C.
+
+    Each is warm-started from the solution of the previous (smaller, more regularised) C.
 
     Returns ``{C: fitted probe}``. Every probe solves its own objective to ``tol``: the warm
     start changes the iterations, not the minimiser.

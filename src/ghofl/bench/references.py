@@ -32,6 +32,8 @@ SOLVER = "lbfgs-f32products-warmpath-v2"
 
 @dataclass
 class ReferenceResult:
+    """A centralised reference's test accuracy, fit time and details (JSON-cached)."""
+
     name: str
     accuracy: float
     fit_seconds: float
@@ -49,8 +51,10 @@ def logreg_reference(
     seed: int = 0,
     max_iter: int = 500,
 ) -> ReferenceResult:
-    """Centralised logistic-regression probe with C chosen by CV on train only (a single
-    value in ``cs`` is used as is, without cross-validation)."""
+    """Centralised logistic-regression probe with C chosen by CV on train only.
+
+    A single value in ``cs`` is used as is, without cross-validation.
+    """
     t0 = time.perf_counter()
     final, details = fit_logreg_probe(
         x_train, y_train, cs=cs, folds=folds, cv_max_samples=cv_max_samples, seed=seed,
@@ -69,9 +73,10 @@ def fit_logreg_probe(
     seed: int = 0,
     max_iter: int = 500,
 ) -> tuple[Any, dict[str, Any]]:
-    """The fitted probe of :func:`logreg_reference` (a scikit-learn pipeline with ``predict``)
-    and its details (chosen C, CV scores, solver iterations), for scoring several test sets
-    with one fit.
+    """The fitted probe of :func:`logreg_reference` and its details.
+
+    The probe is a scikit-learn pipeline with ``predict``; the details are the chosen C, CV scores
+    and solver iterations. One fit can score several test sets.
 
     The pipeline is ``StandardScaler`` then :class:`~ghofl.bench.logreg.LogisticProbe`:
     scikit-learn's ``LogisticRegression(C)`` objective and L-BFGS-B solver (tolerance 1e-4,
@@ -154,11 +159,13 @@ def run_reference(
     cache_dir: str | os.PathLike[str] | None = None,
     logreg_cs: tuple[float, ...] | None = None,
 ) -> ReferenceResult:
-    """Run reference ``name``; results are cached on disk keyed by a hash of the four arrays,
-    the reference name, its settings, the scikit-learn version and, for ``logreg``, the solver
-    (``SOLVER``) (so warm runs are instant).
-    ``cache_dir=None`` uses ``GHOFL_CACHE_DIR`` or ``~/.cache/ghofl``. ``logreg_cs`` replaces
-    the C grid of ``logreg`` (one value: that C, no cross-validation)."""
+    """Run reference ``name``, with results cached on disk.
+
+    The cache key hashes the four arrays, the reference name, its settings, the scikit-learn version
+    and, for ``logreg``, the solver (``SOLVER``), so warm runs are instant. ``cache_dir=None`` uses
+    ``GHOFL_CACHE_DIR`` or ``~/.cache/ghofl``. ``logreg_cs`` replaces the C grid of ``logreg`` (one
+    value: that C, no cross-validation).
+    """
     import sklearn
 
     from ghofl.client.cache import default_cache_dir

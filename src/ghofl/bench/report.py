@@ -89,8 +89,10 @@ def replace_section(text: str | None, name: str, body: str, first: bool = False)
 
 
 def update_section(path: str | os.PathLike[str], name: str, body: str, first: bool = False) -> None:
-    """Replace the section ``name`` of the markdown file ``path`` atomically; a new section is
-    appended, or placed right after the file's header when ``first``."""
+    """Replace the section ``name`` of the markdown file ``path`` atomically.
+
+    A new section is appended, or placed right after the file's header when ``first``.
+    """
     p = Path(path)
     text = replace_section(p.read_text() if p.exists() else None, name, body, first)
     atomic_write(p, lambda tmp: Path(tmp).write_text(text))

@@ -21,6 +21,7 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def fmt_pct(values: list[float]) -> str:
+    """Mean of ``values`` as a percentage, with ``± std`` when there are several."""
     m, s = mean_std(values)
     return f"{100 * m:.2f} ± {100 * s:.2f}" if len(values) > 1 else f"{100 * m:.2f}"
 
@@ -91,10 +92,13 @@ def invariance_summary(records: list[dict[str, Any]]) -> str:
 def describe_encoder(
     name: str, cfg: ExperimentConfig, info: EncoderInfo | None = None
 ) -> str:
-    """How ``results.md`` names an encoder: its input resolution and backend for image
-    encoders (``efficientnet-lite0 at 224px (onnx)``), the kind and dimension for others
+    """How ``results.md`` names an encoder.
+
+    Image encoders by input resolution and backend
+    (``efficientnet-lite0 at 224px (onnx)``), others by kind and dimension
     (``minilm (text, d=384)``). With ``info`` (the encoder's :class:`EncoderInfo`) the
-    resolution and dimension come from it; without, from ``cfg`` and the encoder's name."""
+    resolution and dimension come from it; without, from ``cfg`` and the encoder's name.
+    """
     from ghofl.bench.features import is_text_encoder
 
     if info is not None:
@@ -111,8 +115,11 @@ def write_markdown(
     cfg: ExperimentConfig, records: list[dict[str, Any]], path: Path,
     encoders: Mapping[str, EncoderInfo] | None = None,
 ) -> None:
-    """Write ``results.md`` for ``records``; ``encoders`` maps encoder names to their
-    :class:`EncoderInfo` when known (see :func:`describe_encoder`)."""
+    """Write ``results.md`` for ``records``.
+
+    ``encoders`` maps encoder names to their :class:`EncoderInfo` when known (see
+    :func:`describe_encoder`).
+    """
     from ghofl.bench.features import dataset_label
 
     infos = encoders or {}
@@ -140,8 +147,10 @@ def fedavg_crossing(accuracy: list[float], target: float) -> int | None:
 
 
 def demo_alpha_table(records: list[dict[str, Any]], fedavg: dict[str, Any] | None = None) -> str:
-    """Heads × Dirichlet α (mode ``full``, no projection) with the spread across α, the
-    centralised references and, at its α, FedAvg after its last round."""
+    """Heads × Dirichlet α (mode ``full``, no projection), with the spread across α.
+
+    Also the centralised references and, at its α, FedAvg after its last round.
+    """
     fed = [r for r in records
            if r["mode"] == "full" and not r["projection_dim"] and r["alpha"] is not None]
     alphas = sorted({r["alpha"] for r in fed})
@@ -172,8 +181,10 @@ def demo_alpha_table(records: list[dict[str, Any]], fedavg: dict[str, Any] | Non
 
 
 def demo_upload_table(records: list[dict[str, Any]]) -> str:
-    """Upload settings (mode, projection) sorted by bytes per client × head accuracy, at the
-    α of the upload sweep."""
+    """Upload settings (mode, projection) by bytes per client × head accuracy.
+
+    Sorted by bytes, at the α of the upload sweep.
+    """
     fed = [r for r in records if r["mode"] != "reference" and r["alpha"] is not None]
     swept = [r for r in fed if r["mode"] != "full" or r["projection_dim"]]
     if not swept:
@@ -224,8 +235,10 @@ def demo_fedavg_line(records: list[dict[str, Any]], fedavg: dict[str, Any]) -> s
 
 
 def demo_markdown(result: dict[str, Any]) -> str:
-    """``results.md`` of ``ghofl demo`` (and what it prints): the α table, the FedAvg
-    sentence, the upload table."""
+    """``results.md`` of ``ghofl demo`` (and what it prints).
+
+    The α table, the FedAvg sentence, the upload table.
+    """
     records, fedavg = result["records"], result.get("fedavg")
     parts = [f"# ghofl demo: CIFAR-10 ({result['n_train']:,} train / {result['n_test']:,} test "
              f"images), {result['encoder']}", "", demo_alpha_table(records, fedavg)]

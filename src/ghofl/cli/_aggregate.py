@@ -45,8 +45,9 @@ def _same_file(a: Path, b: Path) -> bool:
 def check_aggregate_inputs(
     files: Sequence[Path], out: Path | None, store: Path | None, client_id: str | None
 ) -> list[str]:
-    """Refuse option combinations and inputs that would lose or double-count data; return
-    the SHA-256 of every payload.
+    """Refuse inputs that would lose or double-count data; return every payload's SHA-256.
+
+    Option combinations are checked as well as the payloads.
 
     Raises
     ------
@@ -111,8 +112,9 @@ def check_aggregate_inputs(
 def record_in_store(
     db: Path, files: Sequence[Path], digests: Sequence[str], client_id: str | None
 ) -> ClientStats:
-    """Record each payload in the store ``db`` (one transaction each), print one line per
-    payload and a summary; return the store's total.
+    """Record each payload in the store ``db``; return the store's total.
+
+    One transaction per payload; prints one line per payload and a summary.
 
     Raises
     ------

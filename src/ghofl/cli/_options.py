@@ -71,8 +71,9 @@ def client_job(names: tuple[str, ...], mode: Mode, **options: Any) -> ClientJob:
 
 def check_upload_options(holdout: float, holdout_seed: int, transport_dtype: str, *,
                          secure: bool = False) -> None:
-    """Check --holdout, --holdout-seed and --transport-dtype before any work (as
-    :func:`client_job` does) and their combination with --secure.
+    """Check --holdout, --holdout-seed and --transport-dtype before any work.
+
+    As :func:`client_job` does, with their combination with --secure.
 
     Raises
     ------
@@ -85,8 +86,10 @@ def check_upload_options(holdout: float, holdout_seed: int, transport_dtype: str
 
 
 def cli_plan(make: Callable[[], T], hint: Callable[[FieldError], str] | None = None) -> T:
-    """``make()`` (building a :class:`~ghofl.server.plan.FederationPlan` or one of its parts,
-    or checking one of its rules) with an invalid option reported in the CLI's flags.
+    """``make()`` with an invalid option reported in the CLI's flags.
+
+    ``make`` builds a :class:`~ghofl.server.plan.FederationPlan` or one of its
+    parts, or checks one of its rules.
 
     Parameters
     ----------

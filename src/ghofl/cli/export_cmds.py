@@ -23,10 +23,13 @@ def export(
         "encoder's resolution); only the batch axis is dynamic.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
 ) -> None:
-    """Export a head as one ONNX graph: from the images (built-in image encoders) or, with
-    --head-only, from embeddings, through the feature transform, projection and head to the
-    outputs 'probabilities' float32 (N, C) and 'label' int64 (N,). Classes, head, encoder
-    fingerprint and input contract are recorded in the file's metadata."""
+    """Export a head as one ONNX graph.
+
+    From the images (built-in image encoders) or, with --head-only, from embeddings, through
+    the feature transform, projection and head to the outputs 'probabilities' float32 (N, C)
+    and 'label' int64 (N,). Classes, head, encoder fingerprint and input contract are
+    recorded in the file's metadata.
+    """
     from ghofl.heads.export import export_model, parse_image_size
 
     size = None if image_size is None else parse_image_size(image_size)

@@ -139,8 +139,10 @@ _ALWAYS = ("protocol", "classes", "mode", "clip_norm", "threshold", "heads", "he
 
 def _identity_nodes(folder: Path, nodes: int, engine: str, secure: bool,
                     cfg: dict[str, ConfigValue]) -> list[dict[str, str]]:
-    """Node config of each SuperNode from an identities folder (roster.json + keys); adds
-    the roster to the run config ``cfg``."""
+    """Node config of each SuperNode from an identities folder (roster.json + keys).
+
+    Adds the roster to the run config ``cfg``.
+    """
     from ghofl.secure.identity import IdentityKey, Roster
 
     if engine != "deployment" or not secure:

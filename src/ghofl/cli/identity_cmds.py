@@ -1,5 +1,7 @@
-"""``ghofl keys new`` (a client's long-term identity key) and ``ghofl roster build`` /
-``ghofl roster show`` (the federation's roster of identity public keys, fixed out of band).
+"""``ghofl keys new``, ``ghofl roster build`` and ``ghofl roster show``.
+
+``keys new`` makes a client's long-term identity key; the roster is the federation's list of
+identity public keys, fixed out of band.
 
 The operator collects every client's ``.pub`` file, builds the roster once and gives the same
 roster file to every client and to the server; clients then refuse any round whose relayed

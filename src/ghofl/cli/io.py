@@ -1,5 +1,6 @@
-"""Option handling shared by the CLI commands: class lists, ``--mode``, ``--param`` values,
-statistics files, output paths and plain-text tables.
+"""Option handling shared by the CLI commands.
+
+Class lists, ``--mode``, ``--param`` values, statistics files, output paths and plain-text tables.
 
 Readers and writers that are not about options live in their layers: embeddings archives in
 :mod:`ghofl.data.embeddings`, the model directory in :mod:`ghofl.heads.model_dir`, atomic
@@ -42,8 +43,10 @@ __all__ = [
 def resolve_classes(
     option_classes: str | None, num_classes: int | None, archives: Sequence[Embeddings]
 ) -> tuple[str, ...]:
-    """The class list: ``--classes``, else the archive's ``classes``, else ``--num-classes``,
-    else ``max(y) + 1`` over the archives.
+    """The class list.
+
+    ``--classes``, else the archive's ``classes``, else ``--num-classes``, else
+    ``max(y) + 1`` over the archives.
 
     Raises
     ------
@@ -99,8 +102,10 @@ def read_stats(path: Path) -> ClientStats:
 
 
 def read_total_arg(path: Path) -> ClientStats:
-    """A total for the server side: a statistics file or an aggregation store
-    (:func:`ghofl.store.read_total`), with the path named in validation errors."""
+    """A total for the server side: a statistics file or an aggregation store.
+
+    Stores are read with :func:`ghofl.store.read_total`; validation errors name the path.
+    """
     from ghofl.store import is_store, read_total
 
     if not is_store(path):

@@ -47,8 +47,10 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
 
 
 def command_modules() -> list[str]:
-    """The modules that register subcommands: the core ones, then every other public module
-    of :mod:`ghofl.cli` in name order."""
+    """The modules that register subcommands.
+
+    The core ones, then every other public module of :mod:`ghofl.cli` in name order.
+    """
     import ghofl.cli as package
 
     found = sorted(

@@ -116,10 +116,12 @@ def evaluate(
     batch_size: DataBatchSizeOption = 64,
     backend: DataBackendOption = "onnx",
 ) -> None:
-    """Score every head of a model directory on labelled test data: embeddings (with
-    --feature-transform: the raw encoder output, transformed as the clients did), or raw
-    images or texts (--data), encoded by the model's recorded encoder (refused when the local
-    encoder's fingerprint differs) and transformed as the model records."""
+    """Score every head of a model directory on labelled test data.
+
+    The data are embeddings (with --feature-transform: the raw encoder output, transformed as the
+    clients did), or raw images or texts (--data), encoded by the model's recorded encoder (refused
+    when the local encoder's fingerprint differs) and transformed as the model records.
+    """
     if json_out is not None and json_out.is_dir():
         raise InputError(f"--json '{json_out}' is a directory; give a file path")
     check_feature_transform_option(feature_transform)
@@ -180,8 +182,10 @@ def _labelled_embeddings(embeddings: Path, first: Head, model_dir: Path,
 
 def _raw_labelled(spec: DatasetSpec, first: Head, model_dir: Path, *, split: str | None,
                   batch_size: int, backend: str) -> tuple[Any, Any]:
-    """(x (n, d) transformed, y (n,) indices into the model's classes) of raw labelled data,
-    embedded with the model's recorded encoder."""
+    """Raw labelled data embedded with the model's recorded encoder.
+
+    Returns x (n, d), transformed, and y (n,), indices into the model's classes.
+    """
     from ghofl.client.local_data import embed_local_data
     from ghofl.evaluation.predict import recorded_encoder
 

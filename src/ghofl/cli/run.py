@@ -32,8 +32,11 @@ def run(
         bool, typer.Option("--progress", help="Show progress bars (encoding, training).")
     ] = False,
 ) -> None:
-    """Run a grid of one-shot federations (dataset × encoder × mode × projection × α × clients ×
-    seeds) and write tidy results, mean ± std tables and plots."""
+    """Run a grid of one-shot federations and write results, tables and plots.
+
+    The grid is dataset × encoder × mode × projection × α × clients × seeds; the output is tidy
+    results, mean ± std tables and plots.
+    """
     from ghofl.bench.config import load_config
     from ghofl.bench.runner import run_experiment
 
@@ -84,12 +87,14 @@ def demo(
         bool, typer.Option("--progress/--no-progress", help="Show progress bars.")
     ] = True,
 ) -> None:
-    """The main job: CIFAR-10 through EfficientNet-Lite0 (ImageNet weights), 10 clients; every
-    head against Dirichlet α, FedAvg's rounds on the same clients, accuracy against upload size;
-    prints the tables and writes three PNG plots.
+    """The main job: CIFAR-10 through EfficientNet-Lite0 (ImageNet weights), 10 clients.
+
+    Every head against Dirichlet α, FedAvg's rounds on the same clients, accuracy against upload
+    size; prints the tables and writes three PNG plots.
 
     CIFAR-10 comes from GHOFL_DATA_DIR (cifar10.zip, or the official cifar-10-python.tar.gz),
-    else from the cache, else the official archive is downloaded once (MD5-checked)."""
+    else from the cache, else the official archive is downloaded once (MD5-checked).
+    """
     from ghofl.bench.demo import resolve_demo_data, run_demo
     from ghofl.cli.io import parse_param_options
     from ghofl.heads.registry import parse_head_list

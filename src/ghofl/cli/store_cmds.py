@@ -1,5 +1,7 @@
-"""``ghofl store show`` (list a store's contributions), ``ghofl store verify`` (check its
-integrity) and ``ghofl forget`` (exact unlearning).
+"""``ghofl store show``, ``ghofl store verify`` and ``ghofl forget``.
+
+``show`` lists a store's contributions, ``verify`` checks its integrity and ``forget``
+unlearns a contribution exactly.
 
 Stores are written by ``ghofl aggregate --store DB PAYLOAD...``.
 """
@@ -68,9 +70,12 @@ def show(
 def verify(
     db: Annotated[Path, typer.Argument(help="The store (SQLite file).")],
 ) -> None:
-    """Check a store's integrity: SQLite's own check, the digest of every contribution, of
-    the settings and of the total, and the total against the exact sum of the contributions.
-    Reads only (works on read-only stores); exit status 2 when anything is wrong."""
+    """Check a store's integrity.
+
+    SQLite's own check, the digest of every contribution, of the settings and of the total, and the
+    total against the exact sum of the contributions. Reads only (works on read-only stores); exit
+    status 2 when anything is wrong.
+    """
     problems, n = verify_store(db)
     for problem in problems:
         typer.echo(f"store {db}: {problem}")

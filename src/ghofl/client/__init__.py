@@ -1,2 +1,4 @@
-"""Client side: frozen encoders (``ghofl.client.encoders``), embedding (``ghofl.client.embed``)
-and the on-disk embedding cache (``ghofl.client.cache``)."""
+"""Client side: frozen encoders, embedding and the on-disk embedding cache.
+
+See ``ghofl.client.encoders``, ``ghofl.client.embed`` and ``ghofl.client.cache``.
+"""

@@ -24,11 +24,13 @@ class Source(Protocol):
     """A dataset: ``labels`` (n,), ``len()``, ``load_batch(indices)`` (images or texts)."""
 
     @property
-    def labels(self) -> NDArray[np.int64]: ...
+    def labels(self) -> NDArray[np.int64]:
+        """Class index of every item, shape (n,)."""
 
     def __len__(self) -> int: ...
 
-    def load_batch(self, indices: Any) -> Any: ...
+    def load_batch(self, indices: Any) -> Any:
+        """The items at ``indices``: images or texts, as the encoder takes them."""
 
 
 def _positions(indices: Indices | None, n: int) -> NDArray[np.int64]:
@@ -117,8 +119,11 @@ def _progress_bar(total: int, name: str) -> Any:
 
 
 def dataset_key(dataset: str | os.PathLike[str] | Source) -> str:
-    """Cache key of a dataset: the name of a named dataset, else the name of the file/folder
-    plus 8 hex of the SHA-256 of its absolute path, else the source's ``name`` attribute."""
+    """Cache key of a dataset.
+
+    The name of a named dataset, else the name of the file/folder plus 8 hex of the SHA-256 of its
+    absolute path, else the source's ``name`` attribute.
+    """
     from ghofl.data.registry import available_datasets
 
     if isinstance(dataset, str | os.PathLike):

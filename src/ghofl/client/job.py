@@ -312,8 +312,11 @@ class ClientJob:
         return ProjectionSpec(self.projection_seed, int(input_dim), self.projection_dim)
 
     def stats_meta(self, input_dim: int, encoder_info: EncoderInfo | None = None) -> StatsMeta:
-        """Metadata of every payload of this job for embeddings of dimension ``input_dim``
-        (after the transform), e.g. what a secure-aggregation server must know beforehand."""
+        """Metadata of every payload of this job for embeddings of dimension ``input_dim``.
+
+        ``input_dim`` is counted after the transform. E.g. what a secure-aggregation server must
+        know beforehand.
+        """
         return StatsAccumulator(self.classes, input_dim, self.mode, encoder_info,
                                 self.projection(input_dim), clip_norm=self.clip_norm,
                                 holdout_fraction=self.holdout_fraction,
@@ -487,9 +490,11 @@ def _raw_stats(
     path: Path, job: ClientJob, cache_dir: str | os.PathLike[str] | None,
     split: str | None, batch_size: int, progress: bool,
 ) -> ClientStats:
-    """Raw data through the one embedding path of every client (``ghofl embed``, ``ghofl
-    client-stats --data``, the Flower ClientApp): :func:`~ghofl.client.local_data.
-    embed_local_data`."""
+    """Raw data through the one embedding path of every client.
+
+    That path, :func:`~ghofl.client.local_data.embed_local_data`, serves ``ghofl embed``,
+    ``ghofl client-stats --data`` and the Flower ClientApp.
+    """
     from ghofl.client.local_data import embed_local_data
 
     if job.encoder is None:

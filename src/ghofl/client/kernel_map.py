@@ -74,9 +74,12 @@ _FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
 
 def kernel_fingerprint(anchors: NDArray[Any], gamma: float, scale: float,
                        offset: NDArray[Any]) -> str:
-    """First 16 hex digits of the SHA-256 of a map's content: a version tag, the shape (K, d)
-    as two little-endian uint64, the anchors as little-endian float32, then γ and κ as
-    little-endian float64, then the K offsets as little-endian float64."""
+    """First 16 hex digits of the SHA-256 of a map's content.
+
+    The content: a version tag, the shape (K, d) as two little-endian uint64, the
+    anchors as little-endian float32, then γ and κ as little-endian float64, then the K
+    offsets as little-endian float64.
+    """
     a = np.ascontiguousarray(anchors, dtype="<f4")
     h = hashlib.sha256(_TAG)
     h.update(struct.pack("<QQ", *a.shape))
@@ -146,11 +149,11 @@ class KernelMap:
 
     @property
     def fingerprint(self) -> str:
+        """The map's fingerprint (:func:`kernel_fingerprint`)."""
         return kernel_fingerprint(self.anchors, self.gamma, self.scale, self.offset)
 
     def kernel_block(self, x: NDArray[Any], out: NDArray[Any] | None = None) -> NDArray[Any]:
-        """κ·exp(−γ‖√max(x, 0) − a_k‖²) − o_k for every row of ``x`` (n, d) and anchor:
-        (n, K).
+        """The kernel block (n, K) of ``x`` (n, d): κ·exp(−γ‖√max(x, 0) − a_k‖²) − o_k.
 
         Computed in float64, :data:`BLOCK_ROWS` rows at a time, and written into ``out``
         (n, K) when given (any float dtype), else into a new array of ``x``'s float dtype.
@@ -182,8 +185,10 @@ class KernelMap:
         return res
 
     def apply(self, x: NDArray[Any]) -> NDArray[Any]:
-        """φ(x) = [x, √max(x, 0), kernel block]: (n, 2d + K), ``x``'s float dtype (float64
-        for integer input)."""
+        """The feature map φ(x) = [x, √max(x, 0), kernel block], shape (n, 2d + K).
+
+        In ``x``'s float dtype (float64 for integer input).
+        """
         x = np.asarray(x)
         if x.ndim != 2 or x.shape[1] != self.input_dim:
             self.kernel_block(x)  # raises with the message about the dimension
@@ -196,16 +201,19 @@ class KernelMap:
         return out
 
     def norm_bound(self) -> float:
-        """√Σ_k max(o_k, κ − o_k)²: every kernel value lies in (0, κ], so entry k of the
-        block lies in (−o_k, κ − o_k] and the block's L2 norm is at most this, whatever the
-        input."""
+        """Bound √Σ_k max(o_k, κ − o_k)² on the kernel block's L2 norm, whatever the input.
+
+        Every kernel value lies in (0, κ], so entry k of the block lies in (−o_k, κ − o_k].
+        """
         return float(np.sqrt(np.sum(np.maximum(self.offset, self.scale - self.offset) ** 2)))
 
 
 def _sq_distances(s: NDArray[np.float64], anchors: NDArray[np.float64],
                   anchors_sq: NDArray[np.float64]) -> NDArray[np.float64]:
-    """‖s_i − a_k‖² (n, K) for rows s (n, d) and anchors (K, d) with ‖a_k‖² given, through
-    one matrix product; rounding below 0 is clipped."""
+    """Squared distances ‖s_i − a_k‖² (n, K) of rows s (n, d) to anchors (K, d).
+
+    With ‖a_k‖² given, through one matrix product; rounding below 0 is clipped.
+    """
     d2: NDArray[np.float64] = (np.einsum("ij,ij->i", s, s)[:, None] - 2.0 * (s @ anchors.T)
                                + anchors_sq[None, :])
     np.maximum(d2, 0.0, out=d2)
@@ -291,8 +299,10 @@ def _map_path(folder: Path, fingerprint: str) -> Path:
 def save_kernel_map(
     m: KernelMap, directory: str | os.PathLike[str] | None = None
 ) -> tuple[Path, str]:
-    """Write ``m`` as ``<fingerprint>.rbf.npz`` (atomically) into ``directory`` (default: the
-    first of the projection-basis folders); return (path, fingerprint)."""
+    """Write ``m`` atomically as ``<fingerprint>.rbf.npz``; return (path, fingerprint).
+
+    Into ``directory``, by default the first of the projection-basis folders.
+    """
     folder = Path(directory) if directory is not None else basis_dirs()[0]
     fp = m.fingerprint
     buf = io.BytesIO()

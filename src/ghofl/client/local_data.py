@@ -166,7 +166,8 @@ def save_embeddings_npz(path: str | os.PathLike[str], emb: LocalEmbeddings) -> i
 
 
 def read_npz_encoder_info(path: str | os.PathLike[str]) -> EncoderInfo | None:
-    """The :class:`EncoderInfo` stored in an embeddings archive by ``ghofl embed``, or
+    """The :class:`EncoderInfo` that ``ghofl embed`` stored in an embeddings archive.
+
     ``None`` when it stores none.
 
     Raises

@@ -70,8 +70,10 @@ def _kernel_map(name: str) -> KernelMap:
 
 
 def transformed_dim(dim: int, name: str) -> int:
-    """Output dimension of transform ``name`` on d-dimensional embeddings (a kernel transform
-    reads its map file; :class:`ConfigError` if the map takes another d)."""
+    """Output dimension of transform ``name`` on d-dimensional embeddings.
+
+    A kernel transform reads its map file (:class:`ConfigError` if the map takes another d).
+    """
     check_feature_transform(name)
     if name == "x+sqrt":
         return 2 * dim
@@ -87,8 +89,10 @@ def transformed_dim(dim: int, name: str) -> int:
 
 
 def base_dim(dim: int, name: str) -> int:
-    """The embedding dimension d that transform ``name`` maps to ``dim`` (inverse of
-    :func:`transformed_dim`)."""
+    """The embedding dimension d that transform ``name`` maps to ``dim``.
+
+    The inverse of :func:`transformed_dim`.
+    """
     check_feature_transform(name)
     if name == "x+sqrt":
         return dim // 2
@@ -98,8 +102,10 @@ def base_dim(dim: int, name: str) -> int:
 
 
 def apply_feature_transform(x: NDArray[Any], name: str) -> NDArray[Any]:
-    """Apply transform ``name`` to embeddings ``x`` (n, d); returns (n, transformed_dim(d)),
-    same dtype (a kernel transform: float64 for integer input)."""
+    """Apply transform ``name`` to embeddings ``x`` (n, d); returns (n, transformed_dim(d)).
+
+    Same dtype (a kernel transform: float64 for integer input).
+    """
     check_feature_transform(name)
     if name == "none":
         return x

@@ -42,8 +42,10 @@ def subset_key(indices: NDArray[np.integer[Any]] | Sequence[int] | str | None) -
 
 
 def safe_name(part: str) -> str:
-    """``part`` made file-name safe (unsafe runs become ``_``, plus 8 hex of its SHA-256 when
-    changed)."""
+    """``part`` made file-name safe.
+
+    Unsafe runs become ``_``, plus 8 hex of its SHA-256 when changed.
+    """
     clean = re.sub(r"[^A-Za-z0-9_.-]+", "_", part).strip(".") or "_"
     if clean != part:
         clean += "-" + hashlib.sha256(part.encode()).hexdigest()[:8]

@@ -77,22 +77,30 @@ class CifarArchiveSource(ArrayImageSource):
 
     @property
     def cache_key(self) -> str:
-        """Dataset part of the embedding-cache key: ``cifar10-python`` (canonical pixels),
-        distinct from ``cifar10`` (the ImageFolder zip of JPEG re-encodings)."""
+        """Dataset part of the embedding-cache key: ``cifar10-python`` (canonical pixels).
+
+        Distinct from ``cifar10`` (the ImageFolder zip of JPEG re-encodings).
+        """
         return SOURCE_NAME
 
 
 class _NdarrayMarker:
-    """Stands for ``numpy.ndarray`` inside a pickle: accepted as the array type argument of
-    ``_reconstruct`` but not callable, so a pickle cannot allocate arrays of its choosing."""
+    """Stand-in for ``numpy.ndarray`` inside a pickle.
+
+    Accepted as the array type argument of ``_reconstruct`` but not callable, so a pickle cannot
+    allocate arrays of its choosing.
+    """
 
 
 _NDARRAY = _NdarrayMarker()
 
 
 def _reconstruct(subtype: Any, shape: Any, typecode: Any) -> NDArray[Any]:
-    """Safe stand-in for ``numpy.core.multiarray._reconstruct``: an empty array that the
-    pickle's BUILD step then fills (``ndarray.__setstate__``, bounded by the pickle's bytes)."""
+    """Safe stand-in for ``numpy.core.multiarray._reconstruct``.
+
+    An empty array that the pickle's BUILD step then fills (``ndarray.__setstate__``,
+    bounded by the pickle's bytes).
+    """
     if subtype is not _NDARRAY or tuple(shape) != (0,):
         raise pickle.UnpicklingError("array reconstruction with unexpected arguments")
     return np.empty((0,), dtype=np.uint8)
@@ -130,8 +138,9 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 
 def safe_unpickle(data: bytes, what: str) -> Any:
-    """Unpickle ``data`` (a CIFAR batch) allowing nothing but containers, strings, numbers and
-    plain numeric numpy arrays.
+    """Unpickle ``data`` (a CIFAR batch), allowing only plain data.
+
+    Nothing but containers, strings, numbers and plain numeric numpy arrays.
 
     Parameters
     ----------
@@ -304,8 +313,10 @@ def cifar10_url() -> str:
 
 
 def cached_archive_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Where a downloaded archive is kept: ``<cache dir>/data/cifar-10-python.tar.gz`` (cache
-    dir: the argument, else ``GHOFL_CACHE_DIR``, else ``~/.cache/ghofl``)."""
+    """Where a downloaded archive is kept: ``<cache dir>/data/cifar-10-python.tar.gz``.
+
+    The cache dir is the argument, else ``GHOFL_CACHE_DIR``, else ``~/.cache/ghofl``.
+    """
     from ghofl.data.cache_dir import default_cache_dir
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -329,8 +340,10 @@ def manual_download_hint(data_dir: str | os.PathLike[str] | None,
 
 def find_cifar10_archive(data_dir: str | os.PathLike[str] | None,
                          cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
-    """The python archive (or its extracted folder) in ``data_dir``, else the downloaded copy
-    in the cache, else ``None``."""
+    """The python archive (or its extracted folder) in ``data_dir``, else the cached download.
+
+    ``None`` when there is neither.
+    """
     cands: list[Path] = []
     if data_dir is not None:
         root = Path(data_dir).expanduser()

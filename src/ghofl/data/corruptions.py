@@ -556,8 +556,10 @@ def corrupt_images(
     indices: Sequence[int] | NDArray[np.integer[Any]],
     seed: int = 0,
 ) -> NDArray[np.uint8]:
-    """Corrupt a batch; image ``k`` uses the generator of ``(seed, indices[k], corruption,
-    severity)``, so the result does not depend on batching or on which other images are present.
+    """Corrupt a batch of images, independently of batching.
+
+    Image ``k`` uses the generator of ``(seed, indices[k], corruption, severity)``, so the result
+    does not depend on batching or on which other images are present.
 
     Parameters
     ----------
@@ -587,8 +589,9 @@ def corrupt_images(
 
 
 class CorruptedImages:
-    """A corrupted view of an image source: item ``i`` is ``source[i]`` corrupted with the
-    generator of ``(seed, i, corruption, severity)``; pixels are computed when read.
+    """A corrupted view of an image source; pixels are computed when read.
+
+    Item ``i`` is ``source[i]`` corrupted with the generator of ``(seed, i, corruption, severity)``.
 
     Parameters
     ----------
@@ -629,10 +632,12 @@ class CorruptedImages:
 
     @property
     def classes(self) -> tuple[str, ...]:
+        """The source's class names."""
         return tuple(self.source.classes)
 
     @property
     def labels(self) -> NDArray[np.int64]:
+        """The source's labels, int64 of shape (n,)."""
         return np.asarray(self.source.labels, dtype=np.int64)
 
     def __len__(self) -> int:

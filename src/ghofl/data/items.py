@@ -1,4 +1,4 @@
-"""Unlabelled items to predict: image files, lines of a text file, rows of an embeddings archive.
+r"""Unlabelled items to predict: image files, lines of a text file, rows of an embeddings archive.
 
 The image and text readers yield :class:`Item` values one by one (never the whole data set),
 each carrying the ``id`` a prediction is reported under and its content, or the reason it
@@ -9,7 +9,7 @@ cannot be read:
   the folder (the member name inside a zip; the file name for a single file), in sorted order.
   Content: RGB uint8 (H, W, 3). An image Pillow cannot decode is an unreadable item.
 * :class:`TextLineItems`: a UTF-8 text file, one item per non-blank line; ``id`` is the
-  1-based line number (lines end at ``\\n``; a trailing ``\\r`` is dropped), as an editor
+  1-based line number (lines end at ``\n``; a trailing ``\r`` is dropped), as an editor
   shows it.
 * :class:`EmbeddingRows`: the ``x`` (n, d) array of an embeddings ``.npz`` (what ``ghofl
   evaluate`` reads; ``y`` and ``classes`` are optional here), read in row blocks straight from

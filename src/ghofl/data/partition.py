@@ -174,7 +174,7 @@ def _draw(
 
 
 def _dirichlet(rng: np.random.Generator, alpha: float, k: int) -> NDArray[np.float64]:
-    """p ~ Dir(α·1_K); for tiny α, an all-underflow draw becomes a random one-hot vector."""
+    """A draw p ~ Dir(α·1_K); for tiny α, an all-underflow draw becomes a random one-hot vector."""
     p: NDArray[np.float64] = rng.dirichlet(np.full(k, alpha))
     if not np.all(np.isfinite(p)) or float(p.sum()) <= 0.0:
         p = np.zeros(k)

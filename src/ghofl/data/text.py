@@ -1,5 +1,7 @@
-"""Text datasets: ``<label> <text>`` line files, CSV/TSV files with a label column, and the
-named TREC, SST-2 and AG News files.
+r"""Text datasets: label-and-text line files, CSV/TSV files and the named ones.
+
+The line files hold ``<label> <text>``, CSV/TSV files a label column; the named datasets are the
+TREC, SST-2 and AG News files.
 
 Every reader returns a :class:`TextDataset` (``texts``, int64 ``labels``, ``classes``), whose
 ``load_batch(indices) -> list[str]`` mirrors the image sources so the same embedding loop
@@ -12,7 +14,7 @@ Reading a file (:func:`read_text_dataset`) takes three steps:
    0x80-0x9F occur and all are defined in it (there cp1252 holds printable characters such as
    smart quotes and the ellipsis, where Latin-1 holds invisible C1 controls), else Latin-1
    (which decodes every byte; it equals cp1252 when no byte lies in 0x80-0x9F).
-2. **Split lines** only at ``\\n``, ``\\r\\n`` and ``\\r`` (:func:`split_lines`), never at the
+2. **Split lines** only at ``\n``, ``\r\n`` and ``\r`` (:func:`split_lines`), never at the
    other characters :meth:`str.splitlines` treats as line breaks (U+0085, U+2028, form feeds,
    ...), so line numbers in messages are those an editor shows (1-based).
 3. **Parse** every non-blank line (blank lines are skipped and counted in
@@ -236,8 +238,10 @@ def decode_text(raw: bytes, where: str = "text file") -> tuple[str, str]:
 
 
 def split_lines(text: str) -> list[str]:
-    """Split ``text`` at ``\\r\\n``, ``\\r`` and ``\\n`` only (a final line break ends the last
-    line and starts no new one). Line ``i`` of the file is ``result[i - 1]``.
+    r"""Split ``text`` at ``\r\n``, ``\r`` and ``\n`` only.
+
+    A final line break ends the last line and starts no new one. Line ``i`` of the
+    file is ``result[i - 1]``.
 
     Unlike :meth:`str.splitlines`, U+0085 (NEL, the cp1252 ellipsis read as Latin-1), U+2028,
     U+2029, form feeds and the other Unicode line separators stay inside their line.
@@ -293,8 +297,10 @@ class LabelledTexts:
 
 
 def text_format_of(path: str | os.PathLike[str], fmt: str = "auto") -> str:
-    """The format of ``path``: ``fmt`` unless ``"auto"``, else ``csv`` for ``.csv``, ``tsv``
-    for ``.tsv``/``.tab``, ``lines`` for anything else."""
+    """The format of ``path``: ``fmt`` unless ``"auto"``, else one from the suffix.
+
+    ``csv`` for ``.csv``, ``tsv`` for ``.tsv``/``.tab``, ``lines`` for anything else.
+    """
     if fmt not in TEXT_FORMATS:
         raise ConfigError(
             f"text format must be one of {', '.join(TEXT_FORMATS)}; got {fmt!r}"
@@ -361,8 +367,10 @@ def parse_labelled_texts(
     text_columns: Sequence[str | int] | None = None,
     coarse: bool = False,
 ) -> LabelledTexts:
-    """Parse decoded ``text`` in format ``fmt`` (``lines``, ``csv`` or ``tsv``); ``path`` is
-    used in messages. See :func:`read_labelled_texts`."""
+    """Parse decoded ``text`` in format ``fmt`` (``lines``, ``csv`` or ``tsv``).
+
+    ``path`` is used in messages. See :func:`read_labelled_texts`.
+    """
     path = Path(path)
     if fmt == "lines":
         if label_column is not None or text_columns:
@@ -544,8 +552,9 @@ def _col_name(i: int, names: list[str] | None) -> str:
 
 # ---------------------------------------------------------------------- labels
 def infer_classes(parts: Iterable[LabelledTexts], *, max_classes: int = 1000) -> tuple[str, ...]:
-    """The class list of one or more parsed files: their distinct labels, in numeric order
-    when every label is an integer (``"2" < "10"``), else in string order.
+    """The class list of one or more parsed files: their distinct labels, sorted.
+
+    In numeric order when every label is an integer (``"2" < "10"``), else in string order.
 
     Raises
     ------

@@ -1,13 +1,13 @@
-"""Tiny-ImageNet-200 read in place from its official zip archive or from the extracted folder.
+r"""Tiny-ImageNet-200 read in place from its official zip archive or from the extracted folder.
 
 The official layout (Stanford CS231n, ``tiny-imagenet-200.zip``)::
 
     tiny-imagenet-200/wnids.txt                       200 WordNet ids, one per line
-    tiny-imagenet-200/words.txt                       "<wnid>\\t<names>" (may list more wnids)
+    tiny-imagenet-200/words.txt                       "<wnid>\t<names>" (may list more wnids)
     tiny-imagenet-200/train/<wnid>/images/<wnid>_<i>.JPEG
     tiny-imagenet-200/train/<wnid>/<wnid>_boxes.txt   (ignored)
     tiny-imagenet-200/val/images/val_<i>.JPEG
-    tiny-imagenet-200/val/val_annotations.txt         "<file>\\t<wnid>\\t<x0>\\t<y0>\\t<x1>\\t<y1>"
+    tiny-imagenet-200/val/val_annotations.txt         "<file>\t<wnid>\t<x0>\t<y0>\t<x1>\t<y1>"
     tiny-imagenet-200/test/images/test_<i>.JPEG       (unlabelled: ignored)
 
 Splits: ``train`` (the ``train/`` folders) and ``test``, which is the labelled validation set

@@ -1,5 +1,7 @@
-"""Scoring fitted heads on labelled test embeddings (``ghofl evaluate``, the simulator and the
-server job share :func:`evaluate_heads`)."""
+"""Scoring fitted heads on labelled test embeddings.
+
+``ghofl evaluate``, the simulator and the server job share :func:`evaluate_heads`.
+"""
 
 from ghofl.evaluation.metrics import HeadScore, evaluate_heads
 

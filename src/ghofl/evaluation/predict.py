@@ -54,8 +54,9 @@ OUTPUT_FORMATS = {".csv": "csv", ".jsonl": "jsonl"}
 
 
 def check_encoder_fingerprint(local: EncoderInfo, recorded: EncoderInfo, where: str) -> None:
-    """Refuse a local encoder whose output (after the recorded feature transform) is not the
-    recorded encoder's.
+    """Refuse a local encoder whose output is not the recorded encoder's.
+
+    Outputs are compared after the recorded feature transform.
 
     Raises
     ------
@@ -124,11 +125,14 @@ class Predictor:
 
     @property
     def classes(self) -> tuple[str, ...]:
+        """The head's class names."""
         return tuple(self.head.meta_.classes)
 
     def features(self, x: NDArray[Any]) -> F64:
-        """Raw encoder output (b, d) -> the heads' input (b, n_features_in_), in float64
-        before the transform, as the clients computed it (``client-stats --data``)."""
+        """Raw encoder output (b, d) -> the heads' input (b, n_features_in_).
+
+        In float64 before the transform, as the clients computed it (``client-stats --data``).
+        """
         out: F64 = apply_feature_transform(np.asarray(x, dtype=np.float64), self.transform)
         return out
 
@@ -144,8 +148,9 @@ class Predictor:
 
 def iter_batches(items: Iterable[Item], batch_size: int, *, skip_unreadable: bool,
                  on_skip: Callable[[Item], None]) -> Iterator[list[Item]]:
-    """Readable items in lists of at most ``batch_size``, the next one read in a background
-    thread while the caller works on the current one.
+    """Readable items in lists of at most ``batch_size``, reading ahead in a thread.
+
+    The next list is read in a background thread while the caller works on the current one.
 
     Raises
     ------
@@ -183,8 +188,11 @@ def iter_batches(items: Iterable[Item], batch_size: int, *, skip_unreadable: boo
 
 
 def embed_items(encoder: Encoder, batch: list[Item]) -> NDArray[np.float32]:
-    """Encode a batch; images of different sizes are encoded in groups of equal size (each
-    group exactly as a batch of that size), texts all at once. Shape (b, encoder.dim)."""
+    """Encode a batch: shape (b, encoder.dim).
+
+    Images of different sizes are encoded in groups of equal size (each group exactly as a batch of
+    that size), texts all at once.
+    """
     values = [item.value for item in batch]
     if not values or isinstance(values[0], str):
         return encoder.embed(values)
@@ -269,6 +277,7 @@ class RowWriter:
         self.rows = 0
 
     def write(self, rows: list[dict[str, Any]]) -> None:
+        """Write ``rows`` (each with the columns' keys, in order) and count them."""
         for row in rows:
             if self._csv is not None:
                 self._csv.writerow([_text(v) for v in row.values()])

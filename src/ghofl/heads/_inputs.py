@@ -25,9 +25,12 @@ T = TypeVar("T", bound=type)
 
 
 def sklearn_flavoured(ours: T, module: str, name: str) -> T:
-    """``ours``, or a subclass of both ``ours`` and scikit-learn's ``module.name`` when
-    scikit-learn is already imported (so that scikit-learn's own ``except NotFittedError`` or
-    warning filters see ghofl's errors and warnings); scikit-learn is never imported here."""
+    """``ours``, or a subclass of it and of scikit-learn's ``module.name``.
+
+    The subclass when scikit-learn is already imported, so that scikit-learn's own
+    ``except NotFittedError`` or warning filters see ghofl's errors and warnings;
+    scikit-learn is never imported here.
+    """
     if module not in sys.modules:
         return ours
     return cast(T, _dual(ours, module, name))

@@ -15,8 +15,10 @@ F64 = NDArray[np.float64]
 
 
 def stable_cholesky(cov: F64, what: str) -> tuple[F64, float]:
-    """Lower Cholesky factor of ``cov`` (d, d), adding the smallest diagonal jitter that makes
-    it positive definite (starting at 1e-10·tr(Σ)/d, ×10 per try, at most 1e-2·tr(Σ)/d).
+    """Lower Cholesky factor of ``cov`` (d, d), adding the smallest diagonal jitter needed.
+
+    The jitter that makes it positive definite starts at 1e-10·tr(Σ)/d, ×10 per try,
+    at most 1e-2·tr(Σ)/d.
 
     Returns ``(L, jitter)``; a non-zero jitter is reported with a :class:`GhoflWarning`.
     """

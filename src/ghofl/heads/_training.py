@@ -463,13 +463,17 @@ class FisherTrainedHead(Head):
         return np.random.default_rng(a), np.random.default_rng(b), np.random.default_rng(c)
 
     def _val_rng(self) -> np.random.Generator:
-        """The generator of the held-out synthetic set: the 4th child of ``SeedSequence(seed)``
-        (the first three are those of :meth:`_rngs`, unchanged)."""
+        """The generator of the held-out synthetic set: the 4th child of ``SeedSequence(seed)``.
+
+        The first three are those of :meth:`_rngs`, unchanged.
+        """
         return np.random.default_rng(np.random.SeedSequence(int(self.seed)).spawn(4)[3])
 
     def _samples_per_class(self, num_classes: int) -> int:
-        """``n_per_class``, or :func:`auto_train_samples_per_class` (with the fitted ``k_f_``)
-        when it is None."""
+        """``n_per_class``, or :func:`auto_train_samples_per_class` when it is None.
+
+        The automatic count uses the fitted ``k_f_``.
+        """
         if self.n_per_class is None:
             return auto_train_samples_per_class(num_classes, int(self.k_f_))
         return int(self.n_per_class)

@@ -74,8 +74,10 @@ class Head(ABC):
 
     # ------------------------------------------------------------------ parameters
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Hyperparameters as given to ``__init__`` (``deep`` is accepted for
-        scikit-learn; heads hold no nested estimators)."""
+        """Hyperparameters as given to ``__init__``.
+
+        ``deep`` is accepted for scikit-learn; heads hold no nested estimators.
+        """
         sig = inspect.signature(type(self).__init__)
         return {p: getattr(self, p) for p in sig.parameters if p != "self"}
 
@@ -110,8 +112,10 @@ class Head(ABC):
 
     # ------------------------------------------------------------------ scikit-learn
     def __sklearn_tags__(self) -> Any:
-        """Estimator tags for scikit-learn >= 1.6: a classifier that needs y, takes dense
-        2-D finite float input and is not multi-output (scikit-learn imported here only)."""
+        """Estimator tags for scikit-learn >= 1.6 (scikit-learn imported here only).
+
+        A classifier that needs y, takes dense 2-D finite float input and is not multi-output.
+        """
         from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
 
         return Tags(
@@ -276,8 +280,10 @@ class Head(ABC):
         return np.exp(self.predict_log_proba(X))
 
     def predict(self, X: NDArray[Any]) -> NDArray[Any]:
-        """Predicted classes (n,): entries of ``classes_`` (int64 indices into
-        ``meta_.classes`` unless :meth:`fit` was given other labels)."""
+        """Predicted classes (n,): entries of ``classes_``.
+
+        These are int64 indices into ``meta_.classes`` unless :meth:`fit` was given other labels.
+        """
         idx = np.argmax(self.decision_function(X), axis=1).astype(np.int64)
         out: NDArray[Any] = idx if self._labels_are_indices() else self.classes_[idx]
         return out
@@ -318,9 +324,10 @@ class Head(ABC):
     def check_state(
         self, meta: StatsMeta, arrays: dict[str, NDArray[Any]], scalars: dict[str, Any]
     ) -> None:
-        """Check a saved state before it is used: every fitted array present, float64, of its
-        exact shape (no broadcasting) and finite (-inf allowed only in
-        :attr:`neg_inf_arrays`), no unexpected array, and the scalars scoring uses.
+        """Check a saved state before it is used.
+
+        Every fitted array present, float64, of its exact shape (no broadcasting) and finite (-inf
+        allowed only in :attr:`neg_inf_arrays`), no unexpected array, and the scalars scoring uses.
 
         Raises
         ------

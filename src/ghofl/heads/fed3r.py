@@ -95,9 +95,11 @@ def normalize_columns(coef: F64) -> F64:
 
 
 class UnscaledLinearHead(Head):
-    """Shared part of the peers' linear classifiers s(x) = xᵀW / T without intercept (Fed3R,
-    FedCOF): optional column normalisation, temperature calibration, storage and scoring.
-    Subclasses compute W (d, C) in :meth:`_solution`."""
+    """Shared part of the peers' linear classifiers s(x) = xᵀW / T without intercept.
+
+    Those of Fed3R and FedCOF: optional column normalisation, temperature calibration, storage and
+    scoring. Subclasses compute W (d, C) in :meth:`_solution`.
+    """
 
     fitted_arrays = ("coef_",)
     fitted_scalars = ("temperature_",)

@@ -212,7 +212,7 @@ def _fix_signs(q: F64) -> F64:
 
 
 def _complete_basis(q: F64, k: int) -> F64:
-    """Extend orthonormal columns ``q`` (d, r) to ``k`` columns with Gram–Schmidt on e_0, e_1, …"""
+    """Extend orthonormal columns ``q`` (d, r) to ``k`` by Gram–Schmidt on e_0, e_1, ... in turn."""
     d = q.shape[0]
     cols = [q[:, j] for j in range(q.shape[1])]
     for j in range(d):

@@ -31,8 +31,10 @@ def lda_covariance_choice(
 def lda_covariance(
     moments: Moments, shrinkage: Shrinkage, divisor: str = "n-c"
 ) -> tuple[F64, float]:
-    """Shrunk pooled covariance Σ̃_pool (d, d) and the coefficient used (see
-    :func:`lda_covariance_choice`)."""
+    """Shrunk pooled covariance Σ̃_pool (d, d) and the coefficient used.
+
+    See :func:`lda_covariance_choice`.
+    """
     cov, choice = lda_covariance_choice(moments, shrinkage, divisor)
     return cov, choice.value
 
@@ -89,8 +91,10 @@ class LDAHead(Head):
     def set_state(
         self, meta: StatsMeta, arrays: dict[str, Any], scalars: dict[str, Any]
     ) -> LDAHead:
-        """Restore a fitted head; files written before ``shrinkage_method_`` existed load as
-        ``"unrecorded"``."""
+        """Restore a fitted head.
+
+        Files written before ``shrinkage_method_`` existed load as ``"unrecorded"``.
+        """
         if isinstance(scalars, dict) and "shrinkage_method_" not in scalars:
             scalars = {**scalars, "shrinkage_method_": "unrecorded"}
         return super().set_state(meta, arrays, scalars)

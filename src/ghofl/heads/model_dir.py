@@ -212,8 +212,9 @@ def _write_ood(path: Path, ood: MahalanobisOOD, meta: StatsMeta) -> dict[str, An
 
 
 def load_ood(model_dir: Path, manifest: Mapping[str, Any]) -> MahalanobisOOD | None:
-    """The out-of-distribution score of a model directory read by :func:`load_model`
-    (``None`` when its manifest has no ``ood`` entry: a model written before it existed).
+    """The out-of-distribution score of a model directory read by :func:`load_model`.
+
+    ``None`` when its manifest has no ``ood`` entry: a model written before it existed.
 
     Raises
     ------

@@ -96,16 +96,19 @@ class GraphBuilder:
 
     # shorthands ---------------------------------------------------------------------------
     def matmul(self, x: str, matrix: Any) -> str:
+        """A MatMul node of ``x`` by the constant ``matrix``; returns its output's name."""
         return self.op("MatMul", x, self.const(matrix, "w"))
 
     def add(self, x: str, value: Any) -> str:
+        """An Add node of ``x`` and the constant ``value``; returns its output's name."""
         return self.op("Add", x, self.const(value, "b"))
 
     def mul(self, x: str, value: Any) -> str:
+        """A Mul node of ``x`` by the constant ``value``; returns its output's name."""
         return self.op("Mul", x, self.const(value, "s"))
 
     def affine(self, x: str, matrix: Any, bias: Any) -> str:
-        """x @ matrix + bias."""
+        """Nodes computing x @ matrix + bias; returns the output's name."""
         return self.add(self.matmul(x, matrix), bias)
 
     def row_sq_norm(self, x: str) -> str:
@@ -276,8 +279,10 @@ def _feature_transform(g: GraphBuilder, x: str, name: str) -> str:
 
 def head_metadata(head: Head, name: str, input_dim: int,
                   transform: str) -> dict[str, str]:
-    """The ``metadata_props`` of an exported head (every value a string; JSON where
-    structured)."""
+    """The ``metadata_props`` of an exported head.
+
+    Every value is a string; JSON where structured.
+    """
     from ghofl import __version__
 
     meta = head.meta_

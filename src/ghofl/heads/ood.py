@@ -195,8 +195,11 @@ class MahalanobisOOD:
         return np.asarray(scores) > self.threshold_
 
     def get_state(self) -> tuple[dict[str, F64], dict[str, float]]:
-        """Fitted arrays (``means_``, ``chol_``) and scalars (``threshold``, ``shrinkage``,
-        ``scale``, ``dof``, ``quantile``): what the model directory stores."""
+        """Fitted arrays and scalars: what the model directory stores.
+
+        Arrays ``means_``, ``chol_``; scalars ``threshold``, ``shrinkage``,
+        ``scale``, ``dof``, ``quantile``.
+        """
         self._check_fitted()
         return ({k: np.ascontiguousarray(getattr(self, k)) for k in self.fitted_arrays},
                 {k.rstrip("_"): float(getattr(self, k)) for k in self.fitted_scalars})

@@ -103,8 +103,10 @@ def preset_params(name: str, head: str) -> dict[str, Any]:
 def merge_preset(
     preset: str, names: Sequence[str], head_params: dict[str, dict[str, Any]] | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Explicit head parameters for ``names``: the preset's values (only keys each head
-    accepts), overridden key by key by ``head_params`` (kept as given, other heads included).
+    """Explicit head parameters for ``names``: the preset's, overridden by ``head_params``.
+
+    The preset gives only keys each head accepts; ``head_params`` overrides key by key and is kept
+    as given, other heads included.
 
     Parameters
     ----------

@@ -284,7 +284,7 @@ def choose_base(sc: FisherScorers, base: str, val: tuple[F64, NDArray[np.int64]]
 
 
 def effective_rank(rank: int | None, k_f: int) -> int:
-    """r = min(rank, k_f − 1) (rank None → k_f − 1), at least 1."""
+    """The rank r = min(rank, k_f − 1) (rank None → k_f − 1), at least 1."""
     cap = k_f - 1 if rank is None else min(int(rank), k_f - 1)
     return max(1, cap)
 
@@ -482,9 +482,12 @@ class ProtoHyperHead(FisherTrainedHead):
         self._train_student(sc, g, val)
 
     def _samples_per_class(self, num_classes: int) -> int:
-        """``n_per_class``; when None, :func:`~ghofl.heads._training.auto_samples_per_class`,
-        capped by :func:`~ghofl.heads._training.auto_qda_samples_per_class` when QDA_f (base
-        or teacher) scores the synthetic rows (the cost of QDA_f grows as C²·k_f² per class)."""
+        """``n_per_class``; when None, an automatic count.
+
+        :func:`~ghofl.heads._training.auto_samples_per_class`, capped by
+        :func:`~ghofl.heads._training.auto_qda_samples_per_class` when QDA_f (base or teacher)
+        scores the synthetic rows (the cost of QDA_f grows as C²·k_f² per class).
+        """
         n = super()._samples_per_class(num_classes)
         qda_dim = int(getattr(self, "_qda_dim", 0))
         if self.n_per_class is None and qda_dim:
@@ -492,10 +495,11 @@ class ProtoHyperHead(FisherTrainedHead):
         return n
 
     def _balanced(self, sc: FisherScorers) -> FisherScorers:
-        """The scorers with uniform priors (``prior_correction``): the synthetic set is
-        class-balanced, so the student is trained on balanced base and teacher scores and the
-        log-priors return at prediction through the base; without the correction (the
-        paper), ``sc`` itself."""
+        """The scorers with uniform priors (``prior_correction``), else (the paper) ``sc`` itself.
+
+        The synthetic set is class-balanced, so the student is trained on balanced base and teacher
+        scores and the log-priors return at prediction through the base.
+        """
         if not self.prior_correction:
             return sc
         finite = np.where(np.isfinite(sc.log_priors), sc.log_priors, 0.0)

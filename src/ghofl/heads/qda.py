@@ -99,8 +99,10 @@ def qda_params(
 
 
 def _lower_inverse(L: F64) -> F64:
-    """L⁻¹ of a lower-triangular factor with a positive diagonal (LAPACK ``dtrtri``: d³/3
-    flops, a third of a triangular solve against the identity)."""
+    """L⁻¹ of a lower-triangular factor with a positive diagonal.
+
+    LAPACK ``dtrtri``: d³/3 flops, a third of a triangular solve against the identity.
+    """
     inv, info = dtrtri(L, lower=1)
     if info != 0:  # pragma: no cover - a Cholesky factor has a positive diagonal
         raise np.linalg.LinAlgError(f"triangular inverse failed (LAPACK info {info})")
@@ -117,11 +119,13 @@ def qda_shrinkage(
     center: F64 | None = None,
     pooled_shrinkage: Shrinkage = "auto",
 ) -> tuple[list[float], str]:
-    """The QDA coefficients: :func:`~ghofl.moments.selection.choose_qda_shrinkage`, except
-    that the inverse-Wishart evidence rule (``"evidence"``, and ``"auto"`` on statistics
+    """The QDA coefficients: :func:`~ghofl.moments.selection.choose_qda_shrinkage`, mostly.
+
+    Except that the inverse-Wishart evidence rule (``"evidence"``, and ``"auto"`` on statistics
     without a held-out part) runs through :func:`qda_evidence_shrinkage`, which gives the same
-    coefficient from eigenvalues alone (O(d²) memory instead of C eigenbases). ``center``
-    (d, d): the ``"pooled"`` target's centre when the caller already has it."""
+    coefficient from eigenvalues alone (O(d²) memory instead of C eigenbases). ``center`` (d, d):
+    the ``"pooled"`` target's centre when the caller already has it.
+    """
     rule = check_shrinkage("shrinkage", shrinkage)
     lean = rule == "evidence" or (
         rule == "auto" and ANALYTIC_DEFAULT == "evidence" and moments.stats.holdout is None
@@ -137,9 +141,11 @@ def qda_shrinkage(
 def qda_evidence_shrinkage(
     moments: Moments, target: QDATarget = "pooled", center: F64 | None = None
 ) -> tuple[list[float], str]:
-    """One coefficient for every class: the maximum of the inverse-Wishart evidence summed
-    over the class scatters (:func:`~ghofl.moments.selection.evidence_loglik`), on the
-    support of the data, as ``choose_qda_shrinkage(moments, "evidence")`` chooses it.
+    """One coefficient for every class: the maximum of the summed inverse-Wishart evidence.
+
+    The evidence (:func:`~ghofl.moments.selection.evidence_loglik`) is summed over the
+    class scatters, on the support of the data, as
+    ``choose_qda_shrinkage(moments, "evidence")`` chooses it.
 
     The evidence depends on each class covariance only through its (generalised) eigenvalues,
     so they are all this computes: one ``eigvalsh`` per class (no eigenvectors), kept as C·k
@@ -323,8 +329,10 @@ class QDAHead(Head):
     def set_state(
         self, meta: StatsMeta, arrays: dict[str, Any], scalars: dict[str, Any]
     ) -> QDAHead:
-        """Restore a fitted head; files written before ``shrinkage_method_`` existed load as
-        ``"unrecorded"``."""
+        """Restore a fitted head.
+
+        Files written before ``shrinkage_method_`` existed load as ``"unrecorded"``.
+        """
         if isinstance(scalars, dict) and "shrinkage_method_" not in scalars:
             scalars = {**scalars, "shrinkage_method_": "unrecorded"}
         return super().set_state(meta, arrays, scalars)

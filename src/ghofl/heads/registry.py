@@ -119,11 +119,13 @@ def _unknown(name: str) -> None:
 
 
 def save_head(head: Head, path: str | os.PathLike[str]) -> int:
-    """Save a fitted head to a safetensors file atomically (with a ``content_sha256`` digest of
-    its arrays, see :mod:`ghofl.stats.codec`); return its size in bytes.
+    """Save a fitted head to a safetensors file atomically; return its size in bytes.
+
+    The file holds a ``content_sha256`` digest of its arrays, see :mod:`ghofl.stats.codec`.
 
     The header's ``schema_version`` is :func:`head_schema_version` (2 unless the head's
-    metadata records a held-out fraction), so heads stay readable by older ghofl."""
+    metadata records a held-out fraction), so heads stay readable by older ghofl.
+    """
     arrays, scalars = head.get_state()
     name = head.name or type(head).__name__
     header = {
@@ -138,18 +140,23 @@ def save_head(head: Head, path: str | os.PathLike[str]) -> int:
 
 
 def head_schema_version(meta: StatsMeta) -> int:
-    """Schema version of a head file for a head fitted on statistics with metadata ``meta``:
+    """Schema version of a head file for a head fitted on statistics with metadata ``meta``.
+
     :data:`HEAD_SCHEMA_VERSION`, or :data:`~ghofl.stats.meta.HOLDOUT_SCHEMA_VERSION` when the
-    metadata records a held-out fraction (older ghofl could not read it)."""
+    metadata records a held-out fraction (older ghofl could not read it).
+    """
     return max(HEAD_SCHEMA_VERSION, meta.written_version())
 
 
 def _check_head_version(header: dict[str, str], meta: StatsMeta,
                         path: str | os.PathLike[str]) -> None:
-    """Refuse head schema versions newer than :data:`HEAD_MAX_SCHEMA_VERSION` (the shared
-    header check bounds them by the statistics schema, which may move on without the head
-    format), and a version-2 head whose metadata records a held-out fraction (version 3
-    introduced it). Versions below 1 are refused by the shared header check."""
+    """Refuse head schema versions this ghofl cannot read.
+
+    Versions newer than :data:`HEAD_MAX_SCHEMA_VERSION` (the shared header check bounds them by
+    the statistics schema, which may move on without the head format), and a version-2 head
+    whose metadata records a held-out fraction (version 3 introduced it). Versions below 1 are
+    refused by the shared header check.
+    """
     version = int(header["schema_version"])  # an integer: the shared header check ran first
     if version > HEAD_MAX_SCHEMA_VERSION:
         raise StatsFormatError(

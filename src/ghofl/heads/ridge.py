@@ -158,8 +158,9 @@ def heldout_squared_error(fit: Moments, held: Moments, solutions: list[tuple[F64
 
 
 def gcv_scores(moments: Moments, alphas: list[float]) -> F64:
-    """Generalised cross-validation score of each shrinkage (module docstring), from the
-    moments of the total alone; ``inf`` where the system is singular (a = 0, singular Σ_tot).
+    """Generalised cross-validation score of each shrinkage, from the total's moments alone.
+
+    See the module docstring; ``inf`` where the system is singular (a = 0, singular Σ_tot).
 
     Returns
     -------

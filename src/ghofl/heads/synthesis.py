@@ -60,10 +60,12 @@ class FisherGaussians:
 
     @property
     def num_classes(self) -> int:
+        """Number of classes C."""
         return int(self.means.shape[0])
 
     @property
     def dim(self) -> int:
+        """Dimension of the Fisher space."""
         return int(self.means.shape[1])
 
     def covariances(self) -> F64:
@@ -117,7 +119,7 @@ def fisher_gaussians(
 
 
 def sample_class(g: FisherGaussians, c: int, n: int, rng: np.random.Generator) -> F64:
-    """n draws from class c: μ_cᶠ + ε L_cᵀ, shape (n, k_f)."""
+    """A sample of n rows of class c: μ_cᶠ + ε L_cᵀ, shape (n, k_f)."""
     eps = rng.standard_normal((n, g.dim))
     out: F64 = g.means[c] + eps @ g.chols[c].T
     return out

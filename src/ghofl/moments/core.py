@@ -54,19 +54,22 @@ class Moments:
 
     @property
     def n_samples(self) -> int:
+        """Total number of samples N."""
         return int(self.counts.sum())
 
     @property
     def num_classes(self) -> int:
+        """Number of classes C."""
         return int(self.counts.shape[0])
 
     @property
     def dim(self) -> int:
+        """Embedding dimension d."""
         return int(self.means.shape[1])
 
     @property
     def global_mean(self) -> F64:
-        """m = Σ_c π_c μ_c, shape (d,)."""
+        """The global mean m = Σ_c π_c μ_c, shape (d,)."""
         out: F64 = self.priors @ self.means
         return out
 
@@ -84,6 +87,7 @@ class Moments:
 
     @property
     def has_class_covariances(self) -> bool:
+        """Whether the statistics hold per-class scatters (mode ``full``)."""
         return self.stats.class_scatter is not None
 
     def pooled_covariance(self, divisor: str = "n-c") -> F64:

@@ -342,8 +342,9 @@ def analytic_error(
     log_priors: F64,
     candidates: Sequence[float],
 ) -> F64:
-    """Gaussian estimate of the test error of the linear discriminant on C(a), from the
-    fitted moments alone, corrected for the noise in the fitted means and covariance.
+    """Gaussian estimate of the test error of the linear discriminant on C(a).
+
+    From the fitted moments alone, corrected for the noise in the fitted means and covariance.
 
     The estimate is that of :func:`heldout_error` with the unknown population quantities
     replaced by random-matrix estimates computed from the spectrum of P (a sample covariance
@@ -417,8 +418,10 @@ def analytic_error(
 
 def analytic_error_shrinkage(family: ShrinkageFamily, n: float, means: F64,
                              counts: NDArray[np.int64], log_priors: F64) -> float:
-    """The coefficient minimising :func:`analytic_error` over a log grid 1e-6 … 0.99, refined
-    between the neighbours of the best point (ties go to the smallest coefficient)."""
+    """The coefficient minimising :func:`analytic_error` over a log grid 1e-6 … 0.99.
+
+    Refined between the neighbours of the best point (ties go to the smallest coefficient).
+    """
     grid = [float(v) for v in np.geomspace(1e-6, 0.99, 49)]
 
     def score(cands: list[float]) -> F64:
@@ -430,9 +433,10 @@ def analytic_error_shrinkage(family: ShrinkageFamily, n: float, means: F64,
 
 
 def _multigammaln_diff(x: F64, y: F64, k: int) -> F64:
-    """log Γ_k(x) − log Γ_k(y) for arrays x, y of shape (m,), vectorised over the k terms.
+    """The difference log Γ_k(x) − log Γ_k(y) for arrays x, y of shape (m,).
 
-    log Γ_k(a) = k(k−1)/4·log π + Σ_{j<k} log Γ(a − j/2); the constant cancels in the difference.
+    Vectorised over the k terms of log Γ_k(a) = k(k−1)/4·log π + Σ_{j<k} log Γ(a − j/2); the
+    constant cancels in the difference.
     """
     half = np.arange(k, dtype=np.float64) / 2.0
     diff: F64 = np.sum(gammaln(x[:, None] - half) - gammaln(y[:, None] - half), axis=1)
@@ -474,8 +478,10 @@ def by_score(score: Callable[[list[float]], F64]) -> Callable[[list[float]], flo
 
 
 def search_grid(pick: Callable[[list[float]], float], grid: Sequence[float]) -> float:
-    """The two-pass grid search of every criterion: ``pick`` on ``grid``, then on the refined grid
-    around its choice (:func:`refine_grid`)."""
+    """The two-pass grid search of every criterion.
+
+    ``pick`` on ``grid``, then on the refined grid around its choice (:func:`refine_grid`).
+    """
     best = pick(list(grid))
     return pick(refine_grid(best, list(grid)))
 

@@ -72,8 +72,10 @@ def client_spread(counts: NDArray[np.int64], sums: F64) -> tuple[F64, NDArray[np
 
 
 def _stack(clients: Sequence[ClientStats]) -> tuple[ClientStats, NDArray[np.int64], F64]:
-    """The total (sum_stats checks that the payloads are compatible), counts (K, C) and sums
-    (K, C, d) of every client."""
+    """The total, counts (K, C) and sums (K, C, d) of every client.
+
+    ``sum_stats`` checks that the payloads are compatible.
+    """
     if len(clients) == 0:
         raise StatsValidationError(
             "FedCOF needs the statistics of each client (at least one); got none"

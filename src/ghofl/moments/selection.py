@@ -217,9 +217,12 @@ def _no_holdout_error(rule: str) -> StatsValidationError:
 def _analytic(
     rule: str, cov: F64, n: float, basis: F64 | None, mle: F64, n_mle: float
 ) -> ShrinkageChoice:
-    """An analytic rule: the evidence on ``cov`` (d, d, unbiased with ``n`` degrees of
-    freedom), OAS / RBLW on the maximum-likelihood ``mle`` of ``n_mle`` samples (the
-    conventions ghofl's ``"auto"`` used before: N − C samples pooled, N_c per class)."""
+    """An analytic rule.
+
+    The evidence on ``cov`` (d, d, unbiased with ``n`` degrees of freedom), OAS / RBLW on the
+    maximum-likelihood ``mle`` of ``n_mle`` samples (the conventions ghofl's ``"auto"`` used before:
+    N − C samples pooled, N_c per class).
+    """
     name = ANALYTIC_DEFAULT if rule in ("auto", "heldout") else rule
     if name == "evidence" and basis is not None:
         d = cov.shape[0]
@@ -385,8 +388,9 @@ def choose_class_shrinkage(
 
 
 def pooled_center(moments: Moments, shrinkage: Shrinkage = "auto") -> F64:
-    """The centre of QDA's ``"pooled"`` target: shrink(Σ_pool, a), the covariance of the
-    default LDA (a from :func:`choose_pooled_shrinkage`, N − C divisor).
+    """The centre of QDA's ``"pooled"`` target: shrink(Σ_pool, a), the default LDA's covariance.
+
+    a from :func:`choose_pooled_shrinkage`, N − C divisor.
 
     Returns
     -------
@@ -397,8 +401,9 @@ def pooled_center(moments: Moments, shrinkage: Shrinkage = "auto") -> F64:
 
 
 def center_scale(cov: F64, center: F64) -> float:
-    """t = tr(B⁻¹Σ)/d: the multiple of the centre B closest to Σ (its mean generalised
-    eigenvalue), so that t·B has the scale of Σ.
+    """The scale t = tr(B⁻¹Σ)/d: the multiple of the centre B closest to Σ.
+
+    Its mean generalised eigenvalue, so that t·B has the scale of Σ.
 
     Parameters
     ----------

@@ -138,6 +138,7 @@ class NoisePlan:
     sigma: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready fields: budget, modes, calibration and accounting."""
         return {"epsilon": self.config.epsilon, "delta": self.config.delta,
                 "dp_mode": self.config.mode, "stats_mode": self.stats_mode,
                 "clip_norm": self.clip_norm, "min_class_count": self.min_class_count,
@@ -228,8 +229,10 @@ def draw_noise(plan: NoisePlan, num_classes: int, dim: int, rng: np.random.Gener
 
 
 def truncation_probability(entries: int, clamp: float = NOISE_CLAMP_SIGMAS) -> float:
-    """Upper bound on the probability that any of ``entries`` clamped shares was clamped:
-    entries · P(|Z| > c) = entries · erfc(c/√2) (N4)."""
+    """Upper bound on the probability that any of ``entries`` clamped shares was clamped.
+
+    entries · P(|Z| > c) = entries · erfc(c/√2) (N4).
+    """
     return float(min(1.0, entries * erfc(clamp / math.sqrt(2.0))))
 
 
@@ -255,6 +258,7 @@ class PrivateRelease:
     notes: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan's fields plus the budget spent and the post-processing notes."""
         return {**self.plan.to_dict(), "epsilon_spent": self.epsilon_spent,
                 "delta_spent": self.delta_spent, "postprocessing": list(self.notes)}
 
@@ -308,8 +312,10 @@ def _check_meta(meta: StatsMeta, plan: NoisePlan) -> None:
 
 def noise_share_encoder(plan: NoisePlan, rng: np.random.Generator
                         ) -> Callable[[ClientStats, SessionParams], NDArray[np.uint64]]:
-    """Distributed mode, client side: the encoder a :class:`~ghofl.secure.SecAggClient` uses
-    to add its noise share N(0, σ_b²/t), clamped (N3, N4), before the fixed-point encoding.
+    """Distributed mode, client side: the noise-share encoder of a secure-aggregation client.
+
+    The encoder a :class:`~ghofl.secure.SecAggClient` uses to add its noise share N(0, σ_b²/t),
+    clamped (N3, N4), before the fixed-point encoding.
 
     Counts travel as round(ñ_c · 2^16) in the integer words; ``n_clipped`` is withheld (0).
     The public bounds stay safe: a share adds at most c·σ_b/√t to an entry, i.e. as much as
@@ -402,6 +408,7 @@ class NoisyDecoder:
 
     def __call__(self, params: SessionParams, meta: StatsMeta,
                  words: NDArray[np.uint64]) -> ClientStats:
+        """Decode the noised total, check its bounds and post-process it into statistics."""
         _check_meta(meta, self.plan)
         ints, floats = params.codec.decode_vectors(meta, words)
         c = meta.num_classes

@@ -55,8 +55,9 @@ def project_psd(m: F64) -> F64:
 
 def clamp_counts(noisy: F64, min_count: int = 1
                  ) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
-    """(P1): rounded counts clamped at 0, and the mask of placeholder classes (rounded count
-    below ``max(min_count, 1)``, given count 1).
+    """Rounded counts clamped at 0, and the mask of placeholder classes (P1).
+
+    A placeholder class has a rounded count below ``max(min_count, 1)`` and is given count 1.
 
     Parameters
     ----------
@@ -149,8 +150,10 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
 
 
 def _match_diag(var: F64, target: F64, n: F64) -> F64:
-    """Rescale per-class variance sums V (C, d) per coordinate so that Σ_c V_c = target (d,);
-    where Σ_c V_c = 0, share target in proportion to the counts n (C,) (P3)."""
+    """Rescale per-class variance sums V (C, d) per coordinate so that Σ_c V_c = target (d,).
+
+    Where Σ_c V_c = 0, share target in proportion to the counts n (C,) (P3).
+    """
     total = var.sum(axis=0)
     share = n / n.sum()
     scaled = var * np.divide(target, total, out=np.zeros_like(target), where=total > 0)
@@ -159,8 +162,10 @@ def _match_diag(var: F64, target: F64, n: F64) -> F64:
 
 def _noise_aware_scatter(arrays: dict[str, F64], n: F64, keep: NDArray[np.bool_],
                          sigma: Mapping[str, float]) -> F64:
-    """Class scatters S_c = (n_c − 1) Σ̂_c + A_c A_cᵀ/n_c from (P2n); placeholders and classes
-    of one sample keep a zero within-class scatter."""
+    """Class scatters S_c = (n_c − 1) Σ̂_c + A_c A_cᵀ/n_c from (P2n).
+
+    Placeholders and classes of one sample keep a zero within-class scatter.
+    """
     sums, cs = arrays["sums"], arrays["class_scatter"]
     d = sums.shape[1]
     fit = keep & (n >= 2)
@@ -226,8 +231,11 @@ def noise_aware_covariances(scatters: F64, counts: F64, sigma_scatter: float,
 
 
 def _raise_to_pd(cov: F64, target: F64, a: float, floor: float) -> F64:
-    """(1 − b) cov + b target for the smallest b ≥ a on a geometric grid whose smallest
-    eigenvalue is at least ``floor`` times its largest (b = 1 when none is)."""
+    """The blend (1 − b) cov + b target for the smallest well-conditioned b ≥ a.
+
+    b runs over a geometric grid; well-conditioned means the smallest eigenvalue is at least
+    ``floor`` times the largest (b = 1 when none is).
+    """
     for b in (a, *np.geomspace(max(a, 1e-4), 1.0, 40)):
         m = (1.0 - b) * cov + b * target
         ev = np.linalg.eigvalsh(m)

@@ -51,8 +51,11 @@ _POWER: dict[Kind, int] = {"count": 0, "first": 1, "second": 2}
 
 
 def block_names(mode: str) -> tuple[str, ...]:
-    """Blocks of the noised vector of ``mode``: ``counts`` then the float segments in
-    ``schema_for(mode).float_layout`` order (``n_clipped`` is withheld under DP, not noised)."""
+    """Blocks of the noised vector of ``mode``.
+
+    ``counts`` then the float segments in ``schema_for(mode).float_layout`` order (``n_clipped`` is
+    withheld under DP, not noised).
+    """
     return (COUNTS, *(a.name for a in schema_for(mode).float_arrays))
 
 
@@ -83,8 +86,7 @@ def block_sensitivities(mode: str, clip_norm: float) -> dict[str, float]:
 
 
 def weighted_sensitivity(sens: Mapping[str, float], scales: Mapping[str, float]) -> float:
-    """L2 sensitivity of the vector whose block b is divided by ``scales[b]``:
-    √(Σ_b (Δ_b / s_b)²)."""
+    """L2 sensitivity √(Σ_b (Δ_b / s_b)²) of the vector with block b divided by ``scales[b]``."""
     return math.sqrt(sum((sens[b] / scales[b]) ** 2 for b in sens))
 
 

@@ -30,8 +30,11 @@ def seed_commitment(round_id: bytes, client: str, seed: bytes) -> bytes:
 def advert_transcript(round_id: bytes, roster_fingerprint: bytes,
                       params: tuple[tuple[str, str], ...], meta: str, sender: str,
                       enc_public: bytes, mask_public: bytes) -> bytes:
-    """What a client signs when it advertises its keys: the protocol version, the round, the
-    roster, the public parameters and metadata it agreed to, itself and its two keys."""
+    """What a client signs when it advertises its keys.
+
+    The protocol version, the round, the roster, the public parameters and metadata it
+    agreed to, itself and its two keys.
+    """
     flat = [x for pair in params for x in pair]
     return transcript("advertise", PROTOCOL_VERSION, round_id, roster_fingerprint, sender,
                       enc_public, mask_public, meta, len(params), *flat)
@@ -59,9 +62,11 @@ def consistency_transcript(round_id: bytes, roster_fingerprint: bytes,
 
 
 def graph_seed(round_id: bytes, roster: tuple[RosterEntry, ...]) -> bytes:
-    """The public randomness ordering the graph: a hash of the round and of every signed
-    advertisement in it, fixed only once all advertisements are in (no party picks it
-    without re-drawing through the hash)."""
+    """The public randomness ordering the graph.
+
+    A hash of the round and of every signed advertisement in it, fixed only once all advertisements
+    are in (no party picks it without re-drawing through the hash).
+    """
     parts: list[bytes | str | int] = [round_id, len(roster)]
     for e in sorted(roster, key=lambda e: e.client):
         parts += [e.client, e.enc_public, e.mask_public, e.signature]

@@ -359,8 +359,11 @@ def _check_counts(meta: StatsMeta, part: str, counts: F64, n_clipped: float,
 
 def _moments(meta: StatsMeta, part: str, counts: F64, blocks: Mapping[str, F64],
              matrices: bool) -> Iterator[_Moment]:
-    """The moments to test, one class at a time (then the pooled B); the (d, d) matrices are
-    unpacked only when ``matrices`` (for the PSD check), else only their traces are read."""
+    """The moments to test, one class at a time (then the pooled B).
+
+    The (d, d) matrices are unpacked only when ``matrices`` (for the PSD check),
+    else only their traces are read.
+    """
     c, d = meta.num_classes, meta.dim
     sums = blocks["sums"].reshape(c, d)
     scatter = blocks.get("class_scatter")
@@ -455,8 +458,9 @@ def _psd_failure(mom: _Moment, tol: _Tol) -> str | None:
 def refuse_client_stats(stats: ClientStats, max_samples: int,
                         flat: tuple[NDArray[np.int64], NDArray[np.float64]] | None = None
                         ) -> None:
-    """Client side: refuse to encode statistics that clipping at their R cannot produce (one
-    client, at most ``max_samples``; PSD is not re-checked: :class:`ClientStats` validates it).
+    """Client side: refuse statistics that clipping at their R cannot produce.
+
+    One client, at most ``max_samples``; PSD is not re-checked (:class:`ClientStats` validates it).
 
     Parameters
     ----------
@@ -496,8 +500,10 @@ def refuse_total(failures: tuple[BoundFailure, ...], limits: TotalLimits, what: 
 
 
 class BoundedDecoder:
-    """Server side of the secure sum: the ``decode`` of a
-    :class:`~ghofl.secure.SecAggServer` that checks the decoded total before validating it.
+    """Server side of the secure sum: a decoder that checks the decoded total.
+
+    The ``decode`` of a :class:`~ghofl.secure.SecAggServer`; it checks the total
+    before validating it.
 
     Parameters
     ----------
@@ -516,6 +522,7 @@ class BoundedDecoder:
 
     def __call__(self, params: SessionParams, meta: StatsMeta, words: NDArray[np.uint64]
                  ) -> ClientStats:
+        """Decode ``words`` into the total, refusing it when it fails the bounds."""
         codec = params.codec
         ints, floats = codec.decode_vectors(meta, words)
         n = None if self._contributors is None else self._contributors()

@@ -156,10 +156,12 @@ class SecAggClient:
 
     # ------------------------------------------------------------------ persistence
     def to_state(self) -> dict[str, StateValue]:
-        """Everything this client must remember between stages, as a flat dictionary of bytes,
-        text, integers and lists of them (e.g. for Flower's ``context.state``, where each
-        message may reach a fresh process). It holds the client's secrets: keep it on the
-        client. The statistics are not included; give them again to :meth:`from_state`."""
+        """Everything this client must remember between stages, as a flat dictionary.
+
+        Values are bytes, text, integers and lists of them (e.g. for Flower's ``context.state``,
+        where each message may reach a fresh process). It holds the client's secrets: keep it on the
+        client. The statistics are not included; give them again to :meth:`from_state`.
+        """
         return _save_state(self)
 
     @classmethod
@@ -168,8 +170,10 @@ class SecAggClient:
                    identity: IdentityKey | None = None, roster: Roster | None = None,
                    policy: ClientPolicy | None = None, ledger: RoundLedger | None = None,
                    privacy_cost: tuple[float, float] = (0.0, 0.0)) -> SecAggClient:
-        """Rebuild a client saved by :meth:`to_state` (give the identity, roster, policy and
-        ledger again: they are the client's configuration, not round state).
+        """Rebuild a client saved by :meth:`to_state`.
+
+        Give the identity, roster, policy and ledger again: they are the client's
+        configuration, not round state.
 
         Raises
         ------

@@ -30,7 +30,8 @@ __all__ = [
 
 
 def consistency_threshold(n: int, corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION) -> int:
-    """Fewest consistency signatures that make two different survivor sets impossible:
+    """Fewest consistency signatures that make two different survivor sets impossible.
+
     ⌊(n + c)/2⌋ + 1 with c = ⌊γ·n⌋ corrupt clients (at least 2, at most n).
 
     Honest clients sign one survivor set per round and corrupt ones may sign any, so two sets
@@ -42,8 +43,10 @@ def consistency_threshold(n: int, corrupt_fraction: float = DEFAULT_CORRUPT_FRAC
 
 
 def default_threshold(n: int) -> int:
-    """Default threshold t for n clients: :func:`consistency_threshold` at the default γ = 1/3,
-    ⌊(n + ⌊n/3⌋)/2⌋ + 1 (about two thirds; at least 2)."""
+    """Default threshold t for n clients: about two thirds, at least 2.
+
+    :func:`consistency_threshold` at the default γ = 1/3: ⌊(n + ⌊n/3⌋)/2⌋ + 1.
+    """
     return consistency_threshold(n)
 
 
@@ -200,13 +203,17 @@ class SessionParams:
 
     @property
     def complete_graph(self) -> bool:
+        """Whether every client neighbours every other (k ≥ n − 1)."""
         return self.neighbours >= self.num_clients - 1
 
     @property
     def share_threshold(self) -> int:
-        """Shares needed to recover one client's secrets: t on the complete graph; else
-        ``shares_needed``, or when not given the smallest t_s with exposure ≤ 2^-40 at a
-        corrupt fraction of 1/3 (:func:`~ghofl.secure.graph_params.share_threshold_for`)."""
+        """Shares needed to recover one client's secrets.
+
+        t on the complete graph; else ``shares_needed``, or when not given the smallest t_s with
+        exposure ≤ 2^-40 at a corrupt fraction of 1/3
+        (:func:`~ghofl.secure.graph_params.share_threshold_for`).
+        """
         if self.complete_graph:
             return self.threshold
         if self.shares_needed is not None:
@@ -215,6 +222,7 @@ class SessionParams:
 
     @property
     def codec(self) -> FixedPointCodec:
+        """The fixed-point codec of these parameters."""
         return FixedPointCodec(self.num_clients, self.max_samples, self.clip_norm, self.limbs)
 
     def items(self) -> tuple[tuple[str, str], ...]:
@@ -222,6 +230,7 @@ class SessionParams:
         return tuple((k, repr(v)) for k, v in self.to_dict().items())
 
     def to_dict(self) -> dict[str, Any]:
+        """The parameters as JSON-ready fields, the share threshold included."""
         return {"num_clients": self.num_clients, "threshold": self.threshold,
                 "neighbours": self.neighbours, "max_samples": self.max_samples,
                 "clip_norm": self.clip_norm, "limbs": self.limbs,

@@ -109,8 +109,10 @@ class FixedPointCodec:
         return e1, e2
 
     def error_bound(self, kind: Kind) -> float:
-        """Largest absolute error of a decoded total entry of ``kind`` (before float64
-        rounding of the result)."""
+        """Largest absolute error of a decoded total entry of ``kind``.
+
+        Before float64 rounding of the result.
+        """
         e1, e2 = self.exponents(kind)
         bits = e1 + (e2 if self.limbs == 2 else 0) + 1
         return float(self.num_clients) * math.ldexp(1.0, -bits)
@@ -253,6 +255,7 @@ class FixedPointCodec:
         return ints, floats
 
     def to_dict(self) -> dict[str, Any]:
+        """The codec's public parameters as JSON-ready fields."""
         return {"num_clients": self.num_clients, "max_samples": self.max_samples,
                 "clip_norm": self.clip_norm, "limbs": self.limbs}
 

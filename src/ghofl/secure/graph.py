@@ -32,10 +32,11 @@ __all__ = ["HararyGraph", "default_neighbours", "harary_neighbours", "reveals_pa
 
 @functools.lru_cache(maxsize=256)
 def default_neighbours(n: int) -> int:
-    """Default number of neighbours k for n clients: the smallest even degree meeting exposure
-    ≤ 2^-40 and abort ≤ 2^-20 per honest client at γ = δ = 1/3
-    (:func:`~ghofl.secure.graph_params.required_parameters`), or n − 1 (complete graph) when
-    no smaller one does, or when no graph meets them (very few clients).
+    """Default number of neighbours k for n clients.
+
+    The smallest even degree meeting exposure ≤ 2^-40 and abort ≤ 2^-20 per honest client at
+    γ = δ = 1/3 (:func:`~ghofl.secure.graph_params.required_parameters`), or n − 1 (complete graph)
+    when no smaller one does, or when no graph meets them (very few clients).
 
     The degree stops growing with n once n is large (the neighbourhoods become samples with
     replacement), so the cost per client is bounded in n.
@@ -70,8 +71,9 @@ def harary_neighbours(n: int, k: int, seed: bytes) -> list[frozenset[int]]:
 
 
 class HararyGraph:
-    """The graph of :func:`harary_neighbours`, answering one client's neighbourhood in O(k)
-    after an O(n) set-up (a client needs only its own).
+    """The graph of :func:`harary_neighbours`, one client's neighbourhood at a time.
+
+    Answers a neighbourhood in O(k) after an O(n) set-up (a client needs only its own).
 
     Parameters
     ----------
@@ -161,6 +163,9 @@ def survivor_components(graph: HararyGraph, survivors: Iterable[int]) -> list[li
 
 
 def reveals_partial_sum(graph: HararyGraph, survivors: Iterable[int]) -> bool:
-    """Whether unmasking would reveal a partial sum: the survivors' induced subgraph is
-    disconnected, so the sum of each component can be separated from the total."""
+    """Whether unmasking would reveal a partial sum.
+
+    It would when the survivors' induced subgraph is disconnected: the sum of each component can
+    then be separated from the total.
+    """
     return len(survivor_components(graph, survivors)) > 1

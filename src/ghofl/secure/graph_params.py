@@ -68,15 +68,19 @@ def count_of(fraction: float, n: int) -> int:
 
 
 def graph_degree(n: int, k: int) -> int:
-    """Neighbours each client actually has on the Harary graph built with parameter k:
-    k rounded up to even, or n − 1 (complete graph) when that reaches n − 1."""
+    """Neighbours each client actually has on the Harary graph built with parameter k.
+
+    k rounded up to even, or n − 1 (complete graph) when that reaches n − 1.
+    """
     even = 2 * ((k + 1) // 2)
     return n - 1 if even >= n - 1 else even
 
 
 def _log_pmf(population: int, marked: int, draws: int) -> NDArray[np.float64]:
-    """Natural-log pmf of Hypergeometric(population, marked, draws) at 0 … draws (−inf where
-    impossible); shape (draws + 1,)."""
+    """Natural-log pmf of Hypergeometric(population, marked, draws) at 0 … draws.
+
+    −inf where impossible; shape (draws + 1,).
+    """
     j = np.arange(draws + 1, dtype=np.float64)
     ok = (j <= marked) & (draws - j <= population - marked)
     jj = np.where(ok, j, 0.0)
@@ -103,26 +107,33 @@ def log2_hypergeom_sf(x: int, population: int, marked: int, draws: int) -> float
 
 def log2_exposure(n: int, k: int, t_s: int,
                   corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION) -> float:
-    """log2 of the probability that an honest client's secrets are exposed: at least t_s of
-    its share holders (its neighbours) are corrupt. On the complete graph the count is
-    certain (0 or −inf)."""
+    """Log2 of the probability that an honest client's secrets are exposed.
+
+    Exposed: at least t_s of its share holders (its neighbours) are corrupt. On the complete graph
+    the count is certain (0 or −inf).
+    """
     d = graph_degree(n, k)
     return log2_hypergeom_sf(t_s, n - 1, count_of(corrupt_fraction, n), d)
 
 
 def log2_abort(n: int, k: int, t_s: int,
                dropout_fraction: float = DEFAULT_DROPOUT_FRACTION) -> float:
-    """log2 of the probability that fewer than t_s of an honest client's k neighbours survive
-    (its own share not counted), so that the round aborts for it; on the complete graph,
-    that fewer than t clients survive in all (the rule of the original protocol)."""
+    """Log2 of the probability that the round aborts for an honest client.
+
+    It aborts when fewer than t_s of the client's k neighbours survive (its own share
+    not counted); on the complete graph, when fewer than t clients survive in all (the
+    rule of the original protocol).
+    """
     d = graph_degree(n, k)
     own = 1 if d >= n - 1 else 0
     return log2_hypergeom_sf(d + 1 + own - t_s, n - 1, count_of(dropout_fraction, n), d)
 
 
 def log2_disconnected(n: int, k: int, removed_fraction: float) -> float:
-    """log2 of an upper bound on the probability that the clients left after removing
-    ⌊removed_fraction·n⌋ uniformly random clients induce a disconnected subgraph.
+    """Log2 of an upper bound on the probability that removing clients disconnects the rest.
+
+    ⌊removed_fraction·n⌋ uniformly random clients are removed; the bound is on the remaining clients
+    inducing a disconnected subgraph.
 
     On the Harary ring with h = ⌈k/2⌉ the remaining clients are disconnected only when at least
     two runs of h consecutive ring positions are all removed (one run cuts the ring into a
@@ -142,8 +153,10 @@ def log2_disconnected(n: int, k: int, removed_fraction: float) -> float:
 
 def share_threshold_for(n: int, k: int, corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
                         sigma: float = DEFAULT_SIGMA) -> int:
-    """The smallest share threshold t_s ≥ 2 with exposure ≤ 2^-σ on the graph built with k
-    (the degree + 1 share holders when even that is not enough)."""
+    """The smallest share threshold t_s ≥ 2 with exposure ≤ 2^-σ on the graph built with k.
+
+    The degree + 1 share holders when even that is not enough.
+    """
     d = graph_degree(n, k)
     lp = _log_pmf(n - 1, count_of(corrupt_fraction, n), d)
     # log sf at x = logsumexp(lp[x:]) for every x, from the top down
@@ -155,10 +168,12 @@ def share_threshold_for(n: int, k: int, corrupt_fraction: float = DEFAULT_CORRUP
 
 def meets_targets(n: int, k: int, t_s: int, corrupt_fraction: float,
                   dropout_fraction: float, sigma: float, eta: float) -> bool:
-    """Whether (k, t_s) on a sparse graph meets the targets: exposure ≤ 2^-σ, and the honest
-    survivors' subgraph disconnected with probability ≤ 2^-σ (else a passive server learns
-    the sums of its components); abort ≤ 2^-η, and the survivors' subgraph disconnected
-    (the clients then refuse to unmask) with probability ≤ 2^-η."""
+    """Whether (k, t_s) on a sparse graph meets the targets.
+
+    Exposure ≤ 2^-σ, and the honest survivors' subgraph disconnected with probability ≤ 2^-σ (else a
+    passive server learns the sums of its components); abort ≤ 2^-η, and the survivors' subgraph
+    disconnected (the clients then refuse to unmask) with probability ≤ 2^-η.
+    """
     both = min(corrupt_fraction + dropout_fraction, 1.0 - 1e-12)
     return (log2_exposure(n, k, t_s, corrupt_fraction) <= -sigma
             and log2_abort(n, k, t_s, dropout_fraction) <= -eta
@@ -170,8 +185,9 @@ def required_parameters(n: int, corrupt_fraction: float = DEFAULT_CORRUPT_FRACTI
                         dropout_fraction: float = DEFAULT_DROPOUT_FRACTION,
                         sigma: float = DEFAULT_SIGMA, eta: float = DEFAULT_ETA,
                         complete_threshold: int | None = None) -> tuple[int, int]:
-    """The smallest even degree k and its share threshold t_s meeting the targets
-    (:func:`meets_targets`).
+    """The smallest even degree k and its share threshold t_s meeting the targets.
+
+    See :func:`meets_targets`.
 
     Parameters
     ----------

@@ -86,7 +86,8 @@ def transcript(purpose: str, *parts: bytes | str | int) -> bytes:
 def verify_signature(public: bytes, signature: bytes, message: bytes) -> bool:
     """Whether ``signature`` is a valid Ed25519 signature of ``message`` under ``public``.
 
-    Malformed keys or signatures verify as ``False`` (never an exception)."""
+    Malformed keys or signatures verify as ``False`` (never an exception).
+    """
     if not (isinstance(public, bytes) and len(public) == IDENTITY_KEY_BYTES
             and isinstance(signature, bytes) and len(signature) == SIGNATURE_BYTES):
         return False
@@ -135,8 +136,9 @@ class IdentityKey:
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike[str], client_id: str) -> Path:
-        """Write the private key to ``path`` (PEM, mode 0600) and the public key beside it
-        (``PATH.pub``, JSON with the client id), refusing to overwrite either.
+        """Write the private key to ``path`` and the public key beside it, never overwriting.
+
+        The private key as PEM, mode 0600; the public key as ``PATH.pub``, JSON with the client id.
 
         Returns
         -------

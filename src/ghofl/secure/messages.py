@@ -88,8 +88,10 @@ class PlainInput(ClientMessage):
 # ---------------------------------------------------------------------- identity binding
 @dataclass(frozen=True)
 class HelloRequest(ServerMessage):
-    """Before a round on a transport whose addresses are not the roster's ids (Flower node
-    ids): each node is asked which roster identity it holds, with a fresh challenge."""
+    """Which roster identity a node holds, asked with a fresh challenge.
+
+    Sent before a round on a transport whose addresses are not the roster's ids (Flower node ids).
+    """
 
     challenge: bytes
     roster_fingerprint: bytes
@@ -97,9 +99,11 @@ class HelloRequest(ServerMessage):
 
 @dataclass(frozen=True)
 class Hello(ClientMessage):
-    """A node's answer: its roster id (``sender``) and its identity key's signature of the
-    challenge, the roster fingerprint and its transport address
-    (:func:`ghofl.secure._common.hello_transcript`)."""
+    """A node's answer: its roster id (``sender``) and its identity key's signature.
+
+    The signature covers the challenge, the roster fingerprint and its transport address
+    (:func:`ghofl.secure._common.hello_transcript`).
+    """
 
     address: str
     signature: bytes
@@ -128,9 +132,12 @@ class AdvertiseRequest(ServerMessage):
 
 @dataclass(frozen=True)
 class AdvertiseKeys(ClientMessage):
-    """A client's two X25519 public keys (one to encrypt shares, one to agree masks), signed
-    with its identity key over the round, the roster fingerprint, the parameters and the
-    metadata (:func:`ghofl.secure._common.advert_transcript`; empty when unauthenticated)."""
+    """A client's two X25519 public keys, signed with its identity key.
+
+    One key encrypts shares, one agrees masks. The signature covers the round, the roster
+    fingerprint, the parameters and the metadata
+    (:func:`ghofl.secure._common.advert_transcript`; empty when unauthenticated).
+    """
 
     enc_public: bytes
     mask_public: bytes
@@ -141,8 +148,10 @@ class AdvertiseKeys(ClientMessage):
 # ---------------------------------------------------------------------- stage 2: share
 @dataclass(frozen=True)
 class RosterEntry:
-    """One client that advertised its keys, as the server relays it to everyone, with the
-    client's own signature of its advertisement (so no relay can swap the keys)."""
+    """One client that advertised its keys, as the server relays it to everyone.
+
+    With the client's own signature of its advertisement, so no relay can swap the keys.
+    """
 
     client: str
     enc_public: bytes
@@ -159,8 +168,11 @@ class ShareRequest(ServerMessage):
 
 @dataclass(frozen=True)
 class SealedShare:
-    """Shares of one client's secrets for another, encrypted and authenticated (AES-GCM), and
-    signed by the sender's identity key (so a complaint about it can be verified)."""
+    """Shares of one client's secrets for another, encrypted, authenticated and signed.
+
+    Encrypted and authenticated with AES-GCM, signed by the sender's identity key (so a
+    complaint about it can be verified).
+    """
 
     sender: str
     recipient: str
@@ -208,8 +220,11 @@ class MaskedInput(ClientMessage):
 # ---------------------------------------------------------------------- stage 4: consistency
 @dataclass(frozen=True)
 class ConsistencyRequest(ServerMessage):
-    """The clients whose masked input is in the sum and the sharers that dropped (together:
-    exactly the sharers), for every survivor to sign before any share is revealed."""
+    """The survivor and dropped sets, for every survivor to sign before shares are revealed.
+
+    The clients whose masked input is in the sum and the sharers that dropped
+    (together: exactly the sharers).
+    """
 
     survivors: tuple[str, ...]
     dropped: tuple[str, ...]
@@ -217,8 +232,10 @@ class ConsistencyRequest(ServerMessage):
 
 @dataclass(frozen=True)
 class ConsistencySignature(ClientMessage):
-    """A survivor's signature of the survivor and dropped sets it was told
-    (:func:`ghofl.secure._common.consistency_transcript`)."""
+    """A survivor's signature of the survivor and dropped sets it was told.
+
+    See :func:`ghofl.secure._common.consistency_transcript`.
+    """
 
     signature: bytes
 
@@ -226,8 +243,10 @@ class ConsistencySignature(ClientMessage):
 # ---------------------------------------------------------------------- stage 5: unmask
 @dataclass(frozen=True)
 class UnmaskRequest(ServerMessage):
-    """The clients whose input is in the sum, those whose pairwise masks must be removed, and
-    the survivors' signatures of exactly these two sets (the consistency check).
+    """The sets to unmask, with the survivors' signatures of them.
+
+    The clients whose input is in the sum, those whose pairwise masks must be removed, and the
+    survivors' signatures of exactly these two sets (the consistency check).
 
     Attributes
     ----------

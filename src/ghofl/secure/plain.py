@@ -181,13 +181,16 @@ class PlainServer:
 
     @property
     def survivors(self) -> tuple[str, ...]:
+        """Clients whose statistics are in the sum."""
         return tuple(self._survivors)
 
 
 def _out_of_bounds(stats: ClientStats) -> str | None:
-    """Why one payload is not what clipping at its R can produce (``None`` when it is, or
-    when it was not clipped); no public M in the plain protocol, so counts are only checked
-    to be non-negative integers. PSD is validated when the payload is built."""
+    """Why one payload is not what clipping at its R can produce.
+
+    ``None`` when it is, or when it was not clipped. No public M in the plain protocol, so counts
+    are only checked to be non-negative integers. PSD is validated when the payload is built.
+    """
     clip = stats.meta.clip_norm
     if clip is None:
         return None

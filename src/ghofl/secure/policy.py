@@ -96,8 +96,11 @@ class ClientPolicy:
         return min(k, n - 1)
 
     def least_share_threshold(self, params: SessionParams) -> int:
-        """The fewest shares per secret accepted: t on the complete graph, else the share
-        threshold that keeps exposure ≤ 2^-σ at this policy's γ on the round's graph."""
+        """The fewest shares per secret accepted.
+
+        t on the complete graph, else the share threshold that keeps exposure ≤ 2^-σ at this
+        policy's γ on the round's graph.
+        """
         if params.complete_graph:
             return params.threshold
         return share_threshold_for(params.num_clients, params.neighbours,

@@ -116,8 +116,10 @@ def aead_encrypt(key: bytes, plaintext: bytes, associated: bytes) -> bytes:
 
 
 def aead_decrypt(key: bytes, sealed: bytes, associated: bytes) -> bytes | None:
-    """Inverse of :func:`aead_encrypt`; ``None`` when authentication fails (tampered data,
-    wrong key, or wrong associated data)."""
+    """Inverse of :func:`aead_encrypt`; ``None`` when authentication fails.
+
+    Authentication fails on tampered data, a wrong key, or wrong associated data.
+    """
     if len(sealed) < NONCE_BYTES + 16:
         return None
     try:

@@ -1,5 +1,6 @@
-"""Running a protocol: the driver that moves a server half through its stages over a transport,
-and the report of what each stage cost.
+"""Running a protocol: the driver and the report of what each stage cost.
+
+The driver moves a server half through its stages over a transport.
 
 :func:`run_aggregation` works for any server half (:class:`~ghofl.secure.SecAggServer`,
 :class:`~ghofl.secure.PlainServer`) and any transport (:class:`~ghofl.secure.InMemoryTransport`,
@@ -29,14 +30,18 @@ class ServerHalf(Protocol):
     excluded: dict[str, str]
     ignored: list[str]
 
-    def requests(self) -> dict[str, ServerMessage]: ...
+    def requests(self) -> dict[str, ServerMessage]:
+        """The request for each client still in the round, for the current stage."""
 
-    def receive(self, replies: Iterable[tuple[str, ClientMessage]]) -> None: ...
+    def receive(self, replies: Iterable[tuple[str, ClientMessage]]) -> None:
+        """Consume the replies of the current stage and move to the next one."""
 
-    def result(self) -> ClientStats: ...
+    def result(self) -> ClientStats:
+        """The total over the surviving clients, once every stage has run."""
 
     @property
-    def survivors(self) -> tuple[str, ...]: ...
+    def survivors(self) -> tuple[str, ...]:
+        """Clients whose statistics are in the sum."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class StageReport:
     replies: int
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready fields."""
         return dict(self.__dict__)
 
 

@@ -1,5 +1,6 @@
-"""The server half of the secure sum (Bonawitz et al. 2017 on the SecAgg+ graph of Bell et al.
-2020), as explicit state transitions.
+"""The server half of the secure sum, as explicit state transitions.
+
+Bonawitz et al. 2017 on the SecAgg+ graph of Bell et al. 2020.
 
 For each stage the driver asks :meth:`SecAggServer.requests` what to send, hands the replies to
 :meth:`SecAggServer.receive`, and moves on; :meth:`SecAggServer.result` gives the total. The
@@ -353,9 +354,11 @@ class SecAggServer:
         self.state = "consistency"
 
     def _judge(self, accuser: str, msg: MaskedInput) -> None:
-        """Verify each complaint against the share the server relayed, which the accused
-        signed: the accused is excluded when that share is bad, the accuser when it is good
-        (a false accusation), so one liar never aborts the round."""
+        """Verify each complaint against the share the server relayed, which the accused signed.
+
+        The accused is excluded when that share is bad, the accuser when it is good (a false
+        accusation), so one liar never aborts the round.
+        """
         assert self._topology is not None
         key = msg.complaint_key
         try:

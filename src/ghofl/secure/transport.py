@@ -1,5 +1,6 @@
-"""How requests reach clients and replies reach the server: the transport interface, and the
-in-memory transport used by ``ghofl simulate`` and the tests.
+"""How requests reach clients and replies reach the server.
+
+The transport interface, and the in-memory transport used by ``ghofl simulate`` and the tests.
 
 A transport delivers one stage's requests and yields the replies as they arrive; a client that
 does not answer is simply absent (a dropout). The Flower integration is another transport.
@@ -32,7 +33,8 @@ class ClientHalf(Protocol):
 
     client_id: str
 
-    def handle(self, request: ServerMessage) -> ClientMessage: ...
+    def handle(self, request: ServerMessage) -> ClientMessage:
+        """The reply to one server request."""
 
 
 @runtime_checkable
@@ -40,7 +42,8 @@ class Transport(Protocol):
     """Delivers one stage's requests and yields ``(client_id, reply)`` as replies arrive."""
 
     def exchange(self, stage: Stage, requests: Mapping[str, ServerMessage]
-                 ) -> Iterator[tuple[str, ClientMessage]]: ...
+                 ) -> Iterator[tuple[str, ClientMessage]]:
+        """Deliver ``requests`` (client id → request) and yield the replies as they arrive."""
 
 
 @dataclass

@@ -132,8 +132,10 @@ class Naming:
     style: Literal["library", "cli", "config"]
 
     def name(self, path: str) -> str:
-        """The field as the front end names it: ``--clip``, ``clip_norm``, ``ClientJob
-        clip_norm``."""
+        """The field as the front end names it.
+
+        E.g. ``--clip``, ``clip_norm``, ``ClientJob clip_norm``.
+        """
         spec = FIELDS[path]
         if self.style == "cli" and spec.flag:
             return spec.flag
@@ -147,17 +149,21 @@ class Naming:
         return self.name(path)
 
     def setting(self, path: str, value: object) -> str:
-        """The field set to ``value``: ``--secure``, ``--dp-mode distributed``,
-        ``protocol = "secure"``."""
+        """The field set to ``value``.
+
+        E.g. ``--secure``, ``--dp-mode distributed``, ``protocol = "secure"``.
+        """
         spec = FIELDS[path]
         if self.style == "cli" and spec.flag:
             return spec.flag if spec.switch else f"{spec.flag} {value}"
         return f"{self.name(path)} = {_literal(value)}"
 
     def reset(self, paths: tuple[tuple[str, object], ...]) -> str:
-        """A remedy that sets any one of the fields back to the given value: ``drop
-        --transport-dtype or --secure`` (CLI), ``set transport_dtype = "float64" or protocol
-        = "plain"`` (config)."""
+        """A remedy that sets any one of the fields back to the given value.
+
+        E.g. ``drop --transport-dtype or --secure`` (CLI),
+        ``set transport_dtype = "float64" or protocol = "plain"`` (config).
+        """
         if self.style == "cli":
             return "drop " + " or ".join(FIELDS[p].flag for p, _ in paths)
         return "set " + " or ".join(self.setting(p, v) for p, v in paths)

@@ -1,5 +1,7 @@
-"""Defensive JSON for file headers: bounded size, depth and value count, checked by a
-streaming scan before parsing (see :func:`parse_json`)."""
+"""Defensive JSON for file headers: bounded size, depth and value count.
+
+They are checked by a streaming scan before parsing (see :func:`parse_json`).
+"""
 
 from __future__ import annotations
 
@@ -65,9 +67,10 @@ _QUOTE, _BACKSLASH, _OPEN1, _OPEN2, _CLOSE1, _CLOSE2, _COMMA, _COLON = (
 
 
 def _json_shape(text: str | bytes) -> tuple[int, int]:
-    """Deepest bracket nesting and number of values (about: commas and colons plus one)
-    of JSON ``text``, both outside strings; stops once the depth exceeds
-    :data:`MAX_JSON_DEPTH`.
+    """Deepest bracket nesting and number of values of JSON ``text``, outside strings.
+
+    The number of values is approximate (commas and colons plus one); the scan stops once the depth
+    exceeds :data:`MAX_JSON_DEPTH`.
 
     Streams over ``text`` in chunks of :data:`_DEPTH_CHUNK` characters with array operations:
     the extra memory is a few times one chunk, whatever the size of ``text``, and the time

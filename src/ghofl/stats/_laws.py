@@ -77,9 +77,11 @@ def check_second_moment_laws(s: ClientStats, diag: F64, first_res: float,
 
 
 def _class_scale(counts: I64, sums: F64, diag: F64) -> F64:
-    """Per-class scale (C, 1) of the data: max(max|A_c|/N_c, sqrt(max D_c / N_c)), at least
-    the smallest normal float; dividing by it (and D_c twice) keeps the moment checks in
-    range whatever the magnitude of the values."""
+    """Per-class scale (C, 1) of the data: max(max|A_c|/N_c, sqrt(max D_c / N_c)).
+
+    At least the smallest normal float; dividing by it (and D_c twice) keeps the moment checks in
+    range whatever the magnitude of the values.
+    """
     n = np.maximum(counts, 1).astype(np.float64)[:, None]
     first = np.max(np.abs(sums) / n, axis=1, initial=0.0)[:, None]
     second = np.sqrt(np.max(np.abs(diag) / n, axis=1, initial=0.0))[:, None]
@@ -97,8 +99,10 @@ _ONE_THREAD_FLOPS = 1e9
 
 
 def _check_psd(s: ClientStats, second_res: float) -> None:
-    """Second moments are sums of x xᵀ: per class, S_c − A_c A_cᵀ/N_c ⪰ 0 (mode ``full``); the
-    pooled within-class scatter B − Σ_c A_c A_cᵀ/N_c ⪰ 0 (mode ``pooled``).
+    """Check that second moments are sums of x xᵀ (positive semi-definite scatters).
+
+    Per class, S_c − A_c A_cᵀ/N_c ⪰ 0 (mode ``full``); the pooled within-class scatter
+    B − Σ_c A_c A_cᵀ/N_c ⪰ 0 (mode ``pooled``).
 
     Tested with one Cholesky factorisation per matrix (d³/3 flops, about a tenth of an
     eigendecomposition) of the matrix, scaled to unit magnitude, plus a relative ridge
@@ -151,8 +155,9 @@ def _check_psd_each(s: ClientStats, second_res: float) -> None:
 
 
 def _centre_into(out: F64, m: F64, sums: F64, counts: F64, floor: float) -> float:
-    """Write (M − Σ_c A_c A_cᵀ/N_c) / σ² into the Fortran-ordered ``out`` and return
-    σ² = max(max diag M, floor).
+    """Write (M − Σ_c A_c A_cᵀ/N_c) / σ² into ``out``; return σ² = max(max diag M, floor).
+
+    ``out`` is Fortran-ordered.
 
     ``out`` receives Mᵀ / σ² (one contiguous pass), then the rank-k update of its upper
     triangle, which is the lower triangle of M (the triangle the check has always read).
@@ -175,10 +180,12 @@ def _centre_into(out: F64, m: F64, sums: F64, counts: F64, floor: float) -> floa
 
 
 def _ridged_factor_ok(a: F64, ridge: float) -> bool:
-    """Whether the symmetric matrix whose upper triangle is ``a`` (Fortran order), plus
-    ``ridge``·I, has a Cholesky factor; ``a`` is overwritten. A non-finite entry of the factor
-    reaches a later pivot through its square, and LAPACK reports a non-positive or NaN pivot:
-    a factor reported complete is finite."""
+    """Whether the symmetric matrix ``a`` plus ``ridge``·I has a Cholesky factor.
+
+    ``a`` holds the upper triangle (Fortran order) and is overwritten. A non-finite entry of the
+    factor reaches a later pivot through its square, and LAPACK reports a non-positive or NaN pivot:
+    a factor reported complete is finite.
+    """
     from scipy.linalg.lapack import dpotrf
 
     a[np.diag_indices(a.shape[0])] += ridge

@@ -257,8 +257,10 @@ class StatsAccumulator:
     def _add_class_block(
         self, c: int, block: NDArray[np.float64], with_scatter: bool = False
     ) -> None:
-        """Add rows ``block`` (m, k) of class ``c`` to A_c and to D_c or S_c (and to B when
-        ``with_scatter`` and the mode holds B)."""
+        """Add rows ``block`` (m, k) of class ``c`` to A_c and to D_c or S_c.
+
+        And to B when ``with_scatter`` and the mode holds B.
+        """
         self._sums[c] += block.sum(axis=0)
         if self._sq is not None:
             self._sq[c] += np.einsum("ij,ij->j", block, block)
@@ -268,9 +270,12 @@ class StatsAccumulator:
             self._b = dsyrk(1.0, block.T, beta=1.0, c=self._b, trans=0, overwrite_c=1)
 
     def _gather(self, xin: NDArray[Any], rows: NDArray[np.intp]) -> NDArray[np.float64]:
-        """Rows ``rows`` of ``xin`` as a contiguous float64 block in a buffer reused across
-        chunks: at most ``_chunk`` rows, so the copy stays small and its pages stay mapped
-        (fresh large allocations cost page faults that rival the BLAS work itself)."""
+        """Rows ``rows`` of ``xin`` as a contiguous float64 block in a reused buffer.
+
+        The buffer is reused across chunks and holds at most ``_chunk`` rows, so the copy
+        stays small and its pages stay mapped (fresh large allocations cost page faults
+        that rival the BLAS work itself).
+        """
         m, d = rows.size, xin.shape[1]
         if self._buf is None:
             self._buf = np.empty((self._chunk, d))
@@ -386,9 +391,9 @@ def _check_batch(
 
 
 def clip_rows(z: NDArray[np.float64], clip_norm: float) -> int:
-    """Scale, in place, every row of ``z`` (m, k) with ‖z_i‖ > R down to the bound; return how
-    many rows were scaled. The common case (no row above R) costs one pass of m·k
-    multiply-adds and no (m, k) temporary.
+    """Scale down, in place, every row of ``z`` (m, k) with ‖z_i‖ > R; return how many.
+
+    The common case (no row above R) costs one pass of m·k multiply-adds and no (m, k) temporary.
 
     A clipped row is scaled to norm R·(1 − 2⁻⁴⁸) rather than R: the margin (about 16 ulps)
     covers the rounding of the norm and of the product, so the per-sample bounds |z_i| ≤ R
@@ -415,8 +420,10 @@ def clip_rows(z: NDArray[np.float64], clip_norm: float) -> int:
 
 
 def _symmetrize_upper(m: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Full symmetric (C-ordered) matrix from ``m`` whose upper triangle holds the values and
-    whose strict lower triangle is zero (as ``dsyrk`` leaves a zero-initialised output)."""
+    """Full symmetric (C-ordered) matrix from ``m``'s upper triangle.
+
+    The strict lower triangle of ``m`` is zero (as ``dsyrk`` leaves a zero-initialised output).
+    """
     res = np.add(m, m.T)
     diag = np.einsum("ii->i", res)
     diag *= 0.5

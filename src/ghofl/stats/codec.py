@@ -294,9 +294,10 @@ def stats_from_tensors(
 
 
 def through_transport(stats: ClientStats, transport_dtype: Any = "float64") -> ClientStats:
-    """``stats`` as a receiver reads them after transport in ``transport_dtype``: unchanged for
-    float64, every float sum rounded to float32 (and back to float64) for float32, validated
-    as a received payload. What the in-process simulator uses to model float32 uploads.
+    """``stats`` as a receiver reads them after transport in ``transport_dtype``.
+
+    Unchanged for float64; for float32 every float sum rounded to float32 (and back to float64);
+    validated as a received payload. What the in-process simulator uses to model float32 uploads.
 
     Raises
     ------
@@ -316,8 +317,10 @@ def _with_holdout(meta: StatsMeta) -> str:
 
 
 def payload_nbytes(stats: ClientStats, transport_dtype: Any = "float64") -> int:
-    """Bytes of array data one client uploads for ``stats`` (excluding the small header),
-    held-out section included, float arrays in ``transport_dtype``."""
+    """Bytes of array data one client uploads for ``stats`` (excluding the small header).
+
+    Held-out section included, float arrays in ``transport_dtype``.
+    """
     return expected_payload_nbytes(stats.mode, stats.num_classes, stats.dim,
                                    holdout=stats.holdout is not None,
                                    transport_dtype=transport_dtype)
@@ -674,8 +677,10 @@ def _prod(shape: tuple[int, ...]) -> int:
 
 
 def _read_data(f: Any, p: Path, n: int, what: str) -> NDArray[np.uint8]:
-    """The ``n`` bytes of the data section, read straight into one uninitialised buffer (no
-    zero fill, no joined copies: the tensors are views of it)."""
+    """The ``n`` bytes of the data section, read straight into one uninitialised buffer.
+
+    No zero fill, no joined copies: the tensors are views of it.
+    """
     data = np.empty(n, dtype=np.uint8)
     view = memoryview(data.data)
     got = 0
@@ -741,8 +746,10 @@ def load_stats(path: str | os.PathLike[str]) -> ClientStats:
 
 
 def read_stats_file(path: str | os.PathLike[str]) -> tuple[ClientStats, str]:
-    """:func:`load_stats`, also returning the file's transport dtype (``"float64"`` or
-    ``"float32"``)."""
+    """:func:`load_stats`, also returning the file's transport dtype.
+
+    ``"float64"`` or ``"float32"``.
+    """
     state: dict[str, Any] = {}
 
     def check(header: dict[str, str], table: dict[str, TensorInfo]) -> None:

@@ -60,6 +60,7 @@ class EncoderInfo:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dictionary."""
         return asdict(self)
 
     @classmethod
@@ -158,6 +159,7 @@ class StatsMeta:
 
     @property
     def num_classes(self) -> int:
+        """Number of classes C."""
         return len(self.classes)
 
     @property
@@ -166,6 +168,7 @@ class StatsMeta:
         return self.holdout_fraction > 0.0
 
     def with_mode(self, mode: Mode) -> StatsMeta:
+        """The same metadata with upload mode ``mode``."""
         return StatsMeta(
             mode, self.dim, self.classes, self.encoder, self.projection, clip_norm=self.clip_norm,
             holdout_fraction=self.holdout_fraction,
@@ -179,14 +182,18 @@ class StatsMeta:
         )
 
     def without_holdout(self) -> StatsMeta:
-        """The metadata of the parts of held-out statistics (its held-out section and the
-        fitting part): identical, with ``holdout_fraction`` 0.0."""
+        """The metadata of the parts of held-out statistics: ``holdout_fraction`` 0.0.
+
+        The parts are its held-out section and the fitting part; otherwise identical.
+        """
         return self if not self.has_holdout else self.with_holdout(0.0)
 
     def written_version(self) -> int:
-        """Schema version written for statistics of this metadata: the oldest that can hold
-        them (:data:`PLAIN_SCHEMA_VERSION` without a held-out section), so that files that
-        need no new feature stay readable by older ghofl."""
+        """Schema version written for statistics of this metadata: the oldest that can hold them.
+
+        :data:`PLAIN_SCHEMA_VERSION` without a held-out section, so that files that need no new
+        feature stay readable by older ghofl.
+        """
         return HOLDOUT_SCHEMA_VERSION if self.has_holdout else PLAIN_SCHEMA_VERSION
 
     def differences(self, other: StatsMeta) -> list[str]:
@@ -225,9 +232,12 @@ class StatsMeta:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields. ``schema_version`` is :meth:`written_version`, and
-        ``holdout_fraction`` is present only when > 0, so metadata without a held-out section
-        is exactly what version 2 wrote (same digests, readable by older ghofl)."""
+        """JSON-ready fields.
+
+        ``schema_version`` is :meth:`written_version`, and ``holdout_fraction`` is present only
+        when > 0, so metadata without a held-out section is exactly what version 2 wrote (same
+        digests, readable by older ghofl).
+        """
         out: dict[str, Any] = {
             "schema_version": self.written_version(),
             "mode": self.mode,
@@ -380,8 +390,10 @@ def _parse_clip_norm(value: Any) -> float | None:
 
 
 def check_holdout_fraction(value: Any) -> float:
-    """``value`` as a float if it is 0 (no held-out section) or in (0, 0.5]; else
-    :class:`StatsValidationError` naming the allowed range."""
+    """``value`` as a float if it is 0 (no held-out section) or in (0, 0.5].
+
+    Else :class:`StatsValidationError` naming the allowed range.
+    """
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
     f = float(value) if ok else math.nan
     if not (f == 0.0 or 0.0 < f <= MAX_HOLDOUT_FRACTION):

@@ -145,6 +145,7 @@ class ProjectionSpec:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields; ``basis`` only when set (random projections keep version 1's)."""
         out: dict[str, Any] = {
             "seed": self.seed,
             "input_dim": self.input_dim,
@@ -157,6 +158,7 @@ class ProjectionSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProjectionSpec:
+        """The spec from :meth:`to_dict`'s fields; :class:`StatsFormatError` when invalid."""
         try:
             basis = data.get("basis", "")
             if not isinstance(basis, str):

@@ -1,5 +1,7 @@
-"""Durable aggregation store: every accepted contribution and an exact running total in one
-embedded SQLite file (standard library, no server); see :mod:`ghofl.store.aggregation`."""
+"""Durable aggregation store in one embedded SQLite file (standard library, no server).
+
+It holds every accepted contribution and an exact running total; see :mod:`ghofl.store.aggregation`.
+"""
 
 from ghofl.store.aggregation import (
     DEFAULT_MAX_CONTRIBUTIONS,

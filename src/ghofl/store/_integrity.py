@@ -71,8 +71,11 @@ def _digest(tag: bytes, *fields: object) -> str:
 
 def row_digest(client_id: object, sha256: object, n_samples: object, n_clipped: object,
                added_at: object, ints: object, floats: object, words: object) -> str:
-    """SHA-256 (64 hex digits) of one contribution row (as stored: ``str`` ids and dates,
-    ``int`` counts, ``bytes`` arrays, ``None`` for absent words), bound to its client id."""
+    """SHA-256 (64 hex digits) of one contribution row, bound to its client id.
+
+    The row as stored: ``str`` ids and dates, ``int`` counts, ``bytes`` arrays,
+    ``None`` for absent words.
+    """
     return _digest(_ROW_TAG, client_id, sha256, n_samples, n_clipped, added_at, ints, floats,
                    words)
 

@@ -140,8 +140,10 @@ def _reason(exc: BaseException) -> str:
 
 
 def _text(raw: bytes) -> str:
-    """TEXT values as ``str``; bytes that are not UTF-8 (a corrupt store) are kept as
-    surrogates, so that no digest matches them."""
+    """TEXT values as ``str``; non-UTF-8 bytes (a corrupt store) are kept as surrogates.
+
+    No digest then matches them.
+    """
     return raw.decode("utf-8", "surrogateescape")
 
 
@@ -182,9 +184,11 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
 
 
 def _create(path: Path) -> None:
-    """Create and initialise a new store beside ``path`` and link it into place: a store that
-    cannot be created (disk full, read-only folder) leaves nothing behind, and of two
-    processes creating the same store at once, one wins and the other opens its store."""
+    """Create and initialise a new store beside ``path`` and link it into place.
+
+    A store that cannot be created (disk full, read-only folder) leaves nothing behind, and of two
+    processes creating the same store at once, one wins and the other opens its store.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -273,9 +277,11 @@ def _migrate_v1(con: sqlite3.Connection) -> None:
 
 @contextmanager
 def transaction(con: sqlite3.Connection, write: bool = True) -> Iterator[sqlite3.Connection]:
-    """One transaction: ``BEGIN IMMEDIATE`` (write) or ``BEGIN`` (a consistent read), then
-    ``COMMIT``, or ``ROLLBACK`` when the body raises. A write to a store still in WAL mode
-    (held open elsewhere when it was opened) is checkpointed into the database file."""
+    """One transaction: ``BEGIN IMMEDIATE`` (write) or ``BEGIN`` (a consistent read).
+
+    Then ``COMMIT``, or ``ROLLBACK`` when the body raises. A write to a store still in WAL mode
+    (held open elsewhere when it was opened) is checkpointed into the database file.
+    """
     con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
     try:
         yield con
@@ -347,6 +353,8 @@ def to_blob(arr: NDArray[Any]) -> bytes:
 
 
 def from_blob(blob: bytes, dtype: str) -> NDArray[Any]:
-    """Inverse of :func:`to_blob` for ``dtype`` (``"<i8"``, ``"<f8"``, ``"<u8"``); a writable,
-    native-order copy."""
+    """Inverse of :func:`to_blob` for ``dtype`` (``"<i8"``, ``"<f8"``, ``"<u8"``).
+
+    A writable, native-order copy.
+    """
     return np.frombuffer(blob, dtype=np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="))

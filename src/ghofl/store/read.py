@@ -15,8 +15,10 @@ __all__ = ["is_store", "read_total"]
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is an existing file that starts with the SQLite 3 header (content
-    sniffing; the file name does not matter)."""
+    """Whether ``path`` is an existing file that starts with the SQLite 3 header.
+
+    Content sniffing; the file name does not matter.
+    """
     p = Path(path)
     return p.is_file() and has_sqlite_header(p)
 

@@ -25,15 +25,19 @@ class Encoder(Protocol):
     """
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The encoder's name."""
 
     @property
-    def dim(self) -> int: ...
+    def dim(self) -> int:
+        """The embedding dimension."""
 
     @property
-    def info(self) -> EncoderInfo: ...
+    def info(self) -> EncoderInfo:
+        """The encoder's identity, recorded in the statistics' metadata."""
 
-    def embed(self, batch: Any) -> NDArray[np.float32]: ...
+    def embed(self, batch: Any) -> NDArray[np.float32]:
+        """Embeddings of ``batch``, float32 of shape (b, dim)."""
 
 
 def check_embeddings(out: Any, batch_size: int, dim: int, name: str) -> NDArray[np.float32]:
@@ -72,14 +76,17 @@ class InfoEncoder:
 
     @property
     def name(self) -> str:
+        """The encoder's name."""
         return self._info.name
 
     @property
     def dim(self) -> int:
+        """The embedding dimension."""
         return self._info.dim
 
     @property
     def info(self) -> EncoderInfo:
+        """The encoder's identity."""
         return self._info
 
 

@@ -181,8 +181,11 @@ def read_contract(
     model: Path, given: Mapping[str, Any] | str | os.PathLike[str] | None,
     overrides: Mapping[str, Any], keys: tuple[str, ...] = CONTRACT_KEYS,
 ) -> dict[str, Any]:
-    """The contract values of ``model``: the JSON beside it (or ``given``: a mapping or a JSON
-    path), updated with ``overrides`` (keyword arguments), each validated."""
+    """The validated contract values of ``model``.
+
+    Read from the JSON beside it (or ``given``: a mapping or a JSON path), updated with
+    ``overrides`` (keyword arguments), each validated.
+    """
     values: dict[str, Any] = {}
     if isinstance(given, Mapping):
         values.update(check_contract(given, "input contract", keys))
@@ -209,8 +212,10 @@ def _load_json(path: Path) -> dict[str, Any]:
 
 
 def resolve_contract(values: Mapping[str, Any], resolution: int, where: str) -> InputContract:
-    """Fill the unset fields of validated contract ``values`` with the defaults (``layout``
-    and ``dtype`` must be set by the caller: they depend on the model)."""
+    """Fill the unset fields of validated contract ``values`` with the defaults.
+
+    ``layout`` and ``dtype`` must be set by the caller: they depend on the model.
+    """
     dtype, layout = values["dtype"], values["layout"]
     size = values.get("size")
     if size is None and dtype != "uint8" and values.get("resize") != "none":

@@ -1,5 +1,7 @@
-"""``get_encoder(name)``: the built-in encoders by name, and a user's own model file by
-``onnx:PATH`` or ``torchscript:PATH``."""
+"""``get_encoder(name)``: the built-in encoders, and a user's own model file.
+
+A model file is named ``onnx:PATH`` or ``torchscript:PATH``.
+"""
 
 from __future__ import annotations
 
@@ -29,8 +31,11 @@ MODEL_FILE_KINDS = ("onnx", "torchscript")
 
 
 def available_encoders() -> tuple[str, ...]:
-    """Names accepted by :func:`get_encoder` (``all-MiniLM-L6-v2`` is an alias of ``minilm``;
-    ``PATH`` stands for the path of a user's model file)."""
+    """Names accepted by :func:`get_encoder`.
+
+    ``all-MiniLM-L6-v2`` is an alias of ``minilm``; ``PATH`` stands for the path of
+    a user's model file.
+    """
     return (*_LITE, *_LITE_INT8, *_TORCHVISION, "minilm", *(f"{k}:PATH" for k in MODEL_FILE_KINDS))
 
 

@@ -1,5 +1,6 @@
-"""A user's image model file as an :class:`~ghofl.client.encoders.Encoder` (the shared part of
-``onnx:PATH`` and ``torchscript:PATH``).
+"""A user's image model file as an :class:`~ghofl.client.encoders.Encoder`.
+
+The shared part of ``onnx:PATH`` and ``torchscript:PATH``.
 
 The encoder checks the file, reads its input contract (:mod:`ghofl.client.encoders.contract`),
 runs the model once on two blank images to learn (and check) its output dimension, and records

@@ -228,8 +228,11 @@ def _resize_all(images: NDArray[np.uint8], height: int, width: int) -> NDArray[n
 
 
 def _equal_batch(n: int, batch: int) -> int:
-    """Largest divisor of ``n`` not above ``batch``: ONNX Runtime's histogram calibrators stack
-    the outputs of all batches, so every batch must have the same size."""
+    """Largest divisor of ``n`` not above ``batch``.
+
+    ONNX Runtime's histogram calibrators stack the outputs of all batches, so every
+    batch must have the same size.
+    """
     return max(b for b in range(1, min(n, batch) + 1) if n % b == 0)
 
 
@@ -271,8 +274,10 @@ def _float_nodes(model_path: Path, keep_float: tuple[str, ...]) -> list[str]:
 def _full_range_weights(
     model_path: Path, settings: QuantSettings, excluded: list[str]
 ) -> dict[str, list[dict[str, Any]]]:
-    """ONNX Runtime ``TensorQuantOverrides`` giving the depthwise convolution weights 8 bits
-    when ``reduce_range`` gives the other weights 7 (empty when not asked for)."""
+    """ONNX Runtime ``TensorQuantOverrides`` giving the depthwise convolution weights 8 bits.
+
+    Used when ``reduce_range`` gives the other weights 7 (empty when not asked for).
+    """
     import onnx
 
     if not (settings.reduce_range and settings.depthwise_8bit):

@@ -22,8 +22,11 @@ __all__ = ["cfg_float", "cfg_int", "cfg_str", "dp_options", "job_meta"]
 
 
 def job_meta(job: ClientJob, input_dim: int | None) -> StatsMeta:
-    """The statistics metadata every client of ``job`` produces from embeddings of dimension
-    ``input_dim`` (ignored when the job names an encoder: its output dimension is used)."""
+    """The statistics metadata every client of ``job`` produces.
+
+    For embeddings of dimension ``input_dim``, ignored when the job names an encoder
+    (its output dimension is used).
+    """
     if job.encoder is not None:
         info = job.encoder_info()
         assert info is not None
@@ -40,10 +43,13 @@ def job_meta(job: ClientJob, input_dim: int | None) -> StatsMeta:
 
 
 def dp_options(cfg: Mapping[str, Any], job: ClientJob) -> tuple[ClientJob, NoisePlan | None]:
-    """The run config's DP keys: ``dp-epsilon`` (0 = no DP), ``dp-delta``, ``dp-mode``
-    (``central`` or ``distributed``) and ``min-class-count`` (0 = the default: 5 with DP, 1
-    without). Returns the job the client runs (its minimum count set; 1 under DP, where the
-    server applies the rule to the noised counts) and the calibrated plan (or None)."""
+    """The job the client runs and the calibrated DP plan (or None), from the run config.
+
+    The DP keys are ``dp-epsilon`` (0 = no DP), ``dp-delta``, ``dp-mode`` (``central`` or
+    ``distributed``) and ``min-class-count`` (0 = the default: 5 with DP, 1 without).
+    The returned job has its minimum count set: 1 under DP, where the server applies
+    the rule to the noised counts.
+    """
     from ghofl.privacy import DEFAULT_DELTA, DPConfig, plan_noise
 
     eps = cfg_float(cfg, "dp-epsilon", 0.0)

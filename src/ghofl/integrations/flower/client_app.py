@@ -191,7 +191,7 @@ class NodeIdentity:
 
 
 def data_source(node_cfg: Mapping[str, Any], run_cfg: Mapping[str, Any]) -> Path:
-    """This node's data: node config ``data-path``, else run config ``data-template``."""
+    """The node's data: node config ``data-path``, else run config ``data-template``."""
     path = node_cfg.get("data-path")
     if isinstance(path, str) and path:
         return Path(path)
@@ -242,8 +242,10 @@ def _input_dim(source: Path) -> int | None:
 
 
 def _kill_own_supernode() -> None:  # pragma: no cover - runs only in the fault tests
-    """SIGKILL the nearest ancestor running ``flower-supernode`` (deployment), then this
-    process, so the request is never answered."""
+    """SIGKILL the nearest ancestor running ``flower-supernode``, then this process.
+
+    The SuperNode of a deployment; so the request is never answered.
+    """
     pid = os.getppid()
     while pid > 1:
         try:

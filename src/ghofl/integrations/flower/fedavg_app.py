@@ -1,5 +1,6 @@
-"""The multi-round FedAvg baseline on Flower: a linear softmax head on the same frozen
-embeddings and the same clients as the one-shot protocol, with Flower's own FedAvg strategy.
+"""The multi-round FedAvg baseline on Flower, with Flower's own FedAvg strategy.
+
+A linear softmax head on the same frozen embeddings and the same clients as the one-shot protocol.
 
 ``client`` is the ClientApp (train handler: local mini-batch SGD from
 :func:`ghofl.baselines.local_sgd` on the node's embeddings, from node config ``data-path`` or

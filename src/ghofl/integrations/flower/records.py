@@ -1,5 +1,7 @@
-"""Records codec: :class:`~ghofl.stats.ClientStats` and every aggregation protocol message
-(:mod:`ghofl.secure.messages`) to and from a Flower ``RecordDict``.
+"""Records codec: statistics and protocol messages to and from a Flower ``RecordDict``.
+
+:class:`~ghofl.stats.ClientStats` and every aggregation protocol message
+(:mod:`ghofl.secure.messages`).
 
 Layout of a message record (version :data:`RECORDS_VERSION`):
 
@@ -124,8 +126,11 @@ def _flwr() -> Any:
 # ---------------------------------------------------------------------- ClientStats
 def stats_to_record(stats: ClientStats, into: RecordDict | None = None,
                     transport_dtype: str = "float64") -> RecordDict:
-    """``stats`` as a ``RecordDict`` (or added to ``into``): arrays bit-exact (float sums in
-    ``transport_dtype``, ``"float64"`` or ``"float32"``), meta as JSON."""
+    """``stats`` as a ``RecordDict`` (or added to ``into``).
+
+    Arrays bit-exact (float sums in ``transport_dtype``, ``"float64"`` or
+    ``"float32"``), meta as JSON.
+    """
     app = _flwr()
     tname = check_transport_dtype(transport_dtype)
     rd = app.RecordDict() if into is None else into
@@ -177,8 +182,10 @@ def stats_from_record(rd: Any) -> ClientStats:
 # ---------------------------------------------------------------------- messages
 def message_to_record(message: ServerMessage | ClientMessage,
                       transport_dtype: str = "float64") -> RecordDict:
-    """Any protocol message (request or reply) as a ``RecordDict``; statistics in it (the
-    plain protocol's input) carry their float sums in ``transport_dtype``."""
+    """Any protocol message (request or reply) as a ``RecordDict``.
+
+    Statistics in it (the plain protocol's input) carry their float sums in ``transport_dtype``.
+    """
     app = _flwr()
     kind = type(message).__name__
     if kind not in _SPECS or _SPECS[kind][0] is not type(message):

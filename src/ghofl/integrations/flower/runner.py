@@ -119,8 +119,10 @@ def descendants(root: int) -> set[int]:
 
 
 def marked_pids(marker: str, variable: str = MARKER_ENV) -> set[int]:
-    """Processes whose environment holds ``variable=marker`` (they inherit it, and keep it
-    once re-parented), from /proc."""
+    """Processes whose environment holds ``variable=marker``, from /proc.
+
+    They inherit it, and keep it once re-parented.
+    """
     needle = f"{variable}={marker}".encode()
     found = set()
     for entry in Path("/proc").iterdir():
@@ -178,6 +180,7 @@ class ProcessGroup:
         return proc
 
     def log(self, name: str) -> Path:
+        """The log file of the process ``name``."""
         return self.logdir / f"{name}.log"
 
     def stop(self, name: str, grace_s: float = 10.0) -> None:
@@ -227,7 +230,8 @@ def flower_env(root: Path, python: str | None = None) -> dict[str, str]:
     """Environment of every Flower process: private state, no telemetry, loopback only.
 
     ``python`` is the interpreter whose ``bin/`` (with the ``flwr`` scripts) goes first on
-    ``PATH`` (default: this one)."""
+    ``PATH`` (default: this one).
+    """
     bindir = str(Path(python or sys.executable).parent)  # not resolved: keep the venv's bin/
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME",)}
     env.update(
@@ -339,6 +343,7 @@ class LocalFlower:
         shutil.rmtree(self._ray_tmp, ignore_errors=True)
 
     def survivors(self) -> list[int]:
+        """PIDs started or marked by this run that are still alive (should be none)."""
         return self.group.survivors()
 
     # ------------------------------------------------------------------ processes
@@ -382,6 +387,7 @@ class LocalFlower:
         return out + (["--enable-supernode-auth"] if self.supernode_auth else [])
 
     def stop_superlink(self) -> None:
+        """Stop the SuperLink process and its descendants."""
         self.group.stop("superlink")
 
     def restart_superlink(self) -> None:
@@ -423,8 +429,10 @@ class LocalFlower:
         return proc
 
     def register_supernode(self, public_key: Path, timeout_s: float = 120.0) -> int:
-        """Register a SuperNode's OpenSSH public key with the SuperLink
-        (``flwr supernode register KEY``); return the node id it was given."""
+        """Register a SuperNode's OpenSSH public key; return the node id it was given.
+
+        Runs ``flwr supernode register KEY`` against the SuperLink.
+        """
         out = self._flwr_json("register", ["supernode", "register",
                                            str(Path(public_key).resolve()), FEDERATION],
                               timeout_s)
@@ -433,8 +441,10 @@ class LocalFlower:
         return int(out["node-id"])
 
     def list_supernodes(self, timeout_s: float = 120.0) -> dict[int, str]:
-        """Node id → status (``registered``, ``online``, ...) of every SuperNode the
-        SuperLink knows (``flwr supernode list``)."""
+        """Node id → status of every SuperNode the SuperLink knows (``flwr supernode list``).
+
+        Statuses are ``registered``, ``online``, ...
+        """
         out = self._flwr_json("list", ["supernode", "list", FEDERATION], timeout_s)
         return {int(n["node-id"]): str(n["status"]) for n in out.get("nodes", [])}
 
@@ -463,8 +473,10 @@ class LocalFlower:
     # ------------------------------------------------------------------ runs
     def run(self, run_config: Mapping[str, Any], *, app_dir: Path | None = None,
             num_supernodes: int | None = None, timeout_s: float = 600.0) -> dict[str, Any]:
-        """``flwr run APP ghofl --stream`` with ``run_config`` (must hold ``out-dir``); return
-        the parsed ``results.json`` plus ``wall_s`` (submission to exit of ``flwr run``).
+        """``flwr run APP ghofl --stream`` with ``run_config``; return the parsed results.
+
+        ``run_config`` must hold ``out-dir``. The result is ``results.json`` plus ``wall_s``
+        (submission to exit of ``flwr run``).
 
         Raises
         ------

@@ -88,8 +88,9 @@ def main(grid: Grid, context: Context) -> None:
 
 def wait_for_nodes(grid: Any, expected: int, timeout_s: float, poll_s: float = 0.5
                    ) -> list[int]:
-    """Poll ``grid.get_node_ids()`` until ``expected`` nodes are connected; return them (all
-    connected nodes, sorted).
+    """Poll ``grid.get_node_ids()`` until ``expected`` nodes are connected; return them.
+
+    All connected nodes, sorted.
 
     Raises
     ------
@@ -176,8 +177,10 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
 
 def _bind(grid: Any, ids: dict[str, int], roster: Roster, timeout: float,
           state: dict[str, Any]) -> dict[str, int]:
-    """Roster id → Flower node id, from every node's signed answer to one identity request;
-    nodes that answer badly (or not at all) are left out and listed in ``state``."""
+    """Roster id → Flower node id, from every node's signed answer to one identity request.
+
+    Nodes that answer badly (or not at all) are left out and listed in ``state``.
+    """
     request = hello_request(roster)
     transport = FlowerTransport(grid, ids, timeout)
     bound, problems = bind_addresses(request, transport.exchange("hello", dict.fromkeys(
@@ -189,8 +192,11 @@ def _bind(grid: Any, ids: dict[str, int], roster: Roster, timeout: float,
 
 
 def _store_id(client: str, transport: FlowerTransport) -> str:
-    """The store's id of a node's contribution: its partition id when it reported one (stable
-    across runs, so re-running is idempotent), else its Flower node id."""
+    """The store's id of a node's contribution.
+
+    Its partition id when it reported one (stable across runs, so re-running is
+    idempotent), else its Flower node id.
+    """
     part = transport.partitions.get(client)
     return f"partition-{part}" if part is not None else client
 

@@ -136,8 +136,9 @@ def make_ca(folder: Path, name: str = "ca", *, common_name: str = "ghofl loopbac
 def make_server_certificate(folder: Path, ca_cert: Path, ca_key: Path,
                             hosts: Sequence[str] = LOOPBACK_HOSTS, *,
                             days: int = 7) -> tuple[Path, Path]:
-    """``server.pem`` and ``server.key`` in ``folder``: a TLS server certificate signed by the
-    CA, with ``hosts`` (IP addresses or DNS names) as subject alternative names.
+    """``server.pem`` and ``server.key`` in ``folder``: a TLS server certificate signed by the CA.
+
+    With ``hosts`` (IP addresses or DNS names) as subject alternative names.
 
     Raises
     ------
@@ -179,8 +180,10 @@ def make_server_certificate(folder: Path, ca_cert: Path, ca_key: Path,
 
 
 def make_node_keys(folder: Path, name: str) -> tuple[Path, Path]:
-    """A SuperNode's authentication key pair: ``<name>.key`` (OpenSSH private key) and
-    ``<name>.pub`` (OpenSSH public key, ``ecdsa-sha2-nistp384 ...``) in ``folder``.
+    """A SuperNode's authentication key pair in ``folder``.
+
+    ``<name>.key`` (OpenSSH private key) and ``<name>.pub`` (OpenSSH public key,
+    ``ecdsa-sha2-nistp384 ...``).
 
     Returns
     -------
@@ -203,8 +206,9 @@ def make_node_keys(folder: Path, name: str) -> tuple[Path, Path]:
 def make_loopback_credentials(folder: Path, nodes: Sequence[str] = (), *,
                               hosts: Sequence[str] = LOOPBACK_HOSTS,
                               days: int = 7) -> LoopbackCredentials:
-    """A CA, a SuperLink certificate for ``hosts`` and one key pair per name in ``nodes``,
-    all written into ``folder`` (created).
+    """A CA, a SuperLink certificate for ``hosts`` and one key pair per name in ``nodes``.
+
+    All written into ``folder`` (created).
 
     Raises
     ------

@@ -1,7 +1,8 @@
-"""A :class:`~ghofl.secure.Transport` over a Flower ``Grid``: one QUERY message per client per
-stage, pushed together and pulled every :data:`POLL_S` seconds until every reply is in or the
-stage timeout passes (Flower's own ``send_and_receive`` waits 3 s between pulls on the
-deployment engine, which a multi-stage protocol pays at every stage).
+"""A :class:`~ghofl.secure.Transport` over a Flower ``Grid``.
+
+One QUERY message per client per stage, pushed together and pulled every :data:`POLL_S` seconds
+until every reply is in or the stage timeout passes (Flower's own ``send_and_receive`` waits 3 s
+between pulls on the deployment engine, which a multi-stage protocol pays at every stage).
 
 A client whose reply does not arrive within the stage timeout, carries a Flower error, cannot
 be decoded (:mod:`~ghofl.integrations.flower.records` raises
@@ -135,8 +136,10 @@ class FlowerTransport:
 
 def send_and_receive(grid: Any, messages: list[Any], timeout_s: float,
                      poll_s: float = POLL_S) -> list[Any]:
-    """Push ``messages`` and pull their replies every ``poll_s`` seconds until all are in or
-    ``timeout_s`` has passed (Flower's ``Grid.send_and_receive`` with a shorter pull interval).
+    """Push ``messages`` and pull their replies every ``poll_s`` seconds.
+
+    Until all are in or ``timeout_s`` has passed: Flower's ``Grid.send_and_receive``
+    with a shorter pull interval.
 
     Parameters
     ----------
