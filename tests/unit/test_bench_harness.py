@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 #: Scripts ported onto the harness so far (the others keep their own entry points).
 SCRIPTS = ("bench_ablation_cifar10.py", "bench_accuracy_bytes.py", "bench_cifar10c.py",
-           "bench_clip_norms.py", "bench_core.py")
+           "bench_clip_norms.py", "bench_core.py", "bench_dp_synthetic.py",
+           "bench_secure_cost.py", "bench_secure_graph.py", "bench_validation.py")
 
 
 def _script(name: str) -> ModuleType:
