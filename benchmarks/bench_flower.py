@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench import harness
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.encoders import default_clip_norm
 from ghofl.data.partition import dirichlet_partition
 from ghofl.secure import SecAggConfig
@@ -34,11 +34,10 @@ STAGES = {"secure": ("advertise", "share", "mask", "unmask"), "plain": ("input",
 HEADS = "nb,lda,fedcgs"
 
 
-def features(per_class: tuple[int, int]) -> Any:
+def features(per_class: tuple[int, int], data_dir: str | None) -> Any:
     from ghofl.bench.config import config_from_dict
     from ghofl.bench.features import load_features
 
-    data_dir = os.environ.get("GHOFL_DATA_DIR") or str(ROOT.parent / "shared/data")
     cfg = config_from_dict({"datasets": ["cifar10"], "train_per_class": per_class[0],
                             "test_per_class": per_class[1], "data_dir": data_dir})
     return load_features("cifar10", "efficientnet-lite0", cfg, log=print)
@@ -150,12 +149,16 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--engines", nargs="+", default=["simulation", "deployment"])
-    args = ap.parse_args()
-    feats = features((300, 100))
+
+
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """Secure then plain: in process, then on each engine; then Flower's floor."""
+    args = ctx.args
+    feats = features((300, 100), ctx.data_dir())
     clip = default_clip_norm(feats.encoder_info)
     assert clip is not None
     runs = []
@@ -170,21 +173,26 @@ def main() -> None:
         for protocol in ("secure", "plain"):
             runs.append(in_process(feats, args.clients, protocol, clip))
             for engine in args.engines:
-                print(f"{engine} {protocol} ...", flush=True)
+                ctx.log(f"{engine} {protocol} ...")
                 runs.append(on_flower(feats, args.clients, protocol, clip, engine, root))
-                print(f"  {runs[-1]['wall_s']:.1f} s", flush=True)
+                ctx.log(f"  {runs[-1]['wall_s']:.1f} s")
         fl = None
         if "deployment" in args.engines:
-            print("deployment floor ...", flush=True)
+            ctx.log("deployment floor ...")
             fl = floor(args.clients, root)
-            print(f"  {fl['wall_s']:.1f} s", flush=True)
-    data = {"machine": machine_summary(), "clients": args.clients, "clip": clip,
-            "n_train": int(feats.y_train.size), "n_test": int(feats.y_test.size), "runs": runs,
-            "floor": fl}
-    write_json(ROOT / "benchmarks/results/flower.json", data)
-    update_section(ROOT / "BENCHMARKS.md", "flower", render(data))
-    print("wrote benchmarks/results/flower.json and the 'flower' section of BENCHMARKS.md")
+            ctx.log(f"  {fl['wall_s']:.1f} s")
+    return {"flower": {"machine": machine_summary(), "clients": args.clients, "clip": clip,
+                       "n_train": int(feats.y_train.size), "n_test": int(feats.y_test.size),
+                       "runs": runs, "floor": fl}}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("flower", "flower.json", render),),
+    measure=measure,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)

@@ -28,13 +28,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench import harness
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.secure.fixedpoint import FixedPointCodec
 from ghofl.stats import ClientStats, StatsAccumulator
 from ghofl.stats.codec import expected_payload_nbytes, payload_nbytes, save_stats
 from ghofl.stats.schema import SCHEMAS
 
-ROOT = Path(__file__).resolve().parents[1]
 SECTION = "payload_bytes"
 TITLE = "Payload bytes: holdout and float32"
 HOLDOUT = 0.2
@@ -118,13 +118,15 @@ def render(result: dict[str, Any]) -> str:
     ])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--dim", type=int, default=1280)
-    parser.add_argument("--no-write", action="store_true",
-                        help="print the table without writing results or BENCHMARKS.md")
-    args = parser.parse_args()
+
+
+def measure_all(ctx: harness.Context) -> dict[str, Any]:
+    """Every upload mode, without and with a held-out section, in float64 and float32."""
+    args = ctx.args
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for mode in SCHEMAS:
@@ -132,14 +134,17 @@ def main() -> None:
                 stats = zeros(mode, args.classes, args.dim, holdout)
                 for dtype in DTYPES:
                     rows.append(measure(stats, dtype, Path(tmp)))
-    result = {"num_classes": args.classes, "dim": args.dim, "rows": rows,
-              "machine": machine_summary()}
-    text = render(result)
-    print(text)
-    if not args.no_write:
-        write_json(ROOT / "benchmarks" / "results" / "payload_bytes.json", result)
-        update_section(ROOT / "BENCHMARKS.md", SECTION, text)
+    return {SECTION: {"num_classes": args.classes, "dim": args.dim, "rows": rows,
+                      "machine": machine_summary()}}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section(SECTION, "payload_bytes.json", render),),
+    measure=measure_all,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)

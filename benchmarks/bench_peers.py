@@ -22,22 +22,19 @@ Run: ``.venv/bin/python benchmarks/bench_peers.py [--datasets cifar10,trec] [--r
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench import harness
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.data.partition import dirichlet_partition
 from ghofl.heads import make_head
 from ghofl.moments.fedcof import fedcof_statistics
 from ghofl.stats import ClientStats, compute_stats, sum_stats
 from ghofl.stats.schema import schema_for
 
-ROOT = Path(__file__).resolve().parents[1]
 PROTOCOLS = ((100, 0.1), (10, 0.1))
 TEXT = ("trec", "sst2", "agnews")
 #: (method label, head, head params, statistics: "means" | "fedcof" | "pooled" | "full",
@@ -57,15 +54,15 @@ METHODS: tuple[tuple[str, str, dict[str, Any], str, str], ...] = (
 )
 
 
-def load(name: str, resolution: int) -> tuple[Any, Any, Any, Any, int, str]:
+def load(name: str, resolution: int, data_dir: str | None
+         ) -> tuple[Any, Any, Any, Any, int, str]:
     """``(x_train, y_train, x_test, y_test, C, description)`` from the embedding cache."""
     from ghofl.bench.config import ExperimentConfig
     from ghofl.bench.features import load_features
 
     enc = "minilm" if name in TEXT else "efficientnet-lite0"
     cfg = ExperimentConfig(datasets=(name,), encoders=(enc,), resolution=resolution,
-                           backend="onnx",
-                           data_dir=os.environ.get("GHOFL_DATA_DIR", "/work/shared/data"))
+                           backend="onnx", data_dir=data_dir)
     f = load_features(name, enc, cfg, progress=True)
     desc = f"{enc}" + ("" if name in TEXT else f" @ {resolution} px") + \
         f" (d = {f.x_train.shape[1]})"
@@ -170,17 +167,22 @@ def verdict(ds: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     ap.add_argument("--datasets", default="cifar10,trec")
     ap.add_argument("--resolution", type=int, default=128)
     ap.add_argument("--no-full", action="store_true", help="leave out mode 'full' (QDA)")
-    args = ap.parse_args()
+
+
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """Both protocols on every data set, the data sets in the order given."""
+    args = ctx.args
+    data_dir = ctx.data_dir()
     t_start = time.perf_counter()
     records = []
     for name in args.datasets.split(","):
-        x, y, xt, yt, c, desc = load(name, args.resolution)
-        print(f"{name}: {desc}, C = {c}", flush=True)
+        x, y, xt, yt, c, desc = load(name, args.resolution, data_dir)
+        ctx.log(f"{name}: {desc}, C = {c}")
         recs: list[dict[str, Any]] = []
         for k, alpha in PROTOCOLS:
             recs += run_protocol(x, y, xt, yt, c, k, alpha,
@@ -189,10 +191,17 @@ def main() -> None:
                         "n_train": len(y), "n_test": len(yt), "records": recs})
     results = {"machine": machine_summary(), "date": time.strftime("%Y-%m-%d"),
                "minutes": (time.perf_counter() - t_start) / 60, "datasets": records}
-    write_json(ROOT / "benchmarks" / "results" / "peers.json", results)
-    update_section(ROOT / "BENCHMARKS.md", "peers", render(results))
-    print(json.dumps({"minutes": results["minutes"]}))
+    ctx.log(f"{results['minutes']:.1f} min")
+    return {"peers": results}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("peers", "peers.json", render),),
+    measure=measure,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)

@@ -12,7 +12,6 @@ Run: ``make bench-secure``, or
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -23,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench import harness
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.secure import (
     FixedPointCodec,
     InMemoryTransport,
@@ -39,7 +39,6 @@ from ghofl.stats import ClientStats, compute_stats
 from ghofl.stats.accumulate import StatsAccumulator
 from ghofl.stats.schema import schema_for
 
-ROOT = Path(__file__).resolve().parents[1]
 CLIP = 30.0
 STAGES = ("advertise", "share", "mask", "consistency", "unmask")
 PARTS = ("scaling", "cifar", "real", "flower")
@@ -239,18 +238,15 @@ def flower_side_by_side(ks: list[int], python: str, d: int, c: int, n: int
     return rows
 
 
-def real_features(clients: int, alpha: float, per_class: tuple[int, int]) -> dict[str, Any]:
+def real_features(clients: int, alpha: float, per_class: tuple[int, int],
+                  data_dir: str | None) -> dict[str, Any]:
     """Every head fitted from the secure total vs the plain one, on real CIFAR-10 features
-    (EfficientNet-Lite0 at 224, its default clipping bound)."""
-    import os
-
+    (EfficientNet-Lite0 at 224, its default clipping bound); skipped without a data folder."""
     from ghofl.bench.config import config_from_dict
     from ghofl.bench.features import load_features
     from ghofl.client.encoders import default_clip_norm
     from ghofl.simulation import simulate_federation
 
-    data_dir = os.environ.get("GHOFL_DATA_DIR") or (
-        str(ROOT.parent / "shared/data") if (ROOT.parent / "shared/data").is_dir() else "")
     if not data_dir:
         return {"skipped": "no GHOFL_DATA_DIR"}
     cfg = config_from_dict({"datasets": ["cifar10"], "train_per_class": per_class[0],
@@ -354,8 +350,8 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--flower-clients", type=int, nargs="+", default=[10, 100])
     ap.add_argument("--flower-python", default=None)
@@ -363,27 +359,36 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS,
                     help="run only these parts; the others are kept from the last results")
-    args = ap.parse_args()
+
+
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """The parts asked for, in order; the other parts are kept from the saved results."""
+    args = ctx.args
     d, c, n = 512, 10, 200
-    path = ROOT / "benchmarks/results/secure.json"
-    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    results: dict[str, Any] = ctx.load("secure.json", {})
     results["machine"] = machine_summary()
     if "scaling" in args.parts:
         results["scaling"] = scaling_table(args.clients, d, c, n, args.repeats)
     if "cifar" in args.parts:
         results["cifar_scale"] = cifar_scale([10, 100])
     if "real" in args.parts:
-        results["real"] = real_features(10, 0.1, (300, 100))
+        results["real"] = real_features(10, 0.1, (300, 100), ctx.data_dir(required=False))
     if "flower" in args.parts and not args.skip_flower:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import flower_secaggplus as fs
 
         python = args.flower_python or fs.DEFAULT_PYTHON
         results["flower"] = flower_side_by_side(args.flower_clients, python, d, c, n)
-    write_json(path, results)
-    update_section(ROOT / "BENCHMARKS.md", "secure", render(results))
-    print("wrote benchmarks/results/secure.json and the 'secure' section of BENCHMARKS.md")
+    return {"secure": results}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("secure", "secure.json", render),),
+    measure=measure,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)

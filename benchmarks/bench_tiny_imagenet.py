@@ -25,10 +25,10 @@ Tiny-ImageNet embedding cache or ``GHOFL_DATA_DIR`` to compute it: about 6 minut
 ``--configs pooled,full-k256`` runs a subset; ``--heads`` and ``--skip full:nb,full:lda``
 re-run some heads of a configuration: its other head rows are kept from the JSON with the date
 they were measured (the upload and aggregation columns are always re-measured); ``--render``
-rewrites the section from the JSON. Writes ``benchmarks/results/tiny_imagenet_scale.json`` and
-the section ``tiny-imagenet-scale`` of BENCHMARKS.md; the notes under it read the main table,
-the centralised probe and the trainable heads from ``benchmarks/results/tiny_imagenet/`` and
-``benchmarks/results/tiny_imagenet_trained/``.
+(or ``--report-only``) rewrites the section from the JSON. Writes
+``benchmarks/results/tiny_imagenet_scale.json`` and the section ``tiny-imagenet-scale`` of
+BENCHMARKS.md; the notes under it read the main table, the centralised probe and the trainable
+heads from ``benchmarks/results/tiny_imagenet/`` and ``benchmarks/results/tiny_imagenet_trained/``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ghofl.bench import harness
+
 ROOT = Path(__file__).resolve().parents[1]
+SECTION = "tiny-imagenet-scale"
 RESULTS = ROOT / "benchmarks" / "results" / "tiny_imagenet_scale.json"
 HEADS = ("nb", "lda", "qda", "fedcgs", "fishermix", "protohyper")
 #: name -> (mode, projection k or 0)
@@ -580,51 +583,66 @@ def merge_heads(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, An
     return {**new, "heads": {**kept, **new["heads"]}}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only, alias --render,
+    --no-write and --out)."""
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--heads", default=",".join(HEADS))
     ap.add_argument("--skip", default="", help="CONFIG:HEAD pairs not to run, e.g. full:qda "
                     "(their rows from an earlier run are kept)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--render", action="store_true", help="only rewrite the section")
-    args = ap.parse_args()
+
+
+def measure(ctx: harness.Context) -> dict[str, Any] | None:
+    """Each configuration in a fresh process, the results saved after each; with
+    ``--worker NAME``, this process is that fresh one: it prints its JSON and writes nothing."""
+    args = ctx.args
     heads = tuple(h for h in args.heads.split(",") if h)
     if args.worker:
         print(json.dumps(worker(args.worker, heads)))
-        return
-    from ghofl.bench.report import machine_summary, update_section, write_json
+        return None
+    from ghofl.bench.report import machine_summary
 
-    if args.render:
-        data = json.loads(RESULTS.read_text())
-    else:
-        names = [c for c in args.configs.split(",") if c]
-        unknown = sorted(set(names) - set(CONFIGS))
-        if unknown:
-            raise SystemExit(f"unknown config(s) {unknown}; choose among {list(CONFIGS)}")
-        old_data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": []}
-        runs = {r["config"]: r for r in old_data["runs"]}
-        for r in runs.values():  # runs from before the per-run machine line
-            if "machine" in old_data:
-                r.setdefault("machine", old_data["machine"])
-        skip = {tuple(p.split(":", 1)) for p in args.skip.split(",") if ":" in p}
-        for name in names:  # the JSON is rewritten after each, so a partial run keeps its rows
-            print(f"[{name}]", file=sys.stderr, flush=True)
-            new = run_config(name, tuple(h for h in heads if (name, h) not in skip))
-            runs[name] = merge_heads(runs.get(name), new)
-            not_run = {h for c, h in skip if c == name} - set(runs[name]["heads"])
-            if not_run:
-                runs[name]["skipped_heads"] = sorted(not_run)
-            data = {
-                "machine": machine_summary(),
-                "date": time.strftime("%Y-%m-%d"),
-                "runs": [runs[c] for c in CONFIGS if c in runs],
-            }
-            write_json(RESULTS, data)
-    body = render(data) + "\n\n" + paper_notes(data["runs"])
-    update_section(ROOT / "BENCHMARKS.md", "tiny-imagenet-scale", body)
-    print(body)
+    names = [c for c in args.configs.split(",") if c]
+    unknown = sorted(set(names) - set(CONFIGS))
+    if unknown:
+        raise SystemExit(f"unknown config(s) {unknown}; choose among {list(CONFIGS)}")
+    old_data = ctx.load(RESULTS.name, {"runs": []})
+    runs = {r["config"]: r for r in old_data["runs"]}
+    for r in runs.values():  # runs from before the per-run machine line
+        if "machine" in old_data:
+            r.setdefault("machine", old_data["machine"])
+    skip = {tuple(p.split(":", 1)) for p in args.skip.split(",") if ":" in p}
+    data = None
+    for name in names:  # the JSON is rewritten after each, so a partial run keeps its rows
+        print(f"[{name}]", file=sys.stderr, flush=True)
+        new = run_config(name, tuple(h for h in heads if (name, h) not in skip))
+        runs[name] = merge_heads(runs.get(name), new)
+        not_run = {h for c, h in skip if c == name} - set(runs[name]["heads"])
+        if not_run:
+            runs[name]["skipped_heads"] = sorted(not_run)
+        data = {
+            "machine": machine_summary(),
+            "date": time.strftime("%Y-%m-%d"),
+            "runs": [runs[c] for c in CONFIGS if c in runs],
+        }
+        ctx.save(RESULTS.name, data)
+    return None if data is None else {SECTION: data}
 
+
+def render_section(data: dict[str, Any]) -> str:
+    """The section: the tables of :func:`render` and the notes of :func:`paper_notes`."""
+    return render(data) + "\n\n" + paper_notes(data["runs"])
+
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section(SECTION, RESULTS.name, render_section),),
+    measure=measure,
+    add_arguments=add_arguments,
+    report_aliases=("--render",),
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)

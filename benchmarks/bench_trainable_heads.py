@@ -13,18 +13,18 @@ import argparse
 import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench import harness
+from ghofl.bench.harness import in_order
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.heads import make_head
 from ghofl.heads.protohyper import nb_f_logits
 from ghofl.moments import Moments, compute_moments
 from ghofl.stats import ClientStats, StatsMeta, compute_stats
 
-ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("fishermix", "protohyper")
 STAGES = ("fisher", "synthesis", "teacher", "training")
 TARGET_SECONDS = {10: 20.0, 100: 180.0}
@@ -105,6 +105,8 @@ ABLATION: list[tuple[str, str, dict[str, Any]]] = [
      {"variant": "cosine", "init": "random"}),
 ]
 QUICK = {0, 1, 8, 9}
+#: the closed-form references of the ablation, in the order they are reported
+REFERENCES = ("LDA (x-space)", "QDA (x-space)", "NB_f (Proto-Hyper base)")
 
 
 def ablation(seeds: list[int], quick: bool) -> dict[str, Any]:
@@ -113,8 +115,7 @@ def ablation(seeds: list[int], quick: bool) -> dict[str, Any]:
     acc: dict[str, list[float]] = {label: [] for label, _, _ in configs}
     secs: dict[str, list[float]] = {label: [] for label, _, _ in configs}
     ranks: dict[str, int] = {}
-    refs: dict[str, list[float]] = {"LDA (x-space)": [], "QDA (x-space)": [],
-                                    "NB_f (Proto-Hyper base)": []}
+    refs: dict[str, list[float]] = {k: [] for k in REFERENCES}
     k_f = []
     for seed in seeds:
         x, y = mixture_data(seed)
@@ -199,21 +200,26 @@ def markdown(result: dict[str, Any]) -> str:
               "Δ is the per-seed (paired) difference to NB_f, Proto-Hyper's base; r is "
               "Proto-Hyper's effective residual rank min(rank, k_f − 1). Every head is at its "
               "defaults (paper CIFAR-10 values) except for what its row names.", ""]
-    rows = [[k, "", _pct(v), _delta(v), "–"] for k, v in ab["references"].items()]
+    # saved results sort their keys: the rows keep the measured order
+    rows = [[k, "", _pct(v), _delta(v), "–"]
+            for k, v in in_order(ab["references"], REFERENCES).items()]
     rows += [[k, "" if v["rank"] is None else v["rank"], _pct(v), _delta(v),
-              f"{v['fit_seconds_mean']:.1f}"] for k, v in ab["variants"].items()]
+              f"{v['fit_seconds_mean']:.1f}"]
+             for k, v in in_order(ab["variants"], (label for label, _, _ in ABLATION)).items()]
     lines.append(markdown_table(["variant", "r", "accuracy", "Δ vs NB_f", "fit s"], rows))
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     parser.add_argument("--quick", action="store_true", help="smoke run: C=10, 1 repeat, 1 seed")
     parser.add_argument("--skip-c100", action="store_true", help="leave out the C=100 timing")
     parser.add_argument("--seeds", type=int, default=3, help="ablation seeds (default 3)")
-    parser.add_argument("--no-write", action="store_true", help="print, do not write files")
-    args = parser.parse_args()
 
+
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """Warm-up, the timing at C = 10 (and 100), then the ablation."""
+    args = ctx.args
     import torch
 
     result: dict[str, Any] = {
@@ -233,24 +239,26 @@ def main() -> None:
         t0 = time.perf_counter()
         moments = compute_moments(analytic_full_stats(c, 1280, 500))
         prep = time.perf_counter() - t0
-        print(f"C={c}: statistics + moments ready in {prep:.1f} s", flush=True)
+        ctx.log(f"C={c}: statistics + moments ready in {prep:.1f} s")
         heads = time_heads(moments, repeats)
         for name, t in heads.items():
-            print(f"  {name}: k_f={t['k_f']} median {t['median']}", flush=True)
+            ctx.log(f"  {name}: k_f={t['k_f']} median {t['median']}")
         result["timing"][str(c)] = {"d": 1280, "repeats": repeats, "heads": heads}
         del moments
     seeds = [0] if args.quick else list(range(args.seeds))
     result["ablation"] = ablation(seeds, args.quick)
     for k, v in {**result["ablation"]["references"], **result["ablation"]["variants"]}.items():
-        print(f"  {k}: {_pct(v)}", flush=True)
-    text = markdown(result)
-    if args.no_write:
-        print(text)
-        return
-    write_json(ROOT / "benchmarks" / "results" / "trainable_heads.json", result)
-    update_section(ROOT / "BENCHMARKS.md", "trainable_heads", text)
-    print(text)
+        ctx.log(f"  {k}: {_pct(v)}")
+    return {"trainable_heads": result}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("trainable_heads", "trainable_heads.json", markdown),),
+    measure=measure,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)

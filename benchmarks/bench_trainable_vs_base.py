@@ -21,20 +21,21 @@ paper preset trains 40 epochs on 4000 samples per class, 800,000 rows at C = 200
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench import harness
+from ghofl.bench.harness import in_order
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.heads import make_head
 from ghofl.moments import Moments, compute_moments
 from ghofl.stats import compute_stats
 
-ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("fishermix", "protohyper")
 DATASETS = ("gaussian", "offset", "trec", "sst2", "agnews", "cifar10", "tiny-imagenet")
 #: the "before" settings: the paper preset, plus the new switches turned off explicitly
@@ -53,7 +54,8 @@ def paper_params(head: str) -> dict[str, Any]:
     return {**preset_params("paper", head), **PAPER_EXTRA[head]}
 
 
-def load(name: str, cifar_per_class: int) -> tuple[Any, Any, Any, Any, int, str]:
+def load(name: str, cifar_per_class: int, data_dir: str | None
+         ) -> tuple[Any, Any, Any, Any, int, str]:
     """``(x_train, y_train, x_test, y_test, C, description)`` of one dataset."""
     if name in ("gaussian", "offset"):
         from ghofl.bench.synthetic import GENERATORS
@@ -68,8 +70,7 @@ def load(name: str, cifar_per_class: int) -> tuple[Any, Any, Any, Any, int, str]
     enc = "minilm" if text else "efficientnet-lite0"
     per = cifar_per_class if name == "cifar10" else 0
     cfg = ExperimentConfig(datasets=(name,), encoders=(enc,), train_per_class=per,
-                           test_per_class=per // 4 if per else 0,
-                           data_dir=os.environ.get("GHOFL_DATA_DIR", "/work/shared/data"))
+                           test_per_class=per // 4 if per else 0, data_dir=data_dir)
     f = load_features(name, enc, cfg)
     return (f.x_train.astype(np.float64), f.y_train, f.x_test.astype(np.float64), f.y_test,
             len(f.classes), f"{enc} (d = {f.x_train.shape[1]})")
@@ -90,11 +91,12 @@ def fit_scored(name: str, params: dict[str, Any], moments: Moments, x: Any, y: A
 
 
 def accuracy_table(datasets: list[str], cifar_per_class: int,
-                   no_before: frozenset[str] = frozenset()) -> dict[str, Any]:
+                   no_before: frozenset[str] = frozenset(), data_dir: str | None = None
+                   ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in datasets:
         try:
-            x, y, xt, yt, c, desc = load(name, cifar_per_class)
+            x, y, xt, yt, c, desc = load(name, cifar_per_class, data_dir)
         except Exception as exc:  # a missing dataset is reported, not fatal
             out[name] = {"skipped": f"{type(exc).__name__}: {str(exc)[:160]}"}
             print(f"{name}: skipped ({exc})", flush=True)
@@ -149,8 +151,10 @@ def markdown(result: dict[str, Any]) -> str:
         "Δ = head − default LDA; 'not run': the paper preset was left out (`--no-before`).",
         "",
     ]
+    # saved results sort their keys: the rows follow DATASETS (the default measured order)
+    accuracy = in_order(result["accuracy"], DATASETS)
     rows = []
-    for name, r in result["accuracy"].items():
+    for name, r in accuracy.items():
         if "skipped" in r:
             rows.append([name, "skipped", "", "", "", "", ""])
             continue
@@ -165,7 +169,7 @@ def markdown(result: dict[str, Any]) -> str:
         ["dataset", "C / train / test", "LDA", "FisherMix before", "FisherMix after",
          "Proto-Hyper before", "Proto-Hyper after"], rows))
     sel = []
-    for name, r in result["accuracy"].items():
+    for name, r in accuracy.items():
         if "skipped" in r:
             continue
         for head in HEADS:
@@ -195,8 +199,8 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--cifar-per-class", type=int, default=0,
                         help="CIFAR-10 training images per class (0 = all; test = a quarter)")
@@ -206,42 +210,45 @@ def main() -> None:
                         help="comma-separated datasets whose 'before' (paper preset) fits are "
                              "left out (e.g. tiny-imagenet)")
     parser.add_argument("--no-timing", action="store_true")
-    parser.add_argument("--no-write", action="store_true", help="print, do not write files")
     parser.add_argument("--merge", action="store_true",
                         help="keep the other datasets' rows (and, with --no-timing, the timing) "
                              "of the existing results file; run only --datasets")
-    args = parser.parse_args()
 
-    import sys
 
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """The accuracy table, then the timing at C = 10 and 200; merged into the saved results
+    with ``--merge``."""
+    args = ctx.args
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     result: dict[str, Any] = {
         "machine": machine_summary(),
         "load_average": [round(v, 2) for v in os.getloadavg()],
         "accuracy": accuracy_table([d for d in args.datasets.split(",") if d],
                                    args.cifar_per_class,
-                                   frozenset(d for d in args.no_before.split(",") if d)),
+                                   frozenset(d for d in args.no_before.split(",") if d),
+                                   ctx.data_dir(required=False)),
         "timing": {},
     }
     if not args.no_timing:
         result["timing"]["10"] = timing(10, True)
         result["timing"]["200"] = timing(200, not args.skip_c200_paper)
-    path = ROOT / "benchmarks" / "results" / "trainable_vs_base.json"
-    if args.merge and path.exists():
-        old = json.loads(path.read_text())
+    old = ctx.load("trainable_vs_base.json") if args.merge else None
+    if old is not None:
         result["accuracy"] = {**old.get("accuracy", {}), **result["accuracy"]}
         if args.no_timing:
             result["timing"] = old.get("timing", {})
         result["merged_from"] = {"machine": old.get("machine"),
                                  "load_average": old.get("load_average")}
-    text = markdown(result)
-    if args.no_write:
-        print(text)
-        return
-    write_json(path, result)
-    update_section(ROOT / "BENCHMARKS.md", "trainable_vs_base", text)
-    print(text)
+    return {"trainable_vs_base": result}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("trainable_vs_base", "trainable_vs_base.json", markdown),),
+    measure=measure,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)

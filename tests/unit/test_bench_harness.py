@@ -14,6 +14,7 @@ from ghofl.bench.harness import (
     Benchmark,
     BenchmarkError,
     find_data_dir,
+    in_order,
     median_times,
     render_sections,
     run_rows,
@@ -25,7 +26,18 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 #: Scripts ported onto the harness so far (the others keep their own entry points).
 SCRIPTS = ("bench_ablation_cifar10.py", "bench_accuracy_bytes.py", "bench_cifar10c.py",
-           "bench_clip_norms.py", "bench_core.py")
+           "bench_clip_norms.py", "bench_core.py", "bench_dp_synthetic.py", "bench_flower.py",
+           "bench_payload_bytes.py", "bench_peers.py", "bench_secure_cost.py",
+           "bench_secure_graph.py", "bench_tiny_imagenet.py", "bench_trainable_heads.py",
+           "bench_validation.py")
+#: Ported scripts whose committed section is not what their committed results render to;
+#: each moves to SCRIPTS once its section is rewritten (the strict xfail then reports it).
+STALE = {
+    "bench_secure.py": "secure.json predates the authenticated protocol (no consistency "
+                       "stage): re-measure (make bench-secure)",
+    "bench_trainable_vs_base.py": "the section keeps the row order of an earlier --merge run; "
+                                  "--report-only lists the rows in DATASETS order",
+}
 
 
 def _script(name: str) -> ModuleType:
@@ -40,7 +52,10 @@ def _script(name: str) -> ModuleType:
     return mod
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", [
+    *SCRIPTS,
+    *(pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=r)) for n, r in STALE.items()),
+])
 def test_section_renders_from_committed_results(name: str, tmp_path: Path) -> None:
     bench = _script(name).BENCH
     assert isinstance(bench, Benchmark)
@@ -49,6 +64,15 @@ def test_section_renders_from_committed_results(name: str, tmp_path: Path) -> No
     bodies = render_sections(bench, out, side_products=False)
     assert set(bodies) == {s.marker for s in bench.sections}
     assert out.read_text() == (ROOT / "BENCHMARKS.md").read_text()
+
+
+def test_trainable_vs_base_section_differs_only_in_row_order(tmp_path: Path) -> None:
+    bench = _script("bench_trainable_vs_base.py").BENCH
+    body = render_sections(bench, tmp_path / "B.md", side_products=False,
+                           write=False)["trainable_vs_base"]
+    committed = read_section((ROOT / "BENCHMARKS.md").read_text(), "trainable_vs_base")
+    assert committed is not None
+    assert sorted(body.splitlines()) == sorted(committed.splitlines())
 
 
 def test_replace_section_keeps_other_sections_and_places_first() -> None:
@@ -98,3 +122,10 @@ def test_stated_machine_prefers_results_then_section_text() -> None:
     assert stated_machine({}, text) == {"machine": "2 CPU cores, Python 3.11.7 (x, 2 threads)",
                                         "date": "2026-01-02"}
     assert stated_machine({"machine": "m", "date": "d"}, text) == {"machine": "m", "date": "d"}
+
+
+def test_in_order_restores_the_measured_order_then_the_rest() -> None:
+    saved = {"a": 1, "b": 2, "c": 3, "d": 4}  # as read back: keys sorted
+    assert list(in_order(saved, ["c", "a", "x", "c"])) == ["c", "a", "b", "d"]
+    assert in_order(saved, ["c", "a"]) == saved
+    assert list(in_order(saved, [])) == ["a", "b", "c", "d"]

@@ -9,7 +9,8 @@ the results per section. :func:`main` owns the rest: argument parsing with the c
 files, the section writer and the terminal. :func:`find_data_dir`, :func:`median_times` (the
 medians of side-by-side repeats), :func:`run_rows` (a grid whose finished rows survive an
 interrupted run) and :func:`stated_machine` (the machine and date lines of results saved
-before they were recorded) are the shared pieces a ``measure`` uses.
+before they were recorded) are the shared pieces a ``measure`` uses; :func:`in_order` gives a
+``render`` the measured order of a mapping whose saved keys are sorted.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "Context",
     "Section",
     "find_data_dir",
+    "in_order",
     "machine_summary",
     "main",
     "median_times",
@@ -45,6 +47,7 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+V = TypeVar("V")
 
 #: Flags every benchmark script understands.
 COMMON_FLAGS = ("--report-only", "--no-write", "--out")
@@ -319,6 +322,31 @@ def run_rows(
         if save is not None:
             save(out)
     return out
+
+
+def in_order(items: Mapping[str, V], order: Iterable[str]) -> dict[str, V]:
+    """``items`` with the keys named in ``order`` first, in that order; the others follow in
+    their own order.
+
+    Saved results sort their keys (:func:`ghofl.bench.report.write_json`), so a ``render``
+    that lists the entries of a mapping restores the order they were measured in with this,
+    and renders the same from measured and from saved results.
+
+    Parameters
+    ----------
+    items : mapping
+        Entries by name (results just measured or read back).
+    order : iterable of str
+        The measured order; names without an entry are skipped.
+
+    Returns
+    -------
+    dict
+        The same entries, reordered.
+    """
+    first = [k for k in dict.fromkeys(order) if k in items]
+    seen = set(first)
+    return {k: items[k] for k in [*first, *(k for k in items if k not in seen)]}
 
 
 def stated_machine(results: Mapping[str, Any], previous: str | None) -> dict[str, str]:
