@@ -135,9 +135,6 @@ def write_demo_plots(
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ghofl.bench.tables import fedavg_crossing
 
     fed = [r for r in records if r["mode"] != "reference"]
     refs = [r for r in records if r["mode"] == "reference"]
@@ -146,6 +143,26 @@ def write_demo_plots(
     written: list[Path] = []
 
     base = [r for r in fed if r["mode"] == "full" and not r["projection_dim"]]
+    written.append(_demo_alpha_plot(base, refs, heads, colour, out_dir))
+    if fedavg and fedavg.get("accuracy"):
+        written.append(_demo_fedavg_plot(fedavg, base, colour, out_dir))
+    bytes_plot = _demo_bytes_plot(fed, heads, colour, out_dir)
+    if bytes_plot is not None:
+        written.append(bytes_plot)
+    return written
+
+
+def _demo_alpha_plot(
+    base: list[dict[str, Any]],
+    refs: list[dict[str, Any]],
+    heads: list[str],
+    colour: dict[str, str],
+    out_dir: Path,
+) -> Path:
+    """``accuracy_vs_alpha.png``: each head's accuracy against α over the ``base`` records
+    (mode ``full``, no projection), the references ``refs`` as gray lines."""
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for head in heads:
         pts = sorted((r["alpha"], r["accuracy"]) for r in base if r["head"] == head)
@@ -158,68 +175,85 @@ def write_demo_plots(
     ax.set_xticks(alphas, [f"{a:g}" for a in alphas])
     ax.minorticks_off()
     k = base[0]["clients"] if base else "?"
-    written.append(_finish(fig, ax, "Dirichlet α (label skew; smaller = more skewed)",
-                           f"One-shot heads vs label skew ({k} clients): flat = invariant",
-                           out_dir / "accuracy_vs_alpha.png"))
+    return _finish(fig, ax, "Dirichlet α (label skew; smaller = more skewed)",
+                   f"One-shot heads vs label skew ({k} clients): flat = invariant",
+                   out_dir / "accuracy_vs_alpha.png")
 
-    if fedavg and fedavg.get("accuracy"):
-        acc = 100 * np.asarray(fedavg["accuracy"])
-        one_shot = [r for r in base if r["alpha"] == fedavg["alpha"]]
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        ax.plot(np.arange(acc.size), acc, color="black", lw=2,
-                label=f"FedAvg (linear head, lr {fedavg['lr']:g})")
-        for r in one_shot:
-            ax.axhline(100 * r["accuracy"], ls="--", lw=1, color=colour[r["head"]],
-                       label=f"{r['head']} (one shot)")
-        if one_shot:
-            best = max(one_shot, key=lambda r: r["accuracy"])
-            cross = fedavg_crossing(list(fedavg["accuracy"]), best["accuracy"])
-            if cross is not None:
-                ax.axvline(cross, color="gray", lw=1)
-                ax.annotate(f"reaches {best['head']} at round {cross}", (cross, acc.min()),
-                            xytext=(4, 4), textcoords="offset points", fontsize=8)
-            else:
-                ax.annotate(f"below {best['head']} after {acc.size - 1} rounds "
-                            f"({acc[-1] - 100 * best['accuracy']:+.1f} points)",
-                            (0.02, 0.96), xycoords="axes fraction", ha="left", va="top",
-                            fontsize=8)
-            ax.set_ylim(max(0.0, float(np.median(acc)) - 25), 100 * best["accuracy"] + 4)
-        kb = fedavg["upload_bytes_per_round"] / 1e3
-        written.append(_finish(
-            fig, ax, f"FedAvg round (each: {kb:.0f} kB uploaded per client)",
-            f"FedAvg vs one upload ({fedavg['clients']} clients, α = {fedavg['alpha']:g})",
-            out_dir / "fedavg_rounds.png"))
+
+def _demo_fedavg_plot(
+    fedavg: dict[str, Any], base: list[dict[str, Any]], colour: dict[str, str], out_dir: Path
+) -> Path:
+    """``fedavg_rounds.png``: FedAvg's accuracy per round against the one-shot heads of
+    ``base`` at its α, with the round it reaches the best head marked (or the gap noted)."""
+    import matplotlib.pyplot as plt
+
+    from ghofl.bench.tables import fedavg_crossing
+
+    acc = 100 * np.asarray(fedavg["accuracy"])
+    one_shot = [r for r in base if r["alpha"] == fedavg["alpha"]]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(np.arange(acc.size), acc, color="black", lw=2,
+            label=f"FedAvg (linear head, lr {fedavg['lr']:g})")
+    for r in one_shot:
+        ax.axhline(100 * r["accuracy"], ls="--", lw=1, color=colour[r["head"]],
+                   label=f"{r['head']} (one shot)")
+    if one_shot:
+        best = max(one_shot, key=lambda r: r["accuracy"])
+        cross = fedavg_crossing(list(fedavg["accuracy"]), best["accuracy"])
+        if cross is not None:
+            ax.axvline(cross, color="gray", lw=1)
+            ax.annotate(f"reaches {best['head']} at round {cross}", (cross, acc.min()),
+                        xytext=(4, 4), textcoords="offset points", fontsize=8)
+        else:
+            ax.annotate(f"below {best['head']} after {acc.size - 1} rounds "
+                        f"({acc[-1] - 100 * best['accuracy']:+.1f} points)",
+                        (0.02, 0.96), xycoords="axes fraction", ha="left", va="top",
+                        fontsize=8)
+        ax.set_ylim(max(0.0, float(np.median(acc)) - 25), 100 * best["accuracy"] + 4)
+    kb = fedavg["upload_bytes_per_round"] / 1e3
+    return _finish(
+        fig, ax, f"FedAvg round (each: {kb:.0f} kB uploaded per client)",
+        f"FedAvg vs one upload ({fedavg['clients']} clients, α = {fedavg['alpha']:g})",
+        out_dir / "fedavg_rounds.png")
+
+
+def _demo_bytes_plot(
+    fed: list[dict[str, Any]], heads: list[str], colour: dict[str, str], out_dir: Path
+) -> Path | None:
+    """``accuracy_vs_bytes.png``: accuracy against upload bytes at the α of the upload and
+    projection sweeps (the first record not in mode ``full`` without projection); ``None``,
+    and nothing written, when no record has that α."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     markers = {"full": "o", "pooled": "s", "diag": "^"}
     alpha = next((r["alpha"] for r in fed if r["mode"] != "full" or r["projection_dim"]), None)
     swept = [r for r in fed if r["alpha"] == alpha]
-    if swept:
-        fig, ax = plt.subplots(figsize=(7.5, 4.8))
-        for (head, mode), hr in _group(swept, ("head", "mode")).items():
-            pts = sorted((r["upload_bytes_per_client"], r["accuracy"]) for r in hr)
-            ax.plot([b for b, _ in pts], [100 * v for _, v in pts], marker=markers.get(mode, "o"),
-                    ls="-" if mode == "full" else ":", color=colour[head], alpha=0.85)
-        for (mode, proj), hr in _group(swept, ("mode", "projection_dim")).items():
-            top = max(hr, key=lambda r: r["accuracy"])
-            ax.annotate(f"{mode}" + (f" k={proj}" if proj else ""),
-                        (top["upload_bytes_per_client"], 100 * top["accuracy"]),
-                        xytext=(0, 6), textcoords="offset points", ha="center", fontsize=7)
-        from matplotlib.lines import Line2D
-
-        handles = [Line2D([], [], color=colour[h], label=h) for h in heads]
-        handles += [Line2D([], [], color="gray", marker=m, ls="", label=f"mode {mode}")
-                    for mode, m in markers.items() if any(r["mode"] == mode for r in swept)]
-        ax.set_xscale("log")
-        ax.set_xlabel("bytes uploaded per client, once (log scale)")
-        ax.set_ylabel("test accuracy (%)")
-        ax.set_title(f"Accuracy vs upload size (α = {alpha:g}; projections k marked)")
-        ax.legend(handles=handles, fontsize=7, loc="lower right", ncol=2)
-        fig.tight_layout()
-        path = out_dir / "accuracy_vs_bytes.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
-    return written
+    if not swept:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for (head, mode), hr in _group(swept, ("head", "mode")).items():
+        pts = sorted((r["upload_bytes_per_client"], r["accuracy"]) for r in hr)
+        ax.plot([b for b, _ in pts], [100 * v for _, v in pts], marker=markers.get(mode, "o"),
+                ls="-" if mode == "full" else ":", color=colour[head], alpha=0.85)
+    for (mode, proj), hr in _group(swept, ("mode", "projection_dim")).items():
+        top = max(hr, key=lambda r: r["accuracy"])
+        ax.annotate(f"{mode}" + (f" k={proj}" if proj else ""),
+                    (top["upload_bytes_per_client"], 100 * top["accuracy"]),
+                    xytext=(0, 6), textcoords="offset points", ha="center", fontsize=7)
+    handles = [Line2D([], [], color=colour[h], label=h) for h in heads]
+    handles += [Line2D([], [], color="gray", marker=m, ls="", label=f"mode {mode}")
+                for mode, m in markers.items() if any(r["mode"] == mode for r in swept)]
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes uploaded per client, once (log scale)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"Accuracy vs upload size (α = {alpha:g}; projections k marked)")
+    ax.legend(handles=handles, fontsize=7, loc="lower right", ncol=2)
+    fig.tight_layout()
+    path = out_dir / "accuracy_vs_bytes.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def _reference_lines(ax: Any, refs: list[dict[str, Any]]) -> None:

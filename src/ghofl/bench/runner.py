@@ -13,13 +13,14 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ghofl.bench.config import ExperimentConfig
 from ghofl.bench.features import Features, load_features
 from ghofl.bench.references import run_reference
 from ghofl.bench.report import write_json
 from ghofl.client.job import ClientJob
+from ghofl.data.by_path import DatasetSpec
 from ghofl.errors import ConfigError
 from ghofl.server.plan import AggregationSpec, FederationPlan
 from ghofl.server_job import ServerJob
@@ -106,85 +107,131 @@ def run_experiment(
     total, cell = cfg.n_cells(), 0
     for dataset in cfg.datasets:
         for encoder in cfg.encoders:
-            memo_key = (str(dataset), encoder)
-            if features is not None and memo_key in features:
-                feats = features[memo_key]
-            else:
-                feats = load_features(dataset, encoder, cfg, progress=progress, log=say)
-                if features is not None:
-                    features[memo_key] = feats
+            feats = _memo_features(features, dataset, encoder, cfg, progress, say)
             _run_references(cfg, feats, records, done, say)
             flush()
-            for mode in cfg.modes:
-                for proj in cfg.projection_dims:
-                    for alpha in cfg.alphas:
-                        for clients in cfg.clients:
-                            for seed, holdout, tdtype in _upload_variants(cfg):
-                                cell += 1
-                                key = (
-                                    feats.dataset,
-                                    feats.encoder_name,
-                                    mode,
-                                    proj or None,
-                                    alpha,
-                                    clients,
-                                    seed,
-                                    holdout,
-                                    tdtype,
-                                )
-                                if key in done:
-                                    continue
-                                say(
-                                    f"[{cell}/{total}] {feats.dataset} {feats.encoder_name} "
-                                    f"mode={mode} proj={proj or '-'} alpha={alpha} "
-                                    f"clients={clients} seed={seed}"
-                                    + (f" holdout={holdout}" if holdout else "")
-                                    + (f" transport={tdtype}" if tdtype else "")
-                                )
-                                res = _run_one(cfg, feats, mode, proj, clients, alpha,
-                                               seed, holdout, tdtype, progress).to_dict()
-                                for head, hres in res["heads"].items():
-                                    records.append(
-                                        {
-                                            "dataset": feats.dataset,
-                                            "encoder": feats.encoder_name,
-                                            "mode": mode,
-                                            "projection_dim": proj or None,
-                                            "alpha": alpha,
-                                            "clients": clients,
-                                            "seed": seed,
-                                            "head": head,
-                                            "accuracy": hres["accuracy"],
-                                            "fit_seconds": hres["fit_seconds"],
-                                            "predict_seconds": hres.get("predict_seconds"),
-                                            "upload_bytes_per_client": res[
-                                                "upload_bytes_per_client"
-                                            ],
-                                            "stage_seconds": res["stage_seconds"],
-                                            "n_train": res["n_train"],
-                                            "n_test": res["n_test"],
-                                            "params": hres.get("params", {}),
-                                            "protocol": res["aggregation"]["protocol"],
-                                            "clip_norm": res["clip_norm"],
-                                            "holdout": holdout,
-                                            "transport_dtype": tdtype,
-                                        }
-                                    )
-                                done.add(key)
-                                flush()
+            for fed in _grid_cells(cfg):
+                cell += 1
+                key = (feats.dataset, feats.encoder_name, *fed.key())
+                if key in done:
+                    continue
+                say(f"[{cell}/{total}] {feats.dataset} {feats.encoder_name} {fed.describe()}")
+                res = _run_one(cfg, feats, fed.mode, fed.proj, fed.clients, fed.alpha,
+                               fed.seed, fed.holdout, fed.tdtype, progress).to_dict()
+                records.extend(_federation_records(feats, fed, res))
+                done.add(key)
+                flush()
     flush()
+    _write_tables_and_plots(cfg, records, out, plots, say)
+    return records
+
+
+class _Cell(NamedTuple):
+    """One federation of a grid: the config values that vary between federations."""
+
+    mode: str
+    proj: int
+    alpha: float
+    clients: int
+    seed: int
+    holdout: float | None
+    tdtype: str | None
+
+    def key(self) -> tuple[Any, ...]:
+        """The cell's part of a record key (no projection is ``None``), in ``CELL_KEYS`` order
+        after dataset and encoder."""
+        return (self.mode, self.proj or None, self.alpha, self.clients, self.seed,
+                self.holdout, self.tdtype)
+
+    def describe(self) -> str:
+        """The cell in a progress line (holdout and transport only when not the default)."""
+        return (
+            f"mode={self.mode} proj={self.proj or '-'} alpha={self.alpha} "
+            f"clients={self.clients} seed={self.seed}"
+            + (f" holdout={self.holdout}" if self.holdout else "")
+            + (f" transport={self.tdtype}" if self.tdtype else "")
+        )
+
+
+def _grid_cells(cfg: ExperimentConfig) -> list[_Cell]:
+    """Every federation of one (dataset, encoder) in run order: mode, projection, α, clients,
+    then the upload variants (:func:`_upload_variants`)."""
+    return [
+        _Cell(mode, proj, alpha, clients, seed, holdout, tdtype)
+        for mode in cfg.modes
+        for proj in cfg.projection_dims
+        for alpha in cfg.alphas
+        for clients in cfg.clients
+        for seed, holdout, tdtype in _upload_variants(cfg)
+    ]
+
+
+def _memo_features(
+    memo: dict[tuple[str, str], Features] | None,
+    dataset: str | DatasetSpec,
+    encoder: str,
+    cfg: ExperimentConfig,
+    progress: bool,
+    say: Log,
+) -> Features:
+    """The embedded splits of ``dataset`` under ``encoder``: from ``memo`` when there, else
+    loaded (and stored in ``memo`` when one is given)."""
+    memo_key = (str(dataset), encoder)
+    if memo is not None and memo_key in memo:
+        return memo[memo_key]
+    feats = load_features(dataset, encoder, cfg, progress=progress, log=say)
+    if memo is not None:
+        memo[memo_key] = feats
+    return feats
+
+
+def _federation_records(
+    feats: Features, fed: _Cell, res: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One record per head of a simulated federation (``res``: its result as a dict)."""
+    return [
+        {
+            "dataset": feats.dataset,
+            "encoder": feats.encoder_name,
+            "mode": fed.mode,
+            "projection_dim": fed.proj or None,
+            "alpha": fed.alpha,
+            "clients": fed.clients,
+            "seed": fed.seed,
+            "head": head,
+            "accuracy": hres["accuracy"],
+            "fit_seconds": hres["fit_seconds"],
+            "predict_seconds": hres.get("predict_seconds"),
+            "upload_bytes_per_client": res["upload_bytes_per_client"],
+            "stage_seconds": res["stage_seconds"],
+            "n_train": res["n_train"],
+            "n_test": res["n_test"],
+            "params": hres.get("params", {}),
+            "protocol": res["aggregation"]["protocol"],
+            "clip_norm": res["clip_norm"],
+            "holdout": fed.holdout,
+            "transport_dtype": fed.tdtype,
+        }
+        for head, hres in res["heads"].items()
+    ]
+
+
+def _write_tables_and_plots(
+    cfg: ExperimentConfig, records: list[dict[str, Any]], out: Path, plots: bool, say: Log
+) -> None:
+    """``results.md`` and, unless ``plots`` is false, the PNGs (skipped, with a log line, when
+    matplotlib is missing)."""
     from ghofl.bench.tables import write_markdown
 
     write_markdown(cfg, records, out / "results.md")
     if not plots:
-        return records
+        return
     try:
         from ghofl.bench.plots import write_plots
 
         write_plots(records, out)
     except ImportError as exc:  # matplotlib missing: tables still written
         say(f"plots skipped: {exc}")
-    return records
 
 
 def _upload_variants(
@@ -256,6 +303,8 @@ def _run_references(
     done: set[tuple[Any, ...]],
     say: Log,
 ) -> None:
+    """Append a record for every centralised reference of ``cfg`` on ``feats`` not yet in
+    ``done`` (and add its key there)."""
     for ref in cfg.references:
         key = ("reference", feats.dataset, feats.encoder_name, ref)
         if key in done:
