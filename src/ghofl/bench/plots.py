@@ -159,8 +159,11 @@ def _demo_alpha_plot(
     colour: dict[str, str],
     out_dir: Path,
 ) -> Path:
-    """``accuracy_vs_alpha.png``: each head's accuracy against α over the ``base`` records
-    (mode ``full``, no projection), the references ``refs`` as gray lines."""
+    """Write ``accuracy_vs_alpha.png``: each head's accuracy against α.
+
+    Over the ``base`` records (mode ``full``, no projection), the references ``refs`` as gray
+    lines.
+    """
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -183,8 +186,11 @@ def _demo_alpha_plot(
 def _demo_fedavg_plot(
     fedavg: dict[str, Any], base: list[dict[str, Any]], colour: dict[str, str], out_dir: Path
 ) -> Path:
-    """``fedavg_rounds.png``: FedAvg's accuracy per round against the one-shot heads of
-    ``base`` at its α, with the round it reaches the best head marked (or the gap noted)."""
+    """Write ``fedavg_rounds.png``: FedAvg's accuracy per round against the one-shot heads.
+
+    The heads of ``base`` at FedAvg's α, with the round it reaches the best head marked (or the
+    gap noted).
+    """
     import matplotlib.pyplot as plt
 
     from ghofl.bench.tables import fedavg_crossing
@@ -220,9 +226,11 @@ def _demo_fedavg_plot(
 def _demo_bytes_plot(
     fed: list[dict[str, Any]], heads: list[str], colour: dict[str, str], out_dir: Path
 ) -> Path | None:
-    """``accuracy_vs_bytes.png``: accuracy against upload bytes at the α of the upload and
-    projection sweeps (the first record not in mode ``full`` without projection); ``None``,
-    and nothing written, when no record has that α."""
+    """Write ``accuracy_vs_bytes.png``: accuracy against upload bytes.
+
+    At the α of the upload and projection sweeps (the first record not in mode ``full`` without
+    projection); ``None``, and nothing written, when no record has that α.
+    """
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 

@@ -60,8 +60,10 @@ def _load_previous(path: Path, cfg: ExperimentConfig) -> tuple[list[dict[str, An
 
 
 def _same_config(previous: Any, cfg: ExperimentConfig) -> bool:
-    """Whether a stored config equals ``cfg`` once both are normalised (so keys added to the
-    config format later, at their defaults, do not block resuming)."""
+    """Whether a stored config equals ``cfg`` once both are normalised.
+
+    Keys added to the config format later, at their defaults, do not block resuming.
+    """
     from ghofl.bench.config import config_from_dict
 
     if not isinstance(previous, dict):
@@ -138,8 +140,10 @@ class _Cell(NamedTuple):
     tdtype: str | None
 
     def key(self) -> tuple[Any, ...]:
-        """The cell's part of a record key (no projection is ``None``), in ``CELL_KEYS`` order
-        after dataset and encoder."""
+        """The cell's part of a record key (no projection is ``None``).
+
+        In ``CELL_KEYS`` order, after dataset and encoder.
+        """
         return (self.mode, self.proj or None, self.alpha, self.clients, self.seed,
                 self.holdout, self.tdtype)
 
@@ -154,8 +158,10 @@ class _Cell(NamedTuple):
 
 
 def _grid_cells(cfg: ExperimentConfig) -> list[_Cell]:
-    """Every federation of one (dataset, encoder) in run order: mode, projection, α, clients,
-    then the upload variants (:func:`_upload_variants`)."""
+    """Every federation of one (dataset, encoder), in run order.
+
+    Mode, projection, α, clients, then the upload variants (:func:`_upload_variants`).
+    """
     return [
         _Cell(mode, proj, alpha, clients, seed, holdout, tdtype)
         for mode in cfg.modes
@@ -174,8 +180,10 @@ def _memo_features(
     progress: bool,
     say: Log,
 ) -> Features:
-    """The embedded splits of ``dataset`` under ``encoder``: from ``memo`` when there, else
-    loaded (and stored in ``memo`` when one is given)."""
+    """The embedded splits of ``dataset`` under ``encoder``.
+
+    From ``memo`` when there, else loaded (and stored in ``memo`` when one is given).
+    """
     memo_key = (str(dataset), encoder)
     if memo is not None and memo_key in memo:
         return memo[memo_key]
@@ -219,8 +227,10 @@ def _federation_records(
 def _write_tables_and_plots(
     cfg: ExperimentConfig, records: list[dict[str, Any]], out: Path, plots: bool, say: Log
 ) -> None:
-    """``results.md`` and, unless ``plots`` is false, the PNGs (skipped, with a log line, when
-    matplotlib is missing)."""
+    """Write ``results.md`` and, unless ``plots`` is false, the PNGs.
+
+    The PNGs are skipped, with a log line, when matplotlib is missing.
+    """
     from ghofl.bench.tables import write_markdown
 
     write_markdown(cfg, records, out / "results.md")
@@ -237,9 +247,11 @@ def _write_tables_and_plots(
 def _upload_variants(
     cfg: ExperimentConfig,
 ) -> list[tuple[int, float | None, str | None]]:
-    """(seed, holdout, transport dtype) of every federation of a grid cell; the defaults (no
-    held-out section, float64) are ``None`` in records and keys, so results written before
-    these options existed resume."""
+    """(seed, holdout, transport dtype) of every federation of a grid cell.
+
+    The defaults (no held-out section, float64) are ``None`` in records and keys, so results
+    written before these options existed resume.
+    """
     return [(seed, h or None, None if t == "float64" else t)
             for seed in cfg.seeds for h in cfg.holdout for t in cfg.transport_dtype]
 
@@ -265,8 +277,10 @@ def _run_one(cfg: ExperimentConfig, feats: Any, mode: str, proj: int, clients: i
 
 
 def resolve_clip(cfg: ExperimentConfig, info: EncoderInfo) -> float | None:
-    """The clipping bound of a run: ``cfg.clip`` when > 0, else the encoder's default R when
-    ``cfg.secure`` (a secure run needs one), else none.
+    """The clipping bound of a run.
+
+    ``cfg.clip`` when > 0, else the encoder's default R when ``cfg.secure`` (a secure run needs
+    one), else none.
 
     Raises
     ------
@@ -303,8 +317,10 @@ def _run_references(
     done: set[tuple[Any, ...]],
     say: Log,
 ) -> None:
-    """Append a record for every centralised reference of ``cfg`` on ``feats`` not yet in
-    ``done`` (and add its key there)."""
+    """Append a record for every centralised reference of ``cfg`` on ``feats``.
+
+    Only references not yet in ``done``; their keys are added there.
+    """
     for ref in cfg.references:
         key = ("reference", feats.dataset, feats.encoder_name, ref)
         if key in done:
