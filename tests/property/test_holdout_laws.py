@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from ghofl.secure.fixedpoint import FixedPointCodec
 from ghofl.stats import ClientStats, compute_stats, holdout_mask, sum_stats
+from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.schema import SCHEMAS, schema_for
 
 SETTINGS = settings(max_examples=40, deadline=None)
@@ -85,7 +86,7 @@ def test_flat_layout_and_fixed_point_sum(fed: tuple) -> None:  # type: ignore[ty
         meta = s.meta
         assert ints.size == sum(g.size for g in sch.int_layout(c, meta.dim, True))
         assert floats.size == sum(g.size for g in sch.float_layout(c, meta.dim, True))
-        back = sch.unflatten(meta, ints, floats)
+        back = unflatten_stats(meta, ints, floats)
         assert back.allclose(s, rtol=0.0)
     codec = FixedPointCodec(num_clients=len(clients), max_samples=max(y.size, 1), clip_norm=clip)
     with np.errstate(over="ignore"):

@@ -54,6 +54,7 @@ from ghofl.server import AggregationSpec, FederationPlan, FederationServer
 from ghofl.server_job import ServerJob
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats, sum_stats
+from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.projection import ProjectionSpec
 from ghofl.stats.schema import schema_for
 from tests.helpers import gaussian_mixture
@@ -85,13 +86,13 @@ def _big_sample(mode: str) -> ClientStats:
     z = np.full((1, D), 1000.0 * R / math.sqrt(D))
     raw = compute_stats(z, np.zeros(1, np.int64), CLASSES, mode)  # type: ignore[arg-type]
     meta = dataclasses.replace(raw.meta, clip_norm=R)
-    return schema_for(mode).unflatten(meta, *schema_for(mode).flatten(raw))
+    return unflatten_stats(meta, *schema_for(mode).flatten(raw))
 
 
 def _poisoned(stats: ClientStats) -> ClientStats:
     """``stats`` plus one sample of norm 1000·R: valid statistics, beyond the bounds."""
     big = _big_sample(stats.mode)
-    return schema_for(stats.mode).unflatten(stats.meta, *(
+    return unflatten_stats(stats.meta, *(
         a + b for a, b in zip(schema_for(stats.mode).flatten(stats),
                               schema_for(stats.mode).flatten(big), strict=True)))
 

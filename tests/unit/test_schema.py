@@ -27,6 +27,7 @@ from ghofl.stats.codec import (
     stats_from_tensors,
     stats_tensors,
 )
+from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.schema import (
     ARRAY_NAMES,
     SCHEMAS,
@@ -185,7 +186,7 @@ def test_flatten_unflatten_round_trip_is_exact(mode: str, projected: bool) -> No
     assert ints.dtype == np.int64 and ints.shape == (c + 1,)
     assert floats.dtype == np.float64 and floats.shape == (schema.float_layout(c, d)[-1].stop,)
     assert ints[-1] == s.n_clipped
-    back = schema.unflatten(s.meta, ints, floats)
+    back = unflatten_stats(s.meta, ints, floats)
     _assert_identical(back, s)
     ints[0] += 1  # the result owns its data
     floats[:] = 0.0
@@ -269,26 +270,26 @@ def _vectors(mode: str = "pooled") -> tuple[ModeSchema, ClientStats, np.ndarray,
     ],
 )
 def test_wrong_vectors_are_rejected(change: object, match: str) -> None:
-    schema, s, ints, floats = _vectors()
+    _, s, ints, floats = _vectors()
     bad_ints, bad_floats = change(ints, floats)  # type: ignore[operator]
     with pytest.raises(StatsValidationError, match=match):
-        schema.unflatten(s.meta, bad_ints, bad_floats)
+        unflatten_stats(s.meta, bad_ints, bad_floats)
 
 
 def test_unflatten_validates_the_statistics() -> None:
-    schema, s, ints, floats = _vectors()
+    _, s, ints, floats = _vectors()
     ints = ints.copy()
     ints[-1] = s.n_samples + 1
     with pytest.raises(StatsValidationError, match=r"n_clipped is \d+ but the statistics hold"):
-        schema.unflatten(s.meta, ints, floats)
+        unflatten_stats(s.meta, ints, floats)
     ints[-1] = -1
     with pytest.raises(StatsValidationError, match=r"n_clipped .* must be a non-negative integer"):
-        schema.unflatten(s.meta, ints, floats)
+        unflatten_stats(s.meta, ints, floats)
     ints[-1] = s.n_clipped
     floats = floats.copy()
     floats[0] = np.nan
     with pytest.raises(StatsValidationError, match="sums contains NaN or infinite values"):
-        schema.unflatten(s.meta, ints, floats)
+        unflatten_stats(s.meta, ints, floats)
 
 
 def test_unflatten_needs_metadata_of_its_mode() -> None:
@@ -298,7 +299,7 @@ def test_unflatten_needs_metadata_of_its_mode() -> None:
         match=r"cannot unflatten with the 'pooled' schema statistics whose metadata has mode "
         r"'diag'; use schema_for\('diag'\)",
     ):
-        schema.unflatten(s.meta.with_mode("diag"), ints, floats)
+        schema.unflatten_arrays(s.meta.with_mode("diag"), ints, floats)
 
 
 @pytest.mark.parametrize(("source", "target"), PAIRS)
@@ -313,7 +314,7 @@ def test_flatten_reads_richer_modes_through_the_sources(source: str, target: str
             schema.flatten(s)
         return
     ints, floats = schema.flatten(s)
-    back = schema.unflatten(s.meta.with_mode(target), ints, floats)  # type: ignore[arg-type]
+    back = unflatten_stats(s.meta.with_mode(target), ints, floats)  # type: ignore[arg-type]
     _assert_identical(back, s.to_mode(target))  # type: ignore[arg-type]
 
 
@@ -338,7 +339,7 @@ def _random_stats(draw: st.DrawFn) -> ClientStats:
 @given(_random_stats())
 def test_random_stats_round_trip(s: ClientStats) -> None:
     schema = schema_for(s.mode)
-    _assert_identical(schema.unflatten(s.meta, *schema.flatten(s)), s)
+    _assert_identical(unflatten_stats(s.meta, *schema.flatten(s)), s)
 
 
 # ---------------------------------------------------------------------- former mode checks

@@ -9,6 +9,7 @@ with ``client-stats --data``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -27,6 +28,7 @@ __all__ = [
     "DataLabelColumnOption",
     "DataSplitOption",
     "DataTextColumnsOption",
+    "TextReading",
     "data_spec", "embed", "local_embeddings", "parse_class_option", "summary"]
 
 DATA_HELP = ("Raw data: a text file of '<label> <text>' lines or .csv/.tsv rows with a label "
@@ -76,6 +78,20 @@ def data_spec(
     return DatasetSpec(str(data), format=fmt,
                        label_column=parse_column(label_column) if label_column else None,
                        text_columns=cols, test_fraction=test_fraction, split_seed=split_seed)
+
+
+@dataclass(frozen=True)
+class TextReading:
+    """How the text files of ``--data`` are read: ``--format``, ``--label-column`` and
+    ``--text-columns`` as given on the command line (checked by :meth:`spec`)."""
+
+    fmt: str = "auto"
+    label_column: str | None = None
+    text_columns: str | None = None
+
+    def spec(self, data: Path) -> DatasetSpec:
+        """The :class:`DatasetSpec` of ``data`` read this way (:func:`data_spec`)."""
+        return data_spec(data, self.fmt, self.label_column, self.text_columns)
 
 
 def parse_class_option(raw: str | None) -> tuple[str, ...] | None:

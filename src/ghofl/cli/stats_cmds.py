@@ -28,7 +28,7 @@ from ghofl.cli.embed import (
     DataLabelColumnOption,
     DataSplitOption,
     DataTextColumnsOption,
-    data_spec,
+    TextReading,
     local_embeddings,
     parse_class_option,
     summary,
@@ -121,8 +121,8 @@ def client_stats(
     check_output_file(out, "--out")
     emb, info = _client_embeddings(
         embeddings, data, encoder, encoder_name, classes, split=split, resolution=resolution,
-        backend=backend, batch_size=batch_size, progress=progress, fmt=fmt,
-        label_column=label_column, text_columns=text_columns)
+        backend=backend, batch_size=batch_size, progress=progress,
+        reading=TextReading(fmt, label_column, text_columns))
     names = resolve_classes(classes, num_classes, [emb])
     basis = projection_basis_option(projection_basis, projection_dim, projection_seed, info,
                                     feature_transform)
@@ -230,8 +230,7 @@ def show(
 def _client_embeddings(
     embeddings: Path | None, data: Path | None, encoder: str | None, encoder_name: str | None,
     classes: str | None, *, split: str | None, resolution: int, backend: str,
-    batch_size: int, progress: bool, fmt: str, label_column: str | None,
-    text_columns: str | None,
+    batch_size: int, progress: bool, reading: TextReading,
 ) -> tuple[Embeddings, EncoderInfo | None]:
     """The client's labelled embeddings (read, or embedded from --data) and the encoder
     fingerprint to record (``None``: --encoder-name, or none)."""
@@ -255,7 +254,7 @@ def _client_embeddings(
     if encoder_name is not None:
         raise ConfigError("--encoder-name names the encoder of --embeddings; with --data the "
                           "payload records the fingerprint of --encoder, so drop --encoder-name")
-    spec = data_spec(data, fmt, label_column, text_columns)
+    spec = reading.spec(data)
     local = local_embeddings(spec, encoder, split=split, classes=parse_class_option(classes),
                              resolution=resolution, backend=backend, batch_size=batch_size,
                              progress=progress)

@@ -23,8 +23,9 @@ with ``test`` (words split at ``.``, ``_``, ``-``: ``train.txt``, ``TREC.train.a
 class list is the union of the labels of all files of the dataset (:func:`infer_classes`), so
 train and test agree.
 
-**Images.** Read by :func:`ghofl.data.registry.load_dataset` (ImageFolder folders/zips with
-``train/`` and ``test/`` split folders, Tiny-ImageNet).
+**Images.** Read by :func:`open_image_layout` (ImageFolder folders/zips with ``train/`` and
+``test/`` split folders, Tiny-ImageNet), which :func:`ghofl.data.registry.load_dataset` uses for
+image paths too.
 
 **Cache key.** ``<name>-<16 hex>``: for text, the SHA-256 of the files' bytes and of every
 reading option; for images, of the absolute path and the size and modification time of the
@@ -42,6 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ghofl.data.images import ImageFolderSource
 from ghofl.data.text import (
     TextDataset,
     holdout_split,
@@ -51,9 +53,10 @@ from ghofl.data.text import (
     text_format_of,
     to_text_dataset,
 )
+from ghofl.data.tiny_imagenet import TinyImageNetSource, is_tiny_imagenet
 from ghofl.errors import ConfigError, DataError
 
-__all__ = ["DATASET_FORMATS", "DatasetSpec", "find_text_files", "open_path"]
+__all__ = ["DATASET_FORMATS", "DatasetSpec", "find_text_files", "open_image_layout", "open_path"]
 
 #: ``format`` values of a :class:`DatasetSpec`.
 DATASET_FORMATS: tuple[str, ...] = ("auto", "lines", "csv", "tsv", "images")
@@ -214,9 +217,7 @@ class DatasetSpec:
         TextDataset or an image source
         """
         if self.kind == "images":
-            from ghofl.data.registry import load_dataset
-
-            return load_dataset(Path(self.path).expanduser(), split)
+            return open_image_layout(Path(self.path).expanduser(), split)
         return self._load_text(split, classes, coarse)
 
     def _load_text(self, split: str, classes: Sequence[str] | None, coarse: bool) -> TextDataset:
@@ -271,8 +272,6 @@ def open_path(
     try:
         return spec.load("train"), "train"
     except DataError:
-        from ghofl.data.images import ImageFolderSource
-
         try:
             return ImageFolderSource(path, None, name=spec.label), "all"
         except DataError:
@@ -281,6 +280,14 @@ def open_path(
                 "give --split with the name of its split folder, or the layout "
                 "<root>/<class>/<image> or <root>/train/<class>/<image>"
             ) from None
+
+
+def open_image_layout(path: Path, split: str) -> ImageFolderSource | TinyImageNetSource:
+    """The ``split`` of the image layout at ``path``: a Tiny-ImageNet zip or folder (recognised
+    by its ``wnids.txt``), else an ImageFolder directory or ``.zip`` archive."""
+    if is_tiny_imagenet(path):
+        return TinyImageNetSource(path, split)
+    return ImageFolderSource(path, split)
 
 
 def find_text_files(folder: Path) -> tuple[Path, Path | None]:

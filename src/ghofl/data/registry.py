@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.data.by_path import DatasetSpec
+from ghofl.data.by_path import DatasetSpec, open_image_layout
 from ghofl.data.images import LAYOUT_HINT, ArrayImageSource, ImageFolderSource
 from ghofl.data.text import TextDataset, read_agnews_csv, read_sst2, read_trec, split_agnews
-from ghofl.data.tiny_imagenet import TINY_IMAGENET_LAYOUT, TinyImageNetSource, is_tiny_imagenet
+from ghofl.data.tiny_imagenet import TINY_IMAGENET_LAYOUT, TinyImageNetSource
 from ghofl.errors import ConfigError, DataError
 
 __all__ = [
@@ -223,9 +223,7 @@ def load_dataset(
         text: Dataset = DatasetSpec(key).load(split)
         return text
     if path.is_dir() or (path.is_file() and path.suffix.lower() == ".zip"):
-        if is_tiny_imagenet(path):
-            return TinyImageNetSource(path, split)
-        return ImageFolderSource(path, split)
+        return open_image_layout(path, split)
     raise DataError(_unknown_message(key) + f"; known datasets need: {_describe_known()}")
 
 

@@ -70,6 +70,7 @@ from scipy.special import erfcinv
 
 from ghofl.errors import InputError, StatsValidationError, TotalOutOfBoundsError
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import Kind, parts, schema_for, unpack_upper
 
@@ -528,4 +529,4 @@ class BoundedDecoder:
         n = None if self._contributors is None else self._contributors()
         limits = TotalLimits.for_codec(codec, n)
         refuse_total(check_bounds(meta, ints, floats, limits), limits, "secure aggregation")
-        return schema_for(meta.mode).unflatten(meta, ints, floats)
+        return unflatten_stats(meta, ints, floats)

@@ -46,6 +46,7 @@ from numpy.typing import NDArray
 from ghofl.errors import ConfigError, InputError
 from ghofl.secure.bounds import refuse_client_stats
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import Kind, ModeSchema, schema_for
 
@@ -212,8 +213,7 @@ class FixedPointCodec:
         ClientStats
             The validated total.
         """
-        return schema_for(meta.mode).unflatten(meta, *self.decode_vectors(meta, total),
-                                               rounding=rounding)
+        return unflatten_stats(meta, *self.decode_vectors(meta, total), rounding=rounding)
 
     def decode_vectors(self, meta: StatsMeta, total: NDArray[np.uint64]
                        ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:

@@ -1,12 +1,13 @@
 """The additive value clients upload: ClientStats, its accumulator, projection and file format.
 
 The rules of each upload mode (arrays, ranks, packing, flat layouts) live in
-:mod:`ghofl.stats.schema`.
+:mod:`ghofl.stats.schema`; :func:`unflatten_stats` rebuilds statistics from the flat layout.
 """
 
 from ghofl.stats.accumulate import StatsAccumulator, compute_stats, holdout_mask
 from ghofl.stats.client_stats import ClientStats, StatsTotal, sum_stats
 from ghofl.stats.codec import load_stats, payload_nbytes, save_stats, through_transport
+from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.meta import MODES, EncoderInfo, Mode, StatsMeta
 from ghofl.stats.projection import ProjectionSpec
 from ghofl.stats.schema import (
@@ -42,4 +43,5 @@ __all__ = [
     "schema_for",
     "sum_stats",
     "through_transport",
+    "unflatten_stats",
 ]

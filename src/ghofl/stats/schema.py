@@ -444,36 +444,35 @@ class ModeSchema:
         floats = np.concatenate(pieces).astype(np.float64, copy=False)
         return ints, floats
 
-    def unflatten(
-        self, meta: StatsMeta, ints: NDArray[Any], floats: NDArray[Any], rounding: float = 0.0
-    ) -> ClientStats:
-        """Exact inverse of :meth:`flatten`: validated statistics with metadata ``meta``.
+    def unflatten_arrays(
+        self, meta: StatsMeta, ints: NDArray[Any], floats: NDArray[Any]
+    ) -> tuple[tuple[dict[str, NDArray[Any]], int], ...]:
+        """The arrays and ``n_clipped`` of each section of flat vectors (inverse of
+        :meth:`flatten`); :func:`ghofl.stats.flat.unflatten_stats` builds the validated
+        :class:`~ghofl.stats.client_stats.ClientStats` from them.
 
         Parameters
         ----------
         meta : StatsMeta
-            Metadata of the result; its mode must be this schema's mode. With
+            Metadata of the statistics; its mode must be this schema's mode. With
             ``meta.holdout_fraction > 0`` the vectors hold the held-out section too.
         ints : ndarray of integers, shape (C + 1,) or (2C + 2,)
             Layout :meth:`int_layout` (``holdout=meta.has_holdout``).
         floats : ndarray of floats, shape (F,) or (2F,)
             Layout :meth:`float_layout` (``holdout=meta.has_holdout``).
-        rounding : float, default 0.0
-            Unit roundoff of a transport the sums went through (2⁻²⁴ for float32), tolerated
-            by the validation (:meth:`ClientStats.from_transport`).
 
         Returns
         -------
-        ClientStats
-            Owns copies of the data (later changes to ``ints``/``floats`` do not affect it).
+        tuple of (dict of str to ndarray, int)
+            One ``(arrays by name, n_clipped)`` per section: the main one, then the held-out
+            one when ``meta.has_holdout``. The arrays are copies (later changes to
+            ``ints``/``floats`` do not affect them), not yet validated as statistics.
 
         Raises
         ------
         StatsValidationError
-            Wrong mode, wrong dtype or wrong length of a vector, or invalid statistics.
+            Wrong mode, wrong dtype or wrong length of a vector.
         """
-        from ghofl.stats.client_stats import ClientStats
-
         if meta.mode != self.mode:
             raise StatsValidationError(
                 f"cannot unflatten with the {self.mode!r} schema statistics whose metadata has "
@@ -487,9 +486,9 @@ class ModeSchema:
         iv = _check_vector("integer", ints, "iu", int_layout, self.mode, c, d)
         fv = _check_vector("float", floats, "f", float_layout, self.mode, c, d)
         n_int, n_float = len(self._int_arrays) + 1, len(self.float_arrays)
-        sections: list[tuple[dict[str, Any], int]] = []
+        sections: list[tuple[dict[str, NDArray[Any]], int]] = []
         for i, _ in enumerate(parts(ho)):
-            arrays: dict[str, Any] = {}
+            arrays: dict[str, NDArray[Any]] = {}
             iseg = int_layout[i * n_int : (i + 1) * n_int]
             for spec, seg in zip(self._int_arrays, iseg[:-1], strict=True):
                 arrays[spec.name] = iv[seg.offset : seg.stop].astype(spec.dtype).reshape(
@@ -500,13 +499,7 @@ class ModeSchema:
                 packed = fv[seg.offset : seg.stop].astype(spec.dtype)  # a copy: owned
                 arrays[spec.name] = spec.unpack(packed.reshape(spec.packed_shape(c, d)), c, d)
             sections.append((arrays, int(iv[iseg[-1].offset])))
-        holdout = None
-        if ho:
-            h_arrays, h_clipped = sections[1]
-            holdout = ClientStats.from_transport(meta.without_holdout(), h_arrays, h_clipped,
-                                                 rounding=rounding)
-        main_arrays, n_clipped = sections[0]
-        return ClientStats.from_transport(meta, main_arrays, n_clipped, holdout, rounding)
+        return tuple(sections)
 
 
 def _check_vector(

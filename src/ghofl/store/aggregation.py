@@ -23,7 +23,7 @@ contributions gives. Two paths, chosen by the payloads' clipping bound (``meta.c
 
 Contributions are stored as their schema-flattened arrays (symmetric matrices as upper
 triangles, the held-out section appended when the payloads carry one), which
-:meth:`~ghofl.stats.schema.ModeSchema.unflatten` restores exactly. Payloads that went through
+:func:`~ghofl.stats.flat.unflatten_stats` restores exactly. Payloads that went through
 float32 transport are stored as received (upcast to float64); the setting ``rounding`` records
 the coarsest such rounding ever added, and every read validates with a tolerance for it.
 """
@@ -54,6 +54,7 @@ from ghofl.errors import (
 )
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES, FixedPointCodec
 from ghofl.stats.client_stats import ClientStats, StatsTotal, check_addable
+from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import schema_for
 from ghofl.store import _integrity as integrity
@@ -631,8 +632,8 @@ def _canonical_sum(meta: StatsMeta, con: sqlite3.Connection,
 
 def _unflatten(meta: StatsMeta, ints: bytes, floats: bytes,
                rounding: float = 0.0) -> ClientStats:
-    return schema_for(meta.mode).unflatten(meta, db.from_blob(ints, "<i8"),
-                                           db.from_blob(floats, "<f8"), rounding)
+    return unflatten_stats(meta, db.from_blob(ints, "<i8"), db.from_blob(floats, "<f8"),
+                           rounding)
 
 
 def _info(row: tuple[Any, ...], meta: StatsMeta | None) -> ContributionInfo:
