@@ -82,8 +82,11 @@ def data_spec(
 
 @dataclass(frozen=True)
 class TextReading:
-    """How the text files of ``--data`` are read: ``--format``, ``--label-column`` and
-    ``--text-columns`` as given on the command line (checked by :meth:`spec`)."""
+    """How the text files of ``--data`` are read.
+
+    ``--format``, ``--label-column`` and ``--text-columns`` as given on the command line
+    (checked by :meth:`spec`).
+    """
 
     fmt: str = "auto"
     label_column: str | None = None

@@ -22,8 +22,9 @@ __all__ = ["unflatten_stats"]
 def unflatten_stats(
     meta: StatsMeta, ints: NDArray[Any], floats: NDArray[Any], rounding: float = 0.0
 ) -> ClientStats:
-    """Exact inverse of ``schema_for(meta.mode).flatten``: validated statistics with metadata
-    ``meta``.
+    """Exact inverse of ``schema_for(meta.mode).flatten``: validated statistics.
+
+    The result carries the metadata ``meta``.
 
     Parameters
     ----------
