@@ -2,24 +2,30 @@
 tables into BENCHMARKS.md (one section per config) plus results under benchmarks/results/NAME/.
 
 Run: ``.venv/bin/python benchmarks/bench_experiments.py cifar10_main text upload_size``
-(`--resume` continues an interrupted run). Needs the real data (GHOFL_DATA_DIR) and the
-``torch``, ``text`` and ``bench`` extras. The first run embeds the datasets (about 15 minutes
-for CIFAR-10 at 224 px on 2 cores); later runs read the embedding cache.
+(`--resume` continues an interrupted run; no config names: only the summary is rewritten;
+``--report-only`` rewrites every section from the saved results). Needs the real data
+(GHOFL_DATA_DIR) and the ``torch``, ``text`` and ``bench`` extras. The first run embeds the
+datasets (about 15 minutes for CIFAR-10 at 224 px on 2 cores); later runs read the embedding
+cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from ghofl.bench import harness
 from ghofl.bench.config import load_config
-from ghofl.bench.report import machine_summary, markdown_table, update_section
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.bench.runner import run_experiment
 from ghofl.bench.tables import accuracy_tables, invariance_summary
 from ghofl.heads.registry import available_heads
@@ -27,6 +33,7 @@ from ghofl.heads.registry import available_heads
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "benchmarks" / "configs"
 GH_HEADS = ("nb", "lda", "qda", "fishermix", "protohyper")
+SUMMARY = "experiment-summary"
 
 
 def headline(records: list[dict[str, Any]]) -> str:
@@ -39,13 +46,13 @@ def headline(records: list[dict[str, Any]]) -> str:
         fed = [r for r in recs if r["mode"] != "reference" and not r["projection_dim"]]
         means = {
             h: statistics.fmean(r["accuracy"] for r in fed if r["head"] == h)
-            for h in {r["head"] for r in fed}
+            for h in dict.fromkeys(r["head"] for r in fed)
         }
         gh = {h: v for h, v in means.items() if h in GH_HEADS}
         refs = {r["head"]: r["accuracy"] for r in recs if r["mode"] == "reference"}
         if not gh:
             continue
-        best = max(gh, key=lambda h: gh[h])
+        best = max(gh, key=lambda h: gh[h])  # a tie goes to the head first in the records
         row = [
             ds,
             enc,
@@ -180,8 +187,44 @@ def summary(results_root: Path) -> str:
     )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def render_experiment(name: str, data: dict[str, Any]) -> str:
+    """The section of config ``name`` from its results.json (``machine`` and ``date`` added)."""
+    records = data["records"]
+    wall = data["wall_seconds"]  # over resumes
+    return "\n".join(
+        [
+            f"## Experiment `{name}` (`benchmarks/configs/{name}.toml`, "
+            "`benchmarks/bench_experiments.py`)",
+            "",
+            f"Machine: {data['machine']}. Measured {data['date']}; "
+            "the grid took "
+            f"{wall / 60:.1f} min (embeddings from the cache when present). Full records: "
+            f"`benchmarks/results/{name}/results.json`; plots beside it.",
+            "",
+            headline(records),
+            "",
+            accuracy_tables(records),
+            "",
+            invariance_summary(records),
+            "",
+            "Server fit time per head (median over the grid):",
+            "",
+            stage_summary(records),
+        ]
+    )
+
+
+def _results(path: Path) -> Any:
+    """A config's results.json (written by the experiment runner, never by the harness)."""
+    return json.loads(path.read_text())
+
+
+def _folder(path: Path) -> Path:
+    return path
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     ap.add_argument(
         "configs",
         nargs="*",
@@ -190,48 +233,54 @@ def main() -> None:
     )
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--progress", action="store_true")
-    args = ap.parse_args()
-    for name in args.configs:
-        cfg = load_config(CONFIGS / f"{name}.toml")
-        out = ROOT / "benchmarks" / "results" / name
-        records = run_experiment(
-            cfg,
-            out,
-            resume=args.resume,
-            progress=args.progress,
-            log=lambda m: print(m, file=sys.stderr, flush=True),
-        )
-        wall = json.loads((out / "results.json").read_text())["wall_seconds"]  # over resumes
-        body = "\n".join(
-            [
-                f"## Experiment `{name}` (`benchmarks/configs/{name}.toml`, "
-                "`benchmarks/bench_experiments.py`)",
-                "",
-                f"Machine: {machine_summary()}. Measured {time.strftime('%Y-%m-%d')}; "
-                "the grid took "
-                f"{wall / 60:.1f} min (embeddings from the cache when present). Full records: "
-                f"`benchmarks/results/{name}/results.json`; plots beside it.",
-                "",
-                headline(records),
-                "",
-                accuracy_tables(records),
-                "",
-                invariance_summary(records),
-                "",
-                "Server fit time per head (median over the grid):",
-                "",
-                stage_summary(records),
-            ]
-        )
-        update_section(ROOT / "BENCHMARKS.md", f"experiment-{name}", body)
-        print(body)
-    update_section(
-        ROOT / "BENCHMARKS.md",
-        "experiment-summary",
-        summary(ROOT / "benchmarks" / "results"),
-        first=True,
-    )
 
+
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """Run each named config (the runner writes benchmarks/results/NAME/), then the summary."""
+    args = ctx.args
+    out: dict[str, Any] = {}
+    for name in args.configs:
+        BENCH.section(f"experiment-{name}")  # an unknown name fails before any run
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in args.configs:
+            cfg = load_config(CONFIGS / f"{name}.toml")
+            folder = ctx.results_dir / name
+            if args.no_write:  # the runner writes its files: into a scratch copy then
+                if args.resume and folder.is_dir():
+                    shutil.copytree(folder, Path(scratch) / name)
+                folder = Path(scratch) / name
+            records = run_experiment(
+                cfg,
+                folder,
+                resume=args.resume,
+                progress=args.progress,
+                log=lambda m: print(m, file=sys.stderr, flush=True),
+            )
+            out[f"experiment-{name}"] = {
+                **_results(folder / "results.json"),  # its wall_seconds count every resume
+                "records": records,
+                "machine": machine_summary(),
+                "date": time.strftime("%Y-%m-%d"),
+            }
+    out[SUMMARY] = ctx.results_dir
+    return out
+
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(
+        harness.Section(SUMMARY, "", summary, first=True, load=_folder),
+        *(
+            harness.Section(f"experiment-{p.stem}", f"{p.stem}/results.json",
+                            functools.partial(render_experiment, p.stem), load=_results,
+                            states_machine=True)
+            for p in sorted(CONFIGS.glob("*.toml"))
+        ),
+    ),
+    measure=measure,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)
