@@ -6,7 +6,8 @@ the demo's three plots as benchmarks/results/demo_*.png and the ``demo`` section
 BENCHMARKS.md. Targets on 2 cores: cold < 5 min (the virtual environment already made).
 Needs GHOFL_DATA_DIR (cifar10.zip) or ../shared/data.
 
-Run: ``.venv/bin/python benchmarks/bench_demo.py`` (about 10 minutes on 2 cores).
+Run: ``.venv/bin/python benchmarks/bench_demo.py`` (about 10 minutes on 2 cores);
+``--report-only`` rewrites the section from the saved results.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench import harness
+from ghofl.bench.report import machine_summary, markdown_table
 
-ROOT = Path(__file__).resolve().parents[1]
 PLOTS = ("accuracy_vs_alpha", "fedavg_rounds", "accuracy_vs_bytes")
+#: The probes compared, in the order measured (saved results sort their keys).
+PROBES = ("fixed C", "CV over 4 C x 3 folds")
 
 
 def timed_demo(cache: Path, out: Path, data_dir: str) -> tuple[float, dict[str, Any]]:
@@ -52,7 +55,7 @@ def probe_comparison(cache: Path, data_dir: str) -> dict[str, Any]:
     f = load_features("cifar10", "efficientnet-lite0", cfg)
     out: dict[str, Any] = {}
     with threadpool_limits(limits=1, user_api="blas"):
-        for name in ("fixed C", "CV over 4 C x 3 folds"):
+        for name in PROBES:
             if name == "fixed C":
                 r = logreg_reference(f.x_train, f.y_train, f.x_test, f.y_test,
                                      cs=(DEMO_LOGREG_C,))
@@ -63,7 +66,8 @@ def probe_comparison(cache: Path, data_dir: str) -> dict[str, Any]:
     return out
 
 
-def render(data: dict[str, Any], table: str) -> str:
+def render(data: dict[str, Any]) -> str:
+    """The section from the saved results (the demo's own results table among them)."""
     cold, warm = data["cold"], data["warm"]
     stages = ["features", "alpha", "upload", "projection", "references", "fedavg"]
     rows = [[name, f"{run['wall_seconds']:.0f}"]
@@ -71,7 +75,7 @@ def render(data: dict[str, Any], table: str) -> str:
             for name, run in (("cold", cold), ("warm", warm))]
     probes = data["probes"]
     probe_rows = [[name, f"{100 * p['accuracy']:.2f}", f"{p['C']:g}", f"{p['seconds']:.1f}"]
-                  for name, p in probes.items()]
+                  for name, p in ((n, probes[n]) for n in sorted(probes, key=_probe_index))]
     return "\n".join([
         "## Main job: `make demo` / `ghofl demo` (`benchmarks/bench_demo.py`)",
         "",
@@ -94,23 +98,29 @@ def render(data: dict[str, Any], table: str) -> str:
         markdown_table(["logistic-regression probe", "test accuracy %", "C", "seconds"],
                        probe_rows),
         "",
-        table,
+        data["results_md"],
         "",
         " ".join(f"![{p}](benchmarks/results/demo_{p}.png)" for p in PLOTS),
     ])
 
 
-def main() -> None:
-    data_dir = os.environ.get("GHOFL_DATA_DIR") or str(ROOT.parent / "shared" / "data")
+def _probe_index(name: str) -> int:
+    return PROBES.index(name) if name in PROBES else len(PROBES)
+
+
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """The demo cold then warm in a fresh cache, its plots, then the probe comparison."""
+    data_dir = str(ctx.data_dir())
     with tempfile.TemporaryDirectory() as tmp:
         cache, out = Path(tmp) / "cache", Path(tmp) / "out"
         cold_wall, cold = timed_demo(cache, out, data_dir)
         warm_wall, warm = timed_demo(cache, out, data_dir)
         table = (out / "results.md").read_text().split("\n", 2)[2].strip()
-        for p in PLOTS:
-            shutil.copyfile(out / f"{p}.png", ROOT / "benchmarks" / "results" / f"demo_{p}.png")
+        if not ctx.args.no_write:
+            for p in PLOTS:
+                shutil.copyfile(out / f"{p}.png", ctx.results_dir / f"demo_{p}.png")
         probes = probe_comparison(cache, data_dir)
-    data = {
+    return {"demo": {
         "machine": machine_summary(),
         "cold": {"wall_seconds": cold_wall, "stages": cold["seconds"]},
         "warm": {"wall_seconds": warm_wall, "stages": warm["seconds"]},
@@ -118,12 +128,15 @@ def main() -> None:
         "rounds": len(cold["fedavg"]["accuracy"]) - 1,
         "probes": probes,
         "results_md": table,
-    }
-    write_json(ROOT / "benchmarks" / "results" / "demo.json", data)
-    body = render(data, table)
-    update_section(ROOT / "BENCHMARKS.md", "demo", body)
-    print(body)
+    }}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("demo", "demo.json", render),),
+    measure=measure,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)
