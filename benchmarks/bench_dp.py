@@ -14,30 +14,30 @@ shares, whose sample standard deviation must lie in the two-sided 99.9 % chi-squ
 around the calibrated σ.
 
 Writes benchmarks/results/dp.json and the ``dp`` section of BENCHMARKS.md.
-Run: ``.venv/bin/python benchmarks/bench_dp.py`` (needs the ``privacy`` extra).
+Run: ``.venv/bin/python benchmarks/bench_dp.py`` (needs the ``privacy`` extra and
+``GHOFL_DATA_DIR`` or ../shared/data); ``--report-only`` (or ``--render-only``) rewrites the
+section from the saved results.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy.stats import chi2
 
+from ghofl.bench import harness
 from ghofl.bench.config import config_from_dict
 from ghofl.bench.features import load_features
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.encoders import default_clip_norm
 from ghofl.privacy import NOISE_CLAMP_SIGMAS, DPConfig, draw_noise, plan_noise
 from ghofl.secure import SecAggConfig
 from ghofl.simulation import simulate_federation
 
-ROOT = Path(__file__).resolve().parents[1]
 EPSILONS: tuple[float, ...] = (math.inf, 8.0, 4.0, 2.0, 1.0, 0.5)
 DELTA = 1e-5
 SEEDS = (0, 1, 2)
@@ -154,17 +154,10 @@ def render(result: dict[str, Any]) -> str:
     ])
 
 
-def main() -> None:
-    import sys
-
-    if "--render-only" in sys.argv[1:]:  # rewrite the section from the last results
-        import json
-
-        saved = json.loads((ROOT / "benchmarks" / "results" / "dp.json").read_text())
-        update_section(ROOT / "BENCHMARKS.md", "dp", render(saved))
-        return
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """The noise check, then the accuracy grid (central, then distributed; ε; seeds)."""
     t0 = time.perf_counter()
-    data_dir = os.environ.get("GHOFL_DATA_DIR") or str(ROOT.parent / "shared" / "data")
+    data_dir = ctx.data_dir()
     cfg = config_from_dict({"datasets": ["cifar10"], "train_per_class": 300,
                             "test_per_class": 100, "data_dir": data_dir})
     feats = load_features("cifar10", "efficientnet-lite0", cfg)
@@ -180,10 +173,16 @@ def main() -> None:
     }
     result["seconds"] = time.perf_counter() - t0
     result["machine"] = machine_summary()
-    write_json(ROOT / "benchmarks" / "results" / "dp.json", result)
-    update_section(ROOT / "BENCHMARKS.md", "dp", render(result))
-    print(render(result))
+    return {"dp": result}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("dp", "dp.json", render),),
+    measure=measure,
+    report_aliases=("--render-only",),
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)
