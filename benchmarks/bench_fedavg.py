@@ -11,13 +11,13 @@ to reach the GH-LDA head's one-shot accuracy (or its gap after 50 and 200 rounds
 
 Run: ``.venv/bin/python benchmarks/bench_fedavg.py`` (needs ``GHOFL_DATA_DIR`` or
 ../shared/data, and the ``flower`` extra; about 15 minutes on 2 cores when the CIFAR-10
-embeddings are cached).
+embeddings are cached); ``--report-only`` (or ``--render-only``) rewrites the section and the
+plot from the saved results.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from ghofl.baselines import fedavg_rounds, softmax_accuracy
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench import harness
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.data.partition import dirichlet_partition
 from ghofl.simulation import simulate_federation
 
@@ -34,11 +35,10 @@ HEADS = ("nb", "lda", "qda", "fedcgs", "fishermix", "protohyper")
 LR_GRID = (0.003, 0.01, 0.03, 0.1)
 
 
-def features(per_class: tuple[int, int]) -> Any:
+def features(per_class: tuple[int, int], data_dir: str | None) -> Any:
     from ghofl.bench.config import config_from_dict
     from ghofl.bench.features import load_features
 
-    data_dir = os.environ.get("GHOFL_DATA_DIR") or str(ROOT.parent / "shared/data")
     cfg = config_from_dict({"datasets": ["cifar10"], "train_per_class": per_class[0],
                             "test_per_class": per_class[1], "data_dir": data_dir})
     return load_features("cifar10", "efficientnet-lite0", cfg, progress=True, log=print)
@@ -131,6 +131,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
 def render(data: dict[str, Any]) -> str:
     res = data["runs"]
+    pooled_bytes = _pooled_bytes(data)
     lines = ["## FedAvg vs the one-shot heads (`benchmarks/bench_fedavg.py`)", "",
              f"Machine: {data['machine']}. CIFAR-10, EfficientNet-Lite0 at 224 "
              f"({data['n_train']:,} training / {data['n_test']:,} test images), "
@@ -152,7 +153,7 @@ def render(data: dict[str, Any]) -> str:
                      f"{100 * r['fedavg_accuracy'][-1]:.2f}", r["lr"], reach, gaps or "-",
                      f"{per / 1e3:.1f}",
                      f"{r['one_shot_upload_bytes_per_client'] / 1e6:.1f}",
-                     f"{data['pooled_bytes'] / 1e6:.1f}"])
+                     f"{pooled_bytes / 1e6:.1f}"])
     lines.append(markdown_table(
         ["α", "GH-LDA one shot %", "best one-shot head %",
          f"FedAvg after {len(res[0]['fedavg_accuracy']) - 1} rounds %", "FedAvg lr",
@@ -171,35 +172,39 @@ def _pooled_bytes(data: dict[str, Any]) -> int:
                                        int(data.get("dim", 1280)))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def _plot(data: dict[str, Any], results_dir: Path) -> None:
+    plot(data["runs"], results_dir / "fedavg.png")
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     ap.add_argument("--alphas", type=float, nargs="+", default=[0.05, 0.5])
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--train-per-class", type=int, default=0)
     ap.add_argument("--test-per-class", type=int, default=0)
-    ap.add_argument("--render-only", action="store_true",
-                    help="rewrite the BENCHMARKS.md section and plot from the last results")
-    args = ap.parse_args()
-    if args.render_only:
-        import json
 
-        data = json.loads((ROOT / "benchmarks/results/fedavg.json").read_text())
-        data["pooled_bytes"] = _pooled_bytes(data)
-        plot(data["runs"], ROOT / "benchmarks/results/fedavg.png")
-        update_section(ROOT / "BENCHMARKS.md", "fedavg", render(data))
-        return
-    feats = features((args.train_per_class, args.test_per_class))
+
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """The one-shot heads and FedAvg at each α (seed 0)."""
+    args = ctx.args
+    feats = features((args.train_per_class, args.test_per_class), ctx.data_dir())
     runs = [run_alpha(feats, a, args.clients, args.rounds, seed=0) for a in args.alphas]
     data = {"machine": machine_summary(), "runs": runs, "n_train": int(feats.y_train.size),
             "n_test": int(feats.y_test.size), "dim": int(feats.x_train.shape[1]),
             "num_classes": len(feats.classes)}
     data["pooled_bytes"] = _pooled_bytes(data)
-    write_json(ROOT / "benchmarks/results/fedavg.json", data)
-    plot(runs, ROOT / "benchmarks/results/fedavg.png")
-    update_section(ROOT / "BENCHMARKS.md", "fedavg", render(data))
-    print("wrote benchmarks/results/fedavg.json, fedavg.png and the 'fedavg' section")
+    return {"fedavg": data}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("fedavg", "fedavg.json", render, after_render=_plot),),
+    measure=measure,
+    add_arguments=add_arguments,
+    report_aliases=("--render-only",),
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)
