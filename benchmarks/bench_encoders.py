@@ -22,13 +22,13 @@ feature cosine to float on the same images. Writes benchmarks/results/encoders_i
 and the ``encoders_int8_sweep`` section.
 
 Run: ``flock scratch/cpu.lock .venv/bin/python benchmarks/bench_encoders.py --parts int8``
-(needs ``GHOFL_DATA_DIR`` or ../shared/data with cifar10.zip).
+(needs ``GHOFL_DATA_DIR`` or ../shared/data with cifar10.zip); ``--report-only`` rewrites the
+three sections from the saved results.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -37,13 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from ghofl.bench.report import (
-    machine_summary,
-    markdown_table,
-    median_time,
-    update_section,
-    write_json,
-)
+from ghofl.bench import harness
+from ghofl.bench.harness import median_times
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.encoders import Encoder, get_encoder
 from ghofl.client.encoders.onnx_backend import OnnxEncoder
 from ghofl.data.registry import load_dataset, subsample
@@ -67,7 +63,7 @@ INT8_WHY = (
 
 
 def _data_dir() -> str:
-    return os.environ.get("GHOFL_DATA_DIR") or str(ROOT.parent / "shared" / "data")
+    return str(harness.find_data_dir(ROOT))
 
 
 def _images(n: int) -> np.ndarray:
@@ -91,7 +87,9 @@ def bench_resolution(
     for backend in ("torch", "onnx"):
         enc = get_encoder("efficientnet-lite0", resolution, backend, cache_dir=cache_dir)
         enc.embed(images[:batch_size])  # warm-up (export, session, allocator)
-        seconds, samples = median_time(lambda e=enc: _embed_all(e, images, batch_size), repeats)  # type: ignore[misc]
+        seconds, samples = median_times(
+            {backend: lambda e=enc: _embed_all(e, images, batch_size)}, repeats  # type: ignore[misc]
+        )[backend]
         out[f"{backend}_img_per_s"] = len(images) / seconds
         out[f"{backend}_seconds_samples"] = samples
         feats[backend] = _embed_all(enc, images[:batch_size], batch_size)
@@ -241,10 +239,11 @@ def bench_int8_variant(
     q.embed(images[: args.batch_size])  # builds (quantizes) or loads the cached int8 model
     build_s = time.perf_counter() - t0
     flt.embed(images[: args.batch_size])
-    tf, tq = [], []
-    for _ in range(args.repeats):  # alternate, so both see the same load
-        tf.append(median_time(lambda: _embed_all(flt, images, args.batch_size), 1)[0])
-        tq.append(median_time(lambda: _embed_all(q, images, args.batch_size), 1)[0])
+    times = median_times({  # side by side, so both see the same load
+        "float": lambda: _embed_all(flt, images, args.batch_size),
+        "int8": lambda: _embed_all(q, images, args.batch_size),
+    }, args.repeats)
+    tf, tq = times["float"][1], times["int8"][1]
     out: dict[str, Any] = {
         "variant": variant,
         "float_fingerprint": flt.info.fingerprint(),
@@ -322,10 +321,11 @@ def bench_int8_sweep(
             cos = np.sum(ref * feats, 1) / (
                 np.linalg.norm(ref, axis=1) * np.linalg.norm(feats, axis=1)
             )
-            tf, tq = [], []
-            for _ in range(args.repeats):
-                tf.append(median_time(lambda: _run_file(sf, images, args.batch_size), 1)[0])
-                tq.append(median_time(lambda s=sq: _run_file(s, images, args.batch_size), 1)[0])  # type: ignore[misc]
+            times = median_times({
+                "float": lambda: _run_file(sf, images, args.batch_size),
+                "int8": lambda s=sq: _run_file(s, images, args.batch_size),  # type: ignore[misc]
+            }, args.repeats)
+            tf, tq = times["float"][1], times["int8"][1]
             rows.append({
                 "label": label,
                 "settings": settings.describe(),
@@ -439,8 +439,8 @@ def render_int8(result: dict[str, Any]) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     parser.add_argument("--parts", default="torch,int8,int8sweep",
                         help="comma-separated: torch, int8, int8sweep")
     parser.add_argument("--n", type=int, default=256, help="images per throughput run")
@@ -458,11 +458,20 @@ def main() -> None:
                         help="int8: images of the profiled run")
     parser.add_argument("--sweep-n", type=int, default=64,
                         help="int8sweep: images per timed run and for the cosine")
-    args = parser.parse_args()
+
+
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """The parts asked for, in the order torch, int8, int8sweep (one section each).
+
+    Each part's results are saved as soon as it is done, so a later part that fails keeps them.
+    """
+    args = ctx.args
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     images = _images(args.n)
+    out: dict[str, Any] = {}
     if "torch" in parts:
-        main_torch(args, images)
+        out["encoders"] = measure_torch(args, images)
+        ctx.save("encoders.json", out["encoders"])
     if "int8" in parts:
         from ghofl.client.encoders.quantize import default_calibration_images
         from ghofl.heads.registry import available_heads
@@ -473,7 +482,7 @@ def main() -> None:
         calibration = default_calibration_images(_data_dir())
         runs = [bench_int8_variant(v, images, calibration, args, heads)
                 for v in args.int8_variants]
-        result = {
+        out["encoders_int8"] = {
             "machine": machine_summary(),
             "settings": QuantSettings().describe(),
             "n_calibration": len(calibration),
@@ -486,15 +495,13 @@ def main() -> None:
             "heads": heads,
             "runs": runs,
         }
-        write_json(ROOT / "benchmarks" / "results" / "encoders_int8.json", result)
-        update_section(ROOT / "BENCHMARKS.md", "encoders_int8", render_int8(result))
-        print(render_int8(result))
+        ctx.save("encoders_int8.json", out["encoders_int8"])
     if "int8sweep" in parts:
         from ghofl.client.encoders.quantize import QuantSettings, default_calibration_images
 
         calibration = default_calibration_images(_data_dir())
         sweep_images = images[: args.sweep_n]
-        result = {
+        out["encoders_int8_sweep"] = {
             "machine": machine_summary(),
             "n_images": len(sweep_images),
             "n_calibration": len(calibration),
@@ -504,12 +511,10 @@ def main() -> None:
             "default_settings": QuantSettings().describe(),
             **bench_int8_sweep(sweep_images, calibration, args),
         }
-        write_json(ROOT / "benchmarks" / "results" / "encoders_int8_sweep.json", result)
-        update_section(ROOT / "BENCHMARKS.md", "encoders_int8_sweep", render_int8_sweep(result))
-        print(render_int8_sweep(result))
+    return out
 
 
-def main_torch(args: argparse.Namespace, images: np.ndarray) -> None:
+def measure_torch(args: argparse.Namespace, images: np.ndarray) -> dict[str, Any]:
     runs = []
     with tempfile.TemporaryDirectory() as cache_dir:
         for res in args.resolutions:
@@ -520,7 +525,7 @@ def main_torch(args: argparse.Namespace, images: np.ndarray) -> None:
                 flush=True,
             )
     by_res = {r["resolution"]: r for r in runs}
-    result = {
+    return {
         "encoder": "efficientnet-lite0",
         "machine": machine_summary(),
         "n_images": len(images),
@@ -530,10 +535,19 @@ def main_torch(args: argparse.Namespace, images: np.ndarray) -> None:
         "ratio_at_224": by_res[224]["onnx_over_torch"] if 224 in by_res else None,
         "target_ratio_at_224": TARGET_RATIO,
     }
-    write_json(ROOT / "benchmarks" / "results" / "encoders.json", result)
-    update_section(ROOT / "BENCHMARKS.md", "encoders", render(result))
-    print(render(result))
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(
+        harness.Section("encoders", "encoders.json", render),
+        harness.Section("encoders_int8", "encoders_int8.json", render_int8),
+        harness.Section("encoders_int8_sweep", "encoders_int8_sweep.json", render_int8_sweep),
+    ),
+    measure=measure,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)
