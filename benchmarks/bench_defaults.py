@@ -19,7 +19,8 @@ Held-out runs repeat over seeds of the held-out split; the table reports medians
 Writes benchmarks/results/defaults.json and the ``defaults`` section of BENCHMARKS.md.
 
 Run: ``flock scratch/cpu.lock .venv/bin/python benchmarks/bench_defaults.py`` (about 25 minutes
-on 2 cores; ``--quick`` for the synthetic sets and text data only; ``--only`` for some rows).
+on 2 cores; ``--quick`` for the synthetic sets and text data only; ``--only`` for some rows;
+``--report-only`` rewrites the section from the saved results).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import glob
 import inspect
-import json
 import os
 import statistics
 import time
@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json
+from ghofl.bench import harness
+from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.bench.synthetic import gaussian_classes, offset_classes
 from ghofl.heads import make_head
 from ghofl.moments import Moments, compute_moments
@@ -47,6 +48,7 @@ from ghofl.moments import selection as sel
 from ghofl.stats import compute_stats
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = "defaults.json"
 GRID = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
 HOLDOUT_FRACTION = 0.2
 HOLDOUT_SEEDS = (0, 1, 2)
@@ -80,9 +82,10 @@ def real_data(dataset: str, encoder: str, train_per_class: int = 0,
     from ghofl.bench.config import ExperimentConfig
     from ghofl.bench.features import load_features
 
+    data_dir = harness.find_data_dir(ROOT, required=False)
     cfg = ExperimentConfig(datasets=(dataset,), encoders=(encoder,),
                            train_per_class=train_per_class, test_per_class=test_per_class,
-                           data_dir=os.environ.get("GHOFL_DATA_DIR"))
+                           data_dir=None if data_dir is None else str(data_dir))
     f = load_features(dataset, encoder, cfg)
     return (f.x_train.astype(np.float64), f.y_train, f.x_test.astype(np.float64), f.y_test,
             len(f.classes))
@@ -503,56 +506,61 @@ def policy(results: dict[str, Any]) -> str:
             f"minus without it, in points: {'; '.join(parts)}.")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--no-write", action="store_true")
-    ap.add_argument("--report-only", action="store_true",
-                    help="rewrite the BENCHMARKS.md section from the results file, no runs")
     ap.add_argument("--only", default="",
                     help="comma-separated substrings of data-set names to run; the others keep "
                          "their entries from an earlier results file")
-    args = ap.parse_args()
+
+
+def measure(ctx: harness.Context) -> dict[str, Any]:
+    """Every data set's row in turn (all of them saved after each row)."""
+    args = ctx.args
     warnings.simplefilter("ignore")
-    out_json = ROOT / "benchmarks" / "results" / "defaults.json"
     results: dict[str, Any] = {"machine": machine_summary(), "grid": list(GRID),
                                "holdout_fraction": HOLDOUT_FRACTION, "datasets": {}}
-    if args.report_only:
-        results = json.loads(out_json.read_text())
-        update_section(ROOT / "BENCHMARKS.md", "defaults", report(results))
-        return
     only = [s for s in args.only.split(",") if s]
-    if only and out_json.exists():
-        results["datasets"] = json.loads(out_json.read_text()).get("datasets", {})
-    for name, load in datasets(args.quick):
-        if only and not any(s in name for s in only):
-            continue
+    kept = ctx.load(RESULTS, {}).get("datasets", {}) if only else {}
+
+    def snapshot(rows: dict[str, Any]) -> dict[str, Any]:
+        return {**results, "datasets": {**kept, **rows}}  # a re-run row keeps its place
+
+    def run_row(row: tuple[str, Callable[[], list[Data]]]) -> dict[str, Any] | None:
+        name, load = row
         t0 = time.perf_counter()
         draws = load()
         if not draws:
-            print(f"{name}: not available, skipped", flush=True)
-            continue
+            ctx.log(f"{name}: not available, skipped")
+            return None
         # QDA on every draw of the small-sample rows would cost minutes of 10k-row scoring per
         # coefficient; the demo subset's row has it
         with_qda = draws[0][4] <= 100 and "draws" not in name
         runs = [run_one(dr, with_qda) for dr in draws]
         r = median_over(runs)
-        if any(row in name for row in REPLICA_ROWS):
+        if any(replica in name for replica in REPLICA_ROWS):
             rep = replica_check(draws[0])
             if rep is not None:
                 r["replica"] = rep
         r["seconds"] = time.perf_counter() - t0
-        results["datasets"][name] = r
-        if not args.no_write:  # partial results survive an interrupted run
-            write_json(out_json, results)
-        print(f"{name}: {r['seconds']:.0f}s", {k: v for k, v in r.items()
-                                                if isinstance(v, float | str)}, flush=True)
-    text = report(results)
-    print(text)
-    if not args.no_write:
-        write_json(out_json, results)
-        update_section(ROOT / "BENCHMARKS.md", "defaults", text)
+        scalars = {k: v for k, v in r.items() if isinstance(v, float | str)}
+        ctx.log(f"{name}: {r['seconds']:.0f}s {scalars}")
+        return r
 
+    rows = [(name, load) for name, load in datasets(args.quick)
+            if not only or any(s in name for s in only)]
+    done = harness.run_rows(rows, key=lambda row: row[0], run_row=run_row,
+                            save=lambda rs: ctx.save(RESULTS, snapshot(rs)))
+    return {"defaults": snapshot(done)}
+
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("defaults", RESULTS, report),),
+    measure=measure,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)
