@@ -21,16 +21,17 @@ samples. This script measures every target twice more, on the same data sets:
 Writes benchmarks/results/defaults_cv.json and the ``defaults-cv`` section of BENCHMARKS.md.
 
 Run: ``flock scratch/cpu.lock .venv/bin/python benchmarks/bench_defaults_cv.py`` (about 20
-minutes on 2 cores; ``--only`` for some rows, the others keep their entries).
+minutes on 2 cores; ``--only`` for some rows, the others keep their entries; ``--report-only``
+rewrites the section from the saved results).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_defaults as bd  # noqa: E402
-from ghofl.bench.report import machine_summary, markdown_table, update_section, write_json  # noqa: E402
+from ghofl.bench import harness  # noqa: E402
+from ghofl.bench.report import machine_summary, markdown_table  # noqa: E402
 from ghofl.heads import make_head  # noqa: E402
+
+RESULTS = "defaults_cv.json"
 
 FOLDS = 5
 CV_SEEDS = (0, 1)
@@ -430,35 +434,39 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     ap.add_argument("--only", default="",
                     help="comma-separated substrings of row names to run; the others keep "
                          "their entries from an earlier results file")
-    ap.add_argument("--report-only", action="store_true")
-    ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args()
+
+
+def measure_all(ctx: harness.Context) -> dict[str, Any]:
+    """Every row of :data:`ROWS` in turn (all saved after each row), then the demo subset on
+    the full test split."""
+    args = ctx.args
     warnings.simplefilter("ignore")
-    out_json = ROOT / "benchmarks" / "results" / "defaults_cv.json"
     results: dict[str, Any] = {"machine": machine_summary(), "folds": FOLDS, "datasets": {}}
-    if args.report_only:
-        update_section(ROOT / "BENCHMARKS.md", "defaults-cv",
-                       report(json.loads(out_json.read_text())))
-        return
     only = [s for s in args.only.split(",") if s]
-    if only and out_json.exists():
-        old = json.loads(out_json.read_text())
-        results["datasets"] = old.get("datasets", {})
+    kept: dict[str, Any] = {}
+    if only:
+        old = ctx.load(RESULTS, {})
+        kept = old.get("datasets", {})
         if old.get("demo_full_test"):
             results["demo_full_test"] = old["demo_full_test"]
-    for name, load in bd.datasets(quick=False):
-        if name not in ROWS or (only and not any(s in name for s in only)):
-            continue
+    labels: dict[str, str] = {}  # row name -> its key in the results
+
+    def snapshot(rows: dict[str, Any]) -> dict[str, Any]:
+        # a re-run row keeps its place
+        return {**results, "datasets": {**kept, **{labels[k]: v for k, v in rows.items()}}}
+
+    def run_row(row: tuple[str, Callable[[], list[bd.Data]]]) -> dict[str, Any] | None:
+        name, load = row
         t0 = time.perf_counter()
         draws = load()
         if not draws:
-            print(f"{name}: not available, skipped", flush=True)
-            continue
+            ctx.log(f"{name}: not available, skipped")
+            return None
         seeds = CV_SEEDS_BY_ROW.get(name, CV_SEEDS)
         # one draw: the synthetic rows' first seed (the previous section reports the median
         # over three)
@@ -470,21 +478,29 @@ def main() -> None:
             r["radial_kappa"] = {"real": radial_kurtosis(draws[0]),
                                  "Gaussian twin": radial_kurtosis(twin)}
         r["seconds"] = time.perf_counter() - t0
-        label = name if len(draws) == 1 else f"{name} (seed {bd.SYNTHETIC_SEEDS[0]})"
-        results["datasets"][label] = r
-        if not args.no_write:
-            write_json(out_json, results)
-        print(f"{name}: {r['seconds']:.0f}s", flush=True)
+        labels[name] = name if len(draws) == 1 else f"{name} (seed {bd.SYNTHETIC_SEEDS[0]})"
+        ctx.log(f"{name}: {r['seconds']:.0f}s")
+        return r
+
+    rows = [(name, load) for name, load in bd.datasets(quick=False)
+            if name in ROWS and (not only or any(s in name for s in only))]
+    done = harness.run_rows(rows, key=lambda row: row[0], run_row=run_row,
+                            save=lambda rs: ctx.save(RESULTS, snapshot(rs)))
+    results = snapshot(done)
     if not only or any(s in DEMO_ROW for s in only):
         demo = demo_full_test()
         if demo is not None:
             results["demo_full_test"] = demo
-    text = report(results)
-    print(text)
-    if not args.no_write:
-        write_json(out_json, results)
-        update_section(ROOT / "BENCHMARKS.md", "defaults-cv", text)
+    return {"defaults-cv": results}
 
+
+BENCH = harness.Benchmark(
+    script=__file__,
+    description=__doc__ or "",
+    sections=(harness.Section("defaults-cv", RESULTS, report),),
+    measure=measure_all,
+    add_arguments=add_arguments,
+)
 
 if __name__ == "__main__":
-    main()
+    harness.main(BENCH)
