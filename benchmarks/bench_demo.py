@@ -75,7 +75,7 @@ def render(data: dict[str, Any]) -> str:
             for name, run in (("cold", cold), ("warm", warm))]
     probes = data["probes"]
     probe_rows = [[name, f"{100 * p['accuracy']:.2f}", f"{p['C']:g}", f"{p['seconds']:.1f}"]
-                  for name, p in ((n, probes[n]) for n in sorted(probes, key=_probe_index))]
+                  for name, p in harness.in_order(probes, PROBES).items()]
     return "\n".join([
         "## Main job: `make demo` / `ghofl demo` (`benchmarks/bench_demo.py`)",
         "",
@@ -102,10 +102,6 @@ def render(data: dict[str, Any]) -> str:
         "",
         " ".join(f"![{p}](benchmarks/results/demo_{p}.png)" for p in PLOTS),
     ])
-
-
-def _probe_index(name: str) -> int:
-    return PROBES.index(name) if name in PROBES else len(PROBES)
 
 
 def measure(ctx: harness.Context) -> dict[str, Any]:
