@@ -325,9 +325,9 @@ def run_rows(
 
 
 def in_order(items: Mapping[str, V], order: Iterable[str]) -> dict[str, V]:
-    """``items`` with the keys named in ``order`` first, in that order; the others follow in
-    their own order.
+    """``items`` with the keys named in ``order`` first, the others after.
 
+    The keys in ``order`` come in that order; the others follow in their own order.
     Saved results sort their keys (:func:`ghofl.bench.report.write_json`), so a ``render``
     that lists the entries of a mapping restores the order they were measured in with this,
     and renders the same from measured and from saved results.

@@ -1,5 +1,8 @@
-"""``ghofl client-stats`` (on a client), ``ghofl aggregate`` (on the server) and ``ghofl stats
-show`` (describe a statistics file)."""
+"""The statistics commands: ``ghofl client-stats``, ``ghofl aggregate`` and ``ghofl stats show``.
+
+``client-stats`` runs on a client, ``aggregate`` on the server, and ``stats show`` describes a
+statistics file.
+"""
 
 from __future__ import annotations
 
@@ -105,8 +108,9 @@ def client_stats(
     transport_dtype: TransportDtypeOption = "float64",
     feature_transform: FeatureTransformOption = "none",
 ) -> None:
-    """Compute one client's statistics from its labelled embeddings, or from its raw data
-    (--data with --encoder: embedded as `ghofl embed` does, same payload).
+    """Compute one client's statistics from its labelled embeddings or its raw data.
+
+    With --data and --encoder the raw data is embedded as `ghofl embed` does (same payload).
 
     The class list comes from --classes, else the archive's (or the data's) `classes`, else
     --num-classes, else max(y)+1. Every client must use the same class list, so pass --classes
@@ -151,8 +155,10 @@ def projection_basis_option(
     basis: str | None, dim: int | None, seed: int | None, info: EncoderInfo | None,
     feature_transform: str = "none",
 ) -> str:
-    """The basis fingerprint of ``--projection-basis`` ("" for a random projection); the
-    default basis is the one recorded for the encoder followed by ``feature_transform``."""
+    """The basis fingerprint of ``--projection-basis`` ("" for a random projection).
+
+    The default basis is the one recorded for the encoder followed by ``feature_transform``.
+    """
     if basis is None:
         return ""
     if dim is None:
@@ -178,8 +184,11 @@ def show(
     path: Annotated[Path, typer.Argument(help="Statistics file (.ghs).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Describe a statistics file: mode, dimension, classes and counts, clipping, held-out
-    section (fraction and counts) and transport dtype."""
+    """Describe a statistics file.
+
+    Shows mode, dimension, classes and counts, clipping, held-out section (fraction and
+    counts) and transport dtype.
+    """
     from ghofl.cli.io import table
     from ghofl.stats.codec import read_stats_file, rounding_name
 
@@ -232,8 +241,11 @@ def _client_embeddings(
     classes: str | None, *, split: str | None, resolution: int, backend: str,
     batch_size: int, progress: bool, reading: TextReading,
 ) -> tuple[Embeddings, EncoderInfo | None]:
-    """The client's labelled embeddings (read, or embedded from --data) and the encoder
-    fingerprint to record (``None``: --encoder-name, or none)."""
+    """The client's labelled embeddings and the encoder fingerprint to record.
+
+    The embeddings are read, or embedded from --data; the fingerprint is ``None`` with
+    --encoder-name, or when there is none.
+    """
     from ghofl.client.local_data import read_npz_encoder_info
 
     if (embeddings is None) == (data is None):

@@ -1,5 +1,7 @@
-"""Datasets given by path: text files (one file, a train/test pair, or a folder holding
-both) and image layouts (ImageFolder folders or zips), with a content-fingerprinted cache key.
+"""Datasets given by path, with a content-fingerprinted cache key.
+
+The data are text files (one file, a train/test pair, or a folder holding both) or image
+layouts (ImageFolder folders or zips).
 
 A :class:`DatasetSpec` says where the data is and how to read it; it is what a ``ghofl run``
 config entry (a path string or a ``{path = ..., test = ...}`` table), ``ghofl embed --data``
@@ -184,8 +186,11 @@ class DatasetSpec:
         return train, test
 
     def cache_key(self, classes: Sequence[str] | None = None, *, coarse: bool = False) -> str:
-        """Dataset part of the embedding cache key: name plus a content fingerprint (of the
-        files and, for text, of every option that changes the texts or labels read)."""
+        """Dataset part of the embedding cache key: name plus a content fingerprint.
+
+        The fingerprint covers the files and, for text, every option that changes the texts or
+        labels read.
+        """
         if self.kind == "text":
             train, test = self.text_files()
             opts = {k: v for k, v in self.to_dict().items() if k not in ("path", "test", "name")}
@@ -283,8 +288,11 @@ def open_path(
 
 
 def open_image_layout(path: Path, split: str) -> ImageFolderSource | TinyImageNetSource:
-    """The ``split`` of the image layout at ``path``: a Tiny-ImageNet zip or folder (recognised
-    by its ``wnids.txt``), else an ImageFolder directory or ``.zip`` archive."""
+    """The ``split`` of the image layout at ``path``.
+
+    The layout is a Tiny-ImageNet zip or folder (recognised by its ``wnids.txt``), else an
+    ImageFolder directory or ``.zip`` archive.
+    """
     if is_tiny_imagenet(path):
         return TinyImageNetSource(path, split)
     return ImageFolderSource(path, split)

@@ -133,8 +133,11 @@ def _load_text(name: str, split: str, root: Path) -> TextDataset:
 def _load_cifar10(
     split: str, data_dir: str | os.PathLike[str] | None
 ) -> ImageFolderSource | ArrayImageSource:
-    """The ImageFolder zip/folder of the data directory (cache key ``cifar10``), else the
-    official python archive there or in the cache (key ``cifar10-python``)."""
+    """The CIFAR-10 image source: an ImageFolder layout, else the official python archive.
+
+    The ImageFolder zip/folder of the data directory has cache key ``cifar10``; otherwise the
+    official python archive there or in the cache is read (key ``cifar10-python``).
+    """
     from ghofl.data.cifar_archive import (
         find_cifar10_archive,
         manual_download_hint,

@@ -97,8 +97,10 @@ class ClientStats:
     # ------------------------------------------------------------------ construction
     @classmethod
     def zeros(cls, meta: StatsMeta) -> ClientStats:
-        """Return the identity of ``+`` for ``meta`` (a client with no samples; with an empty
-        held-out section when ``meta.holdout_fraction > 0``)."""
+        """Return the identity of ``+`` for ``meta``: a client with no samples.
+
+        The held-out section is present and empty when ``meta.holdout_fraction > 0``.
+        """
         arrays: dict[str, Any] = schema_for(meta.mode).zeros(meta.num_classes, meta.dim)
         holdout = cls.zeros(meta.without_holdout()) if meta.has_holdout else None
         return cls(meta, holdout=holdout, **arrays)
@@ -147,9 +149,10 @@ class ClientStats:
         rounding: float = 0.0,
         unpacked: bool = False,
     ) -> ClientStats:
-        """Build and validate statistics received from a client whose float arrays were
-        rounded in transport (e.g. float32), with relative error at most ``rounding`` per
-        entry.
+        """Build and validate statistics whose float arrays were rounded in transport.
+
+        The client's float arrays went through e.g. float32, with relative error at most
+        ``rounding`` per entry.
 
         With ``rounding = 0`` this is ``ClientStats(meta, n_clipped=..., holdout=...,
         **arrays)``. Otherwise the checks (symmetry, Cauchy–Schwarz, positive
@@ -192,18 +195,22 @@ class ClientStats:
     # ------------------------------------------------------------------ shape facts
     @property
     def mode(self) -> Mode:
+        """Upload mode (``meta.mode``)."""
         return self.meta.mode
 
     @property
     def num_classes(self) -> int:
+        """Number of classes C (``meta.num_classes``)."""
         return self.meta.num_classes
 
     @property
     def dim(self) -> int:
+        """Embedding dimension d (``meta.dim``)."""
         return self.meta.dim
 
     @property
     def n_samples(self) -> int:
+        """Total number of samples: the sum of the class counts."""
         return int(self.counts.sum())
 
     @property
@@ -228,16 +235,21 @@ class ClientStats:
         return None
 
     def arrays(self) -> dict[str, Any]:
-        """The stored arrays by field name (``None`` for the ones this mode does not hold);
-        the main section only (the held-out one is ``self.holdout.arrays()``)."""
+        """The stored arrays by field name (``None`` for the ones this mode does not hold).
+
+        The main section only; the held-out one is ``self.holdout.arrays()``.
+        """
         return {name: getattr(self, name) for name in ARRAY_NAMES}
 
     # ------------------------------------------------------------------ held-out section
     @property
     def rounding(self) -> float:
-        """Unit roundoff of the coarsest transport these sums (or any payload added into
-        them) went through: 2⁻²⁴ after float32 transport, 0.0 for float64 all the way. Files
-        and stores record it so that re-reading them tolerates that rounding."""
+        """Unit roundoff of the coarsest transport these sums went through.
+
+        That includes any payload added into them: 2⁻²⁴ after float32 transport, 0.0 for
+        float64 all the way. Files and stores record it so that re-reading them tolerates that
+        rounding.
+        """
         return self._magnitude.rounding
 
     @property
@@ -249,7 +261,8 @@ class ClientStats:
         """The sums over all samples without the held-out section (metadata fraction 0.0).
 
         Statistics of clients that held out different fractions combine after this (and
-        heads that do not use held-out data see plain statistics)."""
+        heads that do not use held-out data see plain statistics).
+        """
         if self.holdout is None:
             return self
         arrays: dict[str, Any] = {name: getattr(self, name) for name in schema_for(self.mode).names}
@@ -352,8 +365,11 @@ class ClientStats:
         return result
 
     def allclose(self, other: ClientStats, rtol: float = 1e-10, atol: float = 0.0) -> bool:
-        """Equality with tolerance: same metadata, identical counts, arrays within
-        ``rtol`` relative to each array's largest magnitude (plus ``atol``)."""
+        """Equality with tolerance.
+
+        Same metadata, identical counts, arrays within ``rtol`` relative to each array's
+        largest magnitude (plus ``atol``).
+        """
         if self.meta.differences(other.meta) or not np.array_equal(self.counts, other.counts):
             return False
         if self.n_clipped != other.n_clipped:
@@ -414,8 +430,9 @@ class ClientStats:
 
 
 def sum_stats(items: Iterable[ClientStats]) -> ClientStats:
-    """Add statistics one at a time, in place (:class:`StatsTotal`): the memory is the running
-    total plus the payload being added, however many there are.
+    """Add statistics one at a time, in place (:class:`StatsTotal`).
+
+    The memory is the running total plus the payload being added, however many there are.
 
     Equal, bit for bit, to ``items[0] + items[1] + ...`` added left to right.
 
@@ -502,8 +519,10 @@ class StatsTotal:
         self._count += 1
 
     def result(self) -> ClientStats:
-        """The total as :class:`ClientStats` (no copy, and the same object until the next
-        :meth:`add`, which copies the arrays first, so a result never changes).
+        """The total as :class:`ClientStats`.
+
+        No copy, and the same object until the next :meth:`add`, which copies the arrays
+        first, so a result never changes.
 
         Raises
         ------
@@ -572,8 +591,11 @@ def check_addable(total: ClientStats, other: ClientStats) -> None:
 
 
 def _check_compatible(meta: StatsMeta | None, other: object) -> None:
-    """Raise :class:`IncompatibleStatsError` unless ``other`` is :class:`ClientStats` with
-    metadata ``meta`` (naming every field in which it differs)."""
+    """Raise :class:`IncompatibleStatsError` unless ``other`` is compatible with ``meta``.
+
+    ``other`` must be :class:`ClientStats` with metadata ``meta``; the error names every field
+    in which it differs.
+    """
     if not isinstance(other, ClientStats):
         raise IncompatibleStatsError(
             f"can only combine ClientStats with ClientStats; got {type(other).__name__}"
@@ -596,8 +618,10 @@ _SAFE_MAGNITUDE = float(np.finfo(np.float64).max) / 4.0
 
 def _check_addable(arrays: dict[str, Any], n_clipped: int, magnitude: _Magnitude,
                    b: ClientStats) -> None:
-    """Refuse ``a + b`` (``a`` given by its arrays) when its int64 counts would wrap or its
-    floats overflow to inf, before anything is added.
+    """Refuse ``a + b`` (``a`` given by its arrays) when it would overflow.
+
+    That is, when its int64 counts would wrap or its floats overflow to inf; checked before
+    anything is added.
 
     The floats are safe without looking at them when the magnitude bounds of both operands
     (which bound every entry: |A_c| by ``first``, second moments by ``second``) add up to far
@@ -661,9 +685,12 @@ def _check_removable(left: ClientStats, right: ClientStats, where: str) -> None:
 
 
 def _validate_holdout(s: ClientStats) -> None:
-    """The held-out section: present exactly when ``meta.holdout_fraction > 0``, statistics
-    with the metadata :meth:`StatsMeta.without_holdout`, at most the totals' samples per class,
-    and a part of them (total − held-out is valid statistics)."""
+    """Validate the held-out section of ``s``.
+
+    It must be present exactly when ``meta.holdout_fraction > 0``, be statistics with the
+    metadata :meth:`StatsMeta.without_holdout`, hold at most the totals' samples per class,
+    and be a part of them (total − held-out is valid statistics).
+    """
     h = s.holdout
     if s.meta.has_holdout and h is None:
         raise StatsValidationError(
@@ -713,9 +740,12 @@ def _check_holdout_counts(s: ClientStats, h: ClientStats) -> None:
 
 
 def _zero_empty_classes(meta: StatsMeta, arrays: dict[str, Any]) -> dict[str, Any]:
-    """After exact subtraction, classes with N_c = 0 must hold exactly zero sums: zero the
-    per-class rows (arrays whose first axis is ``C``) of those classes, and every float array
-    when no sample is left at all (B = Σ x xᵀ over no sample is 0), in place."""
+    """Zero, in place, the sums of classes left with no sample after exact subtraction.
+
+    Classes with N_c = 0 must hold exactly zero sums: zero the per-class rows (arrays whose
+    first axis is ``C``) of those classes, and every float array when no sample is left at all
+    (B = Σ x xᵀ over no sample is 0).
+    """
     empty = arrays["counts"] == 0
     if np.any(empty):
         nothing_left = bool(np.all(empty))
@@ -728,8 +758,10 @@ def _zero_empty_classes(meta: StatsMeta, arrays: dict[str, Any]) -> dict[str, An
 
 
 def _check_cancelled(meta: StatsMeta, arrays: dict[str, Any], residue: _Magnitude) -> None:
-    """Refuse a difference in which a class lost all its samples but not its sums: the right
-    operand was not part of the left (only float residue may be left to zero)."""
+    """Refuse a difference in which a class lost all its samples but not its sums.
+
+    Such a right operand was not part of the left (only float residue may be left to zero).
+    """
     empty = arrays["counts"] == 0
     if not np.any(empty):
         return
@@ -911,9 +943,11 @@ def _tol(a: F64) -> float:
 
 
 def _check_symmetric(name: str, m: F64, atol: float = 0.0) -> None:
-    """Refuse matrices (..., d, d) whose largest |M − Mᵀ| exceeds ``atol`` plus the relative
-    tolerance; compared in strips of :data:`_SYM_STRIP` rows, one matrix at a time (no
-    temporary beyond a strip)."""
+    """Refuse matrices (..., d, d) whose largest |M − Mᵀ| exceeds the tolerance.
+
+    The tolerance is ``atol`` plus the relative one. The matrices are compared in strips of
+    :data:`_SYM_STRIP` rows, one matrix at a time (no temporary beyond a strip).
+    """
     mats = m.reshape(-1, m.shape[-2], m.shape[-1])
     dev, peak = 0.0, 0.0
     for a in mats:

@@ -356,8 +356,10 @@ class ModeSchema:
     def int_layout(
         self, num_classes: int, dim: int, holdout: bool = False
     ) -> tuple[Segment, ...]:
-        """Integer vector of a payload: counts (C,) then n_clipped (1,); with ``holdout``
-        followed by ``holdout.counts`` (C,) and ``holdout.n_clipped`` (1,)."""
+        """Integer vector of a payload: counts (C,) then n_clipped (1,).
+
+        With ``holdout``, followed by ``holdout.counts`` (C,) and ``holdout.n_clipped`` (1,).
+        """
         items: list[tuple[str, Kind, int]] = []
         for part in parts(holdout):
             items += [(part + a.name, a.kind, a.packed_size(num_classes, dim))
@@ -368,9 +370,11 @@ class ModeSchema:
     def float_layout(
         self, num_classes: int, dim: int, holdout: bool = False
     ) -> tuple[Segment, ...]:
-        """Float vector of a payload: every float array packed, in :attr:`arrays` order; with
-        ``holdout`` followed by the same arrays of the held-out section (``holdout.<name>``,
-        same kinds: a held-out sample is bounded as any other)."""
+        """Float vector of a payload: every float array packed, in :attr:`arrays` order.
+
+        With ``holdout``, followed by the same arrays of the held-out section
+        (``holdout.<name>``, same kinds: a held-out sample is bounded as any other).
+        """
         return _layout([
             (part + a.name, a.kind, a.packed_size(num_classes, dim))
             for part in parts(holdout) for a in self.float_arrays
@@ -447,9 +451,10 @@ class ModeSchema:
     def unflatten_arrays(
         self, meta: StatsMeta, ints: NDArray[Any], floats: NDArray[Any]
     ) -> tuple[tuple[dict[str, NDArray[Any]], int], ...]:
-        """The arrays and ``n_clipped`` of each section of flat vectors (inverse of
-        :meth:`flatten`); :func:`ghofl.stats.flat.unflatten_stats` builds the validated
-        :class:`~ghofl.stats.client_stats.ClientStats` from them.
+        """The arrays and ``n_clipped`` of each section of flat vectors.
+
+        The inverse of :meth:`flatten`; :func:`ghofl.stats.flat.unflatten_stats` builds the
+        validated :class:`~ghofl.stats.client_stats.ClientStats` from them.
 
         Parameters
         ----------
@@ -562,8 +567,11 @@ ARRAY_NAMES: tuple[str, ...] = tuple(
 
 
 def parts(holdout: bool) -> tuple[str, ...]:
-    """Prefixes of the sections of a payload: ``("",)``, or ``("", "holdout.")`` when it
-    carries a held-out section (the sums over all samples come first)."""
+    """Prefixes of the sections of a payload.
+
+    ``("",)``, or ``("", "holdout.")`` when it carries a held-out section (the sums over all
+    samples come first).
+    """
     return ("", HOLDOUT_PREFIX) if holdout else ("",)
 
 

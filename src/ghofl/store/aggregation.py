@@ -125,6 +125,7 @@ class AddResult:
 
     @property
     def added(self) -> bool:
+        """Whether this call recorded the contribution (``status == "added"``)."""
         return self.status == "added"
 
 
@@ -190,6 +191,7 @@ class AggregationStore:
 
     @property
     def con(self) -> sqlite3.Connection:
+        """The open SQLite connection; :class:`StoreError` once the store is closed."""
         if self._con is None:
             raise StoreError(f"store '{self.path}' is closed; open a new AggregationStore")
         return self._con
@@ -222,10 +224,12 @@ class AggregationStore:
 
     @property
     def max_contributions(self) -> int:
+        """K, the most contributions recorded at once (fixed when the store was created)."""
         return self._max_contributions
 
     @property
     def max_samples(self) -> int:
+        """M, the most samples one contribution may hold (fixed when the store was created)."""
         return self._max_samples
 
     def __len__(self) -> int:
@@ -340,8 +344,9 @@ class AggregationStore:
             return self._result("added", info, con)
 
     def remove(self, client_id: str) -> ContributionInfo:
-        """Remove the contribution of ``client_id`` and subtract it from the total, exactly,
-        in one transaction; return what was removed.
+        """Remove the contribution of ``client_id`` and return what was removed.
+
+        It is subtracted from the total, exactly, in one transaction.
 
         Raises
         ------
@@ -475,8 +480,11 @@ class AggregationStore:
         _write_total(con, _Total(gen, db.to_blob(new), None, None, members))
 
     def _load_total(self, con: sqlite3.Connection, save: bool = True) -> _Total:
-        """The total row after checking its digest; rebuilt from the rows (which are checked)
-        when it fails, and the user told (saved at once in a write transaction ``save``)."""
+        """The total row after checking its digest.
+
+        When the check fails it is rebuilt from the rows (which are checked) and the user told;
+        with ``save``, in a write transaction, the rebuilt total is saved at once.
+        """
         row = con.execute(
             "SELECT generation, words, ints, floats, members, digest FROM total WHERE id = 1"
         ).fetchone()
@@ -498,8 +506,10 @@ class AggregationStore:
         return total
 
     def _save_total(self, total: _Total) -> None:
-        """Write a rebuilt total or a fresh recompute cache, unless the store is read-only
-        or changed meanwhile (the cache is optional)."""
+        """Write a rebuilt total or a fresh recompute cache.
+
+        Skipped when the store is read-only or changed meanwhile (the cache is optional).
+        """
         if self._read_only:
             return
         try:
@@ -515,8 +525,10 @@ class AggregationStore:
             pass
 
     def _checked(self, row: tuple[Any, ...], client_id: str | None = None) -> tuple[Any, ...]:
-        """``row`` (the :data:`~ghofl.store._sqlite.ROW_COLUMNS`) after checking its digest
-        (and, when given, that it is the row of ``client_id``)."""
+        """``row`` (the :data:`~ghofl.store._sqlite.ROW_COLUMNS`) after checking its digest.
+
+        When ``client_id`` is given, also checks that it is the row of ``client_id``.
+        """
         if row[8] == integrity.row_digest(*row[:8]) and client_id in (None, row[0]):
             return row
         asked = "" if client_id in (None, row[0]) else f" (looked up as {client_id!r})"
@@ -565,8 +577,11 @@ class AggregationStore:
 
 
 def content_sha256(stats: ClientStats) -> str:
-    """SHA-256 of the content of ``stats``: metadata JSON, ``n_clipped`` and the flattened
-    arrays (little-endian). The default payload digest when no file bytes are at hand."""
+    """SHA-256 of the content of ``stats``.
+
+    It covers the metadata JSON, ``n_clipped`` and the flattened arrays (little-endian). The
+    default payload digest when no file bytes are at hand.
+    """
     ints, floats = schema_for(stats.mode).flatten(stats)
     h = hashlib.sha256(json.dumps(stats.meta.to_dict(), sort_keys=True).encode())
     h.update(db.to_blob(ints))
@@ -576,8 +591,10 @@ def content_sha256(stats: ClientStats) -> str:
 
 @dataclass(frozen=True)
 class _Total:
-    """The total row: cache ``generation``, BLOBs, ``members``; ``repaired``: rebuilt or
-    recomputed here, to be saved."""
+    """The total row: cache ``generation``, BLOBs, ``members``.
+
+    ``repaired``: rebuilt or recomputed here, to be saved.
+    """
 
     generation: int
     words: bytes | None
@@ -598,8 +615,11 @@ def _write_total(con: sqlite3.Connection, t: _Total) -> None:
 
 def _rebuilt_total(rows: list[tuple[Any, ...]], codec: FixedPointCodec | None,
                    generation: int) -> _Total:
-    """The total row rebuilt from checked contribution rows: the fixed-point sum of their
-    words (modulo 2^64, exact), or, on the recompute path, no cache (recomputed when read)."""
+    """The total row rebuilt from checked contribution rows.
+
+    It holds the fixed-point sum of their words (modulo 2^64, exact), or, on the recompute
+    path, no cache (recomputed when read).
+    """
     members = integrity.members_of([str(r[8]) for r in rows])
     if codec is None:
         return _Total(-1, None, None, None, members, repaired=True)
@@ -621,8 +641,11 @@ def _blobs(stats: ClientStats) -> tuple[bytes, bytes]:
 def _canonical_sum(meta: StatsMeta, con: sqlite3.Connection,
                    check: Callable[[tuple[Any, ...]], tuple[Any, ...]],
                    rounding: float = 0.0) -> ClientStats:
-    """Σ of the stored contributions (each ``check``-ed), added one at a time in client-id
-    order (as :func:`~ghofl.stats.sum_stats` over them sorted by id would)."""
+    """Σ of the stored contributions (each ``check``-ed), added one at a time.
+
+    They are added in client-id order (as :func:`~ghofl.stats.sum_stats` over them sorted by
+    id would).
+    """
     total = StatsTotal()  # in place: the total and one stored contribution in memory
     for row in con.execute(f"SELECT {db.ROW_COLUMNS} FROM contributions ORDER BY client_id"):
         row = check(row)
