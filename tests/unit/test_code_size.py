@@ -24,7 +24,6 @@ KNOWN_LONG_MODULES: dict[str, int] = {
 
 #: Functions over MAX_FUNCTION code lines today ("module:qualified name": size).
 KNOWN_LONG_FUNCTIONS: dict[str, int] = {
-    "ghofl.cli.simulate:simulate": 131,
     "ghofl.bench.runner:run_experiment": 130,
     "ghofl.bench.plots:write_demo_plots": 85,
 }
