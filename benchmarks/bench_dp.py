@@ -34,9 +34,11 @@ from ghofl.bench.config import config_from_dict
 from ghofl.bench.features import load_features
 from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.encoders import default_clip_norm
+from ghofl.client.job import ClientJob
 from ghofl.privacy import NOISE_CLAMP_SIGMAS, DPConfig, draw_noise, plan_noise
-from ghofl.secure import SecAggConfig
-from ghofl.simulation import simulate_federation
+from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server_job import ServerJob
+from ghofl.simulation import Population, simulate
 
 EPSILONS: tuple[float, ...] = (math.inf, 8.0, 4.0, 2.0, 1.0, 0.5)
 DELTA = 1e-5
@@ -62,14 +64,14 @@ def accuracy_grid(feats: Any, clip: float) -> list[dict[str, Any]]:
             privacy = None
             for seed in SEEDS:
                 dp = None if math.isinf(eps) else DPConfig(eps, DELTA, dp_mode)  # type: ignore[arg-type]
-                secure = (SecAggConfig(clip_norm=clip, threshold=THRESHOLD)
-                          if dp_mode == "distributed" else None)
-                res = simulate_federation(
-                    feats.x_train, feats.y_train, feats.x_test, feats.y_test,
-                    classes=list(feats.classes), clients=CLIENTS, alpha=0.5, seed=seed,
-                    heads=list(HEADS), head_params=_head_params(), mode="full",
-                    projection_dim=PROJECTION_DIM, projection_seed=0, clip_norm=clip,
-                    secure=secure, dp=dp)
+                agg = (AggregationSpec("secure", threshold=THRESHOLD, dp=dp)
+                       if dp_mode == "distributed" else AggregationSpec("plain", dp=dp))
+                plan = FederationPlan(
+                    ClientJob(tuple(feats.classes), "full", projection_dim=PROJECTION_DIM,
+                              projection_seed=0, clip_norm=clip), agg,
+                    ServerJob(HEADS, _head_params(), seed=seed))
+                res = simulate(plan, (feats.x_train, feats.y_train),
+                               (feats.x_test, feats.y_test), Population(CLIENTS, 0.5))
                 for h in HEADS:
                     accs[h].append(res.heads[h].accuracy)
                 privacy = res.privacy

@@ -19,8 +19,11 @@ from typing import Any
 from ghofl.bench import harness
 from ghofl.bench.report import markdown_table
 from ghofl.bench.synthetic import gaussian_classes
+from ghofl.client.job import ClientJob
 from ghofl.privacy import DEFAULT_MIN_CLASS_COUNT, DPConfig
-from ghofl.simulation import simulate_federation
+from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server_job import ServerJob
+from ghofl.simulation import Population, simulate
 
 EPSILONS: tuple[float | None, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, None)
 HEADS = ("lda", "qda", "ridge", "nb")
@@ -30,11 +33,13 @@ CLIP = 10.0
 
 
 def _cell(split: Any, eps: float | None, seed: int) -> dict[str, float]:
-    res = simulate_federation(
-        split.x_train, split.y_train, split.x_test, split.y_test, classes=5, clients=10,
-        alpha=0.5, seed=seed, heads=",".join(HEADS), clip_norm=CLIP,
-        min_class_count=DEFAULT_MIN_CLASS_COUNT if eps is not None else 1,
-        dp=None if eps is None else DPConfig(eps, 1e-5))
+    plan = FederationPlan(
+        ClientJob(tuple(str(c) for c in range(5)), clip_norm=CLIP,
+                  min_class_count=DEFAULT_MIN_CLASS_COUNT if eps is not None else 1),
+        AggregationSpec(dp=None if eps is None else DPConfig(eps, 1e-5)),
+        ServerJob(HEADS, seed=seed))
+    res = simulate(plan, (split.x_train, split.y_train), (split.x_test, split.y_test),
+                   Population(10, 0.5))
     return {h: float(r.accuracy) for h, r in res.heads.items()}
 
 

@@ -27,8 +27,11 @@ import numpy as np
 from ghofl.baselines import fedavg_rounds, softmax_accuracy
 from ghofl.bench import harness
 from ghofl.bench.report import machine_summary, markdown_table
+from ghofl.client.job import ClientJob
 from ghofl.data.partition import dirichlet_partition
-from ghofl.simulation import simulate_federation
+from ghofl.server.plan import FederationPlan
+from ghofl.server_job import ServerJob
+from ghofl.simulation import Population, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("nb", "lda", "qda", "fedcgs", "fishermix", "protohyper")
@@ -68,10 +71,10 @@ def run_alpha(feats: Any, alpha: float, clients: int, rounds: int, seed: int) ->
     from ghofl.integrations.flower.runner import run_local
 
     c = len(feats.classes)
-    one_shot = simulate_federation(feats.x_train, feats.y_train, feats.x_test, feats.y_test,
-                                   classes=feats.classes, clients=clients, alpha=alpha,
-                                   seed=seed, heads=list(HEADS), mode="full",
-                                   encoder=feats.encoder_info)
+    plan = FederationPlan(ClientJob(tuple(feats.classes), "full"),
+                          server=ServerJob(HEADS, seed=seed))
+    one_shot = simulate(plan, (feats.x_train, feats.y_train), (feats.x_test, feats.y_test),
+                        Population(clients, alpha, encoder=feats.encoder_info))
     parts = dirichlet_partition(feats.y_train, clients, alpha, seed)
     lr, lr_scores = choose_lr(np.asarray(feats.x_train, np.float64), feats.y_train, parts, c,
                               rounds=20, seed=seed)

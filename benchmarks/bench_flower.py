@@ -25,9 +25,11 @@ import numpy as np
 from ghofl.bench import harness
 from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.encoders import default_clip_norm
+from ghofl.client.job import ClientJob
 from ghofl.data.partition import dirichlet_partition
-from ghofl.secure import SecAggConfig
-from ghofl.simulation import simulate_federation
+from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server_job import ServerJob
+from ghofl.simulation import Population, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = {"secure": ("advertise", "share", "mask", "unmask"), "plain": ("input",)}
@@ -45,11 +47,11 @@ def features(per_class: tuple[int, int], data_dir: str | None) -> Any:
 
 def in_process(feats: Any, clients: int, protocol: str, clip: float) -> dict[str, Any]:
     t0 = time.perf_counter()
-    res = simulate_federation(feats.x_train, feats.y_train, feats.x_test, feats.y_test,
-                              classes=feats.classes, clients=clients, alpha=0.5, seed=0,
-                              heads=HEADS, mode="pooled", clip_norm=clip,
-                              secure=SecAggConfig(clip_norm=clip) if protocol == "secure"
-                              else None)
+    plan = FederationPlan(ClientJob(tuple(feats.classes), "pooled", clip_norm=clip),
+                          AggregationSpec("secure" if protocol == "secure" else "plain"),
+                          ServerJob(tuple(HEADS.split(",")), seed=0))
+    res = simulate(plan, (feats.x_train, feats.y_train), (feats.x_test, feats.y_test),
+                   Population(clients, 0.5))
     agg = res.aggregation
     return {"engine": "in process", "protocol": protocol, "wall_s": time.perf_counter() - t0,
             "stage_seconds": {s: v["server_seconds"] + v["client_seconds_total"]

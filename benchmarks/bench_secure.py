@@ -245,7 +245,10 @@ def real_features(clients: int, alpha: float, per_class: tuple[int, int],
     from ghofl.bench.config import config_from_dict
     from ghofl.bench.features import load_features
     from ghofl.client.encoders import default_clip_norm
-    from ghofl.simulation import simulate_federation
+    from ghofl.client.job import ClientJob
+    from ghofl.server.plan import AggregationSpec, FederationPlan
+    from ghofl.server_job import ServerJob
+    from ghofl.simulation import Population, simulate
 
     if not data_dir:
         return {"skipped": "no GHOFL_DATA_DIR"}
@@ -254,13 +257,11 @@ def real_features(clients: int, alpha: float, per_class: tuple[int, int],
     feats = load_features("cifar10", "efficientnet-lite0", cfg, log=print)
     clip = default_clip_norm(feats.encoder_info)
     assert clip is not None
-    common: dict[str, Any] = {"classes": feats.classes, "clients": clients, "alpha": alpha,
-                              "seed": 0, "heads": "all", "mode": "full",
-                              "encoder": feats.encoder_info}
-    plain = simulate_federation(feats.x_train, feats.y_train, feats.x_test, feats.y_test,
-                                clip_norm=clip, **common)
-    secure = simulate_federation(feats.x_train, feats.y_train, feats.x_test, feats.y_test,
-                                 secure=SecAggConfig(clip_norm=clip), **common)
+    job, server = ClientJob(tuple(feats.classes), "full", clip_norm=clip), ServerJob(("all",))
+    common = ((feats.x_train, feats.y_train), (feats.x_test, feats.y_test),
+              Population(clients, alpha, encoder=feats.encoder_info))
+    plain = simulate(FederationPlan(job, AggregationSpec("plain"), server), *common)
+    secure = simulate(FederationPlan(job, AggregationSpec("secure"), server), *common)
     heads = {h: {"plain": plain.heads[h].accuracy, "secure": secure.heads[h].accuracy,
                  "differing_predictions": int(np.sum(plain.predictions[h]
                                                      != secure.predictions[h]))}

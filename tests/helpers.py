@@ -35,6 +35,12 @@ def gaussian_mixture(
     return x, y.astype(np.int64)
 
 
+def numbered(num_classes: int) -> tuple[str, ...]:
+    """Class names ``"0"`` … ``"C-1"``: the :class:`~ghofl.client.job.ClientJob` class list of
+    data without names (what ``--num-classes C`` gives on the CLI)."""
+    return tuple(str(c) for c in range(num_classes))
+
+
 def policy_for(config: object, **overrides: object) -> object:
     """The client policy that accepts ``config``'s explicit threshold and degree (tests that
     run small or sparse rounds on purpose); the default policy when it sets neither."""

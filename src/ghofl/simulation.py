@@ -8,32 +8,38 @@ over the in-memory transport — the plain one-stage sum, or the secure protocol
 :mod:`ghofl.secure` — and hands the total to the server function of every deployment
 (:func:`ghofl.server_job.run_server_job`), which fits and scores every head from the total
 alone, exactly what a real server sees.
+
+The one entry point is :func:`simulate`: a :class:`~ghofl.server.plan.FederationPlan` (the value
+the Flower apps and the CLI run too) and a :class:`Population` (how the training set is split
+into clients)::
+
+    plan = FederationPlan(ClientJob(("cat", "dog"), "full", clip_norm=30.0),
+                          AggregationSpec("secure"), ServerJob(("nb", "lda"), seed=0))
+    result = simulate(plan, (x_train, y_train), (x_test, y_test), Population(10, alpha=0.1))
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.client.job import ClientJob, client_statistics
+from ghofl.client.job import client_statistics
 from ghofl.client.transforms import apply_feature_transform, transformed_dim, transformed_info
 from ghofl.data.embeddings import check_labelled_embeddings
 from ghofl.data.partition import dirichlet_partition
-from ghofl.errors import ConfigError, InputError
+from ghofl.errors import InputError
 from ghofl.heads.build import build_heads, head_defaults, to_jsonable
-from ghofl.heads.registry import parse_head_list
-from ghofl.privacy import DPConfig, noise_share_encoder
-from ghofl.secure import InMemoryTransport, PlainClient, SecAggClient, SecAggConfig
+from ghofl.privacy import noise_share_encoder
+from ghofl.secure import InMemoryTransport, PlainClient, SecAggClient
 from ghofl.secure.identity import IdentityKey, Roster
 from ghofl.secure.policy import ClientPolicy
-from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server.plan import FederationPlan
 from ghofl.server.run import FederationServer
-from ghofl.server_job import ServerJob
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import through_transport
 from ghofl.stats.meta import EncoderInfo, Mode, StatsMeta
@@ -50,7 +56,6 @@ __all__ = [
     "check_labelled_embeddings",  # re-exported from ghofl.data.embeddings
     "head_defaults",  # re-exported from ghofl.heads.build
     "simulate",
-    "simulate_federation",
     "to_jsonable",  # re-exported from ghofl.heads.build
 ]
 
@@ -77,6 +82,7 @@ class HeadResult:
     params: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready values."""
         return {
             "accuracy": self.accuracy,
             "fit_seconds": self.fit_seconds,
@@ -194,135 +200,6 @@ class SimulationResult:
             "aggregation": dict(self.aggregation),
             "ghofl_version": __version__,
         }
-
-
-def simulate_federation(
-    x_train: NDArray[Any],
-    y_train: NDArray[Any],
-    x_test: NDArray[Any],
-    y_test: NDArray[Any],
-    *,
-    classes: int | Sequence[str],
-    clients: int,
-    alpha: float,
-    seed: int,
-    heads: Sequence[str] | str,
-    head_params: dict[str, dict[str, Any]] | None = None,
-    mode: Mode = "full",
-    projection_dim: int | None = None,
-    projection_seed: int = 0,
-    encoder: EncoderInfo | None = None,
-    min_per_client: int = 0,
-    clip_norm: float | None = None,
-    secure: SecAggConfig | None = None,
-    drops: Mapping[str, int] | None = None,
-    progress: bool = False,
-    min_class_count: int = 1,
-    dp: DPConfig | None = None,
-    holdout_fraction: float = 0.0,
-    holdout_seed: int = 0,
-    transport_dtype: str = "float64",
-    projection_basis: str = "",
-    feature_transform: str = "none",
-) -> SimulationResult:
-    """Simulate a one-shot federation on embeddings and evaluate every head on a test set.
-
-    Parameters
-    ----------
-    x_train : array_like, shape (n_train, d)
-        Finite training embeddings.
-    y_train : array_like of int, shape (n_train,)
-        Training labels in ``0..C-1``.
-    x_test : array_like, shape (n_test, d)
-    y_test : array_like of int, shape (n_test,)
-    classes : int or sequence of str
-        Number of classes C or their names.
-    clients : int
-        Number of clients K (Dirichlet partition of the training set).
-    alpha : float
-        Dirichlet concentration of the label skew.
-    seed : int
-        Seeds the partition, and every head that takes a ``seed`` (unless ``head_params`` does).
-    heads : sequence of str or str
-        Registered head names (or ``"nb,lda"``, or ``"all"``).
-    head_params : dict of str to dict, optional
-        Hyperparameters per head name, e.g. ``{"lda": {"shrinkage": "auto"}}``; entries for
-        registered heads not in ``heads`` are ignored.
-    mode : {"full", "pooled", "diag", "means"}, default "full"
-        Upload mode of every client.
-    projection_dim : int, optional
-        Dimension k of a public random projection applied by every client.
-    projection_seed : int, default 0
-        Public seed of that projection.
-    encoder : EncoderInfo, optional
-        Encoder fingerprint stored in the payloads.
-    min_per_client : int, default 0
-        Redraw the partition until every client holds at least this many samples.
-    clip_norm : float, optional
-        Per-sample L2 clipping bound R every client applies (‖x‖ ≤ R); required by ``secure``.
-    secure : SecAggConfig, optional
-        Run the secure protocol with these parameters (default: the plain sum). Its
-        ``clip_norm`` is used when ``clip_norm`` is not given; the two must agree.
-    drops : mapping of str to int, optional
-        Clients that vanish per stage (``{"mask": 2}``; stage ``"input"`` for the plain sum),
-        drawn with ``seed``. Heads are fitted from the survivors' total.
-    progress : bool, default False
-        Passed to heads that take a ``progress`` parameter.
-    min_class_count : int, default 1
-        Minimum-count rule: each client drops classes it holds fewer than this many samples
-        of (1: off).
-    dp : DPConfig, optional
-        Release the total with the Gaussian mechanism (:mod:`ghofl.privacy`): ``central``
-        (noise added to the total; plain or secure aggregation) or ``distributed`` (every
-        client adds a noise share before secure aggregation; needs ``secure``). Needs a
-        clipping bound. The noise is seeded from ``seed`` (a simulation; deployments draw it
-        from OS entropy).
-    holdout_fraction : float, default 0.0
-        Every client also uploads the sums of this fraction of its samples, held out by the
-        seeded per-sample split (``holdout_seed``) of their global row ids, so the held-out
-        totals do not depend on the partition. Not with ``dp``.
-    holdout_seed : int, default 0
-    transport_dtype : {"float64", "float32"}, default "float64"
-        Dtype of the float sums of the plain uploads: with float32 each client's statistics
-        are rounded to float32 as they would travel (the total is still added in float64).
-        Not with ``secure`` (which sends its own fixed-point words).
-    projection_basis : str, default ""
-        With ``projection_dim``: the fingerprint of a public principal-direction basis
-        (:mod:`ghofl.stats.projection`) to project onto instead of the random projection.
-    feature_transform : {"none", "sqrt", "x+sqrt"}, default "none"
-        Elementwise transform every client applies to its embeddings before the statistics
-        (:mod:`ghofl.client.transforms`); the test embeddings get the same transform before
-        the heads score them. ``x+sqrt`` doubles d, and in ``pooled`` mode it is how a
-        one-shot head reaches the centralised probe (BENCHMARKS.md, accuracy against bytes).
-
-    Returns
-    -------
-    SimulationResult
-
-    Raises
-    ------
-    UnsupportedModeError
-        A head needs a richer upload mode than ``mode`` (raised before any work).
-    ConfigError, InputError
-        Invalid parameters or data.
-    AggregationAbortedError
-        The protocol aborted (too few clients remained).
-    """
-    names = parse_head_list(list(heads) if not isinstance(heads, str) else heads)
-    clip = _clip_norm(clip_norm, secure)
-    job = ClientJob(classes=_class_names(classes), mode=mode, projection_dim=projection_dim,
-                    projection_seed=projection_seed, clip_norm=clip,
-                    min_class_count=min_class_count, holdout_fraction=holdout_fraction,
-                    holdout_seed=holdout_seed, transport_dtype=transport_dtype,
-                    projection_basis=projection_basis, feature_transform=feature_transform)
-    agg = AggregationSpec(protocol="plain", dp=dp, drops=dict(drops or {})) if secure is None \
-        else AggregationSpec(protocol="secure", threshold=secure.threshold,
-                             neighbours=secure.neighbours, max_samples=secure.max_samples,
-                             limbs=secure.limbs, dp=dp, drops=dict(drops or {}))
-    plan = FederationPlan(job, agg, ServerJob(tuple(names), dict(head_params or {}), seed=seed,
-                                              progress=progress))
-    return simulate(plan, (x_train, y_train), (x_test, y_test),
-                    Population(clients, alpha, min_per_client, encoder))
 
 
 @dataclass(frozen=True)
@@ -449,9 +326,11 @@ def _client_halves(plan: FederationPlan, ids: Sequence[str],
                    stats: Sequence[Callable[[], ClientStats]], meta: StatsMeta,
                    noise_seeds: Sequence[np.random.SeedSequence]
                    ) -> tuple[Roster | None, list[SecAggClient] | list[PlainClient]]:
-    """The federation's roster and the clients' protocol halves (with their noise shares under
-    distributed DP). Secure clients get fresh identity keys; their policy accepts the plan's
-    own threshold and degree (the simulated clients are the user's)."""
+    """The federation's roster and the clients' protocol halves.
+
+    With their noise shares under distributed DP. Secure clients get fresh identity keys; their
+    policy accepts the plan's own threshold and degree (the simulated clients are the user's).
+    """
     if not plan.secure:
         return None, [PlainClient(cid, make) for cid, make in zip(ids, stats, strict=True)]
     identities = {cid: IdentityKey.generate() for cid in ids}
@@ -497,28 +376,3 @@ def _suppressed(y: I64, parts: Sequence[I64], num_classes: int, k: int) -> dict[
         samples += int(counts[small].sum())
     return {"classes": classes, "samples": samples}
 
-
-def _class_names(classes: int | Sequence[str]) -> tuple[str, ...]:
-    if isinstance(classes, bool | str):
-        raise ConfigError(
-            f"classes must be a number or a sequence of names; got {classes!r}"
-        )
-    if isinstance(classes, int | np.integer):
-        if classes < 1:
-            raise ConfigError(f"classes must be >= 1 (or a list of names); got {classes}")
-        return tuple(str(i) for i in range(int(classes)))
-    names = tuple(str(c) for c in classes)
-    if not names:
-        raise ConfigError("classes must name at least one class; got an empty list")
-    return names
-
-
-def _clip_norm(clip_norm: float | None, secure: SecAggConfig | None) -> float | None:
-    if secure is None:
-        return None if clip_norm is None else float(clip_norm)
-    if clip_norm is not None and float(clip_norm) != float(secure.clip_norm):
-        raise ConfigError(
-            f"clip_norm={clip_norm:g} disagrees with the secure configuration's clipping bound "
-            f"R={secure.clip_norm:g}; give one value"
-        )
-    return float(secure.clip_norm)

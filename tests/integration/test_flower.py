@@ -17,11 +17,13 @@ import pytest
 
 pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")
 
+from ghofl.client.job import ClientJob
 from ghofl.data.partition import dirichlet_partition
 from ghofl.heads.model_dir import load_model
 from ghofl.integrations.flower.runner import LocalFlower
-from ghofl.secure import SecAggConfig
-from ghofl.simulation import simulate_federation
+from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server_job import ServerJob
+from ghofl.simulation import Population, simulate
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import sum_stats
 from ghofl.stats.codec import load_stats
@@ -60,9 +62,10 @@ def _config(root: Path, data: dict[str, Any], out: str, **extra: Any) -> dict[st
 
 
 def _reference(data: dict[str, Any], clients: int) -> dict[str, np.ndarray]:
-    sim = simulate_federation(data["xtr"], data["ytr"], data["xte"], data["yte"],
-                              classes=CLASSES, clients=clients, alpha=ALPHA, seed=SEED,
-                              heads=HEADS, clip_norm=CLIP, secure=SecAggConfig(clip_norm=CLIP))
+    plan = FederationPlan(ClientJob(CLASSES, clip_norm=CLIP), AggregationSpec("secure"),
+                          ServerJob(tuple(HEADS.split(",")), seed=SEED))
+    sim = simulate(plan, (data["xtr"], data["ytr"]), (data["xte"], data["yte"]),
+                   Population(clients, ALPHA))
     return sim.predictions
 
 

@@ -45,7 +45,7 @@ from ghofl.stats import (
 from ghofl.stats.codec import payload_nbytes, read_safetensors
 from ghofl.stats.schema import SCHEMAS, schema_for
 from ghofl.store import AggregationStore
-from tests.helpers import gaussian_mixture
+from tests.helpers import gaussian_mixture, numbered
 
 MODES = tuple(SCHEMAS)
 CLIP = 6.0
@@ -440,13 +440,12 @@ def test_client_job_config_and_global_ids() -> None:
 
 def test_dp_and_secure_options_are_checked() -> None:
     from ghofl.privacy import DPConfig, plan_noise, release_central
-    from ghofl.simulation import simulate_federation
+    from ghofl.server.plan import AggregationSpec, FederationPlan
+    from ghofl.server_job import ServerJob
 
-    x, y = _data(8, n=200)
     with pytest.raises(ConfigError, match="differential privacy does not support a held-out"):
-        simulate_federation(x, y, x, y, classes=3, clients=2, alpha=1.0, seed=0, heads="nb",
-                            clip_norm=CLIP, dp=DPConfig(1.0, 1e-5, "central"),
-                            holdout_fraction=F)
+        FederationPlan(ClientJob(numbered(3), clip_norm=CLIP, holdout_fraction=F),
+                       AggregationSpec(dp=DPConfig(1.0, 1e-5, "central")), ServerJob(("nb",)))
     s = _held("full", 0, clip=CLIP)
     plan = plan_noise(DPConfig(1.0, 1e-5, "central"), "full", CLIP, 1)
     with pytest.raises(ConfigError, match="does not support statistics with a held-out section"):
@@ -454,13 +453,16 @@ def test_dp_and_secure_options_are_checked() -> None:
 
 
 def test_simulation_reports_the_section_and_its_bytes() -> None:
-    from ghofl.simulation import simulate_federation
+    from ghofl.server.plan import FederationPlan
+    from ghofl.server_job import ServerJob
+    from ghofl.simulation import Population, simulate
 
     x, y = _data(8, n=300)
-    res = simulate_federation(x, y, x, y, classes=3, clients=3, alpha=1.0, seed=0,
-                              heads="nb,lda", mode="pooled", holdout_fraction=F)
-    plain = simulate_federation(x, y, x, y, classes=3, clients=3, alpha=1.0, seed=0,
-                                heads="nb,lda", mode="pooled")
+    server = ServerJob(("nb", "lda"), seed=0)
+    res = simulate(FederationPlan(ClientJob(numbered(3), "pooled", holdout_fraction=F),
+                                  server=server), (x, y), (x, y), Population(3, 1.0))
+    plain = simulate(FederationPlan(ClientJob(numbered(3), "pooled"), server=server),
+                     (x, y), (x, y), Population(3, 1.0))
     assert res.upload_bytes_per_client == 2 * plain.upload_bytes_per_client
     assert res.to_dict()["holdout_fraction"] == F
     # the main sums are those of all samples: heads that ignore the section do not change

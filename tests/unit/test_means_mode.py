@@ -4,19 +4,19 @@ second moments refuse it with the fix."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
+from ghofl.client.job import ClientJob
 from ghofl.errors import UnsupportedModeError
 from ghofl.heads import make_head
 from ghofl.moments import compute_moments
 from ghofl.privacy import DPConfig
-from ghofl.secure import SecAggConfig
-from ghofl.simulation import simulate_federation
+from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server_job import ServerJob
+from ghofl.simulation import Population, simulate
 from ghofl.stats import compute_stats, schema_for
-from tests.helpers import gaussian_mixture
+from tests.helpers import gaussian_mixture, numbered
 
 
 def test_means_payload_is_counts_and_sums_only() -> None:
@@ -35,16 +35,17 @@ def test_means_payload_is_counts_and_sums_only() -> None:
 @pytest.mark.parametrize("setting", ["plain", "secure", "central-dp", "distributed-dp"])
 def test_every_protocol_carries_the_means_mode(setting: str) -> None:
     x, y = gaussian_mixture(3, num_classes=3, dim=6, n=900, sep=3.0)
-    kw: dict[str, Any] = {}
+    clip: float | None = None
+    agg = AggregationSpec()
     if setting == "secure":
-        kw = {"secure": SecAggConfig(clip_norm=30.0)}
+        clip, agg = 30.0, AggregationSpec("secure")
     elif setting == "central-dp":
-        kw = {"clip_norm": 30.0, "dp": DPConfig(epsilon=8.0)}
+        clip, agg = 30.0, AggregationSpec(dp=DPConfig(epsilon=8.0))
     elif setting == "distributed-dp":
-        kw = {"secure": SecAggConfig(clip_norm=30.0),
-              "dp": DPConfig(epsilon=8.0, mode="distributed")}
-    res = simulate_federation(x, y, x, y, classes=3, clients=5, alpha=0.5, mode="means",
-                              heads=["ncm"], seed=0, **kw)
+        clip, agg = 30.0, AggregationSpec("secure", dp=DPConfig(epsilon=8.0, mode="distributed"))
+    plan = FederationPlan(ClientJob(numbered(3), "means", clip_norm=clip), agg,
+                          ServerJob(("ncm",), seed=0))
+    res = simulate(plan, (x, y), (x, y), Population(5, 0.5))
     assert res.mode == "means"
     acc = res.heads["ncm"].accuracy
     ref = float(np.mean(make_head("ncm").fit(x, y).predict(x) == y))

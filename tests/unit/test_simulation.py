@@ -1,4 +1,4 @@
-"""simulate_federation: invariance to the split, reported sizes and timings, fail-fast checks."""
+"""simulate(plan, ...): invariance to the split, reported sizes and timings, fail-fast checks."""
 
 from __future__ import annotations
 
@@ -8,15 +8,21 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ghofl.client.job import ClientJob
 from ghofl.errors import ConfigError, InputError, UnsupportedModeError
 from ghofl.heads import registry
 from ghofl.heads.build import build_heads, head_defaults
 from ghofl.heads.nb import NBDiagHead
-from ghofl.simulation import simulate_federation
+from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server_job import ServerJob
+from ghofl.simulation import Population, SimulationResult, simulate
 from ghofl.stats import Mode, ProjectionSpec, compute_stats, payload_nbytes
-from tests.helpers import gaussian_mixture
+from tests.helpers import gaussian_mixture, numbered
 
 CLOSED = ["nb", "lda", "qda", "fedcgs"]
+NAMES = numbered(4)
+JOB = ClientJob(NAMES)
+SERVER = ServerJob(tuple(CLOSED))
 
 
 class SeededHead(NBDiagHead):
@@ -36,10 +42,14 @@ def data() -> dict[str, np.ndarray]:
     return {"xtr": x[:700], "ytr": y[:700], "xte": x[700:], "yte": y[700:]}
 
 
-def _run(data: dict[str, np.ndarray], **kw: Any) -> Any:
-    args: dict[str, Any] = {"classes": 4, "clients": 10, "alpha": 0.5, "seed": 0, "heads": CLOSED}
-    args.update(kw)
-    return simulate_federation(data["xtr"], data["ytr"], data["xte"], data["yte"], **args)
+def _run(data: dict[str, np.ndarray], job: ClientJob = JOB,
+         aggregation: AggregationSpec | None = None, server: ServerJob = SERVER,
+         clients: int = 10, alpha: float = 0.5) -> SimulationResult:
+    """``plan`` (default: 4 classes, the plain sum, the closed-form heads) over ``clients``
+    Dirichlet(``alpha``) clients of the module's data."""
+    plan = FederationPlan(job, aggregation or AggregationSpec(), server)
+    return simulate(plan, (data["xtr"], data["ytr"]), (data["xte"], data["yte"]),
+                    Population(clients, alpha))
 
 
 def _same_outcome(a: Any, b: Any) -> None:
@@ -61,8 +71,8 @@ def test_accuracy_is_independent_of_the_number_of_clients(data: dict[str, np.nda
 
 
 def test_projection_keeps_invariance_and_shrinks_the_upload(data: dict[str, np.ndarray]) -> None:
-    a = _run(data, projection_dim=3, projection_seed=5)
-    b = _run(data, projection_dim=3, projection_seed=5, clients=37, alpha=0.1)
+    a = _run(data, ClientJob(NAMES, projection_dim=3, projection_seed=5))
+    b = _run(data, ClientJob(NAMES, projection_dim=3, projection_seed=5), clients=37, alpha=0.1)
     _same_outcome(a, b)
     assert a.projection_dim == 3 and a.projection_seed == 5
     assert a.upload_bytes_per_client < _run(data).upload_bytes_per_client
@@ -71,14 +81,14 @@ def test_projection_keeps_invariance_and_shrinks_the_upload(data: dict[str, np.n
 @pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
 def test_upload_bytes_equal_payload_nbytes(data: dict[str, np.ndarray], mode: Mode) -> None:
     heads = {"full": CLOSED, "pooled": ["nb", "lda", "fedcgs"], "diag": ["nb"]}[mode]
-    result = _run(data, mode=mode, heads=heads)
+    result = _run(data, ClientJob(NAMES, mode), server=ServerJob(tuple(heads)))
     expected = payload_nbytes(compute_stats(data["xtr"][:3], data["ytr"][:3], 4, mode))
     assert result.upload_bytes_per_client == expected
     assert result.mode == mode
 
 
 def test_result_dict_is_the_json_contract(data: dict[str, np.ndarray]) -> None:
-    result = _run(data, clients=7, alpha=0.3, seed=11)
+    result = _run(data, server=ServerJob(tuple(CLOSED), seed=11), clients=7, alpha=0.3)
     out = json.loads(json.dumps(result.to_dict()))
     assert {"heads", "clients", "alpha", "seed", "mode", "projection_dim",
             "upload_bytes_per_client", "n_train", "n_test", "num_classes", "stage_seconds",
@@ -100,14 +110,14 @@ def test_result_dict_is_the_json_contract(data: dict[str, np.ndarray]) -> None:
 
 
 def test_head_params_are_applied(data: dict[str, np.ndarray]) -> None:
-    result = _run(data, heads=["lda"], head_params={"lda": {"shrinkage": "auto"}})
+    result = _run(data, server=ServerJob(("lda",), {"lda": {"shrinkage": "auto"}}))
     assert result.heads["lda"].params["shrinkage"] == "auto"
 
 
 def test_params_of_heads_not_fitted_are_ignored(data: dict[str, np.ndarray]) -> None:
     """One experiment configuration serves every mode, whose head lists differ."""
-    result = _run(data, mode="pooled", heads=["lda"],
-                  head_params={"lda": {"shrinkage": 0.1}, "qda": {"shrinkage": 0.2}})
+    result = _run(data, ClientJob(NAMES, "pooled"), server=ServerJob(
+        ("lda",), {"lda": {"shrinkage": 0.1}, "qda": {"shrinkage": 0.2}}))
     assert list(result.heads) == ["lda"]
 
 
@@ -122,7 +132,7 @@ def test_payloads_go_through_the_plain_protocol(data: dict[str, np.ndarray]) -> 
 
 
 def test_dropped_clients_are_left_out_of_the_total(data: dict[str, np.ndarray]) -> None:
-    result = _run(data, clients=13, drops={"input": 3})
+    result = _run(data, aggregation=AggregationSpec(drops={"input": 3}), clients=13)
     assert result.aggregation["survivors"] == 10
     assert sorted(result.aggregation["dropped"].values()) == ["input"] * 3
 
@@ -131,10 +141,10 @@ def test_seed_and_progress_reach_heads_that_take_them(
     data: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(registry._REGISTRY, "seeded", f"{__name__}:SeededHead")
-    result = _run(data, heads=["nb", "seeded"], seed=42, progress=True)
+    result = _run(data, server=ServerJob(("nb", "seeded"), seed=42, progress=True))
     assert result.heads["seeded"].params == {"var_smoothing": 1e-9, "seed": 42, "progress": True}
     assert "seed" not in result.heads["nb"].params
-    over = _run(data, heads=["seeded"], seed=42, head_params={"seeded": {"seed": 3}})
+    over = _run(data, server=ServerJob(("seeded",), {"seeded": {"seed": 3}}, seed=42))
     assert over.heads["seeded"].params["seed"] == 3
 
 
@@ -142,43 +152,41 @@ def test_head_needing_a_richer_mode_fails_before_any_work(data: dict[str, np.nda
     bad_x = np.full_like(data["xtr"], np.nan)  # would fail later if any work were done
     with pytest.raises(UnsupportedModeError, match=r"head 'qda' needs upload mode 'full' or "
                        r"richer, but the statistics are mode 'pooled'; .*--mode full"):
-        simulate_federation(bad_x, data["ytr"], data["xte"], data["yte"], classes=4,
-                            clients=5, alpha=0.5, seed=0, heads=["nb", "qda"], mode="pooled")
+        _run({**data, "xtr": bad_x}, ClientJob(NAMES, "pooled"),
+             server=ServerJob(("nb", "qda")), clients=5)
 
 
 def test_unknown_head_and_parameter_are_rejected(data: dict[str, np.ndarray]) -> None:
     with pytest.raises(ConfigError, match=r"unknown head 'svm'; available heads: nb, lda"):
-        _run(data, heads=["svm"])
+        _run(data, server=ServerJob(("svm",)))
     with pytest.raises(ConfigError, match=r"head 'lda' has no parameter 'foo'; valid "
                        r"parameters: covariance_divisor, shrinkage"):
-        _run(data, heads=["lda"], head_params={"lda": {"foo": 1}})
+        _run(data, server=ServerJob(("lda",), {"lda": {"foo": 1}}))
     with pytest.raises(ConfigError, match=r"parameters were given for 'svm', which is not a "
                        r"registered head; available heads: nb, lda"):
-        _run(data, heads=["lda"], head_params={"svm": {"c": 1.0}})
+        _run(data, server=ServerJob(("lda",), {"svm": {"c": 1.0}}))
     with pytest.raises(ConfigError, match=r"shrinkage must be a number in \[0, 1\] or 'auto'"):
-        _run(data, heads=["lda"], head_params={"lda": {"shrinkage": 3.0}})
+        _run(data, server=ServerJob(("lda",), {"lda": {"shrinkage": 3.0}}))
 
 
 def test_bad_data_is_named(data: dict[str, np.ndarray]) -> None:
     y = data["ytr"].copy()
     y[5] = 9
     with pytest.raises(InputError, match=r"training label 9 is out of range for 4 classes"):
-        simulate_federation(data["xtr"], y, data["xte"], data["yte"], classes=4, clients=3,
-                            alpha=1.0, seed=0, heads=["nb"])
+        _run({**data, "ytr": y}, server=ServerJob(("nb",)), clients=3, alpha=1.0)
     x = data["xtr"].copy()
     x[7, 2] = np.nan
     with pytest.raises(InputError, match=r"training embeddings contain NaN or infinite values "
                        r"\(first bad row 7\)"):
-        simulate_federation(x, data["ytr"], data["xte"], data["yte"], classes=4, clients=3,
-                            alpha=1.0, seed=0, heads=["nb"])
+        _run({**data, "xtr": x}, server=ServerJob(("nb",)), clients=3, alpha=1.0)
     with pytest.raises(InputError, match=r"test embeddings have d=5 but training embeddings "
                        r"have d=6"):
-        simulate_federation(data["xtr"], data["ytr"], data["xte"][:, :5], data["yte"],
-                            classes=4, clients=3, alpha=1.0, seed=0, heads=["nb"])
+        _run({**data, "xte": data["xte"][:, :5]}, server=ServerJob(("nb",)), clients=3,
+             alpha=1.0)
     with pytest.raises(ConfigError, match=r"seed must be a non-negative integer; got -1"):
-        _run(data, seed=-1)
+        _run(data, server=ServerJob(tuple(CLOSED), seed=-1))
     with pytest.raises(ConfigError, match=r"mode must be one of full, pooled, diag, means; got 'x'"):
-        _run(data, mode="x")
+        _run(data, ClientJob(NAMES, "x"))  # type: ignore[arg-type]
 
 
 def test_build_heads_and_defaults() -> None:
@@ -189,20 +197,20 @@ def test_build_heads_and_defaults() -> None:
 
 
 def test_projection_spec_matches_what_clients_use(data: dict[str, np.ndarray]) -> None:
-    result = _run(data, projection_dim=2, projection_seed=1, heads=["nb"])
+    result = _run(data, ClientJob(NAMES, projection_dim=2, projection_seed=1),
+                  server=ServerJob(("nb",)))
     spec = ProjectionSpec(1, 6, 2)
     assert result.upload_bytes_per_client == payload_nbytes(
         compute_stats(data["xtr"][:2], data["ytr"][:2], 4, "full", projection=spec))
 
 
 def test_secure_simulation_predicts_like_the_plain_one(data: dict[str, np.ndarray]) -> None:
-    from ghofl.secure import SecAggConfig
-
     heads = ["nb", "lda", "qda", "fedcgs", "fishermix", "protohyper"]
     fast = {"fishermix": {"epochs": 3, "n_per_class": 200},
             "protohyper": {"epochs": 3, "n_per_class": 200}}
-    plain = _run(data, heads=heads, head_params=fast, clip_norm=20.0)
-    secure = _run(data, heads=heads, head_params=fast, secure=SecAggConfig(clip_norm=20.0))
+    job, server = ClientJob(NAMES, clip_norm=20.0), ServerJob(tuple(heads), fast)
+    plain = _run(data, job, server=server)
+    secure = _run(data, job, AggregationSpec("secure"), server)
     for h in heads:
         np.testing.assert_array_equal(secure.predictions[h], plain.predictions[h])
     assert secure.aggregation["protocol"] == "secure"
@@ -212,14 +220,18 @@ def test_secure_simulation_predicts_like_the_plain_one(data: dict[str, np.ndarra
 def test_clipping_without_secure_aggregation_is_recorded(data: dict[str, np.ndarray]) -> None:
     norms = np.linalg.norm(data["xtr"], axis=1)
     bound = float(np.median(norms))
-    result = _run(data, clip_norm=bound)
+    result = _run(data, ClientJob(NAMES, clip_norm=bound))
     assert result.n_clipped == int(np.sum(norms > bound))
     assert result.to_dict()["clip_norm"] == bound
 
 
-def test_secure_and_plain_clipping_bounds_must_agree(data: dict[str, np.ndarray]) -> None:
-    from ghofl.secure import SecAggConfig
-
-    with pytest.raises(ConfigError, match=r"clip_norm=3 disagrees with the secure "
-                       r"configuration's clipping bound R=4; give one value"):
-        _run(data, clip_norm=3.0, secure=SecAggConfig(clip_norm=4.0))
+def test_one_clipping_bound_serves_clipping_and_the_secure_sum() -> None:
+    """The plan holds one bound R (``ClientJob.clip_norm``): the clients clip with it and the
+    secure sum's fixed-point range is sized by it, so no second bound can disagree; a secure
+    plan without one is refused."""
+    plan = FederationPlan(ClientJob(NAMES, clip_norm=4), AggregationSpec("secure"), SERVER)
+    assert plan.secagg_config().clip_norm == plan.client.clip_norm == 4.0
+    assert isinstance(plan.client.clip_norm, float)
+    with pytest.raises(ConfigError, match=r"AggregationSpec protocol = \"secure\" needs "
+                       r"ClientJob clip_norm: the fixed-point encoding"):
+        FederationPlan(JOB, AggregationSpec("secure"), SERVER)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ghofl.client.job import ClientJob
 from ghofl.client.transforms import (
     apply_feature_transform,
     recorded_feature_transform,
@@ -13,10 +14,13 @@ from ghofl.client.transforms import (
 from ghofl.errors import ConfigError, InputError
 from ghofl.heads import make_head
 from ghofl.moments.core import compute_moments
-from ghofl.simulation import simulate_federation
+from ghofl.server.plan import FederationPlan
+from ghofl.server_job import ServerJob
+from ghofl.simulation import Population, simulate
 from ghofl.stats import compute_stats
 from ghofl.stats.meta import EncoderInfo
 from ghofl.stats.schema import schema_for
+from tests.helpers import numbered
 
 
 def _nonnegative(seed: int, n: int = 240, d: int = 8, c: int = 3) -> tuple[np.ndarray, ...]:
@@ -34,9 +38,9 @@ def test_simulation_equals_heads_on_the_pooled_transformed_data(transform: str, 
     x, y = _nonnegative(0)
     xte, yte = _nonnegative(1)
     info = EncoderInfo("toy", x.shape[1])
-    res = simulate_federation(x, y, xte, yte, classes=3, clients=4, alpha=0.3, seed=0,
-                              heads="lda,ridge", mode=mode, encoder=info,  # type: ignore[arg-type]
-                              feature_transform=transform)
+    job = ClientJob(numbered(3), mode, feature_transform=transform)  # type: ignore[arg-type]
+    res = simulate(FederationPlan(job, server=ServerJob(("lda", "ridge"))), (x, y), (xte, yte),
+                   Population(4, 0.3, encoder=info))
     xt, xtet = apply_feature_transform(x, transform), apply_feature_transform(xte, transform)
     moments = compute_moments(compute_stats(xt, y, 3, mode))  # type: ignore[arg-type]
     for name in ("lda", "ridge"):
@@ -51,8 +55,8 @@ def test_simulation_equals_heads_on_the_pooled_transformed_data(transform: str, 
 def test_unknown_transform_is_refused() -> None:
     x, y = _nonnegative(0)
     with pytest.raises(ConfigError, match="feature_transform must be one of none, sqrt, x"):
-        simulate_federation(x, y, x, y, classes=3, clients=2, alpha=1.0, seed=0, heads="lda",
-                            feature_transform="cube")
+        simulate(FederationPlan(ClientJob(numbered(3), feature_transform="cube"),
+                                server=ServerJob(("lda",))), (x, y), (x, y), Population(2, 1.0))
 
 
 @pytest.mark.parametrize(("preprocessing", "want"), [

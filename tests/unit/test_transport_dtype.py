@@ -33,7 +33,7 @@ from ghofl.stats.codec import (
     write_safetensors,
 )
 from ghofl.stats.schema import SCHEMAS
-from tests.helpers import gaussian_mixture
+from tests.helpers import gaussian_mixture, numbered
 
 MODES = tuple(SCHEMAS)
 
@@ -227,25 +227,29 @@ def test_flower_records_carry_float32() -> None:
 
 
 def test_job_simulation_and_config_options() -> None:
-    from ghofl.secure import SecAggConfig
-    from ghofl.simulation import simulate_federation
+    from ghofl.server.plan import AggregationSpec, FederationPlan
+    from ghofl.server_job import ServerJob
+    from ghofl.simulation import Population, SimulationResult, simulate
 
     job = ClientJob(("a", "b"), transport_dtype="float32")
     assert ClientJob.from_config(job.to_config()) == job
     with pytest.raises(ConfigError, match="transport_dtype must be one of float64, float32"):
         ClientJob(("a",), transport_dtype="half")
     x, y = gaussian_mixture(1, 3, 6, n=300)
-    kw: dict[str, Any] = {"classes": 3, "clients": 3, "alpha": 1.0, "seed": 0,
-                          "heads": "nb,lda,qda", "mode": "full"}
-    r64 = simulate_federation(x, y, x, y, **kw)
-    r32 = simulate_federation(x, y, x, y, transport_dtype="float32", **kw)
+    server = ServerJob(("nb", "lda", "qda"), seed=0)
+
+    def run(job: ClientJob) -> SimulationResult:
+        return simulate(FederationPlan(job, server=server), (x, y), (x, y), Population(3, 1.0))
+
+    r64 = run(ClientJob(numbered(3), "full"))
+    r32 = run(ClientJob(numbered(3), "full", transport_dtype="float32"))
     assert r32.upload_bytes_per_client < 0.51 * r64.upload_bytes_per_client + 8 * 3
     assert r32.to_dict()["transport_dtype"] == "float32"
     for head in ("nb", "lda", "qda"):
         assert abs(r32.heads[head].accuracy - r64.heads[head].accuracy) <= 0.01
     with pytest.raises(ConfigError, match="secure aggregation sends its own fixed-point"):
-        simulate_federation(x, y, x, y, transport_dtype="float32", clip_norm=20.0,
-                            secure=SecAggConfig(clip_norm=20.0), **kw)
+        FederationPlan(ClientJob(numbered(3), "full", clip_norm=20.0, transport_dtype="float32"),
+                       AggregationSpec("secure"), server)
     cfg = config_from_dict({"datasets": ["cifar10"], "transport_dtype": "float32"})
     assert cfg.transport_dtype == ("float32",)
     with pytest.raises(ConfigError, match="transport_dtype must be among float64, float32"):

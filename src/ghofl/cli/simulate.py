@@ -75,80 +75,105 @@ from ghofl.server_job import ServerJob
 from ghofl.simulation import Population, SimulationResult
 from ghofl.simulation import simulate as simulate_plan
 
+# The options of ``ghofl simulate`` (annotated types, as in :mod:`ghofl.cli._options`).
+_TrainOption = Annotated[Path, typer.Option("--train", help="Training NPZ with x (n, d), y (n,).")]
+_TestOption = Annotated[Path, typer.Option("--test", help="Test NPZ with x (m, d), y (m,).")]
+_ClientsOption = Annotated[int, typer.Option("--clients", help="Number of clients K.")]
+_AlphaOption = Annotated[float, typer.Option(
+    "--alpha", help="Dirichlet concentration of the label skew (e.g. 0.1).")]
+_SeedOption = Annotated[int, typer.Option(
+    "--seed", help="Seed of the partition and of every head that takes one.")]
+_HeadsOption = Annotated[str, typer.Option(
+    "--heads", help="Comma-separated registered heads, or 'all'.")]
+_ModeOption = Annotated[str, typer.Option("--mode", help="Upload mode: full, pooled or diag.")]
+_ProjectionDimOption = Annotated[int | None, typer.Option(
+    "--projection-dim", help="Dimension of a public random projection.")]
+_ProjectionSeedOption = Annotated[int | None, typer.Option(
+    "--projection-seed", help="Public seed of the projection (default 0).")]
+_ProjectionBasisOption = Annotated[str | None, typer.Option(
+    "--projection-basis", help="With --projection-dim: project onto the first K public "
+    "principal directions of this basis (its fingerprint, or 'default' for the default "
+    "basis of the encoder recorded in --train) instead of a random projection.")]
+_ClassesOption = Annotated[str | None, typer.Option(
+    "--classes", help="Comma-separated class names (default: from the archives).")]
+_NumClassesOption = Annotated[int | None, typer.Option(
+    "--num-classes", help="Number of classes (default: from the archives).")]
+_MinPerClientOption = Annotated[int, typer.Option(
+    "--min-per-client", help="Redraw the partition until every client has this many.")]
+_ClipOption = Annotated[float | None, typer.Option(
+    "--clip", help="Per-sample L2 clipping bound R: each client scales embeddings to "
+    "norm <= R (required by --secure; also works without it).")]
+_SecureOption = Annotated[bool, typer.Option(
+    "--secure", help="Aggregate with the secure protocol (the server learns only the "
+    "sum).")]
+_ThresholdOption = Annotated[int | None, typer.Option(
+    "--threshold", help="Secure: fewest clients that must remain (default: about two "
+    "thirds, (n + n//3)//2 + 1).")]
+_NeighboursOption = Annotated[int | None, typer.Option(
+    "--neighbours", help="Secure: neighbours per client on the SecAgg+ graph (default "
+    "2*ceil(1.5*log2 n), complete graph up to 13 clients).")]
+_MaxSamplesOption = Annotated[int | None, typer.Option(
+    "--max-samples", help="Secure: public maximum samples per client (default "
+    f"{DEFAULT_MAX_SAMPLES:,}).")]
+_LimbsOption = Annotated[int | None, typer.Option(
+    "--limbs", help="Secure: 64-bit words per float statistic, 2 (exact, default) or 1.")]
+_DropOption = Annotated[list[str] | None, typer.Option(
+    "--drop", help="STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, share, "
+    "mask, consistency, unmask; plain: input). Repeatable.")]
+_DpEpsilonOption = Annotated[float | None, typer.Option(
+    "--dp-epsilon", help="Differential privacy: release the total with the Gaussian "
+    "mechanism calibrated to this epsilon (needs --clip).")]
+_DpDeltaOption = Annotated[float | None, typer.Option(
+    "--dp-delta", help=f"Differential privacy: delta (default {DEFAULT_DELTA:g}).")]
+_DpModeOption = Annotated[str | None, typer.Option(
+    "--dp-mode", help="Differential privacy: 'central' (the server noises the total; "
+    "default) or 'distributed' (each client adds a noise share before secure "
+    "aggregation; needs --secure).")]
+_MinClassCountOption = Annotated[int | None, typer.Option(
+    "--min-class-count", help="Each client drops classes it holds fewer than K samples "
+    f"of (1, i.e. off, by default). With --dp-epsilon (default {DEFAULT_MIN_CLASS_COUNT}) "
+    "the server instead drops classes whose noised count is below K, which costs no "
+    "privacy.")]
+_ProgressOption = Annotated[bool, typer.Option(
+    "--progress", help="Show progress of trainable heads.")]
+_JsonOption = Annotated[Path | None, typer.Option(
+    "--json", help="Write the full result as JSON here.")]
+
 
 @app.command("simulate")
 def simulate(
-    train: Annotated[Path, typer.Option("--train", help="Training NPZ with x (n, d), y (n,).")],
-    test: Annotated[Path, typer.Option("--test", help="Test NPZ with x (m, d), y (m,).")],
-    clients: Annotated[int, typer.Option("--clients", help="Number of clients K.")],
-    alpha: Annotated[float, typer.Option(
-        "--alpha", help="Dirichlet concentration of the label skew (e.g. 0.1).")],
-    seed: Annotated[int, typer.Option(
-        "--seed", help="Seed of the partition and of every head that takes one.")] = 0,
-    heads: Annotated[str, typer.Option(
-        "--heads", help="Comma-separated registered heads, or 'all'.")] = DEFAULT_HEADS,
-    mode: Annotated[str, typer.Option("--mode", help="Upload mode: full, pooled or diag.")]
-        = "full",
-    projection_dim: Annotated[int | None, typer.Option(
-        "--projection-dim", help="Dimension of a public random projection.")] = None,
-    projection_seed: Annotated[int | None, typer.Option(
-        "--projection-seed", help="Public seed of the projection (default 0).")] = None,
-    projection_basis: Annotated[str | None, typer.Option(
-        "--projection-basis", help="With --projection-dim: project onto the first K public "
-        "principal directions of this basis (its fingerprint, or 'default' for the default "
-        "basis of the encoder recorded in --train) instead of a random projection.")] = None,
+    train: _TrainOption,
+    test: _TestOption,
+    clients: _ClientsOption,
+    alpha: _AlphaOption,
+    seed: _SeedOption = 0,
+    heads: _HeadsOption = DEFAULT_HEADS,
+    mode: _ModeOption = "full",
+    projection_dim: _ProjectionDimOption = None,
+    projection_seed: _ProjectionSeedOption = None,
+    projection_basis: _ProjectionBasisOption = None,
     param: ParamOption = None,
     preset: PresetOption = "default",
-    classes: Annotated[str | None, typer.Option(
-        "--classes", help="Comma-separated class names (default: from the archives).")] = None,
-    num_classes: Annotated[int | None, typer.Option(
-        "--num-classes", help="Number of classes (default: from the archives).")] = None,
-    min_per_client: Annotated[int, typer.Option(
-        "--min-per-client", help="Redraw the partition until every client has this many.")]
-        = 0,
-    clip: Annotated[float | None, typer.Option(
-        "--clip", help="Per-sample L2 clipping bound R: each client scales embeddings to "
-        "norm <= R (required by --secure; also works without it).")] = None,
-    secure: Annotated[bool, typer.Option(
-        "--secure", help="Aggregate with the secure protocol (the server learns only the "
-        "sum).")] = False,
-    threshold: Annotated[int | None, typer.Option(
-        "--threshold", help="Secure: fewest clients that must remain (default: about two "
-        "thirds, (n + n//3)//2 + 1).")] = None,
-    neighbours: Annotated[int | None, typer.Option(
-        "--neighbours", help="Secure: neighbours per client on the SecAgg+ graph (default "
-        "2*ceil(1.5*log2 n), complete graph up to 13 clients).")] = None,
-    max_samples: Annotated[int | None, typer.Option(
-        "--max-samples", help="Secure: public maximum samples per client (default "
-        f"{DEFAULT_MAX_SAMPLES:,}).")] = None,
-    limbs: Annotated[int | None, typer.Option(
-        "--limbs", help="Secure: 64-bit words per float statistic, 2 (exact, default) or 1.")]
-        = None,
-    drop: Annotated[list[str] | None, typer.Option(
-        "--drop", help="STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, share, "
-        "mask, consistency, unmask; plain: input). Repeatable.")] = None,
-    dp_epsilon: Annotated[float | None, typer.Option(
-        "--dp-epsilon", help="Differential privacy: release the total with the Gaussian "
-        "mechanism calibrated to this epsilon (needs --clip).")] = None,
-    dp_delta: Annotated[float | None, typer.Option(
-        "--dp-delta", help=f"Differential privacy: delta (default {DEFAULT_DELTA:g}).")] = None,
-    dp_mode: Annotated[str | None, typer.Option(
-        "--dp-mode", help="Differential privacy: 'central' (the server noises the total; "
-        "default) or 'distributed' (each client adds a noise share before secure "
-        "aggregation; needs --secure).")] = None,
-    min_class_count: Annotated[int | None, typer.Option(
-        "--min-class-count", help="Each client drops classes it holds fewer than K samples "
-        f"of (1, i.e. off, by default). With --dp-epsilon (default {DEFAULT_MIN_CLASS_COUNT}) "
-        "the server instead drops classes whose noised count is below K, which costs no "
-        "privacy.")] = None,
+    classes: _ClassesOption = None,
+    num_classes: _NumClassesOption = None,
+    min_per_client: _MinPerClientOption = 0,
+    clip: _ClipOption = None,
+    secure: _SecureOption = False,
+    threshold: _ThresholdOption = None,
+    neighbours: _NeighboursOption = None,
+    max_samples: _MaxSamplesOption = None,
+    limbs: _LimbsOption = None,
+    drop: _DropOption = None,
+    dp_epsilon: _DpEpsilonOption = None,
+    dp_delta: _DpDeltaOption = None,
+    dp_mode: _DpModeOption = None,
+    min_class_count: _MinClassCountOption = None,
     holdout: HoldoutOption = 0.0,
     holdout_seed: HoldoutSeedOption = 0,
     transport_dtype: TransportDtypeOption = "float64",
     feature_transform: FeatureTransformOption = "none",
-    progress: Annotated[bool, typer.Option(
-        "--progress", help="Show progress of trainable heads.")] = False,
-    json_out: Annotated[Path | None, typer.Option(
-        "--json", help="Write the full result as JSON here.")] = None,
+    progress: _ProgressOption = False,
+    json_out: _JsonOption = None,
 ) -> None:
     """Simulate a Dirichlet-partitioned one-shot federation and report accuracy per head.
 
@@ -163,20 +188,13 @@ def simulate(
     server_job = ServerJob(tuple(names), parse_param_options(param, names), seed=seed,
                            progress=progress, preset=preset)
     dp = _dp_config(dp_epsilon, dp_delta, dp_mode)
-    protocol: Literal["plain", "secure"] = "secure" if secure else "plain"
-    aggregation = cli_plan(lambda: AggregationSpec(
-        protocol=protocol, threshold=threshold, neighbours=neighbours,
-        max_samples=max_samples or DEFAULT_MAX_SAMPLES, limbs=limbs or 2, dp=dp,
-        drops=parse_drops(drop, SECURE_STAGES if secure else ("input",))))
+    aggregation = _aggregation(secure, threshold, neighbours, max_samples, limbs, dp, drop)
     check_upload_options(holdout, holdout_seed, transport_dtype, secure=secure)
     check_feature_transform_option(feature_transform)
-    if min_class_count is not None and min_class_count < 1:
-        raise ConfigError(f"--min-class-count must be at least 1 (1 keeps every class); got "
-                          f"{min_class_count}")
+    _check_min_class_count(min_class_count)
     if json_out is not None:
         check_output_file(json_out, "--json")
-    tr = load_embeddings(train, "--train")
-    te = load_embeddings(test, "--test")
+    tr, te = load_embeddings(train, "--train"), load_embeddings(test, "--test")
     class_names = resolve_classes(classes, num_classes, [tr, te])
     basis = projection_basis_option(projection_basis, projection_dim, projection_seed,
                                     read_npz_encoder_info(train)
@@ -192,6 +210,28 @@ def simulate(
                     hint=lambda exc: _clip_hint(tr.x) if exc.field == "client.clip_norm" else "")
     result = simulate_plan(plan, (tr.x, tr.y), (te.x, te.y),
                            Population(clients, alpha, min_per_client))
+    _report(result, json_out)
+
+
+def _aggregation(secure: bool, threshold: int | None, neighbours: int | None,
+                 max_samples: int | None, limbs: int | None, dp: DPConfig | None,
+                 drop: list[str] | None) -> AggregationSpec:
+    """The :class:`AggregationSpec` of --secure, its settings, the DP options and --drop."""
+    protocol: Literal["plain", "secure"] = "secure" if secure else "plain"
+    return cli_plan(lambda: AggregationSpec(
+        protocol=protocol, threshold=threshold, neighbours=neighbours,
+        max_samples=max_samples or DEFAULT_MAX_SAMPLES, limbs=limbs or 2, dp=dp,
+        drops=parse_drops(drop, SECURE_STAGES if secure else ("input",))))
+
+
+def _check_min_class_count(min_class_count: int | None) -> None:
+    if min_class_count is not None and min_class_count < 1:
+        raise ConfigError(f"--min-class-count must be at least 1 (1 keeps every class); got "
+                          f"{min_class_count}")
+
+
+def _report(result: SimulationResult, json_out: Path | None) -> None:
+    """Write the result's JSON to --json (when given) and print its summary."""
     if json_out is not None:
         write_json(json_out, result.to_dict())
     typer.echo(

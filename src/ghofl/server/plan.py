@@ -105,8 +105,10 @@ def _secure_only_text(path: str) -> Callable[[Naming], str]:
 
 
 def default_min_class_count(dp: DPConfig | None) -> int:
-    """k of the minimum-count rule when the user gives none: 5 under DP (a threshold on the
-    noised counts at the server), else 1 (off)."""
+    """K of the minimum-count rule when the user gives none.
+
+    5 under DP (a threshold on the noised counts at the server), else 1 (off).
+    """
     from ghofl.privacy import DEFAULT_MIN_CLASS_COUNT
 
     return DEFAULT_MIN_CLASS_COUNT if dp is not None else 1
@@ -202,10 +204,12 @@ class FederationPlan:
 
     @property
     def secure(self) -> bool:
+        """Whether the plan aggregates with the secure protocol."""
         return self.aggregation.protocol == "secure"
 
     @property
     def distributed_dp(self) -> bool:
+        """Whether the clients add the DP noise in shares (distributed DP)."""
         dp = self.aggregation.dp
         return dp is not None and dp.mode == "distributed"
 
