@@ -378,7 +378,10 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import flower_secaggplus as fs
 
-        python = args.flower_python or fs.DEFAULT_PYTHON
+        # absolute, not resolved: Flower's processes start in their own folders, and a venv's
+        # python must keep its venv path (resolving it would give the base interpreter)
+        python = str(Path(args.flower_python).absolute()) if args.flower_python \
+            else fs.DEFAULT_PYTHON
         results["flower"] = flower_side_by_side(args.flower_clients, python, d, c, n)
     return {"secure": results}
 
