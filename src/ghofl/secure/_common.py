@@ -6,7 +6,7 @@ import hashlib
 import struct
 
 from ghofl.secure.config import SessionParams
-from ghofl.secure.graph import HararyGraph
+from ghofl.secure.graph import HararyGraph, survivor_components
 from ghofl.secure.identity import transcript
 from ghofl.secure.messages import PROTOCOL_VERSION, RosterEntry
 
@@ -127,14 +127,5 @@ class Topology:
         """
         if self._graph.complete or not members:
             return [members] if members else []
-        left, parts = set(members), []
-        while left:
-            start = left.pop()
-            part, frontier = {start}, [start]
-            while frontier:
-                for other in self.neighbours(frontier.pop()) & left:
-                    left.discard(other)
-                    part.add(other)
-                    frontier.append(other)
-            parts.append(frozenset(part))
-        return parts
+        parts = survivor_components(self._graph, (self.index[c] for c in members))
+        return [frozenset(self.clients[j] for j in part) for part in parts]

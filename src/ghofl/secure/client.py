@@ -306,7 +306,7 @@ class SecAggClient:
             if holder == self.client_id:
                 self._held[holder] = (s_b, s_k)
                 continue
-            key = cr.derive_key(self._agree(self._enc.private, holder, "enc_public"), b"share",
+            key = cr.derive_key(self._agree(self._enc, holder, "enc_public"), b"share",
                                 self._round)
             box = cr.aead_encrypt(key, s_b + s_k, share_aad(self._round, self.client_id, holder))
             sealed.append(SealedShare(self.client_id, holder, box, self._sign(
@@ -316,9 +316,9 @@ class SecAggClient:
                          shares=tuple(sealed),
                          seed_commitment=seed_commitment(self._round, self.client_id, self._seed))
 
-    def _agree(self, private: bytes, other: str, which: str) -> bytes:
+    def _agree(self, pair: cr.KeyPair, other: str, which: str) -> bytes:
         try:
-            return cr.agree(private, getattr(self._roster[other], which))
+            return pair.agree(getattr(self._roster[other], which))
         except ValueError:
             raise self._refuse(
                 f"the {which} relayed for {other!r}: it is not a valid X25519 key"
@@ -368,7 +368,7 @@ class SecAggClient:
         del stats
         vector += cr.mask_words(self._seed, vector.size)
         for other in sorted(topo.neighbours(self.client_id) & sharers):
-            shared = self._agree(self._mask.private, other, "mask_public")
+            shared = self._agree(self._mask, other, "mask_public")
             words = cr.mask_words(cr.derive_key(shared, b"mask", self._round), vector.size)
             if topo.sign(self.client_id, other) > 0:
                 vector += words
@@ -400,7 +400,7 @@ class SecAggClient:
                     share_transcript(self._round, box.sender, self.client_id, box.sealed)):
                 complaints[box.sender] = "its share's signature does not verify (altered)"
                 continue
-            key = cr.derive_key(self._agree(self._enc.private, box.sender, "enc_public"),
+            key = cr.derive_key(self._agree(self._enc, box.sender, "enc_public"),
                                 b"share", self._round)
             plain = cr.aead_decrypt(key, box.sealed,
                                     share_aad(self._round, box.sender, self.client_id))

@@ -27,6 +27,7 @@ All tails are summed exactly in log space (``scipy.special.gammaln`` and ``logsu
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -151,6 +152,7 @@ def log2_disconnected(n: int, k: int, removed_fraction: float) -> float:
     return min(0.0, math.log2(n * (n - 1) / 2.0) + log2_all)
 
 
+@functools.lru_cache(maxsize=1024)
 def share_threshold_for(n: int, k: int, corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
                         sigma: float = DEFAULT_SIGMA) -> int:
     """The smallest share threshold t_s ≥ 2 with exposure ≤ 2^-σ on the graph built with k.
@@ -181,6 +183,7 @@ def meets_targets(n: int, k: int, t_s: int, corrupt_fraction: float,
             and log2_disconnected(n, k, dropout_fraction) <= -eta)
 
 
+@functools.lru_cache(maxsize=256)
 def required_parameters(n: int, corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
                         dropout_fraction: float = DEFAULT_DROPOUT_FRACTION,
                         sigma: float = DEFAULT_SIGMA, eta: float = DEFAULT_ETA,

@@ -52,11 +52,26 @@ class KeyPair:
         32 raw bytes of the public key.
     """
 
-    __slots__ = ("private", "public")
+    __slots__ = ("_key", "private", "public")
 
     def __init__(self, private: bytes, public: bytes) -> None:
         self.private = private
         self.public = public
+        self._key: X25519PrivateKey | None = None
+
+    def agree(self, peer_public: bytes) -> bytes:
+        """Raw X25519 shared secret with ``peer_public`` (as :func:`agree`).
+
+        The private key object is built once per pair, not once per peer.
+
+        Raises
+        ------
+        ValueError
+            ``peer_public`` is not a valid X25519 public key.
+        """
+        if self._key is None:
+            self._key = X25519PrivateKey.from_private_bytes(self.private)
+        return self._key.exchange(X25519PublicKey.from_public_bytes(peer_public))
 
     @classmethod
     def generate(cls) -> KeyPair:
