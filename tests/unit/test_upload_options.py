@@ -50,10 +50,11 @@ def _options_of(command: click.Command) -> dict[str, click.Option]:
 
 def test_the_upload_options_are_the_client_fields_with_a_cli_declaration() -> None:
     paths = [f.path for f in upload_fields()]
-    assert paths == ["client.mode", "client.feature_transform", "client.projection_dim",
-                     "client.projection_seed", "client.projection_basis", "client.clip_norm",
-                     "client.min_class_count", "client.holdout_fraction", "client.holdout_seed",
-                     "client.transport_dtype"]
+    # FIELDS order is the order of the options in each command's --help
+    assert paths == ["client.mode", "client.projection_dim", "client.projection_seed",
+                     "client.projection_basis", "client.clip_norm", "client.min_class_count",
+                     "client.holdout_fraction", "client.holdout_seed", "client.transport_dtype",
+                     "client.feature_transform"]
     for spec in upload_fields():
         assert spec.name in {f.name for f in fields(ClientJob)}
         assert spec.flag and spec.cli is not None and spec.cli.help.endswith(".")

@@ -105,7 +105,7 @@ def _f(path: str, key: str, flag: str, type_: str, default: str, help_: str, *,
                      cli=cli)
 
 
-#: Every option, by plan field.
+#: Every option, by plan field; the upload options in the order of the commands' --help.
 FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
     _f("client.classes", "classes", "--classes", "str", "(required)",
        "JSON list of class names; labels are indices into it"),
@@ -115,14 +115,6 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
     _f("client.encoder", "encoder", "--encoder", "str", '""',
        "encoder for raw data (a built-in name, onnx:PATH or torchscript:PATH); empty: the "
        "inputs are embeddings"),
-    _f("client.feature_transform", "feature_transform", "--feature-transform", "str",
-       '"none"', "none, sqrt, x+sqrt or x+sqrt+rbf:<fingerprint>",
-       cli=CliOption("none", "Transform of the embeddings before the statistics: none, sqrt, "
-                     "x+sqrt (appends sqrt(max(x, 0)): doubles d; in pooled mode the linear "
-                     "heads then reach the centralised probe), or x+sqrt+rbf:FINGERPRINT "
-                     "(x+sqrt, then Gaussian-kernel similarities to the public anchors of the "
-                     "kernel map that ghofl feature-map built: kernel heads from one upload). "
-                     "Every client must use the same; the test embeddings get it too.")),
     _f("client.projection_dim", "projection_dim", "--projection-dim", "int", "0",
        "dimension k of the public projection; 0: none",
        cli=CliOption(None, "Project embeddings to this dimension K with a public projection: "
@@ -162,6 +154,14 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
        "dtype of the float sums of plain uploads: float64 or float32",
        cli=CliOption("float64", "Dtype of the float sums of the plain uploads: float64, or "
                      "float32 (half the bytes; the server still adds them in float64).")),
+    _f("client.feature_transform", "feature_transform", "--feature-transform", "str",
+       '"none"', "none, sqrt, x+sqrt or x+sqrt+rbf:<fingerprint>",
+       cli=CliOption("none", "Transform of the embeddings before the statistics: none, sqrt, "
+                     "x+sqrt (appends sqrt(max(x, 0)): doubles d; in pooled mode the linear "
+                     "heads then reach the centralised probe), or x+sqrt+rbf:FINGERPRINT "
+                     "(x+sqrt, then Gaussian-kernel similarities to the public anchors of the "
+                     "kernel map that ghofl feature-map built: kernel heads from one upload). "
+                     "Every client must use the same; the test embeddings get it too.")),
     _f("aggregation.protocol", "protocol", "--secure", "str", '"secure" (CLI: plain)',
        "plain (one-stage sum) or secure (the server learns only the sum)", off="plain"),
     _f("aggregation.threshold", "threshold", "--threshold", "int", "0",
