@@ -119,7 +119,9 @@ def upload_options(*, exclude: tuple[str, ...] = ()
     its ``--help`` (keyword-only, e.g. after a bare ``*``); the command takes, in its place,
     one parameter per option of :func:`~ghofl.server.fields.upload_fields` (flag, default and
     help from :data:`~ghofl.server.fields.FIELDS`) and calls the body with their values as
-    one :class:`UploadOptions`. Put it below ``@app.command(...)``.
+    one :class:`UploadOptions`. Put it below ``@app.command(...)``. The command keeps the body
+    as ``__wrapped__`` and ``exclude`` as ``upload_exclude``, so that it can be built again
+    (tests declaring a field do).
 
     Parameters
     ----------
