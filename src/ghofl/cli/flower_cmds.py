@@ -13,14 +13,11 @@ from typing import Annotated, Any
 import typer
 
 from ghofl.cli._options import (
-    FeatureTransformOption,
-    HoldoutOption,
-    HoldoutSeedOption,
     ParamOption,
     PresetOption,
-    TransportDtypeOption,
+    UploadOptions,
     cli_plan,
-    client_job,
+    upload_options,
 )
 from ghofl.cli.app import app
 from ghofl.cli.io import check_mode, parse_param_options
@@ -33,6 +30,8 @@ from ghofl.server_job import ServerJob
 
 
 @app.command("flower-run")
+@upload_options(exclude=("client.projection_dim", "client.projection_seed",
+                         "client.projection_basis", "client.min_class_count"))
 def flower_run(
     data_template: Annotated[str, typer.Option(
         "--data-template",
@@ -51,21 +50,15 @@ def flower_run(
         "set's classes, else 0..max label).")] = None,
     secure: Annotated[bool, typer.Option(
         "--secure/--plain", help="Secure aggregation (needs --clip) or the plain sum.")] = False,
-    clip: Annotated[float | None, typer.Option(
-        "--clip", help="Per-sample L2 clipping bound R every client applies.")] = None,
     threshold: Annotated[int, typer.Option(
         "--threshold", help="Secure: fewest clients per stage (0 = about two thirds).")] = 0,
     heads: Annotated[str, typer.Option("--heads", help="Heads to fit, comma-separated.")]
         = "nb,lda,qda",
-    mode: Annotated[str, typer.Option("--mode", help="Upload mode: full, pooled or diag.")]
-        = "full",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the heads.")] = 0,
     param: ParamOption = None,
     preset: PresetOption = "default",
-    holdout: HoldoutOption = 0.0,
-    holdout_seed: HoldoutSeedOption = 0,
-    transport_dtype: TransportDtypeOption = "float64",
-    feature_transform: FeatureTransformOption = "none",
+    *,
+    upload: UploadOptions,
     stage_timeout: Annotated[float, typer.Option(
         "--stage-timeout", help="Seconds to wait for one stage's replies.")] = 120.0,
     app_dir: Annotated[Path | None, typer.Option(
@@ -96,9 +89,7 @@ def flower_run(
 
     def plan_for(names: tuple[str, ...]) -> FederationPlan:
         return cli_plan(lambda: FederationPlan(
-            client_job(names, check_mode(mode), clip_norm=clip, holdout_fraction=holdout,
-                       holdout_seed=holdout_seed, transport_dtype=transport_dtype,
-                       feature_transform=feature_transform),
+            upload.job(names, mode=check_mode(upload["mode"])),
             AggregationSpec(protocol="secure" if secure else "plain",
                             threshold=threshold or None),
             server_job))

@@ -41,16 +41,11 @@ import numpy as np
 import typer
 
 from ghofl.cli._options import (
-    FeatureTransformOption,
-    HoldoutOption,
-    HoldoutSeedOption,
     ParamOption,
     PresetOption,
-    TransportDtypeOption,
-    check_feature_transform_option,
-    check_upload_options,
+    UploadOptions,
     cli_plan,
-    client_job,
+    upload_options,
 )
 from ghofl.cli.app import app
 from ghofl.cli.io import (
@@ -67,7 +62,7 @@ from ghofl.client.local_data import read_npz_encoder_info
 from ghofl.data.embeddings import load_embeddings
 from ghofl.errors import ConfigError
 from ghofl.heads.registry import parse_head_list
-from ghofl.privacy import DEFAULT_DELTA, DEFAULT_MIN_CLASS_COUNT, DP_MODES, DPConfig
+from ghofl.privacy import DEFAULT_DELTA, DP_MODES, DPConfig
 from ghofl.secure import DEFAULT_MAX_SAMPLES, parse_drops
 from ghofl.secure.messages import SECURE_STAGES
 from ghofl.server.plan import AggregationSpec, FederationPlan, default_min_class_count
@@ -85,24 +80,12 @@ _SeedOption = Annotated[int, typer.Option(
     "--seed", help="Seed of the partition and of every head that takes one.")]
 _HeadsOption = Annotated[str, typer.Option(
     "--heads", help="Comma-separated registered heads, or 'all'.")]
-_ModeOption = Annotated[str, typer.Option("--mode", help="Upload mode: full, pooled or diag.")]
-_ProjectionDimOption = Annotated[int | None, typer.Option(
-    "--projection-dim", help="Dimension of a public random projection.")]
-_ProjectionSeedOption = Annotated[int | None, typer.Option(
-    "--projection-seed", help="Public seed of the projection (default 0).")]
-_ProjectionBasisOption = Annotated[str | None, typer.Option(
-    "--projection-basis", help="With --projection-dim: project onto the first K public "
-    "principal directions of this basis (its fingerprint, or 'default' for the default "
-    "basis of the encoder recorded in --train) instead of a random projection.")]
 _ClassesOption = Annotated[str | None, typer.Option(
     "--classes", help="Comma-separated class names (default: from the archives).")]
 _NumClassesOption = Annotated[int | None, typer.Option(
     "--num-classes", help="Number of classes (default: from the archives).")]
 _MinPerClientOption = Annotated[int, typer.Option(
     "--min-per-client", help="Redraw the partition until every client has this many.")]
-_ClipOption = Annotated[float | None, typer.Option(
-    "--clip", help="Per-sample L2 clipping bound R: each client scales embeddings to "
-    "norm <= R (required by --secure; also works without it).")]
 _SecureOption = Annotated[bool, typer.Option(
     "--secure", help="Aggregate with the secure protocol (the server learns only the "
     "sum).")]
@@ -129,11 +112,6 @@ _DpModeOption = Annotated[str | None, typer.Option(
     "--dp-mode", help="Differential privacy: 'central' (the server noises the total; "
     "default) or 'distributed' (each client adds a noise share before secure "
     "aggregation; needs --secure).")]
-_MinClassCountOption = Annotated[int | None, typer.Option(
-    "--min-class-count", help="Each client drops classes it holds fewer than K samples "
-    f"of (1, i.e. off, by default). With --dp-epsilon (default {DEFAULT_MIN_CLASS_COUNT}) "
-    "the server instead drops classes whose noised count is below K, which costs no "
-    "privacy.")]
 _ProgressOption = Annotated[bool, typer.Option(
     "--progress", help="Show progress of trainable heads.")]
 _JsonOption = Annotated[Path | None, typer.Option(
@@ -141,6 +119,7 @@ _JsonOption = Annotated[Path | None, typer.Option(
 
 
 @app.command("simulate")
+@upload_options()
 def simulate(
     train: _TrainOption,
     test: _TestOption,
@@ -148,16 +127,11 @@ def simulate(
     alpha: _AlphaOption,
     seed: _SeedOption = 0,
     heads: _HeadsOption = DEFAULT_HEADS,
-    mode: _ModeOption = "full",
-    projection_dim: _ProjectionDimOption = None,
-    projection_seed: _ProjectionSeedOption = None,
-    projection_basis: _ProjectionBasisOption = None,
     param: ParamOption = None,
     preset: PresetOption = "default",
     classes: _ClassesOption = None,
     num_classes: _NumClassesOption = None,
     min_per_client: _MinPerClientOption = 0,
-    clip: _ClipOption = None,
     secure: _SecureOption = False,
     threshold: _ThresholdOption = None,
     neighbours: _NeighboursOption = None,
@@ -167,11 +141,8 @@ def simulate(
     dp_epsilon: _DpEpsilonOption = None,
     dp_delta: _DpDeltaOption = None,
     dp_mode: _DpModeOption = None,
-    min_class_count: _MinClassCountOption = None,
-    holdout: HoldoutOption = 0.0,
-    holdout_seed: HoldoutSeedOption = 0,
-    transport_dtype: TransportDtypeOption = "float64",
-    feature_transform: FeatureTransformOption = "none",
+    *,
+    upload: UploadOptions,
     progress: _ProgressOption = False,
     json_out: _JsonOption = None,
 ) -> None:
@@ -181,31 +152,27 @@ def simulate(
     the plain sum or, with --secure, the secure aggregation protocol; the server fits each
     head from the total and scores it on the test set.
     """
-    m = check_mode(mode)
-    if projection_seed is not None and projection_dim is None:
+    m = check_mode(upload["mode"])
+    dim, seed_, basis_name = (upload[k] for k in ("projection_dim", "projection_seed",
+                                                  "projection_basis"))
+    if seed_ is not None and dim is None:
         raise ConfigError("--projection-seed needs --projection-dim; give both or neither")
     names = parse_head_list(heads)
     server_job = ServerJob(tuple(names), parse_param_options(param, names), seed=seed,
                            progress=progress, preset=preset)
     dp = _dp_config(dp_epsilon, dp_delta, dp_mode)
     aggregation = _aggregation(secure, threshold, neighbours, max_samples, limbs, dp, drop)
-    check_upload_options(holdout, holdout_seed, transport_dtype, secure=secure)
-    check_feature_transform_option(feature_transform)
-    _check_min_class_count(min_class_count)
+    _check_min_class_count(upload["min_class_count"])
+    upload.check(secure=secure, skip=("projection_basis",))
     if json_out is not None:
         check_output_file(json_out, "--json")
     tr, te = load_embeddings(train, "--train"), load_embeddings(test, "--test")
     class_names = resolve_classes(classes, num_classes, [tr, te])
-    basis = projection_basis_option(projection_basis, projection_dim, projection_seed,
-                                    read_npz_encoder_info(train)
-                                    if projection_basis == "default" else None,
-                                    feature_transform)
-    job = client_job(tuple(class_names), m, projection_dim=projection_dim,
-                     projection_seed=projection_seed or 0, clip_norm=clip,
-                     min_class_count=min_class_count or default_min_class_count(dp),
-                     holdout_fraction=holdout, holdout_seed=holdout_seed,
-                     transport_dtype=transport_dtype, projection_basis=basis,
-                     feature_transform=feature_transform)
+    basis = projection_basis_option(basis_name, dim, seed_, read_npz_encoder_info(train)
+                                    if basis_name == "default" else None,
+                                    upload["feature_transform"])
+    job = upload.job(tuple(class_names), mode=m, projection_basis=basis,
+                     min_class_count=upload["min_class_count"] or default_min_class_count(dp))
     plan = cli_plan(lambda: FederationPlan(job, aggregation, server_job),
                     hint=lambda exc: _clip_hint(tr.x) if exc.field == "client.clip_norm" else "")
     result = simulate_plan(plan, (tr.x, tr.y), (te.x, te.y),

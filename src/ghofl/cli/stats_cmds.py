@@ -15,11 +15,9 @@ import typer
 
 from ghofl.cli._options import (
     FeatureTransformOption,
-    HoldoutOption,
-    HoldoutSeedOption,
-    TransportDtypeOption,
+    UploadOptions,
     check_feature_transform_option,
-    client_job,
+    upload_options,
 )
 from ghofl.cli.app import app
 from ghofl.cli.embed import (
@@ -60,6 +58,7 @@ app.add_typer(stats_app, name="stats")
 
 
 @app.command("client-stats")
+@upload_options(exclude=("client.min_class_count",))
 def client_stats(
     out: Annotated[Path, typer.Option("--out", help="Statistics file to write (.ghs).")],
     embeddings: Annotated[Path | None, typer.Option(
@@ -80,19 +79,6 @@ def client_stats(
     fmt: DataFormatOption = "auto",
     label_column: DataLabelColumnOption = None,
     text_columns: DataTextColumnsOption = None,
-    mode: Annotated[str, typer.Option(
-        "--mode", help="Upload mode: full (every head), pooled (no QDA) or diag (NB only).")]
-        = "full",
-    projection_dim: Annotated[int | None, typer.Option(
-        "--projection-dim", help="Project embeddings to this dimension with a public "
-        "random projection (every client must use the same dim and seed).")] = None,
-    projection_seed: Annotated[int | None, typer.Option(
-        "--projection-seed", help="Public seed of the projection (default 0).")] = None,
-    projection_basis: Annotated[str | None, typer.Option(
-        "--projection-basis", help="With --projection-dim: project onto the first K public "
-        "principal directions of this basis instead of a random projection: its 16-hex-digit "
-        "fingerprint, or 'default' for the encoder's default basis (ghofl projection-basis)."
-    )] = None,
     classes: Annotated[str | None, typer.Option(
         "--classes", help="Comma-separated class names, shared by every client.")] = None,
     num_classes: Annotated[int | None, typer.Option(
@@ -100,13 +86,8 @@ def client_stats(
     encoder_name: Annotated[str | None, typer.Option(
         "--encoder-name", help="Encoder name stored in the payload; clients must agree.")]
         = None,
-    clip: Annotated[float | None, typer.Option(
-        "--clip", help="Per-sample L2 clipping bound R (embeddings scaled to norm <= R); "
-        "every client must use the same R.")] = None,
-    holdout: HoldoutOption = 0.0,
-    holdout_seed: HoldoutSeedOption = 0,
-    transport_dtype: TransportDtypeOption = "float64",
-    feature_transform: FeatureTransformOption = "none",
+    *,
+    upload: UploadOptions,
 ) -> None:
     """Compute one client's statistics from its labelled embeddings or its raw data.
 
@@ -118,9 +99,10 @@ def client_stats(
     The payload records the encoder's fingerprint stored by `ghofl embed` (or --encoder's),
     unless --encoder-name names one.
     """
-    m = check_mode(mode)
-    check_feature_transform_option(feature_transform)
-    if projection_seed is not None and projection_dim is None:
+    m = check_mode(upload["mode"])
+    upload.check(skip=("projection_basis",))
+    dim, seed = upload["projection_dim"], upload["projection_seed"]
+    if seed is not None and dim is None:
         raise ConfigError("--projection-seed needs --projection-dim; give both or neither")
     check_output_file(out, "--out")
     emb, info = _client_embeddings(
@@ -128,22 +110,18 @@ def client_stats(
         backend=backend, batch_size=batch_size, progress=progress,
         reading=TextReading(fmt, label_column, text_columns))
     names = resolve_classes(classes, num_classes, [emb])
-    basis = projection_basis_option(projection_basis, projection_dim, projection_seed, info,
-                                    feature_transform)
-    job = client_job(names, m, projection_dim=projection_dim,
-                     projection_seed=projection_seed or 0, clip_norm=clip,
-                     projection_basis=basis,
-                     encoder_name=encoder_name or None, holdout_fraction=holdout,
-                     holdout_seed=holdout_seed, transport_dtype=transport_dtype,
-                     feature_transform=feature_transform)
+    basis = projection_basis_option(upload["projection_basis"], dim, seed, info,
+                                    upload["feature_transform"])
+    job = upload.job(names, mode=m, projection_basis=basis, encoder_name=encoder_name or None)
     stats = client_statistics(
         emb, job, encoder_info=info,
         range_hint="pass --num-classes or --classes with every class of the federation",
     )
     size = save_stats(stats, out, job.transport_dtype)
+    clip = job.clip_norm
     clipped = "" if clip is None else f", {stats.n_clipped} samples clipped to norm {clip:g}"
     held = "" if stats.holdout is None else (
-        f", {stats.holdout.n_samples} held out (fraction {holdout:g})")
+        f", {stats.holdout.n_samples} held out (fraction {job.holdout_fraction:g})")
     typer.echo(
         f"wrote {out}: n={stats.n_samples} samples, {stats.num_classes} classes, mode {m}, "
         f"dim {stats.dim}, {payload_nbytes(stats, job.transport_dtype)} bytes of statistics "

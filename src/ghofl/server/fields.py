@@ -6,6 +6,12 @@ TOML or Flower run config by key (``transport_dtype``), the library by plan fiel
 :class:`Naming` renders a field, or a setting of it, for one vocabulary, so that an error of
 the plan (:class:`~ghofl.server.plan.PlanError`) reads right in each front end without any
 editing of its text. :func:`key_table` renders the table for the docs.
+
+The upload options (:func:`upload_fields`: the client fields with a :class:`CliOption`) are
+also the CLI parameters of every command that runs a client job (``ghofl client-stats``,
+``ghofl simulate``, ``ghofl flower-run``): :func:`ghofl.cli._options.upload_options` builds
+them from this table, so adding one needs its declaration here, its
+:class:`~ghofl.client.job.ClientJob` field and its use, and its test.
 """
 
 from __future__ import annotations
@@ -16,7 +22,28 @@ from typing import Literal
 
 from ghofl.errors import LibraryNames
 
-__all__ = ["CLI", "CONFIG", "FIELDS", "LIBRARY", "FieldSpec", "Naming", "key_table"]
+__all__ = ["CLI", "CONFIG", "FIELDS", "LIBRARY", "CliOption", "FieldSpec", "Naming", "key_table",
+           "upload_fields"]
+
+#: Python type of a CLI parameter, by the :attr:`FieldSpec.type` the docs show.
+_PYTHON_TYPES: Mapping[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """An upload option as a parameter of the commands that run a client job.
+
+    Attributes
+    ----------
+    default : object
+        The parameter's value without the flag; ``None``: not given, so the
+        :class:`~ghofl.client.job.ClientJob` default applies (or what the command derives).
+    help : str
+        Its ``--help`` text, the same in every command.
+    """
+
+    default: object
+    help: str
 
 
 @dataclass(frozen=True)
@@ -44,6 +71,9 @@ class FieldSpec:
         ``protocol = "secure"``); ``off`` is the value it stands against.
     off : str, default ""
         With ``switch``: the field's value without the switch.
+    cli : CliOption or None, default None
+        For a client field: the field is an upload option, a parameter (``flag``) of every
+        command that runs a client job (:func:`upload_fields`).
     """
 
     path: str
@@ -55,40 +85,83 @@ class FieldSpec:
     metavar: str = ""
     switch: bool = False
     off: str = ""
+    cli: CliOption | None = None
+
+    @property
+    def name(self) -> str:
+        """The field's name in its part (``clip_norm`` of ``client.clip_norm``)."""
+        return self.path.partition(".")[2]
+
+    @property
+    def python_type(self) -> object:
+        """The CLI parameter's type: that of :attr:`type`, optional if its default is ``None``."""
+        base = _PYTHON_TYPES[self.type]
+        return base | None if self.cli is not None and self.cli.default is None else base
 
 
 def _f(path: str, key: str, flag: str, type_: str, default: str, help_: str, *,
-       metavar: str = "", off: str = "") -> FieldSpec:
-    return FieldSpec(path, key, flag, type_, default, help_, metavar, switch=bool(off), off=off)
+       metavar: str = "", off: str = "", cli: CliOption | None = None) -> FieldSpec:
+    return FieldSpec(path, key, flag, type_, default, help_, metavar, switch=bool(off), off=off,
+                     cli=cli)
 
 
-#: Every option, by plan field.
+#: Every option, by plan field; the upload options in the order of the commands' --help.
 FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
     _f("client.classes", "classes", "--classes", "str", "(required)",
        "JSON list of class names; labels are indices into it"),
-    _f("client.mode", "mode", "--mode", "str", '"full"', "upload mode: full, pooled or diag"),
+    _f("client.mode", "mode", "--mode", "str", '"full"', "upload mode: full, pooled or diag",
+       cli=CliOption("full", "Upload mode: full (every head), pooled (no QDA) or diag (NB "
+                     "only).")),
     _f("client.encoder", "encoder", "--encoder", "str", '""',
        "encoder for raw data (a built-in name, onnx:PATH or torchscript:PATH); empty: the "
        "inputs are embeddings"),
-    _f("client.feature_transform", "feature_transform", "--feature-transform", "str",
-       '"none"', "none, sqrt, x+sqrt or x+sqrt+rbf:<fingerprint>"),
     _f("client.projection_dim", "projection_dim", "--projection-dim", "int", "0",
-       "dimension k of the public projection; 0: none"),
+       "dimension k of the public projection; 0: none",
+       cli=CliOption(None, "Project embeddings to this dimension K with a public projection: "
+                     "a seeded random one, or with --projection-basis the first K principal "
+                     "directions of a public basis (every client must use the same).")),
     _f("client.projection_seed", "projection_seed", "--projection-seed", "int", "0",
-       "public seed of the random projection"),
+       "public seed of the random projection",
+       cli=CliOption(None, "Public seed of the random projection (default 0; every client the "
+                     "same).")),
     _f("client.projection_basis", "projection_basis", "--projection-basis", "str", '""',
-       "fingerprint of a public principal-direction basis; empty: random projection"),
+       "fingerprint of a public principal-direction basis; empty: random projection",
+       cli=CliOption(None, "With --projection-dim: project onto the first K public principal "
+                     "directions of this basis instead of a random projection: its "
+                     "16-hex-digit fingerprint, or 'default' for the default basis (ghofl "
+                     "projection-basis) of the encoder the embeddings record.")),
     _f("client.clip_norm", "clip_norm", "--clip", "float", "0.0",
-       "per-sample L2 clipping bound R; 0: none", metavar="R"),
+       "per-sample L2 clipping bound R; 0: none", metavar="R",
+       cli=CliOption(None, "Per-sample L2 clipping bound R: each client scales its embeddings "
+                     "to norm <= R; every client must use the same R (secure aggregation and "
+                     "differential privacy need one).")),
     _f("client.min_class_count", "min-class-count", "--min-class-count", "int",
        "5 with DP, else 1", "each client drops classes it holds fewer than k samples of; "
-       "under DP the server drops classes whose noised count is below k"),
+       "under DP the server drops classes whose noised count is below k",
+       cli=CliOption(None, "Each client drops classes it holds fewer than K samples of (1, "
+                     "i.e. off, by default). With --dp-epsilon (default 5) the server instead "
+                     "drops classes whose noised count is below K, which costs no privacy.")),
     _f("client.holdout_fraction", "holdout_fraction", "--holdout", "float", "0.0",
-       "fraction of samples whose sums are also uploaded as a held-out section"),
+       "fraction of samples whose sums are also uploaded as a held-out section",
+       cli=CliOption(0.0, "Each client also uploads the sums of a held-out fraction F in (0, "
+                     "0.5] of its samples (seeded per-sample split), so the server can choose "
+                     "hyperparameters on held-out moments; every client must use the same F. "
+                     "0: none.")),
     _f("client.holdout_seed", "holdout_seed", "--holdout-seed", "int", "0",
-       "seed of the per-sample held-out split"),
+       "seed of the per-sample held-out split",
+       cli=CliOption(0, "Seed of the held-out split (every client the same).")),
     _f("client.transport_dtype", "transport_dtype", "--transport-dtype", "str", '"float64"',
-       "dtype of the float sums of plain uploads: float64 or float32"),
+       "dtype of the float sums of plain uploads: float64 or float32",
+       cli=CliOption("float64", "Dtype of the float sums of the plain uploads: float64, or "
+                     "float32 (half the bytes; the server still adds them in float64).")),
+    _f("client.feature_transform", "feature_transform", "--feature-transform", "str",
+       '"none"', "none, sqrt, x+sqrt or x+sqrt+rbf:<fingerprint>",
+       cli=CliOption("none", "Transform of the embeddings before the statistics: none, sqrt, "
+                     "x+sqrt (appends sqrt(max(x, 0)): doubles d; in pooled mode the linear "
+                     "heads then reach the centralised probe), or x+sqrt+rbf:FINGERPRINT "
+                     "(x+sqrt, then Gaussian-kernel similarities to the public anchors of the "
+                     "kernel map that ghofl feature-map built: kernel heads from one upload). "
+                     "Every client must use the same; the test embeddings get it too.")),
     _f("aggregation.protocol", "protocol", "--secure", "str", '"secure" (CLI: plain)',
        "plain (one-stage sum) or secure (the server learns only the sum)", off="plain"),
     _f("aggregation.threshold", "threshold", "--threshold", "int", "0",
@@ -176,6 +249,11 @@ def _literal(value: object) -> str:
 LIBRARY = Naming("library")
 CLI = Naming("cli")
 CONFIG = Naming("config")
+
+
+def upload_fields() -> tuple[FieldSpec, ...]:
+    """The upload options: the client fields with a :class:`CliOption`, in :data:`FIELDS` order."""
+    return tuple(f for f in FIELDS.values() if f.path.startswith("client.") and f.cli is not None)
 
 
 def key_table() -> str:
