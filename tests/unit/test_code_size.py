@@ -1,11 +1,14 @@
-"""Code size: no module over 600 code lines, no function over 80, no signature over 12
+"""Code size: no module over 600 lines, no function over 80 code lines, no signature over 12
 parameters (issue 21's bounds).
 
-A code line is a physical line holding code: blank lines, comment-only lines and docstring lines
-(of modules, classes and functions) do not count. A function's count covers its whole body,
-nested functions included. Modules and functions already over a bound are listed in an explicit
-allow-list with their size today: the test fails when one of them grows, when a new offender
-appears, and when a listed one has shrunk under its bound (then remove it from the list).
+A module's lines are counted as the architecture report (``pyarch.py``) counts them: every
+physical line that is not blank and does not start with ``#`` once stripped, so docstrings
+count. A function's code line is a physical line holding code: blank lines, comment-only lines
+and docstring lines (of modules, classes and functions) do not count, and its count covers its
+whole body, nested functions included. Modules and functions already over a bound are listed in
+an explicit allow-list with their size today: the test fails when one of them grows, when a new
+offender appears, and when a listed one has shrunk under its bound (then remove it from the
+list).
 
 A function's parameters are its positional-only, positional and keyword-only ones, plus one for
 ``*args`` and one for ``**kwargs``; a leading ``self`` or ``cls`` does not count. Two kinds of
@@ -28,7 +31,8 @@ MAX_MODULE = 600
 MAX_FUNCTION = 80
 MAX_PARAMETERS = 12
 
-#: Modules over MAX_MODULE code lines today, with their size (may shrink, never grow).
+#: Modules over MAX_MODULE lines (:func:`module_lines`) today, with their size (may shrink,
+#: never grow).
 KNOWN_LONG_MODULES: dict[str, int] = {
 }
 
@@ -61,8 +65,14 @@ def code_lines(source: str) -> set[int]:
     return lines - doc
 
 
+def module_lines(source: str) -> int:
+    """Lines of a module as ``pyarch`` counts them: not blank, not starting with ``#``."""
+    return sum(1 for ln in source.splitlines() if ln.strip() and not ln.strip().startswith("#"))
+
+
 def measure() -> tuple[dict[str, int], dict[str, int]]:
-    """Code lines per module and per function (``module:qualname``) over src/ghofl."""
+    """Lines per module (:func:`module_lines`) and code lines per function (``module:qualname``)
+    over src/ghofl."""
     modules: dict[str, int] = {}
     functions: dict[str, int] = {}
     for path in sorted((SRC / "ghofl").rglob("*.py")):
@@ -72,7 +82,7 @@ def measure() -> tuple[dict[str, int], dict[str, int]]:
         module = ".".join(parts)
         source = path.read_text(encoding="utf-8")
         lines = code_lines(source)
-        modules[module] = len(lines)
+        modules[module] = module_lines(source)
 
         _functions(ast.parse(source), module + ":", lines, functions)
     return modules, functions
@@ -160,8 +170,14 @@ def test_counter_skips_docstrings_comments_and_blank_lines() -> None:
     assert sorted(code_lines(src)) == [1, 8, 9]
 
 
-def test_no_module_over_600_code_lines() -> None:
-    _check(measure()[0], KNOWN_LONG_MODULES, MAX_MODULE, "modules")
+def test_module_counter_counts_docstrings_but_not_blank_or_comment_lines() -> None:
+    src = ('"""Module.\n\nMore.\n"""\n\n# note\n    # indented note\nx = (1 +\n     2)  # tail\n'
+           'def f():\n    """Doc."""\n')
+    assert module_lines(src) == 7
+
+
+def test_no_module_over_600_lines() -> None:
+    _check(measure()[0], KNOWN_LONG_MODULES, MAX_MODULE, "modules", unit="lines")
 
 
 def test_no_function_over_80_code_lines() -> None:

@@ -20,7 +20,7 @@ from scipy.linalg import LinAlgError, cholesky
 
 from ghofl.errors import StatsValidationError
 from ghofl.stats import ClientStats, StatsMeta, _laws, compute_stats
-from ghofl.stats.client_stats import _check_symmetric
+from ghofl.stats.client_stats.laws import _check_symmetric
 from ghofl.stats.schema import pack_upper, unpack_upper
 
 F64 = NDArray[np.float64]

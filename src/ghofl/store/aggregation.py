@@ -30,13 +30,10 @@ the coarsest such rounding ever added, and every read validates with a tolerance
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -49,16 +46,32 @@ from ghofl.errors import (
     GhoflWarning,
     InputError,
     StatsOverflowError,
-    StoreConflictError,
     StoreError,
 )
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES, FixedPointCodec
-from ghofl.stats.client_stats import ClientStats, StatsTotal, check_addable
-from ghofl.stats.flat import unflatten_stats
+from ghofl.stats.client_stats import ClientStats, check_addable
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import schema_for
 from ghofl.store import _integrity as integrity
 from ghofl.store import _sqlite as db
+from ghofl.store._total import (
+    _blobs,
+    _canonical_sum,
+    _rebuilt_total,
+    _Total,
+    _unflatten,
+    _write_total,
+)
+from ghofl.store.records import (
+    AddResult,
+    AddStatus,
+    ContributionInfo,
+    _check_client_id,
+    _check_conflicts,
+    _check_sha,
+    _info,
+    content_sha256,
+)
 
 __all__ = [
     "DEFAULT_MAX_CONTRIBUTIONS",
@@ -69,64 +82,11 @@ __all__ = [
     "content_sha256",
 ]
 
+
 #: Default K: contributions a store may hold at once (with M = 10^6, K·M < 2^62 as the
 #: fixed-point codec requires).
 DEFAULT_MAX_CONTRIBUTIONS = 1 << 20
 ExactPath = Literal["fixed-point", "recompute"]
-AddStatus = Literal["added", "already_present"]
-_MAX_ID_LENGTH = 256
-
-
-@dataclass(frozen=True)
-class ContributionInfo:
-    """One recorded contribution.
-
-    Attributes
-    ----------
-    client_id : str
-    sha256 : str
-        SHA-256 of the payload (64 lowercase hex digits).
-    n_samples, n_clipped : int
-    clip_norm : float or None
-        The payload's clipping bound R.
-    added_at : str
-        When it was recorded, ISO 8601 in UTC.
-    """
-
-    client_id: str
-    sha256: str
-    n_samples: int
-    n_clipped: int
-    clip_norm: float | None
-    added_at: str
-
-
-@dataclass(frozen=True)
-class AddResult:
-    """Outcome of :meth:`AggregationStore.add`.
-
-    Attributes
-    ----------
-    status : {"added", "already_present"}
-        ``already_present``: the same client id with the same SHA-256 was recorded before;
-        nothing changed (re-submitting is idempotent).
-    contribution : ContributionInfo
-        The recorded contribution (the earlier record when already present).
-    n_contributions : int
-        Contributions recorded after this call.
-    total_samples : int
-        Samples in the total after this call.
-    """
-
-    status: AddStatus
-    contribution: ContributionInfo
-    n_contributions: int
-    total_samples: int
-
-    @property
-    def added(self) -> bool:
-        """Whether this call recorded the contribution (``status == "added"``)."""
-        return self.status == "added"
 
 
 class AggregationStore:
@@ -574,126 +534,3 @@ class AggregationStore:
             f"store '{self.path}' has no contribution from client {client_id!r}; it holds "
             f"{len(self)} ({shown or 'none'}); see 'ghofl store show {self.path}'"
         )
-
-
-def content_sha256(stats: ClientStats) -> str:
-    """SHA-256 of the content of ``stats``.
-
-    It covers the metadata JSON, ``n_clipped`` and the flattened arrays (little-endian). The
-    default payload digest when no file bytes are at hand.
-    """
-    ints, floats = schema_for(stats.mode).flatten(stats)
-    h = hashlib.sha256(json.dumps(stats.meta.to_dict(), sort_keys=True).encode())
-    h.update(db.to_blob(ints))
-    h.update(db.to_blob(floats))
-    return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class _Total:
-    """The total row: cache ``generation``, BLOBs, ``members``.
-
-    ``repaired``: rebuilt or recomputed here, to be saved.
-    """
-
-    generation: int
-    words: bytes | None
-    ints: bytes | None
-    floats: bytes | None
-    members: str
-    repaired: bool = False
-
-
-def _write_total(con: sqlite3.Connection, t: _Total) -> None:
-    digest = integrity.total_digest(t.generation, t.words, t.ints, t.floats, t.members)
-    con.execute(
-        "INSERT OR REPLACE INTO total (id, generation, words, ints, floats, members, digest) "
-        "VALUES (1, ?, ?, ?, ?, ?, ?)",
-        (t.generation, t.words, t.ints, t.floats, t.members, digest),
-    )
-
-
-def _rebuilt_total(rows: list[tuple[Any, ...]], codec: FixedPointCodec | None,
-                   generation: int) -> _Total:
-    """The total row rebuilt from checked contribution rows.
-
-    It holds the fixed-point sum of their words (modulo 2^64, exact), or, on the recompute
-    path, no cache (recomputed when read).
-    """
-    members = integrity.members_of([str(r[8]) for r in rows])
-    if codec is None:
-        return _Total(-1, None, None, None, members, repaired=True)
-    words = [db.from_blob(r[7], "<u8") for r in rows if r[7] is not None]
-    if not words:
-        return _Total(generation, None, None, None, members, repaired=True)
-    total = np.zeros_like(words[0])
-    with np.errstate(over="ignore"):
-        for w in words:
-            total = total + w
-    return _Total(generation, db.to_blob(total), None, None, members, repaired=True)
-
-
-def _blobs(stats: ClientStats) -> tuple[bytes, bytes]:
-    ints, floats = schema_for(stats.mode).flatten(stats)
-    return db.to_blob(ints), db.to_blob(floats)
-
-
-def _canonical_sum(meta: StatsMeta, con: sqlite3.Connection,
-                   check: Callable[[tuple[Any, ...]], tuple[Any, ...]],
-                   rounding: float = 0.0) -> ClientStats:
-    """Σ of the stored contributions (each ``check``-ed), added one at a time.
-
-    They are added in client-id order (as :func:`~ghofl.stats.sum_stats` over them sorted by
-    id would).
-    """
-    total = StatsTotal()  # in place: the total and one stored contribution in memory
-    for row in con.execute(f"SELECT {db.ROW_COLUMNS} FROM contributions ORDER BY client_id"):
-        row = check(row)
-        total.add(_unflatten(meta, row[5], row[6], rounding))
-    return ClientStats.zeros(meta) if not len(total) else total.result()
-
-
-def _unflatten(meta: StatsMeta, ints: bytes, floats: bytes,
-               rounding: float = 0.0) -> ClientStats:
-    return unflatten_stats(meta, db.from_blob(ints, "<i8"), db.from_blob(floats, "<f8"),
-                           rounding)
-
-
-def _info(row: tuple[Any, ...], meta: StatsMeta | None) -> ContributionInfo:
-    cid, sha, n, n_clipped, added = row[:5]
-    return ContributionInfo(str(cid), str(sha), int(n), int(n_clipped),
-                            None if meta is None else meta.clip_norm, str(added))
-
-
-def _check_conflicts(client_id: str, sha: str, known: list[tuple[Any, ...]]) -> None:
-    for cid, other_sha, *_ in known:
-        if cid == client_id:
-            raise StoreConflictError(
-                f"client {client_id!r} already contributed another payload (SHA-256 "
-                f"{str(other_sha)[:12]}…, this one {sha[:12]}…); a client contributes once. "
-                f"To replace it, forget it first (ghofl forget --client {client_id})"
-            )
-        raise StoreConflictError(
-            f"this payload (SHA-256 {sha[:12]}…) was already contributed by client {cid!r}; "
-            f"recording it again as {client_id!r} would count the same samples twice"
-        )
-
-
-def _check_client_id(client_id: object) -> None:
-    ok = isinstance(client_id, str) and 0 < len(client_id) <= _MAX_ID_LENGTH \
-        and client_id.isprintable() and client_id.strip() == client_id
-    if not ok:
-        raise StoreError(
-            f"a client id must be 1 to {_MAX_ID_LENGTH} printable characters without leading "
-            f"or trailing spaces; got {client_id!r}"
-        )
-
-
-def _check_sha(sha: str) -> str:
-    s = str(sha).lower()
-    if len(s) != 64 or any(ch not in "0123456789abcdef" for ch in s):
-        raise StoreError(
-            f"payload_sha256 must be a SHA-256 digest of 64 hex digits; got {sha!r}; pass "
-            "hashlib.sha256(payload_bytes).hexdigest(), or omit it"
-        )
-    return s

@@ -11,7 +11,8 @@ import numpy as np
 from ghofl.errors import GhoflError
 from ghofl.store import _integrity as integrity
 from ghofl.store import _sqlite as db
-from ghofl.store.aggregation import AggregationStore, _canonical_sum, _unflatten
+from ghofl.store._total import _canonical_sum, _unflatten
+from ghofl.store.aggregation import AggregationStore
 
 __all__ = ["verify_store"]
 

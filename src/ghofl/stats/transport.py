@@ -1,0 +1,239 @@
+"""The arrays of ClientStats as they travel: transport dtypes, packing and payload bytes.
+
+:func:`stats_tensors` gives the stored arrays of a value (symmetric matrices as upper
+triangles, float arrays in float64 or float32), :func:`stats_from_tensors` rebuilds and
+validates the value from them, and :func:`payload_nbytes` counts their bytes. The file format
+around them is :mod:`ghofl.stats.codec`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.errors import StatsFormatError, StatsValidationError
+from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import StatsMeta
+from ghofl.stats.schema import HOLDOUT_PREFIX, schema_for
+
+__all__ = [
+    "TRANSPORT_DTYPES",
+    "check_transport_dtype",
+    "expected_payload_nbytes",
+    "payload_nbytes",
+    "rounding_name",
+    "stats_from_tensors",
+    "stats_tensors",
+    "through_transport",
+]
+
+
+#: Transport dtypes of the float arrays of statistics, by name.
+TRANSPORT_DTYPES: dict[str, np.dtype[Any]] = {
+    "float64": np.dtype(np.float64), "float32": np.dtype(np.float32),
+}
+#: Largest relative rounding error per entry of each transport dtype (unit roundoff).
+_ROUNDING = {"float64": 0.0, "float32": 2.0**-24}
+
+
+def rounding_name(rounding: float) -> str:
+    """The transport dtype whose unit roundoff covers ``rounding`` (``"float64"`` for 0)."""
+    for name, u in sorted(_ROUNDING.items(), key=lambda kv: kv[1]):
+        if rounding <= u:
+            return name
+    raise StatsValidationError(  # pragma: no cover - only float32 rounds
+        f"no transport dtype covers a rounding of {rounding:g}"
+    )
+
+
+def check_transport_dtype(dtype: Any) -> str:
+    """The name (``"float64"`` or ``"float32"``) of a transport dtype given by name or dtype.
+
+    Raises
+    ------
+    StatsValidationError
+        Any other dtype.
+    """
+    try:
+        name = np.dtype(dtype).name if dtype is not None else "float64"
+    except TypeError:
+        name = str(dtype)
+    if name not in TRANSPORT_DTYPES:
+        raise StatsValidationError(
+            f"the transport dtype of statistics must be one of {', '.join(TRANSPORT_DTYPES)}; "
+            f"got {dtype!r}; float32 halves the bytes of the float sums (--transport-dtype)"
+        )
+    return name
+
+
+def stats_tensors(
+    stats: ClientStats, transport_dtype: Any = "float64"
+) -> dict[str, NDArray[Any]]:
+    """The arrays that travel for ``stats``, by stored name (symmetric ones packed).
+
+    Parameters
+    ----------
+    stats : ClientStats
+    transport_dtype : {"float64", "float32"}, default "float64"
+        Dtype of the float arrays as they travel (the counts stay int64).
+
+    Returns
+    -------
+    dict of str to ndarray
+        One C-contiguous array per stored array of the mode
+        (:meth:`~ghofl.stats.schema.ModeSchema.stored_arrays`: the held-out section's under
+        ``holdout.<name>`` when ``stats.holdout`` is set), shape
+        :meth:`~ghofl.stats.schema.ArraySpec.packed_shape`.
+
+    Raises
+    ------
+    StatsValidationError
+        A float sum is too large for float32 transport.
+    """
+    dtype = TRANSPORT_DTYPES[check_transport_dtype(transport_dtype)]
+    out: dict[str, NDArray[Any]] = {}
+    for part, stored, spec in schema_for(stats.mode).stored_arrays(stats.holdout is not None):
+        section = stats if not part else stats.holdout
+        arr = spec.pack(getattr(section, spec.name))
+        if spec.dtype.kind == "f" and dtype != arr.dtype:
+            arr = _to_transport(arr, dtype, stored)
+        out[stored] = arr
+    return out
+
+
+def _to_transport(arr: NDArray[Any], dtype: np.dtype[Any], name: str) -> NDArray[Any]:
+    peak = float(np.max(np.abs(arr), initial=0.0))
+    if peak > float(np.finfo(dtype).max):
+        raise StatsValidationError(
+            f"{name} holds a value of magnitude {peak:.3g}, beyond the {dtype.name} range "
+            f"({float(np.finfo(dtype).max):.3g}); transport these statistics as float64 "
+            "(--transport-dtype float64) or clip the embeddings"
+        )
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def stats_from_tensors(
+    meta: StatsMeta,
+    t: dict[str, NDArray[Any]],
+    n_clipped: int = 0,
+    holdout_n_clipped: int = 0,
+    transport_dtype: Any = None,
+    rounded_to: Any = "float64",
+) -> ClientStats:
+    """Rebuild :class:`ClientStats` from :func:`stats_tensors` output (validates).
+
+    Parameters
+    ----------
+    meta : StatsMeta
+        Metadata; its mode (and held-out fraction) decide which arrays ``t`` must hold.
+    t : dict of str to ndarray
+        Exactly the stored arrays of that mode, packed shapes.
+    n_clipped : int, default 0
+        Number of clipped samples (travels in the header, not as an array).
+    holdout_n_clipped : int, default 0
+        Number of clipped samples in the held-out section.
+    transport_dtype : {"float64", "float32"}, optional
+        Dtype the float arrays must have (``None``: that of ``t["sums"]``, float64 or
+        float32). They are upcast to float64; float32 ones are validated with a tolerance
+        for their rounding.
+    rounded_to : {"float64", "float32"}, default "float64"
+        Coarsest dtype the sums went through before (``"float32"`` for float64 sums of
+        float32-transported payloads): validated with a tolerance for its rounding too.
+
+    Raises
+    ------
+    StatsFormatError
+        An array is missing, unexpected, of the wrong dtype or of the wrong packed shape.
+    StatsValidationError
+        The arrays do not form valid statistics.
+    """
+    schema = schema_for(meta.mode)
+    layout = schema.stored_arrays(meta.has_holdout)
+    stored = [name for _, name, _ in layout]
+    missing = [name for name in stored if name not in t]
+    if missing:
+        raise StatsFormatError(
+            f"statistics payload lacks the array {missing[0]!r}; it is corrupt (mode "
+            f"{meta.mode!r} payloads{_with_holdout(meta)} hold {', '.join(stored)})"
+        )
+    extra = sorted(name for name in t if name not in stored)
+    if extra:
+        raise StatsFormatError(
+            f"statistics payload of mode {meta.mode!r}{_with_holdout(meta)} holds unexpected "
+            f"array(s) {', '.join(map(repr, extra))}; it holds exactly {', '.join(stored)}, so "
+            "it is corrupt or its metadata names the wrong mode or held-out fraction"
+        )
+    if transport_dtype is None:
+        found = np.asarray(t["sums"]).dtype.name
+        transport_dtype = found if found in TRANSPORT_DTYPES else "float64"
+    tname = check_transport_dtype(transport_dtype)
+    sections: dict[str, dict[str, NDArray[Any]]] = {}
+    for part, name, spec in layout:
+        arr = np.asarray(t[name])
+        want = TRANSPORT_DTYPES[tname] if spec.dtype.kind == "f" else spec.dtype
+        if arr.dtype != want:
+            raise StatsFormatError(
+                f"array {name!r} has dtype {arr.dtype} but must be {want} (transport dtype "
+                f"{tname}); the payload is corrupt"
+            )
+        # Symmetric arrays unpack straight into spec.dtype; the others are copied, so the
+        # result holds no view of the (larger) buffer ``t``'s arrays may come from.
+        sections.setdefault(part, {})[spec.name] = spec.unpack(arr, meta.num_classes, meta.dim,
+                                                              spec.dtype)
+    rounding = max(_ROUNDING[tname], _ROUNDING[check_transport_dtype(rounded_to)])
+    holdout = None
+    if meta.has_holdout:
+        holdout = ClientStats.from_transport(meta.without_holdout(), sections[HOLDOUT_PREFIX],
+                                             n_clipped=holdout_n_clipped, rounding=rounding,
+                                             unpacked=True)
+    return ClientStats.from_transport(meta, sections[""], n_clipped=n_clipped,
+                                      holdout=holdout, rounding=rounding, unpacked=True)
+
+
+def through_transport(stats: ClientStats, transport_dtype: Any = "float64") -> ClientStats:
+    """``stats`` as a receiver reads them after transport in ``transport_dtype``.
+
+    Unchanged for float64; for float32 every float sum rounded to float32 (and back to float64);
+    validated as a received payload. What the in-process simulator uses to model float32 uploads.
+
+    Raises
+    ------
+    StatsValidationError
+        A sum is beyond the float32 range.
+    """
+    tname = check_transport_dtype(transport_dtype)
+    if tname == "float64":
+        return stats
+    held = 0 if stats.holdout is None else stats.holdout.n_clipped
+    return stats_from_tensors(stats.meta, stats_tensors(stats, tname), stats.n_clipped, held,
+                              tname, rounding_name(stats.rounding))
+
+
+def _with_holdout(meta: StatsMeta) -> str:
+    return " with a held-out section" if meta.has_holdout else ""
+
+
+def payload_nbytes(stats: ClientStats, transport_dtype: Any = "float64") -> int:
+    """Bytes of array data one client uploads for ``stats`` (excluding the small header).
+
+    Held-out section included, float arrays in ``transport_dtype``.
+    """
+    return expected_payload_nbytes(stats.mode, stats.num_classes, stats.dim,
+                                   holdout=stats.holdout is not None,
+                                   transport_dtype=transport_dtype)
+
+
+def expected_payload_nbytes(
+    mode: str, num_classes: int, dim: int, holdout: bool = False,
+    transport_dtype: Any = "float64",
+) -> int:
+    """Bytes of array data of a payload of ``mode`` for C classes in dimension d (no allocation).
+
+    full: N + A + C·d(d+1)/2; pooled: N + A + D + d(d+1)/2; diag: N + A + D (8 bytes each, 4
+    for the float arrays under float32 transport), twice with a held-out section; see
+    :meth:`~ghofl.stats.schema.ModeSchema.nbytes`.
+    """
+    dtype = TRANSPORT_DTYPES[check_transport_dtype(transport_dtype)]
+    return schema_for(mode).nbytes(num_classes, dim, holdout=holdout, float_dtype=dtype)

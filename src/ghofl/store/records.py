@@ -1,0 +1,125 @@
+"""What the store records of one contribution, and the checks of its client id and digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ghofl.errors import StoreConflictError, StoreError
+from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import StatsMeta
+from ghofl.stats.schema import schema_for
+from ghofl.store import _sqlite as db
+
+__all__ = ["AddResult", "AddStatus", "ContributionInfo", "content_sha256"]
+
+
+AddStatus = Literal["added", "already_present"]
+_MAX_ID_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class ContributionInfo:
+    """One recorded contribution.
+
+    Attributes
+    ----------
+    client_id : str
+    sha256 : str
+        SHA-256 of the payload (64 lowercase hex digits).
+    n_samples, n_clipped : int
+    clip_norm : float or None
+        The payload's clipping bound R.
+    added_at : str
+        When it was recorded, ISO 8601 in UTC.
+    """
+
+    client_id: str
+    sha256: str
+    n_samples: int
+    n_clipped: int
+    clip_norm: float | None
+    added_at: str
+
+
+@dataclass(frozen=True)
+class AddResult:
+    """Outcome of :meth:`AggregationStore.add`.
+
+    Attributes
+    ----------
+    status : {"added", "already_present"}
+        ``already_present``: the same client id with the same SHA-256 was recorded before;
+        nothing changed (re-submitting is idempotent).
+    contribution : ContributionInfo
+        The recorded contribution (the earlier record when already present).
+    n_contributions : int
+        Contributions recorded after this call.
+    total_samples : int
+        Samples in the total after this call.
+    """
+
+    status: AddStatus
+    contribution: ContributionInfo
+    n_contributions: int
+    total_samples: int
+
+    @property
+    def added(self) -> bool:
+        """Whether this call recorded the contribution (``status == "added"``)."""
+        return self.status == "added"
+
+
+def content_sha256(stats: ClientStats) -> str:
+    """SHA-256 of the content of ``stats``.
+
+    It covers the metadata JSON, ``n_clipped`` and the flattened arrays (little-endian). The
+    default payload digest when no file bytes are at hand.
+    """
+    ints, floats = schema_for(stats.mode).flatten(stats)
+    h = hashlib.sha256(json.dumps(stats.meta.to_dict(), sort_keys=True).encode())
+    h.update(db.to_blob(ints))
+    h.update(db.to_blob(floats))
+    return h.hexdigest()
+
+
+def _info(row: tuple[Any, ...], meta: StatsMeta | None) -> ContributionInfo:
+    cid, sha, n, n_clipped, added = row[:5]
+    return ContributionInfo(str(cid), str(sha), int(n), int(n_clipped),
+                            None if meta is None else meta.clip_norm, str(added))
+
+
+def _check_conflicts(client_id: str, sha: str, known: list[tuple[Any, ...]]) -> None:
+    for cid, other_sha, *_ in known:
+        if cid == client_id:
+            raise StoreConflictError(
+                f"client {client_id!r} already contributed another payload (SHA-256 "
+                f"{str(other_sha)[:12]}…, this one {sha[:12]}…); a client contributes once. "
+                f"To replace it, forget it first (ghofl forget --client {client_id})"
+            )
+        raise StoreConflictError(
+            f"this payload (SHA-256 {sha[:12]}…) was already contributed by client {cid!r}; "
+            f"recording it again as {client_id!r} would count the same samples twice"
+        )
+
+
+def _check_client_id(client_id: object) -> None:
+    ok = isinstance(client_id, str) and 0 < len(client_id) <= _MAX_ID_LENGTH \
+        and client_id.isprintable() and client_id.strip() == client_id
+    if not ok:
+        raise StoreError(
+            f"a client id must be 1 to {_MAX_ID_LENGTH} printable characters without leading "
+            f"or trailing spaces; got {client_id!r}"
+        )
+
+
+def _check_sha(sha: str) -> str:
+    s = str(sha).lower()
+    if len(s) != 64 or any(ch not in "0123456789abcdef" for ch in s):
+        raise StoreError(
+            f"payload_sha256 must be a SHA-256 digest of 64 hex digits; got {sha!r}; pass "
+            "hashlib.sha256(payload_bytes).hexdigest(), or omit it"
+        )
+    return s
