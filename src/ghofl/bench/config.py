@@ -186,7 +186,7 @@ def _check_upload_options(cfg: ExperimentConfig) -> None:
     """
     from ghofl.server.fields import CONFIG
     from ghofl.server.plan import PlanError, check_transport_dtype
-    from ghofl.stats.codec import TRANSPORT_DTYPES
+    from ghofl.stats.transport import TRANSPORT_DTYPES
     from ghofl.stats.meta import MAX_HOLDOUT_FRACTION
 
     for f in cfg.holdout:
