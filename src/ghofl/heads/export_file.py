@@ -180,7 +180,9 @@ def _float_output(model: onnx.ModelProto, output: str) -> str:
         return output
     cast = f"{output}/float32"
     model.graph.node.append(helper.make_node("Cast", [output], [cast], to=TensorProto.FLOAT))
-    model.graph.output.append(helper.make_tensor_value_info(cast, TensorProto.FLOAT, None))
+    info = helper.make_tensor_value_info(cast, TensorProto.FLOAT, ["N", "d"])
+    info.type.tensor_type.shape.CopyFrom(out.type.tensor_type.shape)
+    model.graph.output.append(info)
     return cast
 
 
