@@ -183,8 +183,13 @@ def test_lookup_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         rebuild_model_file_encoder(info, "'m'", tmp_path / "none.pt")
     (tmp_path / "bad.pt").write_bytes(b"not a model")
     with pytest.raises(InputError, match=rf"fingerprint {info.fingerprint()}.*'.*bad\.pt' has "
-                       r"SHA-256 [0-9a-f]{16}: another or a corrupt file"):
+                       r"SHA-256 [0-9a-f]{16} \(no fingerprint: ghofl cannot load it as "
+                       r"torchscript:PATH .*\): another or a corrupt file"):
         rebuild_model_file_encoder(info, "'m'", tmp_path / "bad.pt")
+    # the model directory is searched after the current directory
+    (tmp_path / "model").mkdir()
+    (tmp_path / "elsewhere.pt").rename(tmp_path / "model" / "net.pt")
+    assert rebuild_model_file_encoder(info, "'m'", model_dir=tmp_path / "model").info == info
 
 
 def test_resize_none_refuses_another_image_size(tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ def image_encoder_for(info: EncoderInfo | None, cache_dir: str | os.PathLike[str
     Raises
     ------
     ConfigError
-        No encoder recorded, an encoder without an ONNX path (text, a user's own model), or a
+        No encoder recorded, an encoder without an ONNX path (text encoders), or a
         local encoder whose fingerprint differs from the recorded one.
     """
     from ghofl.client.encoders.factory import available_encoders, get_encoder

@@ -134,12 +134,34 @@ def find_model_file(info: EncoderInfo, kind: str, encoder_file: str | os.PathLik
     for path in found:
         if sha256_file(path) == info.weights_hash:
             return path
-    shown = ", ".join(f"'{p}' has SHA-256 {sha256_file(p)[:16]}" for p in found)
+    shown = ", ".join(f"'{p}' has SHA-256 {sha256_file(p)[:16]} ({_found(info, kind, p)})"
+                      for p in found)
     raise InputError(
         f"the model in {where} was fitted with encoder {info.name!r} (fingerprint "
         f"{info.fingerprint()}, model file SHA-256 {info.weights_hash[:16]}), but {shown}: "
         f"another or a corrupt file; {ENCODER_FILE_HINT}, or fit the model again from "
         "statistics computed with this file")
+
+
+def _build(info: EncoderInfo, kind: str, path: Path) -> ImageFileEncoder:
+    """The encoder of ``path`` with the recorded contract of ``info``."""
+    from ghofl.client.encoders.factory import get_encoder
+
+    encoder = get_encoder(f"{kind}:{path}", resolution=int(info.resolution or 224),
+                          contract=recorded_contract(info))
+    assert isinstance(encoder, ImageFileEncoder)
+    return encoder
+
+
+def _found(info: EncoderInfo, kind: str, path: Path) -> str:
+    """The fingerprint the file at ``path`` gives, or why it gives none (for messages)."""
+    from ghofl.errors import GhoflError
+
+    try:
+        local = _build(info, kind, path).info
+    except GhoflError:
+        return f"no fingerprint: ghofl cannot load it as {kind}:PATH with the recorded contract"
+    return f"fingerprint {transformed_info(local, recorded_feature_transform(info)).fingerprint()}"
 
 
 def rebuild_model_file_encoder(
@@ -164,16 +186,12 @@ def rebuild_model_file_encoder(
     DataError, InputError
         See :func:`find_model_file`; also a rebuilt encoder whose fingerprint differs.
     """
-    from ghofl.client.encoders.factory import get_encoder
-
     kind = model_file_kind(recorded)
     if kind is None:
         raise InputError(f"the model in {where} was fitted with encoder {recorded.name!r}, not "
                          "an onnx: or torchscript: model file; drop --encoder-file")
     path = find_model_file(recorded, kind, encoder_file, where, model_dir)
-    encoder = get_encoder(f"{kind}:{path}", resolution=int(recorded.resolution or 224),
-                          contract=recorded_contract(recorded))
-    assert isinstance(encoder, ImageFileEncoder)
+    encoder = _build(recorded, kind, path)
     local = transformed_info(encoder.info, recorded_feature_transform(recorded))
     if local.fingerprint() != recorded.fingerprint():
         raise InputError(
