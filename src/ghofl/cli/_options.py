@@ -10,7 +10,6 @@ them with the flags of :data:`~ghofl.server.fields.FIELDS`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -122,10 +121,3 @@ def check_feature_transform_option(name: str) -> str:
     from ghofl.client.transforms import check_feature_transform
 
     return cli_plan(lambda: check_feature_transform(name))
-
-
-#: ``--encoder-file`` of predict, evaluate and export (a model fitted with onnx:/torchscript:).
-EncoderFileOption = Annotated[Path | None, typer.Option(
-    "--encoder-file", help="The model file of an onnx:/torchscript: encoder, when it is not "
-    "where the model looks (the recorded name, e.g. net or net.onnx, in the current or the "
-    "model directory); its SHA-256 must be the recorded one.")]

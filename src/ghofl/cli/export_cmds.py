@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ghofl.cli._options import EncoderFileOption
+from ghofl.cli._encoder_file import EncoderFileOption
 from ghofl.cli.app import app
 
 

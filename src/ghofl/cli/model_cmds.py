@@ -12,8 +12,8 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from ghofl.cli._encoder_file import EncoderFileOption
 from ghofl.cli._options import (
-    EncoderFileOption,
     FeatureTransformOption,
     ParamOption,
     PresetOption,

@@ -10,7 +10,8 @@ from typing import IO, Annotated, Any
 import numpy as np
 import typer
 
-from ghofl.cli._options import EncoderFileOption, check_feature_transform_option
+from ghofl.cli._encoder_file import EncoderFileOption
+from ghofl.cli._options import check_feature_transform_option
 from ghofl.cli.app import app
 from ghofl.client.transforms import recorded_feature_transform, transformed_dim
 from ghofl.data.items import EmbeddingRows, ImageItems, Item, TextLineItems, is_image_path
