@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ghofl.cli._encoder_file import EncoderFileOption
 from ghofl.cli.app import app
 
 
@@ -22,23 +23,28 @@ def export(
         "--image-size", help="Full graph: H or HxW of the uint8 images fed (default: the "
         "encoder's resolution); only the batch axis is dynamic.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
+    encoder_file: EncoderFileOption = None,
 ) -> None:
     """Export a head as one ONNX graph.
 
-    From the images (built-in image encoders) or, with --head-only, from embeddings, through
-    the feature transform, projection and head to the outputs 'probabilities' float32 (N, C)
-    and 'label' int64 (N,). Classes, head, encoder fingerprint and input contract are
-    recorded in the file's metadata.
+    From the images (built-in image encoders and onnx:/torchscript: model files, whose file
+    is --encoder-file or looked up by its recorded name) or, with --head-only, from
+    embeddings, through the feature transform, projection and head to the outputs
+    'probabilities' float32 (N, C) and 'label' int64 (N,). Classes, head, encoder
+    fingerprint and input contract are recorded in the file's metadata.
     """
     from ghofl.heads.export import export_model, parse_image_size
 
     size = None if image_size is None else parse_image_size(image_size)
-    if head_only and size is not None:
-        from ghofl.errors import InputError
+    from ghofl.errors import InputError
 
+    if head_only and size is not None:
         raise InputError("--image-size applies to the full graph only; drop it with "
                          "--head-only")
+    if head_only and encoder_file is not None:
+        raise InputError("--encoder-file applies to the full graph only; drop it with "
+                         "--head-only")
     path = export_model(model_dir, head, out, head_only=head_only, force=force,
-                        image_size=size)
+                        image_size=size, encoder_file=encoder_file)
     kind = "head-only graph (input: embeddings)" if head_only else "encoder + head graph"
     typer.echo(f"wrote {path} ({kind}, head {head})")

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from ghofl.cli._encoder_file import EncoderFileOption
 from ghofl.cli._options import (
     FeatureTransformOption,
     ParamOption,
@@ -115,6 +116,7 @@ def evaluate(
     text_columns: DataTextColumnsOption = None,
     batch_size: DataBatchSizeOption = 64,
     backend: DataBackendOption = "onnx",
+    encoder_file: EncoderFileOption = None,
 ) -> None:
     """Score every head of a model directory on labelled test data.
 
@@ -136,10 +138,13 @@ def evaluate(
                               "the transform the model records")
         spec = data_spec(data, fmt, label_column, text_columns)
         x, y = _raw_labelled(spec, first, model_dir, split=split, batch_size=batch_size,
-                             backend=backend)
+                             backend=backend, encoder_file=encoder_file)
         source = data
     else:
         assert embeddings is not None
+        if encoder_file is not None:
+            raise ConfigError("--encoder-file encodes raw --data; --embeddings need no "
+                              "encoder, so drop it")
         x, y = _labelled_embeddings(embeddings, first, model_dir, feature_transform)
         source = embeddings
     if y.size == 0:
@@ -181,7 +186,8 @@ def _labelled_embeddings(embeddings: Path, first: Head, model_dir: Path,
 
 
 def _raw_labelled(spec: DatasetSpec, first: Head, model_dir: Path, *, split: str | None,
-                  batch_size: int, backend: str) -> tuple[Any, Any]:
+                  batch_size: int, backend: str, encoder_file: Path | None = None
+                  ) -> tuple[Any, Any]:
     """Raw labelled data embedded with the model's recorded encoder.
 
     Returns x (n, d), transformed, and y (n,), indices into the model's classes.
@@ -193,7 +199,7 @@ def _raw_labelled(spec: DatasetSpec, first: Head, model_dir: Path, *, split: str
         raise ConfigError(f"--batch-size must be >= 1; got {batch_size}")
     classes = first.meta_.classes
     recorded = first.meta_.encoder
-    encoder = recorded_encoder(recorded, f"'{model_dir}'", backend)
+    encoder = recorded_encoder(recorded, f"'{model_dir}'", backend, encoder_file, model_dir)
     assert recorded is not None
     is_text = recorded.resolution is None
     local = embed_local_data(spec, encoder, split=split, classes=classes if is_text else None,

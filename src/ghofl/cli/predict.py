@@ -10,6 +10,7 @@ from typing import IO, Annotated, Any
 import numpy as np
 import typer
 
+from ghofl.cli._encoder_file import EncoderFileOption
 from ghofl.cli._options import check_feature_transform_option
 from ghofl.cli.app import app
 from ghofl.client.transforms import recorded_feature_transform, transformed_dim
@@ -69,6 +70,7 @@ def _check_top_k(top_k: int | None, num_classes: int) -> int | None:
 
 def _raw_batches(
     data: Path, kind: str, head: Head, model_dir: Path, backend: str,
+    encoder_file: Path | None = None,
 ) -> tuple[Any, Any, str]:
     """(items, encoder, transform) of raw images or texts, the encoder checked."""
     recorded = head.meta_.encoder
@@ -80,7 +82,7 @@ def _raw_batches(
             f"give it {'a text file, one item per line' if wants_text else 'images'} (or "
             "embeddings)"
         )
-    encoder = recorded_encoder(recorded, f"'{model_dir}'", backend)
+    encoder = recorded_encoder(recorded, f"'{model_dir}'", backend, encoder_file, model_dir)
     assert recorded is not None
     items = TextLineItems(data) if kind == "text" else ImageItems(data)
     return items, encoder, recorded_feature_transform(recorded)
@@ -133,9 +135,13 @@ def _skip(item: Item) -> None:
 def _feature_batches(
     data: Path, kind: str, head: Head, model_dir: Path, *, feature_transform: str,
     backend: str, batch_size: int, skip_unreadable: bool, skipped: list[str],
+    encoder_file: Path | None = None,
 ) -> tuple[int, str, Iterator[tuple[list[str], np.ndarray]]]:
     """(number of items, transform, iterator of (ids, raw features (b, d)))."""
     if kind == "embeddings":
+        if encoder_file is not None:
+            raise ConfigError("--encoder-file encodes raw images; embeddings input needs no "
+                              "encoder, so drop it")
         rows = _embedding_rows(data, head, model_dir, feature_transform)
 
         def from_rows() -> Iterator[tuple[list[str], np.ndarray]]:
@@ -150,7 +156,8 @@ def _feature_batches(
             "--feature-transform applies to embeddings input only; raw images and texts get "
             "the transform the model records"
         )
-    items, encoder, transform = _raw_batches(data, kind, head, model_dir, backend)
+    items, encoder, transform = _raw_batches(data, kind, head, model_dir, backend,
+                                             encoder_file)
 
     def on_skip(item: Item) -> None:
         skipped.append(item.id)
@@ -188,6 +195,7 @@ def predict(
     progress: Annotated[bool | None, typer.Option(
         "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a "
         "terminal; needs tqdm).")] = None,
+    encoder_file: EncoderFileOption = None,
 ) -> None:
     """Classify new items with a fitted model: one row per item, streamed to --out.
 
@@ -196,7 +204,8 @@ def predict(
     Mahalanobis distance to the nearest class mean under the model's pooled covariance) and
     ood (true when ood_score exceeds the threshold the manifest records, the 0.99 quantile of
     the in-distribution score under the Gaussian model). Raw images and texts are encoded by
-    the model's recorded encoder, rebuilt locally and refused when its fingerprint differs.
+    the model's recorded encoder, rebuilt locally and refused when its fingerprint differs
+    (an onnx:/torchscript: encoder's file: --encoder-file, else looked up by its name).
     The file is written atomically: on an error (e.g. a corrupt image without
     --skip-unreadable) nothing is written.
     """
@@ -214,7 +223,8 @@ def predict(
     skipped: list[str] = []
     total, transform, batches = _feature_batches(
         data, kind, head, model_dir, feature_transform=feature_transform, backend=backend,
-        batch_size=batch_size, skip_unreadable=skip_unreadable, skipped=skipped)
+        batch_size=batch_size, skip_unreadable=skip_unreadable, skipped=skipped,
+        encoder_file=encoder_file)
     predictor = Predictor(head, transform, predictor_ood)
     counts = {"rows": 0, "ood": 0}
 

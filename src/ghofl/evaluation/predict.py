@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -77,8 +78,9 @@ def check_encoder_fingerprint(local: EncoderInfo, recorded: EncoderInfo, where: 
     )
 
 
-def recorded_encoder(recorded: EncoderInfo | None, where: str, backend: str = "onnx"
-                     ) -> Encoder:
+def recorded_encoder(recorded: EncoderInfo | None, where: str, backend: str = "onnx",
+                     encoder_file: str | os.PathLike[str] | None = None,
+                     model_dir: Path | None = None) -> Encoder:
     """The encoder a model records, rebuilt locally and its fingerprint checked.
 
     Parameters
@@ -88,17 +90,34 @@ def recorded_encoder(recorded: EncoderInfo | None, where: str, backend: str = "o
     where : str
         The model, as messages name it (e.g. ``"'model/'"``).
     backend : {"onnx", "torch"}, default "onnx"
+    encoder_file : path, optional
+        The model file of an ``onnx:`` / ``torchscript:`` encoder (``--encoder-file``); default:
+        looked up as :mod:`ghofl.client.encoders.recorded` says.
+    model_dir : Path, optional
+        The model directory (searched for the model file after the current directory).
 
     Raises
     ------
     InputError
-        The model records no encoder (fitted on raw features), or the local encoder's
-        fingerprint differs (:func:`check_encoder_fingerprint`).
+        The model records no encoder (fitted on raw features), the local encoder's
+        fingerprint differs (:func:`check_encoder_fingerprint`), or ``encoder_file`` is given
+        for a built-in encoder.
+    DataError
+        The model file of an ``onnx:`` / ``torchscript:`` encoder is not found.
     """
     if recorded is None:
         raise InputError(
             f"the model in {where} records no encoder (it was fitted on raw features), so it "
             "cannot encode images or texts; give it embeddings (an .npz) instead"
+        )
+    from ghofl.client.encoders.recorded import model_file_kind, rebuild_model_file_encoder
+
+    if model_file_kind(recorded) is not None:
+        return rebuild_model_file_encoder(recorded, where, encoder_file, model_dir)
+    if encoder_file is not None:
+        raise InputError(
+            f"--encoder-file applies to onnx: and torchscript: encoders; the model in {where} "
+            f"records the encoder {recorded.name!r}; drop --encoder-file"
         )
     from ghofl.client.encoders import get_encoder
 

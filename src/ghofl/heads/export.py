@@ -5,11 +5,13 @@
 * Full graph (:func:`full_graph`), for the built-in image encoders that run on ONNX Runtime
   (EfficientNet-Lite, their int8 versions, the torchvision backbones): the encoder's own ONNX
   export (:mod:`ghofl.client.encoders.onnx_backend`) composed with the head graph by
-  ``onnx.compose``; input ``images`` uint8 (N, H, W, 3), the decoded RGB images as ghofl's image
-  loader feeds the encoder (resized to H×W inside the graph as in the encoder), the same
-  outputs ``probabilities`` and ``label``. The encoder is rebuilt from the name and resolution
-  the model records and must have the recorded fingerprint (same weights, same
-  preprocessing).
+  ``onnx.compose``; for a user's ``onnx:`` / ``torchscript:`` model file, its input contract as
+  ONNX nodes, the model and the head (:mod:`ghofl.heads.export_file`). Input ``images``
+  uint8 (N, H, W, 3), the decoded RGB images as ghofl's image loader feeds the encoder
+  (resized inside the graph as in the encoder), the same outputs ``probabilities`` and
+  ``label``. The encoder is rebuilt from what the model records (a model file: from
+  ``--encoder-file`` or its recorded name) and must have the recorded fingerprint (same
+  weights, same preprocessing).
 
 Both record the head's metadata (:func:`~ghofl.heads.onnx_graph.head_metadata`) in the file's
 ``metadata_props``; the full graph adds ``ghofl.image_size``.
@@ -69,7 +71,7 @@ def image_encoder_for(info: EncoderInfo | None, cache_dir: str | os.PathLike[str
     Raises
     ------
     ConfigError
-        No encoder recorded, an encoder without an ONNX path (text, a user's own model), or a
+        No encoder recorded, an encoder without an ONNX path (text encoders), or a
         local encoder whose fingerprint differs from the recorded one.
     """
     from ghofl.client.encoders.factory import available_encoders, get_encoder
@@ -81,7 +83,7 @@ def image_encoder_for(info: EncoderInfo | None, cache_dir: str | os.PathLike[str
     if info.name.lower() not in available_encoders() or info.resolution is None:
         raise ConfigError(
             f"the model's encoder {info.name!r} has no ONNX path in ghofl (only the built-in "
-            f"image encoders have one); {_HEAD_ONLY_HINT}"
+            f"image encoders and onnx:/torchscript: model files have one); {_HEAD_ONLY_HINT}"
         )
     encoder = get_encoder(info.name, resolution=info.resolution, backend="onnx",
                           cache_dir=cache_dir)
@@ -99,7 +101,9 @@ def image_encoder_for(info: EncoderInfo | None, cache_dir: str | os.PathLike[str
 
 
 def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
-               cache_dir: str | os.PathLike[str] | None = None) -> onnx.ModelProto:
+               cache_dir: str | os.PathLike[str] | None = None,
+               encoder_file: str | os.PathLike[str] | None = None,
+               model_dir: Path | None = None) -> onnx.ModelProto:
     """Encoder + head as one ONNX model (module docstring).
 
     Parameters
@@ -113,11 +117,25 @@ def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
         axis is dynamic.
     cache_dir : path, optional
         Cache of the encoder's ONNX exports.
+    encoder_file : path, optional
+        The model file of an ``onnx:`` / ``torchscript:`` encoder (default: looked up by the
+        recorded name, :mod:`ghofl.client.encoders.recorded`).
+    model_dir : Path, optional
+        The model directory (messages, and where the model file is looked up).
     """
     require_extra("onnx", "torch")
     import onnx
     from onnx import compose, helper
 
+    from ghofl.client.encoders.recorded import model_file_kind
+
+    if model_file_kind(head.meta_.encoder) is not None:
+        from ghofl.heads.export_file import model_file_full_graph
+
+        return model_file_full_graph(head, name, image_size, encoder_file, model_dir)
+    if encoder_file is not None:
+        raise ConfigError("--encoder-file applies to onnx: and torchscript: encoders; the "
+                          "model records a built-in encoder, so drop it")
     encoder = image_encoder_for(head.meta_.encoder, cache_dir)
     res = int(encoder.info.resolution or 224)
     h, w = image_size or (res, res)
@@ -158,7 +176,8 @@ def _rename_input(model: onnx.ModelProto, old: str, new: str) -> None:
 
 def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool = False,
                  force: bool = False, image_size: tuple[int, int] | None = None,
-                 cache_dir: str | os.PathLike[str] | None = None) -> Path:
+                 cache_dir: str | os.PathLike[str] | None = None,
+                 encoder_file: str | os.PathLike[str] | None = None) -> Path:
     """Write head ``head_name`` of ``model_dir`` to the ONNX file ``out``, atomically.
 
     Raises
@@ -188,7 +207,7 @@ def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool 
     if head_only:
         model = head_graph(head, head_name)
     else:
-        model = full_graph(head, head_name, image_size, cache_dir)
+        model = full_graph(head, head_name, image_size, cache_dir, encoder_file, model_dir)
     blob = model.SerializeToString()
     atomic_write(out, lambda tmp: Path(tmp).write_bytes(blob))
     return out
