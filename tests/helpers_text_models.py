@@ -8,6 +8,7 @@ in sentence-transformers' Transformer + Pooling modules. Nothing is downloaded.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import torch
@@ -25,13 +26,22 @@ def vocabulary(extra: tuple[str, ...] = ()) -> list[str]:
     return [*SPECIAL, *"abcdefghijklmnopqrstuvwxyz", *WORDS, *extra]
 
 
+def wordpiece_tokenizer(vocab_file: Path) -> BertTokenizerFast:
+    """A lower-casing WordPiece tokenizer of ``vocab_file`` (transformers 4 and 5)."""
+    params = inspect.signature(BertTokenizerFast.__init__).parameters
+    key = "vocab_file" if "vocab_file" in params else "vocab"
+    tokenizer = BertTokenizerFast(**{key: str(vocab_file)}, do_lower_case=True)
+    assert tokenizer.tokenize("the cats") == ["the", "cat", "##s"], "the vocabulary was not read"
+    return tokenizer
+
+
 def tiny_bert(folder: Path, seed: int = 0, *, extra_words: tuple[str, ...] = (),
               max_positions: int = 64) -> Path:
     """Save a seeded tiny BERT and its tokenizer in ``folder`` (``save_pretrained``)."""
     folder.mkdir(parents=True, exist_ok=True)
     vocab = vocabulary(extra_words)
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tokenizer = wordpiece_tokenizer(folder / "vocab.txt")
     config = BertConfig(vocab_size=len(vocab), hidden_size=HIDDEN, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=32,
                         max_position_embeddings=max_positions)

@@ -21,7 +21,11 @@ torch = pytest.importorskip("torch", reason="hf: encoders need torch (install gh
 pytest.importorskip("transformers", reason="hf: encoders need transformers (ghofl[text])")
 pytest.importorskip("sentence_transformers", reason="needs sentence-transformers (ghofl[text])")
 
-from tests.helpers_text_models import tiny_bert, tiny_sentence_transformer  # noqa: E402
+from tests.helpers_text_models import (  # noqa: E402
+    tiny_bert,
+    tiny_sentence_transformer,
+    wordpiece_tokenizer,
+)
 
 SENTENCES = ["the cat runs", "a blue fish swims and sings", "dogs", "the red bird sleeps "
              "and the green dog runs and the cat sings"]
@@ -41,9 +45,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _by_hand(folder: Path, texts: list[str], pooling: str = "mean",
              normalize: bool = True) -> np.ndarray:
     """Each sentence alone (no padding): the mean (or first) hidden state, divided by its norm."""
-    from transformers import BertModel, BertTokenizerFast
+    from transformers import BertModel
 
-    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tok = wordpiece_tokenizer(folder / "vocab.txt")
     model = BertModel.from_pretrained(str(folder)).eval()
     rows = []
     with torch.no_grad():
