@@ -21,7 +21,7 @@ pytest.importorskip("torch", reason="hf: encoders need torch (install ghofl[text
 pytest.importorskip("transformers", reason="hf: encoders need transformers (ghofl[text])")
 pytest.importorskip("sentence_transformers", reason="needs sentence-transformers (ghofl[text])")
 
-from tests.helpers_text_models import tiny_bert  # noqa: E402
+from tests.helpers_text_models import tiny_bert
 
 CLASSES = ("pets", "colours")
 TOPICS = {"pets": ("cat", "dog", "bird", "fish"), "colours": ("red", "blue", "green")}

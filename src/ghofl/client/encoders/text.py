@@ -19,6 +19,9 @@ model             none  sqrt  x+sqrt
 ================  ====  ====  ======
 all-MiniLM-L6-v2  1.01  3.7   3.9
 ================  ====  ====  ======
+
+:class:`TextEncoder` is the base of every text encoder (input checks, batching, lazy offline
+loading); ``hf:NAME_OR_DIR`` encoders (:mod:`ghofl.client.encoders.hf`) build on it too.
 """
 
 from __future__ import annotations
