@@ -45,8 +45,8 @@ def dataset_label(dataset: str | DatasetSpec) -> str:
 
 
 def is_text_encoder(name: str) -> bool:
-    """Whether ``name`` is a registered text encoder."""
-    return name.lower() in TEXT_ENCODERS
+    """Whether ``name`` is a registered text encoder (or an ``hf:`` text model)."""
+    return name.lower() in TEXT_ENCODERS or name.strip().lower().startswith("hf:")
 
 
 def load_features(

@@ -35,8 +35,10 @@ DATA_HELP = ("Raw data: a text file of '<label> <text>' lines or .csv/.tsv rows 
              "column, a folder holding train/test text files, or an image layout (folder or "
              ".zip with [<split>/]<class>/<image>).")
 ENCODER_HELP = ("Encoder: a built-in name (efficientnet-lite0, minilm, ...; see "
-                "ghofl.client.encoders) or your own image model file, onnx:PATH or "
-                "torchscript:PATH (input contract in PATH.json beside it).")
+                "ghofl.client.encoders), your own image model file, onnx:PATH or "
+                "torchscript:PATH (input contract in PATH.json beside it), or a library's "
+                "model: hf:NAME_OR_DIR (Hugging Face text model folder or hub id), "
+                "timm:NAME[@WEIGHTS] or open_clip:MODEL@TAG (docs/encoders.md).")
 SPLIT_HELP = ("Split: an image layout's split folder, or train/test of a text dataset "
               "(default: a whole text file; else train; else the class folders at the root).")
 FORMAT_HELP = "Text format: auto (by extension), lines, csv or tsv."

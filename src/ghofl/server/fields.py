@@ -113,8 +113,8 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
        cli=CliOption("full", "Upload mode: full (every head), pooled (no QDA) or diag (NB "
                      "only).")),
     _f("client.encoder", "encoder", "--encoder", "str", '""',
-       "encoder for raw data (a built-in name, onnx:PATH or torchscript:PATH); empty: the "
-       "inputs are embeddings"),
+       "encoder for raw data (a built-in name, onnx:PATH, torchscript:PATH, hf:NAME_OR_DIR, "
+       "timm:NAME or open_clip:MODEL@TAG); empty: the inputs are embeddings"),
     _f("client.projection_dim", "projection_dim", "--projection-dim", "int", "0",
        "dimension k of the public projection; 0: none",
        cli=CliOption(None, "Project embeddings to this dimension K with a public projection: "

@@ -106,3 +106,65 @@ def strip_classifier(arch: str, model: nn.Module) -> nn.Module:
     else:  # pragma: no cover - guarded by the caller
         raise KeyError(arch)
     return model
+
+
+class CropPreprocess(nn.Module):
+    """uint8/float NHWC RGB in [0, 255] -> ``/255``, resize, center crop, mean/std.
+
+    The preprocessing of a library's data config (timm, open_clip) with fixed sizes, so the
+    module exports to ONNX: the image is resized to ``resize`` (h, w) (the aspect ratio is not
+    kept; no antialiasing; bicubic results clamped to [0, 1]), then its center ``crop`` (h, w)
+    is normalised. Input (b, H, W, 3); output (b, 3, crop_h, crop_w).
+    """
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(self, resize: tuple[int, int], crop: tuple[int, int],
+                 mean: tuple[float, ...], std: tuple[float, ...],
+                 interpolation: str = "bilinear") -> None:
+        super().__init__()
+        self.resize = (int(resize[0]), int(resize[1]))
+        self.crop = (int(crop[0]), int(crop[1]))
+        self.interpolation = interpolation
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = _nhwc_to_nchw_float(x) / 255.0
+        if tuple(x.shape[-2:]) != self.resize:
+            corners = None if self.interpolation == "nearest" else False
+            x = F.interpolate(x, size=self.resize, mode=self.interpolation,
+                              align_corners=corners)
+            if self.interpolation == "bicubic":
+                x = x.clamp(0.0, 1.0)
+        top = (self.resize[0] - self.crop[0]) // 2
+        left = (self.resize[1] - self.crop[1]) // 2
+        x = x[:, :, top:top + self.crop[0], left:left + self.crop[1]]
+        return (x - self.mean) / self.std
+
+
+class LibraryFeatures(nn.Module):
+    """``features(preprocess(x))`` flattened to (b, d); ``features`` is a bound method or module."""
+
+    def __init__(self, preprocess: nn.Module, model: nn.Module, method: str = "forward") -> None:
+        super().__init__()
+        self.preprocess = preprocess
+        self.model = model
+        self.method = method
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = getattr(self.model, self.method)(self.preprocess(x))
+        return out.flatten(1)
+
+
+def state_dict_sha256(module: nn.Module) -> str:
+    """Hex SHA-256 of a module's state dict: every tensor's name, dtype, shape and bytes."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for key, value in sorted(module.state_dict().items()):
+        t = value.detach().cpu().contiguous()
+        h.update(f"{key}\t{t.dtype}\t{tuple(t.shape)}\n".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()

@@ -1,6 +1,8 @@
-"""``get_encoder(name)``: the built-in encoders, and a user's own model file.
+"""``get_encoder(name)``: the built-in encoders, a user's own model file, and library models.
 
-A model file is named ``onnx:PATH`` or ``torchscript:PATH``.
+A model file is named ``onnx:PATH`` or ``torchscript:PATH``; a model of a library
+``hf:NAME_OR_DIR`` (Hugging Face text models), ``timm:NAME[@WEIGHTS]`` or
+``open_clip:MODEL@TAG`` (image models).
 """
 
 from __future__ import annotations
@@ -25,18 +27,40 @@ _KWARGS: dict[str, frozenset[str]] = {
                               "scale", "mean", "std"}),
     "onnx": frozenset({"contract", "threads", "dim", "size", "resize", "layout",
                        "dtype", "scale", "mean", "std", "input", "output"}),
+    "hf": frozenset({"batch_size", "max_length", "pooling", "normalize"}),
+    "timm": frozenset({"weights", "cache_dir", "threads"}),
+    "open_clip": frozenset({"weights", "cache_dir", "threads"}),
 }
 #: prefixes of a user's own model: ``onnx:PATH``, ``torchscript:PATH``
 MODEL_FILE_KINDS = ("onnx", "torchscript")
+#: prefixes of a model of a library: ``hf:NAME_OR_DIR``, ``timm:NAME``, ``open_clip:MODEL@TAG``
+LIBRARY_KINDS = ("hf", "timm", "open_clip")
+_LIBRARY_NAMES = ("hf:NAME_OR_DIR", "timm:NAME", "open_clip:MODEL@TAG")
 
 
 def available_encoders() -> tuple[str, ...]:
     """Names accepted by :func:`get_encoder`.
 
     ``all-MiniLM-L6-v2`` is an alias of ``minilm``; ``PATH`` stands for the path of
-    a user's model file.
+    a user's model file, ``NAME_OR_DIR``, ``NAME`` and ``MODEL@TAG`` for a library's model.
     """
-    return (*_LITE, *_LITE_INT8, *_TORCHVISION, "minilm", *(f"{k}:PATH" for k in MODEL_FILE_KINDS))
+    return (*_LITE, *_LITE_INT8, *_TORCHVISION, "minilm", *(f"{k}:PATH" for k in MODEL_FILE_KINDS),
+            *_LIBRARY_NAMES)
+
+
+def _library_encoder(kind: str, spec: str, name: str, backend: str,
+                     kw: dict[str, Any]) -> Encoder:
+    _check_kwargs(kind, name, kw)
+    if kind == "hf":
+        from ghofl.client.encoders.hf import hf_encoder
+
+        return hf_encoder(spec, **kw)
+    if backend not in ("onnx", "torch"):
+        raise ConfigError(f"encoder backend must be 'onnx' or 'torch'; got {backend!r}")
+    from ghofl.client.encoders.image_libraries import open_clip_encoder, timm_encoder
+
+    build = timm_encoder if kind == "timm" else open_clip_encoder
+    return build(spec, backend, **kw)
 
 
 def _model_file_encoder(kind: str, path: str, name: str, resolution: int,
@@ -78,14 +102,20 @@ def get_encoder(
         Runtime) or ``torchscript:PATH`` (a ``torch.jit.save`` file), with the input contract
         (size, layout, dtype, normalisation) in a JSON beside it or in ``**kw``; see
         :mod:`ghofl.client.encoders.contract`. Their fingerprint covers the file's SHA-256
-        and the resolved contract.
+        and the resolved contract. Or a library's model: ``hf:NAME_OR_DIR`` (a local
+        transformers or sentence-transformers folder, or a Hugging Face hub id; text, ``text``
+        extra; :mod:`ghofl.client.encoders.hf`), ``timm:NAME[@WEIGHTS_FILE]`` (``timm`` extra)
+        or ``open_clip:MODEL@TAG`` / ``open_clip:MODEL@WEIGHTS_FILE`` (``open_clip`` extra)
+        (images; :mod:`ghofl.client.encoders.image_libraries`); their fingerprint covers the
+        weights and the library's preprocessing.
     resolution : int, default 224
         Input resolution of image encoders (images are resized inside the model); for a model
-        file, the input size when neither the file nor the contract fixes one.
+        file, the input size when neither the file nor the contract fixes one. Ignored by
+        ``timm:`` and ``open_clip:`` (the library's data config fixes the size).
     backend : {"onnx", "torch"}, default "onnx"
         ONNX Runtime (exported once and cached, several times faster on CPU) or eager PyTorch;
-        both give the same features and :class:`EncoderInfo`. Ignored by ``minilm`` and by
-        model files (the file's format decides the runtime).
+        both give the same features and :class:`EncoderInfo`. Ignored by ``minilm``, ``hf:``
+        and by model files (the file's format decides the runtime).
     **kw
         Lite: ``weights_path``, ``cache_dir``, ``threads``; int8 Lite also ``calibration``
         (uint8 images (n, H, W, 3); default 256 CIFAR-10 training images from
@@ -95,7 +125,10 @@ def get_encoder(
         ``contract`` (a mapping or the path of a JSON file, instead of the JSON beside the
         model; its ``name`` key names the encoder) and the contract keys ``dim``, ``size``,
         ``resize``, ``layout``, ``dtype``, ``scale``, ``mean``, ``std`` (winning over the
-        file); ONNX also ``input``, ``output`` and ``threads``.
+        file); ONNX also ``input``, ``output`` and ``threads``. ``hf:``: ``batch_size``,
+        ``max_length``, ``pooling`` (``"mean"`` or ``"cls"``; plain transformers folders only)
+        and ``normalize`` (default True). ``timm:``/``open_clip:``: ``weights`` (a local file,
+        or an open_clip tag; instead of ``@...``), ``cache_dir``, ``threads``.
 
     Returns
     -------
@@ -122,6 +155,8 @@ def get_encoder(
     kind, sep, rest = str(name).strip().partition(":")
     if sep and kind.strip().lower() in MODEL_FILE_KINDS:
         return _model_file_encoder(kind.strip().lower(), rest, name, resolution, kw)
+    if sep and kind.strip().lower().replace("-", "_") in LIBRARY_KINDS:
+        return _library_encoder(kind.strip().lower().replace("-", "_"), rest, name, backend, kw)
     key = str(name).strip().lower()
     if backend not in ("onnx", "torch"):
         raise ConfigError(f"encoder backend must be 'onnx' or 'torch'; got {backend!r}")
@@ -147,6 +182,7 @@ def get_encoder(
         return SentenceTransformerEncoder(**kw)
     raise ConfigError(
         f"unknown encoder {name!r}; choose one of {', '.join(available_encoders())} "
-        "(a model file as onnx:PATH or torchscript:PATH; in Python, wrap your own model with "
+        "(a model file as onnx:PATH or torchscript:PATH, a library's model as hf:NAME_OR_DIR, "
+        "timm:NAME or open_clip:MODEL@TAG; in Python, wrap your own model with "
         "CallableEncoder or TorchModuleEncoder)"
     )
