@@ -186,8 +186,8 @@ def _check_upload_options(cfg: ExperimentConfig) -> None:
     """
     from ghofl.server.fields import CONFIG
     from ghofl.server.plan import PlanError, check_transport_dtype
-    from ghofl.stats.transport import TRANSPORT_DTYPES
     from ghofl.stats.meta import MAX_HOLDOUT_FRACTION
+    from ghofl.stats.transport import TRANSPORT_DTYPES
 
     for f in cfg.holdout:
         if not 0.0 <= f <= MAX_HOLDOUT_FRACTION:

@@ -60,10 +60,10 @@ from ghofl.data.embeddings import (
 from ghofl.errors import ConfigError, FieldError, InputError, StatsValidationError
 from ghofl.stats.accumulate import StatsAccumulator, compute_stats
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.transport import TRANSPORT_DTYPES
 from ghofl.stats.meta import EncoderInfo, Mode, StatsMeta, check_holdout_fraction
 from ghofl.stats.projection import PCA_GENERATOR, ProjectionSpec
 from ghofl.stats.schema import SCHEMAS, schema_for
+from ghofl.stats.transport import TRANSPORT_DTYPES
 
 __all__ = ["ClientJob", "client_statistics", "suppress_small_classes"]
 
