@@ -111,3 +111,36 @@ def test_flower_client_config_takes_an_hf_folder(tmp_path: Path) -> None:
     assert info is not None and info.name == "hf:tinybert" and info.resolution is None
     assert info == job.build_encoder().info
     assert job.to_config()["encoder"] == f"hf:{model}"
+
+
+def test_predict_elsewhere_needs_the_folder_and_checks_it(
+        sites: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """On another machine the recorded ``hf:tinybert`` is found by --encoder-file DIR (its
+    fingerprint checked) or inside the model directory; another model's folder is refused."""
+    model = tiny_bert(sites / "clients" / "tinybert", seed=0)
+    other = tiny_bert(sites / "other" / "tinybert", seed=1)
+    _ok(["client-stats", "--data", "site0.txt", "--encoder", f"hf:{model}", "--classes",
+         ",".join(CLASSES), "--out", "s0.ghs"], capsys)
+    _ok(["fit", "s0.ghs", "--heads", "lda", "--out", "model"], capsys)
+    elsewhere = sites / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "new.txt").write_text("the cat dog runs\nthe red blue sleeps\n", "utf-8")
+    monkeypatch.chdir(elsewhere)
+    args = ["predict", str(sites / "model"), "--data", "new.txt", "--out", "p.csv"]
+    rc = main(args)
+    err = capsys.readouterr().err
+    assert rc == 2 and re.search(r"cannot be loaded here .*--encoder-file PATH", err), err
+    assert not Path("p.csv").exists()
+    rc = main([*args, "--encoder-file", str(other)])
+    err = capsys.readouterr().err
+    assert rc == 2 and re.search(r"has fingerprint \w+, but the model", err), err
+    assert not Path("p.csv").exists()
+    _ok([*args, "--encoder-file", str(model)], capsys)
+    assert len(Path("p.csv").read_text().splitlines()) == 3
+    # a model directory that ships its encoder folder needs no flag
+    import shutil
+
+    shutil.copytree(model, sites / "model" / "tinybert")
+    Path("p.csv").unlink()
+    _ok(args, capsys)
+    assert len(Path("p.csv").read_text().splitlines()) == 3
