@@ -131,6 +131,15 @@ def test_images_folder_csv_and_jsonl_identical_and_equal_to_the_head(
     assert [r["ood"] for r in rows_jsonl] == (ood.score(x) > ood.threshold_).tolist()
     assert rows_jsonl[-1]["ood"] is True  # the grey image is far from every colour class
 
+    # --ood-threshold: the user's own threshold (here the median score) sets the flag
+    scores = ood.score(x)
+    mid = float(np.median(scores))
+    msg = _ok(["predict", model, "--data", new, "--out", tmp_path / "q.jsonl",
+               "--ood-threshold", mid], capsys)
+    flagged = _read(tmp_path / "q.jsonl")
+    assert [r["ood"] for r in flagged] == (scores > mid).tolist()
+    assert f"{int(np.sum(scores > mid))} flagged out of distribution (ood_score > {mid:.4g})" in msg
+
 
 def test_zip_single_file_top_k_and_head(
     tmp_path: Path, encoders: dict[str, str], capsys: pytest.CaptureFixture[str],
@@ -255,6 +264,10 @@ def _bad_cases(tmp: Path, model: Path, state: dict[str, str]) -> list[tuple[list
          r"item '3' has NaN or infinite features .* nothing was written"),
         (["--data", new, "--out", tmp / "p.csv", "--batch-size", "0"],
          r"--batch-size must be >= 1; got 0"),
+        (["--data", new, "--out", tmp / "p.csv", "--ood-threshold", "-1"],
+         r"--ood-threshold must be a finite score >= 0; got -1.0"),
+        (["--data", new, "--out", tmp / "p.csv", "--ood-threshold", "nan"],
+         r"--ood-threshold must be a finite score >= 0; got nan"),
         (["--data", tmp / "missing", "--out", tmp / "p.csv"], r"--data '.*missing' does not "
          r"exist"),
     ]
@@ -377,3 +390,13 @@ def test_evaluate_raw_labelled_images_as_the_heads_on_the_encoder_output(
     encoders["preprocessing"] = "mean, another build"
     rc, _, err = _run(["evaluate", model, "--data", test], capsys)
     assert rc == 2 and "differ in preprocessing" in err
+
+
+def test_ood_threshold_needs_a_model_with_the_score() -> None:
+    from ghofl.cli.predict import _with_threshold
+    from ghofl.errors import InputError
+
+    with pytest.raises(InputError, match=r"holds no out-of-distribution score .*drop "
+                       r"--ood-threshold"):
+        _with_threshold(None, 1.0, Path("m"))
+    assert _with_threshold(None, None, Path("m")) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from ghofl.evaluation.predict import (
 from ghofl.files import atomic_write
 from ghofl.heads.base import Head
 from ghofl.heads.model_dir import load_model, load_ood
+from ghofl.heads.ood import MahalanobisOOD
 from ghofl.stats.meta import EncoderInfo
 
 __all__ = ["predict"]
@@ -171,6 +173,21 @@ def _feature_batches(
     return len(items), transform, from_items()
 
 
+def _with_threshold(ood: MahalanobisOOD | None, threshold: float | None,
+                    model_dir: Path) -> MahalanobisOOD | None:
+    """The model's OOD score, its threshold replaced by ``--ood-threshold`` when given."""
+    if threshold is None:
+        return ood
+    if not math.isfinite(threshold) or threshold < 0:
+        raise ConfigError(f"--ood-threshold must be a finite score >= 0; got {threshold!r}")
+    if ood is None:
+        raise InputError(f"the model in '{model_dir}' holds no out-of-distribution score "
+                         "(fitted before ghofl wrote one, or from too few samples); drop "
+                         "--ood-threshold")
+    ood.threshold_ = float(threshold)
+    return ood
+
+
 @app.command("predict")
 def predict(
     model_dir: Annotated[Path, typer.Argument(help="Model directory written by `ghofl fit`.")],
@@ -196,6 +213,10 @@ def predict(
         "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a "
         "terminal; needs tqdm).")] = None,
     encoder_file: EncoderFileOption = None,
+    ood_threshold: Annotated[float | None, typer.Option(
+        "--ood-threshold", help="Flag ood above this ood_score instead of the model's "
+        "threshold (e.g. a quantile of the scores of labelled in-distribution data of your "
+        "own: the model's threshold, from the Gaussian model alone, flags more).")] = None,
 ) -> None:
     """Classify new items with a fitted model: one row per item, streamed to --out.
 
@@ -218,7 +239,7 @@ def predict(
     kind = data_kind(data)
     models, manifest = load_model(model_dir)
     name, head = _pick_head(models, head_name, model_dir)
-    predictor_ood = load_ood(model_dir, manifest)
+    predictor_ood = _with_threshold(load_ood(model_dir, manifest), ood_threshold, model_dir)
     top_k = _check_top_k(top_k, len(head.meta_.classes))
     skipped: list[str] = []
     total, transform, batches = _feature_batches(
