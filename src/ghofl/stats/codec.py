@@ -5,9 +5,11 @@ Format: a `safetensors <https://github.com/huggingface/safetensors>`_ file. We c
 zip), it is readable from Rust/JS/C++ without numpy, it loads lazily tensor by tensor, and its
 length-prefixed header makes truncation detectable before any data is trusted.
 
-* header metadata: ``format = "ghofl.stats"``, ``schema_version``, ``meta`` (JSON of
-  :class:`StatsMeta`, including the clipping bound ``clip_norm``), ``n_clipped`` (decimal
-  count of clipped samples; absent in version-1 files, read as 0) and ``content_sha256``;
+* header metadata: :class:`~ghofl.stats.header.StatsHeader` in its file spelling (declared,
+  rendered and parsed there, shared with the Flower records): ``format = "ghofl.stats"``,
+  ``schema_version``, ``meta`` (JSON of :class:`StatsMeta`, including the clipping bound
+  ``clip_norm``), ``n_clipped`` (decimal count of clipped samples; absent in version-1
+  files, read as 0), the optional entries below, and ``content_sha256``;
 * tensors: the arrays of the mode's :class:`~ghofl.stats.schema.ModeSchema` under their
   ``stored_name``: ``counts`` int64 (C,), ``sums`` float64 (C, d), and by mode ``sq_sums``
   (C, d), ``class_scatter_triu`` (C, d(d+1)/2) and ``scatter_triu`` (d(d+1)/2,): symmetric
@@ -56,7 +58,6 @@ arrays as they travel).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import warnings
@@ -89,15 +90,10 @@ from ghofl.stats.container import (
     _tensor,
     write_safetensors,
 )
-from ghofl.stats.meta import (
-    HOLDOUT_SCHEMA_VERSION,
-    MIN_SCHEMA_VERSION,
-    SCHEMA_VERSION,
-    StatsMeta,
-)
+from ghofl.stats.header import FORMAT, StatsHeader, check_envelope, meta_from_entries
+from ghofl.stats.meta import MIN_SCHEMA_VERSION, SCHEMA_VERSION, StatsMeta
 from ghofl.stats.schema import pack_upper, schema_for, unpack_upper
 from ghofl.stats.transport import (
-    _ROUNDING,
     TRANSPORT_DTYPES,
     _with_holdout,
     check_transport_dtype,
@@ -135,12 +131,9 @@ __all__ = [
 ]
 
 
-FORMAT = "ghofl.stats"
-#: Header metadata keys of a statistics file (besides :data:`DIGEST_KEY`).
-STATS_KEYS = frozenset({
-    "format", "schema_version", "meta", "n_clipped", "holdout_n_clipped", "transport_dtype",
-    "rounded_to",
-})
+#: Header metadata keys of a statistics file (besides :data:`DIGEST_KEY`): the file spelling
+#: of :class:`~ghofl.stats.header.StatsHeader`.
+STATS_KEYS = StatsHeader.keys("file")
 
 
 # ---------------------------------------------------------------------- writing
@@ -156,25 +149,9 @@ def save_stats(
     version written is the oldest that holds the content: 2 without a held-out section, with
     float64 and no such rounding, else 3.
     """
-    tname = check_transport_dtype(transport_dtype)
-    version = stats.meta.written_version()
-    meta = {
-        "format": FORMAT,
-        "schema_version": "",
-        "meta": json.dumps(stats.meta.to_dict(), sort_keys=True),
-        "n_clipped": str(stats.n_clipped),
-    }
-    if stats.holdout is not None:
-        meta["holdout_n_clipped"] = str(stats.holdout.n_clipped)
-    if tname != "float64":
-        meta["transport_dtype"] = tname
-        version = max(version, HOLDOUT_SCHEMA_VERSION)
-    rounded = rounding_name(max(stats.rounding, _ROUNDING[tname]))
-    if rounded != tname:  # e.g. a float64 total of float32-transported payloads
-        meta["rounded_to"] = rounded
-        version = max(version, HOLDOUT_SCHEMA_VERSION)
-    meta["schema_version"] = str(version)
-    return write_safetensors(path, stats_tensors(stats, tname), meta)
+    header = StatsHeader.of(stats, transport_dtype)
+    return write_safetensors(path, stats_tensors(stats, header.transport_dtype),
+                             header.to_entries("file"))
 
 
 # ---------------------------------------------------------------------- reading
@@ -260,23 +237,7 @@ def read_safetensors(
 
 
 def _check_header(header: dict[str, str], p: Path, expected: str, what: str) -> None:
-    fmt = header.get("format")
-    if fmt != expected:
-        raise StatsFormatError(
-            f"{str(p)!r} is not a ghofl {what} file (format tag {fmt!r}, expected {expected!r})"
-        )
-    raw = header.get("schema_version", "-1")
-    version = int(raw) if re.fullmatch(r"-?[0-9]{1,9}", raw) else -1
-    if version > SCHEMA_VERSION:
-        raise StatsFormatError(
-            f"{str(p)!r} uses {what} schema version {version}, newer than this ghofl supports "
-            f"({SCHEMA_VERSION}); upgrade ghofl"
-        )
-    if version < MIN_SCHEMA_VERSION:
-        raise StatsFormatError(
-            f"{str(p)!r} uses {what} schema version {version}, older than this ghofl supports "
-            f"({MIN_SCHEMA_VERSION}); re-create it with the current ghofl"
-        )
+    check_envelope(header, repr(str(p)), expected, what, SCHEMA_VERSION)
     digest = header.get(DIGEST_KEY)
     if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", digest):
         raise StatsFormatError(
@@ -286,17 +247,12 @@ def _check_header(header: dict[str, str], p: Path, expected: str, what: str) -> 
 
 
 def header_meta(header: dict[str, str], path: str | os.PathLike[str]) -> StatsMeta:
-    """The :class:`StatsMeta` of the ``meta`` header entry, parsed defensively."""
-    raw = header.get("meta")
-    if raw is None:
-        raise StatsFormatError(f"{str(path)!r} has a missing or corrupt metadata header "
-                               "(no 'meta' entry); re-create it with ghofl")
-    try:
-        meta_dict = parse_json(raw, "the metadata header")
-    except StatsFormatError as exc:
-        raise StatsFormatError(f"{str(path)!r} has a missing or corrupt metadata header: "
-                               f"{exc}") from exc
-    return StatsMeta.from_dict(meta_dict)
+    """The :class:`StatsMeta` of the ``meta`` header entry, parsed defensively.
+
+    The ``meta`` field of :class:`~ghofl.stats.header.StatsHeader` in the file spelling (head
+    files carry it too).
+    """
+    return meta_from_entries(header, "file", repr(str(path)))
 
 
 def load_stats(path: str | os.PathLike[str]) -> ClientStats:
@@ -317,28 +273,17 @@ def read_stats_file(path: str | os.PathLike[str]) -> tuple[ClientStats, str]:
     state: dict[str, Any] = {}
 
     def check(header: dict[str, str], table: dict[str, TensorInfo]) -> None:
-        meta = header_meta(header, path)
-        state["meta"] = meta
-        state["n_clipped"] = _header_count(header, "n_clipped", path)
-        state["holdout_n_clipped"] = _header_count(header, "holdout_n_clipped", path)
-        if "holdout_n_clipped" in header and not meta.has_holdout:
-            raise StatsFormatError(
-                f"{str(path)!r} has the header entry holdout_n_clipped but no held-out "
-                "section (its metadata has no holdout_fraction); it is corrupt, re-create it "
-                "with ghofl"
-            )
-        state["transport"] = _header_transport(header, path)
-        state["rounded_to"] = _header_transport(header, path, "rounded_to")
-        _check_stats_layout(meta, table, path, state["transport"])
+        parsed = StatsHeader.from_entries(header, "file", repr(str(path)))
+        state["header"] = parsed
+        _check_stats_layout(parsed.meta, table, path, parsed.transport_dtype)
 
     _, tensors = read_safetensors(path, FORMAT, "statistics", check, STATS_KEYS, STATS_DTYPES)
+    header: StatsHeader = state["header"]
     try:
-        stats = stats_from_tensors(state["meta"], tensors, state["n_clipped"],
-                                   state["holdout_n_clipped"], state["transport"],
-                                   state["rounded_to"])
+        stats = header.stats_from(tensors)
     except StatsFormatError as exc:
         raise StatsFormatError(f"{str(path)!r} holds malformed statistics: {exc}") from exc
-    return stats, state["transport"]
+    return stats, header.transport_dtype
 
 
 def _check_stats_layout(
@@ -381,35 +326,3 @@ def _check_stats_layout(
                 f"C={meta.num_classes} classes and d={meta.dim}; got {t.shape}; the payload is "
                 "corrupt or was written for another class list or dimension"
             )
-
-
-def _header_count(header: dict[str, str], key: str, path: str | os.PathLike[str]) -> int:
-    """A count header value such as ``n_clipped`` (0 when absent, as in version-1 files)."""
-    raw = header.get(key, "0")
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19):
-        raise StatsFormatError(
-            f"{str(path)!r} has header {key} {raw[:40]!r}; expected a non-negative decimal "
-            "integer; the file is corrupt, re-create it with ghofl"
-        )
-    return int(raw)
-
-
-def _header_transport(
-    header: dict[str, str], path: str | os.PathLike[str], key: str = "transport_dtype"
-) -> str:
-    """The ``transport_dtype`` (or ``rounded_to``) header value (``"float64"`` when absent)."""
-    raw = header.get(key)
-    if raw is None:
-        return "float64"
-    if raw != "float32":  # float64 is never written: it is the default
-        raise StatsFormatError(
-            f"{str(path)!r} has header {key} {raw[:40]!r}; expected 'float32' (or "
-            "no entry for float64); the file is corrupt, re-create it with ghofl"
-        )
-    version = header.get("schema_version", "")
-    if version in ("1", "2"):
-        raise StatsFormatError(
-            f"{str(path)!r} has schema version {version} but a {key}, which version "
-            f"{HOLDOUT_SCHEMA_VERSION} introduced; it is corrupt, re-create it with ghofl"
-        )
-    return raw

@@ -16,10 +16,12 @@ Layout of a message record (version :data:`RECORDS_VERSION`):
 * a :class:`ClientStats` (plain protocol) as ``ArrayRecord "ghofl-stats"`` (the arrays of
   :func:`ghofl.stats.codec.stats_tensors`, symmetric matrices as their upper triangles, the
   held-out section's under ``holdout.<name>``; float arrays float64, or float32 under float32
-  transport) and ``ConfigRecord "ghofl-stats-meta"`` (``records-version``, ``meta`` JSON,
-  ``n_clipped``, and when they apply ``holdout-n_clipped`` and ``transport-dtype``
-  ``"float32"``; absent keys mean 0 and float64, so records without these options are
-  unchanged).
+  transport) and ``ConfigRecord "ghofl-stats-meta"``: ``records-version`` and the
+  statistics header :class:`~ghofl.stats.header.StatsHeader` in its records spelling
+  (``meta`` JSON, ``n_clipped``, and when they apply ``holdout-n_clipped``,
+  ``transport-dtype`` ``"float32"`` and ``rounded-to`` ``"float32"``; absent keys mean no
+  held-out count, float64 and no earlier rounding, so records without these options are
+  unchanged). The file codec writes the same header, spelt for files.
 
 Decoding validates everything (missing keys, wrong types, list lengths, record version, the
 expected message type) and raises :class:`~ghofl.errors.ProtocolError` with a message naming
@@ -30,7 +32,6 @@ flwr is imported lazily, inside the functions.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -59,8 +60,8 @@ from ghofl.secure.messages import (
     UnmaskShares,
 )
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.codec import check_transport_dtype, stats_from_tensors, stats_tensors
-from ghofl.stats.meta import StatsMeta
+from ghofl.stats.codec import check_transport_dtype, stats_tensors
+from ghofl.stats.header import StatsHeader
 
 if TYPE_CHECKING:  # pragma: no cover
     from flwr.app import RecordDict
@@ -83,6 +84,7 @@ ARRAYS = "ghofl-arrays"
 STATS_ARRAYS = "ghofl-stats"
 STATS_META = "ghofl-stats-meta"
 _STAGES = ("hello", *SECURE_STAGES, "input")
+_STATS_WHERE = "the ghofl statistics record"
 
 # Field kinds: bytes, int, str, strs (tuple of str), str_pairs (tuple of (str, str)),
 # str_bytes (tuple of (str, bytes)), roster, sealed, u64 (uint64 vector), stats.
@@ -138,15 +140,8 @@ def stats_to_record(stats: ClientStats, into: RecordDict | None = None,
         name: app.Array(np.ascontiguousarray(a))
         for name, a in stats_tensors(stats, tname).items()
     })
-    cfg: dict[str, Any] = {
-        "records-version": RECORDS_VERSION,
-        "meta": json.dumps(stats.meta.to_dict(), sort_keys=True),
-        "n_clipped": int(stats.n_clipped),
-    }
-    if stats.holdout is not None:
-        cfg["holdout-n_clipped"] = int(stats.holdout.n_clipped)
-    if tname != "float64":
-        cfg["transport-dtype"] = tname
+    header = StatsHeader.of(stats, tname).to_entries("records")
+    cfg: dict[str, Any] = {"records-version": RECORDS_VERSION, **header}
     rd[STATS_META] = app.ConfigRecord(cfg)
     return rd
 
@@ -163,20 +158,15 @@ def stats_from_record(rd: Any) -> ClientStats:
     cfg = _record(rd, STATS_META, app.ConfigRecord, "ConfigRecord")
     arrays = _record(rd, STATS_ARRAYS, app.ArrayRecord, "ArrayRecord")
     _check_version(cfg, STATS_META)
-    meta_json = _get(cfg, "meta", str, "statistics")
-    n_clipped = _get(cfg, "n_clipped", int, "statistics")
-    held_clipped = _get(cfg, "holdout-n_clipped", int, "statistics") \
-        if "holdout-n_clipped" in cfg else 0
-    transport = _get(cfg, "transport-dtype", str, "statistics") \
-        if "transport-dtype" in cfg else "float64"
     try:
-        meta = StatsMeta.from_dict(json.loads(meta_json))
+        header = StatsHeader.from_entries(cfg, "records", _STATS_WHERE)
+    except GhoflError as exc:  # the message names the record and the key
+        raise ProtocolError(str(exc)) from exc
+    try:
         tensors = {name: arrays[name].numpy() for name in arrays}
-        return stats_from_tensors(meta, tensors, n_clipped=n_clipped,
-                                  holdout_n_clipped=held_clipped,
-                                  transport_dtype=check_transport_dtype(transport))
+        return header.stats_from(tensors)
     except (GhoflError, ValueError, TypeError) as exc:
-        raise ProtocolError(f"the ghofl statistics record is invalid: {exc}") from exc
+        raise ProtocolError(f"{_STATS_WHERE} is invalid: {exc}") from exc
 
 
 # ---------------------------------------------------------------------- messages
