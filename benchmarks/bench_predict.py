@@ -289,7 +289,8 @@ def _mean_of(per: dict[str, dict[str, float]]) -> dict[str, float]:
 
 def render_ood(r: dict[str, Any]) -> str:
     rows = []
-    for name, v in r["rows"].items():
+    ordered = harness.in_order(r["rows"], ["tiny-imagenet"])  # saved keys come back sorted
+    for name, v in ordered.items():
         label = name if "per_corruption" not in v else (
             f"{name} (mean of {len(v['per_corruption'])} corruptions)")
         rows.append([label, int(v["n"]), f"{v['auroc']:.3f}", f"{v['fpr95']:.3f}",
@@ -298,10 +299,10 @@ def render_ood(r: dict[str, Any]) -> str:
     table = markdown_table(
         ["out-of-distribution set", "items", "AUROC", "FPR at 95 % TPR",
          "flagged at the model's threshold (%)", "MSP AUROC", "MSP FPR at 95 % TPR"], rows)
-    last = [k for k in r["rows"] if k.startswith("cifar10-c")]
+    last = [k for k in ordered if k.startswith("cifar10-c")]
     worst = ""
     if last:
-        per = r["rows"][last[-1]]["per_corruption"]
+        per = ordered[last[-1]]["per_corruption"]
         order = sorted(per, key=lambda c: per[c]["auroc"])
         worst = (f"Hardest corruptions at {last[-1].split()[-1]}: "
                  + ", ".join(f"{c} {per[c]['auroc']:.3f}" for c in order[:3])
