@@ -25,7 +25,8 @@ def export(
 ) -> None:
     """Export a head as one ONNX graph.
 
-    From the images (built-in image encoders) or, with --head-only, from embeddings, through
+    From the images (built-in image encoders), the token ids (text encoders; the tokenizer is
+    written beside as FILE.tokenizer.json) or, with --head-only, from embeddings, through
     the feature transform, projection and head to the outputs 'probabilities' float32 (N, C)
     and 'label' int64 (N,). Classes, head, encoder fingerprint and input contract are
     recorded in the file's metadata.
@@ -41,4 +42,10 @@ def export(
     path = export_model(model_dir, head, out, head_only=head_only, force=force,
                         image_size=size)
     kind = "head-only graph (input: embeddings)" if head_only else "encoder + head graph"
+    from ghofl.heads.export_text import is_text_model, tokenizer_path
+
+    text = not head_only and is_text_model(model_dir, head)
+    kind = "text encoder + head graph (inputs: input_ids, attention_mask)" if text else kind
     typer.echo(f"wrote {path} ({kind}, head {head})")
+    if text:
+        typer.echo(f"wrote {tokenizer_path(path)} (its tokenizer, for tokenizers.Tokenizer)")

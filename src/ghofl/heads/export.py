@@ -185,6 +185,10 @@ def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool 
         raise InputError(f"the model in '{model_dir}' has no head {head_name!r}; its heads: "
                          f"{', '.join(heads)}")
     head = heads[head_name]
+    from ghofl.heads.export_text import export_text_model, is_text_encoder
+
+    if not head_only and is_text_encoder(head.meta_.encoder):  # token ids in, tokenizer beside
+        return export_text_model(head, head_name, out, force=force, image_size=image_size)[0]
     if head_only:
         model = head_graph(head, head_name)
     else:
