@@ -39,7 +39,8 @@ def build_tiny_sentence_transformer(folder: Path, *, max_seq_length: int = 12,
                         num_attention_heads=2, intermediate_size=32,
                         max_position_embeddings=64, hidden_dropout_prob=0.0,
                         attention_probs_dropout_prob=0.0)
-    bert = BertModel(config).eval()
+    bert = BertModel(config)
+    bert.eval()  # type: ignore[no-untyped-call]
     with torch.no_grad():  # untrained LayerNorms (weight 1, bias 0) put every mean-pooled
         for name, param in bert.named_parameters():  # vector on the plane sum(x) = 0
             if "LayerNorm" in name:

@@ -10,6 +10,8 @@
   outputs ``probabilities`` and ``label``. The encoder is rebuilt from the name and resolution
   the model records and must have the recorded fingerprint (same weights, same
   preprocessing).
+* Full graph of a text model (no resolution recorded): :mod:`ghofl.heads.export_text`, inputs
+  ``input_ids``/``attention_mask`` int64 (N, L), the tokenizer written beside the file.
 
 Both record the head's metadata (:func:`~ghofl.heads.onnx_graph.head_metadata`) in the file's
 ``metadata_props``; the full graph adds ``ghofl.image_size``.

@@ -21,8 +21,8 @@ tokenized by the spec's tokenizer alone, and compares with the encoder's own out
 
 from __future__ import annotations
 
-import io
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -259,7 +259,7 @@ def text_encoder_onnx(spec: TextGraphSpec) -> onnx.ModelProto:
     """Export body + pooling + normalisation as one ONNX model (module docstring).
 
     Traced on padded probe sentences (so the attention-mask path is kept), with dynamic N and
-    L; the export is in memory.
+    L; written to a temporary folder and loaded back.
     """
     require_extra("torch", "torch")
     require_extra("onnx", "torch")
@@ -270,15 +270,16 @@ def text_encoder_onnx(spec: TextGraphSpec) -> onnx.ModelProto:
 
     feats = tokenize(spec.tokenizer, ["a probe sentence to trace the graph", "short"])
     args = tuple(torch.from_numpy(feats[k]) for k in TEXT_INPUTS)
-    buf = io.BytesIO()
     axes = {k: {0: "N", 1: "L"} for k in TEXT_INPUTS}
     axes[EMBEDDING_NAME] = {0: "N"}
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer warnings on shape-dependent Python branches
-        torch.onnx.export(_pooled(spec), args, buf, input_names=list(TEXT_INPUTS),
-                          output_names=[EMBEDDING_NAME], dynamic_axes=axes,
-                          opset_version=TEXT_OPSET, dynamo=False, do_constant_folding=True)
-    return onnx.load_from_string(buf.getvalue())
+    with tempfile.TemporaryDirectory(prefix="ghofl-text-export-") as tmp:
+        path = os.path.join(tmp, "encoder.onnx")
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer warnings on shape-dependent branches
+            torch.onnx.export(_pooled(spec), args, path, input_names=list(TEXT_INPUTS),
+                              output_names=[EMBEDDING_NAME], dynamic_axes=axes,
+                              opset_version=TEXT_OPSET, dynamo=False, do_constant_folding=True)
+        return onnx.load(path)
 
 
 def check_text_export(model: onnx.ModelProto, spec: TextGraphSpec, encoder: Encoder,
