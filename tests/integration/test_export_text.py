@@ -234,6 +234,45 @@ def test_force_replaces_both_files(model: Path, tmp_path: Path,
     assert (tmp_path / "m.onnx").stat().st_size > 1000
 
 
+class _HookEncoder:
+    """An encoder of another kind (not sentence-transformers) with the ``onnx_text_spec`` hook:
+    the tiny model's transformers BERT, mean pooling, L2 normalisation, its fast tokenizer."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name, self.dim, self.info = inner.name, inner.dim, inner.info
+
+    def embed(self, batch: Any) -> np.ndarray:
+        return np.asarray(self.inner.embed(batch))
+
+    def onnx_text_spec(self) -> Any:
+        from ghofl.client.encoders.text_onnx import TextGraphSpec, export_tokenizer, hf_body
+
+        st = self.inner.load()
+        hf_tok = st.tokenizer
+        tok = export_tokenizer(hf_tok.backend_tokenizer, 12, pad_id=hf_tok.pad_token_id,
+                               pad_token=hf_tok.pad_token)
+        return TextGraphSpec(hf_body(st[0].auto_model), tok, 12, "mean", True)
+
+
+def test_onnx_text_spec_hook(state: dict[str, Any], model: Path, tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The hook another text encoder (e.g. a transformers folder) plugs in with."""
+    from ghofl.client.encoders import CallableEncoder
+    from ghofl.client.encoders.text_onnx import text_graph_spec
+
+    want, labels = _predicted(model, "qda", tmp_path / "p.jsonl", capsys)
+    monkeypatch.setitem(state, "encoder", _HookEncoder(state["encoder"]))
+    _ok(["export", model, "--head", "qda", "--out", tmp_path / "h.onnx"], capsys)
+    proba, label = _ort(tmp_path / "h.onnx", _ids(tmp_path / "h.tokenizer.json", NEW))
+    np.testing.assert_allclose(proba, want, atol=1e-4, rtol=0)
+    assert [CLASSES[i] for i in label] == labels
+    with pytest.raises(ConfigError, match=r"text encoder 'plain' has no ONNX export .*"
+                                          r"no onnx_text_spec\(\)"):
+        text_graph_spec(CallableEncoder(lambda b: np.zeros((len(b), 2)), "plain", 2))
+
+
 def test_unsupported_modules_and_pooling_refused() -> None:
     from ghofl.client.encoders.text_onnx import TextGraphSpec, sentence_transformer_spec
 

@@ -46,6 +46,7 @@ __all__ = [
     "TextGraphSpec",
     "check_text_export",
     "export_tokenizer",
+    "hf_body",
     "sentence_transformer_spec",
     "text_encoder_onnx",
     "text_graph_spec",
@@ -151,6 +152,18 @@ def _module_kind(module: Any) -> str:
     return type(module).__name__
 
 
+def _pooling_mode(config: dict[str, Any]) -> str:
+    """``"mean"``, ``"cls"``, ... from a Pooling config (``pooling_mode``, or the older flags)."""
+    mode = config.get("pooling_mode")
+    if mode is None:  # sentence-transformers < 6: one boolean per mode
+        flags = [k for k, v in config.items() if k.startswith("pooling_mode_") and v is True]
+        mode = [f.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
+                for f in flags]
+    if isinstance(mode, (list, tuple)):
+        mode = mode[0] if len(mode) == 1 else "+".join(map(str, mode))
+    return str(mode)
+
+
 def sentence_transformer_spec(model: Any) -> TextGraphSpec:
     """The spec of a loaded ``SentenceTransformer``: Transformer, Pooling, [Normalize].
 
@@ -170,8 +183,7 @@ def sentence_transformer_spec(model: Any) -> TextGraphSpec:
             "alone with --head-only"
         )
     transformer, pooling = modules[0], modules[1]
-    mode = pooling.get_config_dict().get("pooling_mode", "mean")
-    mode = mode[0] if isinstance(mode, (list, tuple)) and len(mode) == 1 else mode
+    mode = _pooling_mode(pooling.get_config_dict())
     if mode not in POOLINGS:
         raise ConfigError(f"the sentence-transformers pooling {mode!r} has no ONNX export in "
                           f"ghofl (only {', '.join(POOLINGS)}); export the head alone with "
@@ -185,14 +197,15 @@ def sentence_transformer_spec(model: Any) -> TextGraphSpec:
                            truncation_side=hf_tok.truncation_side)
 
     def reference(texts: list[str]) -> dict[str, Any]:
-        feats = model.preprocess(texts)
+        prepare = getattr(model, "preprocess", None) or model.tokenize  # sentence-transformers < 6
+        feats = prepare(texts)
         return {k: feats[k].numpy() for k in TEXT_INPUTS}
 
-    return TextGraphSpec(_hf_body(transformer.auto_model), tok, max_length, str(mode), True,
+    return TextGraphSpec(hf_body(transformer.auto_model), tok, max_length, str(mode), True,
                          reference)
 
 
-def _hf_body(hf_model: Any) -> Any:
+def hf_body(hf_model: Any) -> Any:
     """A torch module: (input_ids, attention_mask) → ``hf_model(...).last_hidden_state``."""
     import torch
 
