@@ -91,7 +91,9 @@ def text_encoder_for(info: EncoderInfo) -> Encoder:
         encoder = encoders.get_encoder(info.name)
     except MissingExtraError:
         raise
-    except ConfigError:
+    except ConfigError as exc:
+        if not str(exc).startswith("unknown encoder"):
+            raise  # a known encoder that cannot be built here: its own message says why
         raise ConfigError(
             f"the model's encoder {info.name!r} has no ONNX path in ghofl (only the built-in "
             f"image encoders and the sentence-transformers text encoders have one); "
