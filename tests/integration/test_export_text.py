@@ -223,6 +223,12 @@ def test_refusals(state: dict[str, Any], model: Path, tmp_path: Path,
     assert "install the model files the clients used, or export the head alone with " \
            "--head-only" in err
     assert out.read_bytes() == b"old" and (tmp_path / "m.tokenizer.json").read_text() == "keep me"
+    # a prebuilt encoder (e.g. from --encoder-file) is checked the same way
+    from ghofl.heads.export_text import export_text_model
+
+    with pytest.raises(ConfigError, match=r"the local encoder 'tiny-st' has fingerprint"):
+        export_text_model(load_model(model)[0]["lda"], "lda", tmp_path / "x.onnx",
+                          encoder=other)
 
 
 def test_force_replaces_both_files(model: Path, tmp_path: Path,

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TOKENIZER_SUFFIX",
+    "check_text_fingerprint",
     "export_text_model",
     "is_text_encoder",
     "is_text_model",
@@ -86,7 +87,6 @@ def text_encoder_for(info: EncoderInfo) -> Encoder:
     """
     from ghofl.client import encoders
 
-    transform = recorded_feature_transform(info)
     try:
         encoder = encoders.get_encoder(info.name)
     except MissingExtraError:
@@ -99,14 +99,25 @@ def text_encoder_for(info: EncoderInfo) -> Encoder:
             f"image encoders and the sentence-transformers text encoders have one); "
             f"{_HEAD_ONLY_HINT}"
         ) from None
-    local = transformed_info(encoder.info, transform)
+    check_text_fingerprint(encoder, info)
+    return encoder
+
+
+def check_text_fingerprint(encoder: Encoder, info: EncoderInfo) -> None:
+    """Refuse an encoder whose output (after the recorded transform) is not the recorded one.
+
+    Raises
+    ------
+    ConfigError
+        Naming both fingerprints and the fix.
+    """
+    local = transformed_info(encoder.info, recorded_feature_transform(info))
     if local.fingerprint() != info.fingerprint():
         raise ConfigError(
             f"the local encoder {info.name!r} has fingerprint {local.fingerprint()}, but the "
             f"model was fitted with {info.fingerprint()} (other weights or preprocessing); "
             f"install the model files the clients used, or {_HEAD_ONLY_HINT}"
         )
-    return encoder
 
 
 def _contract(spec: TextGraphSpec, encoder: Encoder, tokenizer_file: str,
@@ -201,8 +212,23 @@ def _rename_input(model: onnx.ModelProto, old: str, new: str) -> None:
 
 
 def export_text_model(head: Head, name: str, out: Path, *, force: bool = False,
-                      image_size: tuple[int, int] | None = None) -> tuple[Path, Path]:
+                      image_size: tuple[int, int] | None = None,
+                      encoder: Encoder | None = None) -> tuple[Path, Path]:
     """Write the full text graph to ``out`` and its tokenizer beside it, atomically each.
+
+    Parameters
+    ----------
+    head, name :
+        The fitted head and its name in the model directory.
+    out : Path
+        The ONNX file (``.onnx``; checked by the caller).
+    force : bool
+        Replace an existing tokenizer file.
+    image_size : optional
+        Refused (image encoders only).
+    encoder : Encoder, optional
+        The text encoder, already built (e.g. from ``--encoder-file``); default: rebuilt
+        from the recorded name (:func:`text_encoder_for`). Its fingerprint is checked.
 
     Returns
     -------
@@ -231,7 +257,10 @@ def export_text_model(head: Head, name: str, out: Path, *, force: bool = False,
     if tok_path.exists() and not force:
         raise InputError(f"the tokenizer file '{tok_path}' (written beside --out) already "
                          "exists; pass --force to replace it, or choose another --out")
-    encoder = text_encoder_for(info)
+    if encoder is None:
+        encoder = text_encoder_for(info)
+    else:
+        check_text_fingerprint(encoder, info)
     spec = text_graph_spec(encoder)
     model = text_full_graph(head, name, spec, encoder, tok_path.name)
     tok_text = spec.tokenizer.to_str(pretty=True)

@@ -164,10 +164,11 @@ def _pooling_mode(config: dict[str, Any]) -> str:
     return str(mode)
 
 
-def sentence_transformer_spec(model: Any) -> TextGraphSpec:
+def sentence_transformer_spec(model: Any, normalize: bool = True) -> TextGraphSpec:
     """The spec of a loaded ``SentenceTransformer``: Transformer, Pooling, [Normalize].
 
-    The vectors are always L2-normalised (ghofl encodes with ``normalize_embeddings=True``).
+    The vectors are L2-normalised when ``normalize`` (``encode(normalize_embeddings=True)``,
+    ghofl's default) or when the model ends in a Normalize module.
 
     Raises
     ------
@@ -201,8 +202,8 @@ def sentence_transformer_spec(model: Any) -> TextGraphSpec:
         feats = prepare(texts)
         return {k: feats[k].numpy() for k in TEXT_INPUTS}
 
-    return TextGraphSpec(hf_body(transformer.auto_model), tok, max_length, str(mode), True,
-                         reference)
+    return TextGraphSpec(hf_body(transformer.auto_model), tok, max_length, str(mode),
+                         bool(normalize) or "Normalize" in kinds, reference)
 
 
 def hf_body(hf_model: Any) -> Any:
@@ -231,7 +232,7 @@ def text_graph_spec(encoder: Encoder) -> TextGraphSpec:
     from ghofl.client.encoders.text import SentenceTransformerEncoder
 
     if isinstance(encoder, SentenceTransformerEncoder):
-        return sentence_transformer_spec(encoder.load())
+        return sentence_transformer_spec(encoder.load(), getattr(encoder, "normalize", True))
     hook = getattr(encoder, "onnx_text_spec", None)
     if callable(hook):
         spec = hook()
