@@ -144,3 +144,42 @@ def test_predict_elsewhere_needs_the_folder_and_checks_it(
     Path("p.csv").unlink()
     _ok(args, capsys)
     assert len(Path("p.csv").read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize("head", ["lda", "qda", "ridge"])
+def test_export_of_a_plain_transformers_folder_matches_predict(
+        sites: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        head: str) -> None:
+    """hf: plain transformers folder (mean pooling) → full text graph from token ids, run by
+    plain ONNX Runtime with the tokenizer file beside it: predict's labels and probabilities;
+    from another folder the model folder is given by --encoder-file."""
+    ort = pytest.importorskip("onnxruntime")
+    tokenizers = pytest.importorskip("tokenizers")
+    model = tiny_bert(sites / "clients" / "tinybert", seed=0)
+    for k in range(2):
+        _ok(["client-stats", "--data", f"site{k}.txt", "--encoder", f"hf:{model}", "--classes",
+             ",".join(CLASSES), "--out", f"s{k}.ghs"], capsys)
+    _ok(["aggregate", "s0.ghs", "s1.ghs", "--out", "total.ghs"], capsys)
+    _ok(["fit", "total.ghs", "--heads", head, "--out", "model"], capsys)
+    texts = ["the fish bird cat sleeps", "the red blue green runs", "a dog", "green green"]
+    Path("new.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    elsewhere = sites / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    m = str(sites / "model")
+    rc = main(["export", m, "--head", head, "--out", "g.onnx"])
+    assert rc == 2 and "--encoder-file PATH" in capsys.readouterr().err
+    out = _ok(["export", m, "--head", head, "--out", "g.onnx", "--encoder-file", str(model)],
+              capsys)
+    assert "g.tokenizer.json" in out
+    _ok(["predict", m, "--data", str(sites / "new.txt"), "--out", "p.jsonl", "--encoder-file",
+         str(model)], capsys)
+    rows = [json.loads(line) for line in Path("p.jsonl").read_text().splitlines()]
+    want = np.array([[r[f"p_{c}"] for c in CLASSES] for r in rows])
+    enc = tokenizers.Tokenizer.from_file("g.tokenizer.json").encode_batch(texts)
+    feeds = {"input_ids": np.array([e.ids for e in enc], dtype=np.int64),
+             "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64)}
+    proba, label = ort.InferenceSession("g.onnx", providers=["CPUExecutionProvider"]).run(
+        ["probabilities", "label"], feeds)
+    np.testing.assert_allclose(proba, want, atol=1e-4, rtol=0)
+    assert [CLASSES[i] for i in label] == [r["label"] for r in rows]

@@ -28,7 +28,9 @@ def export(
     """Export a head as one ONNX graph.
 
     From the images (built-in image encoders and onnx:/torchscript: model files, whose file
-    is --encoder-file or looked up by its recorded name) or, with --head-only, from
+    is --encoder-file or looked up by its recorded name), the token ids (text encoders,
+    minilm or hf:, whose model folder is --encoder-file or looked up by its recorded name;
+    the tokenizer is written beside as FILE.tokenizer.json) or, with --head-only, from
     embeddings, through the feature transform, projection and head to the outputs
     'probabilities' float32 (N, C) and 'label' int64 (N,). Classes, head, encoder
     fingerprint and input contract are recorded in the file's metadata.
@@ -47,4 +49,10 @@ def export(
     path = export_model(model_dir, head, out, head_only=head_only, force=force,
                         image_size=size, encoder_file=encoder_file)
     kind = "head-only graph (input: embeddings)" if head_only else "encoder + head graph"
+    from ghofl.heads.export_text import is_text_model, tokenizer_path
+
+    text = not head_only and is_text_model(model_dir, head)
+    kind = "text encoder + head graph (inputs: input_ids, attention_mask)" if text else kind
     typer.echo(f"wrote {path} ({kind}, head {head})")
+    if text:
+        typer.echo(f"wrote {tokenizer_path(path)} (its tokenizer, for tokenizers.Tokenizer)")

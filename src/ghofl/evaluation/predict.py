@@ -78,53 +78,6 @@ def check_encoder_fingerprint(local: EncoderInfo, recorded: EncoderInfo, where: 
     )
 
 
-#: Encoders of a library, recorded as ``<prefix><folder name, hub id or model name>``.
-LIBRARY_PREFIXES = ("hf:", "timm:", "open_clip:")
-
-
-def _library_candidates(recorded: EncoderInfo, encoder_file: str | os.PathLike[str] | None,
-                        model_dir: Path | None) -> list[str]:
-    """Encoder names to try for a recorded ``hf:`` / ``timm:`` / ``open_clip:`` encoder.
-
-    ``--encoder-file`` is the model folder (``hf:``) or the weights file (``timm:``,
-    ``open_clip:``); without it, the recorded name (a folder name relative to the current
-    directory, or a hub id), then for ``hf:`` that folder inside the model directory.
-    """
-    kind, _, spec = recorded.name.partition(":")
-    kind = kind.lower()
-    if encoder_file is not None:
-        if kind == "hf":
-            return [f"hf:{Path(encoder_file).expanduser()}"]
-        return [f"{kind}:{spec.split('@')[0]}@{Path(encoder_file).expanduser()}"]
-    names = [recorded.name]
-    if kind == "hf" and model_dir is not None and (model_dir / spec).is_dir():
-        names.append(f"hf:{model_dir / spec}")
-    return names
-
-
-def _library_encoder(recorded: EncoderInfo, where: str, backend: str,
-                     encoder_file: str | os.PathLike[str] | None,
-                     model_dir: Path | None) -> Encoder:
-    """The recorded library encoder, rebuilt from the first candidate that loads, checked."""
-    from ghofl.client.encoders import get_encoder
-
-    failures: list[str] = []
-    for name in _library_candidates(recorded, encoder_file, model_dir):
-        try:
-            encoder = get_encoder(name, resolution=recorded.resolution or 224, backend=backend)
-        except DataError as exc:
-            failures.append(str(exc))
-            continue
-        check_encoder_fingerprint(encoder.info, recorded, where)
-        return encoder
-    what = ("its model folder" if recorded.name.lower().startswith("hf:")
-            else "its weights file")
-    raise DataError(
-        f"the model in {where} was fitted with the encoder {recorded.name!r}, which cannot be "
-        f"loaded here ({failures[-1]}); give {what} with --encoder-file PATH"
-    )
-
-
 def recorded_encoder(recorded: EncoderInfo | None, where: str, backend: str = "onnx",
                      encoder_file: str | os.PathLike[str] | None = None,
                      model_dir: Path | None = None) -> Encoder:
@@ -159,12 +112,20 @@ def recorded_encoder(recorded: EncoderInfo | None, where: str, backend: str = "o
             f"the model in {where} records no encoder (it was fitted on raw features), so it "
             "cannot encode images or texts; give it embeddings (an .npz) instead"
         )
-    from ghofl.client.encoders.recorded import model_file_kind, rebuild_model_file_encoder
+    from ghofl.client.encoders.recorded import (
+        is_library_encoder,
+        model_file_kind,
+        rebuild_library_encoder,
+        rebuild_model_file_encoder,
+    )
 
     if model_file_kind(recorded) is not None:
         return rebuild_model_file_encoder(recorded, where, encoder_file, model_dir)
-    if recorded.name.lower().startswith(LIBRARY_PREFIXES):
-        return _library_encoder(recorded, where, backend, encoder_file, model_dir)
+    if is_library_encoder(recorded):
+        library: Encoder = rebuild_library_encoder(recorded, where, backend, encoder_file,
+                                                   model_dir)
+        check_encoder_fingerprint(library.info, recorded, where)
+        return library
     if encoder_file is not None:
         raise InputError(
             f"--encoder-file applies to onnx:, torchscript:, hf:, timm: and open_clip: "

@@ -12,6 +12,8 @@
   ``label``. The encoder is rebuilt from what the model records (a model file: from
   ``--encoder-file`` or its recorded name) and must have the recorded fingerprint (same
   weights, same preprocessing).
+* Full graph of a text model (no resolution recorded): :mod:`ghofl.heads.export_text`, inputs
+  ``input_ids``/``attention_mask`` int64 (N, L), the tokenizer written beside the file.
 
 Both record the head's metadata (:func:`~ghofl.heads.onnx_graph.head_metadata`) in the file's
 ``metadata_props``; the full graph adds ``ghofl.image_size``.
@@ -204,6 +206,12 @@ def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool 
         raise InputError(f"the model in '{model_dir}' has no head {head_name!r}; its heads: "
                          f"{', '.join(heads)}")
     head = heads[head_name]
+    from ghofl.heads.export_text import export_text_model, is_text_encoder
+
+    if not head_only and is_text_encoder(head.meta_.encoder):  # token ids in, tokenizer beside
+        encoder = _text_encoder(head.meta_.encoder, f"'{model_dir}'", encoder_file, model_dir)
+        return export_text_model(head, head_name, out, force=force, image_size=image_size,
+                                 encoder=encoder)[0]
     if head_only:
         model = head_graph(head, head_name)
     else:
@@ -211,3 +219,27 @@ def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool 
     blob = model.SerializeToString()
     atomic_write(out, lambda tmp: Path(tmp).write_bytes(blob))
     return out
+
+
+def _text_encoder(info: EncoderInfo | None, where: str,
+                  encoder_file: str | os.PathLike[str] | None, model_dir: Path) -> Any:
+    """An ``hf:`` text encoder rebuilt from ``--encoder-file`` or its recorded name, else None.
+
+    ``None`` lets :func:`~ghofl.heads.export_text.export_text_model` rebuild a built-in text
+    encoder by name; either way its fingerprint is checked there.
+
+    Raises
+    ------
+    InputError
+        ``encoder_file`` given for a built-in text encoder.
+    """
+    from ghofl.client.encoders.recorded import is_library_encoder, rebuild_library_encoder
+
+    if info is not None and is_library_encoder(info):
+        return rebuild_library_encoder(info, where, "onnx", encoder_file, model_dir)
+    if encoder_file is not None:
+        raise InputError(
+            f"--encoder-file applies to onnx:, torchscript:, hf:, timm: and open_clip: "
+            f"encoders; the model in {where} records the built-in encoder "
+            f"{getattr(info, 'name', None)!r}; drop --encoder-file")
+    return None

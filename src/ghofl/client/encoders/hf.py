@@ -275,6 +275,34 @@ class TransformersEncoder(TextEncoder):
                 outs.append(pooled.float())
         return torch.cat(outs).numpy()
 
+    def onnx_text_spec(self) -> Any:
+        """What ``ghofl export`` needs for the full text graph (a ``TextGraphSpec``).
+
+        The model's last hidden states, this encoder's pooling and normalisation, and its fast
+        tokenizer with the truncation length and padding set, checked against the
+        tokenizer's own output before export.
+        """
+        from ghofl.client.encoders.text_onnx import TextGraphSpec, export_tokenizer, hf_body
+
+        tok, model = self.load()
+        backend = getattr(tok, "backend_tokenizer", None)
+        if backend is None:
+            raise ConfigError(f"the tokenizer of '{self.model_dir}' is not a fast (tokenizers) "
+                              "tokenizer, so it cannot be written beside the ONNX file; export "
+                              "the head alone with --head-only")
+        length = self.max_length
+
+        def reference(texts: list[str]) -> dict[str, Any]:
+            return dict(tok(texts, padding=True, truncation=True, max_length=length,
+                            return_tensors="np"))
+
+        return TextGraphSpec(
+            hf_body(model),
+            export_tokenizer(backend, length, pad_id=int(tok.pad_token_id or 0),
+                             pad_token=str(tok.pad_token), padding_side=tok.padding_side,
+                             truncation_side=tok.truncation_side),
+            length, self.pooling, self.normalize, reference=reference)
+
     def __repr__(self) -> str:
         return f"TransformersEncoder(name={self.name!r}, dim={self.dim})"
 

@@ -1,4 +1,4 @@
-"""A user's model-file encoder rebuilt from what a model records, on another machine.
+"""A user's own encoder rebuilt from what a model records, on another machine.
 
 A model fitted on statistics of ``onnx:PATH`` or ``torchscript:PATH`` records the encoder's
 :class:`~ghofl.stats.meta.EncoderInfo`: its name (``onnx:<stem>``, or the contract's ``name``),
@@ -33,8 +33,11 @@ from ghofl.stats.meta import EncoderInfo
 
 __all__ = [
     "ENCODER_FILE_HINT",
+    "LIBRARY_PREFIXES",
     "find_model_file",
+    "is_library_encoder",
     "model_file_kind",
+    "rebuild_library_encoder",
     "rebuild_model_file_encoder",
     "recorded_contract",
 ]
@@ -200,3 +203,60 @@ def rebuild_model_file_encoder(
             f"(preprocessing {local.preprocessing!r} here, {recorded.preprocessing!r} "
             "recorded); use the ghofl version that fitted the model, or fit it again")
     return encoder
+
+
+#: Encoders of a library, recorded as ``<prefix><folder name, hub id or model name>``.
+LIBRARY_PREFIXES = ("hf:", "timm:", "open_clip:")
+
+
+def is_library_encoder(info: EncoderInfo | None) -> bool:
+    """Whether ``info`` records an ``hf:``, ``timm:`` or ``open_clip:`` encoder."""
+    return info is not None and info.name.lower().startswith(LIBRARY_PREFIXES)
+
+
+def _library_candidates(recorded: EncoderInfo, encoder_file: str | os.PathLike[str] | None,
+                        model_dir: Path | None) -> list[str]:
+    """Encoder names to try for a recorded ``hf:`` / ``timm:`` / ``open_clip:`` encoder.
+
+    ``--encoder-file`` is the model folder (``hf:``) or the weights file (``timm:``,
+    ``open_clip:``); without it, the recorded name (a folder name relative to the current
+    directory, or a hub id), then for ``hf:`` that folder inside the model directory.
+    """
+    kind, _, spec = recorded.name.partition(":")
+    kind = kind.lower()
+    if encoder_file is not None:
+        if kind == "hf":
+            return [f"hf:{Path(encoder_file).expanduser()}"]
+        return [f"{kind}:{spec.split('@')[0]}@{Path(encoder_file).expanduser()}"]
+    names = [recorded.name]
+    if kind == "hf" and model_dir is not None and (model_dir / spec).is_dir():
+        names.append(f"hf:{model_dir / spec}")
+    return names
+
+
+def rebuild_library_encoder(recorded: EncoderInfo, where: str, backend: str = "onnx",
+                            encoder_file: str | os.PathLike[str] | None = None,
+                            model_dir: Path | None = None) -> Any:
+    """The recorded library encoder, rebuilt from the first candidate that loads.
+
+    The caller checks its fingerprint against ``recorded``.
+
+    Raises
+    ------
+    DataError
+        No candidate loads here; the message asks for ``--encoder-file``.
+    """
+    from ghofl.client.encoders.factory import get_encoder
+
+    failures: list[str] = []
+    for name in _library_candidates(recorded, encoder_file, model_dir):
+        try:
+            return get_encoder(name, resolution=recorded.resolution or 224, backend=backend)
+        except DataError as exc:
+            failures.append(str(exc))
+    what = ("its model folder" if recorded.name.lower().startswith("hf:")
+            else "its weights file")
+    raise DataError(
+        f"the model in {where} was fitted with the encoder {recorded.name!r}, which cannot be "
+        f"loaded here ({failures[-1]}); give {what} with --encoder-file PATH"
+    )
