@@ -277,3 +277,36 @@ def test_available_encoders_name_the_library_kinds() -> None:
 
     names: Callable[[], tuple[str, ...]] = available_encoders
     assert {"hf:NAME_OR_DIR", "timm:NAME", "open_clip:MODEL@TAG"} <= set(names())
+
+
+def test_timm_full_graph_export_matches_the_encoder_and_head(
+        fake_timm: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ghofl export`` of a timm: model: the library's ONNX export + head in one file, the
+    encoder rebuilt from the recorded name and checked; other weights are refused."""
+    ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (install ghofl[torch])")
+    from ghofl.errors import ConfigError
+    from ghofl.heads.export import export_model
+    from ghofl.heads.model_dir import save_model
+    from ghofl.heads.registry import make_head
+    from ghofl.stats import compute_stats
+
+    monkeypatch.setenv("GHOFL_CACHE_DIR", str(tmp_path / "cache"))
+    fake_timm["config"]["interpolation"] = "bilinear"
+    enc = get_encoder("timm:tiny_net", backend="onnx", cache_dir=tmp_path / "cache")
+    imgs = random_images(40, (20, 24))
+    y = np.arange(40) % 2
+    stats = compute_stats(enc.embed(imgs), y, ("a", "b"), mode="full", encoder=enc.info)
+    head = make_head("lda", shrinkage=0.3).fit_from_stats(stats)
+    model = save_model(tmp_path / "model", {"lda": head}, stats_meta=stats.meta)
+    out = export_model(model, "lda", tmp_path / "g.onnx", image_size=(20, 24))
+    probe = random_images(5, (20, 24), seed=3)
+    proba, label = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(
+        ["probabilities", "label"], {"images": probe})
+    want = head.predict_proba(enc.embed(probe))
+    np.testing.assert_allclose(proba, want, atol=1e-4, rtol=0)
+    np.testing.assert_array_equal(label, want.argmax(axis=1))
+    # the local library now gives other weights: the export is refused, nothing written
+    fake_timm["config"]["mean"] = (0.1, 0.1, 0.1)
+    with pytest.raises(ConfigError, match=r"has fingerprint \w+, but the model was fitted"):
+        export_model(model, "lda", tmp_path / "h.onnx", image_size=(20, 24))
+    assert not (tmp_path / "h.onnx").exists()

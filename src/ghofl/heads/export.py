@@ -77,18 +77,32 @@ def image_encoder_for(info: EncoderInfo | None, cache_dir: str | os.PathLike[str
         local encoder whose fingerprint differs from the recorded one.
     """
     from ghofl.client.encoders.factory import available_encoders, get_encoder
-    from ghofl.client.encoders.onnx_backend import OnnxEncoder
 
     if info is None:
         raise ConfigError(f"the model records no encoder (raw features); {_HEAD_ONLY_HINT}")
-    transform = recorded_feature_transform(info)
     if info.name.lower() not in available_encoders() or info.resolution is None:
         raise ConfigError(
             f"the model's encoder {info.name!r} has no ONNX path in ghofl (only the built-in "
-            f"image encoders and onnx:/torchscript: model files have one); {_HEAD_ONLY_HINT}"
+            "image encoders, onnx:/torchscript: model files and timm:/open_clip: models have "
+            f"one); {_HEAD_ONLY_HINT}"
         )
     encoder = get_encoder(info.name, resolution=info.resolution, backend="onnx",
                           cache_dir=cache_dir)
+    return checked_onnx_encoder(encoder, info)
+
+
+def checked_onnx_encoder(encoder: Any, info: EncoderInfo) -> Any:
+    """``encoder`` when it runs on ONNX Runtime with the fingerprint ``info`` records.
+
+    Raises
+    ------
+    ConfigError
+        It does not run on ONNX Runtime, or its fingerprint (after the recorded feature
+        transform) differs from the recorded one.
+    """
+    from ghofl.client.encoders.onnx_backend import OnnxEncoder
+
+    transform = recorded_feature_transform(info)
     if not isinstance(encoder, OnnxEncoder):
         raise ConfigError(f"the encoder {info.name!r} does not run on ONNX Runtime; "
                           f"{_HEAD_ONLY_HINT}")
@@ -129,16 +143,27 @@ def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
     import onnx
     from onnx import compose, helper
 
-    from ghofl.client.encoders.recorded import model_file_kind
+    from ghofl.client.encoders.recorded import (
+        is_library_encoder,
+        model_file_kind,
+        rebuild_library_encoder,
+    )
 
     if model_file_kind(head.meta_.encoder) is not None:
         from ghofl.heads.export_file import model_file_full_graph
 
         return model_file_full_graph(head, name, image_size, encoder_file, model_dir)
-    if encoder_file is not None:
-        raise ConfigError("--encoder-file applies to onnx: and torchscript: encoders; the "
-                          "model records a built-in encoder, so drop it")
-    encoder = image_encoder_for(head.meta_.encoder, cache_dir)
+    info = head.meta_.encoder
+    if is_library_encoder(info):  # timm: / open_clip: (their ONNX export), checked
+        assert info is not None
+        encoder = checked_onnx_encoder(rebuild_library_encoder(
+            info, f"'{model_dir}'", "onnx", encoder_file, model_dir), info)
+    elif encoder_file is not None:
+        raise ConfigError("--encoder-file applies to onnx:, torchscript:, hf:, timm: and "
+                          "open_clip: encoders; the model records a built-in encoder, so drop "
+                          "it")
+    else:
+        encoder = image_encoder_for(info, cache_dir)
     res = int(encoder.info.resolution or 224)
     h, w = image_size or (res, res)
     encoder.session(h, w)  # builds the cached export for this size if it is missing
