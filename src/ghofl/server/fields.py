@@ -172,6 +172,16 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
        "secure: public maximum samples per client"),
     _f("aggregation.limbs", "limbs", "--limbs", "int", "2",
        "secure: 64-bit words per float statistic (2 exact, 1 half the bytes)"),
+    _f("aggregation.corrupt_fraction", "corrupt-fraction", "--corrupt-fraction", "float",
+       "0.3333333333333333", "secure: fraction gamma of clients that may collude with the "
+       "server (sets the default threshold)", metavar="GAMMA"),
+    _f("aggregation.dropout_fraction", "dropout-fraction", "--dropout-fraction", "float",
+       "0.3333333333333333", "secure: fraction delta of clients expected to drop out (sizes "
+       "the graph)", metavar="DELTA"),
+    _f("aggregation.sigma", "exposure-bits", "--exposure-bits", "float", "40.0",
+       "secure: a client's statistics are exposed with probability <= 2^-bits", metavar="BITS"),
+    _f("aggregation.eta", "abort-bits", "--abort-bits", "float", "20.0",
+       "secure: a round aborts for a client with probability <= 2^-bits", metavar="BITS"),
     _f("aggregation.dp_epsilon", "dp-epsilon", "--dp-epsilon", "float", "0.0",
        "differential privacy budget epsilon; 0: no DP"),
     _f("aggregation.dp_delta", "dp-delta", "--dp-delta", "float", "1e-05",
