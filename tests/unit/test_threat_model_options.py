@@ -279,3 +279,43 @@ def test_the_library_names_the_fields() -> None:
     with pytest.raises(PlanError, match=r"^AggregationSpec sigma must be a number of bits"):
         AggregationSpec("secure", sigma=-1.0)
     assert LIBRARY.name("aggregation.eta") == "AggregationSpec eta"
+
+
+def test_the_flower_client_app_takes_its_policy_from_the_node_config(tmp_path: Path) -> None:
+    """ghofl's ClientApp handler, given the advertise request of a server sized for γ = 0.2:
+    a node with no policy keys answers with the refusal; one whose node config holds the same
+    values answers with its keys. The run config (the server's) holds the lax values in both
+    cases, and does not change what the node accepts."""
+    pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")
+    from flwr.app import Context, RecordDict
+
+    from ghofl.integrations.flower.client_app import handle_query
+    from ghofl.integrations.flower.records import message_from_record, message_to_record
+    from ghofl.integrations.flower.transport import CLIENT_INFO
+    from ghofl.secure import SecAggServer
+    from ghofl.secure.identity import IdentityKey, Roster
+    from ghofl.secure.messages import AdvertiseKeys
+
+    keys = {f"site-{i:02d}": IdentityKey.generate() for i in range(N)}
+    keys["site-00"].save(tmp_path / "me.key", "site-00")
+    Roster.from_identities(keys).save(tmp_path / "roster.json")
+    x, y = gaussian_mixture(0, 3, 4, n=30)
+    write_npz(tmp_path / "me.npz", x / np.linalg.norm(x, axis=1, keepdims=True), y)
+    job = ClientJob(("0", "1", "2"), clip_norm=CLIP)
+    spec = AggregationSpec("secure", **LAX)
+    run_cfg = {**plan_to_config(FederationPlan(job, spec)), "data-template": ""}
+    meta = compute_stats(x[:3], y[:3], ("0", "1", "2"), "full", clip_norm=CLIP).meta
+    server = SecAggServer(spec.secagg_config(CLIP), meta, roster=Roster.from_identities(keys))
+    request = message_to_record(server.requests()["site-00"])
+    node = {"identity-key": str(tmp_path / "me.key"), "roster": str(tmp_path / "roster.json"),
+            "data-path": str(tmp_path / "me.npz")}
+    for own, accepted in (({}, False), ({POLICY_KEYS[k]: v for k, v in LAX.items()}, True)):
+        ctx = Context(1, 7, {**node, **own}, RecordDict(), run_cfg)  # type: ignore[arg-type]
+        reply = handle_query(request, ctx)
+        info = reply[CLIENT_INFO]
+        if accepted:
+            assert "refused" not in info, info.get("refused")
+            assert isinstance(message_from_record(reply), AdvertiseKeys)
+        else:
+            assert "threshold t=15 for 24 clients; this client accepts t between 17 and 24" \
+                in str(info["refused"])

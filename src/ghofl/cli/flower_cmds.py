@@ -73,7 +73,8 @@ def flower_run(
     secure: Annotated[bool, typer.Option(
         "--secure/--plain", help="Secure aggregation (needs --clip) or the plain sum.")] = False,
     threshold: Annotated[int, typer.Option(
-        "--threshold", help="Secure: fewest clients per stage (0 = about two thirds).")] = 0,
+        "--threshold", help="Secure: fewest clients per stage (0 = (n + floor(GAMMA*n))//2 "
+        "+ 1, about two thirds at the default --corrupt-fraction).")] = 0,
     corrupt_fraction: _CorruptFractionOption = DEFAULT_CORRUPT_FRACTION,
     dropout_fraction: _DropoutFractionOption = DEFAULT_DROPOUT_FRACTION,
     exposure_bits: _ExposureBitsOption = DEFAULT_SIGMA,

@@ -96,8 +96,9 @@ _SecureOption = Annotated[bool, typer.Option(
     "--secure", help="Aggregate with the secure protocol (the server learns only the "
     "sum).")]
 _ThresholdOption = Annotated[int | None, typer.Option(
-    "--threshold", help="Secure: fewest clients that must remain (default: about two "
-    "thirds, (n + n//3)//2 + 1).")]
+    "--threshold", help="Secure: fewest clients that must remain (default: "
+    "(n + floor(GAMMA*n))//2 + 1 for --corrupt-fraction GAMMA, about two thirds at the default "
+    "1/3).")]
 _NeighboursOption = Annotated[int | None, typer.Option(
     "--neighbours", help="Secure: neighbours per client on the SecAgg+ graph (default "
     "2*ceil(1.5*log2 n), complete graph up to 13 clients).")]

@@ -165,7 +165,8 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
     _f("aggregation.protocol", "protocol", "--secure", "str", '"secure" (CLI: plain)',
        "plain (one-stage sum) or secure (the server learns only the sum)", off="plain"),
     _f("aggregation.threshold", "threshold", "--threshold", "int", "0",
-       "secure: fewest clients that must remain; 0: about two thirds"),
+       "secure: fewest clients that must remain; 0: (n + floor(gamma*n))//2 + 1, about two "
+       "thirds at the default gamma"),
     _f("aggregation.neighbours", "neighbours", "--neighbours", "int", "0",
        "secure: neighbours per client on the SecAgg+ graph; 0: the default"),
     _f("aggregation.max_samples", "max-samples", "--max-samples", "int", "1000000",

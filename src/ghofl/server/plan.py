@@ -241,7 +241,8 @@ class FederationPlan:
     PlanError
         A rule tying parts together is broken (float32 transport with the secure protocol,
         secure or DP without a clipping bound, a held-out section under DP, distributed DP
-        without the secure protocol, secure-only settings with the plain sum).
+        without the secure protocol, secure-only settings with the plain sum, a threat model
+        out of range: γ or δ outside [0, 1), γ + δ >= 1, σ or η not > 0).
     ConfigError
         The secure round's parameters are invalid.
     """
