@@ -34,7 +34,7 @@ def synthetic_offset(request: pytest.FixtureRequest) -> SyntheticSplit:
 #: one worker, one at a time, while the other workers take the rest of the suite.
 _SERIAL_MODULES = frozenset({
     "test_identity_cli", "test_flower", "test_flower_cli", "test_flower_fedavg",
-    "test_flower_tls",
+    "test_flower_tls", "test_flower_attacks",
 })
 
 

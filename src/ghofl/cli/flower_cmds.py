@@ -24,9 +24,31 @@ from ghofl.cli.io import check_mode, parse_param_options
 from ghofl.client.job import ClientJob, ConfigValue
 from ghofl.errors import ConfigError, require_extra
 from ghofl.heads.registry import parse_head_list
+from ghofl.secure.graph_params import (
+    DEFAULT_CORRUPT_FRACTION,
+    DEFAULT_DROPOUT_FRACTION,
+    DEFAULT_ETA,
+    DEFAULT_SIGMA,
+)
 from ghofl.server.config import plan_to_config
-from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server.fields import FIELDS
+from ghofl.server.plan import THREAT_MODEL_DEFAULTS, AggregationSpec, FederationPlan
 from ghofl.server_job import ServerJob
+
+# The threat model of the secure round (the server's; in deployment the local nodes' too).
+_CorruptFractionOption = Annotated[float, typer.Option(
+    "--corrupt-fraction", help="Secure: fraction GAMMA in [0, 1) of the clients that may "
+    "collude with the server (sets the default threshold). Deployment: every local node "
+    "holds the same value as its own policy (node config corrupt-fraction).")]
+_DropoutFractionOption = Annotated[float, typer.Option(
+    "--dropout-fraction", help="Secure: fraction DELTA in [0, 1) of the clients expected to "
+    "drop out; GAMMA + DELTA < 1. Deployment: the nodes hold it too.")]
+_ExposureBitsOption = Annotated[float, typer.Option(
+    "--exposure-bits", help="Secure: exposure target SIGMA > 0 (probability <= 2^-SIGMA per "
+    "client per round). Deployment: the nodes hold it too.")]
+_AbortBitsOption = Annotated[float, typer.Option(
+    "--abort-bits", help="Secure: abort target ETA > 0 (probability <= 2^-ETA per client per "
+    "round). Deployment: the nodes hold it too.")]
 
 
 @app.command("flower-run")
@@ -51,7 +73,12 @@ def flower_run(
     secure: Annotated[bool, typer.Option(
         "--secure/--plain", help="Secure aggregation (needs --clip) or the plain sum.")] = False,
     threshold: Annotated[int, typer.Option(
-        "--threshold", help="Secure: fewest clients per stage (0 = about two thirds).")] = 0,
+        "--threshold", help="Secure: fewest clients per stage (0 = (n + floor(GAMMA*n))//2 "
+        "+ 1, about two thirds at the default --corrupt-fraction).")] = 0,
+    corrupt_fraction: _CorruptFractionOption = DEFAULT_CORRUPT_FRACTION,
+    dropout_fraction: _DropoutFractionOption = DEFAULT_DROPOUT_FRACTION,
+    exposure_bits: _ExposureBitsOption = DEFAULT_SIGMA,
+    abort_bits: _AbortBitsOption = DEFAULT_ETA,
     heads: Annotated[str, typer.Option("--heads", help="Heads to fit, comma-separated.")]
         = "nb,lda,qda",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the heads.")] = 0,
@@ -91,7 +118,9 @@ def flower_run(
         return cli_plan(lambda: FederationPlan(
             upload.job(names, mode=check_mode(upload["mode"])),
             AggregationSpec(protocol="secure" if secure else "plain",
-                            threshold=threshold or None),
+                            threshold=threshold or None, corrupt_fraction=corrupt_fraction,
+                            dropout_fraction=dropout_fraction, sigma=exposure_bits,
+                            eta=abort_bits),
             server_job))
 
     plan_for(("0",))  # the plan's rules first: option errors before class-list errors
@@ -104,8 +133,7 @@ def flower_run(
                 "stage-timeout-s": float(stage_timeout), "data-template": template})
     if test is None:
         cfg["dim"] = _dim(template)
-    node_extra = None if identities is None else _identity_nodes(identities, nodes, engine,
-                                                                 secure, cfg)
+    node_extra = _node_extra(identities, nodes, engine, plan, cfg)
     result = run_local(engine, nodes, cfg, out / "flower", data_template=template,  # type: ignore[arg-type]
                        app_dir=app_dir, node_extra=node_extra)
     _finish(result, as_json, engine, nodes, out)
@@ -153,6 +181,39 @@ def _identity_nodes(folder: Path, nodes: int, engine: str, secure: bool,
                     "roster": str((folder / "roster.json").resolve())})
     cfg["roster"] = str((folder / "roster.json").resolve())
     return out
+
+
+def _node_extra(identities: Path | None, nodes: int, engine: str, plan: FederationPlan,
+                cfg: dict[str, ConfigValue]) -> list[dict[str, object]] | None:
+    """Extra node config of each node: its identity files and its own policy (or None)."""
+    keys = ([] if identities is None else
+            _identity_nodes(identities, nodes, engine, plan.secure, cfg))
+    policy = _node_policy(plan.aggregation, engine)
+    if not keys and not policy:
+        return None
+    return [{**(keys[i] if keys else {}), **policy} for i in range(nodes)]
+
+
+def _node_policy(agg: AggregationSpec, engine: str) -> dict[str, float]:
+    """Node config of the local nodes' own policy: the server's threat model, where not default.
+
+    The local nodes are the user's (as in ``ghofl simulate``). The simulation engine gives its
+    nodes no node config, so they keep the default policy and would refuse a laxer round:
+    refused here, before any process starts.
+    """
+    changed = [name for name, default in THREAT_MODEL_DEFAULTS.items()
+               if getattr(agg, name) != default]
+    if engine == "simulation":
+        lax = [FIELDS[f"aggregation.{name}"].flag for name in changed
+               if getattr(agg, name) < THREAT_MODEL_DEFAULTS[name]]
+        if lax:
+            raise ConfigError(
+                f"{', '.join(lax)} below the default: the simulation engine gives its nodes no "
+                "node config, so they keep the default client policy and refuse a round laxer "
+                "than it; use --engine deployment (every node then holds the same values), or "
+                "values at least as strict as the defaults")
+        return {}
+    return {FIELDS[f"aggregation.{name}"].key: float(getattr(agg, name)) for name in changed}
 
 
 def _run_config(plan: FederationPlan) -> dict[str, ConfigValue]:

@@ -34,6 +34,7 @@ The JSON written by ``--json`` is :meth:`ghofl.simulation.SimulationResult.to_di
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -65,7 +66,12 @@ from ghofl.heads.registry import parse_head_list
 from ghofl.privacy import DEFAULT_DELTA, DP_MODES, DPConfig
 from ghofl.secure import DEFAULT_MAX_SAMPLES, parse_drops
 from ghofl.secure.messages import SECURE_STAGES
-from ghofl.server.plan import AggregationSpec, FederationPlan, default_min_class_count
+from ghofl.server.plan import (
+    THREAT_MODEL_DEFAULTS,
+    AggregationSpec,
+    FederationPlan,
+    default_min_class_count,
+)
 from ghofl.server_job import ServerJob
 from ghofl.simulation import Population, SimulationResult
 from ghofl.simulation import simulate as simulate_plan
@@ -90,8 +96,9 @@ _SecureOption = Annotated[bool, typer.Option(
     "--secure", help="Aggregate with the secure protocol (the server learns only the "
     "sum).")]
 _ThresholdOption = Annotated[int | None, typer.Option(
-    "--threshold", help="Secure: fewest clients that must remain (default: about two "
-    "thirds, (n + n//3)//2 + 1).")]
+    "--threshold", help="Secure: fewest clients that must remain (default: "
+    "(n + floor(GAMMA*n))//2 + 1 for --corrupt-fraction GAMMA, about two thirds at the default "
+    "1/3).")]
 _NeighboursOption = Annotated[int | None, typer.Option(
     "--neighbours", help="Secure: neighbours per client on the SecAgg+ graph (default "
     "2*ceil(1.5*log2 n), complete graph up to 13 clients).")]
@@ -100,6 +107,20 @@ _MaxSamplesOption = Annotated[int | None, typer.Option(
     f"{DEFAULT_MAX_SAMPLES:,}).")]
 _LimbsOption = Annotated[int | None, typer.Option(
     "--limbs", help="Secure: 64-bit words per float statistic, 2 (exact, default) or 1.")]
+_CorruptFractionOption = Annotated[float | None, typer.Option(
+    "--corrupt-fraction", help="Secure: fraction GAMMA in [0, 1) of the clients that may "
+    "collude with the server (default 1/3); sets the default threshold "
+    "(n + floor(GAMMA*n))//2 + 1 and, with the next three, the graph degree and share "
+    "threshold. The simulated clients hold the same policy.")]
+_DropoutFractionOption = Annotated[float | None, typer.Option(
+    "--dropout-fraction", help="Secure: fraction DELTA in [0, 1) of the clients expected to "
+    "drop out (default 1/3); GAMMA + DELTA < 1.")]
+_ExposureBitsOption = Annotated[float | None, typer.Option(
+    "--exposure-bits", help="Secure: exposure target SIGMA > 0: a client's statistics reach "
+    "the server with probability <= 2^-SIGMA per round (default 40).")]
+_AbortBitsOption = Annotated[float | None, typer.Option(
+    "--abort-bits", help="Secure: abort target ETA > 0: a client's secrets cannot be "
+    "recovered (the round aborts) with probability <= 2^-ETA per round (default 20).")]
 _DropOption = Annotated[list[str] | None, typer.Option(
     "--drop", help="STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, share, "
     "mask, consistency, unmask; plain: input). Repeatable.")]
@@ -137,6 +158,10 @@ def simulate(
     neighbours: _NeighboursOption = None,
     max_samples: _MaxSamplesOption = None,
     limbs: _LimbsOption = None,
+    corrupt_fraction: _CorruptFractionOption = None,
+    dropout_fraction: _DropoutFractionOption = None,
+    exposure_bits: _ExposureBitsOption = None,
+    abort_bits: _AbortBitsOption = None,
     drop: _DropOption = None,
     dp_epsilon: _DpEpsilonOption = None,
     dp_delta: _DpDeltaOption = None,
@@ -161,7 +186,10 @@ def simulate(
     server_job = ServerJob(tuple(names), parse_param_options(param, names), seed=seed,
                            progress=progress, preset=preset)
     dp = _dp_config(dp_epsilon, dp_delta, dp_mode)
-    aggregation = _aggregation(secure, threshold, neighbours, max_samples, limbs, dp, drop)
+    threat = {"corrupt_fraction": corrupt_fraction, "dropout_fraction": dropout_fraction,
+              "sigma": exposure_bits, "eta": abort_bits}
+    aggregation = _aggregation(secure, threshold, neighbours, max_samples, limbs, dp, drop,
+                               threat)
     _check_min_class_count(upload["min_class_count"])
     upload.check(secure=secure, skip=("projection_basis",))
     if json_out is not None:
@@ -182,13 +210,21 @@ def simulate(
 
 def _aggregation(secure: bool, threshold: int | None, neighbours: int | None,
                  max_samples: int | None, limbs: int | None, dp: DPConfig | None,
-                 drop: list[str] | None) -> AggregationSpec:
-    """The :class:`AggregationSpec` of --secure, its settings, the DP options and --drop."""
+                 drop: list[str] | None, threat: Mapping[str, float | None]
+                 ) -> AggregationSpec:
+    """The :class:`AggregationSpec` of --secure, its settings, the DP options and --drop.
+
+    ``threat`` holds the threat model's options by AggregationSpec field (``None``: not given).
+    """
     protocol: Literal["plain", "secure"] = "secure" if secure else "plain"
+    given = {k: v for k, v in threat.items() if v is not None}
+    t = {**THREAT_MODEL_DEFAULTS, **given}
     return cli_plan(lambda: AggregationSpec(
         protocol=protocol, threshold=threshold, neighbours=neighbours,
         max_samples=max_samples or DEFAULT_MAX_SAMPLES, limbs=limbs or 2, dp=dp,
-        drops=parse_drops(drop, SECURE_STAGES if secure else ("input",))))
+        drops=parse_drops(drop, SECURE_STAGES if secure else ("input",)),
+        corrupt_fraction=t["corrupt_fraction"], dropout_fraction=t["dropout_fraction"],
+        sigma=t["sigma"], eta=t["eta"]))
 
 
 def _check_min_class_count(min_class_count: int | None) -> None:

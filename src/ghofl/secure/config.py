@@ -60,8 +60,9 @@ class SecAggConfig:
         R, the per-sample L2 clipping bound every client applies (public).
     threshold : int, optional
         t, the fewest clients that must remain at every stage; below it the round aborts.
-        Default: :func:`default_threshold` (about two thirds of the clients), the least that
-        clients accept by default (:class:`~ghofl.secure.policy.ClientPolicy`). The server
+        Default: :func:`consistency_threshold` at ``corrupt_fraction`` (at the default γ = 1/3,
+        :func:`default_threshold`: about two thirds of the clients), the least that clients
+        of the same γ accept (:class:`~ghofl.secure.policy.ClientPolicy`). The server
         learns only sums over at least t clients, and a malicious server with fewer than
         n/3 colluding clients cannot make the consistency check pass for two survivor sets.
     neighbours : int, optional
@@ -121,7 +122,8 @@ class SecAggConfig:
                 f"secure aggregation needs at least 2 clients (the sum of one client is its "
                 f"own statistics); got {n}"
             )
-        t = default_threshold(n) if self.threshold is None else int(self.threshold)
+        t = (consistency_threshold(n, self.corrupt_fraction) if self.threshold is None
+             else int(self.threshold))
         if t > n:
             raise ConfigError(
                 f"threshold t={t} is larger than the number of clients ({n}); give "

@@ -74,6 +74,11 @@ class ClientPolicy:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and 0 <= v < 1):
                 raise ConfigError(f"{name} must be in [0, 1); got {v!r}")
+        for name in ("sigma", "eta"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise ConfigError(f"{name} must be a number of bits > 0 (the target "
+                                  f"probability is 2^-{name}); got {v!r}")
         for name in ("min_threshold", "min_neighbours", "expected_clients"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):

@@ -13,8 +13,13 @@ from typing import Any
 from ghofl.client.job import ClientJob, ConfigValue
 from ghofl.errors import ConfigError, FieldError
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES
-from ghofl.server.fields import CONFIG
-from ghofl.server.plan import AggregationSpec, FederationPlan, default_min_class_count
+from ghofl.server.fields import CONFIG, FIELDS
+from ghofl.server.plan import (
+    THREAT_MODEL_DEFAULTS,
+    AggregationSpec,
+    FederationPlan,
+    default_min_class_count,
+)
 from ghofl.server_job import ServerJob
 
 __all__ = ["cfg_float", "cfg_int", "cfg_str", "plan_from_config", "plan_to_config"]
@@ -52,6 +57,8 @@ def plan_to_config(plan: FederationPlan) -> dict[str, ConfigValue]:
     cfg.update({
         "protocol": agg.protocol, "threshold": agg.threshold or 0,
         "neighbours": agg.neighbours or 0, "max-samples": agg.max_samples, "limbs": agg.limbs,
+        **{FIELDS[f"aggregation.{name}"].key: float(getattr(agg, name))
+           for name in THREAT_MODEL_DEFAULTS},
         "store": agg.store,
         "dp-epsilon": 0.0 if agg.dp is None else float(agg.dp.epsilon),
     })
@@ -74,12 +81,16 @@ def _plan(cfg: Mapping[str, Any]) -> FederationPlan:
     job = replace(job, min_class_count=k or (default_min_class_count(dp) if dp is not None
                                              else job.min_class_count))
     protocol = cfg_str(cfg, "protocol", "secure")
+    threat = {name: cfg_float(cfg, FIELDS[f"aggregation.{name}"].key, default)
+              for name, default in THREAT_MODEL_DEFAULTS.items()}
     agg = AggregationSpec(
         protocol=protocol,  # type: ignore[arg-type]
         threshold=cfg_int(cfg, "threshold") or None,
         neighbours=cfg_int(cfg, "neighbours") or None,
         max_samples=cfg_int(cfg, "max-samples", DEFAULT_MAX_SAMPLES),
-        limbs=cfg_int(cfg, "limbs", 2), dp=dp, store=cfg_str(cfg, "store"))
+        limbs=cfg_int(cfg, "limbs", 2), dp=dp, store=cfg_str(cfg, "store"),
+        corrupt_fraction=threat["corrupt_fraction"], dropout_fraction=threat["dropout_fraction"],
+        sigma=threat["sigma"], eta=threat["eta"])
     return FederationPlan(job, agg, ServerJob.from_config(cfg))
 
 

@@ -11,6 +11,7 @@ of different parts together is checked here, once, when the plan is built; its e
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -20,6 +21,12 @@ from ghofl.errors import ConfigError, FieldError
 from ghofl.errors import FieldNames as Naming
 from ghofl.secure.config import SecAggConfig
 from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES
+from ghofl.secure.graph_params import (
+    DEFAULT_CORRUPT_FRACTION,
+    DEFAULT_DROPOUT_FRACTION,
+    DEFAULT_ETA,
+    DEFAULT_SIGMA,
+)
 from ghofl.server_job import ServerJob
 
 if TYPE_CHECKING:
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PROTOCOLS",
+    "THREAT_MODEL_DEFAULTS",
     "AggregationSpec",
     "FederationPlan",
     "PlanError",
@@ -92,9 +100,44 @@ def _check_secure_only(agg: AggregationSpec) -> None:
                                                          agg.neighbours),
              ("aggregation.max_samples", agg.max_samples != DEFAULT_MAX_SAMPLES or None),
              ("aggregation.limbs", agg.limbs != 2 or None)]
+    given += [(f"aggregation.{name}", getattr(agg, name) != default or None)
+              for name, default in THREAT_MODEL_DEFAULTS.items()]
     for path, value in given:
         if value is not None:
             raise PlanError(path, _secure_only_text(path))
+
+
+#: The threat model of the secure round (γ, δ, σ, η), by AggregationSpec field: its default.
+THREAT_MODEL_DEFAULTS: Mapping[str, float] = {
+    "corrupt_fraction": DEFAULT_CORRUPT_FRACTION, "dropout_fraction": DEFAULT_DROPOUT_FRACTION,
+    "sigma": DEFAULT_SIGMA, "eta": DEFAULT_ETA}
+
+
+def _check_threat_model(agg: AggregationSpec) -> None:
+    """γ and δ in [0, 1) with γ + δ < 1; σ and η finite and > 0."""
+    for name in THREAT_MODEL_DEFAULTS:
+        path, value = f"aggregation.{name}", getattr(agg, name)
+        fraction = name.endswith("fraction")
+        number = (isinstance(value, int | float) and not isinstance(value, bool)
+                  and math.isfinite(value))
+        if not number or (not 0 <= value < 1 if fraction else value <= 0):
+            raise PlanError(path, _threat_text(path, value, fraction))
+    gamma, delta = agg.corrupt_fraction, agg.dropout_fraction
+    if gamma + delta >= 1:
+        raise PlanError("aggregation.dropout_fraction", lambda n: (
+            f"{n.name('aggregation.corrupt_fraction')} + "
+            f"{n.name('aggregation.dropout_fraction')} must be below 1 (some honest client "
+            f"must be expected to survive); got {gamma:g} + {delta:g}: lower either"))
+
+
+def _threat_text(path: str, value: object, fraction: bool) -> Callable[[Naming], str]:
+    def text(n: Naming) -> str:
+        if fraction:
+            return (f"{n.name(path)} must be a fraction of the clients in [0, 1) (e.g. 0.2); "
+                    f"got {value!r}")
+        return (f"{n.name(path)} must be a number of bits > 0 (the target probability is "
+                f"2^-bits; e.g. 40); got {value!r}")
+    return text
 
 
 def _secure_only_text(path: str) -> Callable[[Naming], str]:
@@ -130,6 +173,14 @@ class AggregationSpec:
         Secure: public maximum samples per client.
     limbs : {1, 2}, default 2
         Secure: 64-bit words per float statistic.
+    corrupt_fraction, dropout_fraction : float, default 1/3
+        Secure: γ and δ, the fractions of corrupt (colluding with the server) and dropped
+        clients the round is sized for: 0 <= γ, δ < 1 and γ + δ < 1. γ also sets the default
+        threshold (:func:`~ghofl.secure.config.consistency_threshold`).
+    sigma, eta : float, default 40 and 20
+        Secure: the targets, exposure <= 2^-σ and abort <= 2^-η per honest client per round
+        (the graph degree and share threshold are sized by
+        :func:`~ghofl.secure.graph_params.required_parameters`).
     dp : DPConfig or None
         Differential privacy of the release (``None``: none).
     store : str, default ""
@@ -143,6 +194,10 @@ class AggregationSpec:
     neighbours: int | None = None
     max_samples: int = DEFAULT_MAX_SAMPLES
     limbs: int = 2
+    corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION
+    dropout_fraction: float = DEFAULT_DROPOUT_FRACTION
+    sigma: float = DEFAULT_SIGMA
+    eta: float = DEFAULT_ETA
     dp: DPConfig | None = None
     store: str = ""
     drops: Mapping[str, int] = field(default_factory=dict)
@@ -153,6 +208,7 @@ class AggregationSpec:
                 f"{n.name('aggregation.protocol')} must be 'secure' or 'plain'; got "
                 f"{self.protocol!r}"))
         object.__setattr__(self, "drops", dict(self.drops))
+        _check_threat_model(self)
         _check_secure_only(self)
         _check_distributed(self)
         if self.store and self.protocol == "secure":
@@ -165,7 +221,9 @@ class AggregationSpec:
         """The secure round's public parameters for clipping bound ``clip_norm``."""
         return SecAggConfig(clip_norm=clip_norm, threshold=self.threshold,
                             neighbours=self.neighbours, max_samples=self.max_samples,
-                            limbs=self.limbs)
+                            limbs=self.limbs, corrupt_fraction=self.corrupt_fraction,
+                            dropout_fraction=self.dropout_fraction, sigma=self.sigma,
+                            eta=self.eta)
 
 
 @dataclass(frozen=True)
@@ -183,7 +241,8 @@ class FederationPlan:
     PlanError
         A rule tying parts together is broken (float32 transport with the secure protocol,
         secure or DP without a clipping bound, a held-out section under DP, distributed DP
-        without the secure protocol, secure-only settings with the plain sum).
+        without the secure protocol, secure-only settings with the plain sum, a threat model
+        out of range: γ or δ outside [0, 1), γ + δ >= 1, σ or η not > 0).
     ConfigError
         The secure round's parameters are invalid.
     """
@@ -250,7 +309,9 @@ class FederationPlan:
             "aggregation": {
                 "protocol": agg.protocol, "threshold": agg.threshold,
                 "neighbours": agg.neighbours, "max_samples": agg.max_samples,
-                "limbs": agg.limbs, "store": agg.store, "drops": dict(agg.drops),
+                "limbs": agg.limbs, "corrupt_fraction": agg.corrupt_fraction,
+                "dropout_fraction": agg.dropout_fraction, "sigma": agg.sigma, "eta": agg.eta,
+                "store": agg.store, "drops": dict(agg.drops),
                 "dp": None if dp is None else {"epsilon": dp.epsilon, "delta": dp.delta,
                                                "mode": dp.mode},
             },

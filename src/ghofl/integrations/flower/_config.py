@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -11,14 +12,17 @@ import numpy as np
 from ghofl.client.job import ClientJob
 from ghofl.client.transforms import apply_feature_transform
 from ghofl.errors import ConfigError
+from ghofl.secure.policy import ClientPolicy
 from ghofl.server.config import cfg_float, cfg_int, cfg_str
-from ghofl.server.plan import default_min_class_count
+from ghofl.server.fields import FIELDS
+from ghofl.server.plan import THREAT_MODEL_DEFAULTS, default_min_class_count
 from ghofl.stats.meta import StatsMeta
 
 if TYPE_CHECKING:
     from ghofl.privacy import NoisePlan
 
-__all__ = ["cfg_float", "cfg_int", "cfg_str", "dp_options", "job_meta"]
+__all__ = ["POLICY_KEYS", "cfg_float", "cfg_int", "cfg_str", "dp_options", "job_meta",
+           "node_policy"]
 
 
 def job_meta(job: ClientJob, input_dim: int | None) -> StatsMeta:
@@ -64,3 +68,44 @@ def dp_options(cfg: Mapping[str, Any], job: ClientJob) -> tuple[ClientJob, Noise
         return replace(job, min_class_count=k), None
     # under DP the server applies the rule to the noised counts; the clients keep every class
     return replace(job, min_class_count=1), plan_noise(config, job.mode, job.clip_norm, k)
+
+
+#: Node config keys of a node's own threat model, by :class:`~ghofl.secure.ClientPolicy`
+#: field: the run config's keys of the same parameters (``corrupt-fraction``, ...).
+POLICY_KEYS: Mapping[str, str] = {name: FIELDS[f"aggregation.{name}"].key
+                                  for name in THREAT_MODEL_DEFAULTS}
+
+
+def node_policy(node_cfg: Mapping[str, Any], authenticated: bool) -> ClientPolicy:
+    """The node's own :class:`~ghofl.secure.ClientPolicy`, from its node config.
+
+    The keys of :data:`POLICY_KEYS` (absent: the defaults γ = δ = 1/3, σ = 40, η = 20) are the
+    node's, never the server's: the node accepts only rounds at least as strict as they ask
+    (a threshold, degree and share threshold no lower than they need).
+
+    Parameters
+    ----------
+    node_cfg : mapping
+        The node config (``flower-supernode --node-config``).
+    authenticated : bool
+        The node holds a roster (else unauthenticated rounds are allowed).
+
+    Raises
+    ------
+    ConfigError
+        A key holds a value out of range; the message names the key.
+    """
+    values = {}
+    for name, key in POLICY_KEYS.items():
+        value = node_cfg.get(key, THREAT_MODEL_DEFAULTS[name])
+        fraction = name.endswith("fraction")
+        number = (isinstance(value, int | float) and not isinstance(value, bool)
+                  and math.isfinite(value))
+        if not number or (not 0 <= value < 1 if fraction else value <= 0):
+            want = "a fraction in [0, 1)" if fraction else "a number of bits > 0"
+            raise ConfigError(f"node config key {key!r} must be {want}; got {value!r}: fix "
+                              "it in this SuperNode's --node-config")
+        values[name] = float(value)
+    return ClientPolicy(corrupt_fraction=values["corrupt_fraction"],
+                        dropout_fraction=values["dropout_fraction"], sigma=values["sigma"],
+                        eta=values["eta"], allow_unauthenticated=not authenticated)

@@ -22,10 +22,13 @@ build``), the node's client id is its roster id, it answers the server's identit
 (binding its Flower node id to that id with a signature) and it verifies every relayed key and
 the consistency check against its roster. Without them the node is unauthenticated: its id is
 ``node-<Flower node id>`` and it takes relayed keys on trust (an honest-but-curious server
-only). ``ledger`` (a file path) keeps the rounds this node's data entered and refuses a second
-round over the same data unless ``allow-repeat-rounds=true``. A request the client refuses
-(out of order, other statistics, unreadable data) is answered with the reason instead of a
-protocol reply.
+only). The node's own threat model, what it accepts from any server, is read from the node
+config keys ``corrupt-fraction``, ``dropout-fraction``, ``exposure-bits`` and ``abort-bits``
+(defaults 1/3, 1/3, 40, 20; never from the run config, which is the server's): it refuses a
+round laxer than they need. ``ledger`` (a file path) keeps the rounds this node's data
+entered and refuses a second round over the same data unless ``allow-repeat-rounds=true``.
+A request the client refuses (out of order, other statistics, unreadable data) is answered
+with the reason instead of a protocol reply.
 
 Test-only: the node config key ``ghofl-test-kill-at=STAGE`` makes the node SIGKILL its own
 SuperNode (and itself) on receiving that stage's request, before answering: a deterministic
@@ -53,7 +56,11 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from ghofl.client.job import ClientJob, client_statistics  # noqa: E402
 from ghofl.errors import GhoflError, ProtocolError  # noqa: E402
 from ghofl.integrations.flower import QUERY_ACTION  # noqa: E402
-from ghofl.integrations.flower._config import dp_options, job_meta  # noqa: E402
+from ghofl.integrations.flower._config import (  # noqa: E402
+    dp_options,
+    job_meta,
+    node_policy,
+)
 from ghofl.integrations.flower.records import (  # noqa: E402
     message_from_record,
     message_to_record,
@@ -149,14 +156,19 @@ class NodeIdentity:
     """
 
     def __init__(self, client_id: str, identity: IdentityKey | None, roster: Roster | None,
-                 ledger: RoundLedger | None, address: str) -> None:
+                 ledger: RoundLedger | None, address: str,
+                 policy: ClientPolicy | None = None) -> None:
         self.client_id, self.identity, self.roster = client_id, identity, roster
         self.ledger, self.address = ledger, address
-        self.policy = ClientPolicy(allow_unauthenticated=roster is None)
+        self.policy = policy or ClientPolicy(allow_unauthenticated=roster is None)
 
     @classmethod
     def from_node_config(cls, node_cfg: Mapping[str, Any], node_id: int) -> NodeIdentity:
-        """Read ``identity-key``, ``roster``, ``ledger`` and ``allow-repeat-rounds``."""
+        """Read ``identity-key``, ``roster``, ``ledger``, ``allow-repeat-rounds`` and the policy.
+
+        The policy keys are :data:`~ghofl.integrations.flower._config.POLICY_KEYS`
+        (:func:`~ghofl.integrations.flower._config.node_policy`).
+        """
         address = f"node-{node_id}"
         key_path, roster_path = node_cfg.get("identity-key"), node_cfg.get("roster")
         if bool(key_path) != bool(roster_path):
@@ -178,7 +190,8 @@ class NodeIdentity:
                     "this node's public key"
                 )
             client_id = found
-        return cls(client_id, identity, roster, ledger, address)
+        return cls(client_id, identity, roster, ledger, address,
+                   node_policy(node_cfg, roster is not None))
 
     def hello(self, request: HelloRequest) -> Any:
         """Answer the server's identity request."""

@@ -397,7 +397,7 @@ class LocalFlower:
 
     def add_supernode(self, partition_id: int, num_partitions: int,
                       data_path: str | os.PathLike[str] | None = None,
-                      extra: Mapping[str, str] | None = None, *,
+                      extra: Mapping[str, object] | None = None, *,
                       auth_key: Path | None = None,
                       root_certificates: Path | None = None) -> subprocess.Popen[bytes]:
         """Start a SuperNode (deployment) for ``partition_id`` with its own port.
@@ -530,7 +530,7 @@ def _local(workdir: Path, engine: Engine) -> Iterator[LocalFlower]:
 def run_local(engine: Engine, nodes: int, run_config: Mapping[str, Any], workdir: Path, *,
               data_template: str | None = None, app_dir: Path | None = None,
               timeout_s: float = 900.0,
-              node_extra: Sequence[Mapping[str, str]] | None = None) -> dict[str, Any]:
+              node_extra: Sequence[Mapping[str, object]] | None = None) -> dict[str, Any]:
     """One whole local run: start, ``flwr run``, stop everything; return ``results.json``.
 
     In deployment each SuperNode ``i`` gets ``data-path = data_template.format(partition_id=i)``

@@ -3,8 +3,11 @@
 Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented defaults):
 
 * ``protocol``: ``"secure"`` or ``"plain"``;
-* the secure round: ``threshold`` (0 = about two thirds), ``neighbours`` (0 = default),
-  ``max-samples``, ``limbs``; its clipping bound is the client job's ``clip_norm``;
+* the secure round: ``threshold`` (0 = the default), ``neighbours`` (0 = default),
+  ``max-samples``, ``limbs``, the threat model it is sized for (``corrupt-fraction``,
+  ``dropout-fraction``, ``exposure-bits``, ``abort-bits``; each node accepts only rounds at
+  least as strict as its own node config keys of the same names ask); its clipping bound is
+  the client job's ``clip_norm``;
 * the :class:`~ghofl.client.job.ClientJob` keys (``classes``, ``mode``, ``clip_norm``,
   ``holdout_fraction``, ``holdout_seed``, ``transport_dtype``, ...; float32 transport only with
   the plain protocol) and the :class:`~ghofl.server_job.ServerJob` keys (``heads``,
