@@ -24,6 +24,7 @@ import numpy as np
 
 from ghofl.bench import harness
 from ghofl.bench.report import machine_summary, markdown_table
+from ghofl.heads.registry import available_heads
 from ghofl.secure import (
     FixedPointCodec,
     InMemoryTransport,
@@ -332,7 +333,8 @@ def render(results: dict[str, Any]) -> str:
                   f"{real['alpha']}, mode `full`, default R = {real['clip_norm']:g}: "
                   f"{real['n_clipped']} samples clipped)", ""]
         rows = [[h, f"{100 * v['plain']:.2f}", f"{100 * v['secure']:.2f}",
-                 v["differing_predictions"]] for h, v in real["heads"].items()]
+                 v["differing_predictions"]]
+                for h, v in harness.in_order(real["heads"], available_heads()).items()]
         lines.append(markdown_table(["head", "plain accuracy %", "secure accuracy %",
                                      "test predictions that differ"], rows))
     if results.get("flower"):
