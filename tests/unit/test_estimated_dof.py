@@ -9,6 +9,7 @@ import pytest
 from ghofl.errors import StatsValidationError
 from ghofl.heads import make_head
 from ghofl.moments import compute_moments
+from ghofl.moments.criteria import analytic_error_shrinkage, shrinkage_family
 from ghofl.moments.estimated import EstimatedStats, pooled_effective_dof
 from ghofl.moments.fedcof import fedcof_statistics
 from ghofl.stats import ClientStats, compute_stats
@@ -110,3 +111,19 @@ def test_fewer_clients_shrink_more_and_classify_no_worse() -> None:
         ridge_old = make_head("ridge", n_calibration=0).fit_from_stats(_plain(est))
         assert ridge.alpha_ > ridge_old.alpha_  # type: ignore[attr-defined]
     assert chosen[20] > chosen[200]
+
+
+def test_no_trusted_candidate_shrinks_most() -> None:
+    """Three degrees of freedom in d = 50 ask for strong shrinkage; when no candidate passes
+    df(a) ≤ max_df·ν the choice is the largest coefficient, not the smallest."""
+    c, d = 3, 50
+    x, y = _gaussians(5, c, d, 300)
+    est = fedcof_statistics(_clients(x, y, c, k=2, seed=0))
+    assert est.scatter_dof == pytest.approx(3.0)
+    assert make_head("lda").fit_from_stats(est).shrinkage_ > 0.5  # type: ignore[attr-defined]
+    m = compute_moments(est)
+    cov = m.pooled_covariance()
+    fam = shrinkage_family(cov, float(np.trace(cov)) / d, None)
+    args = (fam, 1e-3, m.means, m.counts, np.log(m.priors))
+    assert analytic_error_shrinkage(*args, max_df=0.5) == 0.99
+    assert analytic_error_shrinkage(*args) == 1e-6  # exact-sums behaviour (max_df = 1) kept

@@ -428,13 +428,17 @@ def analytic_error_shrinkage(family: ShrinkageFamily, n: float, means: F64,
     """The coefficient minimising :func:`analytic_error` over a log grid 1e-6 … 0.99.
 
     Refined between the neighbours of the best point (ties go to the smallest coefficient).
+    With ``max_df < 1``, when no candidate is trusted the largest one is returned.
     """
     grid = [float(v) for v in np.geomspace(1e-6, 0.99, 49)]
 
     def score(cands: list[float]) -> F64:
         return -analytic_error(family, n, means, counts, log_priors, cands, max_df)
 
-    best = argmax_candidate(score(grid), grid)
+    first = score(grid)
+    if max_df < 1.0 and np.all(first <= -1.0):
+        return grid[-1]
+    best = argmax_candidate(first, grid)
     fine = refine_grid(best, grid)
     return argmax_candidate(score(fine), fine)
 
