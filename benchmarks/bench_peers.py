@@ -119,7 +119,10 @@ def render(results: dict[str, Any]) -> str:
         "float64. FedNCM = `ncm` (cosine), Fed3R = `fed3r` (λ = 0.01, normalised weights), "
         "FedCOF = `fedcof` (γ = 1) on its covariance estimate from the clients' class means "
         "(`ghofl.moments.fedcof`); 'FedCOF estimate' rows are ghofl's heads on that same "
-        "estimate and the same means-only upload. Peers implemented from their papers' "
+        "estimate and the same means-only upload; their data-driven shrinkage reads the "
+        "estimate's degrees of freedom (Σ_c (K_c − 1) or so, not N − C; `EstimatedStats`, "
+        "docs/method.md §3). ghofl's best at a peer's bytes counts only the 'ghofl' rows, never "
+        "ghofl's implementations of the peers. Peers implemented from their papers' "
         "equations. Raw records: `benchmarks/results/peers.json`.",
         "",
     ]
@@ -144,7 +147,11 @@ def render(results: dict[str, Any]) -> str:
 
 
 def verdict(ds: dict[str, Any]) -> list[str]:
-    """Best peer vs best ghofl head at the same or fewer bytes, per protocol."""
+    """Each peer vs the best ghofl head at the same or fewer bytes, per protocol.
+
+    "ghofl" heads are the rows labelled ``ghofl ...``; ghofl's implementations of the peers
+    (``ncm``, ``fed3r``, ``fedcof``) are the peers' rows and never count as ghofl's best.
+    """
     out = []
     peers = ("FedNCM", "Fed3R", "FedCOF")
     for k, _ in PROTOCOLS:
@@ -160,10 +167,12 @@ def verdict(ds: dict[str, Any]) -> list[str]:
                     continue
                 best = max(ours, key=lambda r: r["accuracy"])
                 gap = best["accuracy"] - p["accuracy"]
+                side = "ahead" if gap > 0 else ("level" if gap == 0 else "BEHIND")
                 out.append(f"- K = {k}: {peer} {p['accuracy']:.2f} % at "
                            f"{p['bytes'] / 1e6:.3g} MB; best ghofl head at {what}: "
                            f"{best['method']} {best['accuracy']:.2f} % at "
-                           f"{best['bytes'] / 1e6:.3g} MB ({gap:+.2f} points).")
+                           f"{best['bytes'] / 1e6:.3g} MB: ghofl {side} by {abs(gap):.2f} "
+                           "points.")
     return [*out, ""]
 
 

@@ -160,7 +160,7 @@ def qda_evidence_shrinkage(
         coefficient 1.0 when no class holds two samples).
     """
     c_num = moments.num_classes
-    usable = [c for c in range(c_num) if moments.counts[c] >= 2]
+    usable = [c for c in range(c_num) if moments.counts[c] >= 2 and moments.class_dof(c) >= 1]
     if not usable:
         return [1.0] * c_num, "single-sample"
     support = support_basis(moments)
@@ -196,7 +196,7 @@ def qda_evidence_shrinkage(
         del cov
         no_basis = np.empty((0, 0))  # the evidence reads the eigenvalues and the target only
         fams.append((ShrinkageFamily(np.maximum(w, 0.0), no_basis, max(t, 0.0), 0.0),
-                     float(moments.counts[c] - 1)))
+                     moments.class_dof(c)))
 
     def evidence(cands: list[float]) -> F64:
         out = np.zeros(len(cands))

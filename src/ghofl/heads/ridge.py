@@ -31,7 +31,12 @@ Wahba, 1979), which needs only the moments of the total: with Σ_tot = U diag(w)
     df = Σ_j w_j s_j,   s_j = 1/(w_j + λ),   g = Uᵀ G/(N − 1),
     GCV(a) = (RSS/N) / (1 − (df + 1)/N)²
 
-(the +1 counts the intercept).
+(the +1 counts the intercept). For estimated second moments
+(:class:`~ghofl.moments.estimated.EstimatedStats`, e.g. FedCOF's from client means) the
+scatter is worth far fewer than N samples: the denominator's N becomes ν + C (ν the degrees
+of freedom of the estimated within-class scatter, :meth:`Moments.pooled_dof
+<ghofl.moments.core.Moments.pooled_dof>`), so the criterion penalises the effective
+dimension against the information the estimate holds.
 
 Calibration: T minimises the negative log-likelihood of ``n_calibration`` synthetic samples
 per class drawn from N(μ_c, shrink(Σ_pool, 0.05)) (a seeded generator), i.e. the Gaussian model
@@ -176,6 +181,9 @@ def gcv_scores(moments: Moments, alphas: list[float]) -> F64:
     g = (moments.stats.sums.T - np.outer(moments.global_mean, moments.counts)) / (n - 1)
     g2 = np.sum((u.T @ g) ** 2, axis=1)
     c0 = n * (1.0 - float(moments.priors @ moments.priors))
+    # samples' worth of the scatter: N, or for an estimate its within-class degrees of freedom
+    # plus the C class means (module docstring)
+    n_eff = moments.pooled_dof() + moments.num_classes if moments.is_estimated else float(n)
     out = np.full(len(alphas), np.inf)
     for i, a in enumerate(alphas):
         den = (1.0 - a) * w + a * tau
@@ -184,7 +192,7 @@ def gcv_scores(moments: Moments, alphas: list[float]) -> F64:
         s = (1.0 - a) / den
         rss = c0 - 2.0 * (n - 1) * float(s @ g2) + (n - 1) * float((w * s * s) @ g2)
         df = float(w @ s)
-        out[i] = (rss / n) / max(1.0 - (df + 1.0) / n, 1e-12) ** 2
+        out[i] = (rss / n) / max(1.0 - (df + 1.0) / n_eff, 1e-12) ** 2
     return out
 
 

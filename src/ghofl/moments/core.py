@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from ghofl.errors import GhoflWarning as GhoflWarning  # re-exported: its home is ghofl.errors
 from ghofl.errors import StatsValidationError, UnsupportedModeError
+from ghofl.moments.estimated import EstimatedStats
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 
@@ -41,6 +42,12 @@ class Moments:
         W = B − Σ_c N_c μ_c μ_cᵀ (``None`` in ``diag`` mode).
     total_scatter : ndarray, shape (d, d), or None
         B − N m mᵀ around the global mean m (``None`` in ``diag`` mode).
+    scatter_dof : float or None
+        Degrees of freedom of an estimated within-class scatter
+        (:class:`~ghofl.moments.estimated.EstimatedStats`); ``None`` for exact sums, whose
+        scatter has N − C (:meth:`pooled_dof`).
+    class_dof_ : ndarray, shape (C,), or None
+        Degrees of freedom of estimated class scatters; ``None``: N_c − 1 (:meth:`class_dof`).
     """
 
     meta: StatsMeta
@@ -51,6 +58,8 @@ class Moments:
     within_scatter: F64 | None
     total_scatter: F64 | None
     stats: ClientStats
+    scatter_dof: float | None = None
+    class_dof_: F64 | None = None
 
     @property
     def n_samples(self) -> int:
@@ -84,6 +93,23 @@ class Moments:
                 "with --mode diag or richer"
             )
         return self.class_vars_
+
+    @property
+    def is_estimated(self) -> bool:
+        """Whether the second moments are an estimate with their own degrees of freedom."""
+        return self.scatter_dof is not None
+
+    def pooled_dof(self) -> float:
+        """Degrees of freedom of the within-class scatter: N − C, or the estimate's."""
+        if self.scatter_dof is not None:
+            return float(self.scatter_dof)
+        return float(self.n_samples - self.num_classes)
+
+    def class_dof(self, c: int) -> float:
+        """Degrees of freedom of class c's scatter: N_c − 1, or the estimate's."""
+        if self.class_dof_ is not None:
+            return float(self.class_dof_[c])
+        return float(self.counts[c] - 1)
 
     @property
     def has_class_covariances(self) -> bool:
@@ -219,6 +245,9 @@ def compute_moments(stats: ClientStats, allow_empty_classes: bool = False) -> Mo
         within = _sym(b - between)
         a = stats.sums.sum(axis=0)
         total = _sym(b - np.outer(a, a) / n)
+    dof, class_dof = (
+        (stats.scatter_dof, stats.class_dof) if isinstance(stats, EstimatedStats) else (None, None)
+    )
     return Moments(
         meta=stats.meta,
         counts=counts,
@@ -228,6 +257,8 @@ def compute_moments(stats: ClientStats, allow_empty_classes: bool = False) -> Mo
         within_scatter=within,
         total_scatter=total,
         stats=stats,
+        scatter_dof=dof,
+        class_dof_=class_dof,
     )
 
 

@@ -341,6 +341,7 @@ def analytic_error(
     counts: NDArray[np.int64],
     log_priors: F64,
     candidates: Sequence[float],
+    max_df: float = 1.0,
 ) -> F64:
     """Gaussian estimate of the test error of the linear discriminant on C(a).
 
@@ -375,11 +376,16 @@ def analytic_error(
         N_c; classes with no sample are skipped.
     log_priors : ndarray, shape (C,)
     candidates : sequence of float
+    max_df : float in (0, 1], default 1.0
+        Candidates with df(a) ≥ max_df·n are not trusted (error 1): the corrections grow as
+        1/(1 − df/n) and are first-order only. Estimated covariances of few degrees of freedom
+        (n < k, e.g. FedCOF's) use 1/2: near df = n they mistake the noise-free null space of
+        the estimate for a direction the data does not vary along.
 
     Returns
     -------
     ndarray, shape (len(candidates),)
-        Estimated error rates in [0, 1] (1 where C(a) is singular or df(a) >= n).
+        Estimated error rates in [0, 1] (1 where C(a) is singular or df(a) >= max_df·n).
     """
     w = family.eigvals
     keep = counts > 0
@@ -397,7 +403,7 @@ def analytic_error(
         if np.any(dvals <= 0.0) or a >= 1.0:
             continue
         df = float(np.sum((1.0 - a) * w / dvals))
-        if df >= n:
+        if df >= max_df * n:
             continue
         inflate = 1.0 / (1.0 - df / n)
         trace_h_sigma = df * inflate / (1.0 - a)
@@ -417,17 +423,22 @@ def analytic_error(
 
 
 def analytic_error_shrinkage(family: ShrinkageFamily, n: float, means: F64,
-                             counts: NDArray[np.int64], log_priors: F64) -> float:
+                             counts: NDArray[np.int64], log_priors: F64,
+                             max_df: float = 1.0) -> float:
     """The coefficient minimising :func:`analytic_error` over a log grid 1e-6 … 0.99.
 
     Refined between the neighbours of the best point (ties go to the smallest coefficient).
+    With ``max_df < 1``, when no candidate is trusted the largest one is returned.
     """
     grid = [float(v) for v in np.geomspace(1e-6, 0.99, 49)]
 
     def score(cands: list[float]) -> F64:
-        return -analytic_error(family, n, means, counts, log_priors, cands)
+        return -analytic_error(family, n, means, counts, log_priors, cands, max_df)
 
-    best = argmax_candidate(score(grid), grid)
+    first = score(grid)
+    if max_df < 1.0 and np.all(first <= -1.0):
+        return grid[-1]
+    best = argmax_candidate(first, grid)
     fine = refine_grid(best, grid)
     return argmax_candidate(score(fine), fine)
 

@@ -27,6 +27,14 @@ S_c = (N_c − 1) Σ̂_c + A_c A_cᵀ / N_c (the sums of x xᵀ a class with tha
 have), in mode ``pooled`` (B = Σ_c S_c and D_c = diag S_c; no (C, d, d) array) or ``full``, so
 every ghofl head fits from them (LDA, ridge, QDA with ``full``, ...), and the ``fedcof`` head
 (:mod:`ghofl.heads.fedcof`) is FedCOF's own classifier on them.
+
+Degrees of freedom: the statistics are an :class:`~ghofl.moments.estimated.EstimatedStats`
+carrying what the estimate really has, K_c − 1 per class (``class_dof``) and, for the pooled
+within-class scatter Σ_c (N_c − 1) Σ̂_c, Satterthwaite's ν = (Σ_c (N_c − 1))² /
+Σ_c (N_c − 1)²/(K_c − 1) (``scatter_dof``; ≈ Σ_c (K_c − 1), a few hundred for 100 clients,
+tens for 10, instead of N − C). The heads' data-driven shrinkage reads these
+(:meth:`Moments.pooled_dof <ghofl.moments.core.Moments.pooled_dof>`), so it shrinks the
+estimate as much as its noise asks for.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import StatsValidationError
+from ghofl.moments.estimated import EstimatedStats, pooled_effective_dof
 from ghofl.stats.client_stats import ClientStats, sum_stats
 from ghofl.stats.meta import Mode
 
@@ -113,7 +122,7 @@ def fedcof_covariances(clients: Sequence[ClientStats]) -> tuple[F64, NDArray[np.
     return out, k_c.astype(np.int64)
 
 
-def fedcof_statistics(clients: Sequence[ClientStats], mode: Mode = "pooled") -> ClientStats:
+def fedcof_statistics(clients: Sequence[ClientStats], mode: Mode = "pooled") -> EstimatedStats:
     """Statistics whose second moments are FedCOF's estimates (module docstring).
 
     Parameters
@@ -125,8 +134,9 @@ def fedcof_statistics(clients: Sequence[ClientStats], mode: Mode = "pooled") -> 
 
     Returns
     -------
-    ClientStats
-        Counts and sums are the exact totals; the second moments are estimates.
+    EstimatedStats
+        Counts and sums are the exact totals; the second moments are estimates, with their
+        degrees of freedom (module docstring).
     """
     if mode not in ("pooled", "full"):
         raise StatsValidationError(
@@ -142,19 +152,22 @@ def fedcof_statistics(clients: Sequence[ClientStats], mode: Mode = "pooled") -> 
     mean_part = total.sums / np.maximum(n_c, 1.0)[:, None]  # rows A_c/N_c: A_c A_cᵀ/N_c = N_c m mᵀ
     meta = total.meta.with_mode(mode)
     c, d = total.num_classes, total.dim
+    class_dof = np.maximum(k_c - 1, 0).astype(np.float64)
+    dof = pooled_effective_dof(class_dof, np.maximum(n_c - 1.0, 0.0))
     if mode == "full":
         scatter = np.zeros((c, d, d))
         for j in range(c):
             v = wrows[cls == j]
             scatter[j] = v.T @ v + n_c[j] * np.outer(mean_part[j], mean_part[j])
         scatter = 0.5 * (scatter + scatter.transpose(0, 2, 1))
-        return ClientStats(meta, counts=total.counts.copy(), sums=total.sums.copy(),
-                           class_scatter=scatter)
+        return EstimatedStats(meta, counts=total.counts.copy(), sums=total.sums.copy(),
+                              class_scatter=scatter, scatter_dof=dof,
+                              class_dof=class_dof)
     sq = np.zeros((c, d))
     np.add.at(sq, cls, wrows**2)
     sq += n_c[:, None] * mean_part**2
     b = wrows.T @ wrows + (mean_part.T * n_c) @ mean_part
     b = 0.5 * (b + b.T)
     np.fill_diagonal(b, sq.sum(axis=0))  # diag(B) = Σ_c D_c exactly, not only to rounding
-    return ClientStats(meta, counts=total.counts.copy(), sums=total.sums.copy(), sq_sums=sq,
-                       scatter=b)
+    return EstimatedStats(meta, counts=total.counts.copy(), sums=total.sums.copy(), sq_sums=sq,
+                          scatter=b, scatter_dof=dof, class_dof=class_dof)

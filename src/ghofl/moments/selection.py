@@ -149,6 +149,8 @@ QDA_ERROR_MAX_CLASSES = 32
 #: Analytic criterion of ``"auto"`` for the pooled covariance when the statistics hold no
 #: held-out part: ``"error"`` (:func:`analytic_error`) or ``"evidence"``.
 POOLED_ANALYTIC = "error"
+#: Largest df(a)/n the analytic error trusts for estimated covariances (:func:`analytic_error`).
+ESTIMATED_MAX_DF = 0.5
 #: Whether a coefficient chosen on the fitting part is carried over to the full counts with
 #: :func:`rescale_for_total` (keeping the prior strength κ in samples).
 RESCALE_TO_TOTAL = True
@@ -179,9 +181,10 @@ def support_basis(moments: Moments) -> F64 | None:
     """Orthonormal basis (d, r) of the support of the data, or None when it is the whole space.
 
     The eigenvectors of the total covariance whose eigenvalue exceeds
-    :data:`SUPPORT_RTOL` times the largest.
+    :data:`SUPPORT_RTOL` times the largest. None for estimated second moments, whose rank is
+    the estimate's (e.g. FedCOF's Σ_c (K_c − 1) + C), not the data's.
     """
-    if moments.total_scatter is None:
+    if moments.total_scatter is None or moments.is_estimated:
         return None
     w, u = eigh(0.5 * (moments.total_scatter + moments.total_scatter.T), check_finite=False)
     keep = w > SUPPORT_RTOL * max(float(w[-1]), 0.0)
@@ -203,7 +206,7 @@ def _rows(m: F64, basis: F64 | None) -> F64:
 
 
 def _dof_pooled(m: Moments, divisor: str) -> float:
-    return float(m.n_samples - m.num_classes if divisor == "n-c" else m.n_samples)
+    return m.pooled_dof() if m.is_estimated or divisor == "n-c" else float(m.n_samples)
 
 
 def _no_holdout_error(rule: str) -> StatsValidationError:
@@ -313,7 +316,8 @@ def _pooled_error_choice(moments: Moments, basis: F64 | None) -> float:
         return 1.0
     fam = shrinkage_family(_project(cov, basis), tau, None if basis is None else basis.T @ basis)
     return analytic_error_shrinkage(fam, n, _rows(moments.means, basis), moments.counts,
-                                    np.log(np.maximum(moments.priors, 1e-300)))
+                                    np.log(np.maximum(moments.priors, 1e-300)),
+                                    ESTIMATED_MAX_DF if moments.is_estimated else 1.0)
 
 
 def _class_scatter(m: Moments, c: int) -> F64:
@@ -380,11 +384,11 @@ def choose_class_shrinkage(
                 dof = 1 if divisor == "n-1" else 0
                 best = rescale_for_total(best, n_fit - dof, int(moments.counts[c]) - dof)
             return ShrinkageChoice(best, "heldout-loglik")
-    n_c = int(moments.counts[c])
-    if n_c < 2:
+    n_c, n_dof = int(moments.counts[c]), moments.class_dof(c)
+    if n_c < 2 or n_dof < 1:
         return ShrinkageChoice(1.0, "single-sample")
-    return _analytic(rule, moments.class_covariance(c, "n-1"), float(n_c - 1), basis,
-                     moments.class_covariance(c, "n"), float(n_c))
+    return _analytic(rule, moments.class_covariance(c, "n-1"), n_dof, basis,
+                     moments.class_covariance(c, "n"), n_dof + 1.0)
 
 
 def pooled_center(moments: Moments, shrinkage: Shrinkage = "auto") -> F64:
@@ -547,7 +551,7 @@ def _qda_evidence_choice(moments: Moments, support: F64 | None, target: str,
                          pooled_shrinkage: Shrinkage) -> tuple[list[float], str]:
     """QDA without a held-out part: maximise the summed evidence of the class scatters."""
     c_num = moments.num_classes
-    usable = [c for c in range(c_num) if moments.counts[c] >= 2]
+    usable = [c for c in range(c_num) if moments.counts[c] >= 2 and moments.class_dof(c) >= 1]
     if not usable:
         return [1.0] * c_num, "single-sample"
     center = pooled_center(moments, pooled_shrinkage) if target == "pooled" else None
@@ -556,11 +560,10 @@ def _qda_evidence_choice(moments: Moments, support: F64 | None, target: str,
     def evidence(cands: list[float]) -> F64:
         out = np.zeros(len(cands))
         for c in usable:
-            out += evidence_loglik(fams[c], float(moments.counts[c] - 1), cands)
+            out += evidence_loglik(fams[c], moments.class_dof(c), cands)
         return out
 
     return [search_grid(by_score(evidence), EVIDENCE_GRID)] * c_num, "evidence"
-
 
 
 __all__ = [
