@@ -3,7 +3,9 @@ aggregators run one more round; the total is the flat secure total bit for bit."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -203,3 +205,106 @@ def test_overlapping_regions_are_refused() -> None:
     with pytest.raises(ConfigError, match="regions must partition the roster"):
         run_hierarchical(SecAggConfig(clip_norm=CLIP), meta, regions,
                          lambda r: InMemoryTransport([]))
+
+
+# ---------------------------------------------------------------------- plan, simulator, CLI
+def test_the_plan_refuses_regions_without_the_secure_protocol_or_with_distributed_dp() -> None:
+    from ghofl.errors import FieldError
+    from ghofl.privacy import DPConfig
+    from ghofl.server.fields import CLI
+    from ghofl.server.plan import AggregationSpec
+
+    with pytest.raises(FieldError) as exc:
+        AggregationSpec(regions=3)
+    assert exc.value.render(CLI) == ("--regions only applies to the secure protocol; add "
+                                     "--secure")
+    with pytest.raises(FieldError, match="must be at least 2"):
+        AggregationSpec("secure", regions=1)
+    with pytest.raises(FieldError, match="does not support"):
+        AggregationSpec("secure", regions=2, dp=DPConfig(1.0, 1e-5, "distributed"))
+    assert AggregationSpec("secure", regions=2).regions == 2
+
+
+def _npz(tmp_path: Path) -> tuple[Path, Path]:
+    from tests.helpers_cli import write_npz
+
+    x, y = gaussian_mixture(11, num_classes=3, dim=4, n=260, sep=2.0)
+    return (write_npz(tmp_path / "train.npz", x[:200], y[:200]),
+            write_npz(tmp_path / "test.npz", x[200:], y[200:]))
+
+
+def test_simulate_with_regions_through_the_cli(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from ghofl.cli.main import main
+
+    train, test = _npz(tmp_path)
+    common = ["simulate", "--train", str(train), "--test", str(test), "--clients", "12",
+              "--alpha", "1.0", "--min-per-client", "4", "--secure", "--clip", "50",
+              "--heads", "nb,lda", "--mode", "pooled"]
+    assert main([*common, "--regions", "3", "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "regions: 3 of 3 in the total (12 clients): region-0, region-1, region-2" in out
+    assert main([*common, "--json", str(tmp_path / "flat.json")]) == 0
+    regional = json.loads((tmp_path / "r.json").read_text())
+    flat = json.loads((tmp_path / "flat.json").read_text())
+    agg = regional["aggregation"]
+    assert agg["survivors"] == 12 and agg["params"]["regions"] == 3
+    assert agg["params"]["region"]["num_clients"] == 4
+    assert agg["hierarchy"]["included_regions"] == ["region-0", "region-1", "region-2"]
+    assert "top/unmask" in agg["stages"]
+    for head in ("nb", "lda"):  # same total (up to the codec's K): same accuracy
+        assert regional["heads"][head]["accuracy"] == flat["heads"][head]["accuracy"]
+
+
+def test_simulate_names_the_regions_left_out(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from ghofl.cli.main import main
+
+    train, test = _npz(tmp_path)
+    args = ["simulate", "--train", str(train), "--test", str(test), "--clients", "13",
+            "--alpha", "1.0", "--min-per-client", "4", "--secure", "--clip", "50", "--heads",
+            "nb", "--mode", "pooled", "--regions", "3", "--drop", "mask=1"]
+    # regions of 5, 4 and 4 clients; one client of each vanishes at the mask stage
+    assert main([*args, "--threshold", "3", "--json", str(tmp_path / "r.json")]) == 0
+    agg = json.loads((tmp_path / "r.json").read_text())["aggregation"]
+    assert agg["hierarchy"]["included_regions"] == ["region-0", "region-1", "region-2"]
+    assert agg["survivors"] == 10
+    capsys.readouterr()
+    # with threshold 4 the regions of 4 fall below it: only region-0 is in the total
+    assert main([*args, "--threshold", "4", "--json", str(tmp_path / "r2.json")]) == 0
+    out = capsys.readouterr().out
+    assert "regions: 1 of 3 in the total (4 clients): region-0" in out
+    assert "region-1 (4 clients) not in the total: secure aggregation aborted" in out
+    agg = json.loads((tmp_path / "r2.json").read_text())["aggregation"]
+    assert agg["survivors"] == 4
+    assert agg["hierarchy"]["regions"]["region-2"]["status"] == "aborted"
+
+
+def test_simulate_refuses_more_regions_than_pairs_of_clients(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ghofl.cli.main import main
+
+    train, test = _npz(tmp_path)
+    code = main(["simulate", "--train", str(train), "--test", str(test), "--clients", "6",
+                 "--alpha", "1.0", "--secure", "--clip", "50", "--heads", "nb",
+                 "--regions", "4"])
+    assert code != 0
+    assert "give at most 3 regions (--regions)" in capsys.readouterr().err
+
+
+def test_run_configs_and_the_flat_entry_point_refuse_regions() -> None:
+    from ghofl.client.job import ClientJob
+    from ghofl.server.config import plan_from_config
+    from ghofl.server.plan import AggregationSpec, FederationPlan
+    from ghofl.server.run import FederationServer
+
+    with pytest.raises(ConfigError, match="'regions' runs in process only"):
+        plan_from_config({"classes": json.dumps(["a", "b"]), "heads": "nb", "clip_norm": 2.0,
+                          "regions": 2})
+    plan = FederationPlan(ClientJob(("a", "b", "c"), "pooled", clip_norm=CLIP),
+                          AggregationSpec("secure", regions=2))
+    payloads = _payloads(4)
+    server = FederationServer(plan, list(payloads), next(iter(payloads.values())).meta)
+    assert [len(r.clients) for r in server.regions] == [2, 2]
+    with pytest.raises(ConfigError, match="call aggregate_regions"):
+        server.aggregate(InMemoryTransport([]))

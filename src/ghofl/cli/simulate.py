@@ -100,6 +100,11 @@ _MaxSamplesOption = Annotated[int | None, typer.Option(
     f"{DEFAULT_MAX_SAMPLES:,}).")]
 _LimbsOption = Annotated[int | None, typer.Option(
     "--limbs", help="Secure: 64-bit words per float statistic, 2 (exact, default) or 1.")]
+_RegionsOption = Annotated[int | None, typer.Option(
+    "--regions", help="Secure: split the clients into R public regions (contiguous groups of "
+    "the sorted ids), each a secure round, then one secure round over the R regional sums "
+    "(exact; a client's cost depends on its region's size only). --threshold and "
+    "--neighbours apply per region.")]
 _DropOption = Annotated[list[str] | None, typer.Option(
     "--drop", help="STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, share, "
     "mask, consistency, unmask; plain: input). Repeatable.")]
@@ -137,6 +142,7 @@ def simulate(
     neighbours: _NeighboursOption = None,
     max_samples: _MaxSamplesOption = None,
     limbs: _LimbsOption = None,
+    regions: _RegionsOption = None,
     drop: _DropOption = None,
     dp_epsilon: _DpEpsilonOption = None,
     dp_delta: _DpDeltaOption = None,
@@ -161,7 +167,8 @@ def simulate(
     server_job = ServerJob(tuple(names), parse_param_options(param, names), seed=seed,
                            progress=progress, preset=preset)
     dp = _dp_config(dp_epsilon, dp_delta, dp_mode)
-    aggregation = _aggregation(secure, threshold, neighbours, max_samples, limbs, dp, drop)
+    aggregation = _aggregation(secure, threshold, neighbours, max_samples, limbs, dp, drop,
+                               regions)
     _check_min_class_count(upload["min_class_count"])
     upload.check(secure=secure, skip=("projection_basis",))
     if json_out is not None:
@@ -182,13 +189,13 @@ def simulate(
 
 def _aggregation(secure: bool, threshold: int | None, neighbours: int | None,
                  max_samples: int | None, limbs: int | None, dp: DPConfig | None,
-                 drop: list[str] | None) -> AggregationSpec:
+                 drop: list[str] | None, regions: int | None = None) -> AggregationSpec:
     """The :class:`AggregationSpec` of --secure, its settings, the DP options and --drop."""
     protocol: Literal["plain", "secure"] = "secure" if secure else "plain"
     return cli_plan(lambda: AggregationSpec(
         protocol=protocol, threshold=threshold, neighbours=neighbours,
         max_samples=max_samples or DEFAULT_MAX_SAMPLES, limbs=limbs or 2, dp=dp,
-        drops=parse_drops(drop, SECURE_STAGES if secure else ("input",))))
+        drops=parse_drops(drop, SECURE_STAGES if secure else ("input",)), regions=regions))
 
 
 def _check_min_class_count(min_class_count: int | None) -> None:
@@ -270,6 +277,15 @@ def _echo_aggregation(result: SimulationResult) -> None:
         typer.echo(f"  dropped at {stage}: {client}{kept}{why}")
     for client, reason in agg["excluded"].items():
         typer.echo(f"  excluded {client}: {reason}")
+    hier = agg.get("hierarchy")
+    if hier is not None:
+        regions, kept = hier["regions"], hier["included_regions"]
+        names = ", ".join(kept[:8]) + (f" and {len(kept) - 8} more" if len(kept) > 8 else "")
+        typer.echo(f"  regions: {len(kept)} of {len(regions)} in the total "
+                   f"({hier['included_clients']} clients): {names or 'none'}")
+        for name, r in regions.items():
+            if r["status"] != "included":
+                typer.echo(f"  {name} ({r['clients']} clients) not in the total: {r['reason']}")
     typer.echo(table(
         ["stage", "server_s", "clients_s", "sent_per_client_B", "received_per_client_B"],
         [[s, v["server_seconds"], v["client_seconds_total"], round(v["client_sent_bytes_mean"]),

@@ -311,10 +311,11 @@ def run_hierarchical(config: SecAggConfig, meta: StatsMeta, regions: Sequence[Re
         The public partition of the roster (:func:`partition_regions`).
     transport_for : callable Region -> Transport
         Delivers a region's requests to its clients; they must encode with
-        :func:`region_encoder` of :func:`region_codec` (``config``, all clients).
+        :func:`region_encoder` of :func:`region_codec` (``config``, all clients). Called once
+        per region, just before its round (a simulation may build the region's clients then).
     rosters : mapping of str to Roster, optional
-        Each region's roster (its clients' identity keys), by region name; without one, that
-        region's round is unauthenticated.
+        Each region's roster (its clients' identity keys), by region name, read after
+        ``transport_for(region)``; without one, that region's round is unauthenticated.
     top : TopRound, optional
         Settings of the top round (its aggregators run in process, authenticated by a roster
         of fresh identity keys).
@@ -338,8 +339,9 @@ def run_hierarchical(config: SecAggConfig, meta: StatsMeta, regions: Sequence[Re
     outcomes: dict[str, RegionOutcome] = {}
     sums: dict[str, tuple[ClientStats, NDArray[np.uint64]]] = {}
     for region in regions:
+        transport = transport_for(region)  # first: it may build the region's clients
         roster = None if rosters is None else rosters.get(region.name)
-        outcome, words = _run_region(config, meta, region, codec, transport_for(region), roster)
+        outcome, words = _run_region(config, meta, region, codec, transport, roster)
         outcomes[region.name] = outcome
         if words is not None and outcome.report is not None:
             sums[region.name] = (outcome.report.total, words)

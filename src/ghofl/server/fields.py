@@ -172,6 +172,9 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
        "secure: public maximum samples per client"),
     _f("aggregation.limbs", "limbs", "--limbs", "int", "2",
        "secure: 64-bit words per float statistic (2 exact, 1 half the bytes)"),
+    _f("aggregation.regions", "regions", "--regions", "int", "0",
+       "secure, in process: R public regions, a secure round each, then one over the "
+       "regional sums; 0: one flat round"),
     _f("aggregation.dp_epsilon", "dp-epsilon", "--dp-epsilon", "float", "0.0",
        "differential privacy budget epsilon; 0: no DP"),
     _f("aggregation.dp_delta", "dp-delta", "--dp-delta", "float", "1e-05",

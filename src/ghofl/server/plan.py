@@ -91,10 +91,26 @@ def _check_secure_only(agg: AggregationSpec) -> None:
     given = [("aggregation.threshold", agg.threshold), ("aggregation.neighbours",
                                                          agg.neighbours),
              ("aggregation.max_samples", agg.max_samples != DEFAULT_MAX_SAMPLES or None),
-             ("aggregation.limbs", agg.limbs != 2 or None)]
+             ("aggregation.limbs", agg.limbs != 2 or None),
+             ("aggregation.regions", agg.regions)]
     for path, value in given:
         if value is not None:
             raise PlanError(path, _secure_only_text(path))
+
+
+def _check_regions(agg: AggregationSpec) -> None:
+    if agg.regions is None:
+        return
+    if agg.regions < 2:
+        raise PlanError("aggregation.regions", lambda n: (
+            f"{n.name('aggregation.regions')} must be at least 2 (the top round adds the sums "
+            f"of 2 or more regions); got {agg.regions}: leave it unset for one flat round"))
+    if agg.dp is not None and agg.dp.mode == "distributed":
+        raise PlanError("aggregation.regions", lambda n: (
+            f"{n.name('aggregation.regions')} does not support "
+            f"{n.setting('aggregation.dp_mode', 'distributed')} (the noise shares are sized "
+            "for one flat round); use "
+            f"{n.setting('aggregation.dp_mode', 'central')}, or leave regions unset"))
 
 
 def _secure_only_text(path: str) -> Callable[[Naming], str]:
@@ -135,7 +151,12 @@ class AggregationSpec:
     store : str, default ""
         Path of a durable store that records every accepted contribution (plain protocol).
     drops : mapping of str to int
-        Simulated drops: clients that vanish per stage (in-process transport only).
+        Simulated drops: clients that vanish per stage (in-process transport only; with
+        regions, in every region).
+    regions : int or None
+        Secure, in process: split the clients into this many public regions, each running
+        the secure protocol, then one secure round over the regional sums
+        (:mod:`ghofl.secure.hierarchy`); ``None``: one flat round.
     """
 
     protocol: Protocol = "plain"
@@ -146,6 +167,7 @@ class AggregationSpec:
     dp: DPConfig | None = None
     store: str = ""
     drops: Mapping[str, int] = field(default_factory=dict)
+    regions: int | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -155,6 +177,7 @@ class AggregationSpec:
         object.__setattr__(self, "drops", dict(self.drops))
         _check_secure_only(self)
         _check_distributed(self)
+        _check_regions(self)
         if self.store and self.protocol == "secure":
             raise PlanError("aggregation.store", lambda n: (
                 f"{n.name('aggregation.store')} records each client's contribution, which "
@@ -251,6 +274,7 @@ class FederationPlan:
                 "protocol": agg.protocol, "threshold": agg.threshold,
                 "neighbours": agg.neighbours, "max_samples": agg.max_samples,
                 "limbs": agg.limbs, "store": agg.store, "drops": dict(agg.drops),
+                "regions": agg.regions,
                 "dp": None if dp is None else {"epsilon": dp.epsilon, "delta": dp.delta,
                                                "mode": dp.mode},
             },
