@@ -308,3 +308,9 @@ def test_run_configs_and_the_flat_entry_point_refuse_regions() -> None:
     assert [len(r.clients) for r in server.regions] == [2, 2]
     with pytest.raises(ConfigError, match="call aggregate_regions"):
         server.aggregate(InMemoryTransport([]))
+
+
+def test_every_region_aborting_aborts_the_run() -> None:
+    payloads = _payloads(8, seed=8)
+    with pytest.raises(AggregationAbortedError, match="every one of the 2 regions aborted"):
+        _hierarchical(payloads, 2, drops={"region-0": {"mask": 2}, "region-1": {"share": 3}})

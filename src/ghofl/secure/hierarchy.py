@@ -330,7 +330,8 @@ def run_hierarchical(config: SecAggConfig, meta: StatsMeta, regions: Sequence[Re
         Fewer than 2 regions, a region of fewer than 2 clients, a threshold larger than a
         region, or a client in two regions.
     AggregationAbortedError
-        The top round aborted (too few aggregators); regional aborts only leave that region out.
+        The top round aborted (too few aggregators), or no region's sum reached the total;
+        a regional abort only leaves that region out.
     """
     start = time.perf_counter()
     top = top or TopRound()
@@ -345,6 +346,12 @@ def run_hierarchical(config: SecAggConfig, meta: StatsMeta, regions: Sequence[Re
         outcomes[region.name] = outcome
         if words is not None and outcome.report is not None:
             sums[region.name] = (outcome.report.total, words)
+    if not sums:
+        raise AggregationAbortedError(
+            f"hierarchical aggregation aborted: the round of every one of the {len(regions)} "
+            f"regions aborted, so no region's sum exists; no result was produced (first: "
+            f"{next(iter(outcomes.values())).reason})"
+        )
     zero = np.zeros(codec.length(meta), np.uint64)
     empty = codec.decode(meta, zero)
     inputs = {r.name: sums.get(r.name, (empty, zero)) for r in regions}
@@ -354,6 +361,11 @@ def run_hierarchical(config: SecAggConfig, meta: StatsMeta, regions: Sequence[Re
         if o.status == "included" and name not in in_top:
             stage = report.dropped.get(name) or report.excluded.get(name) or "the top round"
             o.status, o.reason = "lost", f"its aggregator dropped out of the top round ({stage})"
+    if not any(o.status == "included" for o in outcomes.values()):
+        raise AggregationAbortedError(
+            "hierarchical aggregation aborted: no aggregator of a completed region is in the "
+            "top round's sum; no result was produced"
+        )
     return HierarchicalReport(report.total, words, codec, outcomes, report,
                               time.perf_counter() - start)
 
