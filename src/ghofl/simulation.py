@@ -21,7 +21,7 @@ into clients)::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,11 +35,12 @@ from ghofl.data.partition import dirichlet_partition
 from ghofl.errors import InputError
 from ghofl.heads.build import build_heads, head_defaults, to_jsonable
 from ghofl.privacy import noise_share_encoder
-from ghofl.secure import InMemoryTransport, PlainClient, SecAggClient
+from ghofl.secure import InMemoryTransport, PlainClient, SecAggClient, SecAggConfig
+from ghofl.secure.hierarchy import Region, TopRound, region_codec, region_encoder
 from ghofl.secure.identity import IdentityKey, Roster
 from ghofl.secure.policy import ClientPolicy
 from ghofl.server.plan import FederationPlan
-from ghofl.server.run import FederationServer
+from ghofl.server.run import Aggregated, FederationServer
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import through_transport
 from ghofl.stats.meta import EncoderInfo, Mode, StatsMeta
@@ -115,7 +116,9 @@ class SimulationResult:
     aggregation : dict
         :meth:`~ghofl.secure.AggregationReport.to_dict` of the protocol run: ``protocol``
         (``"plain"`` or ``"secure"``), per-stage seconds and bytes, survivors, dropped and
-        excluded clients, public parameters.
+        excluded clients, public parameters; with regions also ``hierarchy``
+        (:meth:`~ghofl.secure.hierarchy.HierarchicalReport.to_dict`: each region's status,
+        the regions in the total, the top round).
     clip_norm : float or None
         Per-sample L2 clipping bound R applied by every client.
     n_clipped : int
@@ -273,12 +276,16 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     meta = job.stats_meta(transformed_dim(xtr.shape[1], job.feature_transform), info)
     xte = apply_feature_transform(xte, job.feature_transform)
     noise_seeds = np.random.SeedSequence([server_job.seed, 0x0D1FF]).spawn(clients + 1)
-    roster, halves = _client_halves(plan, ids, [stats_of(idx) for idx in parts], meta,
-                                    noise_seeds)
-    server = FederationServer(plan, ids, meta, roster=roster)
-    out = server.aggregate(InMemoryTransport(halves, plan.aggregation.drops,
-                                             seed=server_job.seed),
-                           noise_rng=np.random.default_rng(noise_seeds[-1]))
+    makers = [stats_of(idx) for idx in parts]
+    noise_rng = np.random.default_rng(noise_seeds[-1])
+    if plan.aggregation.regions is None:
+        roster, halves = _client_halves(plan, ids, makers, meta, noise_seeds)
+        server = FederationServer(plan, ids, meta, roster=roster)
+        out = server.aggregate(InMemoryTransport(halves, plan.aggregation.drops,
+                                                 seed=server_job.seed), noise_rng=noise_rng)
+    else:
+        server = FederationServer(plan, ids, meta)
+        out = _aggregate_regions(server, dict(zip(ids, makers, strict=True)), meta, noise_rng)
     stages["client_stats"] = float(sum(client_seconds))
     stages["client_stats_max"] = max(client_seconds, default=0.0)
     stages["aggregate"] = max(out.seconds - stages["client_stats"], 0.0)
@@ -309,7 +316,8 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
         classes=list(class_names),
         stage_seconds=stages,
         client_sizes=[int(p.size) for p in parts],
-        aggregation=out.report.to_dict(),
+        aggregation={**out.report.to_dict(), **({} if out.hierarchy is None else
+                                                {"hierarchy": out.hierarchy.to_dict()})},
         clip_norm=job.clip_norm,
         n_clipped=out.total.n_clipped,
         min_class_count=job.min_class_count,
@@ -335,16 +343,48 @@ def _client_halves(plan: FederationPlan, ids: Sequence[str],
         return None, [PlainClient(cid, make) for cid, make in zip(ids, stats, strict=True)]
     identities = {cid: IdentityKey.generate() for cid in ids}
     roster = Roster.from_identities(identities)
-    cfg = plan.secagg_config()
-    policy = ClientPolicy(corrupt_fraction=cfg.corrupt_fraction,
-                          dropout_fraction=cfg.dropout_fraction, sigma=cfg.sigma, eta=cfg.eta,
-                          trust_server=cfg.threshold is not None, min_neighbours=cfg.neighbours)
+    policy = _policy(plan.secagg_config())
     noise = plan.noise_plan() if plan.distributed_dp else None
     return roster, [
         SecAggClient(cid, make, meta=meta, encode=None if noise is None else
                      noise_share_encoder(noise, np.random.default_rng(noise_seeds[i])),
                      identity=identities[cid], roster=roster, policy=policy)
         for i, (cid, make) in enumerate(zip(ids, stats, strict=True))]
+
+
+def _policy(cfg: SecAggConfig) -> ClientPolicy:
+    """What the simulated clients accept: the plan's own threshold and degree."""
+    return ClientPolicy(corrupt_fraction=cfg.corrupt_fraction,
+                        dropout_fraction=cfg.dropout_fraction, sigma=cfg.sigma, eta=cfg.eta,
+                        trust_server=cfg.threshold is not None, min_neighbours=cfg.neighbours)
+
+
+def _aggregate_regions(server: FederationServer, stats: Mapping[str, Callable[[], ClientStats]],
+                       meta: StatsMeta, noise_rng: np.random.Generator) -> Aggregated:
+    """The plan's regions, each a secure round in process, then the top round.
+
+    Every client gets a fresh identity key on its region's roster and encodes with the
+    federation's codec; a region's clients are built when its round starts, and the plan's
+    simulated drops apply in every region (seeded per region).
+    """
+    plan = server.plan
+    cfg, seed = plan.secagg_config(), plan.server.seed
+    encode = region_encoder(region_codec(cfg, len(stats)))
+    policy = _policy(cfg)
+    identities = {c: IdentityKey.generate() for c in stats}
+    rosters = {r.name: Roster.from_identities({c: identities[c] for c in r.clients})
+               for r in server.regions}
+    index = {r.name: i for i, r in enumerate(server.regions)}
+
+    def transport_for(region: Region) -> InMemoryTransport:
+        halves = [SecAggClient(c, stats[c], meta=meta, encode=encode, identity=identities[c],
+                               roster=rosters[region.name], policy=policy)
+                  for c in region.clients]
+        drop_seed = int(np.random.SeedSequence([seed, index[region.name]]).generate_state(1)[0])
+        return InMemoryTransport(halves, plan.aggregation.drops, seed=drop_seed)
+
+    return server.aggregate_regions(transport_for, rosters=rosters, top=TopRound(seed=seed),
+                                    noise_rng=noise_rng)
 
 
 def _check_test(test: tuple[NDArray[Any], NDArray[Any]], c: int, d: int,

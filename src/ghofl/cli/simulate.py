@@ -121,6 +121,11 @@ _ExposureBitsOption = Annotated[float | None, typer.Option(
 _AbortBitsOption = Annotated[float | None, typer.Option(
     "--abort-bits", help="Secure: abort target ETA > 0: a client's secrets cannot be "
     "recovered (the round aborts) with probability <= 2^-ETA per round (default 20).")]
+_RegionsOption = Annotated[int | None, typer.Option(
+    "--regions", help="Secure: split the clients into R public regions (contiguous groups of "
+    "the sorted ids), each a secure round, then one secure round over the R regional sums "
+    "(exact; a client's cost depends on its region's size only). --threshold and "
+    "--neighbours apply per region.")]
 _DropOption = Annotated[list[str] | None, typer.Option(
     "--drop", help="STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, share, "
     "mask, consistency, unmask; plain: input). Repeatable.")]
@@ -162,6 +167,7 @@ def simulate(
     dropout_fraction: _DropoutFractionOption = None,
     exposure_bits: _ExposureBitsOption = None,
     abort_bits: _AbortBitsOption = None,
+    regions: _RegionsOption = None,
     drop: _DropOption = None,
     dp_epsilon: _DpEpsilonOption = None,
     dp_delta: _DpDeltaOption = None,
@@ -189,7 +195,7 @@ def simulate(
     threat = {"corrupt_fraction": corrupt_fraction, "dropout_fraction": dropout_fraction,
               "sigma": exposure_bits, "eta": abort_bits}
     aggregation = _aggregation(secure, threshold, neighbours, max_samples, limbs, dp, drop,
-                               threat)
+                               threat, regions)
     _check_min_class_count(upload["min_class_count"])
     upload.check(secure=secure, skip=("projection_basis",))
     if json_out is not None:
@@ -210,8 +216,8 @@ def simulate(
 
 def _aggregation(secure: bool, threshold: int | None, neighbours: int | None,
                  max_samples: int | None, limbs: int | None, dp: DPConfig | None,
-                 drop: list[str] | None, threat: Mapping[str, float | None]
-                 ) -> AggregationSpec:
+                 drop: list[str] | None, threat: Mapping[str, float | None],
+                 regions: int | None = None) -> AggregationSpec:
     """The :class:`AggregationSpec` of --secure, its settings, the DP options and --drop.
 
     ``threat`` holds the threat model's options by AggregationSpec field (``None``: not given).
@@ -224,7 +230,7 @@ def _aggregation(secure: bool, threshold: int | None, neighbours: int | None,
         max_samples=max_samples or DEFAULT_MAX_SAMPLES, limbs=limbs or 2, dp=dp,
         drops=parse_drops(drop, SECURE_STAGES if secure else ("input",)),
         corrupt_fraction=t["corrupt_fraction"], dropout_fraction=t["dropout_fraction"],
-        sigma=t["sigma"], eta=t["eta"]))
+        sigma=t["sigma"], eta=t["eta"], regions=regions))
 
 
 def _check_min_class_count(min_class_count: int | None) -> None:
@@ -306,6 +312,15 @@ def _echo_aggregation(result: SimulationResult) -> None:
         typer.echo(f"  dropped at {stage}: {client}{kept}{why}")
     for client, reason in agg["excluded"].items():
         typer.echo(f"  excluded {client}: {reason}")
+    hier = agg.get("hierarchy")
+    if hier is not None:
+        regions, kept = hier["regions"], hier["included_regions"]
+        names = ", ".join(kept[:8]) + (f" and {len(kept) - 8} more" if len(kept) > 8 else "")
+        typer.echo(f"  regions: {len(kept)} of {len(regions)} in the total "
+                   f"({hier['included_clients']} clients): {names or 'none'}")
+        for name, r in regions.items():
+            if r["status"] != "included":
+                typer.echo(f"  {name} ({r['clients']} clients) not in the total: {r['reason']}")
     typer.echo(table(
         ["stage", "server_s", "clients_s", "sent_per_client_B", "received_per_client_B"],
         [[s, v["server_seconds"], v["client_seconds_total"], round(v["client_sent_bytes_mean"]),

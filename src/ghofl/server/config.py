@@ -43,13 +43,14 @@ def plan_from_config(cfg: Mapping[str, Any]) -> FederationPlan:
 def plan_to_config(plan: FederationPlan) -> dict[str, ConfigValue]:
     """The run config of ``plan``: ``plan_from_config(plan_to_config(plan)) == plan``.
 
-    Simulated drops (``aggregation.drops``) have no run-config key and are left out.
+    Simulated drops (``aggregation.drops``) and regions (``aggregation.regions``, in process
+    only) have no run-config key and are left out.
 
     Returns
     -------
     dict
-        Every key of :data:`~ghofl.server.fields.FIELDS` but ``drop``, flat (strings, numbers,
-        booleans), as a Flower run config or a TOML table holds them.
+        Every key of :data:`~ghofl.server.fields.FIELDS` but ``drop`` and ``regions``, flat
+        (strings, numbers, booleans), as a Flower run config or a TOML table holds them.
     """
     agg = plan.aggregation
     cfg: dict[str, ConfigValue] = {**plan.client.to_config(), **plan.server.to_config()}
@@ -83,6 +84,11 @@ def _plan(cfg: Mapping[str, Any]) -> FederationPlan:
     protocol = cfg_str(cfg, "protocol", "secure")
     threat = {name: cfg_float(cfg, FIELDS[f"aggregation.{name}"].key, default)
               for name, default in THREAT_MODEL_DEFAULTS.items()}
+    if cfg_int(cfg, "regions"):
+        raise ConfigError(
+            "run config key 'regions' runs in process only (ghofl simulate --regions); a "
+            "deployment runs one federation per region (docs/secure-aggregation.md, Regions)"
+        )
     agg = AggregationSpec(
         protocol=protocol,  # type: ignore[arg-type]
         threshold=cfg_int(cfg, "threshold") or None,

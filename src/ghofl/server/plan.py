@@ -99,7 +99,8 @@ def _check_secure_only(agg: AggregationSpec) -> None:
     given = [("aggregation.threshold", agg.threshold), ("aggregation.neighbours",
                                                          agg.neighbours),
              ("aggregation.max_samples", agg.max_samples != DEFAULT_MAX_SAMPLES or None),
-             ("aggregation.limbs", agg.limbs != 2 or None)]
+             ("aggregation.limbs", agg.limbs != 2 or None),
+             ("aggregation.regions", agg.regions)]
     given += [(f"aggregation.{name}", getattr(agg, name) != default or None)
               for name, default in THREAT_MODEL_DEFAULTS.items()]
     for path, value in given:
@@ -138,6 +139,21 @@ def _threat_text(path: str, value: object, fraction: bool) -> Callable[[Naming],
         return (f"{n.name(path)} must be a number of bits > 0 (the target probability is "
                 f"2^-bits; e.g. 40); got {value!r}")
     return text
+
+
+def _check_regions(agg: AggregationSpec) -> None:
+    if agg.regions is None:
+        return
+    if agg.regions < 2:
+        raise PlanError("aggregation.regions", lambda n: (
+            f"{n.name('aggregation.regions')} must be at least 2 (the top round adds the sums "
+            f"of 2 or more regions); got {agg.regions}: leave it unset for one flat round"))
+    if agg.dp is not None and agg.dp.mode == "distributed":
+        raise PlanError("aggregation.regions", lambda n: (
+            f"{n.name('aggregation.regions')} does not support "
+            f"{n.setting('aggregation.dp_mode', 'distributed')} (the noise shares are sized "
+            "for one flat round); use "
+            f"{n.setting('aggregation.dp_mode', 'central')}, or leave regions unset"))
 
 
 def _secure_only_text(path: str) -> Callable[[Naming], str]:
@@ -186,7 +202,12 @@ class AggregationSpec:
     store : str, default ""
         Path of a durable store that records every accepted contribution (plain protocol).
     drops : mapping of str to int
-        Simulated drops: clients that vanish per stage (in-process transport only).
+        Simulated drops: clients that vanish per stage (in-process transport only; with
+        regions, in every region).
+    regions : int or None
+        Secure, in process: split the clients into this many public regions, each running
+        the secure protocol, then one secure round over the regional sums
+        (:mod:`ghofl.secure.hierarchy`); ``None``: one flat round.
     """
 
     protocol: Protocol = "plain"
@@ -201,6 +222,7 @@ class AggregationSpec:
     dp: DPConfig | None = None
     store: str = ""
     drops: Mapping[str, int] = field(default_factory=dict)
+    regions: int | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -211,6 +233,7 @@ class AggregationSpec:
         _check_threat_model(self)
         _check_secure_only(self)
         _check_distributed(self)
+        _check_regions(self)
         if self.store and self.protocol == "secure":
             raise PlanError("aggregation.store", lambda n: (
                 f"{n.name('aggregation.store')} records each client's contribution, which "
@@ -311,7 +334,7 @@ class FederationPlan:
                 "neighbours": agg.neighbours, "max_samples": agg.max_samples,
                 "limbs": agg.limbs, "corrupt_fraction": agg.corrupt_fraction,
                 "dropout_fraction": agg.dropout_fraction, "sigma": agg.sigma, "eta": agg.eta,
-                "store": agg.store, "drops": dict(agg.drops),
+                "store": agg.store, "drops": dict(agg.drops), "regions": agg.regions,
                 "dp": None if dp is None else {"epsilon": dp.epsilon, "delta": dp.delta,
                                                "mode": dp.mode},
             },

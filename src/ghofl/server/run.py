@@ -6,11 +6,13 @@ simulator hands it an :class:`~ghofl.secure.InMemoryTransport`, the Flower Serve
 :meth:`FederationServer.aggregate` (the protocol's server half, built here from the plan, and
 the differential-privacy release) and :meth:`FederationServer.fit` (the plan's server job).
 Only this module builds a :class:`~ghofl.secure.SecAggServer`, a
-:class:`~ghofl.secure.PlainServer` or a DP release. Every total is checked against what
-clipping allows (:mod:`ghofl.secure.bounds`) before anything is fitted or released: the secure
-sum as it is decoded (:class:`~ghofl.secure.bounds.BoundedDecoder`), the distributed-DP sum
-with its public noise (:class:`~ghofl.privacy.NoisyDecoder`); a total that fails is refused
-with :class:`~ghofl.errors.TotalOutOfBoundsError`. The plain server checks every payload as it
+:class:`~ghofl.secure.PlainServer` or a DP release (a plan with regions hands its rounds to
+:func:`~ghofl.secure.hierarchy.run_hierarchical`, :meth:`FederationServer.aggregate_regions`).
+Every total is checked against what clipping allows (:mod:`ghofl.secure.bounds`) before
+anything is fitted or released: the secure sum as it is decoded
+(:class:`~ghofl.secure.bounds.BoundedDecoder`), the distributed-DP sum with its public noise
+(:class:`~ghofl.privacy.NoisyDecoder`); a total that fails is refused with
+:class:`~ghofl.errors.TotalOutOfBoundsError`. The plain server checks every payload as it
 arrives and excludes one that fails (the laws are additive, so the plain sum of payloads that
 pass passes too).
 """
@@ -26,8 +28,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ghofl.errors import ConfigError
 from ghofl.secure import AggregationReport, PlainServer, SecAggServer, run_aggregation
 from ghofl.secure.bounds import BoundedDecoder
+from ghofl.secure.hierarchy import (
+    HierarchicalReport,
+    Region,
+    TopRound,
+    partition_regions,
+    run_hierarchical,
+)
 from ghofl.secure.identity import Roster
 from ghofl.secure.transport import Transport
 from ghofl.server.plan import FederationPlan
@@ -56,12 +66,16 @@ class Aggregated:
         :meth:`~ghofl.privacy.PrivateRelease.to_dict` of the release; ``None`` without DP.
     seconds : float
         Wall time of the protocol run.
+    hierarchy : HierarchicalReport or None
+        With regions: every region's round and the top round (``report`` is its
+        :meth:`~ghofl.secure.hierarchy.HierarchicalReport.summary`).
     """
 
     report: AggregationReport
     total: ClientStats
     privacy: dict[str, Any] | None
     seconds: float
+    hierarchy: HierarchicalReport | None = None
 
 
 class FederationServer:
@@ -84,7 +98,9 @@ class FederationServer:
     ----------
     half : SecAggServer or PlainServer
         The protocol's server half (its ``dropped`` and ``excluded`` stay readable after a
-        failed run).
+        failed run); not set with regions.
+    regions : tuple of Region
+        With regions: the public partition of ``clients`` (empty otherwise).
     """
 
     def __init__(self, plan: FederationPlan, clients: Sequence[str], meta: StatsMeta, *,
@@ -97,7 +113,10 @@ class FederationServer:
         self._store: AggregationStore | None = None
         self.half: SecAggServer | PlainServer
         ids = [str(c) for c in clients]
-        if plan.secure:
+        self.regions: tuple[Region, ...] = ()
+        if plan.aggregation.regions is not None:
+            self.regions = partition_regions(ids, plan.aggregation.regions)
+        elif plan.secure:
             def contributors() -> int:
                 return len(self.half.survivors)
 
@@ -137,13 +156,56 @@ class FederationServer:
             checked on the decoded sum, also with its distributed DP noise); nothing is
             released.
         """
+        if self.regions:
+            raise ConfigError(
+                "a plan with regions runs one secure round per region: call "
+                "aggregate_regions (ghofl simulate --regions); a Flower deployment runs one "
+                "federation per region (docs/secure-aggregation.md, Regions)"
+            )
         t0 = time.perf_counter()
         try:
             report = run_aggregation(self.half, transport)
         finally:
             if self._store is not None:
                 self._store.close()
-        seconds = time.perf_counter() - t0
+        return self._release(report, time.perf_counter() - t0, noise_rng)
+
+    def aggregate_regions(self, transport_for: Callable[[Region], Transport], *,
+                          rosters: Mapping[str, Roster] | None = None,
+                          top: TopRound | None = None,
+                          noise_rng: np.random.Generator | None = None) -> Aggregated:
+        """Run the plan's regions and the top round, and release the total.
+
+        Parameters
+        ----------
+        transport_for : callable Region -> Transport
+            Delivers a region's requests to its clients (who encode with
+            :func:`~ghofl.secure.hierarchy.region_encoder`); called once per region of
+            :attr:`regions`, just before its round.
+        rosters : mapping of str to Roster, optional
+            Each region's roster, by region name.
+        top : TopRound, optional
+            Settings of the top round among the regional aggregators.
+        noise_rng : numpy.random.Generator, optional
+            Source of central DP noise (default: OS entropy).
+
+        Raises
+        ------
+        ConfigError
+            The plan has no regions, or a region cannot run the protocol.
+        AggregationAbortedError
+            The top round aborted (a region's abort only leaves that region out).
+        """
+        if not self.regions:
+            raise ConfigError("aggregate_regions is for plans with regions; call aggregate")
+        hier = run_hierarchical(self.plan.secagg_config(), self.meta, self.regions,
+                                transport_for, rosters=rosters, top=top)
+        out = self._release(hier.summary(), hier.seconds, noise_rng)
+        return Aggregated(out.report, out.total, out.privacy, out.seconds, hier)
+
+    def _release(self, report: AggregationReport, seconds: float,
+                 noise_rng: np.random.Generator | None) -> Aggregated:
+        """The exact total, or its DP release."""
         total, privacy = report.total, None
         if self._noise is not None:
             from ghofl.privacy import release_central
