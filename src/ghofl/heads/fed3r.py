@@ -145,7 +145,7 @@ class Fed3RHead(UnscaledLinearHead):
     """
 
     name = "fed3r"
-    min_mode = "pooled"
+    min_mode = "gram"
     min_samples = 2
     parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "lam": Real(lo=0.0),

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
-__all__ = ["RESIDUE_RTOL", "check_second_moment_laws"]
+__all__ = ["RESIDUE_RTOL", "check_gram_laws", "check_second_moment_laws"]
 
 #: Relative size, with respect to the magnitude of the values a difference was computed from,
 #: of the float residue it may carry: far above the rounding of millions of additions and
@@ -74,6 +74,19 @@ def check_second_moment_laws(s: ClientStats, diag: F64, first_res: float,
                 "or its parts come from different data"
             )
 
+
+
+def check_gram_laws(s: ClientStats, second_res: float) -> None:
+    """Refuse a global second moment B whose within-class scatter is not PSD (mode ``gram``).
+
+    Parameters
+    ----------
+    s : ClientStats
+        Statistics holding B but no per-class diagonal.
+    second_res : float
+        Residue magnitude of second moments (module docstring).
+    """
+    _check_psd(s, second_res)
 
 
 def _class_scale(counts: I64, sums: F64, diag: F64) -> F64:
