@@ -1,4 +1,5 @@
-"""Upload mode ``gram`` (class counts, class sums and the global Σxxᵀ: Fed3R's upload) end to
+"""Upload mode ``gram`` (class counts, class sums and the global Σxxᵀ: Fed3R's upload plus the
+class counts) end to
 end: its size, its laws, conversions, the file codec, every protocol and privacy setting, the
 heads that fit from it exactly as from ``pooled`` statistics of the same data, and the heads
 that refuse it with the mode to use."""
@@ -52,9 +53,10 @@ def test_gram_payload_is_counts_sums_and_the_gram_matrix_only() -> None:
     (10, 1280, 6_661_200, 6_763_600),  # CIFAR-10, EfficientNet-Lite0 features
     (6, 384, 609_840, 628_272),  # TREC, MiniLM features
 ])
-def test_gram_bytes_are_fed3r_upload(c: int, d: int, gram: int, pooled: int) -> None:
-    fed3r = 8 * (c + c * d + d * (d + 1) // 2)  # counts, C·d class sums, the Gram triangle
-    assert expected_payload_nbytes("gram", c, d) == gram == fed3r
+def test_gram_bytes_are_fed3r_upload_plus_counts(c: int, d: int, gram: int, pooled: int
+                                                  ) -> None:
+    fed3r = 8 * (c * d + d * (d + 1) // 2)  # Fed3R: the C·d class sums and the Gram triangle
+    assert expected_payload_nbytes("gram", c, d) == gram == fed3r + 8 * c  # + the counts
     assert expected_payload_nbytes("pooled", c, d) == pooled == gram + 8 * c * d
     assert expected_payload_nbytes("gram", c, d, transport_dtype="float32") == 8 * c + (
         gram - 8 * c) // 2

@@ -2,9 +2,9 @@
 
 Sums of samples satisfy, per class, Cauchy–Schwarz N_c·D_c ≥ A_c² elementwise and positive
 semi-definiteness of S_c − A_c A_cᵀ/N_c (mode ``full``) or of the pooled within-class scatter
-(mode ``pooled``), and in ``pooled`` mode diag(B) = Σ_c D_c. ``first_res``/``second_res`` are
-the magnitudes of the values a difference was computed from (0 for statistics built directly),
-whose float residue the checks tolerate.
+(modes ``pooled`` and ``gram``), and in ``pooled`` mode diag(B) = Σ_c D_c.
+``first_res``/``second_res`` are the magnitudes of the values a difference was computed from (0
+for statistics built directly), whose float residue the checks tolerate.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def _check_psd(s: ClientStats, second_res: float) -> None:
     """Check that second moments are sums of x xᵀ (positive semi-definite scatters).
 
     Per class, S_c − A_c A_cᵀ/N_c ⪰ 0 (mode ``full``); the pooled within-class scatter
-    B − Σ_c A_c A_cᵀ/N_c ⪰ 0 (mode ``pooled``).
+    B − Σ_c A_c A_cᵀ/N_c ⪰ 0 (modes ``pooled`` and ``gram``).
 
     Tested with one Cholesky factorisation per matrix (d³/3 flops, about a tenth of an
     eigendecomposition) of the matrix, scaled to unit magnitude, plus a relative ridge

@@ -26,7 +26,8 @@ A mode contains another when every array of the other is one of its own or deriv
 (:data:`_DERIVED_FROM`: D_c = diag S_c and B = Σ_c S_c from ``class_scatter``).
 
 ``gram`` carries the global second moment B = Σ x xᵀ but no per-class diagonal D_c: Fed3R's
-upload (class counts, class sums and the Gram matrix, C + C·d + d(d+1)/2 numbers), from which
+upload (the Gram matrix and the class sums) plus the C class counts, C + C·d + d(d+1)/2
+numbers, from which
 every head that needs only the pooled within-class scatter W = B − Σ_c A_c A_cᵀ/N_c or B itself
 fits (``lda``, ``ridge``, ``fed3r``, ``fisher*``...); naive Bayes (D_c) and QDA (S_c) do not.
 
