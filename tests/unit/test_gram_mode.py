@@ -149,3 +149,17 @@ def test_every_protocol_carries_the_gram_mode(setting: str) -> None:
             assert accs["gram"][h] == accs["pooled"][h]
         else:  # a valid release (3 blocks noised: counts, sums, B), heads far above chance
             assert accs["gram"][h] > 0.5
+
+
+def test_fedcof_estimate_converts_to_gram_with_its_degrees_of_freedom() -> None:
+    from ghofl.moments.fedcof import fedcof_statistics
+
+    x, y = gaussian_mixture(7, num_classes=3, dim=5, n=600, sep=1.5)
+    parts = np.array_split(np.random.default_rng(3).permutation(len(y)), 12)
+    est = fedcof_statistics([compute_stats(x[p], y[p], 3, mode="means") for p in parts])
+    gram = est.to_mode("gram")
+    assert gram.mode == "gram" and compute_moments(gram).is_estimated
+    assert compute_moments(gram).pooled_dof() == compute_moments(est).pooled_dof()
+    for head in ("lda", "ridge"):
+        np.testing.assert_array_equal(make_head(head).fit_from_stats(gram).predict_proba(x),
+                                      make_head(head).fit_from_stats(est).predict_proba(x))

@@ -111,9 +111,9 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
        "JSON list of class names; labels are indices into it"),
     _f("client.mode", "mode", "--mode", "str", '"full"',
        "upload mode: full, pooled, gram, diag or means",
-       cli=CliOption("full", "Upload mode: full (every head), pooled (no QDA), gram (class "
-                     "sums and the Gram matrix, Fed3R's upload: no QDA, no NB), diag (NB "
-                     "only) or means (class sums only: ncm).")),
+       cli=CliOption("full", "Upload mode: full (every head), pooled (no QDA), gram (counts, "
+                     "class sums and the Gram matrix, as Fed3R: no QDA, no NB), diag (NB "
+                     "only) or means (counts and class sums: ncm).")),
     _f("client.encoder", "encoder", "--encoder", "str", '""',
        "encoder for raw data (a built-in name, onnx:PATH, torchscript:PATH, hf:NAME_OR_DIR, "
        "timm:NAME or open_clip:MODEL@TAG); empty: the inputs are embeddings"),
