@@ -109,7 +109,7 @@ def test_projected_statistics(name: str) -> None:
 def test_mode_requirement_is_enforced(name: str) -> None:
     x, y = gaussian_mixture(3, num_classes=3, dim=5, n=150)
     cls = head_class(name)
-    for mode in ("diag", "pooled", "full"):
+    for mode in ("means", "diag", "gram", "pooled", "full"):
         stats = compute_stats(x, y, 3, mode=mode)  # type: ignore[arg-type]
         if not mode_supports(mode, cls.min_mode):
             with pytest.raises(

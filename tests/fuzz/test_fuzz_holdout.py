@@ -63,7 +63,7 @@ def test_byte_mutations_are_refused(tmp_path: Path) -> None:
     rng = np.random.default_rng(77)
     failures: list[str] = []
     target = tmp_path / "t.ghs"
-    for mode in ("full", "pooled", "diag"):
+    for mode in ("full", "pooled", "gram", "diag"):
         for dtype in ("float64", "float32"):
             seed = tmp_path / f"{mode}-{dtype}.ghs"
             save_stats(_stats(mode), seed, dtype)
@@ -112,7 +112,7 @@ def _edits(s: ClientStats) -> list[tuple[str, dict[str, Any], dict[str, str]]]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+@pytest.mark.parametrize("mode", ["full", "pooled", "gram", "diag"])
 def test_targeted_edits_are_refused(tmp_path: Path, mode: str) -> None:
     s = _stats(mode)
     seed = tmp_path / "seed.ghs"

@@ -73,7 +73,7 @@ class Corpus:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.stats = {m: _stats(1, m) for m in ("full", "pooled", "diag")}
+        self.stats = {m: _stats(1, m) for m in ("full", "pooled", "gram", "diag")}
         self.clipped = _stats(2, "full", clip_norm=50.0)
         from ghofl.stats import save_stats
 

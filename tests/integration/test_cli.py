@@ -145,9 +145,10 @@ def test_heads_lists_modes_and_defaults(tmp_path: Path) -> None:
     _ok(r)
     info = json.loads(r.stdout)
     assert info["nb"]["min_mode"] == "diag" and info["qda"]["min_mode"] == "full"
+    assert info["lda"]["min_mode"] == info["ridge"]["min_mode"] == "gram"
     assert info["lda"]["params"]["shrinkage"] == "auto"
     _ok(plain := run_cli("heads", cwd=tmp_path))
-    assert re.search(r"^lda\s+pooled\s+shrinkage='auto'", plain.stdout, re.M)
+    assert re.search(r"^lda\s+gram\s+shrinkage='auto'", plain.stdout, re.M)
 
 
 def test_version_and_help(tmp_path: Path) -> None:
@@ -197,7 +198,8 @@ BAD_CASES = [
      r"--param 'lda\.foo=1': head 'lda' has no parameter 'foo'; valid keys: "
      r"covariance_divisor, shrinkage"),
     ("fit-richer-mode", ["fit", f"{W}/pooled.ghs", "--heads", "nb,qda", "--out", "m"],
-     r"head 'qda' needs upload mode 'full' or richer, but the statistics are mode 'pooled'; "
+     r"head 'qda' needs upload mode 'full' or richer \(full\), but the statistics are mode "
+     r"'pooled'; "
      r"compute the client statistics with mode 'full' \(--mode full\)"),
     ("evaluate-dims", ["evaluate", f"{W}/model", "--embeddings", f"{W}/test_d4.npz",
                        "--json", "e.json"],
@@ -205,14 +207,15 @@ BAD_CASES = [
     ("simulate-richer-mode", ["simulate", "--train", f"{W}/train.npz", "--test",
                               f"{W}/test.npz", "--clients", "3", "--alpha", "0.1", "--mode",
                               "diag", "--heads", "nb,lda", "--json", "s.json"],
-     r"head 'lda' needs upload mode 'pooled' or richer, but the statistics are mode 'diag'"),
+     r"head 'lda' needs upload mode 'gram' or richer \(full, pooled or gram\), but the "
+     r"statistics are mode 'diag'"),
 ]
 # Run in-process through main() (same code path, without the interpreter start-up).
 MORE_BAD_CASES = [
     ("not-an-npz", ["client-stats", "--embeddings", f"{W}/arrays.npy", "--out", "o.ghs"],
      r"'.*arrays\.npy' (holds a single array|is not a readable \.npz archive)"),
     ("bad-mode", ["client-stats", "--embeddings", f"{W}/train.npz", "--mode", "huge",
-                  "--out", "o.ghs"], r"--mode must be one of full, pooled, diag, means; got 'huge'"),
+                  "--out", "o.ghs"], r"--mode must be one of full, pooled, gram, diag, means; got 'huge'"),
     ("classes-disagree", ["client-stats", "--embeddings", f"{W}/train.npz", "--classes", "a,b",
                           "--num-classes", "3", "--out", "o.ghs"],
      r"--num-classes 3 disagrees with --classes, which names 2 classes"),
@@ -410,6 +413,34 @@ def test_named_classes_projection_and_encoder_in_process(
     assert main(["evaluate", "m", "--embeddings", str(ws / "named2.npz")]) == 2
     assert re.search(r"'.*named2\.npz' stores the class names \[cat, dog, gnu\], which differ "
                      r"from the model's \[cat, dog, emu\]", capsys.readouterr().err)
+
+
+def test_gram_mode_from_client_stats_to_evaluate(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """client-stats --mode gram → aggregate → fit lda,ridge → evaluate gives the accuracies of
+    the same heads fitted centrally from pooled statistics; nb refuses the gram total."""
+    monkeypatch.chdir(tmp_path)
+    for i in range(3):
+        assert main(["client-stats", "--embeddings", str(ws / f"client{i}.npz"), "--out",
+                     f"g{i}.ghs", "--num-classes", str(C), "--mode", "gram"]) == 0
+    assert "mode gram" in capsys.readouterr().out
+    assert main(["aggregate", "g0.ghs", "g1.ghs", "g2.ghs", "--out", "g.ghs"]) == 0
+    total = load_stats(tmp_path / "g.ghs")
+    assert total.mode == "gram" and total.sq_sums is None and total.n_samples == 300
+    assert main(["fit", "g.ghs", "--heads", "lda,ridge", "--out", "m"]) == 0
+    assert main(["evaluate", "m", "--embeddings", str(ws / "test.npz"), "--json", "e.json"]) == 0
+    report = json.loads((tmp_path / "e.json").read_text())
+    train, test = np.load(ws / "train.npz"), np.load(ws / "test.npz")
+    pooled = compute_stats(train["x"], train["y"], C, "pooled")
+    for h in ("lda", "ridge"):
+        expected = make_head(h).fit_from_stats(pooled).score(test["x"], test["y"])
+        assert report["heads"][h]["accuracy"] == expected
+    capsys.readouterr()
+    assert main(["fit", "g.ghs", "--heads", "nb", "--out", "m2"]) == 2
+    assert re.search(r"head 'nb' needs upload mode 'diag' or richer \(full, pooled or diag\), "
+                     r"but the statistics are mode 'gram'.*--mode diag", capsys.readouterr().err)
 
 
 ALL_HEADS = "nb,lda,qda,fedcgs,fishermix,protohyper"

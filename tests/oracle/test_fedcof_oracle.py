@@ -149,5 +149,5 @@ def test_fedcof_refusals() -> None:
     other = compute_stats(x[:, :3], y, 3, mode="means")
     with pytest.raises(IncompatibleStatsError):
         fedcof_statistics([compute_stats(x, y, 3, mode="means"), other])
-    with pytest.raises(UnsupportedModeError, match="head 'fedcof' needs upload mode 'pooled'"):
+    with pytest.raises(UnsupportedModeError, match="head 'fedcof' needs upload mode 'gram'"):
         make_head("fedcof").fit_from_stats(compute_stats(x, y, 3, mode="means"))

@@ -24,7 +24,7 @@ def _federated_stats(x: np.ndarray, y: np.ndarray, c: int, mode: str = "pooled",
     return sum_stats(compute_stats(x[p], y[p], c, mode=mode) for p in parts)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("mode", ["diag", "pooled", "full"])
+@pytest.mark.parametrize("mode", ["diag", "gram", "pooled", "full"])
 @pytest.mark.parametrize(("c", "d"), [(2, 3), (6, 10)])
 def test_ncm_euclidean_matches_nearest_centroid(mode: str, c: int, d: int) -> None:
     x, y = gaussian_mixture(c + d, num_classes=c, dim=d, n=400, sep=1.0)
@@ -69,11 +69,14 @@ def test_ncm_refuses_a_corrupt_offset_array() -> None:
         make_head("ncm").set_state(head.meta_, arrays, scalars)
 
 
+@pytest.mark.parametrize("mode", ["gram", "pooled"])  # gram: Fed3R's own upload
 @pytest.mark.parametrize("lam", [1e-3, 0.01, 1.0, 50.0])
 @pytest.mark.parametrize(("c", "d"), [(2, 4), (7, 12)])
-def test_fed3r_matches_sklearn_ridge_without_intercept(lam: float, c: int, d: int) -> None:
+def test_fed3r_matches_sklearn_ridge_without_intercept(lam: float, c: int, d: int,
+                                                       mode: str) -> None:
     x, y = gaussian_mixture(c * d, num_classes=c, dim=d, n=600)
-    head = make_head("fed3r", lam=lam, n_calibration=0, normalize=False).fit_from_stats(_federated_stats(x, y, c))
+    stats = _federated_stats(x, y, c, mode)
+    head = make_head("fed3r", lam=lam, n_calibration=0, normalize=False).fit_from_stats(stats)
     onehot = np.eye(c)[y]
     ref = Ridge(alpha=lam, fit_intercept=False, solver="cholesky").fit(x, onehot)
     np.testing.assert_allclose(head.coef_, ref.coef_, rtol=1e-8, atol=1e-10)  # type: ignore[attr-defined]
@@ -111,7 +114,7 @@ def test_fed3r_calibration_keeps_predictions() -> None:
 
 def test_fed3r_errors() -> None:
     x, y = gaussian_mixture(7, num_classes=3, dim=5, n=300)
-    with pytest.raises(UnsupportedModeError, match="head 'fed3r' needs upload mode 'pooled'"):
+    with pytest.raises(UnsupportedModeError, match="head 'fed3r' needs upload mode 'gram'"):
         make_head("fed3r").fit_from_stats(compute_stats(x, y, 3, mode="diag"))
     with pytest.raises(ConfigError, match="lam"):
         make_head("fed3r", lam=-1.0).fit(x, y)

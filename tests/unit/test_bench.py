@@ -30,7 +30,7 @@ def test_config_defaults_and_grid_size() -> None:
         ({"datasets": ["x"], "clients": [0]}, "clients must be integers >= 1; got 0"),
         (
             {"datasets": ["x"], "modes": ["half"]},
-            "modes must be among full, pooled, diag, means; got 'half'",
+            "modes must be among full, pooled, gram, diag, means; got 'half'",
         ),
         (
             {"datasets": ["x"], "projection_dims": [-1]},

@@ -59,7 +59,7 @@ from ghofl.stats.projection import ProjectionSpec
 from ghofl.stats.schema import schema_for
 from tests.helpers import gaussian_mixture
 
-MODES = ("full", "pooled", "diag")
+MODES = ("full", "pooled", "gram", "diag")
 R = 6.0
 D = 6
 CLASSES = ("a", "b", "c")
@@ -104,7 +104,8 @@ def _edit(mode: str, check: str) -> tuple[Any, np.ndarray, np.ndarray]:
     s = _payloads(1, mode)[0]
     ints, floats = (v.astype(np.float64) for v in schema_for(mode).flatten(s))
     lay = {g.name: g for g in schema_for(mode).float_layout(3, D)}
-    sums, second = lay["sums"], lay["sq_sums" if mode != "full" else "class_scatter"]
+    second_name = {"full": "class_scatter", "gram": "scatter"}.get(mode, "sq_sums")
+    sums, second = lay["sums"], lay[second_name]  # gram: B, whose (0, 0) entry comes first
     n0 = ints[0]
     if check == "finite":
         floats[sums.offset] = np.nan
@@ -115,13 +116,14 @@ def _edit(mode: str, check: str) -> tuple[Any, np.ndarray, np.ndarray]:
     elif check == "first moment":
         floats[sums.offset : sums.offset + D] = R * n0 * 1.01 / math.sqrt(D)
     elif check == "second moment":
-        floats[second.offset] = R * R * n0 * 1.01  # S_a[0, 0] or D_a[0]
+        n_b = ints[:3].sum() if mode == "gram" else n0  # B is bounded by R²·N
+        floats[second.offset] = R * R * n_b * 1.01  # S_a[0, 0], D_a[0] or B[0, 0]
     elif check == "psd":
         floats[second.offset] = -1.0
     elif check == "cauchy-schwarz":
         floats[sums.offset : sums.offset + D] = R * n0 * 0.99 / math.sqrt(D)
         floats[second.offset : second.stop] *= 0.0
-        if mode == "full":  # S_0 = small multiple of the identity
+        if mode in ("full", "gram"):  # S_0 (or B) = small multiple of the identity
             diag = np.cumsum([0, *range(D, 1, -1)])
             floats[second.offset + diag] = 1e-3
         else:
@@ -137,6 +139,8 @@ def test_each_check_refuses_what_clipping_cannot_produce(mode: str, check: str) 
     assert check in _failed(failures)
     assert failures[0].check == check or check in {"cauchy-schwarz", "psd", "second moment"}
     where = {"finite": "floats", "total count": "n_clipped"}.get(check, "class 'a'")
+    if mode == "gram" and check in {"second moment", "psd", "cauchy-schwarz"}:
+        where = "pooled B"  # gram holds no per-class second moment: B is checked
     assert any(f.where == where for f in failures if f.check == check)
 
 
@@ -504,7 +508,7 @@ def test_rounding_tolerances_are_tight(limbs: int, mode: str) -> None:
     limits = TotalLimits.for_codec(codec)
     assert check_bounds(meta, ints, floats, limits) == ()
     lay = {g.name: g for g in schema_for(mode).float_layout(3, D)}
-    second = lay["class_scatter" if mode == "full" else "sq_sums"]
+    second = lay[{"full": "class_scatter", "gram": "scatter"}.get(mode, "sq_sums")]
     for name, seg in (("first moment", lay["sums"]), ("second moment", second)):
         over = floats.copy()
         over[seg.offset] *= 1.0 + 1e-7  # class 'a', coordinate 0: the one at the bound

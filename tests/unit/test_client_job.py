@@ -62,7 +62,7 @@ def test_from_config_accepts_lists_strings_and_ignores_other_jobs_keys() -> None
          r"client job config key 'resolution' must be an integer; got 'big'"),
         ({"classes": "a,b", "clip_norm": "x"},
          r"client job config key 'clip_norm' must be a number; got 'x'"),
-        ({"classes": "a,b", "mode": "huge"}, r"mode must be one of full, pooled, diag"),
+        ({"classes": "a,b", "mode": "huge"}, r"mode must be one of full, pooled, gram, diag, means; got .huge."),
         ({"classes": "a,b", "mode": 3}, r"client job config key 'mode' must be a string"),
         ({"classes": '["a", 2]'}, r"key 'classes' must be a JSON list of strings"),
         ({"classes": "[a"}, r"key 'classes' is not a valid JSON list"),

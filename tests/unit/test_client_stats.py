@@ -25,7 +25,7 @@ def _naive(x: np.ndarray, y: np.ndarray, c: int) -> tuple[np.ndarray, ...]:
     return counts, a, s
 
 
-@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+@pytest.mark.parametrize("mode", ["full", "pooled", "gram", "diag"])
 def test_accumulator_matches_naive_sums(mode: str) -> None:
     x, y = gaussian_mixture(0, num_classes=3, dim=5, n=200)
     acc = StatsAccumulator(3, dim=5, mode=mode)  # type: ignore[arg-type]
@@ -35,7 +35,9 @@ def test_accumulator_matches_naive_sums(mode: str) -> None:
     counts, a, full = _naive(x, y, 3)
     np.testing.assert_array_equal(s.counts, counts)
     np.testing.assert_allclose(s.sums, a, rtol=1e-12)
-    np.testing.assert_allclose(s.diag_sums, np.diagonal(full, axis1=1, axis2=2), rtol=1e-12)
+    if mode != "gram":  # gram holds no per-class D_c
+        np.testing.assert_allclose(s.diag_sums, np.diagonal(full, axis1=1, axis2=2),
+                                   rtol=1e-12)
     if mode == "full":
         np.testing.assert_allclose(s.class_scatter, full, rtol=1e-12)
     if mode != "diag":
@@ -142,7 +144,7 @@ def test_pooled_scatter_must_agree_with_the_diagonals() -> None:
 
 def test_meta_validation() -> None:
     with pytest.raises(
-        StatsValidationError, match="mode must be one of full, pooled, diag, means; got 'half'"
+        StatsValidationError, match="mode must be one of full, pooled, gram, diag, means; got 'half'"
     ):
         StatsMeta("half", 3, ("a",))  # type: ignore[arg-type]
     with pytest.raises(StatsValidationError, match="class names must be unique"):
@@ -205,7 +207,7 @@ def _random_payload(
     return compute_stats(x, y, c, mode, **kw)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+@pytest.mark.parametrize("mode", ["full", "pooled", "gram", "diag"])
 def test_removing_two_of_three_payloads_leaves_the_third(mode: str) -> None:
     """Regression: (a + b + c) − a − b raised StatsValidationError or IndexError on ordinary
     payloads (float residue in classes present only in a and b, and in diag(B))."""
@@ -223,7 +225,8 @@ def test_removing_two_of_three_payloads_leaves_the_third(mode: str) -> None:
         left = (a + b + rest) - a - b
         np.testing.assert_array_equal(left.counts, rest.counts)
         assert left.n_clipped == rest.n_clipped
-        assert not np.any(left.sums[0]) and not np.any(left.diag_sums[0])
+        assert not np.any(left.sums[0])
+        assert mode == "gram" or not np.any(left.diag_sums[0])
         peak = max(float(np.max(np.abs(v))) for k, v in (a + b + rest).arrays().items()
                    if v is not None and k != "counts")
         assert left.allclose(rest, rtol=1e-9, atol=1e-12 * peak)
@@ -281,9 +284,23 @@ def test_to_mode_is_exact_and_one_way() -> None:
     assert full.to_mode("diag").sq_sums is not None
     with pytest.raises(
         StatsValidationError,
-        match="cannot convert statistics from mode 'pooled' to the richer mode 'full'",
+        match="cannot convert statistics from mode 'pooled' to mode 'full', which holds second "
+        "moments that mode 'pooled' never collected; recompute them on the client with "
+        "--mode full",
     ):
         pooled.to_mode("full")
+    gram = pooled.to_mode("gram")  # pooled -> gram drops D_c, nothing else
+    assert gram.mode == "gram" and gram.sq_sums is None
+    np.testing.assert_array_equal(gram.scatter, pooled.scatter)
+    np.testing.assert_array_equal(gram.sums, pooled.sums)
+    assert gram.allclose(full.to_mode("gram"), rtol=0.0)
+    assert gram.allclose(compute_stats(x, y, ("a", "b"), mode="gram"), rtol=1e-12)
+    assert gram.to_mode("means").allclose(pooled.to_mode("means"), rtol=0.0)
+    for richer in ("diag", "pooled", "full"):  # gram and diag are incomparable
+        with pytest.raises(StatsValidationError, match=f"--mode {richer}"):
+            gram.to_mode(richer)  # type: ignore[arg-type]
+    with pytest.raises(StatsValidationError, match="--mode gram"):
+        full.to_mode("diag").to_mode("gram")
 
 
 def test_allclose_detects_differences() -> None:

@@ -21,7 +21,7 @@ from ghofl.stats.codec import pack_upper, unpack_upper, write_safetensors
 from tests.helpers import gaussian_mixture
 
 
-@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+@pytest.mark.parametrize("mode", ["full", "pooled", "gram", "diag"])
 def test_round_trip_is_bit_exact(tmp_path: Path, mode: str) -> None:
     x, y = gaussian_mixture(0, num_classes=3, dim=6, n=90)
     enc = EncoderInfo("toy", 6, weights_hash="abc", preprocessing="none", resolution=32)
@@ -165,7 +165,7 @@ def test_failed_write_leaves_previous_file_intact(
     assert [q.name for q in tmp_path.iterdir()] == ["s.ghs"]
 
 
-@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+@pytest.mark.parametrize("mode", ["full", "pooled", "gram", "diag"])
 @pytest.mark.parametrize(("c", "d"), [(2, 3), (5, 9)])
 def test_expected_payload_nbytes_matches_real_payload(mode: str, c: int, d: int) -> None:
     from ghofl.stats.codec import expected_payload_nbytes

@@ -112,7 +112,7 @@ def test_plain_messages_round_trip() -> None:
         assert _same(msg, message_from_record(message_to_record(msg)))
 
 
-@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+@pytest.mark.parametrize("mode", ["full", "pooled", "gram", "diag"])
 @pytest.mark.parametrize("clip", [None, 2.5])
 def test_client_stats_round_trip_every_mode(mode: str, clip: float | None) -> None:
     x, y = gaussian_mixture(3, num_classes=3, dim=6, n=90)

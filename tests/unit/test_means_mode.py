@@ -28,7 +28,7 @@ def test_means_payload_is_counts_and_sums_only() -> None:
     assert full.to_mode("means").allclose(s, rtol=1e-12)
     with pytest.raises(UnsupportedModeError, match="mode 'means' statistics"):
         _ = s.diag_sums
-    with pytest.raises(UnsupportedModeError, match="per-class variances need second moments"):
+    with pytest.raises(UnsupportedModeError, match="per-class variances need per-class second moments"):
         _ = compute_moments(s).class_vars
 
 

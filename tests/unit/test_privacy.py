@@ -29,7 +29,7 @@ from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.projection import ProjectionSpec
 from ghofl.stats.schema import schema_for
 
-MODES = ("full", "pooled", "diag")
+MODES = ("full", "pooled", "gram", "diag")
 R = 3.0
 
 
@@ -233,10 +233,12 @@ def test_postprocessing_gives_valid_psd_statistics_and_fittable_heads(mode: str)
         mats = scat if scat.ndim == 3 else scat[None]
         for m in mats:
             assert np.linalg.eigvalsh(m).min() >= -1e-8 * max(1.0, np.abs(m).max())
-    for head in {"full": ("nb", "lda", "qda"), "pooled": ("nb", "lda"), "diag": ("nb",)}[mode]:
+    for head in {"full": ("nb", "lda", "qda"), "pooled": ("nb", "lda"), "gram": ("lda", "ridge"),
+                 "diag": ("nb",)}[mode]:
         pred = make_head(head).fit_from_stats(stats).predict(x)
         assert pred.shape == (60,)
-    proba = make_head("nb").fit_from_stats(stats).predict_proba(x)
+    first = "lda" if mode == "gram" else "nb"  # gram holds no D_c: no naive Bayes
+    proba = make_head(first).fit_from_stats(stats).predict_proba(x)
     assert np.all(np.isfinite(proba))
 
 

@@ -48,7 +48,7 @@ def test_norms_preserved_in_expectation() -> None:
     assert abs(ratio.mean() - 1.0) < 0.05
 
 
-@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+@pytest.mark.parametrize("mode", ["full", "pooled", "gram", "diag"])
 def test_stats_in_z_space_equal_stats_of_projected_data(mode: str) -> None:
     x, y = gaussian_mixture(4, num_classes=3, dim=20, n=300)
     spec = ProjectionSpec(11, 20, 6)

@@ -24,7 +24,7 @@ def _onehot(y: np.ndarray, c: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.01, 0.3])
-@pytest.mark.parametrize("mode", ["pooled", "full"])
+@pytest.mark.parametrize("mode", ["pooled", "gram", "full"])
 def test_equals_sklearn_ridge_on_pooled_data(alpha: float, mode: str) -> None:
     from sklearn.linear_model import Ridge
 

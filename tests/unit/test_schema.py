@@ -34,6 +34,7 @@ from ghofl.stats.schema import (
     ArraySpec,
     ModeSchema,
     mode_supports,
+    modes_supporting,
     schema_for,
 )
 from tests.helpers import gaussian_mixture
@@ -64,12 +65,13 @@ def _assert_identical(a: ClientStats, b: ClientStats) -> None:
 
 
 # ---------------------------------------------------------------------- the table itself
-def test_table_holds_the_documented_arrays_and_ranks() -> None:
-    assert {m: (s.rank, s.names) for m, s in SCHEMAS.items()} == {
-        "full": (2, ("counts", "sums", "class_scatter")),
-        "pooled": (1, ("counts", "sums", "sq_sums", "scatter")),
-        "diag": (0, ("counts", "sums", "sq_sums")),
-        "means": (-1, ("counts", "sums")),
+def test_table_holds_the_documented_arrays() -> None:
+    assert {m: s.names for m, s in SCHEMAS.items()} == {
+        "full": ("counts", "sums", "class_scatter"),
+        "pooled": ("counts", "sums", "sq_sums", "scatter"),
+        "gram": ("counts", "sums", "scatter"),
+        "diag": ("counts", "sums", "sq_sums"),
+        "means": ("counts", "sums"),
     }
     full, pooled = SCHEMAS["full"], SCHEMAS["pooled"]
     assert full.spec("class_scatter").stored_name == "class_scatter_triu"
@@ -84,8 +86,14 @@ def test_table_holds_the_documented_arrays_and_ranks() -> None:
 
 @pytest.mark.parametrize(("mode", "required"), PAIRS)
 def test_supports_table(mode: str, required: str) -> None:
-    order = ["means", "diag", "pooled", "full"]
-    expected = order.index(mode) >= order.index(required)
+    contains = {  # the partial order: gram and diag contain means, neither the other
+        "full": {"full", "pooled", "gram", "diag", "means"},
+        "pooled": {"pooled", "gram", "diag", "means"},
+        "gram": {"gram", "means"},
+        "diag": {"diag", "means"},
+        "means": {"means"},
+    }
+    expected = required in contains[mode]
     assert schema_for(mode).supports(required) is expected  # type: ignore[arg-type]
     assert mode_supports(mode, required) is expected
 
@@ -94,7 +102,7 @@ def test_supports_table(mode: str, required: str) -> None:
 def test_unknown_mode_names_the_valid_modes(bad: object) -> None:
     with pytest.raises(
         StatsValidationError,
-        match=rf"unknown upload mode {bad!r}; valid modes are full, pooled, diag, means",
+        match=rf"unknown upload mode {bad!r}; valid modes are full, pooled, gram, diag, means",
     ):
         schema_for(bad)  # type: ignore[arg-type]
     with pytest.raises(StatsValidationError, match="unknown upload mode"):
@@ -390,7 +398,9 @@ def test_to_mode_follows_the_schema(source: str, target: str) -> None:
     if not schema_for(source).supports(target):  # type: ignore[arg-type]
         with pytest.raises(
             StatsValidationError,
-            match=rf"cannot convert statistics from mode '{source}' to the richer mode '{target}'",
+            match=rf"cannot convert statistics from mode '{source}' to mode '{target}', which "
+            rf"holds second moments that mode '{source}' never collected; recompute them on the "
+            rf"client with --mode {target}",
         ):
             s.to_mode(target)  # type: ignore[arg-type]
         return
@@ -447,8 +457,9 @@ def test_head_mode_check_accepts_exactly_supported_modes(name: str, mode: str) -
     else:
         with pytest.raises(
             UnsupportedModeError,
-            match=rf"head '{name}' needs upload mode '{head.min_mode}' or richer; the "
-            rf"statistics are mode '{mode}'",
+            match=rf"head '{name}' needs upload mode '{head.min_mode}' or richer "
+            rf"\({modes_supporting(head.min_mode)}\); the statistics are mode '{mode}'\. "
+            rf"Recompute the client statistics with --mode {head.min_mode}",
         ):
             head._check_mode(_meta(mode))
 
@@ -461,8 +472,8 @@ def test_build_heads_accepts_exactly_supported_modes(name: str, mode: str) -> No
     else:
         with pytest.raises(
             UnsupportedModeError,
-            match=rf"head '{name}' needs upload mode '{min_mode}' or richer, but the statistics "
-            rf"are mode '{mode}'",
+            match=rf"head '{name}' needs upload mode '{min_mode}' or richer "
+            rf"\({modes_supporting(min_mode)}\), but the statistics are mode '{mode}'",
         ):
             build_heads([name], mode=mode)  # type: ignore[arg-type]
 
@@ -471,10 +482,19 @@ def test_build_heads_accepts_exactly_supported_modes(name: str, mode: str) -> No
 def test_heads_for_mode_follows_the_schema(mode: str) -> None:
     expected = [h for h in HEADS if schema_for(mode).supports(head_class(h).min_mode)]
     assert heads_for_mode(tuple(HEADS), mode) == expected
-    if mode != "means":  # naive Bayes fits every mode with second moments
+    if mode not in ("means", "gram"):  # naive Bayes fits every mode with D_c
         assert heads_for_mode(("nb",), mode) == ["nb"]
     else:
         assert heads_for_mode(("nb", "ncm"), mode) == ["ncm"]
+    if mode in ("gram", "pooled", "full"):  # the heads of the pooled scatter fit from B
+        assert heads_for_mode(("lda", "ridge", "fed3r", "qda"), mode) == (
+            ["lda", "ridge", "fed3r", "qda"] if mode == "full" else ["lda", "ridge", "fed3r"])
+
+
+def test_modes_supporting_lists_the_modes_in_words() -> None:
+    assert modes_supporting("gram") == "full, pooled or gram"
+    assert modes_supporting("diag") == "full, pooled or diag"
+    assert modes_supporting("full") == "full"
 
 
 @pytest.mark.parametrize("mode", [*MODES, "half", "Full"])
@@ -483,6 +503,6 @@ def test_cli_check_mode_accepts_exactly_the_schema_modes(mode: str) -> None:
         assert check_mode(mode) == mode
     else:
         with pytest.raises(
-            ConfigError, match=rf"--mode must be one of full, pooled, diag, means; got '{mode}'"
+            ConfigError, match=rf"--mode must be one of full, pooled, gram, diag, means; got '{mode}'"
         ):
             check_mode(mode)

@@ -162,7 +162,7 @@ def _max_rel_error(a, b) -> float:  # type: ignore[no-untyped-def]
     return worst
 
 
-@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+@pytest.mark.parametrize("mode", ["full", "pooled", "gram", "diag"])
 @pytest.mark.parametrize("limbs", [1, 2])
 @pytest.mark.parametrize("projected", [False, True])
 def test_fixed_point_sum_matches_the_float_sum(mode: str, limbs: int, projected: bool) -> None:
@@ -193,7 +193,7 @@ def test_fixed_point_error_stays_within_its_bound() -> None:
 
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(2, 9), seed=st.integers(0, 10_000),
-       mode=st.sampled_from(["full", "pooled", "diag"]))
+       mode=st.sampled_from(["full", "pooled", "gram", "diag"]))
 def test_fixed_point_round_trip_property(n: int, seed: int, mode: str) -> None:
     parts = _clients(mode, n, seed, dim=4, classes=3)
     codec = FixedPointCodec(n, 500, 6.0)

@@ -94,7 +94,7 @@ def _assert_exact(total: ClientStats, expected: ClientStats) -> None:
 
 
 # ---------------------------------------------------------------------- exactness
-@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+@pytest.mark.parametrize("mode", ["full", "pooled", "gram", "diag"])
 @pytest.mark.parametrize("projected", [False, True])
 @pytest.mark.parametrize("n", [2, 5, 16])
 def test_secure_sum_equals_plain_sum(mode: str, projected: bool, n: int) -> None:

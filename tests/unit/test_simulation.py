@@ -78,9 +78,10 @@ def test_projection_keeps_invariance_and_shrinks_the_upload(data: dict[str, np.n
     assert a.upload_bytes_per_client < _run(data).upload_bytes_per_client
 
 
-@pytest.mark.parametrize("mode", ["full", "pooled", "diag"])
+@pytest.mark.parametrize("mode", ["full", "pooled", "gram", "diag"])
 def test_upload_bytes_equal_payload_nbytes(data: dict[str, np.ndarray], mode: Mode) -> None:
-    heads = {"full": CLOSED, "pooled": ["nb", "lda", "fedcgs"], "diag": ["nb"]}[mode]
+    heads = {"full": CLOSED, "pooled": ["nb", "lda", "fedcgs"], "gram": ["lda", "ridge"],
+             "diag": ["nb"]}[mode]
     result = _run(data, ClientJob(NAMES, mode), server=ServerJob(tuple(heads)))
     expected = payload_nbytes(compute_stats(data["xtr"][:3], data["ytr"][:3], 4, mode))
     assert result.upload_bytes_per_client == expected
@@ -151,7 +152,7 @@ def test_seed_and_progress_reach_heads_that_take_them(
 def test_head_needing_a_richer_mode_fails_before_any_work(data: dict[str, np.ndarray]) -> None:
     bad_x = np.full_like(data["xtr"], np.nan)  # would fail later if any work were done
     with pytest.raises(UnsupportedModeError, match=r"head 'qda' needs upload mode 'full' or "
-                       r"richer, but the statistics are mode 'pooled'; .*--mode full"):
+                       r"richer \(full\), but the statistics are mode 'pooled'; .*--mode full"):
         _run({**data, "xtr": bad_x}, ClientJob(NAMES, "pooled"),
              server=ServerJob(("nb", "qda")), clients=5)
 
@@ -185,7 +186,7 @@ def test_bad_data_is_named(data: dict[str, np.ndarray]) -> None:
              alpha=1.0)
     with pytest.raises(ConfigError, match=r"seed must be a non-negative integer; got -1"):
         _run(data, server=ServerJob(tuple(CLOSED), seed=-1))
-    with pytest.raises(ConfigError, match=r"mode must be one of full, pooled, diag, means; got 'x'"):
+    with pytest.raises(ConfigError, match=r"mode must be one of full, pooled, gram, diag, means; got 'x'"):
         _run(data, ClientJob(NAMES, "x"))  # type: ignore[arg-type]
 
 

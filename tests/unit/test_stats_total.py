@@ -13,7 +13,7 @@ from ghofl.stats.client_stats import StatsTotal, check_addable
 from ghofl.stats.meta import Mode
 from tests.helpers import gaussian_mixture
 
-MODES: tuple[Mode, ...] = ("full", "pooled", "diag")
+MODES: tuple[Mode, ...] = ("full", "pooled", "gram", "diag")
 
 
 def _parts(mode: Mode, k: int = 4, holdout: float = 0.0, clip: float | None = None,

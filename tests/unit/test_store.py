@@ -172,7 +172,7 @@ def test_read_total_sniffs_the_content(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- exact removal
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), k=st.integers(2, 12), clip=st.booleans(),
-       mode=st.sampled_from(["full", "pooled", "diag"]), data=st.data())
+       mode=st.sampled_from(["full", "pooled", "gram", "diag"]), data=st.data())
 def test_removal_equals_a_fresh_aggregation_of_the_rest(
     tmp_path_factory: pytest.TempPathFactory, seed: int, k: int, clip: bool, mode: str,
     data: st.DataObject,

@@ -220,7 +220,7 @@ def test_fit_uses_full_statistics_and_records_covariance_source(
 
 def test_diag_statistics_are_rejected(small: tuple[Any, Any, Any]) -> None:
     _, x, y = small
-    with pytest.raises(UnsupportedModeError, match="needs upload mode 'pooled' or richer"):
+    with pytest.raises(UnsupportedModeError, match="needs upload mode 'gram' or richer"):
         FisherMixHead().fit_from_stats(compute_stats(x, y, 5, mode="diag"))
 
 

@@ -59,7 +59,7 @@ def write_plots(records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
 
         fig, ax = plt.subplots(figsize=(7, 4.5))
         colors: dict[str, Any] = {}
-        styles = {"full": "-", "pooled": "--", "diag": ":"}
+        styles = {"full": "-", "pooled": "--", "gram": "-.", "diag": ":"}
         for (head, mode), hr in _group(recs, ("head", "mode")).items():
             pts = sorted(_by(hr, "upload_bytes_per_client").items())
             line = ax.plot(
@@ -234,7 +234,7 @@ def _demo_bytes_plot(
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    markers = {"full": "o", "pooled": "s", "diag": "^"}
+    markers = {"full": "o", "pooled": "s", "gram": "D", "diag": "^"}
     alpha = next((r["alpha"] for r in fed if r["mode"] != "full" or r["projection_dim"]), None)
     swept = [r for r in fed if r["alpha"] == alpha]
     if not swept:

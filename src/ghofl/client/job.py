@@ -11,7 +11,7 @@ holds them; ``None`` travels as the empty string or 0, which no valid value uses
 
     classes            str    JSON list of class names, e.g. '["cat", "dog"]' (from_config also
                               takes a list, or a comma-separated string)
-    mode               str    "full", "pooled" or "diag"
+    mode               str    "full", "pooled", "gram", "diag" or "means"
     encoder            str    registered encoder name; "" = the inputs are embeddings
     encoder_name       str    name recorded for embeddings inputs; "" = none
     resolution         int    input resolution of image encoders
@@ -80,7 +80,7 @@ class ClientJob:
     ----------
     classes : tuple of str
         The federation's class list; labels are indices into it.
-    mode : {"full", "pooled", "diag", "means"}, default "full"
+    mode : {"full", "pooled", "gram", "diag", "means"}, default "full"
         Upload mode.
     encoder : str or None
         Registered encoder name (:func:`~ghofl.client.encoders.get_encoder`) for raw data;

@@ -376,7 +376,7 @@ class FisherTrainedHead(Head):
     ``fresh_samples`` is on).
     """
 
-    min_mode = "pooled"
+    min_mode = "gram"
     min_samples = 2
     #: ``fit(X, y)`` computes mode-``full`` statistics, so class covariances are used
     fit_mode: ClassVar[Mode | None] = "full"

@@ -17,7 +17,7 @@ from ghofl.moments.core import Moments, compute_moments
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import Mode, StatsMeta
-from ghofl.stats.schema import mode_supports
+from ghofl.stats.schema import mode_supports, modes_supporting
 
 F64 = NDArray[np.float64]
 
@@ -182,7 +182,8 @@ class Head(ABC):
         """Raise UnsupportedModeError unless the schema of ``meta.mode`` supports ``min_mode``."""
         if not mode_supports(meta.mode, self.min_mode):
             raise UnsupportedModeError(
-                f"head {self.name!r} needs upload mode {self.min_mode!r} or richer; the "
+                f"head {self.name!r} needs upload mode {self.min_mode!r} or richer "
+                f"({modes_supporting(self.min_mode)}); the "
                 f"statistics are mode {meta.mode!r}. Recompute the client statistics with "
                 f"--mode {self.min_mode}, or choose heads that fit mode {meta.mode!r}"
             )

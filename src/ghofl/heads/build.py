@@ -18,7 +18,7 @@ from ghofl.heads.base import Head
 from ghofl.heads.presets import DEFAULT_PRESET, check_preset, preset_params
 from ghofl.heads.registry import available_heads, head_class, head_defaults, make_head
 from ghofl.stats.meta import Mode
-from ghofl.stats.schema import mode_supports
+from ghofl.stats.schema import mode_supports, modes_supporting
 
 __all__ = ["build_heads", "head_defaults", "to_jsonable"]
 
@@ -46,7 +46,7 @@ def build_heads(
         Given to every head with a ``seed`` parameter that ``head_params`` does not set.
     progress : bool, default False
         Given to every head with a ``progress`` parameter that ``head_params`` does not set.
-    mode : {"full", "pooled", "diag", "means"}, optional
+    mode : {"full", "pooled", "gram", "diag", "means"}, optional
         Upload mode the heads will be fitted from; a head needing more raises.
     preset : str, default "default"
         Named hyperparameters (:mod:`ghofl.heads.presets`: ``"default"`` data-driven,
@@ -78,7 +78,8 @@ def build_heads(
         cls = head_class(name)
         if mode is not None and not mode_supports(mode, cls.min_mode):
             raise UnsupportedModeError(
-                f"head {name!r} needs upload mode {cls.min_mode!r} or richer, but the statistics "
+                f"head {name!r} needs upload mode {cls.min_mode!r} or richer "
+                f"({modes_supporting(cls.min_mode)}), but the statistics "
                 f"are mode {mode!r}; compute the client statistics with mode {cls.min_mode!r} "
                 f"(--mode {cls.min_mode}) or drop {name!r} from the heads"
             )

@@ -7,8 +7,8 @@ Y_k ∈ {0, 1}^{n_k × C}; the server solves
 
 a ridge regression without intercept and with an absolute penalty λ. In ghofl's statistics
 Σ_k G_k is the uncentred global second moment B = Σ x xᵀ and column c of Σ_k B_k is the class
-sum A_c, so a ``pooled`` (or ``full``) upload carries exactly what Fed3R needs (plus per-class
-diagonals it does not use), at the same d² + C·d numbers per client.
+sum A_c, so a ``gram`` upload carries what Fed3R needs plus the C class counts
+(d(d+1)/2 + C·d + C numbers per client); ``pooled`` and ``full`` uploads contain it.
 
 How it differs from the ``ridge`` head (:mod:`ghofl.heads.ridge`): ``ridge`` centres the
 features and fits an intercept (scikit-learn ``Ridge(fit_intercept=True)``), and writes its
@@ -145,7 +145,7 @@ class Fed3RHead(UnscaledLinearHead):
     """
 
     name = "fed3r"
-    min_mode = "pooled"
+    min_mode = "gram"
     min_samples = 2
     parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "lam": Real(lo=0.0),

@@ -20,7 +20,7 @@ class FedCGSHead(Head):
     """Total-covariance LDA with priors and no shrinkage (the FedCGS server)."""
 
     name = "fedcgs"
-    min_mode = "pooled"
+    min_mode = "gram"
     min_samples = 2
     fitted_arrays = ("coef_", "intercept_")
     fitted_scalars = ("jitter_",)

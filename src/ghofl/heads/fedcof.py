@@ -67,7 +67,7 @@ class FedCOFHead(UnscaledLinearHead):
     """
 
     name = "fedcof"
-    min_mode = "pooled"
+    min_mode = "gram"
     min_samples = 2
     parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "gamma": Real(lo=0.0),

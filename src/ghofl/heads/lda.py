@@ -58,7 +58,7 @@ class LDAHead(Head):
     """
 
     name = "lda"
-    min_mode = "pooled"
+    min_mode = "gram"
     min_samples = 2
     fitted_arrays = ("coef_", "intercept_", "means_")
     fitted_scalars = ("shrinkage_", "shrinkage_method_", "jitter_")

@@ -271,7 +271,7 @@ class RidgeHead(Head):
     """
 
     name = "ridge"
-    min_mode = "pooled"
+    min_mode = "gram"
     min_samples = 2
     fitted_arrays = ("coef_", "intercept_")
     fitted_scalars = ("alpha_", "alpha_rule_", "temperature_")

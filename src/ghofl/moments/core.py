@@ -37,7 +37,8 @@ class Moments:
     means : ndarray, shape (C, d)
     class_vars : ndarray, shape (C, d)
         Maximum-likelihood per-class diagonal variances D_c/N_c − μ_c², clipped at 0
-        (raises UnsupportedModeError in ``means`` mode, which holds no second moment).
+        (raises UnsupportedModeError in ``means`` and ``gram`` modes, which hold no per-class
+        second moment).
     within_scatter : ndarray, shape (d, d), or None
         W = B − Σ_c N_c μ_c μ_cᵀ (``None`` in ``diag`` mode).
     total_scatter : ndarray, shape (d, d), or None
@@ -84,13 +85,20 @@ class Moments:
 
     @property
     def class_vars(self) -> F64:
-        """Per-class diagonal variances (C, d); needs a second moment (not ``means`` mode)."""
+        """Per-class diagonal variances (C, d); need per-class second moments.
+
+        Not in ``means`` or ``gram`` mode.
+        """
         if self.class_vars_ is None:
+            held = ("class counts, sums and the global B only" if self.total_scatter is not None
+                    else "class counts and sums only")
+            hint = ("Use a head that needs only the pooled scatter (lda, ridge, fed3r)"
+                    if self.total_scatter is not None else "Use the 'ncm' head")
             raise UnsupportedModeError(
-                "per-class variances need second moments (upload mode 'diag', 'pooled' or "
-                f"'full'); these statistics are mode {self.meta.mode!r}, which holds class "
-                "counts and sums only. Use the 'ncm' head, or recompute the client statistics "
-                "with --mode diag or richer"
+                "per-class variances need per-class second moments (upload mode 'diag', "
+                f"'pooled' or 'full'); these statistics are mode {self.meta.mode!r}, which holds "
+                f"{held}. {hint}, or recompute the client statistics with --mode pooled (or "
+                "diag, or full)"
             )
         return self.class_vars_
 
@@ -236,7 +244,7 @@ def compute_moments(stats: ClientStats, allow_empty_classes: bool = False) -> Mo
     safe = np.maximum(counts, 1).astype(np.float64)
     means = stats.sums / safe[:, None]
     class_vars = None
-    if stats.meta.mode != "means":
+    if stats.sq_sums is not None or stats.class_scatter is not None:  # not 'means', 'gram'
         class_vars = np.maximum(stats.diag_sums / safe[:, None] - means**2, 0.0)
     b = stats.total_scatter
     within = total = None

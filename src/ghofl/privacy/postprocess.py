@@ -14,6 +14,7 @@ privacy. With n_c the clamped counts and A_c the noisy sums:
 * ``pooled``: W = B̃ − Σ_c A_c A_cᵀ/n_c is projected as in (P2); the per-class variances
   V_c = max(D̃_c − A_c²/n_c, 0) are rescaled per coordinate so that Σ_c V_c = diag W⁺, hence
   diag B = Σ_c D_c with D_c = V_c + A_c²/n_c;                                          (P3)
+* ``gram``: W = B̃ − Σ_c A_c A_cᵀ/n_c is projected as in (P2), B = W⁺ + Σ_c A_c A_cᵀ/n_c; (P3g)
 * ``diag``: D_c = max(D̃_c, A_c²/n_c) (variance clamped at 0).                        (P4)
 
 Symmetric matrices were noised as upper triangles, so they are symmetric by construction.
@@ -141,6 +142,10 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
         arrays["scatter"] = w + between
         notes.append("within-class scatter B − Σ_c A_c A_cᵀ/N_c projected to the PSD cone; "
                      "per-class variances clamped at 0 and rescaled so that diag B = Σ_c D_c")
+    elif meta.mode == "gram":
+        between = (sums.T / n) @ sums
+        arrays["scatter"] = project_psd(arrays["scatter"] - between) + between
+        notes.append("within-class scatter B − Σ_c A_c A_cᵀ/N_c projected to the PSD cone")
     elif meta.mode == "diag":
         arrays["sq_sums"] = np.maximum(arrays["sq_sums"], sums**2 / n[:, None])
         notes.append("per-class variances D_c/N_c − μ_c² clamped at 0")

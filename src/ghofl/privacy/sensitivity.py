@@ -64,7 +64,7 @@ def block_sensitivities(mode: str, clip_norm: float) -> dict[str, float]:
 
     Parameters
     ----------
-    mode : {"full", "pooled", "diag", "means"}
+    mode : {"full", "pooled", "gram", "diag", "means"}
     clip_norm : float
         R > 0, in the statistics space (after the projection).
 

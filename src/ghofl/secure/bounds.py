@@ -250,7 +250,7 @@ class _Moment:
     where: str
     count: float
     first: F64
-    trace: float | None  # None: no second moment (mode 'means')
+    trace: float | None  # None: no second moment (a class in modes 'means', 'gram')
     matrix: F64 | None  # (d, d) second moment, or None
     diag: F64 | None    # (d,) diagonal second moment, or None
     pooled: bool = False
@@ -381,7 +381,7 @@ def _moments(meta: StatsMeta, part: str, counts: F64, blocks: Mapping[str, F64],
         if scatter is not None:
             tr, mat = matrix(scatter[k * tri : (k + 1) * tri])
             yield _Moment(where, float(counts[k]), sums[k], tr, mat, None)
-        elif sq is None:  # mode 'means': counts and first moments only
+        elif sq is None:  # modes 'means', 'gram': counts and first moments per class
             yield _Moment(where, float(counts[k]), sums[k], None, None, None)
         else:
             diag = sq.reshape(c, d)[k]

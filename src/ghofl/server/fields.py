@@ -109,9 +109,11 @@ def _f(path: str, key: str, flag: str, type_: str, default: str, help_: str, *,
 FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
     _f("client.classes", "classes", "--classes", "str", "(required)",
        "JSON list of class names; labels are indices into it"),
-    _f("client.mode", "mode", "--mode", "str", '"full"', "upload mode: full, pooled or diag",
-       cli=CliOption("full", "Upload mode: full (every head), pooled (no QDA) or diag (NB "
-                     "only).")),
+    _f("client.mode", "mode", "--mode", "str", '"full"',
+       "upload mode: full, pooled, gram, diag or means",
+       cli=CliOption("full", "Upload mode: full (every head), pooled (no QDA), gram (counts, "
+                     "class sums and the Gram matrix, as Fed3R: no QDA, no NB), diag (NB "
+                     "only) or means (counts and class sums: ncm).")),
     _f("client.encoder", "encoder", "--encoder", "str", '""',
        "encoder for raw data (a built-in name, onnx:PATH, torchscript:PATH, hf:NAME_OR_DIR, "
        "timm:NAME or open_clip:MODEL@TAG); empty: the inputs are embeddings"),

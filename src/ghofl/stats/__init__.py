@@ -1,6 +1,6 @@
 """The additive value clients upload: ClientStats, its accumulator, projection and file format.
 
-The rules of each upload mode (arrays, ranks, packing, flat layouts) live in
+The rules of each upload mode (arrays, which mode contains which, packing, flat layouts) live in
 :mod:`ghofl.stats.schema`; :func:`unflatten_stats` rebuilds statistics from the flat layout.
 """
 
@@ -17,6 +17,7 @@ from ghofl.stats.schema import (
     ModeSchema,
     Segment,
     mode_supports,
+    modes_supporting,
     schema_for,
 )
 
@@ -38,6 +39,7 @@ __all__ = [
     "holdout_mask",
     "load_stats",
     "mode_supports",
+    "modes_supporting",
     "payload_nbytes",
     "save_stats",
     "schema_for",

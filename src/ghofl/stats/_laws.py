@@ -2,9 +2,9 @@
 
 Sums of samples satisfy, per class, Cauchy–Schwarz N_c·D_c ≥ A_c² elementwise and positive
 semi-definiteness of S_c − A_c A_cᵀ/N_c (mode ``full``) or of the pooled within-class scatter
-(mode ``pooled``), and in ``pooled`` mode diag(B) = Σ_c D_c. ``first_res``/``second_res`` are
-the magnitudes of the values a difference was computed from (0 for statistics built directly),
-whose float residue the checks tolerate.
+(modes ``pooled`` and ``gram``), and in ``pooled`` mode diag(B) = Σ_c D_c.
+``first_res``/``second_res`` are the magnitudes of the values a difference was computed from (0
+for statistics built directly), whose float residue the checks tolerate.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
-__all__ = ["RESIDUE_RTOL", "check_second_moment_laws"]
+__all__ = ["RESIDUE_RTOL", "check_gram_laws", "check_second_moment_laws"]
 
 #: Relative size, with respect to the magnitude of the values a difference was computed from,
 #: of the float residue it may carry: far above the rounding of millions of additions and
@@ -76,6 +76,19 @@ def check_second_moment_laws(s: ClientStats, diag: F64, first_res: float,
 
 
 
+def check_gram_laws(s: ClientStats, second_res: float) -> None:
+    """Refuse a global second moment B whose within-class scatter is not PSD (mode ``gram``).
+
+    Parameters
+    ----------
+    s : ClientStats
+        Statistics holding B but no per-class diagonal.
+    second_res : float
+        Residue magnitude of second moments (module docstring).
+    """
+    _check_psd(s, second_res)
+
+
 def _class_scale(counts: I64, sums: F64, diag: F64) -> F64:
     """Per-class scale (C, 1) of the data: max(max|A_c|/N_c, sqrt(max D_c / N_c)).
 
@@ -102,7 +115,7 @@ def _check_psd(s: ClientStats, second_res: float) -> None:
     """Check that second moments are sums of x xᵀ (positive semi-definite scatters).
 
     Per class, S_c − A_c A_cᵀ/N_c ⪰ 0 (mode ``full``); the pooled within-class scatter
-    B − Σ_c A_c A_cᵀ/N_c ⪰ 0 (mode ``pooled``).
+    B − Σ_c A_c A_cᵀ/N_c ⪰ 0 (modes ``pooled`` and ``gram``).
 
     Tested with one Cholesky factorisation per matrix (d³/3 flops, about a tenth of an
     eigendecomposition) of the matrix, scaled to unit magnitude, plus a relative ridge

@@ -119,7 +119,7 @@ class StatsAccumulator:
         Class names, or the number of classes C (names become ``"0".."C-1"``).
     dim : int
         Encoder dimension d of the embeddings passed to :meth:`update`.
-    mode : {"full", "pooled", "diag", "means"}
+    mode : {"full", "pooled", "gram", "diag", "means"}
         Upload mode (see :class:`ClientStats`).
     encoder : EncoderInfo, optional
         Fingerprint of the encoder that produced the embeddings.

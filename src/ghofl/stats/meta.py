@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args
 
 from ghofl.errors import StatsFormatError, StatsValidationError
 
-Mode = Literal["full", "pooled", "diag", "means"]
+Mode = Literal["full", "pooled", "gram", "diag", "means"]
 MODES: tuple[str, ...] = get_args(Mode)
 #: Version 2 added the clipping bound (meta ``clip_norm``) and the ``n_clipped`` count.
 #: Version 3 added the held-out section (meta ``holdout_fraction``, the ``holdout.*`` arrays)
@@ -93,10 +93,11 @@ class StatsMeta:
 
     Parameters
     ----------
-    mode : {"full", "pooled", "diag", "means"}
+    mode : {"full", "pooled", "gram", "diag", "means"}
         Upload mode: ``full`` holds per-class second moments S_c (every head),
         ``pooled`` holds per-class diagonals D_c and the global B (no QDA),
-        ``diag`` holds only D_c (naive Bayes only).
+        ``gram`` holds only the global B (no QDA, no naive Bayes),
+        ``diag`` holds only D_c (naive Bayes only), ``means`` no second moment.
     dim : int
         Dimension of the statistics space: d, or k under a random projection.
     classes : tuple of str

@@ -1,23 +1,35 @@
 """One schema per upload mode: the single source of the rules of each mode.
 
 A :class:`ModeSchema` says which arrays statistics of a mode hold (name, axes, dtype, magnitude
-class, symmetry), how modes are ordered (``means`` < ``diag`` < ``pooled`` < ``full``), how the
-arrays travel (symmetric matrices as row-major upper triangles) and how a payload flattens into one
-integer vector and one float vector (the layout used by secure aggregation). Validation, zeros, mode
+class, symmetry), which mode's statistics contain which (:meth:`ModeSchema.supports`, a partial
+order: ``full`` > ``pooled`` > ``diag`` > ``means`` and ``pooled`` > ``gram`` > ``means``, with
+``diag`` and ``gram`` incomparable), how the arrays travel (symmetric matrices as row-major upper
+triangles) and how a payload flattens into one integer vector and one float vector (the layout
+used by secure aggregation). Validation, zeros, mode
 conversion, the file format, the byte counts and every "does mode X support head Y" check are
 derived from :data:`SCHEMAS`.
 
 Symbols: ``C`` is the number of classes, ``d`` the dimension of the statistics space.
 
-================  ===============================================  =====
-mode              arrays                                           rank
-================  ===============================================  =====
-``full``          counts (C,), sums (C, d), class_scatter (C, d, d)    2
-``pooled``        counts (C,), sums (C, d), sq_sums (C, d),            1
+================  ===============================================  ========================
+mode              arrays                                           contains (converts to)
+================  ===============================================  ========================
+``full``          counts (C,), sums (C, d), class_scatter (C, d, d)    every mode
+``pooled``        counts (C,), sums (C, d), sq_sums (C, d),            gram, diag, means
                   scatter (d, d)
-``diag``          counts (C,), sums (C, d), sq_sums (C, d)             0
-``means``         counts (C,), sums (C, d)                            -1
-================  ===============================================  =====
+``gram``          counts (C,), sums (C, d), scatter (d, d)             means
+``diag``          counts (C,), sums (C, d), sq_sums (C, d)             means
+``means``         counts (C,), sums (C, d)                             —
+================  ===============================================  ========================
+
+A mode contains another when every array of the other is one of its own or derived from one
+(:data:`_DERIVED_FROM`: D_c = diag S_c and B = Σ_c S_c from ``class_scatter``).
+
+``gram`` carries the global second moment B = Σ x xᵀ but no per-class diagonal D_c: Fed3R's
+upload (the Gram matrix and the class sums) plus the C class counts, C + C·d + d(d+1)/2
+numbers, from which
+every head that needs only the pooled within-class scatter W = B − Σ_c A_c A_cᵀ/N_c or B itself
+fits (``lda``, ``ridge``, ``fed3r``, ``fisher*``...); naive Bayes (D_c) and QDA (S_c) do not.
 
 ``means`` carries first moments only (FedNCM's and FedCOF's upload: class counts and sums, from
 which the server forms class means): heads that need no second moment fit from it (``ncm``),
@@ -58,6 +70,7 @@ __all__ = [
     "ModeSchema",
     "Segment",
     "mode_supports",
+    "modes_supporting",
     "pack_upper",
     "parts",
     "schema_for",
@@ -301,16 +314,14 @@ class ModeSchema:
 
     Parameters
     ----------
-    mode : {"full", "pooled", "diag", "means"}
-    rank : int
-        Richness order: means -1 < diag 0 < pooled 1 < full 2. A mode supports every mode of
-        lower or equal rank (its statistics convert to them exactly).
+    mode : {"full", "pooled", "gram", "diag", "means"}
     arrays : tuple of ArraySpec
-        In fixed order: counts, sums, then the mode's second-moment arrays.
+        In fixed order: counts, sums, then the mode's second-moment arrays. A mode supports
+        every mode whose arrays it holds or derives (:meth:`supports`); its statistics convert
+        to them exactly.
     """
 
     mode: Mode
-    rank: int
     arrays: tuple[ArraySpec, ...]
 
     def has(self, name: str) -> bool:
@@ -338,8 +349,14 @@ class ModeSchema:
         return tuple(a for a in self.arrays if a.dtype.kind == "f")
 
     def supports(self, required: Mode) -> bool:
-        """Whether statistics of this mode contain those of ``required`` (rank ≥ its rank)."""
-        return self.rank >= schema_for(required).rank
+        """Whether statistics of this mode contain those of ``required``.
+
+        True when every array of ``required`` is held or derived from a held one
+        (:data:`_DERIVED_FROM`); a partial order (``gram`` and ``diag`` contain ``means`` and
+        neither contains the other).
+        """
+        return all(any(self.has(src) for src in _DERIVED_FROM[a.name])
+                   for a in schema_for(required).arrays)
 
     # ------------------------------------------------------------------ sizes
     def stored_arrays(self, holdout: bool = False) -> tuple[tuple[str, str, ArraySpec], ...]:
@@ -549,12 +566,23 @@ _SQ_SUMS = _spec("sq_sums", ("C", "d"), "second", source="diag_sums")
 _CLASS_SCATTER = _spec("class_scatter", ("C", "d", "d"), "second", symmetric=True)
 _SCATTER = _spec("scatter", ("d", "d"), "second", symmetric=True, source="total_scatter")
 
+#: The arrays each array is held as or derived from (its :attr:`ArraySpec.source` reads it):
+#: D_c = diag S_c and B = Σ_c S_c.
+_DERIVED_FROM: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "counts": ("counts",),
+    "sums": ("sums",),
+    "sq_sums": ("sq_sums", "class_scatter"),
+    "class_scatter": ("class_scatter",),
+    "scatter": ("scatter", "class_scatter"),
+})
+
 SCHEMAS: Mapping[Mode, ModeSchema] = MappingProxyType(
     {
-        "full": ModeSchema("full", 2, (_COUNTS, _SUMS, _CLASS_SCATTER)),
-        "pooled": ModeSchema("pooled", 1, (_COUNTS, _SUMS, _SQ_SUMS, _SCATTER)),
-        "diag": ModeSchema("diag", 0, (_COUNTS, _SUMS, _SQ_SUMS)),
-        "means": ModeSchema("means", -1, (_COUNTS, _SUMS)),
+        "full": ModeSchema("full", (_COUNTS, _SUMS, _CLASS_SCATTER)),
+        "pooled": ModeSchema("pooled", (_COUNTS, _SUMS, _SQ_SUMS, _SCATTER)),
+        "gram": ModeSchema("gram", (_COUNTS, _SUMS, _SCATTER)),
+        "diag": ModeSchema("diag", (_COUNTS, _SUMS, _SQ_SUMS)),
+        "means": ModeSchema("means", (_COUNTS, _SUMS)),
     }
 )
 if tuple(SCHEMAS) != MODES:  # pragma: no cover - guards edits of this table
@@ -600,3 +628,12 @@ def mode_supports(mode: str, required: str) -> bool:
         Either mode is unknown.
     """
     return schema_for(mode).supports(schema_for(required).mode)
+
+
+def modes_supporting(required: str) -> str:
+    """The modes whose statistics contain ``required``'s, in words (``"pooled or full"``).
+
+    For messages that name every upload mode a head or an operation can use.
+    """
+    names = [m for m in SCHEMAS if mode_supports(m, required)]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]

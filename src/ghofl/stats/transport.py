@@ -231,9 +231,9 @@ def expected_payload_nbytes(
 ) -> int:
     """Bytes of array data of a payload of ``mode`` for C classes in dimension d (no allocation).
 
-    full: N + A + C·d(d+1)/2; pooled: N + A + D + d(d+1)/2; diag: N + A + D (8 bytes each, 4
-    for the float arrays under float32 transport), twice with a held-out section; see
-    :meth:`~ghofl.stats.schema.ModeSchema.nbytes`.
+    full: N + A + C·d(d+1)/2; pooled: N + A + D + d(d+1)/2; gram: N + A + d(d+1)/2; diag:
+    N + A + D; means: N + A (8 bytes each, 4 for the float arrays under float32 transport),
+    twice with a held-out section; see :meth:`~ghofl.stats.schema.ModeSchema.nbytes`.
     """
     dtype = TRANSPORT_DTYPES[check_transport_dtype(transport_dtype)]
     return schema_for(mode).nbytes(num_classes, dim, holdout=holdout, float_dtype=dtype)

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import StatsOverflowError, StatsValidationError
-from ghofl.stats._laws import RESIDUE_RTOL, check_second_moment_laws
+from ghofl.stats._laws import RESIDUE_RTOL, check_gram_laws, check_second_moment_laws
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import ARRAY_NAMES, schema_for
 
@@ -67,8 +67,10 @@ class _Magnitude:
         """The magnitudes of ``s`` itself (O(C·d))."""
         with np.errstate(over="ignore"):  # inf for values near the float range: no residue
             first = float(np.max(np.abs(s.sums), initial=0.0))
-            if s.meta.mode == "means":
-                return cls(first=first, second=0.0)
+            if s.sq_sums is None and s.class_scatter is None:  # 'means', or 'gram': diag B
+                b = s.scatter
+                second = 0.0 if b is None else float(np.max(np.abs(np.diagonal(b)), initial=0.0))
+                return cls(first=first, second=second)
             return cls(
                 first=first,
                 second=float(np.max(np.abs(s.diag_sums).sum(axis=0), initial=0.0)),
@@ -111,8 +113,10 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None,
             f"{s.meta.classes[int(np.argmin(s.counts))]!r}"
         )
     _check_n_clipped(s)
-    if mode == "means":
+    if s.sq_sums is None and s.class_scatter is None:  # 'means', 'gram': no D_c
         _check_empty_classes(s, s.sums)
+        if s.scatter is not None:
+            _check_gram(s, res)
         return
     diag = s.diag_sums
     if np.any(diag < -(_tol(diag) + _RESIDUE_RTOL * res.second)):
@@ -121,6 +125,26 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None,
         )
     _check_empty_classes(s, s.sums, diag)
     check_second_moment_laws(s, diag, res.first, res.second)
+
+def _check_gram(s: ClientStats, res: _Magnitude) -> None:
+    """The laws of a global second moment without per-class diagonals (mode ``gram``).
+
+    diag B ≥ 0, B = 0 when no sample is held, and B − Σ_c A_c A_cᵀ/N_c ⪰ 0 (which implies
+    Cauchy–Schwarz summed over the classes, diag B ≥ Σ_c A_c²/N_c).
+    """
+    assert s.scatter is not None
+    diag = np.diagonal(s.scatter)
+    if np.any(diag < -(_tol(diag) + _RESIDUE_RTOL * res.second)):
+        raise StatsValidationError(
+            "the diagonal of B (sums of squares over all samples) must be non-negative; the "
+            "payload is corrupt"
+        )
+    if s.n_samples == 0 and np.any(s.scatter != 0):
+        raise StatsValidationError(
+            "the statistics hold no sample but a non-zero B; the payload is corrupt"
+        )
+    check_gram_laws(s, res.second)
+
 
 def _check_empty_classes(s: ClientStats, *arrays: F64) -> None:
     """Refuse a class with N_c = 0 and a non-zero entry in any of ``arrays`` (C, d)."""
@@ -315,8 +339,11 @@ def _check_cancelled(meta: StatsMeta, arrays: dict[str, Any], residue: _Magnitud
     diag = arrays.get("sq_sums")
     if diag is None and "class_scatter" in arrays:
         diag = np.diagonal(arrays["class_scatter"], axis1=1, axis2=2)
-    if diag is not None:  # mode 'means' holds no second moment
+    if diag is not None:  # modes 'means' and 'gram' hold no per-class second moment
         left |= (np.abs(diag) > _RESIDUE_RTOL * residue.second).any(axis=1)
+    elif "scatter" in arrays and np.all(empty):  # 'gram' with nothing left: B must cancel
+        left |= bool(np.any(np.abs(np.diagonal(arrays["scatter"]))
+                            > _RESIDUE_RTOL * residue.second))
     bad = np.flatnonzero(empty & left)
     if bad.size:
         raise StatsValidationError(

@@ -5,7 +5,9 @@ and, by upload mode (method.md §1):
 
 * ``full``   — per-class second moments S_c = Σ x xᵀ (B = Σ_c S_c and D_c = diag S_c derived);
 * ``pooled`` — per-class diagonals D_c = Σ x⊙x and the global B = Σ x xᵀ;
-* ``diag``   — per-class diagonals D_c only.
+* ``gram``   — the global B only (Fed3R's upload);
+* ``diag``   — per-class diagonals D_c only;
+* ``means``  — no second moment.
 
 All arrays are float64 (counts int64) and read-only. Which arrays a mode holds, their shapes
 and how modes convert are defined once, in :mod:`ghofl.stats.schema`.
@@ -58,11 +60,11 @@ class ClientStats:
     sums : ndarray of float64, shape (C, d)
         A_c = Σ_{y=c} x.
     sq_sums : ndarray of float64, shape (C, d), or None
-        D_c = Σ_{y=c} x⊙x; stored in ``pooled`` and ``diag`` modes, ``None`` in ``full``.
+        D_c = Σ_{y=c} x⊙x; stored in ``pooled`` and ``diag`` modes, ``None`` otherwise.
     class_scatter : ndarray of float64, shape (C, d, d), or None
         S_c = Σ_{y=c} x xᵀ; stored in ``full`` mode only.
     scatter : ndarray of float64, shape (d, d), or None
-        B = Σ x xᵀ; stored in ``pooled`` mode only.
+        B = Σ x xᵀ; stored in ``pooled`` and ``gram`` modes only.
     n_clipped : int, default 0
         Number of samples whose norm exceeded the clipping bound ``meta.clip_norm`` and were
         scaled down to it; additive like the counts, 0 ≤ n_clipped ≤ Σ_c N_c.
@@ -220,15 +222,18 @@ class ClientStats:
         if self.sq_sums is not None:
             return self.sq_sums
         if self.class_scatter is None:
+            held = ("class counts, sums and the global B" if self.scatter is not None
+                    else "class counts and sums only")
             raise UnsupportedModeError(
-                "these are mode 'means' statistics (class counts and sums only): they hold no "
-                "sums of squares D_c; recompute the client statistics with --mode diag or richer"
+                f"these are mode {self.mode!r} statistics ({held}): they hold no per-class "
+                "sums of squares D_c; recompute the client statistics with --mode pooled "
+                "(or diag, or full)"
             )
         return np.ascontiguousarray(np.diagonal(self.class_scatter, axis1=1, axis2=2))
 
     @property
     def total_scatter(self) -> F64 | None:
-        """B = Σ x xᵀ, shape (d, d): stored, Σ_c S_c in ``full`` mode, ``None`` in ``diag``."""
+        """B = Σ x xᵀ, shape (d, d): stored, Σ_c S_c in ``full`` mode, ``None`` without it."""
         if self.scatter is not None:
             return self.scatter
         if self.class_scatter is not None:
@@ -395,7 +400,9 @@ class ClientStats:
         return True
 
     def to_mode(self, mode: Mode) -> ClientStats:
-        """Convert to a lower upload mode (``full`` → ``pooled`` → ``diag``); exact.
+        """Convert to a mode these statistics contain; exact.
+
+        ``full`` → ``pooled`` → ``gram`` or ``diag`` → ``means`` (:meth:`ModeSchema.supports`).
 
         Each array of the target mode is read from its schema ``source`` attribute (e.g.
         ``sq_sums`` from :attr:`diag_sums`, ``scatter`` from :attr:`total_scatter`).
@@ -403,8 +410,9 @@ class ClientStats:
         target = schema_for(mode)
         if not schema_for(self.mode).supports(target.mode):
             raise StatsValidationError(
-                f"cannot convert statistics from mode {self.mode!r} to the richer mode {mode!r}: "
-                "the missing second moments were never collected; recompute them on the client"
+                f"cannot convert statistics from mode {self.mode!r} to mode {mode!r}, which holds "
+                f"second moments that mode {self.mode!r} never collected; recompute them on the "
+                f"client with --mode {mode}"
             )
         if target.mode == self.mode:
             return self
