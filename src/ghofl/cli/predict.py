@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from collections.abc import Iterator
@@ -173,6 +174,20 @@ def _feature_batches(
     return len(items), transform, from_items()
 
 
+def _one_blas_thread(kind: str) -> Any:
+    """One BLAS thread for the head while an encoder runs on raw items, else no limit.
+
+    The encoder's ONNX Runtime threads and the BLAS threads of the head and OOD score
+    (small products per batch) would otherwise spin against each other on the same cores
+    between batches; with one BLAS thread ``predict`` keeps pace with the encoder alone.
+    """
+    if kind == "embeddings":
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def _with_threshold(ood: MahalanobisOOD | None, threshold: float | None,
                     model_dir: Path) -> MahalanobisOOD | None:
     """The model's OOD score, its threshold replaced by ``--ood-threshold`` when given."""
@@ -250,7 +265,7 @@ def predict(
     counts = {"rows": 0, "ood": 0}
 
     def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
+        with open(tmp, "w", encoding="utf-8", newline="") as f, _one_blas_thread(kind):
             _stream(f, fmt, predictor, batches, top_k, total, progress, counts)
 
     atomic_write(out, write)
