@@ -50,3 +50,13 @@ def test_no_warning_for_small_fits_and_predictions_unchanged(
     monkeypatch.setattr(pf, "available_memory", lambda: 10)
     with pytest.warns(pf.ResourceEstimateWarning, match="'qda'"):
         run_server_job(stats, ServerJob(("qda",)))
+
+
+def test_ridge_calibration_memory_grows_as_c_squared(monkeypatch: pytest.MonkeyPatch) -> None:
+    big = pf.estimate_fit(make_head("ridge"), "pooled", 1000, 1280).memory_bytes
+    assert big > 10e9
+    assert pf.estimate_fit(make_head("ridge", n_calibration=0), "pooled", 1000, 1280
+                           ).memory_bytes < 1e8
+    monkeypatch.setattr(pf, "available_memory", lambda: 8 << 30)
+    with pytest.warns(pf.ResourceEstimateWarning, match=r"'ridge'.*Lower n_calibration"):
+        pf.preflight({"ridge": make_head("ridge")}, "pooled", 1000, 1280)
