@@ -58,5 +58,6 @@ def test_ridge_calibration_memory_grows_as_c_squared(monkeypatch: pytest.MonkeyP
     assert pf.estimate_fit(make_head("ridge", n_calibration=0), "pooled", 1000, 1280
                            ).memory_bytes < 1e8
     monkeypatch.setattr(pf, "available_memory", lambda: 8 << 30)
-    with pytest.warns(pf.ResourceEstimateWarning, match=r"'ridge'.*Lower n_calibration"):
-        pf.preflight({"ridge": make_head("ridge")}, "pooled", 1000, 1280)
+    for name in ("ridge", "fed3r", "fedcof"):
+        with pytest.warns(pf.ResourceEstimateWarning, match=rf"'{name}'.*Lower n_calibration"):
+            pf.preflight({name: make_head(name)}, "pooled", 1000, 1280)

@@ -12,9 +12,10 @@ head from statistics of C classes in dimension d, from the shapes the head alloc
   of k_f = min(C − 1, d) dimensions (n: their ``n_per_class`` or its automatic value), plus
   C per-class k_f × k_f covariances in mode ``full``; training costs epochs·C·n·C·k_f·6 flops,
   and Proto-Hyper's QDA_f teacher in mode ``full`` C·n·C·k_f²·2 more;
-* ``ridge``: its temperature calibration scores C·n synthetic rows (n: ``n_calibration``)
-  against C classes, with about 6 copies of the (C·n, C) scores: 6·C²·n·8 bytes (12 GB at
-  C = 1,000 and the default n = 256);
+* ``ridge``, ``fed3r``, ``fedcof`` (the heads with ``n_calibration``): their temperature
+  calibration scores C·n synthetic rows (n: ``n_calibration``)
+  against C classes, with about 8 copies of the (C·n, C) scores: 8·C²·n·8 bytes (16 GB at
+  C = 1,000 and the default n = 256; 17 GB measured);
 * every other head: a few d × d matrices, C·d² + 10·d³ flops.
 
 :func:`preflight` compares the estimates with the memory available now (``MemAvailable`` of
@@ -110,9 +111,9 @@ def estimate_fit(head: Head, mode: Mode, num_classes: int, dim: int) -> FitEstim
     base = FitEstimate(0.1 * per_class + 4 * d * d * 8.0, c * d * d + 10.0 * d**3)
     if head.name == "qda":
         return FitEstimate(base.memory_bytes + 1.2 * per_class, base.flops + 4.0 * c * d**3)
-    if head.name == "ridge":
-        rows = float(c) * int(getattr(head, "n_calibration", 0) or 0)
-        return FitEstimate(base.memory_bytes + 6.0 * rows * c * 8.0,
+    if getattr(head, "n_calibration", None):
+        rows = float(c) * int(getattr(head, "n_calibration", 0))
+        return FitEstimate(base.memory_bytes + 8.0 * rows * c * 8.0,
                            base.flops + rows * (d * d + 2.0 * d * c + 20.0 * c))
     if head.name in TRAINABLE:
         extra = _trainable(head, mode, c, d)
@@ -176,7 +177,8 @@ def preflight(models: Mapping[str, Head], mode: Mode, num_classes: int, dim: int
             warnings.warn(
                 f"{where}: estimated memory {_gb(est.memory_bytes)} exceeds the "
                 f"{_gb(avail)} available; the fit may fail or swap. "
-                + ("Lower n_calibration (e.g. 32) or set it to 0. " if name == "ridge" else "")
+                + ("Lower n_calibration (e.g. 32) or set it to 0. "
+                   if getattr(head, "n_calibration", None) else "")
                 + "Use a public projection (--projection-dim) or a lighter upload mode, or fit "
                 "this head on a larger machine", ResourceEstimateWarning, stacklevel=2)
         secs = est.seconds(rate)
