@@ -35,7 +35,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ghofl.errors import GhoflWarning
-from ghofl.heads._training import auto_train_samples_per_class
 from ghofl.heads.base import Head
 from ghofl.stats.meta import Mode
 
@@ -75,6 +74,9 @@ class FitEstimate:
 
 
 def _trainable(head: Head, mode: Mode, c: int, d: int) -> FitEstimate:
+    # lazy: the training module loads the LDA head, which the Flower client app must not
+    from ghofl.heads._training import auto_train_samples_per_class
+
     k = max(1, min(c - 1, d))
     n = getattr(head, "n_per_class", None)
     rows = float(c) * (auto_train_samples_per_class(c, k) if n is None else int(n))
