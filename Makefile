@@ -80,6 +80,7 @@ bench: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) benchmarks/bench_secure_cost.py
 	$(PY) benchmarks/bench_secure_graph.py
 	$(PY) benchmarks/bench_secure_regions.py
+	$(PY) benchmarks/bench_c1000.py
 	$(MAKE) bench-secure
 
 # Flower's SecAgg+ (the side-by-side comparison) runs from the venv's own flwr (extra flower).

@@ -34,6 +34,7 @@ from ghofl.heads.base import Head
 from ghofl.heads.build import build_heads, to_jsonable
 from ghofl.heads.model_dir import check_model_target, save_model
 from ghofl.heads.ood import MahalanobisOOD
+from ghofl.heads.preflight import preflight
 from ghofl.heads.presets import DEFAULT_PRESET, check_preset, merge_preset
 from ghofl.heads.registry import parse_head_list
 from ghofl.moments.core import compute_moments
@@ -249,6 +250,12 @@ def run_server_job(
     InputError
         ``out_dir`` may not be replaced, or the test set is malformed, empty or of another
         dimension (raised before any fitting).
+
+    Warns
+    -----
+    ResourceEstimateWarning
+        A head's estimated memory or time is beyond the machine
+        (:func:`ghofl.heads.preflight.preflight`, before any fitting).
     """
     models = build_heads(job.heads, job.resolved_params(), seed=job.seed,
                          progress=job.progress, mode=total.mode)
@@ -256,6 +263,7 @@ def run_server_job(
         _check_test(test, total)
     if out_dir is not None:
         check_model_target(Path(out_dir), option)
+    preflight(models, total.mode, total.num_classes, total.dim)  # warns when beyond the machine
     fit_seconds: dict[str, float] = {}
     for name, head in models.items():
         if log is not None:

@@ -1,0 +1,194 @@
+"""Pre-flight estimates: warn before a fit that will not fit in memory or will take very long.
+
+:func:`estimate_fit` gives a rough peak working memory (bytes, beyond the statistics total the
+server already holds) and a rough amount of work (floating-point operations) for fitting one
+head from statistics of C classes in dimension d, from the shapes the head allocates:
+
+* upload mode ``full``: the total holds C per-class d × d second moments, M = C·d²·8 bytes;
+  the moments add about 0.1·M of working memory, ``qda`` its per-class factors and precisions
+  (1.2·M more) and C·d³·4 flops (eigendecompositions, Cholesky factors, inverses): 2.8 GB
+  measured at C = 200, d = 1280;
+* the trainable heads (``fishermix``, ``protohyper``) synthesise C·n rows in the Fisher space
+  of k_f = min(C − 1, d) dimensions (n: their ``n_per_class`` or its automatic value), plus
+  C per-class k_f × k_f covariances in mode ``full``; training costs epochs·C·n·C·k_f·6 flops,
+  and Proto-Hyper's QDA_f teacher in mode ``full`` C·n·C·k_f²·2 more;
+* ``ridge``, ``fed3r``, ``fedcof`` (the heads with ``n_calibration``): their temperature
+  calibration scores C·n synthetic rows (n: ``n_calibration``)
+  against C classes, with about 8 copies of the (C·n, C) scores: 8·C²·n·8 bytes (16 GB at
+  C = 1,000 and the default n = 256; 17 GB measured);
+* every other head: a few d × d matrices, C·d² + 10·d³ flops.
+
+:func:`preflight` compares the estimates with the memory available now (``MemAvailable`` of
+``/proc/meminfo``) and with ``max_seconds`` at ``flop_rate`` and warns
+(:class:`ResourceEstimateWarning`) for each head that exceeds either, saying what to do. It
+never changes a head or its fit: :func:`ghofl.server_job.run_server_job` (``ghofl fit``, the
+simulator, the Flower server) calls it before fitting. The estimates are deliberately simple
+(within a factor of about 2 of the C = 200 and C = 1,000 benchmarks on 2 cores).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ghofl.errors import GhoflWarning
+from ghofl.heads.base import Head
+from ghofl.stats.meta import Mode
+
+__all__ = ["FitEstimate", "ResourceEstimateWarning", "available_memory", "estimate_fit",
+           "preflight"]
+
+#: floating-point operations per second assumed per CPU core (a rough, conservative rate)
+FLOP_RATE_PER_CORE = 2.5e9
+#: estimated fit seconds above which :func:`preflight` warns
+MAX_SECONDS = 600.0
+#: heads trained on synthetic samples
+TRAINABLE = frozenset({"fishermix", "protohyper"})
+
+
+class ResourceEstimateWarning(GhoflWarning):
+    """A head's estimated memory or time is beyond the machine (see :func:`preflight`)."""
+
+
+@dataclass(frozen=True)
+class FitEstimate:
+    """Rough cost of one head's fit.
+
+    Attributes
+    ----------
+    memory_bytes : float
+        Peak working memory beyond the statistics total.
+    flops : float
+        Floating-point operations.
+    """
+
+    memory_bytes: float
+    flops: float
+
+    def seconds(self, flop_rate: float) -> float:
+        """Estimated wall seconds at ``flop_rate`` operations per second."""
+        return self.flops / flop_rate
+
+
+def _trainable(head: Head, mode: Mode, c: int, d: int) -> FitEstimate:
+    # lazy: the training module loads the LDA head, which the Flower client app must not
+    from ghofl.heads._training import auto_train_samples_per_class
+
+    k = max(1, min(c - 1, d))
+    n = getattr(head, "n_per_class", None)
+    rows = float(c) * (auto_train_samples_per_class(c, k) if n is None else int(n))
+    epochs = float(getattr(head, "epochs", 40))
+    memory = rows * k * 8.0 * 2 + (c * k * k * 8.0 * 2 if mode == "full" else 0.0)
+    flops = epochs * rows * c * k * 6.0
+    if head.name == "protohyper":
+        memory += rows * 2 * c * 8.0
+        if mode == "full":
+            flops += rows * c * k * k * 2.0
+    return FitEstimate(memory, flops)
+
+
+def estimate_fit(head: Head, mode: Mode, num_classes: int, dim: int) -> FitEstimate:
+    """Rough peak memory and work of fitting ``head`` (module docstring).
+
+    Parameters
+    ----------
+    head : Head
+        The (unfitted) head, with its hyperparameters.
+    mode : {"full", "pooled", "diag", "means"}
+        Upload mode of the statistics.
+    num_classes : int
+        C.
+    dim : int
+        d of the statistics (after any projection).
+
+    Returns
+    -------
+    FitEstimate
+    """
+    c, d = int(num_classes), int(dim)
+    per_class = c * d * d * 8.0 if mode == "full" else 0.0
+    base = FitEstimate(0.1 * per_class + 4 * d * d * 8.0, c * d * d + 10.0 * d**3)
+    if head.name == "qda":
+        return FitEstimate(base.memory_bytes + 1.2 * per_class, base.flops + 4.0 * c * d**3)
+    if getattr(head, "n_calibration", None):
+        rows = float(c) * int(getattr(head, "n_calibration", 0))
+        return FitEstimate(base.memory_bytes + 8.0 * rows * c * 8.0,
+                           base.flops + rows * (d * d + 2.0 * d * c + 20.0 * c))
+    if head.name in TRAINABLE:
+        extra = _trainable(head, mode, c, d)
+        return FitEstimate(base.memory_bytes + extra.memory_bytes, base.flops + extra.flops)
+    return base
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (``MemAvailable`` of ``/proc/meminfo``), None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _gb(b: float) -> str:
+    return f"{b / 1e9:.1f} GB"
+
+
+def preflight(models: Mapping[str, Head], mode: Mode, num_classes: int, dim: int, *,
+              available: int | None = None, flop_rate: float | None = None,
+              max_seconds: float = MAX_SECONDS) -> dict[str, FitEstimate]:
+    """Warn, before fitting, for every head whose estimated memory or time is beyond the machine.
+
+    Parameters
+    ----------
+    models : mapping of str to Head
+        The heads about to be fitted.
+    mode : {"full", "pooled", "diag", "means"}
+        Upload mode of the statistics.
+    num_classes, dim : int
+        C and d of the statistics.
+    available : int, optional
+        Available memory in bytes (default :func:`available_memory`; unknown: no memory check).
+    flop_rate : float, optional
+        Operations per second (default ``FLOP_RATE_PER_CORE`` times the CPU count).
+    max_seconds : float, default 600
+        Estimated fit seconds above which a head is reported.
+
+    Returns
+    -------
+    dict of str to FitEstimate
+        The estimate of every head.
+
+    Warns
+    -----
+    ResourceEstimateWarning
+        Per head over either limit, with the estimate and what to do.
+    """
+    avail = available_memory() if available is None else available
+    rate = flop_rate or FLOP_RATE_PER_CORE * (os.cpu_count() or 1)
+    out: dict[str, FitEstimate] = {}
+    for name, head in models.items():
+        est = out[name] = estimate_fit(head, mode, num_classes, dim)
+        where = f"head {name!r} at C = {num_classes}, d = {dim} (mode {mode!r})"
+        if avail is not None and est.memory_bytes > avail:
+            warnings.warn(
+                f"{where}: estimated memory {_gb(est.memory_bytes)} exceeds the "
+                f"{_gb(avail)} available; the fit may fail or swap. "
+                + ("Lower n_calibration (e.g. 32) or set it to 0. "
+                   if getattr(head, "n_calibration", None) else "")
+                + "Use a public projection (--projection-dim) or a lighter upload mode, or fit "
+                "this head on a larger machine", ResourceEstimateWarning, stacklevel=2)
+        secs = est.seconds(rate)
+        if math.isfinite(secs) and secs > max_seconds:
+            tip = ("fewer epochs or n_per_class" if name in TRAINABLE
+                   else "a public projection (--projection-dim) or a lighter head")
+            warnings.warn(
+                f"{where}: estimated time {secs / 60:.0f} min exceeds {max_seconds / 60:.0f} "
+                f"min (about {est.flops:.1e} operations at {rate:.1e}/s); consider {tip}",
+                ResourceEstimateWarning, stacklevel=2)
+    return out
