@@ -52,12 +52,39 @@ def test_no_warning_for_small_fits_and_predictions_unchanged(
         run_server_job(stats, ServerJob(("qda",)))
 
 
-def test_ridge_calibration_memory_grows_as_c_squared(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ridge_calibration_memory_is_capped_at_many_classes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calibration's (rows, C) score array: C·256 rows up to C = 256, then 65,536 rows in
+    all (ridge.calibration_rows_per_class), so its memory grows as C, not C²."""
+    from ghofl.heads.ridge import calibration_rows_per_class
+
+    assert calibration_rows_per_class(256, 200) == 256
+    assert calibration_rows_per_class(256, 1000) == 65
+    assert calibration_rows_per_class(256, 100_000) == 8
     big = pf.estimate_fit(make_head("ridge"), "pooled", 1000, 1280).memory_bytes
-    assert big > 10e9
+    assert 0.5e9 < big < 2e9
     assert pf.estimate_fit(make_head("ridge", n_calibration=0), "pooled", 1000, 1280
                            ).memory_bytes < 1e8
-    monkeypatch.setattr(pf, "available_memory", lambda: 8 << 30)
+    monkeypatch.setattr(pf, "available_memory", lambda: 256 << 20)
     for name in ("ridge", "fed3r", "fedcof"):
         with pytest.warns(pf.ResourceEstimateWarning, match=rf"'{name}'.*Lower n_calibration"):
             pf.preflight({name: make_head(name)}, "pooled", 1000, 1280)
+
+
+def test_blocked_calibration_objective_gives_the_one_pass_temperature(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above the block size the objective is summed in row blocks; the temperature agrees with
+    the one-pass objective (to the optimiser's tolerance)."""
+    from ghofl.heads import ridge
+    from ghofl.moments.core import compute_moments
+    from ghofl.stats import compute_stats
+
+    rng = np.random.default_rng(0)
+    y = np.arange(600) % 6
+    x = rng.standard_normal((600, 5)) + y[:, None] * 0.7
+    moments = compute_moments(compute_stats(x, y, 6, "pooled"))
+    coef, intercept = rng.standard_normal((5, 6)), rng.standard_normal(6)
+    one = ridge.synthetic_temperature(moments, coef, intercept, 50, 0)
+    monkeypatch.setattr(ridge, "_CALIBRATION_BLOCK", 64)
+    blocked = ridge.synthetic_temperature(moments, coef, intercept, 50, 0)
+    assert blocked == pytest.approx(one, rel=1e-3)

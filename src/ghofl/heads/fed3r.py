@@ -136,7 +136,8 @@ class Fed3RHead(UnscaledLinearHead):
     lam : float ≥ 0, default 0.01
         The ridge penalty λ of W = (ΦᵀΦ + λ I)⁻¹ ΦᵀY (Fed3R's setting).
     n_calibration : int, default 256
-        Synthetic samples per class used to fit the temperature of the probabilities (as the
+        Synthetic samples per class used to fit the temperature (at most
+        65,536 in all: fewer per class above C = 256) of the probabilities (as the
         ridge head); 0 = no calibration (T = 1). Predictions do not depend on it.
     seed : int, default 0
         Seed of the calibration samples.

@@ -60,7 +60,8 @@ class FedCOFHead(UnscaledLinearHead):
     normalize : bool, default True
         Divide each class's weight vector by its norm (module docstring).
     n_calibration : int, default 256
-        Synthetic samples per class for the temperature of the probabilities (as ``ridge``);
+        Synthetic samples per class for the temperature of the probabilities (as ``ridge``, at
+        most 65,536 in all);
         0 = T = 1. Predictions do not depend on it.
     seed : int, default 0
         Seed of the calibration samples.

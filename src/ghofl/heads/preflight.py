@@ -114,8 +114,11 @@ def estimate_fit(head: Head, mode: Mode, num_classes: int, dim: int) -> FitEstim
     if head.name == "qda":
         return FitEstimate(base.memory_bytes + 1.2 * per_class, base.flops + 4.0 * c * d**3)
     if getattr(head, "n_calibration", None):
-        rows = float(c) * int(getattr(head, "n_calibration", 0))
-        return FitEstimate(base.memory_bytes + 8.0 * rows * c * 8.0,
+        from ghofl.heads.ridge import calibration_rows_per_class
+
+        rows = float(c) * calibration_rows_per_class(int(getattr(head, "n_calibration", 0)), c)
+        # the (rows, C) score array, its own-class column, one block of the objective
+        return FitEstimate(base.memory_bytes + 2.0 * rows * c * 8.0,
                            base.flops + rows * (d * d + 2.0 * d * c + 20.0 * c))
     if head.name in TRAINABLE:
         extra = _trainable(head, mode, c, d)

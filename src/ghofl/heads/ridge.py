@@ -215,6 +215,25 @@ def choose_alpha(moments: Moments, alpha: float | str) -> tuple[float, str]:
     return cands[int(np.argmin(errs))], "heldout"
 
 
+#: Calibration rows across all classes at most (per class: ``n_calibration``, lowered above
+#: this total so the (rows, C) score array stays near 65,536 · C values: 0.5 GB at C = 1,000).
+CALIBRATION_MAX_ROWS = 65_536
+#: Score values per block of the calibration objective when the array is large.
+_CALIBRATION_BLOCK = 1 << 24
+
+
+def calibration_rows_per_class(n_per_class: int, num_classes: int) -> int:
+    """Synthetic calibration rows per class: ``n_per_class``, capped by the total.
+
+    ``min(n_per_class, max(8, CALIBRATION_MAX_ROWS // C))``: unchanged up to C = 256 at the
+    default 256 per class; 65 per class at C = 1,000. A temperature does not move the argmax,
+    so predictions never depend on it.
+    """
+    if num_classes < 1:
+        return n_per_class
+    return min(n_per_class, max(8, CALIBRATION_MAX_ROWS // num_classes))
+
+
 def synthetic_temperature(
     moments: Moments, coef: F64, intercept: F64, n_per_class: int, seed: int
 ) -> float:
@@ -239,16 +258,27 @@ def synthetic_temperature(
     rng = np.random.default_rng(seed)
     c = moments.num_classes
     keep = [k for k in range(c) if moments.counts[k] > 0]
+    n_per_class = calibration_rows_per_class(n_per_class, len(keep))
     scores = []
     for k in keep:
         z = moments.means[k] + rng.standard_normal((n_per_class, cov.shape[0])) @ chol.T
         scores.append(z @ coef + intercept)
     s = np.concatenate(scores)
     y = np.repeat(np.asarray(keep), n_per_class)
+    own = s[np.arange(y.size), y]
+    # one pass over the whole score array when it is small (as always before); in row
+    # blocks when it is large, so no copy of the (rows, C) array is ever made
+    step = s.shape[0] if s.size <= _CALIBRATION_BLOCK else max(1, _CALIBRATION_BLOCK // c)
 
     def nll(log_t: float) -> float:
-        z = s / np.exp(log_t)
-        return float(np.mean(logsumexp(z, axis=1) - z[np.arange(y.size), y]))
+        inv = np.exp(-log_t) if step < s.shape[0] else None
+        if inv is None:
+            z = s / np.exp(log_t)
+            return float(np.mean(logsumexp(z, axis=1) - z[np.arange(y.size), y]))
+        total = 0.0
+        for i in range(0, s.shape[0], step):
+            total += float(np.sum(logsumexp(s[i:i + step] * inv, axis=1)))
+        return float((total - float(np.sum(own)) * inv) / s.shape[0])
 
     res = minimize_scalar(nll, bounds=(np.log(1e-4), np.log(1e2)), method="bounded",
                           options={"xatol": 1e-4})
@@ -265,7 +295,8 @@ class RidgeHead(Head):
         ``"auto"`` picks it on the held-out part of the statistics when they have one, else
         by generalised cross-validation from the moments.
     n_calibration : int, default 256
-        Synthetic samples per class used to fit the temperature; 0 = no calibration (T = 1).
+        Synthetic samples per class used to fit the temperature (at most
+        65,536 in all: fewer per class above C = 256); 0 = no calibration (T = 1).
     seed : int, default 0
         Seed of the calibration samples.
     """
