@@ -232,14 +232,14 @@ def render(data: dict[str, Any]) -> str:
         "* Pre-flight estimate: the working memory `ghofl fit` now estimates before fitting "
         "(`ghofl.heads.preflight`, beyond the statistics total); it warns when that is beyond "
         "the available memory or the estimated time beyond 10 minutes (\"warned\": it did in "
-        "the measured run; the calibration term of ridge, fed3r and fedcof was added after "
-        "their rows were measured, so their run did not warn).",
+        "the measured run).",
         "* Client side: " + "; ".join(client) + ".",
         "* A head still running at its target + grace is stopped: \"fit not done after X s\".",
-        "* ridge, fed3r and fedcof: the temperature calibration scores C·256 synthetic rows "
-        "(`n_calibration`) against all C classes, so its time and memory grow as C²; at "
-        "C = 1,000 it dominates their fit (a smaller `n_calibration` lowers both; the "
-        "pre-flight estimate counts it).",
+        "* ridge, fed3r and fedcof: the temperature calibration scores synthetic rows against "
+        "all C classes: `n_calibration` (256) per class up to 65,536 rows in all, fewer per "
+        "class above C = 256 (65 at C = 1,000), its objective summed in row blocks; with 256 "
+        "per class at any C its time and memory grew as C² (the cap bounds them by C; the "
+        "pre-flight estimate counts it; a temperature never moves a prediction).",
         *_missing(data),
     ])
 
