@@ -227,6 +227,35 @@ class Population:
     encoder: EncoderInfo | None = None
 
 
+def _aggregate(plan: FederationPlan, ids: list[str], makers: list[Callable[[], ClientStats]],
+               meta: Any, noise_seeds: list[np.random.SeedSequence]) -> tuple[Any, Any]:
+    """The plan's server and its aggregate of the simulated clients (flat or in regions)."""
+    noise_rng = np.random.default_rng(noise_seeds[-1])
+    if plan.aggregation.regions is None:
+        roster, halves = _client_halves(plan, ids, makers, meta, noise_seeds)
+        server = FederationServer(plan, ids, meta, roster=roster)
+        out = server.aggregate(InMemoryTransport(halves, plan.aggregation.drops,
+                                                 seed=plan.server.seed), noise_rng=noise_rng)
+        return server, out
+    server = FederationServer(plan, ids, meta)
+    return server, _aggregate_regions(server, dict(zip(ids, makers, strict=True)), meta,
+                                      noise_rng)
+
+
+def _head_results(fitted: Any, scores: Mapping[str, Any], stages: dict[str, float]
+                  ) -> dict[str, HeadResult]:
+    """Accuracy, fit and predict seconds and parameters per head; their stages recorded."""
+    results: dict[str, HeadResult] = {}
+    for name, head in fitted.heads.items():
+        stages[f"fit/{name}"] = fitted.fit_seconds[name]
+        stages[f"evaluate/{name}"] = scores[name].seconds
+        results[name] = HeadResult(accuracy=scores[name].accuracy,
+                                   fit_seconds=fitted.fit_seconds[name],
+                                   predict_seconds=scores[name].seconds,
+                                   params=head.get_params())
+    return results
+
+
 def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
              test: tuple[NDArray[Any], NDArray[Any]], population: Population
              ) -> SimulationResult:
@@ -277,29 +306,14 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     xte = apply_feature_transform(xte, job.feature_transform)
     noise_seeds = np.random.SeedSequence([server_job.seed, 0x0D1FF]).spawn(clients + 1)
     makers = [stats_of(idx) for idx in parts]
-    noise_rng = np.random.default_rng(noise_seeds[-1])
-    if plan.aggregation.regions is None:
-        roster, halves = _client_halves(plan, ids, makers, meta, noise_seeds)
-        server = FederationServer(plan, ids, meta, roster=roster)
-        out = server.aggregate(InMemoryTransport(halves, plan.aggregation.drops,
-                                                 seed=server_job.seed), noise_rng=noise_rng)
-    else:
-        server = FederationServer(plan, ids, meta)
-        out = _aggregate_regions(server, dict(zip(ids, makers, strict=True)), meta, noise_rng)
+    server, out = _aggregate(plan, ids, makers, meta, noise_seeds)
     stages["client_stats"] = float(sum(client_seconds))
     stages["client_stats_max"] = max(client_seconds, default=0.0)
     stages["aggregate"] = max(out.seconds - stages["client_stats"], 0.0)
 
     fitted = server.fit(out.total, test=(xte, yte))
     scores = fitted.scores or {}
-    results: dict[str, HeadResult] = {}
-    for name, head in fitted.heads.items():
-        stages[f"fit/{name}"] = fitted.fit_seconds[name]
-        stages[f"evaluate/{name}"] = scores[name].seconds
-        results[name] = HeadResult(accuracy=scores[name].accuracy,
-                                   fit_seconds=fitted.fit_seconds[name],
-                                   predict_seconds=scores[name].seconds,
-                                   params=head.get_params())
+    results = _head_results(fitted, scores, stages)
     return SimulationResult(
         heads=results,
         clients=int(clients),

@@ -30,7 +30,7 @@ from ghofl.client.transforms import recorded_feature_transform, transformed_info
 from ghofl.errors import ConfigError, InputError, require_extra
 from ghofl.files import atomic_write
 from ghofl.heads.base import Head
-from ghofl.heads.onnx_graph import INPUT_NAME, head_graph
+from ghofl.heads.onnx_graph import INPUT_NAME, head_graph, rename_input
 from ghofl.stats.meta import EncoderInfo
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
         enc, head_model, io_map=[(f"encoder/{enc_out}", INPUT_NAME)],
         producer_name="ghofl", producer_version=head_model.producer_version,
     )
-    _rename_input(merged, f"encoder/{enc_in}", IMAGE_INPUT)
+    rename_input(merged, f"encoder/{enc_in}", IMAGE_INPUT)
     props = {p.key: p.value for p in head_model.metadata_props}
     contract = json.loads(props["ghofl.input_contract"])
     contract.update(input=IMAGE_INPUT, dtype="uint8", shape=["N", h, w, 3],
@@ -189,16 +189,6 @@ def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
     helper.set_model_props(merged, props)
     onnx.checker.check_model(merged)
     return merged
-
-
-def _rename_input(model: onnx.ModelProto, old: str, new: str) -> None:
-    for inp in model.graph.input:
-        if inp.name == old:
-            inp.name = new
-    for node in model.graph.node:
-        for i, name in enumerate(node.input):
-            if name == old:
-                node.input[i] = new
 
 
 def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool = False,

@@ -35,7 +35,7 @@ from ghofl.errors import ConfigError, InputError, MissingExtraError, require_ext
 from ghofl.files import atomic_write
 from ghofl.heads.base import Head
 from ghofl.heads.model_dir import load_model
-from ghofl.heads.onnx_graph import INPUT_NAME, head_graph
+from ghofl.heads.onnx_graph import INPUT_NAME, head_graph, rename_input
 from ghofl.stats.meta import EncoderInfo
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def text_full_graph(head: Head, name: str, spec: TextGraphSpec, encoder: Encoder
         producer_name="ghofl", producer_version=head_model.producer_version,
     )
     for key in TEXT_INPUTS:
-        _rename_input(merged, f"encoder/{key}", key)
+        rename_input(merged, f"encoder/{key}", key)
     props = {p.key: p.value for p in head_model.metadata_props}
     base = json.loads(props["ghofl.input_contract"])
     contract = _contract(spec, encoder, tokenizer_file, base)
@@ -199,16 +199,6 @@ def text_full_graph(head: Head, name: str, spec: TextGraphSpec, encoder: Encoder
     helper.set_model_props(merged, props)
     onnx.checker.check_model(merged)
     return merged
-
-
-def _rename_input(model: onnx.ModelProto, old: str, new: str) -> None:
-    for inp in model.graph.input:
-        if inp.name == old:
-            inp.name = new
-    for node in model.graph.node:
-        for i, name in enumerate(node.input):
-            if name == old:
-                node.input[i] = new
 
 
 def export_text_model(head: Head, name: str, out: Path, *, force: bool = False,

@@ -47,6 +47,7 @@ __all__ = [
     "head_graph",
     "head_metadata",
     "register_onnx_converter",
+    "rename_input",
 ]
 
 OPSET = 17
@@ -363,3 +364,14 @@ def head_graph(head: Head, name: str | None = None) -> onnx.ModelProto:
     helper.set_model_props(model, head_metadata(head, name or head.name, d, transform))
     onnx.checker.check_model(model)
     return model
+
+
+def rename_input(model: onnx.ModelProto, old: str, new: str) -> None:
+    """Rename the graph input ``old`` of ``model`` to ``new``, and every use of it, in place."""
+    for inp in model.graph.input:
+        if inp.name == old:
+            inp.name = new
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = new
