@@ -38,7 +38,7 @@ from scipy.optimize import nnls
 
 from ghofl.bench import harness
 from ghofl.bench.report import machine_summary, markdown_table
-from ghofl.secure import InMemoryTransport, SecAggClient, SecAggConfig
+from ghofl.secure import InMemoryTransport, SecAggClient, SecAggConfig, SecAggServer
 from ghofl.secure.hierarchy import (
     HierarchicalReport,
     Region,
@@ -96,7 +96,7 @@ def _run(n: int, d: int, size: int, ctx: harness.Context) -> dict[str, Any]:
             for c in region.clients])
 
     report = run_hierarchical(cfg, meta, partition_regions(ids, n // size), transport_for,
-                              rosters=rosters)
+                              rosters=rosters, server_half=SecAggServer)
     return _row(report, n, d, size, reference, flat)
 
 

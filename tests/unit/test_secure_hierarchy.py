@@ -60,7 +60,8 @@ def _hierarchical(payloads: dict[str, ClientStats], regions: int,
         return InMemoryTransport(clients, drops.get(region.name), seed=7)
 
     meta = next(iter(payloads.values())).meta
-    return run_hierarchical(cfg, meta, parts, transport, rosters=rosters, top=top)
+    return run_hierarchical(cfg, meta, parts, transport, rosters=rosters, top=top,
+                            server_half=SecAggServer)
 
 
 def _flat_words(payloads: Mapping[str, ClientStats]) -> tuple[np.ndarray, ClientStats]:
@@ -204,7 +205,7 @@ def test_overlapping_regions_are_refused() -> None:
     meta = payloads[ids[0]].meta
     with pytest.raises(ConfigError, match="regions must partition the roster"):
         run_hierarchical(SecAggConfig(clip_norm=CLIP), meta, regions,
-                         lambda r: InMemoryTransport([]))
+                         lambda r: InMemoryTransport([]), server_half=SecAggServer)
 
 
 # ---------------------------------------------------------------------- plan, simulator, CLI

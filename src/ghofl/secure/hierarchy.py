@@ -297,7 +297,8 @@ class HierarchicalReport:
 def run_hierarchical(config: SecAggConfig, meta: StatsMeta, regions: Sequence[Region],
                      transport_for: Callable[[Region], Transport], *,
                      rosters: Mapping[str, Roster] | None = None,
-                     top: TopRound | None = None) -> HierarchicalReport:
+                     top: TopRound | None = None,
+                     server_half: Callable[..., SecAggServer]) -> HierarchicalReport:
     """Run a secure round in every region, then the top round over the regional aggregators.
 
     Parameters
@@ -319,6 +320,10 @@ def run_hierarchical(config: SecAggConfig, meta: StatsMeta, regions: Sequence[Re
     top : TopRound, optional
         Settings of the top round (its aggregators run in process, authenticated by a roster
         of fresh identity keys).
+    server_half : callable
+        Builds each round's server half with the arguments of
+        :class:`~ghofl.secure.server.SecAggServer` (``ghofl.server`` passes that class: the
+        server halves of every protocol are built there).
 
     Returns
     -------
@@ -342,7 +347,8 @@ def run_hierarchical(config: SecAggConfig, meta: StatsMeta, regions: Sequence[Re
     for region in regions:
         transport = transport_for(region)  # first: it may build the region's clients
         roster = None if rosters is None else rosters.get(region.name)
-        outcome, words = _run_region(config, meta, region, codec, transport, roster)
+        outcome, words = _run_region(config, meta, region, codec, transport, roster,
+                                     server_half)
         outcomes[region.name] = outcome
         if words is not None and outcome.report is not None:
             sums[region.name] = (outcome.report.total, words)
@@ -355,7 +361,7 @@ def run_hierarchical(config: SecAggConfig, meta: StatsMeta, regions: Sequence[Re
     zero = np.zeros(codec.length(meta), np.uint64)
     empty = codec.decode(meta, zero)
     inputs = {r.name: sums.get(r.name, (empty, zero)) for r in regions}
-    report, words = _run_top(config, meta, codec, inputs, outcomes, top)
+    report, words = _run_top(config, meta, codec, inputs, outcomes, top, server_half)
     in_top = set(report.survivors)
     for name, o in outcomes.items():
         if o.status == "included" and name not in in_top:
@@ -392,12 +398,13 @@ def _check_regions(config: SecAggConfig, regions: Sequence[Region]) -> None:
 
 
 def _run_region(config: SecAggConfig, meta: StatsMeta, region: Region, codec: FixedPointCodec,
-                transport: Transport, roster: Roster | None
+                transport: Transport, roster: Roster | None,
+                server_half: Callable[..., SecAggServer]
                 ) -> tuple[RegionOutcome, NDArray[np.uint64] | None]:
     """One regional round: its outcome and its sum as words (``None`` when it aborted)."""
     holder: list[SecAggServer] = []
     decoder = _WordsDecoder(codec, lambda: len(holder[0].survivors), f"region {region.name}")
-    server = SecAggServer(config, meta, region.clients, decode=decoder, roster=roster)
+    server = server_half(config, meta, region.clients, decode=decoder, roster=roster)
     holder.append(server)
     params = server.params.to_dict()
     try:
@@ -411,7 +418,8 @@ def _run_region(config: SecAggConfig, meta: StatsMeta, region: Region, codec: Fi
 
 def _run_top(config: SecAggConfig, meta: StatsMeta, codec: FixedPointCodec,
              inputs: Mapping[str, tuple[ClientStats, NDArray[np.uint64]]],
-             outcomes: Mapping[str, RegionOutcome], top: TopRound
+             outcomes: Mapping[str, RegionOutcome], top: TopRound,
+             server_half: Callable[..., SecAggServer]
              ) -> tuple[AggregationReport, NDArray[np.uint64]]:
     """The top round: each aggregator masks its regional words (zeros for an aborted region)."""
     cfg = replace(config, threshold=top.threshold, neighbours=None)
@@ -429,7 +437,7 @@ def _run_top(config: SecAggConfig, meta: StatsMeta, codec: FixedPointCodec,
         return sum(len(outcomes[a].survivors) for a in holder[0].survivors)
 
     decoder = _WordsDecoder(codec, contributors, "the top round")
-    server = SecAggServer(cfg, meta, list(inputs), decode=decoder, roster=roster)
+    server = server_half(cfg, meta, list(inputs), decode=decoder, roster=roster)
     holder.append(server)
     report = run_aggregation(server, InMemoryTransport(aggregators, top.drops, seed=top.seed))
     assert decoder.words is not None

@@ -199,7 +199,8 @@ class FederationServer:
         if not self.regions:
             raise ConfigError("aggregate_regions is for plans with regions; call aggregate")
         hier = run_hierarchical(self.plan.secagg_config(), self.meta, self.regions,
-                                transport_for, rosters=rosters, top=top)
+                                transport_for, rosters=rosters, top=top,
+                                server_half=SecAggServer)
         out = self._release(hier.summary(), hier.seconds, noise_rng)
         return Aggregated(out.report, out.total, out.privacy, out.seconds, hier)
 
