@@ -89,10 +89,6 @@ def _train_features(enc: Encoder, data_dir: str, per_class: int) -> tuple[Any, A
     return x, compute_stats(x, y, src.classes, mode="full", encoder=enc.info)
 
 
-def _train_stats(enc: Encoder, data_dir: str, per_class: int) -> Any:
-    return _train_features(enc, data_dir, per_class)[1]
-
-
 def _fit(stats: Any) -> tuple[Any, MahalanobisOOD]:
     head = make_head("lda").fit_from_stats(stats)
     ood = MahalanobisOOD().fit_from_moments(compute_moments(stats))
@@ -127,7 +123,7 @@ def _throughput(ctx: harness.Context) -> dict[str, Any]:
     args = ctx.args
     data_dir = str(ctx.data_dir())
     enc = _encoder()
-    stats = _train_stats(enc, data_dir, args.train_per_class)
+    stats = _train_features(enc, data_dir, args.train_per_class)[1]
     head, ood = _fit(stats)
     test = load_dataset("cifar10", "test", data_dir=data_dir)
     per_class = -(-args.n_images // len(test.classes))

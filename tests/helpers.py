@@ -78,3 +78,19 @@ def secure_federation(ids: list[str], payloads: list[object], config: object, *,
     meta = payloads[0].meta  # type: ignore[attr-defined]
     server = SecAggServer(config, meta, ids, roster=roster, **server_kwargs)  # type: ignore[arg-type]
     return clients, server, identities, roster  # type: ignore[return-value]
+
+
+def protocol_setting(setting: str) -> tuple[float | None, object]:
+    """(clip bound, AggregationSpec) of a protocol setting: ``plain``, ``secure``,
+    ``central-dp`` or ``distributed-dp`` (ε = 8, R = 30 where clipping is needed)."""
+    from ghofl.privacy import DPConfig
+    from ghofl.server.plan import AggregationSpec
+
+    specs = {
+        "plain": (None, AggregationSpec()),
+        "secure": (30.0, AggregationSpec("secure")),
+        "central-dp": (30.0, AggregationSpec(dp=DPConfig(epsilon=8.0))),
+        "distributed-dp": (30.0, AggregationSpec("secure",
+                                                 dp=DPConfig(epsilon=8.0, mode="distributed"))),
+    }
+    return specs[setting]

@@ -36,3 +36,13 @@ def write_npz(path: Path, x: Any, y: Any, classes: Any = None) -> Path:
 def tree(root: Path) -> list[str]:
     """Every path under ``root`` (hidden ones included), relative and sorted."""
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def main_ok(args: list[Any], capsys: Any) -> str:
+    """Run ``ghofl`` in process with ``args`` (str()-ed); assert exit 0; its stdout + stderr."""
+    from ghofl.cli.main import main
+
+    rc = main([str(a) for a in args])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    return str(out.out + out.err)

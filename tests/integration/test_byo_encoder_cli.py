@@ -17,6 +17,7 @@ import pytest
 from ghofl.cli.main import main
 from ghofl.client.job import ClientJob
 from ghofl.stats import load_stats
+from tests.helpers_cli import main_ok as _ok
 from tests.helpers_data import layout_files, make_image_folder
 
 torch = pytest.importorskip("torch", reason="model-file encoders need torch")
@@ -39,13 +40,6 @@ def _model(kind: str, folder: Path, seed: int) -> Path:
     path = onnx_model(folder / "net.onnx", seed)
     (folder / "net.json").write_text(json.dumps({"size": 12, **IMAGENET}))
     return path
-
-
-def _ok(args: list[Any], capsys: pytest.CaptureFixture[str]) -> str:
-    rc = main([str(a) for a in args])
-    out = capsys.readouterr()
-    assert rc == 0, out.err
-    return out.out + out.err
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from ghofl.cli.main import main
+from tests.helpers_cli import main_ok as _ok
 from tests.helpers_data import layout_files, make_image_folder
 
 pytest.importorskip("torch", reason="model-file encoders need torch")
@@ -40,13 +41,6 @@ def _model(kind: str, folder: Path, seed: int = 0) -> Path:
         return script(RawNet(seed), folder / "net.pt")
     (folder / "net.json").write_text(json.dumps({"size": 12, **IMAGENET}))
     return onnx_model(folder / "net.onnx", seed)
-
-
-def _ok(args: list[Any], capsys: pytest.CaptureFixture[str]) -> str:
-    rc = main([str(a) for a in args])
-    out = capsys.readouterr()
-    assert rc == 0, out.err
-    return out.out + out.err
 
 
 def _fail(args: list[Any], capsys: pytest.CaptureFixture[str]) -> str:

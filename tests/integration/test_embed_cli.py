@@ -21,6 +21,7 @@ import pytest
 from ghofl.cli.main import main
 from ghofl.client.encoders import CallableEncoder
 from ghofl.stats import load_stats
+from tests.helpers_cli import main_ok as _ok
 from tests.helpers_cli import tree
 from tests.helpers_data import layout_files, make_image_folder, make_image_zip
 
@@ -81,13 +82,6 @@ def _text_folder(root: Path) -> Path:
     (root / "train.txt").write_bytes("\r\n".join(train).encode("cp1252") + b"\r\n")
     (root / "test.txt").write_text("\n".join(_sentences(4, 1)) + "\n", encoding="utf-8")
     return root
-
-
-def _ok(args: list[Any], capsys: pytest.CaptureFixture[str]) -> str:
-    rc = main([str(a) for a in args])
-    out = capsys.readouterr()
-    assert rc == 0, out.err
-    return out.out + out.err
 
 
 def _fails(args: list[Any], capsys: pytest.CaptureFixture[str], pattern: str) -> str:

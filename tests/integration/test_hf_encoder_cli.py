@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from ghofl.cli.main import main
 from ghofl.client.job import ClientJob
 from ghofl.stats import load_stats
+from tests.helpers_cli import main_ok as _ok
 
 pytest.importorskip("torch", reason="hf: encoders need torch (install ghofl[text])")
 pytest.importorskip("transformers", reason="hf: encoders need transformers (ghofl[text])")
@@ -35,13 +35,6 @@ def _lines(n: int, seed: int) -> list[str]:
             picked = " ".join(rng.choice(words, size=3))
             out.append(f"{label} the {picked} {'runs' if i % 2 else 'sleeps'}")
     return out
-
-
-def _ok(args: list[Any], capsys: pytest.CaptureFixture[str]) -> str:
-    rc = main([str(a) for a in args])
-    out = capsys.readouterr()
-    assert rc == 0, out.err
-    return out.out + out.err
 
 
 @pytest.fixture

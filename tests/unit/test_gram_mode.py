@@ -15,13 +15,12 @@ from ghofl.client.job import ClientJob
 from ghofl.errors import StatsValidationError, UnsupportedModeError
 from ghofl.heads import make_head
 from ghofl.moments import compute_moments
-from ghofl.privacy import DPConfig
-from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server.plan import FederationPlan
 from ghofl.server_job import ServerJob
 from ghofl.simulation import Population, simulate
 from ghofl.stats import ClientStats, compute_stats, load_stats, save_stats, schema_for, sum_stats
 from ghofl.stats.codec import expected_payload_nbytes
-from tests.helpers import gaussian_mixture, numbered
+from tests.helpers import gaussian_mixture, numbered, protocol_setting
 
 #: Heads that use only N_c, A_c and B (checked identical to their fit from pooled statistics).
 GRAM_HEADS = ("lda", "ridge", "fed3r", "fedcgs", "fedcof", "ncm")
@@ -127,14 +126,7 @@ def test_heads_needing_per_class_moments_refuse_gram(head: str, use: str) -> Non
 @pytest.mark.parametrize("setting", ["plain", "secure", "central-dp", "distributed-dp"])
 def test_every_protocol_carries_the_gram_mode(setting: str) -> None:
     x, y = gaussian_mixture(3, num_classes=3, dim=6, n=900, sep=3.0)
-    clip: float | None = None
-    agg = AggregationSpec()
-    if setting == "secure":
-        clip, agg = 30.0, AggregationSpec("secure")
-    elif setting == "central-dp":
-        clip, agg = 30.0, AggregationSpec(dp=DPConfig(epsilon=8.0))
-    elif setting == "distributed-dp":
-        clip, agg = 30.0, AggregationSpec("secure", dp=DPConfig(epsilon=8.0, mode="distributed"))
+    clip, agg = protocol_setting(setting)
     accs: dict[str, dict[str, float]] = {}
     for mode in ("gram", "pooled"):
         plan = FederationPlan(ClientJob(numbered(3), mode, clip_norm=clip), agg,  # type: ignore[arg-type]

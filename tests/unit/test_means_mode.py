@@ -11,12 +11,11 @@ from ghofl.client.job import ClientJob
 from ghofl.errors import UnsupportedModeError
 from ghofl.heads import make_head
 from ghofl.moments import compute_moments
-from ghofl.privacy import DPConfig
-from ghofl.server.plan import AggregationSpec, FederationPlan
+from ghofl.server.plan import FederationPlan
 from ghofl.server_job import ServerJob
 from ghofl.simulation import Population, simulate
 from ghofl.stats import compute_stats, schema_for
-from tests.helpers import gaussian_mixture, numbered
+from tests.helpers import gaussian_mixture, numbered, protocol_setting
 
 
 def test_means_payload_is_counts_and_sums_only() -> None:
@@ -35,14 +34,7 @@ def test_means_payload_is_counts_and_sums_only() -> None:
 @pytest.mark.parametrize("setting", ["plain", "secure", "central-dp", "distributed-dp"])
 def test_every_protocol_carries_the_means_mode(setting: str) -> None:
     x, y = gaussian_mixture(3, num_classes=3, dim=6, n=900, sep=3.0)
-    clip: float | None = None
-    agg = AggregationSpec()
-    if setting == "secure":
-        clip, agg = 30.0, AggregationSpec("secure")
-    elif setting == "central-dp":
-        clip, agg = 30.0, AggregationSpec(dp=DPConfig(epsilon=8.0))
-    elif setting == "distributed-dp":
-        clip, agg = 30.0, AggregationSpec("secure", dp=DPConfig(epsilon=8.0, mode="distributed"))
+    clip, agg = protocol_setting(setting)
     plan = FederationPlan(ClientJob(numbered(3), "means", clip_norm=clip), agg,
                           ServerJob(("ncm",), seed=0))
     res = simulate(plan, (x, y), (x, y), Population(5, 0.5))

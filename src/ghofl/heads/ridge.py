@@ -271,13 +271,12 @@ def synthetic_temperature(
     step = s.shape[0] if s.size <= _CALIBRATION_BLOCK else max(1, _CALIBRATION_BLOCK // c)
 
     def nll(log_t: float) -> float:
-        inv = np.exp(-log_t) if step < s.shape[0] else None
-        if inv is None:
+        if step == s.shape[0]:
             z = s / np.exp(log_t)
             return float(np.mean(logsumexp(z, axis=1) - z[np.arange(y.size), y]))
-        total = 0.0
-        for i in range(0, s.shape[0], step):
-            total += float(np.sum(logsumexp(s[i:i + step] * inv, axis=1)))
+        inv = np.exp(-log_t)
+        total = sum(float(np.sum(logsumexp(s[i:i + step] * inv, axis=1)))
+                    for i in range(0, s.shape[0], step))
         return float((total - float(np.sum(own)) * inv) / s.shape[0])
 
     res = minimize_scalar(nll, bounds=(np.log(1e-4), np.log(1e2)), method="bounded",
