@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -275,6 +275,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     -------
     SimulationResult
     """
+    plan = _with_expected_samples(plan, len(train[1]))
     job, server_job, clients_job = plan.client, plan.server, plan.clients_job
     build_heads(server_job.heads, server_job.resolved_params(), mode=job.mode)  # before work
     class_names, c = job.classes, len(job.classes)
@@ -342,6 +343,19 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
         transport_dtype=job.transport_dtype,
         feature_transform=job.feature_transform,
     )
+
+
+def _with_expected_samples(plan: FederationPlan, n: int) -> FederationPlan:
+    """The plan with its DP budget split told the simulated federation's sample count.
+
+    In a simulation the number of training samples is public (the caller chose it); it only
+    steers the ``auto`` budget split (:mod:`ghofl.privacy.split`), never the guarantee.
+    """
+    dp = plan.aggregation.dp
+    if dp is None or dp.expected_samples is not None or dp.fractions is not None:
+        return plan
+    return replace(plan, aggregation=replace(plan.aggregation,
+                                             dp=replace(dp, expected_samples=int(n))))
 
 
 def _client_halves(plan: FederationPlan, ids: Sequence[str],

@@ -51,6 +51,24 @@ def test_simulate_reports_the_spent_budget(ws: Path, tmp_path: Path, mode: str) 
         assert 0.0 <= head["accuracy"] <= 1.0
 
 
+def test_the_budget_split_is_chosen_from_the_training_set_unless_told(ws: Path,
+                                                                     tmp_path: Path) -> None:
+    common = ("--dp-epsilon", "4", "--clip", "20")
+    auto, _ = _sim(ws, tmp_path, *common)
+    p = auto["privacy"]
+    assert isinstance(p, dict) and p["budget_split"] == "auto"
+    assert p["expected_samples"] == 400  # the training set's size
+    assert p["fractions"]["class_scatter"] > p["fractions"]["sums"] > p["fractions"]["counts"]
+    equal, _ = _sim(ws, tmp_path, *common, "--dp-split", "equal")
+    q = equal["privacy"]
+    assert isinstance(q, dict) and q["budget_split"] == "equal"
+    assert list(q["fractions"].values()) == pytest.approx([1 / 3] * 3)
+    told, _ = _sim(ws, tmp_path, *common, "--dp-expected-samples", "40")
+    r = told["privacy"]
+    assert isinstance(r, dict) and r["expected_samples"] == 40
+    assert r["fractions"] != p["fractions"]
+
+
 def test_simulate_without_dp_keeps_every_class(ws: Path, tmp_path: Path) -> None:
     res, _ = _sim(ws, tmp_path)
     assert res["privacy"] is None and res["min_class_count"] == 1
@@ -73,6 +91,9 @@ BAD = [
      r"delta must be a number strictly between 0 and 1"),
     ("bad-mode", [*BASE, "--dp-epsilon", "1", "--clip", "5", "--dp-mode", "local"],
      r"--dp-mode must be one of central, distributed; got 'local'"),
+    ("bad-split", [*BASE, "--dp-epsilon", "1", "--clip", "5", "--dp-split", "thirds"],
+     r"--dp-split must be one of auto, equal; got 'thirds'"),
+    ("split-without-epsilon", [*BASE, "--dp-split", "equal"], r"--dp-split needs --dp-epsilon"),
     ("delta-without-epsilon", [*BASE, "--dp-delta", "1e-5"],
      r"--dp-delta needs --dp-epsilon"),
     ("dp-without-clip", [*BASE, "--dp-epsilon", "1"],

@@ -158,7 +158,8 @@ def _part_fields(part: str) -> set[str]:
         return {f.name for f in fields(ClientJob)}
     if part == "server":
         return {f.name for f in fields(ServerJob)}
-    return {f.name for f in fields(AggregationSpec)} | {"dp_epsilon", "dp_delta", "dp_mode"}
+    return {f.name for f in fields(AggregationSpec)} | {"dp_epsilon", "dp_delta", "dp_mode", "dp_split",
+                                                        "dp_expected_samples"}
 
 
 @pytest.mark.parametrize("path", sorted(FIELDS))

@@ -18,6 +18,7 @@ from ghofl.privacy import (
     block_sensitivities,
     block_sigmas,
     draw_noise,
+    entry_scales,
     flat_change,
     packed_outer_norm,
     postprocess,
@@ -186,6 +187,12 @@ def test_noise_has_the_calibrated_std(mode: str) -> None:
     assert lo <= np.std(counts) / plan.sigma["counts"] <= hi
     for seg in schema_for(mode).float_layout(50, 20):
         part = floats[seg.offset : seg.stop]
+        scales = entry_scales(mode, seg.name, 50, 20)
+        if scales is not None:  # off-diagonal entries get sigma / sqrt(2) (N2s)
+            off = scales < 1.0
+            assert np.all(scales[off] == pytest.approx(math.sqrt(0.5)))
+            assert np.count_nonzero(~off) == part.size * 2 // 21  # d = 20: 20 of 210 per matrix
+            part = part / scales
         lo, hi = _chi2_interval(part.size)
         assert lo <= float(np.sqrt(np.mean(part**2))) / plan.sigma[seg.name] <= hi, seg.name
 

@@ -63,7 +63,7 @@ from ghofl.client.local_data import read_npz_encoder_info
 from ghofl.data.embeddings import load_embeddings
 from ghofl.errors import ConfigError
 from ghofl.heads.registry import parse_head_list
-from ghofl.privacy import DEFAULT_DELTA, DP_MODES, DPConfig
+from ghofl.privacy import DEFAULT_DELTA, DP_MODES, SPLITS, DPConfig
 from ghofl.secure import DEFAULT_MAX_SAMPLES, parse_drops
 from ghofl.secure.messages import SECURE_STAGES
 from ghofl.server.plan import (
@@ -138,6 +138,13 @@ _DpModeOption = Annotated[str | None, typer.Option(
     "--dp-mode", help="Differential privacy: 'central' (the server noises the total; "
     "default) or 'distributed' (each client adds a noise share before secure "
     "aggregation; needs --secure).")]
+_DpSplitOption = Annotated[str | None, typer.Option(
+    "--dp-split", help="Differential privacy: how the budget is split over counts, sums and "
+    "second moments: 'auto' (default: from the expected error of the moments, told the "
+    "training set's size) or 'equal'.")]
+_DpExpectedOption = Annotated[int | None, typer.Option(
+    "--dp-expected-samples", help="Differential privacy: the public sample count the auto "
+    "split assumes (default: the training set's size).")]
 _ProgressOption = Annotated[bool, typer.Option(
     "--progress", help="Show progress of trainable heads.")]
 _JsonOption = Annotated[Path | None, typer.Option(
@@ -172,6 +179,8 @@ def simulate(
     dp_epsilon: _DpEpsilonOption = None,
     dp_delta: _DpDeltaOption = None,
     dp_mode: _DpModeOption = None,
+    dp_split: _DpSplitOption = None,
+    dp_expected_samples: _DpExpectedOption = None,
     *,
     upload: UploadOptions,
     progress: _ProgressOption = False,
@@ -191,7 +200,7 @@ def simulate(
     names = parse_head_list(heads)
     server_job = ServerJob(tuple(names), parse_param_options(param, names), seed=seed,
                            progress=progress, preset=preset)
-    dp = _dp_config(dp_epsilon, dp_delta, dp_mode)
+    dp = _dp_config(dp_epsilon, dp_delta, dp_mode, dp_split, dp_expected_samples)
     threat = {"corrupt_fraction": corrupt_fraction, "dropout_fraction": dropout_fraction,
               "sigma": exposure_bits, "eta": abort_bits}
     aggregation = _aggregation(secure, threshold, neighbours, max_samples, limbs, dp, drop,
@@ -253,18 +262,23 @@ def _report(result: SimulationResult, json_out: Path | None) -> None:
                      [[n, r.accuracy, r.fit_seconds] for n, r in result.heads.items()]))
 
 
-def _dp_config(epsilon: float | None, delta: float | None, mode: str | None
-               ) -> DPConfig | None:
+def _dp_config(epsilon: float | None, delta: float | None, mode: str | None,
+               split: str | None = None, expected: int | None = None) -> DPConfig | None:
     """The DP options as a :class:`DPConfig` (``None`` without --dp-epsilon)."""
     if epsilon is None:
-        given = [k for k, v in (("--dp-delta", delta), ("--dp-mode", mode)) if v is not None]
+        given = [k for k, v in (("--dp-delta", delta), ("--dp-mode", mode),
+                                ("--dp-split", split), ("--dp-expected-samples", expected))
+                 if v is not None]
         if given:
             raise ConfigError(f"{given[0]} needs --dp-epsilon; give the privacy budget epsilon")
         return None
     if mode is not None and mode not in DP_MODES:
         raise ConfigError(f"--dp-mode must be one of {', '.join(DP_MODES)}; got {mode!r}")
+    if split is not None and split not in SPLITS:
+        raise ConfigError(f"--dp-split must be one of {', '.join(SPLITS)}; got {split!r}")
     return DPConfig(epsilon, DEFAULT_DELTA if delta is None else delta,
-                    "distributed" if mode == "distributed" else "central")
+                    "distributed" if mode == "distributed" else "central",
+                    split=split or "auto", expected_samples=expected)
 
 
 def _echo_privacy(result: SimulationResult) -> None:

@@ -22,6 +22,7 @@ from ghofl.privacy.mechanism import (
     PrivateRelease,
     block_sigmas,
     draw_noise,
+    entry_scales,
     noise_share_encoder,
     plan_noise,
     release_central,
@@ -30,6 +31,7 @@ from ghofl.privacy.mechanism import (
 from ghofl.privacy.postprocess import (
     clamp_counts,
     noise_aware_covariances,
+    noise_aware_within,
     postprocess,
     project_psd,
 )
@@ -40,6 +42,7 @@ from ghofl.privacy.sensitivity import (
     packed_outer_norm,
     weighted_sensitivity,
 )
+from ghofl.privacy.split import SPLITS, UNUSED_FRACTION, auto_fractions
 
 #: Default k of the minimum-count rule of DP runs in the CLI and the Flower apps (runs without
 #: DP default to 1, i.e. off, so their results stay independent of the partition).
@@ -50,11 +53,14 @@ __all__ = [
     "DEFAULT_MIN_CLASS_COUNT",
     "DP_MODES",
     "NOISE_CLAMP_SIGMAS",
+    "SPLITS",
+    "UNUSED_FRACTION",
     "DPConfig",
     "DPMode",
     "NoisePlan",
     "NoisyDecoder",
     "PrivateRelease",
+    "auto_fractions",
     "block_names",
     "block_sensitivities",
     "block_sigmas",
@@ -62,9 +68,11 @@ __all__ = [
     "check_epsilon_delta",
     "clamp_counts",
     "draw_noise",
+    "entry_scales",
     "flat_change",
     "gaussian_epsilon",
     "noise_aware_covariances",
+    "noise_aware_within",
     "noise_share_encoder",
     "packed_outer_norm",
     "plan_noise",

@@ -3,14 +3,18 @@
 Noise is added block by block to the flattened statistics vector
 (:meth:`~ghofl.stats.schema.ModeSchema.flatten` order: counts, then the float segments).
 Block b has L2 sensitivity Δ_b (:mod:`ghofl.privacy.sensitivity`) and receives a fraction f_b
-of the budget (Σ_b f_b = 1, default equal). Dividing block b by s_b = Δ_b/√f_b gives a vector
-of L2 sensitivity √(Σ_b f_b) = 1 (N1), so the Gaussian mechanism with noise multiplier z
-(:func:`~ghofl.privacy.accounting.calibrate_noise_multiplier`) on it is (ε, δ)-DP; on the
-original scale this is independent noise of standard deviation
+of the budget (Σ_b f_b = 1; :mod:`ghofl.privacy.split`). Dividing block b by s_b = Δ_b/√f_b
+gives a vector of L2 sensitivity √(Σ_b f_b) = 1 (N1), so the Gaussian mechanism with noise
+multiplier z (:func:`~ghofl.privacy.accounting.calibrate_noise_multiplier`) on it is
+(ε, δ)-DP; on the original scale this is independent noise of standard deviation
 
     σ_b = z · Δ_b / √f_b                                                               (N2)
 
-on every entry of block b.
+on every entry of block b, except the off-diagonal entries of a symmetric matrix, which get
+σ_b/√2 (N2s): the mechanism noises the matrix in the coordinates (S_ii, √2·S_ij for i < j),
+in which one sample's change z zᵀ has norm ‖z‖² ≤ R² = Δ_b, the same bound as for the plain
+upper triangle (S4), so the same σ_b there is σ_b/√2 on S_ij (half the noise variance on
+d(d − 1)/2 of the d(d + 1)/2 entries, for free).
 
 * central: the server adds N(0, σ_b²) to each entry of the exact total;
 * distributed: each of the n clients adds N(0, σ_b²/t) (t the secure-aggregation threshold,
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -35,7 +39,8 @@ from scipy.special import erfc
 from ghofl.errors import ConfigError, InputError
 from ghofl.privacy.accounting import calibrate_noise_multiplier, check_epsilon_delta
 from ghofl.privacy.postprocess import postprocess
-from ghofl.privacy.sensitivity import COUNTS, block_names, block_sensitivities
+from ghofl.privacy.sensitivity import COUNTS, block_sensitivities
+from ghofl.privacy.split import SPLITS, auto_fractions, equal_fractions, given_fractions
 from ghofl.secure.bounds import TotalLimits, check_bounds, refuse_client_stats, refuse_total
 from ghofl.secure.config import SessionParams
 from ghofl.stats.client_stats import ClientStats
@@ -54,6 +59,7 @@ __all__ = [
     "PrivateRelease",
     "block_sigmas",
     "draw_noise",
+    "entry_scales",
     "noise_share_encoder",
     "plan_noise",
     "release_central",
@@ -88,13 +94,22 @@ class DPConfig:
         aggregation.
     fractions : mapping of str to float, optional
         Budget fraction f_b per block (keys :func:`~ghofl.privacy.sensitivity.block_names`,
-        positive, summing to 1); default equal.
+        positive, summing to 1); overrides ``split``.
+    split : {"auto", "equal"}, default "auto"
+        How the budget is split when ``fractions`` is not given (:mod:`ghofl.privacy.split`):
+        ``auto`` from the error model of the estimated moments (needs ``expected_samples``;
+        equal without it), ``equal`` in equal shares.
+    expected_samples : int, optional
+        Public hint of the total number of samples N the release will sum (for ``auto``). It
+        sets only how the budget is split: the guarantee holds whatever N turns out to be.
     """
 
     epsilon: float
     delta: float = DEFAULT_DELTA
     mode: DPMode = "central"
     fractions: Mapping[str, float] | None = None
+    split: str = "auto"
+    expected_samples: int | None = None
 
     def __post_init__(self) -> None:
         eps, dlt = check_epsilon_delta(self.epsilon, self.delta)
@@ -104,6 +119,16 @@ class DPConfig:
             raise ConfigError(
                 f"the differential-privacy mode must be one of {', '.join(DP_MODES)}; got "
                 f"{self.mode!r}"
+            )
+        if self.split not in SPLITS:
+            raise ConfigError(
+                f"the budget split must be one of {', '.join(SPLITS)}; got {self.split!r}"
+            )
+        n = self.expected_samples
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ConfigError(
+                f"expected_samples (the public hint of the number of samples, for the budget "
+                f"split) must be a positive integer or None; got {n!r}"
             )
 
 
@@ -125,7 +150,12 @@ class NoisePlan:
     noise_multiplier : float
         z for the unit-sensitivity scaled vector.
     sensitivity, fractions, sigma : dict of str to float
-        Δ_b, f_b and σ_b = z·Δ_b/√f_b per block (N2).
+        Δ_b, f_b and σ_b = z·Δ_b/√f_b per block (N2). Empty until :meth:`shaped` when the
+        ``auto`` split waits for C and d.
+    shape : (int, int) or None
+        (C, d) the split was chosen for (``None``: the split does not depend on them).
+    unused : tuple of str
+        Blocks no requested head reads (the ``auto`` split gives them the least budget).
     """
 
     config: DPConfig
@@ -136,16 +166,52 @@ class NoisePlan:
     sensitivity: dict[str, float] = field(default_factory=dict)
     fractions: dict[str, float] = field(default_factory=dict)
     sigma: dict[str, float] = field(default_factory=dict)
+    shape: tuple[int, int] | None = None
+    unused: tuple[str, ...] = ()
+
+    @property
+    def resolved(self) -> bool:
+        """Whether f_b and σ_b are known (else call :meth:`shaped` with C and d)."""
+        return bool(self.sigma)
+
+    def shaped(self, num_classes: int, dim: int) -> NoisePlan:
+        """Return the plan for statistics of C classes in d dimensions.
+
+        A plan whose split does not depend on the shape is returned as it is; an ``auto``
+        plan chooses f_b for (C, d) (:func:`~ghofl.privacy.split.auto_fractions`).
+
+        Raises
+        ------
+        ConfigError
+            The plan was chosen for another (C, d).
+        """
+        key = (int(num_classes), int(dim))
+        if self.shape is not None and self.shape != key:
+            raise ConfigError(
+                f"the noise was planned for C={self.shape[0]}, d={self.shape[1]} but the "
+                f"statistics have C={key[0]}, d={key[1]}; plan the noise for the statistics "
+                "released"
+            )
+        if self.resolved:
+            return self
+        frac = auto_fractions(self.stats_mode, key[0], key[1], self.noise_multiplier,
+                              self.config.expected_samples, self.unused)
+        return replace(self, fractions=frac, shape=key,
+                       sigma=block_sigmas(self.sensitivity, frac, self.noise_multiplier))
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready fields: budget, modes, calibration and accounting."""
+        split = "given" if self.config.fractions is not None else self.config.split
         return {"epsilon": self.config.epsilon, "delta": self.config.delta,
                 "dp_mode": self.config.mode, "stats_mode": self.stats_mode,
                 "clip_norm": self.clip_norm, "min_class_count": self.min_class_count,
                 "min_class_count_rule": "server, on the noised counts (post-processing)",
                 "noise_multiplier": self.noise_multiplier,
+                "budget_split": split, "expected_samples": self.config.expected_samples,
                 "sensitivity": dict(self.sensitivity), "fractions": dict(self.fractions),
-                "sigma": dict(self.sigma), "accountant": "dp_accounting PLD (Gaussian)",
+                "sigma": dict(self.sigma),
+                "off_diagonal_sigma": "sigma/sqrt(2) on symmetric matrices (N2s)",
+                "accountant": "dp_accounting PLD (Gaussian)",
                 "neighbouring": "add/remove one sample"}
 
 
@@ -155,27 +221,18 @@ def block_sigmas(sens: Mapping[str, float], fractions: Mapping[str, float],
     return {b: noise_multiplier * sens[b] / math.sqrt(fractions[b]) for b in sens}
 
 
-def _fractions(mode: str, given: Mapping[str, float] | None) -> dict[str, float]:
-    names = block_names(mode)
-    if given is None:
-        return {b: 1.0 / len(names) for b in names}
-    out = {str(k): float(v) for k, v in given.items()}
-    if set(out) != set(names) or any(not (v > 0) for v in out.values()) or not math.isclose(
-            sum(out.values()), 1.0, rel_tol=1e-9):
-        raise ConfigError(
-            f"the budget fractions for mode {mode!r} must give every block of {list(names)} a "
-            f"positive share, summing to 1; got {dict(given)}"
-        )
-    return out
-
-
 def plan_noise(config: DPConfig, stats_mode: str, clip_norm: float | None,
-               min_class_count: int = 1) -> NoisePlan:
+               min_class_count: int = 1, num_classes: int | None = None,
+               dim: int | None = None, unused: tuple[str, ...] = ()) -> NoisePlan:
     """Calibrate the mechanism: Δ_b, f_b, z and σ_b (N1, N2).
 
     ``min_class_count`` (k) is recorded for the post-processing threshold on the noised counts
     (:func:`~ghofl.privacy.postprocess.postprocess`); it does not change Δ_b or σ_b. The
     clients must keep every class (no client-side rule) for Δ_b to hold.
+
+    With the ``auto`` split and an expected sample count, f_b depends on C and d: give them
+    here, or call :meth:`NoisePlan.shaped` once they are known. ``unused`` names blocks no
+    requested head reads.
 
     Raises
     ------
@@ -188,19 +245,42 @@ def plan_noise(config: DPConfig, stats_mode: str, clip_norm: float | None,
             "one sample can change the statistics without limit"
         )
     sens = block_sensitivities(stats_mode, clip_norm)
-    fractions = _fractions(stats_mode, config.fractions)
     z = calibrate_noise_multiplier(config.epsilon, config.delta)
-    return NoisePlan(config, stats_mode, float(clip_norm), max(int(min_class_count), 1), z,
-                     sens, fractions, block_sigmas(sens, fractions, z))
+    base = NoisePlan(config, stats_mode, float(clip_norm), max(int(min_class_count), 1), z,
+                     sens, unused=tuple(unused))
+    if config.fractions is not None:
+        fractions = given_fractions(stats_mode, config.fractions)
+    elif config.split == "equal" or config.expected_samples is None:
+        fractions = equal_fractions(stats_mode)
+    elif num_classes is not None and dim is not None:
+        return base.shaped(num_classes, dim)
+    else:
+        return base
+    return replace(base, fractions=fractions, sigma=block_sigmas(sens, fractions, z))
+
+
+def entry_scales(stats_mode: str, name: str, num_classes: int, dim: int) -> F64 | None:
+    """Per-entry multiplier of σ_b in a packed float segment: 1/√2 off the diagonal (N2s).
+
+    Returns ``None`` for an array that is not symmetric (every entry gets σ_b).
+    """
+    spec = schema_for(stats_mode).spec(name)
+    if not spec.symmetric:
+        return None
+    iu, ju = np.triu_indices(dim)
+    tri = np.where(iu == ju, 1.0, math.sqrt(0.5))
+    reps = spec.packed_size(num_classes, dim) // tri.size
+    return np.asarray(np.tile(tri, reps))
 
 
 def draw_noise(plan: NoisePlan, num_classes: int, dim: int, rng: np.random.Generator,
                scale: float = 1.0, clamp: float | None = None) -> tuple[F64, F64]:
-    """Gaussian noise for one flattened payload, block by block.
+    """Gaussian noise for one flattened payload, block by block (N2, N2s).
 
     Parameters
     ----------
     plan : NoisePlan
+        Shaped for (C, d) by :meth:`NoisePlan.shaped` here when it is not yet.
     num_classes, dim : int
         C and d of the statistics.
     rng : numpy.random.Generator
@@ -214,17 +294,24 @@ def draw_noise(plan: NoisePlan, num_classes: int, dim: int, rng: np.random.Gener
     counts : ndarray, shape (C,)
     floats : ndarray, shape (F,), layout ``schema_for(plan.stats_mode).float_layout``.
     """
-    def gauss(sigma: float, size: int) -> F64:
+    plan = plan.shaped(num_classes, dim)
+
+    def gauss(sigma: float, size: int, entries: F64 | None = None) -> F64:
         out = rng.standard_normal(size)
         if clamp is not None:
             np.clip(out, -clamp, clamp, out=out)
-        return np.asarray(out * (sigma * scale))
+        out *= sigma * scale
+        if entries is not None:
+            out *= entries
+        return np.asarray(out)
 
     counts = gauss(plan.sigma[COUNTS], num_classes)
     layout = schema_for(plan.stats_mode).float_layout(num_classes, dim)
     floats = np.empty(layout[-1].stop if layout else 0)
     for seg in layout:
-        floats[seg.offset : seg.stop] = gauss(plan.sigma[seg.name], seg.size)
+        floats[seg.offset : seg.stop] = gauss(
+            plan.sigma[seg.name], seg.size,
+            entry_scales(plan.stats_mode, seg.name, num_classes, dim))
     return counts, floats
 
 
@@ -283,6 +370,7 @@ def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generato
         ``total`` fails ``limits``; nothing is released.
     """
     _check_meta(total.meta, plan)
+    plan = plan.shaped(total.num_classes, total.dim)
     ints, floats = schema_for(plan.stats_mode).flatten(total)
     if limits is not None:
         refuse_total(check_bounds(total.meta, ints, floats, limits), limits,
@@ -331,6 +419,7 @@ def noise_share_encoder(plan: NoisePlan, rng: np.random.Generator
     """
     def encode(stats: ClientStats, params: SessionParams) -> NDArray[np.uint64]:
         _check_meta(stats.meta, plan)
+        shaped = plan.shaped(stats.num_classes, stats.dim)
         codec = params.codec
         if stats.meta.clip_norm != codec.clip_norm:
             raise InputError(
@@ -340,7 +429,7 @@ def noise_share_encoder(plan: NoisePlan, rng: np.random.Generator
         ints, floats = schema_for(plan.stats_mode).flatten(stats)
         refuse_client_stats(stats, codec.max_samples, (ints, floats))
         share = 1.0 / math.sqrt(params.threshold)
-        margin = _noise_margin(plan, share)
+        margin = _noise_margin(shaped, share)
         if stats.n_samples + margin > codec.max_samples:
             raise InputError(
                 f"this client holds {stats.n_samples} samples and its noise share may add as "
@@ -355,7 +444,7 @@ def noise_share_encoder(plan: NoisePlan, rng: np.random.Generator
                 "lower max_samples"
             )
         c = stats.num_classes
-        dc, df = draw_noise(plan, c, stats.dim, rng, scale=share, clamp=NOISE_CLAMP_SIGMAS)
+        dc, df = draw_noise(shaped, c, stats.dim, rng, scale=share, clamp=NOISE_CLAMP_SIGMAS)
         words = np.zeros_like(ints)
         words[:c] = np.rint(np.ldexp(ints[:c].astype(np.float64) + dc, COUNT_FRACTION_BITS))
         return codec.encode_vectors(stats.meta, words, floats + df)
@@ -410,6 +499,7 @@ class NoisyDecoder:
                  words: NDArray[np.uint64]) -> ClientStats:
         """Decode the noised total, check its bounds and post-process it into statistics."""
         _check_meta(meta, self.plan)
+        self.plan = self.plan.shaped(meta.num_classes, meta.dim)
         ints, floats = params.codec.decode_vectors(meta, words)
         c = meta.num_classes
         counts = np.ldexp(ints[:c].astype(np.float64), -COUNT_FRACTION_BITS)

@@ -32,7 +32,8 @@ from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import schema_for
 
-__all__ = ["clamp_counts", "noise_aware_covariances", "postprocess", "project_psd"]
+__all__ = ["clamp_counts", "noise_aware_covariances", "noise_aware_within", "postprocess",
+           "project_psd"]
 
 F64 = NDArray[np.float64]
 
@@ -136,7 +137,7 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
     elif meta.mode == "pooled":
         sq, b = arrays["sq_sums"], arrays["scatter"]
         between = (sums.T / n) @ sums
-        w = project_psd(b - between)
+        w = _within(b - between, n, keep, sigma, notes)
         var = np.maximum(sq - sums**2 / n[:, None], 0.0)
         arrays["sq_sums"] = _match_diag(var, np.diagonal(w).copy(), n) + sums**2 / n[:, None]
         arrays["scatter"] = w + between
@@ -144,7 +145,7 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
                      "per-class variances clamped at 0 and rescaled so that diag B = Σ_c D_c")
     elif meta.mode == "gram":
         between = (sums.T / n) @ sums
-        arrays["scatter"] = project_psd(arrays["scatter"] - between) + between
+        arrays["scatter"] = _within(arrays["scatter"] - between, n, keep, sigma, notes) + between
         notes.append("within-class scatter B − Σ_c A_c A_cᵀ/N_c projected to the PSD cone")
     elif meta.mode == "diag":
         arrays["sq_sums"] = np.maximum(arrays["sq_sums"], sums**2 / n[:, None])
@@ -152,6 +153,55 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
     stats = ClientStats(meta, counts=counts, n_clipped=0, holdout=None, **arrays)
     notes.append("n_clipped withheld (reported as 0)")
     return stats, notes
+
+
+def _within(w: F64, n: F64, keep: NDArray[np.bool_], sigma: Mapping[str, float] | None,
+            notes: list[str]) -> F64:
+    """The pooled within-class scatter from its noisy value: (P3n) with σ, else (P2)."""
+    if sigma is None:
+        return project_psd(w)
+    k = int(np.count_nonzero(keep))
+    notes.append("pooled within-class scatter estimated knowing the noise (P3n): noise bias "
+                 "of the centring removed, eigenvalues floored at the noise level")
+    return noise_aware_within(w, float(n[keep].sum()), k, sigma["sums"], sigma["scatter"],
+                              n[keep])
+
+
+def noise_aware_within(w: F64, n_total: float, num_classes: int, sigma_sums: float,
+                       sigma_scatter: float, counts: F64) -> F64:
+    """Pooled within-class scatter W from its noisy value, knowing the noise (P3n).
+
+    ``w`` is W̃ = B̃ − Σ_c Ã_c Ã_cᵀ/n_c. The centring is biased by the noise on the sums
+    (E[Ã_c Ã_cᵀ] = A_c A_cᵀ + σ_A² I), so Σ_c σ_A²/n_c · I is added back; the entries of
+    P̃ = W̃/(N − C) then carry noise of standard deviation at most ν = σ_B/(N − C) (σ_B/√2
+    off the diagonal, N2s), and the eigenvalues of P̃ are floored at ν: below it they are
+    noise. Returns (N − C)·P̂.
+
+    Parameters
+    ----------
+    w : ndarray, shape (d, d)
+    n_total : float
+        N, the (clamped) total count of the classes kept.
+    num_classes : int
+        C, the classes kept.
+    sigma_sums, sigma_scatter : float
+        σ_A and σ_B of the release.
+    counts : ndarray, shape (C,)
+        n_c of the classes kept.
+
+    Returns
+    -------
+    ndarray, shape (d, d), symmetric positive definite.
+    """
+    d = w.shape[0]
+    dof = max(n_total - num_classes, 1.0)
+    bias = sigma_sums**2 * float(np.sum(1.0 / np.maximum(counts, 1.0)))
+    p = (0.5 * (w + w.T) + bias * np.eye(d)) / dof
+    nu = sigma_scatter / dof
+    ev, v = np.linalg.eigh(p)
+    ev = np.maximum(ev, max(nu, 1e-12 * max(float(ev[-1]), 0.0), 1e-300))
+    out = (v * (ev * dof)) @ v.T
+    return np.asarray(0.5 * (out + out.T))
 
 
 def _match_diag(var: F64, target: F64, n: F64) -> F64:
@@ -227,7 +277,7 @@ def noise_aware_covariances(scatters: F64, counts: F64, sigma_scatter: float,
         nu_c = sigma_scatter / dof[c]
         scale = max(float(np.trace(cov)), d * nu_c)  # a trace below the noise is noise
         target = center * (scale / float(np.trace(center)))
-        err = d * d * nu_c**2 + (
+        err = 0.5 * d * (d + 1) * nu_c**2 + (  # noise energy of a symmetric matrix (N2s)
             float(np.sum(cov * cov)) + float(np.trace(cov)) ** 2) / dof[c]
         gap = float(np.sum((cov - target) ** 2))
         a = 1.0 if gap <= 0.0 else min(err / gap, 1.0)

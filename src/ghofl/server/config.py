@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ghofl.client.job import ClientJob, ConfigValue
 from ghofl.errors import ConfigError, FieldError
@@ -21,6 +21,9 @@ from ghofl.server.plan import (
     default_min_class_count,
 )
 from ghofl.server_job import ServerJob
+
+if TYPE_CHECKING:
+    from ghofl.privacy import DPConfig
 
 __all__ = ["cfg_float", "cfg_int", "cfg_str", "plan_from_config", "plan_to_config"]
 
@@ -64,18 +67,16 @@ def plan_to_config(plan: FederationPlan) -> dict[str, ConfigValue]:
         "dp-epsilon": 0.0 if agg.dp is None else float(agg.dp.epsilon),
     })
     if agg.dp is not None:
-        cfg.update({"dp-delta": float(agg.dp.delta), "dp-mode": agg.dp.mode})
+        cfg.update({"dp-delta": float(agg.dp.delta), "dp-mode": agg.dp.mode,
+                    "dp-split": agg.dp.split,
+                    "dp-expected-samples": int(agg.dp.expected_samples or 0)})
     return cfg
 
 
 def _plan(cfg: Mapping[str, Any]) -> FederationPlan:
-    from ghofl.privacy import DEFAULT_DELTA, DPConfig
-
     job = ClientJob.from_config(cfg)
     eps = cfg_float(cfg, "dp-epsilon", 0.0)
-    dp = None if eps == 0.0 else DPConfig(
-        eps, cfg_float(cfg, "dp-delta", DEFAULT_DELTA),
-        cfg_str(cfg, "dp-mode", "central"))  # type: ignore[arg-type]
+    dp = None if eps == 0.0 else dp_config(cfg, eps)
     k = cfg_int(cfg, "min-class-count", 0)
     if k < 0:
         raise ConfigError(f"run config key 'min-class-count' must be >= 0; got {k}")
@@ -98,6 +99,22 @@ def _plan(cfg: Mapping[str, Any]) -> FederationPlan:
         corrupt_fraction=threat["corrupt_fraction"], dropout_fraction=threat["dropout_fraction"],
         sigma=threat["sigma"], eta=threat["eta"])
     return FederationPlan(job, agg, ServerJob.from_config(cfg))
+
+
+def dp_config(cfg: Mapping[str, Any], epsilon: float) -> DPConfig:
+    """The run config's DP keys as a :class:`~ghofl.privacy.DPConfig` (``dp-epsilon`` > 0).
+
+    ``dp-delta``, ``dp-mode``, ``dp-split`` and ``dp-expected-samples`` (0: unknown).
+    """
+    from ghofl.privacy import DEFAULT_DELTA, DPConfig
+
+    n = cfg_int(cfg, "dp-expected-samples", 0)
+    if n < 0:
+        raise ConfigError(f"run config key 'dp-expected-samples' must be >= 0 (0: unknown); "
+                          f"got {n}")
+    return DPConfig(epsilon, cfg_float(cfg, "dp-delta", DEFAULT_DELTA),
+                    cfg_str(cfg, "dp-mode", "central"),  # type: ignore[arg-type]
+                    split=cfg_str(cfg, "dp-split", "auto"), expected_samples=n or None)
 
 
 def cfg_str(cfg: Mapping[str, Any], key: str, default: str = "") -> str:

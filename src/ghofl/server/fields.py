@@ -194,6 +194,12 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
        "differential privacy delta"),
     _f("aggregation.dp_mode", "dp-mode", "--dp-mode", "str", '"central"',
        "central (the server noises the total) or distributed (client noise shares)"),
+    _f("aggregation.dp_split", "dp-split", "--dp-split", "str", '"auto"',
+       "how the DP budget is split over counts, sums and second moments: auto (from the "
+       "expected error of the moments) or equal"),
+    _f("aggregation.dp_expected_samples", "dp-expected-samples", "--dp-expected-samples",
+       "int", "0", "public hint of the federation's total sample count for the auto DP "
+       "budget split (0: unknown, equal split; ghofl simulate: its training set's size)"),
     _f("aggregation.store", "store", "--store", "str", '""',
        "durable store recording every accepted contribution (plain protocol)"),
     _f("aggregation.drops", "drop", "--drop", "str", '""',

@@ -163,6 +163,22 @@ def _secure_only_text(path: str) -> Callable[[Naming], str]:
     return text
 
 
+def unused_blocks(mode: str, heads: tuple[str, ...]) -> tuple[str, ...]:
+    """Blocks of ``mode`` that none of ``heads`` reads (the DP budget split skips them).
+
+    Only the per-class diagonal ``sq_sums`` of ``pooled`` can be unused: every head whose
+    ``min_mode`` fits ``gram`` (counts, sums and B) ignores it.
+    """
+    from ghofl.heads.registry import head_class
+    from ghofl.stats.schema import mode_supports
+
+    if mode != "pooled" or not heads or "all" in heads:
+        return ()
+    if all(mode_supports("gram", head_class(h).min_mode) for h in heads):
+        return ("sq_sums",)
+    return ()
+
+
 def default_min_class_count(dp: DPConfig | None) -> int:
     """K of the minimum-count rule when the user gives none.
 
@@ -321,7 +337,9 @@ class FederationPlan:
         from ghofl.privacy import plan_noise
 
         return plan_noise(dp, self.client.mode, self.client.clip_norm,
-                          self.client.min_class_count)
+                          self.client.min_class_count, len(self.client.classes),
+                          self.client.projection_dim, unused_blocks(self.client.mode,
+                                                                    self.server.heads))
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary of the plan (the parts' flat configs and the aggregation)."""

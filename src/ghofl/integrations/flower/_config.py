@@ -13,9 +13,10 @@ from ghofl.client.job import ClientJob
 from ghofl.client.transforms import apply_feature_transform
 from ghofl.errors import ConfigError
 from ghofl.secure.policy import ClientPolicy
-from ghofl.server.config import cfg_float, cfg_int, cfg_str
+from ghofl.server.config import cfg_float, cfg_int, cfg_str, dp_config
 from ghofl.server.fields import FIELDS
-from ghofl.server.plan import THREAT_MODEL_DEFAULTS, default_min_class_count
+from ghofl.server.plan import THREAT_MODEL_DEFAULTS, default_min_class_count, unused_blocks
+from ghofl.server_job import ServerJob
 from ghofl.stats.meta import StatsMeta
 
 if TYPE_CHECKING:
@@ -54,20 +55,22 @@ def dp_options(cfg: Mapping[str, Any], job: ClientJob) -> tuple[ClientJob, Noise
     The returned job has its minimum count set: 1 under DP, where the server applies
     the rule to the noised counts.
     """
-    from ghofl.privacy import DEFAULT_DELTA, DPConfig, plan_noise
+    from ghofl.privacy import plan_noise
 
     eps = cfg_float(cfg, "dp-epsilon", 0.0)
     k = cfg_int(cfg, "min-class-count", 0)
     if k < 0:
         raise ConfigError(f"run config key 'min-class-count' must be >= 0; got {k}")
-    config = None if eps == 0.0 else DPConfig(
-        eps, cfg_float(cfg, "dp-delta", DEFAULT_DELTA),
-        cfg_str(cfg, "dp-mode", "central"))  # type: ignore[arg-type]
+    config = None if eps == 0.0 else dp_config(cfg, eps)
     k = k or (default_min_class_count(config) if config is not None else job.min_class_count)
     if config is None:
         return replace(job, min_class_count=k), None
     # under DP the server applies the rule to the noised counts; the clients keep every class
-    return replace(job, min_class_count=1), plan_noise(config, job.mode, job.clip_norm, k)
+    # the clients split the budget as the server does: same C, d and unused blocks
+    heads = ServerJob.from_config(cfg).heads if "heads" in cfg else ()
+    return replace(job, min_class_count=1), plan_noise(
+        config, job.mode, job.clip_norm, k, len(job.classes), job.projection_dim,
+        unused_blocks(job.mode, heads))
 
 
 #: Node config keys of a node's own threat model, by :class:`~ghofl.secure.ClientPolicy`

@@ -1,0 +1,131 @@
+"""The DP budget split (ghofl.privacy.split) and the symmetric-matrix noise (N2s)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ghofl.bench.synthetic import gaussian_classes
+from ghofl.client.job import ClientJob
+from ghofl.errors import ConfigError
+from ghofl.privacy import (
+    UNUSED_FRACTION,
+    DPConfig,
+    auto_fractions,
+    block_names,
+    entry_scales,
+    noise_aware_within,
+    plan_noise,
+    weighted_sensitivity,
+)
+from ghofl.server.plan import AggregationSpec, FederationPlan, unused_blocks
+from ghofl.server_job import ServerJob
+from ghofl.simulation import Population, simulate
+from ghofl.stats.schema import pack_upper
+
+R = 3.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_scaled_coordinates_of_a_symmetric_matrix_keep_the_sensitivity(seed: int) -> None:
+    """One sample's change, in the coordinates the noise is added in, has norm ‖z‖² ≤ R²."""
+    rng = np.random.default_rng(seed)
+    d = 7
+    z = rng.standard_normal(d)
+    z *= R / np.linalg.norm(z) * rng.uniform(0.1, 1.0)
+    change = pack_upper(np.outer(z, z)) / entry_scales("gram", "scatter", 3, d)
+    assert float(np.linalg.norm(change)) == pytest.approx(float(z @ z), rel=1e-12)
+    axis = np.zeros(d)
+    axis[2] = R  # the worst case of the plain triangle is the worst case here too
+    worst = pack_upper(np.outer(axis, axis)) / entry_scales("gram", "scatter", 3, d)
+    assert float(np.linalg.norm(worst)) == pytest.approx(R**2)
+
+
+def test_entry_scales_cover_every_class_matrix_and_skip_non_symmetric_arrays() -> None:
+    scales = entry_scales("full", "class_scatter", 4, 3)
+    assert scales is not None and scales.shape == (4 * 6,)
+    assert np.count_nonzero(scales == 1.0) == 4 * 3
+    assert entry_scales("full", "sums", 4, 3) is None
+    assert entry_scales("pooled", "sq_sums", 4, 3) is None
+
+
+@pytest.mark.parametrize("mode", ["full", "pooled", "gram", "diag", "means"])
+@pytest.mark.parametrize(("c", "d", "n", "z"), [(5, 16, 20000, 0.6), (10, 64, 3000, 7.0),
+                                                (200, 512, 20000, 2.0)])
+def test_auto_fractions_are_a_split_of_the_budget(mode: str, c: int, d: int, n: int,
+                                                   z: float) -> None:
+    f = auto_fractions(mode, c, d, z, n)
+    assert tuple(f) == block_names(mode)
+    assert all(v > 0 for v in f.values())
+    assert sum(f.values()) == pytest.approx(1.0)
+    sens = {b: 1.0 for b in f}  # any block sensitivities: sigma_b / z = Delta_b / sqrt(f_b)
+    assert weighted_sensitivity(sens, {b: 1 / math.sqrt(v) for b, v in f.items()}) == (
+        pytest.approx(1.0))
+
+
+def test_auto_gives_the_second_moments_the_budget_while_they_can_use_it() -> None:
+    many = auto_fractions("full", 5, 16, 0.6, 20000)  # N/C = 4,000 samples per class in d=16
+    assert many["class_scatter"] > 0.9
+    assert many["counts"] < many["sums"] < many["class_scatter"]
+    few = auto_fractions("full", 10, 64, 7.0, 3000)  # 300 per class in d=64 at eps 0.5
+    assert few["class_scatter"] == pytest.approx(1 / 3, abs=0.02)
+    assert auto_fractions("full", 5, 16, 0.6, None) == {b: 1 / 3 for b in block_names("full")}
+
+
+def test_unused_blocks_get_the_least_budget() -> None:
+    f = auto_fractions("pooled", 5, 16, 0.6, 20000, unused=("sq_sums",))
+    assert f["sq_sums"] == pytest.approx(UNUSED_FRACTION)
+    assert sum(f.values()) == pytest.approx(1.0)
+    assert unused_blocks("pooled", ("lda", "ridge")) == ("sq_sums",)
+    assert unused_blocks("pooled", ("lda", "nb")) == ()
+    assert unused_blocks("full", ("lda",)) == ()
+
+
+def test_an_auto_plan_waits_for_the_shape_and_refuses_another() -> None:
+    plan = plan_noise(DPConfig(2.0, expected_samples=1000), "full", R)
+    assert not plan.resolved
+    shaped = plan.shaped(4, 8)
+    assert shaped.resolved and shaped.shape == (4, 8)
+    assert shaped.fractions == auto_fractions("full", 4, 8, plan.noise_multiplier, 1000)
+    assert shaped.shaped(4, 8) is shaped
+    with pytest.raises(ConfigError, match=r"planned for C=4, d=8 but the statistics have C=4"):
+        shaped.shaped(4, 9)
+    equal = plan_noise(DPConfig(2.0, split="equal", expected_samples=1000), "full", R)
+    assert equal.resolved and equal.shaped(4, 9) is equal
+    assert list(equal.fractions.values()) == pytest.approx([1 / 3] * 3)
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"split": "thirds"}, r"budget split must be one of auto, equal; got 'thirds'"),
+    ({"expected_samples": 0}, r"expected_samples .* must be a positive integer or None"),
+    ({"expected_samples": 2.5}, r"expected_samples .* must be a positive integer or None"),
+])
+def test_split_options_are_checked(kw: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        DPConfig(1.0, **kw)  # type: ignore[arg-type]
+
+
+def test_noise_aware_within_is_exact_without_noise_and_definite_with_it() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((6, 6))
+    w = a @ a.T * 50.0
+    counts = np.array([40.0, 60.0])
+    assert noise_aware_within(w, 100.0, 2, 0.0, 0.0, counts) == pytest.approx(w, rel=1e-10)
+    noisy = w + 3.0 * np.diag(rng.standard_normal(6)) - 20.0 * np.eye(6)
+    out = noise_aware_within(noisy, 100.0, 2, 1.0, 30.0, counts)
+    assert np.allclose(out, out.T)
+    assert np.linalg.eigvalsh(out)[0] >= 30.0 * (1 - 1e-9)  # floored at nu = sigma_B/(N - C)
+
+
+def test_simulate_tells_the_split_the_sample_count_and_reports_it() -> None:
+    split = gaussian_classes(0, dim=6, num_classes=3, n_train=900, n_test=300)
+    plan = FederationPlan(ClientJob(("0", "1", "2"), "gram", clip_norm=6.0),
+                          AggregationSpec(dp=DPConfig(4.0)), ServerJob(("lda",), seed=0))
+    res = simulate(plan, (split.x_train, split.y_train), (split.x_test, split.y_test),
+                   Population(3, 1.0))
+    assert res.privacy is not None
+    assert res.privacy["expected_samples"] == 900 and res.privacy["budget_split"] == "auto"
+    assert res.privacy["fractions"] == pytest.approx(
+        auto_fractions("gram", 3, 6, res.privacy["noise_multiplier"], 900))
