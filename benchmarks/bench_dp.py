@@ -171,10 +171,14 @@ def _gaps(grid: list[dict[str, Any]]) -> list[list[str]]:
         gap = {h: 100 * (statistics.fmean(r["accuracy"][h])
                          - statistics.fmean(central[key]["accuracy"][h])) for h in HEADS}
         mean = statistics.fmean(gap[h] for h in GAP_HEADS)
+        per_seed = [[100 * statistics.fmean(row["accuracy"][h][i] for h in GAP_HEADS)
+                     for i in range(len(row["accuracy"][GAP_HEADS[0]]))]
+                    for row in (r, central[key])]
+        se = math.sqrt(sum(statistics.variance(p) / len(p) for p in per_seed))
         kept = r.get("kept_variance")
         rows.append([str(key[0]), f"{r['epsilon']:g}",
                      "-" if kept is None else f"{kept:.4f}",
-                     *(f"{gap[h]:+.1f}" for h in HEADS), f"{mean:+.2f}",
+                     *(f"{gap[h]:+.1f}" for h in HEADS), f"{mean:+.2f} ± {se:.2f}",
                      "yes" if abs(mean) <= 0.5 else "NO"])
     return rows
 
@@ -217,7 +221,8 @@ def render(result: dict[str, Any]) -> str:
         "Distributed minus central (accuracy points, means over the seeds; `kept σ²`: noise "
         "variance left in the distributed sum, in units of the central σ²). Target: within "
         f"0.5 points, read on the mean over {', '.join(GAP_HEADS)} (nb and qda vary by 2-12 "
-        "points between seeds at these ε).",
+        "points between seeds at these ε), ± its standard error over the seeds: the two modes "
+        "draw different noise of the same law, so the gap is a difference of two seed means.",
         "",
         markdown_table(["clients", "ε", "kept σ²", *HEADS, "mean (target heads)",
                         "within 0.5"], _gaps(grid)),

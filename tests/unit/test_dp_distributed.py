@@ -4,6 +4,7 @@ clients reveal no level for more survivors than they signed, and the messages ro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -192,19 +193,47 @@ def test_removal_is_bit_exact() -> None:
     assert decoder.words is not None and np.array_equal(decoder.words, expected)
 
 
-def test_an_unreconstructable_level_stays_and_is_accounted() -> None:
-    plan = _plan(z=0.8, eps=2.0)
-    server, decoder, _, _ = _round(plan, None, seed=5)
-    assert decoder.release is not None and decoder.release.epsilon_spent == 2.0
-    # what the accountant says when one survivor kept its top level (σ²(1/9 − 1/10) more)
-    removed: dict[str, tuple[int, ...]] = {c: (0, 1, 2) for c in server.survivors}
-    removed[server.survivors[0]] = (0, 1)
-    kappa = kept_variance(server.params, N, removed)
-    assert kappa == pytest.approx(1.0 + 1 / 9 - 1 / 10, rel=1e-12)
-    from ghofl.privacy import gaussian_epsilon
+class _Tamper:
+    """A client whose unmask reply carries a corrupt share of c0's level-2 seed."""
 
+    def __init__(self, inner: SecAggClient) -> None:
+        self.inner, self.client_id = inner, inner.client_id
+
+    def handle(self, request: Any) -> Any:
+        reply = self.inner.handle(request)
+        if isinstance(reply, UnmaskShares):
+            bad = tuple((u, j, bytes(66) if (u, j) == ("c0", 2) else sh)
+                        for u, j, sh in reply.level_shares)
+            reply = dataclasses.replace(reply, level_shares=bad)
+        return reply
+
+
+def test_an_unreconstructable_level_stays_and_is_accounted() -> None:
     pytest.importorskip("dp_accounting")
-    assert gaussian_epsilon(0.8 * math.sqrt(kappa), 1e-5) < gaussian_epsilon(0.8, 1e-5)
+    from ghofl.privacy import calibrate_noise_multiplier, gaussian_epsilon
+
+    z = calibrate_noise_multiplier(2.0, 1e-5)
+    plan = _plan(z=z, eps=2.0)
+    payloads = _payloads()
+    seeds = np.random.SeedSequence(5).spawn(N)
+    clients: list[Any] = [SecAggClient(f"c{i}", p, encode=noise_share_encoder(
+        plan, np.random.default_rng(seeds[i]))) for i, p in enumerate(payloads)]
+    clients[1:5] = [_Tamper(c) for c in clients[1:5]]  # 4 of 10 holders: 6 < t_s = 7 good
+    server: SecAggServer
+    decoder = _Raw(plan, lambda: len(server.survivors), lambda: server.levels_removed)
+    server = SecAggServer(SecAggConfig(clip_norm=R, threshold=T, noise_levels=16),
+                          payloads[0].meta, [c.client_id for c in clients], decode=decoder)
+    run_aggregation(server, InMemoryTransport(clients))
+    assert server.levels_removed["c0"] == (0, 1)
+    assert all(server.levels_removed[c] == (0, 1, 2) for c in server.survivors if c != "c0")
+    assert any("level 2 of 'c0' cannot be reconstructed" in m for m in server.ignored)
+    kappa = 1.0 + 1 / 9 - 1 / 10  # c0 keeps σ²(1/9 − 1/10) more
+    assert kept_variance(server.params, N, server.levels_removed) == pytest.approx(kappa)
+    release = decoder.release
+    assert release is not None and release.noise["kept_variance"] == pytest.approx(kappa)
+    assert release.noise["removed_per_level"] == [10, 10, 9]
+    assert release.epsilon_spent == pytest.approx(gaussian_epsilon(z * math.sqrt(kappa), 1e-5))
+    assert release.epsilon_spent < 2.0
 
 
 def test_a_client_reveals_no_level_above_the_survivors_it_signed() -> None:
