@@ -44,6 +44,12 @@ def test_simulate_reports_the_spent_budget(ws: Path, tmp_path: Path, mode: str) 
     # applied by the server to the noised counts: no client drops a class, no multiplier
     assert res["suppressed"]["classes"] == 0  # type: ignore[index]
     assert p["sensitivity"] == {"counts": 1.0, "sums": 20.0, "class_scatter": 400.0}
+    if mode == "distributed":  # every level removed: the kept noise is the central noise
+        noise = p["distributed_noise"]
+        assert noise["kept_variance"] == pytest.approx(1.0, rel=1e-12)
+        assert noise["removed_per_level"] == [noise["survivors"]] * len(noise["release_points"])
+    else:
+        assert "distributed_noise" not in p
     assert any("P2n" in n for n in p["postprocessing"])  # the noise-aware estimate
     assert f"differential privacy ({mode}): spent epsilon=4, delta=1e-06" in out
     assert "post-processing: counts rounded and clamped at 0" in out

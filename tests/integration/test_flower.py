@@ -265,6 +265,7 @@ def test_simulation_distributed_dp_records_the_spent_budget(tmp_path: Path) -> N
     privacy = res["privacy"]
     assert privacy["dp_mode"] == "distributed" and privacy["epsilon"] == 4.0
     assert privacy["epsilon_spent"] <= 4.0 + 1e-9 and privacy["delta_spent"] <= 1e-5
+    assert privacy["distributed_noise"]["kept_variance"] == pytest.approx(1.0, rel=1e-12)
     assert privacy["postprocessing"]
     manifest = json.loads((tmp_path / "out" / "model" / "manifest.json").read_text())
     assert manifest["privacy"]["epsilon_spent"] == privacy["epsilon_spent"]

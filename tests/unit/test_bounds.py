@@ -26,6 +26,7 @@ from ghofl.errors import (
 from ghofl.privacy import (
     DPConfig,
     NoisePlan,
+    NoiseShareEncoder,
     NoisyDecoder,
     block_sensitivities,
     block_sigmas,
@@ -458,12 +459,15 @@ def test_distributed_dp_through_the_plans_server() -> None:
             out.append(SecAggClient(c, p, encode=honest if i != poisoner else _inflate(honest)))
         return out
 
-    def _inflate(honest: Encoder) -> Encoder:
-        def encode(stats: ClientStats, params: SessionParams) -> np.ndarray:
-            words = honest(stats, params).copy()
+    class _inflate:  # poisons the counts, keeps the removable levels
+        def __init__(self, honest: NoiseShareEncoder) -> None:
+            self.expand = honest.expand
+            self._honest = honest
+
+        def __call__(self, stats: ClientStats, params: SessionParams) -> np.ndarray:
+            words = self._honest(stats, params).copy()
             words[0] += np.uint64((POISONED_COUNT - true) << COUNT_FRACTION_BITS)
             return words
-        return encode
 
     ok = FederationServer(plan, ids, payloads[0].meta).aggregate(InMemoryTransport(halves(None)))
     assert ok.privacy is not None and ok.privacy["dp_mode"] == "distributed"

@@ -221,3 +221,38 @@ def test_identity_binding_messages_round_trip() -> None:
     for msg in (req, answer_hello(req, key, roster, "node-3")):
         back = message_from_record(message_to_record(msg))
         assert _same(msg, back), type(msg).__name__
+
+
+def test_distributed_dp_level_fields_round_trip_and_are_validated() -> None:
+    from ghofl.privacy import DPConfig, NoisePlan, NoisyDecoder, noise_share_encoder
+    from ghofl.privacy.mechanism import block_sigmas
+    from ghofl.privacy.sensitivity import block_sensitivities
+    from ghofl.secure import SecAggClient, SecAggServer
+    from ghofl.secure.messages import ShareKeys, UnmaskShares
+
+    sens = block_sensitivities("full", 6.0)
+    frac = {b: 1 / 3 for b in sens}
+    plan = NoisePlan(DPConfig(1.0, 1e-5, "distributed"), "full", 6.0, 1, 1.0, sens, frac,
+                     block_sigmas(sens, frac, 1.0))
+    payloads = _payloads()
+    clients = [SecAggClient(f"site-{i}", p, encode=noise_share_encoder(
+        plan, np.random.default_rng(i))) for i, p in enumerate(payloads)]
+    server = SecAggServer(SecAggConfig(clip_norm=6.0, threshold=2, noise_levels=16),
+                          payloads[0].meta, [c.client_id for c in clients],
+                          decode=NoisyDecoder(plan))
+    rec = _Recording(InMemoryTransport(clients, {"mask": 1}, seed=1))
+    run_aggregation(server, rec)
+    shares = [m for m in rec.seen if isinstance(m, ShareKeys)]
+    unmask = [m for m in rec.seen if isinstance(m, UnmaskShares)]
+    assert all(len(m.level_commitments) == 2 for m in shares)  # ladder (3, 4) for t=2, n=4
+    assert any(m.level_shares for m in unmask)
+    for msg in rec.seen:
+        assert _same(msg, message_from_record(message_to_record(msg))), type(msg).__name__
+    rd = message_to_record(unmask[0])
+    _header(rd)["level_shares.1"] = [True] * len(unmask[0].level_shares)
+    with pytest.raises(ProtocolError, match=r"key 'level_shares.1' must be a list of an integer"):
+        message_from_record(rd)
+    rd = message_to_record(shares[0])
+    _header(rd)["level_commitments"] = ["x", "y"]
+    with pytest.raises(ProtocolError, match=r"key 'level_commitments' must be a list of bytes"):
+        message_from_record(rd)

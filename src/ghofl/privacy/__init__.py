@@ -2,7 +2,8 @@
 
 * :mod:`~ghofl.privacy.sensitivity`: L2 sensitivity per block under clipping ‖z‖ ≤ R;
 * :mod:`~ghofl.privacy.accounting`: calibration with ``dp-accounting`` (extra ``privacy``);
-* :mod:`~ghofl.privacy.mechanism`: the Gaussian mechanism, central or distributed;
+* :mod:`~ghofl.privacy.mechanism`: the Gaussian mechanism, its calibration and central mode;
+* :mod:`~ghofl.privacy.distributed`: distributed mode (noise shares, removable dropout levels);
 * :mod:`~ghofl.privacy.postprocess`: noisy sums → valid statistics.
 """
 
@@ -11,6 +12,12 @@ from ghofl.privacy.accounting import (
     check_epsilon_delta,
     gaussian_epsilon,
 )
+from ghofl.privacy.distributed import (
+    NoiseShareEncoder,
+    NoisyDecoder,
+    kept_variance,
+    noise_share_encoder,
+)
 from ghofl.privacy.mechanism import (
     DEFAULT_DELTA,
     DP_MODES,
@@ -18,12 +25,10 @@ from ghofl.privacy.mechanism import (
     DPConfig,
     DPMode,
     NoisePlan,
-    NoisyDecoder,
     PrivateRelease,
     block_sigmas,
     draw_noise,
     entry_scales,
-    noise_share_encoder,
     plan_noise,
     release_central,
     truncation_probability,
@@ -58,6 +63,7 @@ __all__ = [
     "DPConfig",
     "DPMode",
     "NoisePlan",
+    "NoiseShareEncoder",
     "NoisyDecoder",
     "PrivateRelease",
     "auto_fractions",
@@ -71,6 +77,7 @@ __all__ = [
     "entry_scales",
     "flat_change",
     "gaussian_epsilon",
+    "kept_variance",
     "noise_aware_covariances",
     "noise_aware_within",
     "noise_share_encoder",

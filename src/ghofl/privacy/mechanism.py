@@ -17,18 +17,18 @@ upper triangle (S4), so the same σ_b there is σ_b/√2 on S_ij (half the noise
 d(d − 1)/2 of the d(d + 1)/2 entries, for free).
 
 * central: the server adds N(0, σ_b²) to each entry of the exact total;
-* distributed: each of the n clients adds N(0, σ_b²/t) (t the secure-aggregation threshold,
-  the fewest clients whose inputs can be in the sum) before the fixed-point encoding, so the
-  sum over any s ≥ t survivors carries variance s·σ_b²/t ≥ σ_b² (N3), and the server never
-  sees a noiseless sum. Each share is clamped at ±c·σ_b/√t (c = :data:`NOISE_CLAMP_SIGMAS`) so
-  the public fixed-point bounds hold; the probability p that any clamp acts is added to δ as
-  (1 + e^ε)·p (N4), below 1e-25 in practice.
+* distributed (:mod:`ghofl.privacy.distributed`): each client adds a base share and removable
+  level components whose sum over any s ≥ t survivors, after the server removed the levels
+  released at s, carries variance σ_b² (N3', up to the ladder's granularity), and the server
+  never sees a noiseless sum. Every share is clamped at ±c of its standard deviations
+  (c = :data:`NOISE_CLAMP_SIGMAS`) so the public fixed-point bounds hold; the probability p
+  that any clamp acts is added to δ as (1 + e^ε)·p (N4), below 1e-25 in practice.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -36,13 +36,12 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import erfc
 
-from ghofl.errors import ConfigError, InputError
+from ghofl.errors import ConfigError
 from ghofl.privacy.accounting import calibrate_noise_multiplier, check_epsilon_delta
 from ghofl.privacy.postprocess import postprocess
 from ghofl.privacy.sensitivity import COUNTS, block_sensitivities
 from ghofl.privacy.split import SPLITS, auto_fractions, equal_fractions, given_fractions
-from ghofl.secure.bounds import TotalLimits, check_bounds, refuse_client_stats, refuse_total
-from ghofl.secure.config import SessionParams
+from ghofl.secure.bounds import TotalLimits, check_bounds, refuse_total
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import schema_for
@@ -55,12 +54,10 @@ __all__ = [
     "DPConfig",
     "DPMode",
     "NoisePlan",
-    "NoisyDecoder",
     "PrivateRelease",
     "block_sigmas",
     "draw_noise",
     "entry_scales",
-    "noise_share_encoder",
     "plan_noise",
     "release_central",
     "truncation_probability",
@@ -336,6 +333,10 @@ class PrivateRelease:
         The guarantee of the release (δ includes the clamping term (N4) in distributed mode).
     notes : tuple of str
         Post-processing steps, in words.
+    noise : dict
+        Distributed mode: survivors s, threshold, release points, how many survivors' level
+        components were removed per level, the kept variance κ (in σ²) and z·√κ; empty in
+        central mode.
     """
 
     stats: ClientStats
@@ -343,11 +344,15 @@ class PrivateRelease:
     epsilon_spent: float
     delta_spent: float
     notes: tuple[str, ...]
+    noise: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan's fields plus the budget spent and the post-processing notes."""
-        return {**self.plan.to_dict(), "epsilon_spent": self.epsilon_spent,
-                "delta_spent": self.delta_spent, "postprocessing": list(self.notes)}
+        """The plan's fields, the budget spent, the notes and (distributed) the noise kept."""
+        out = {**self.plan.to_dict(), "epsilon_spent": self.epsilon_spent,
+               "delta_spent": self.delta_spent, "postprocessing": list(self.notes)}
+        if self.noise:
+            out["distributed_noise"] = dict(self.noise)
+        return out
 
 
 def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generator,
@@ -396,126 +401,3 @@ def _check_meta(meta: StatsMeta, plan: NoisePlan) -> None:
             f"but the statistics have mode {meta.mode!r} and R={meta.clip_norm!r}; plan the "
             "noise for the statistics released"
         )
-
-
-def noise_share_encoder(plan: NoisePlan, rng: np.random.Generator
-                        ) -> Callable[[ClientStats, SessionParams], NDArray[np.uint64]]:
-    """Distributed mode, client side: the noise-share encoder of a secure-aggregation client.
-
-    The encoder a :class:`~ghofl.secure.SecAggClient` uses to add its noise share N(0, σ_b²/t),
-    clamped (N3, N4), before the fixed-point encoding.
-
-    Counts travel as round(ñ_c · 2^16) in the integer words; ``n_clipped`` is withheld (0).
-    The public bounds stay safe: a share adds at most c·σ_b/√t to an entry, i.e. as much as
-    c·σ_b/(√t·R^p) samples would, and the client must hold that many samples fewer than M.
-
-    Raises (when called)
-    --------------------
-    InputError
-        The statistics do not match the round, or the client's samples plus the noise margin
-        exceed the public maximum M.
-    ConfigError
-        The round's K·M is too large for the scaled counts to fit in 62 bits.
-    """
-    def encode(stats: ClientStats, params: SessionParams) -> NDArray[np.uint64]:
-        _check_meta(stats.meta, plan)
-        shaped = plan.shaped(stats.num_classes, stats.dim)
-        codec = params.codec
-        if stats.meta.clip_norm != codec.clip_norm:
-            raise InputError(
-                f"secure aggregation uses the public clipping bound R={codec.clip_norm:g} but "
-                f"these statistics were computed with R={stats.meta.clip_norm!r}"
-            )
-        ints, floats = schema_for(plan.stats_mode).flatten(stats)
-        refuse_client_stats(stats, codec.max_samples, (ints, floats))
-        share = 1.0 / math.sqrt(params.threshold)
-        margin = _noise_margin(shaped, share)
-        if stats.n_samples + margin > codec.max_samples:
-            raise InputError(
-                f"this client holds {stats.n_samples} samples and its noise share may add as "
-                f"much as {margin:.3g} samples would, more than the public maximum "
-                f"M={codec.max_samples} per client; raise max_samples for the federation"
-            )
-        words_bound = params.num_clients * (codec.max_samples + margin) * 2.0**COUNT_FRACTION_BITS
-        if words_bound >= _HEADROOM:
-            raise ConfigError(
-                f"num_clients × (max_samples + noise margin) × 2^{COUNT_FRACTION_BITS} = "
-                f"{words_bound:.3g} does not fit in 62 bits, so the noisy counts could wrap; "
-                "lower max_samples"
-            )
-        c = stats.num_classes
-        dc, df = draw_noise(shaped, c, stats.dim, rng, scale=share, clamp=NOISE_CLAMP_SIGMAS)
-        words = np.zeros_like(ints)
-        words[:c] = np.rint(np.ldexp(ints[:c].astype(np.float64) + dc, COUNT_FRACTION_BITS))
-        return codec.encode_vectors(stats.meta, words, floats + df)
-
-    return encode
-
-
-def _noise_margin(plan: NoisePlan, share: float) -> float:
-    """Largest clamped share of any float block, in samples: max_b c·σ_b·share / R^p_b."""
-    powers = {"first": 1, "second": 2}
-    kinds = {a.name: a.kind for a in schema_for(plan.stats_mode).float_arrays}
-    return max(NOISE_CLAMP_SIGMAS * plan.sigma[b] * share / plan.clip_norm ** powers[k]
-               for b, k in kinds.items())
-
-
-class NoisyDecoder:
-    """Distributed mode, server side: the ``decode`` of a :class:`~ghofl.secure.SecAggServer`.
-
-    Decodes the unmasked sum of noisy payloads, checks it against the public bounds widened
-    by the public noise (:func:`~ghofl.secure.bounds.check_bounds` with the total's σ_b·√(s/t)
-    per block, s the clients in the sum), post-processes it into valid statistics and keeps
-    the :class:`PrivateRelease` in :attr:`release`.
-
-    Parameters
-    ----------
-    plan : NoisePlan
-    contributors : callable returning int, optional
-        How many clients are in the sum (the server half's survivors); default the round's n.
-
-    Raises (when called)
-    --------------------
-    TotalOutOfBoundsError
-        The noisy total fails the bounds (a client sent statistics beyond them); nothing is
-        released (:attr:`release` stays ``None``).
-    """
-
-    def __init__(self, plan: NoisePlan, contributors: Callable[[], int] | None = None) -> None:
-        self.plan = plan
-        self.release: PrivateRelease | None = None
-        self._contributors = contributors
-
-    def limits(self, params: SessionParams) -> TotalLimits:
-        """The bounds a noisy total of this round is checked against."""
-        s = params.num_clients if self._contributors is None else self._contributors()
-        s = min(max(int(s), 1), params.num_clients)
-        spread = math.sqrt(s / params.threshold)  # s shares of variance σ²/t each (N3)
-        noise = {b: sigma * spread for b, sigma in self.plan.sigma.items()}
-        return TotalLimits.for_codec(params.codec, s, noise,
-                                     count_error=s * 2.0 ** -(COUNT_FRACTION_BITS + 1))
-
-    def __call__(self, params: SessionParams, meta: StatsMeta,
-                 words: NDArray[np.uint64]) -> ClientStats:
-        """Decode the noised total, check its bounds and post-process it into statistics."""
-        _check_meta(meta, self.plan)
-        self.plan = self.plan.shaped(meta.num_classes, meta.dim)
-        ints, floats = params.codec.decode_vectors(meta, words)
-        c = meta.num_classes
-        counts = np.ldexp(ints[:c].astype(np.float64), -COUNT_FRACTION_BITS)
-        limits = self.limits(params)
-        refuse_total(check_bounds(meta, np.concatenate([counts, ints[c:]]), floats, limits),
-                     limits, "the distributed DP release")
-        survivors = params.num_clients if self._contributors is None else self._contributors()
-        spread = math.sqrt(min(max(int(survivors), 1), params.num_clients) / params.threshold)
-        stats, notes = postprocess(meta, counts, floats, self.plan.min_class_count,
-                                   {b: sig * spread for b, sig in self.plan.sigma.items()})
-        entries = params.num_clients * (c + floats.size)
-        p = truncation_probability(entries)
-        delta = self.plan.config.delta + (1.0 + math.exp(self.plan.config.epsilon)) * p
-        self.release = PrivateRelease(
-            stats, self.plan, self.plan.config.epsilon, delta,
-            (f"distributed Gaussian noise: every client added a share of variance σ²/t with "
-             f"t={params.threshold}, clamped at {NOISE_CLAMP_SIGMAS:g} standard deviations",
-             *notes))
-        return stats

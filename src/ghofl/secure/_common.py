@@ -11,6 +11,24 @@ from ghofl.secure.identity import transcript
 from ghofl.secure.messages import PROTOCOL_VERSION, RosterEntry
 
 SHARE_PLAINTEXT_BYTES = 132  # share of the self-mask seed + share of the mask private key
+LEVEL_SHARE_BYTES = 66  # one Shamir share of a level seed (ghofl.secure.levels)
+
+
+def share_plaintext_bytes(levels: int) -> int:
+    """Bytes of one share box's plaintext: seed and key shares, then one share per level."""
+    return SHARE_PLAINTEXT_BYTES + LEVEL_SHARE_BYTES * levels
+
+
+def split_plaintext(plain: bytes) -> tuple[bytes, bytes, tuple[bytes, ...]]:
+    """(seed share, key share, level shares) of a share box's plaintext."""
+    half = SHARE_PLAINTEXT_BYTES // 2
+    return plain[:half], plain[half:SHARE_PLAINTEXT_BYTES], split_levels(
+        plain[SHARE_PLAINTEXT_BYTES:])
+
+
+def split_levels(data: bytes) -> tuple[bytes, ...]:
+    """The level shares concatenated in ``data``, one per :data:`LEVEL_SHARE_BYTES`."""
+    return tuple(data[i : i + LEVEL_SHARE_BYTES] for i in range(0, len(data), LEVEL_SHARE_BYTES))
 
 
 def share_aad(round_id: bytes, sender: str, recipient: str) -> bytes:

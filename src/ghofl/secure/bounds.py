@@ -53,7 +53,7 @@ margin is
 
 Under central DP the server checks the exact total before it adds noise (no margin). The
 noise is treated as Gaussian; distributed shares are clamped at 12 standard deviations
-(:mod:`ghofl.privacy.mechanism`, N4), which acts with probability below 10⁻²⁵ and only
+(:mod:`ghofl.privacy.distributed`, N4), which acts with probability below 10⁻²⁵ and only
 shrinks the noise.
 """
 

@@ -29,17 +29,20 @@ from ghofl.errors import GhoflError, ProtocolError
 from ghofl.secure import primitives as cr
 from ghofl.secure import shamir
 from ghofl.secure._common import (
-    SHARE_PLAINTEXT_BYTES,
     Topology,
     advert_transcript,
     consistency_transcript,
     seed_commitment,
     share_aad,
+    share_plaintext_bytes,
     share_transcript,
+    split_levels,
+    split_plaintext,
 )
 from ghofl.secure.config import SessionParams
 from ghofl.secure.identity import IdentityKey, Roster, verify_signature
 from ghofl.secure.ledger import RoundLedger, stats_digest
+from ghofl.secure.levels import LevelNoise, level_commitment, released_levels
 from ghofl.secure.messages import (
     PROTOCOL_VERSION,
     AdvertiseKeys,
@@ -145,6 +148,8 @@ class SecAggClient:
         self._roster: dict[str, RosterEntry] = {}
         self._sharers: frozenset[str] = frozenset()
         self._held: dict[str, tuple[bytes, bytes]] = {}  # owner -> (seed share, key share)
+        self._levels: tuple[bytes, ...] = ()  # this client's level seeds (secure.levels)
+        self._held_levels: dict[str, tuple[bytes, ...]] = {}  # owner -> its level shares
         self.identity = identity
         self.roster = roster
         self.policy = policy if policy is not None else ClientPolicy(
@@ -248,6 +253,11 @@ class SecAggClient:
                 f"a round with clipping bound R={self._params.clip_norm:g}: its statistics were "
                 f"computed with {got}"
             )
+        if self._params.release_points and not isinstance(self._encode, LevelNoise):
+            raise self._refuse(
+                "a round with dropout levels (distributed DP noise): this client's encoder "
+                "adds no removable noise"
+            )
         self._round = req.round_id
         self._roster_fp = req.roster_fingerprint
         self._enc, self._mask = cr.KeyPair.generate(), cr.KeyPair.generate()
@@ -301,20 +311,27 @@ class SecAggClient:
         t_s = self._params.share_threshold
         seed_sh = shamir.share_secret(self._seed, xs, t_s)
         key_sh = shamir.share_secret(self._mask.private, xs, t_s)
+        self._levels = tuple(cr.random_seed() for _ in self._params.release_points)
+        level_sh = [shamir.share_secret(e, xs, t_s) for e in self._levels]
         sealed = []
-        for holder, s_b, s_k in zip(holders, seed_sh, key_sh, strict=True):
+        for i, (holder, s_b, s_k) in enumerate(zip(holders, seed_sh, key_sh, strict=True)):
+            mine = tuple(sh[i] for sh in level_sh)
             if holder == self.client_id:
-                self._held[holder] = (s_b, s_k)
+                self._held[holder], self._held_levels[holder] = (s_b, s_k), mine
                 continue
             key = cr.derive_key(self._agree(self._enc, holder, "enc_public"), b"share",
                                 self._round)
-            box = cr.aead_encrypt(key, s_b + s_k, share_aad(self._round, self.client_id, holder))
+            box = cr.aead_encrypt(key, s_b + s_k + b"".join(mine),
+                                  share_aad(self._round, self.client_id, holder))
             sealed.append(SealedShare(self.client_id, holder, box, self._sign(
                 share_transcript(self._round, self.client_id, holder, box))))
         self.state = "shared"
         return ShareKeys(**self._header("share"),  # type: ignore[arg-type]
                          shares=tuple(sealed),
-                         seed_commitment=seed_commitment(self._round, self.client_id, self._seed))
+                         seed_commitment=seed_commitment(self._round, self.client_id, self._seed),
+                         level_commitments=tuple(
+                             level_commitment(self._round, self.client_id, j, e)
+                             for j, e in enumerate(self._levels)))
 
     def _agree(self, pair: cr.KeyPair, other: str, which: str) -> bytes:
         try:
@@ -365,6 +382,10 @@ class SecAggClient:
             length = self._params.codec.length(self.meta)
             if vector.dtype != np.uint64 or vector.shape != (length,):
                 raise self._refuse(f"an encoder output other than {length} uint64 words")
+        if self._levels:  # the removable noise of the dropout levels (ghofl.secure.levels)
+            assert isinstance(self._encode, LevelNoise)
+            for j, e in enumerate(self._levels):
+                vector += self._encode.expand(self._params, self.meta, j, e)
         del stats
         vector += cr.mask_words(self._seed, vector.size)
         for other in sorted(topo.neighbours(self.client_id) & sharers):
@@ -404,14 +425,15 @@ class SecAggClient:
                                 b"share", self._round)
             plain = cr.aead_decrypt(key, box.sealed,
                                     share_aad(self._round, box.sender, self.client_id))
-            if plain is None or len(plain) != SHARE_PLAINTEXT_BYTES:
+            levels = len(self._levels)
+            if plain is None or len(plain) != share_plaintext_bytes(levels):
                 complaints[box.sender] = (
                     f"its encrypted share for {self.client_id!r} failed authentication "
                     "(tampered, or encrypted under a wrong key)"
                 )
                 continue
-            half = SHARE_PLAINTEXT_BYTES // 2
-            self._held[box.sender] = (plain[:half], plain[half:])
+            s_b, s_k, self._held_levels[box.sender] = split_plaintext(plain)
+            self._held[box.sender] = (s_b, s_k)
         for missing in sorted(expected - seen - set(complaints)):
             complaints[missing] = f"sent no share to its neighbour {self.client_id!r}"
         return complaints
@@ -468,9 +490,14 @@ class SecAggClient:
                       if u in self._held)
         keys = tuple((u, self._held[u][1]) for u in sorted(set(dropped) & mine)
                      if u in self._held)
+        # level seeds only for the levels released at the survivor count it signed: a server
+        # claiming more survivors than it showed the others gets no signatures for that set
+        released = released_levels(self._params.release_points, len(survivors))
+        levels = tuple((u, j, self._held_levels[u][j]) for u, _ in seeds for j in released
+                       if j < len(self._held_levels.get(u, ())))
         self.state = "done"
         return UnmaskShares(**self._header("unmask"),  # type: ignore[arg-type]
-                            seed_shares=seeds, key_shares=keys)
+                            seed_shares=seeds, key_shares=keys, level_shares=levels)
 
     def _check_consistency(self, signatures: tuple[tuple[str, bytes], ...]) -> None:
         """Reveal nothing until at least t survivors signed the very sets this client signed."""
@@ -520,6 +547,8 @@ def _save_state(client: SecAggClient) -> dict[str, StateValue]:
     out["held_owners"] = list(client._held)
     out["held_seed"] = [v[0] for v in client._held.values()]
     out["held_key"] = [v[1] for v in client._held.values()]
+    out["levels"] = list(client._levels)
+    out["held_levels"] = [b"".join(client._held_levels.get(o, ())) for o in client._held]
     return out
 
 
@@ -562,6 +591,11 @@ def _load_state(state: dict[str, Any], stats: StatsSource, identity: IdentityKey
             for o, b, k in zip(state["held_owners"], state["held_seed"], state["held_key"],
                                strict=True)
         }
+        client._levels = tuple(bytes(e) for e in state.get("levels", []))
+        owners = state["held_owners"]
+        client._held_levels = {
+            str(o): split_levels(bytes(v))
+            for o, v in zip(owners, state.get("held_levels", [b""] * len(owners)), strict=True)}
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError(
             f"the saved client state is malformed or from another version ({exc!r}); the "

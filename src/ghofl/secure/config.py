@@ -19,6 +19,7 @@ from ghofl.secure.graph_params import (
     required_parameters,
     share_threshold_for,
 )
+from ghofl.secure.levels import check_ladder, dropout_ladder
 
 __all__ = [
     "DEFAULT_CORRUPT_FRACTION",
@@ -79,6 +80,10 @@ class SecAggConfig:
         ``neighbours`` or ``threshold`` that cannot meet the targets for them is refused.
     sigma, eta : float, default 40 and 20
         The targets: exposure ≤ 2^-σ and abort ≤ 2^-η per honest client per round.
+    noise_levels : int, default 0
+        Levels of the dropout ladder for distributed DP (:mod:`ghofl.secure.levels`): at most
+        this many release points between t and n (:func:`~ghofl.secure.levels.dropout_ladder`);
+        0: none (a round without removable noise).
     """
 
     clip_norm: float
@@ -90,8 +95,11 @@ class SecAggConfig:
     dropout_fraction: float = DEFAULT_DROPOUT_FRACTION
     sigma: float = DEFAULT_SIGMA
     eta: float = DEFAULT_ETA
+    noise_levels: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.noise_levels, int) or self.noise_levels < 0:
+            raise ConfigError(f"noise_levels must be an integer >= 0; got {self.noise_levels!r}")
         if not (isinstance(self.clip_norm, int | float) and math.isfinite(self.clip_norm)
                 and self.clip_norm > 0):
             raise ConfigError(
@@ -130,8 +138,9 @@ class SecAggConfig:
                 f"--threshold between 2 and {n}"
             )
         k, t_s = self._graph(n, t)
+        points = dropout_ladder(t, n, self.noise_levels) if self.noise_levels else ()
         return SessionParams(n, t, k, self.max_samples, float(self.clip_norm), self.limbs,
-                             t_s)
+                             t_s, points)
 
     def _feasible(self, n: int) -> bool:
         try:
@@ -193,6 +202,14 @@ class SessionParams:
         The fixed-point bounds (:class:`~ghofl.secure.fixedpoint.FixedPointCodec`).
     shares_needed : int, optional
         t_s, the share threshold (see :attr:`share_threshold`); None: derived from n, t, k.
+    release_points : tuple of int, default ()
+        The dropout ladder u_0 < … < u_{K-1} = n of the level seeds (:mod:`ghofl.secure.levels`);
+        empty: no level seeds.
+
+    Raises
+    ------
+    ProtocolError
+        The release points are not a ladder from above t to n.
     """
 
     num_clients: int
@@ -202,6 +219,13 @@ class SessionParams:
     clip_norm: float
     limbs: int
     shares_needed: int | None = None
+    release_points: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "release_points", tuple(self.release_points))
+        problem = check_ladder(self.release_points, self.threshold, self.num_clients)
+        if problem is not None:
+            raise ProtocolError(f"the round's public parameters name {problem}")
 
     @property
     def complete_graph(self) -> bool:
@@ -236,7 +260,8 @@ class SessionParams:
         return {"num_clients": self.num_clients, "threshold": self.threshold,
                 "neighbours": self.neighbours, "max_samples": self.max_samples,
                 "clip_norm": self.clip_norm, "limbs": self.limbs,
-                "shares_needed": self.share_threshold}
+                "shares_needed": self.share_threshold,
+                "release_points": list(self.release_points)}
 
     @classmethod
     def from_items(cls, items: tuple[tuple[str, str], ...]) -> SessionParams:
@@ -244,9 +269,11 @@ class SessionParams:
         try:
             d = dict(items)
             shares = d.get("shares_needed")
+            points = d.get("release_points", "[]").strip("[]")
             return cls(int(d["num_clients"]), int(d["threshold"]), int(d["neighbours"]),
                        int(d["max_samples"]), float(d["clip_norm"]), int(d["limbs"]),
-                       None if shares in (None, "None") else int(shares))
+                       None if shares in (None, "None") else int(shares),
+                       tuple(int(u) for u in points.split(",") if u.strip()))
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(
                 f"the round's public parameters are malformed ({exc!r}); the server and this "

@@ -182,10 +182,15 @@ class SealedShare:
 
 @dataclass(frozen=True)
 class ShareKeys(ClientMessage):
-    """A client's encrypted shares for each of its neighbours, and a commitment to its seed."""
+    """A client's encrypted shares for each of its neighbours, and a commitment to its seed.
+
+    ``level_commitments``: one commitment per level seed of the round's dropout ladder
+    (:func:`ghofl.secure.levels.level_commitment`), empty without one.
+    """
 
     shares: tuple[SealedShare, ...]
     seed_commitment: bytes
+    level_commitments: tuple[bytes, ...] = ()
 
 
 # ---------------------------------------------------------------------- stage 3: mask
@@ -269,10 +274,15 @@ class UnmaskShares(ClientMessage):
         (owner, share of the owner's self-mask seed) for surviving owners.
     key_shares : tuple of (str, bytes)
         (owner, share of the owner's mask private key) for dropped owners.
+    level_shares : tuple of (str, int, bytes)
+        (owner, level j, share of the owner's level-j seed) for surviving owners, only for the
+        levels whose release point is at most the number of survivors signed
+        (:mod:`ghofl.secure.levels`).
     """
 
     seed_shares: tuple[tuple[str, bytes], ...]
     key_shares: tuple[tuple[str, bytes], ...]
+    level_shares: tuple[tuple[str, int, bytes], ...] = ()
 
 
 def message_nbytes(message: Any) -> int:

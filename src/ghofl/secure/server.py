@@ -35,17 +35,18 @@ from ghofl.errors import AggregationAbortedError, ConfigError, StatsFormatError
 from ghofl.secure import primitives as cr
 from ghofl.secure import shamir
 from ghofl.secure._common import (
-    SHARE_PLAINTEXT_BYTES,
     Topology,
     advert_transcript,
     consistency_transcript,
     seed_commitment,
     share_aad,
+    share_plaintext_bytes,
     share_transcript,
 )
 from ghofl.secure.bounds import BoundedDecoder
 from ghofl.secure.config import SecAggConfig, SessionParams
 from ghofl.secure.identity import Roster, verify_signature
+from ghofl.secure.levels import LevelNoise, level_commitment, released_levels
 from ghofl.secure.messages import (
     PROTOCOL_VERSION,
     SECURE_STAGES,
@@ -74,7 +75,6 @@ ServerState = Literal["advertise", "share", "mask", "consistency", "unmask", "do
 #: Turns the unmasked sum of words into the total (default: ``params.codec.decode(meta, words)``;
 #: :mod:`ghofl.privacy` decodes noisy sums and post-processes them into valid statistics).
 PayloadDecoder = Callable[[SessionParams, StatsMeta, NDArray[np.uint64]], ClientStats]
-_SEALED_BYTES = cr.NONCE_BYTES + 132 + 16
 _MAX_RECONSTRUCTION_TRIES = 64
 
 
@@ -118,6 +118,10 @@ class SecAggServer:
         Problems with replies that did not exclude anyone (e.g. a bad unmask share).
     view : list of (str, str, ClientMessage)
         (stage, client, message) of every reply received, when ``record_view``.
+    levels_removed : dict of str to tuple of int
+        With a dropout ladder (``params.release_points``, :mod:`ghofl.secure.levels`): for each
+        survivor, the levels whose noise was regenerated and subtracted from the sum (a level
+        whose seed could not be reconstructed stays in the sum).
     """
 
     stages: tuple[Stage, ...] = SECURE_STAGES
@@ -149,6 +153,12 @@ class SecAggServer:
                 f"R={config.clip_norm:g}; it has {meta.clip_norm!r}"
             )
         self.params: SessionParams = config.for_clients(len(ids))
+        if self.params.release_points and not isinstance(decode, LevelNoise):
+            raise ConfigError(
+                "a round with dropout levels (SecAggConfig(noise_levels=...)) needs a decoder "
+                "that regenerates their noise (ghofl.privacy.NoisyDecoder); give decode= or "
+                "set noise_levels=0"
+            )
         self.meta = meta
         self.clients = tuple(ids)
         self.round_id = round_id if round_id is not None else secrets.token_bytes(16)
@@ -167,6 +177,7 @@ class SecAggServer:
         self._survivors: tuple[str, ...] = ()
         self._gone: tuple[str, ...] = ()
         self._signers: dict[str, bytes] = {}
+        self.levels_removed: dict[str, tuple[int, ...]] = {}
         self._result: ClientStats | None = None
         self._decode = decode
 
@@ -300,13 +311,19 @@ class SecAggServer:
         assert self._topology is not None
         if not isinstance(msg.seed_commitment, bytes) or len(msg.seed_commitment) != 32:
             return "sent a malformed seed commitment"
+        levels = msg.level_commitments
+        if not isinstance(levels, tuple) or len(levels) != len(self.params.release_points) or any(
+                not isinstance(c, bytes) or len(c) != 32 for c in levels):
+            return (f"sent level commitments other than {len(self.params.release_points)} of "
+                    "32 bytes (one per level of the round's dropout ladder)")
+        sealed_bytes = cr.NONCE_BYTES + self._plaintext_bytes + 16
         want = self._topology.neighbours(client)
         got = [b.recipient for b in msg.shares if isinstance(b, SealedShare)]
         if len(got) != len(msg.shares) or sorted(got) != sorted(want):
             return ("sent shares to a set of clients other than its neighbours on the graph "
                     "(inconsistent with the roster)")
         if any(b.sender != client or not isinstance(b.sealed, bytes)
-               or len(b.sealed) != _SEALED_BYTES or not isinstance(b.signature, bytes)
+               or len(b.sealed) != sealed_bytes or not isinstance(b.signature, bytes)
                for b in msg.shares):
             return "sent a malformed encrypted share"
         if self.roster is not None:
@@ -376,7 +393,7 @@ class SecAggServer:
                 continue
             box = next((b for b in self._shares[accused].shares if b.recipient == accuser), None)
             if box is None or not _opens(key, self._roster[accused].enc_public, box,
-                                         self.round_id):
+                                         self.round_id, self._plaintext_bytes):
                 self._exclude(accused, f"reported by {accuser!r} and verified: {why}", "mask")
             else:
                 self._exclude(accuser, f"falsely reported {accused!r} (the share the server "
@@ -404,6 +421,9 @@ class SecAggServer:
                 isinstance(p, tuple) and len(p) == 2 for p in pairs
             ):
                 return "sent malformed shares"
+        if not isinstance(msg.level_shares, tuple) or not all(
+                isinstance(p, tuple) and len(p) == 3 for p in msg.level_shares):
+            return "sent malformed level shares"
         return None  # bad individual shares are skipped (and logged) in _after_unmask
 
     def _after_unmask(self, accepted: dict[str, UnmaskShares]) -> None:
@@ -442,6 +462,7 @@ class SecAggServer:
                     total -= words
                 else:
                     total += words
+        self._remove_levels(total, accepted)
         decode = self._decode or BoundedDecoder(lambda: len(self._survivors))
         try:
             self._result = decode(self.params, self.meta, total)
@@ -473,6 +494,50 @@ class SecAggServer:
             "result was produced"
         )
 
+    @property
+    def _plaintext_bytes(self) -> int:
+        return share_plaintext_bytes(len(self.params.release_points))
+
+    def _remove_levels(self, total: NDArray[np.uint64], accepted: dict[str, UnmaskShares]
+                       ) -> None:
+        """Regenerate and subtract the released levels of every survivor (secure.levels).
+
+        Only levels whose release point is at most the survivor count are asked for (the
+        clients reveal no others); a level seed that cannot be reconstructed stays in the sum
+        (more noise, never less) and is named in :attr:`ignored`.
+        """
+        released = released_levels(self.params.release_points, len(self._survivors))
+        if not released:
+            return
+        assert self._topology is not None and isinstance(self._decode, LevelNoise)
+        topo, t_s = self._topology, self.params.share_threshold
+        points: dict[str, dict[int, dict[int, bytes]]] = {}  # owner -> level -> x -> share
+        alive = frozenset(self._survivors)
+        for holder, msg in sorted(accepted.items()):
+            mine = topo.neighbours(holder) | {holder}
+            for owner, level, share in msg.level_shares:
+                if (owner in alive and owner in mine and level in released
+                        and isinstance(share, bytes)):
+                    points.setdefault(owner, {}).setdefault(level, {})[topo.point(holder)] = share
+                else:
+                    self.ignored.append(f"unmask: {holder!r} sent an unexpected level share "
+                                        f"for {owner!r}")
+        weights: dict[tuple[int, ...], list[int]] = {}  # one Lagrange basis per holder set
+        for owner in self._survivors:
+            removed = []
+            for level in released:
+                pts = points.get(owner, {}).get(level, {})
+                commit = self._shares[owner].level_commitments[level]
+                seed = _level_seed(pts, t_s, weights, lambda e, c=owner, j=level, h=commit:
+                                   level_commitment(self.round_id, c, j, e) == h)
+                if seed is None:
+                    self.ignored.append(f"unmask: level {level} of {owner!r} cannot be "
+                                        f"reconstructed ({len(pts)} shares); its noise stays")
+                    continue
+                total -= self._decode.expand(self.params, self.meta, level, seed)
+                removed.append(level)
+            self.levels_removed[owner] = tuple(removed)
+
     # ------------------------------------------------------------------ result
     def result(self) -> ClientStats:
         """The total over the surviving clients (after the unmask stage)."""
@@ -488,14 +553,39 @@ class SecAggServer:
         return self._survivors
 
 
-def _opens(private: bytes, sender_public: bytes, box: SealedShare, round_id: bytes) -> bool:
+def _level_seed(points: dict[int, bytes], t_s: int, weights: dict[tuple[int, ...], list[int]],
+                valid: Any) -> bytes | None:
+    """A level seed from its shares (point → share): the first ``t_s`` points first.
+
+    Their Lagrange weights are cached in ``weights`` (every level of an owner, and usually
+    every owner, has the same holders); other subsets are tried when that one fails ``valid``.
+    """
+    xs = tuple(sorted(points)[:t_s])
+    if len(xs) == t_s:
+        if xs not in weights:
+            weights[xs] = shamir.lagrange_weights(xs)
+        seed = shamir.reconstruct_with(weights[xs], [points[x] for x in xs])
+        if seed is not None and valid(seed):
+            return seed
+    items = sorted(points.items())
+    for tries, subset in enumerate(itertools.combinations(items, t_s)):
+        if tries >= _MAX_RECONSTRUCTION_TRIES:
+            break
+        secret = shamir.reconstruct(subset, t_s)
+        if secret is not None and valid(secret):
+            return secret
+    return None
+
+
+def _opens(private: bytes, sender_public: bytes, box: SealedShare, round_id: bytes,
+           plaintext_bytes: int) -> bool:
     """Whether ``box`` opens under the recipient's private key (the complaint check)."""
     try:
         key = cr.derive_key(cr.agree(private, sender_public), b"share", round_id)
     except ValueError:
         return False
     plain = cr.aead_decrypt(key, box.sealed, share_aad(round_id, box.sender, box.recipient))
-    return plain is not None and len(plain) == SHARE_PLAINTEXT_BYTES
+    return plain is not None and len(plain) == plaintext_bytes
 
 
 def _header_problem(msg: Any, expected: type, stage: str, client: str,

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from ghofl.errors import ConfigError
 
-__all__ = ["PRIME", "SHARE_BYTES", "reconstruct", "share_secret"]
+__all__ = ["PRIME", "SHARE_BYTES", "lagrange_weights", "reconstruct", "reconstruct_with",
+           "share_secret"]
 
 #: The field modulus, the Mersenne prime 2^521 − 1.
 PRIME = (1 << 521) - 1
@@ -82,17 +83,38 @@ def reconstruct(points: Sequence[tuple[int, bytes]], threshold: int) -> bytes | 
         return None
     if any(len(y) != SHARE_BYTES for _, y in pts):
         return None
-    ys = [int.from_bytes(y, "big") for _, y in pts]
-    if any(y >= PRIME for y in ys):
-        return None
-    secret = 0
-    for i, (xi, _) in enumerate(pts):
+    return _combine(lagrange_weights([x for x, _ in pts]), [y for _, y in pts])
+
+
+def lagrange_weights(xs: Sequence[int]) -> list[int]:
+    """The weights w_i with f(0) = Σ_i w_i·f(x_i) mod PRIME, for distinct points ``xs``.
+
+    Computed once, they reconstruct every secret shared over the same points
+    (:func:`reconstruct_with`).
+    """
+    out = []
+    for i, xi in enumerate(xs):
         num, den = 1, 1
-        for j, (xj, _) in enumerate(pts):
+        for j, xj in enumerate(xs):
             if i != j:
                 num = num * xj % PRIME
                 den = den * (xj - xi) % PRIME
-        secret = (secret + ys[i] * num * pow(den, -1, PRIME)) % PRIME
+        out.append(num * pow(den, -1, PRIME) % PRIME)
+    return out
+
+
+def reconstruct_with(weights: Sequence[int], shares: Sequence[bytes]) -> bytes | None:
+    """:func:`reconstruct` given the points' :func:`lagrange_weights` and their share values."""
+    if len(shares) != len(weights) or any(len(y) != SHARE_BYTES for y in shares):
+        return None
+    return _combine(weights, shares)
+
+
+def _combine(weights: Sequence[int], shares: Sequence[bytes]) -> bytes | None:
+    ys = [int.from_bytes(y, "big") for y in shares]
+    if any(y >= PRIME for y in ys):
+        return None
+    secret = sum(w * y for w, y in zip(weights, ys, strict=True)) % PRIME
     if secret >> (8 * _SECRET_BYTES):
         return None
     return secret.to_bytes(_SECRET_BYTES, "big")

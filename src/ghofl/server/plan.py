@@ -27,6 +27,7 @@ from ghofl.secure.graph_params import (
     DEFAULT_ETA,
     DEFAULT_SIGMA,
 )
+from ghofl.secure.levels import MAX_NOISE_LEVELS
 from ghofl.server_job import ServerJob
 
 if TYPE_CHECKING:
@@ -262,7 +263,8 @@ class AggregationSpec:
                             neighbours=self.neighbours, max_samples=self.max_samples,
                             limbs=self.limbs, corrupt_fraction=self.corrupt_fraction,
                             dropout_fraction=self.dropout_fraction, sigma=self.sigma,
-                            eta=self.eta)
+                            eta=self.eta, noise_levels=MAX_NOISE_LEVELS if (
+                                self.dp is not None and self.dp.mode == "distributed") else 0)
 
 
 @dataclass(frozen=True)

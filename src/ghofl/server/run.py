@@ -124,7 +124,8 @@ class FederationServer:
             if plan.distributed_dp and self._noise is not None:
                 from ghofl.privacy import NoisyDecoder
 
-                decode = self._decoder = NoisyDecoder(self._noise, contributors)
+                decode = self._decoder = NoisyDecoder(
+                    self._noise, contributors, lambda: getattr(self.half, "levels_removed", {}))
             self.half = SecAggServer(plan.secagg_config(), meta, ids, decode=decode,
                                      roster=roster)
         elif plan.aggregation.store:

@@ -87,7 +87,8 @@ _STAGES = ("hello", *SECURE_STAGES, "input")
 _STATS_WHERE = "the ghofl statistics record"
 
 # Field kinds: bytes, int, str, strs (tuple of str), str_pairs (tuple of (str, str)),
-# str_bytes (tuple of (str, bytes)), roster, sealed, u64 (uint64 vector), stats.
+# str_bytes (tuple of (str, bytes)), str_int_bytes (tuple of (str, int, bytes)), bytess (tuple
+# of bytes), roster, sealed, u64 (uint64 vector), stats.
 _SPECS: dict[str, tuple[type, tuple[tuple[str, str], ...]]] = {
     "PlainRequest": (PlainRequest, ()),
     "PlainInput": (PlainInput, (("stats", "stats"),)),
@@ -98,7 +99,8 @@ _SPECS: dict[str, tuple[type, tuple[tuple[str, str], ...]]] = {
     "AdvertiseKeys": (AdvertiseKeys, (("enc_public", "bytes"), ("mask_public", "bytes"),
                                       ("meta", "str"), ("signature", "bytes"))),
     "ShareRequest": (ShareRequest, (("roster", "roster"),)),
-    "ShareKeys": (ShareKeys, (("shares", "sealed"), ("seed_commitment", "bytes"))),
+    "ShareKeys": (ShareKeys, (("shares", "sealed"), ("seed_commitment", "bytes"),
+                              ("level_commitments", "bytess"))),
     "MaskRequest": (MaskRequest, (("sharers", "strs"), ("shares", "sealed"))),
     "MaskedInput": (MaskedInput, (("vector", "u64"), ("complaints", "str_pairs"),
                                   ("complaint_key", "bytes"))),
@@ -106,11 +108,13 @@ _SPECS: dict[str, tuple[type, tuple[tuple[str, str], ...]]] = {
     "ConsistencySignature": (ConsistencySignature, (("signature", "bytes"),)),
     "UnmaskRequest": (UnmaskRequest, (("survivors", "strs"), ("dropped", "strs"),
                                       ("signatures", "str_bytes"))),
-    "UnmaskShares": (UnmaskShares, (("seed_shares", "str_bytes"), ("key_shares", "str_bytes"))),
+    "UnmaskShares": (UnmaskShares, (("seed_shares", "str_bytes"), ("key_shares", "str_bytes"),
+                                    ("level_shares", "str_int_bytes"))),
 }
 _COLUMNS = {
     "str_pairs": (("0", str), ("1", str)),
     "str_bytes": (("0", str), ("1", bytes)),
+    "str_int_bytes": (("0", str), ("1", int), ("2", bytes)),
     "roster": (("client", str), ("enc_public", bytes), ("mask_public", bytes),
                ("signature", bytes)),
     "sealed": (("sender", str), ("recipient", str), ("sealed", bytes), ("signature", bytes)),
@@ -194,6 +198,8 @@ def message_to_record(message: ServerMessage | ClientMessage,
             cfg[name] = value
         elif field_kind == "strs":
             cfg[name] = [str(v) for v in value]
+        elif field_kind == "bytess":
+            cfg[name] = [bytes(v) for v in value]
         elif field_kind in _COLUMNS:
             for i, (col, _) in enumerate(_COLUMNS[field_kind]):
                 cfg[f"{name}.{col}"] = [
@@ -259,6 +265,8 @@ def message_from_record(rd: Any, expected: type | tuple[type, ...] | None = None
             fields[name] = _get(cfg, name, str, kind)
         elif field_kind == "strs":
             fields[name] = tuple(_get_list(cfg, name, str, kind))
+        elif field_kind == "bytess":
+            fields[name] = tuple(_get_list(cfg, name, bytes, kind))
         elif field_kind in _COLUMNS:
             cols = [_get_list(cfg, f"{name}.{col}", t, kind) for col, t in _COLUMNS[field_kind]]
             if len({len(c) for c in cols}) > 1:
@@ -344,7 +352,7 @@ def _get(cfg: Mapping[str, Any], key: str, t: type, kind: str) -> Any:
 def _get_list(cfg: Mapping[str, Any], key: str, t: type, kind: str) -> list[Any]:
     value = _get(cfg, key, list, kind)
     for item in value:
-        if not isinstance(item, t):
+        if not isinstance(item, t) or (t is int and isinstance(item, bool)):
             raise ProtocolError(
                 f"the ghofl {kind} record's key {key!r} must be a list of {_type_name(t)}; "
                 f"it holds a {type(item).__name__}"
