@@ -16,6 +16,7 @@ from ghofl.privacy import (
     auto_fractions,
     block_names,
     entry_scales,
+    floor_noise_bulk,
     noise_aware_within,
     plan_noise,
     weighted_sensitivity,
@@ -113,10 +114,28 @@ def test_noise_aware_within_is_exact_without_noise_and_definite_with_it() -> Non
     w = a @ a.T * 50.0
     counts = np.array([40.0, 60.0])
     assert noise_aware_within(w, 100.0, 2, 0.0, 0.0, counts) == pytest.approx(w, rel=1e-10)
-    noisy = w + 3.0 * np.diag(rng.standard_normal(6)) - 20.0 * np.eye(6)
+    noisy = w + 3.0 * np.diag(rng.standard_normal(6)) - 2000.0 * np.eye(6)
     out = noise_aware_within(noisy, 100.0, 2, 1.0, 30.0, counts)
     assert np.allclose(out, out.T)
-    assert np.linalg.eigvalsh(out)[0] >= 30.0 * (1 - 1e-9)  # floored at nu = sigma_B/(N - C)
+    p = (noisy + np.eye(6) * (1 / 40 + 1 / 60)) / 98.0
+    nu = 30.0 / 98.0
+    edge = nu * math.sqrt(12.0)
+    tau = edge**2 / (edge + max(np.trace(p) / 6, 1e-300))  # a negative trace: all noise
+    assert np.linalg.eigvalsh(out)[0] == pytest.approx(98.0 * tau, rel=1e-9)
+
+
+@pytest.mark.parametrize(("nu", "kept"), [(1e-4, 6), (50.0, 0)])
+def test_the_noise_bulk_floor_keeps_signal_and_flattens_noise(nu: float, kept: int) -> None:
+    """tau = e^2/(e + mu): near 0 while the noise edge is small against the spectrum, the
+    edge itself once the noise dominates."""
+    rng = np.random.default_rng(1)
+    q, _ = np.linalg.qr(rng.standard_normal((6, 6)))
+    ev = np.array([0.5, 1.0, 2.0, 3.0, 4.0, 5.0])
+    out = floor_noise_bulk((q * ev) @ q.T, nu)
+    got = np.linalg.eigvalsh(out)
+    assert int(np.sum(np.isclose(got, ev, rtol=1e-9))) == kept
+    edge = nu * math.sqrt(12.0)
+    assert got[0] >= edge**2 / (edge + ev.mean()) * (1 - 1e-12)
 
 
 def test_simulate_tells_the_split_the_sample_count_and_reports_it() -> None:

@@ -35,6 +35,7 @@ from ghofl.privacy.mechanism import (
 )
 from ghofl.privacy.postprocess import (
     clamp_counts,
+    floor_noise_bulk,
     noise_aware_covariances,
     noise_aware_within,
     postprocess,
@@ -76,6 +77,7 @@ __all__ = [
     "draw_noise",
     "entry_scales",
     "flat_change",
+    "floor_noise_bulk",
     "gaussian_epsilon",
     "kept_variance",
     "noise_aware_covariances",

@@ -32,8 +32,14 @@ from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import schema_for
 
-__all__ = ["clamp_counts", "noise_aware_covariances", "noise_aware_within", "postprocess",
-           "project_psd"]
+__all__ = [
+    "clamp_counts",
+    "floor_noise_bulk",
+    "noise_aware_covariances",
+    "noise_aware_within",
+    "postprocess",
+    "project_psd",
+]
 
 F64 = NDArray[np.float64]
 
@@ -124,7 +130,7 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
     if meta.mode == "full" and sigma is not None:
         arrays["class_scatter"] = _noise_aware_scatter(arrays, n, keep, sigma)
         notes.append("class covariances estimated knowing the noise (P2n): noise bias of the "
-                     "centring removed, pooled eigenvalues floored at the noise level, each "
+                     "centring removed, the noise bulk of the pooled eigenvalues floored, each "
                      "class shrunk toward the rescaled pooled covariance with an intensity that "
                      "counts the noise variance")
     elif meta.mode == "full":
@@ -162,7 +168,7 @@ def _within(w: F64, n: F64, keep: NDArray[np.bool_], sigma: Mapping[str, float] 
         return project_psd(w)
     k = int(np.count_nonzero(keep))
     notes.append("pooled within-class scatter estimated knowing the noise (P3n): noise bias "
-                 "of the centring removed, eigenvalues floored at the noise level")
+                 "of the centring removed, the noise bulk of its eigenvalues floored")
     return noise_aware_within(w, float(n[keep].sum()), k, sigma["sums"], sigma["scatter"],
                               n[keep])
 
@@ -174,8 +180,8 @@ def noise_aware_within(w: F64, n_total: float, num_classes: int, sigma_sums: flo
     ``w`` is W̃ = B̃ − Σ_c Ã_c Ã_cᵀ/n_c. The centring is biased by the noise on the sums
     (E[Ã_c Ã_cᵀ] = A_c A_cᵀ + σ_A² I), so Σ_c σ_A²/n_c · I is added back; the entries of
     P̃ = W̃/(N − C) then carry noise of standard deviation at most ν = σ_B/(N − C) (σ_B/√2
-    off the diagonal, N2s), and the eigenvalues of P̃ are floored at ν: below it they are
-    noise. Returns (N − C)·P̂.
+    off the diagonal, N2s), and its noise bulk is floored (:func:`floor_noise_bulk`).
+    Returns (N − C)·P̂.
 
     Parameters
     ----------
@@ -197,12 +203,41 @@ def noise_aware_within(w: F64, n_total: float, num_classes: int, sigma_sums: flo
     dof = max(n_total - num_classes, 1.0)
     bias = sigma_sums**2 * float(np.sum(1.0 / np.maximum(counts, 1.0)))
     p = (0.5 * (w + w.T) + bias * np.eye(d)) / dof
-    nu = sigma_scatter / dof
-    ev, v = np.linalg.eigh(p)
-    ev = np.maximum(ev, max(nu, 1e-12 * max(float(ev[-1]), 0.0), 1e-300))
-    out = (v * (ev * dof)) @ v.T
-    return np.asarray(0.5 * (out + out.T))
+    return np.asarray(floor_noise_bulk(p, sigma_scatter / dof) * dof)
 
+
+def floor_noise_bulk(pooled: F64, nu: float, floor: float = 1e-6) -> F64:
+    """A pooled covariance from its noisy estimate, its noise bulk floored (P2n, P3n).
+
+    P̃ carries symmetric noise of standard deviation ν on the diagonal and ν/√2 off it (N2s),
+    whose eigenvalues spread over about ±e, e = ν·√(2d) (the semicircle edge). Eigenvalues
+    of P̃ are floored at
+
+        τ = e²/(e + μ),   μ = tr P̃/d,
+
+    which is about e/μ·e → 0 when the noise edge is small against the mean eigenvalue (the
+    spectrum is signal: keep it) and tends to e when the noise edge exceeds it (the bulk is
+    noise: make it isotropic at the noise level). Also at least ``floor`` times the largest.
+
+    Parameters
+    ----------
+    pooled : ndarray, shape (d, d)
+    nu : float
+    floor : float, default 1e-6
+
+    Returns
+    -------
+    ndarray, shape (d, d), symmetric positive definite.
+    """
+    d = pooled.shape[0]
+    sym = 0.5 * (pooled + pooled.T)
+    w, v = np.linalg.eigh(sym)
+    edge = nu * math.sqrt(2.0 * d)
+    mu = max(float(np.trace(sym)) / d, 1e-300)
+    tau = edge * edge / (edge + mu)
+    w = np.maximum(w, max(tau, floor * max(float(w[-1]), 0.0), 1e-300))
+    out = (v * w) @ v.T
+    return np.asarray(0.5 * (out + out.T))
 
 def _match_diag(var: F64, target: F64, n: F64) -> F64:
     """Rescale per-class variance sums V (C, d) per coordinate so that Σ_c V_c = target (d,).
@@ -243,7 +278,7 @@ def noise_aware_covariances(scatters: F64, counts: F64, sigma_scatter: float,
     E[M̃_c] = M_c). With Σ̃_c = M̃_c/(n_c − 1) and the pooled P̃ = Σ_c M̃_c/(N − C), whose entries
     carry noise of variance ν² = C·σ²/(N − C)²:
 
-    * P̂: P̃ with its eigenvalues floored at ν (below it they are noise);
+    * P̂: P̃ with its noise bulk floored (:func:`floor_noise_bulk`);
     * Σ̂_c = (1 − a_c) Σ̃_c + a_c t_c P̂, t_c = max(tr Σ̃_c, d ν_c) / tr P̂ (ν_c below), with
       the Ledoit–Wolf intensity
       a_c = (d² ν_c² + (tr Σ̃_c² + tr² Σ̃_c)/(n_c − 1)) / ‖Σ̃_c − t_c P̂‖²_F: the estimation
@@ -268,9 +303,7 @@ def noise_aware_covariances(scatters: F64, counts: F64, sigma_scatter: float,
     dof = counts - 1.0
     pooled = sym.sum(axis=0) / max(float(dof.sum()), 1.0)
     nu = math.sqrt(k) * sigma_scatter / max(float(dof.sum()), 1.0)
-    w, v = np.linalg.eigh(pooled)
-    w = np.maximum(w, max(nu, floor * max(float(w[-1]), 0.0), 1e-300))
-    center = (v * w) @ v.T
+    center = floor_noise_bulk(pooled, nu, floor)
     out = np.empty_like(sym)
     for c in range(k):
         cov = sym[c] / dof[c]
