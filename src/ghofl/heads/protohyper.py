@@ -571,7 +571,7 @@ class ProtoHyperHead(FisherTrainedHead):
             z: F64 = z_all[s:s + step].astype(np.float64, copy=False)
             base = nb_f_logits(z, sc.means, sc.sigma2, sc.log_priors)
             total += z.shape[0] * mean_kl(self._teacher(sc, z), base, float(self.kd_temperature))
-        return total / max(z_all.shape[0], 1)
+        return float(total / max(z_all.shape[0], 1))
 
     def _train_student(self, sc: FisherScorers, g: FisherGaussians,
                        val: tuple[FArr, NDArray[np.int64]] | None) -> None:

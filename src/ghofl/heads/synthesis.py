@@ -16,7 +16,8 @@ Randomness: every function takes an explicit ``numpy.random.Generator`` (PCG64);
 global RNG. The fixed set (the paper) is drawn class by class, c = 0..C−1, one
 ``standard_normal((n, k_f))`` call each (for a shared factor, one call per chunk of whole
 classes, which yields the same normal deviates in the same order). Samples can be stored as
-float32 (``dtype``): they are computed in float64 and rounded once. Fresh sampling (the
+float32 (``dtype``): from class factors they are computed in float64 and rounded once, from a
+shared factor drawn and multiplied in float32. Fresh sampling (the
 ``SynthGaussianZ`` variant) draws a new class-balanced set every epoch in chunks, so memory is
 O(chunk · k_f), never C·n·k_f.
 """
@@ -158,12 +159,14 @@ def _fill_sorted(g: FisherGaussians, y: I64, out: FArr, rng: np.random.Generator
     """Rows of the classes ``y`` (sorted ascending) into ``out`` (len(y), k_f), in place.
 
     Per class one ``standard_normal`` call (class factors), or, for a shared factor, one call
-    and one product for all rows: the same deviates in the same order.
+    and one product for all rows: the same deviates in the same order; into a float32 ``out``
+    the deviates and the product are float32 (half the work of float64).
     """
     if g.shared:
-        eps = rng.standard_normal((y.size, g.dim))
-        eps = eps @ g.chols[0].T
-        eps += g.means[y]
+        dt = np.float32 if out.dtype == np.float32 else np.float64
+        eps = rng.standard_normal((y.size, g.dim), dtype=dt)
+        eps = eps @ g.chols[0].T.astype(dt)
+        eps += g.means[y].astype(dt)
         out[...] = eps
         return
     starts = np.flatnonzero(np.r_[True, y[1:] != y[:-1]]) if y.size else np.zeros(0, int)
