@@ -17,8 +17,9 @@ head from statistics of C classes in dimension d, from the shapes the head alloc
   (C·n, 2C), the held-out base logits (C·m, C), float64 scoring blocks and, with QDA_f (mode
   ``full``), C precisions and covariances. Work: sampling, epochs·(6·C·n + 2·C·m)·C·k_f for
   FisherMix's layer and its held-out scoring (float32 counted at half), Proto-Hyper's teacher
-  and base on every row, 60 operations per row and class per epoch for its loss, and QDA_f
-  C·k_f²·2 per row. 1.23 GB measured against 1.2 GB estimated for FisherMix at C = 1,000,
+  and base on every row and QDA_f C·k_f²·2 per row, all dense products counted at
+  1/``GEMM_SPEEDUP``, plus ``KD_OPS`` per row and class per epoch for Proto-Hyper's loss;
+  every epoch is assumed to run (early stopping may end sooner). 1.23 GB measured against 1.2 GB estimated for FisherMix at C = 1,000,
   d = 1280 (pooled);
 * ``ridge``, ``fed3r``, ``fedcof`` (the heads with ``n_calibration``): their temperature
   calibration scores C·n synthetic rows (n: ``n_calibration``)
@@ -53,6 +54,15 @@ __all__ = ["FitEstimate", "ResourceEstimateWarning", "available_memory", "estima
 FLOP_RATE_PER_CORE = 2.5e9
 #: estimated fit seconds above which :func:`preflight` warns
 MAX_SECONDS = 600.0
+#: how many times faster than ``FLOP_RATE_PER_CORE`` the trainable heads' dense matrix
+#: products (sampling, the layer, scoring) are counted: one FisherMix epoch at C = 1,000,
+#: k_f = 999 in float64 (6·10¹¹ flops) took 7.8 s on one core (77 GFlop/s); 4 keeps the estimate
+#: conservative on a loaded machine (25 s per float32 epoch measured at load average 25, 20 s
+#: estimated)
+GEMM_SPEEDUP = 4.0
+#: nominal operations per row and class of one epoch of Proto-Hyper's elementwise KD loss
+#: (softmaxes, KL, cross-entropy, their gradients; ≈ 50 ns per row and class measured)
+KD_OPS = 300.0
 #: heads trained on synthetic samples
 TRAINABLE = frozenset({"fishermix", "protohyper"})
 
@@ -109,23 +119,23 @@ def _trainable(head: Head, mode: Mode, c: int, d: int, min_count: int | None) ->
     memory = ((rows + val) * k * b + 2.0 * CHUNK_SAMPLES * k * chunk + 6.0 * c * k * 8.0
               + 2.0 * factors)
     # sampling (ε Lᵀ, C Cholesky factors); float32 work counted at half the float64 cost
-    flops = 2.0 * (rows + val) * k * k * chunk / 8.0 + (c * k**3 / 3.0 if class_syn else 0.0)
+    gemm = 2.0 * (rows + val) * k * k * chunk / 8.0 + (c * k**3 / 3.0 if class_syn else 0.0)
     epochs = float(getattr(head, "epochs", 40))
     if head.name == "fishermix":
         memory += 1.5 * tr.VAL_SCORE_BYTES * b / 8.0 + 4.0 * int(getattr(head, "batch_size",
                                                                           2048)) * c * b
-        flops += epochs * (6.0 * rows + 2.0 * val) * c * k * b / 8.0
-        return FitEstimate(memory, flops)
+        gemm += epochs * (6.0 * rows + 2.0 * val) * c * k * b / 8.0
+        return FitEstimate(memory, gemm / GEMM_SPEEDUP)
     from ghofl.heads.protohyper import score_rows
 
     # targets [teacher | base] (rows, 2C), held-out base logits, float64 scoring blocks
     memory += (2.0 * rows + val) * c * b + 12.0 * score_rows(c) * c * 8.0
     # teacher and base (LDA_f, NB_f) on every row; the elementwise KD loss per row and class
-    flops += 4.0 * (rows + 2.0 * val) * c * k + epochs * rows * c * 60.0
+    gemm += 4.0 * (rows + 2.0 * val) * c * k
     if qda:  # QDA_f precisions and covariances; QDA_f scoring of every row
         memory += 2.0 * c * k * k * 8.0
-        flops += 2.0 * (rows + val) * c * k * k + c * k**3
-    return FitEstimate(memory, flops)
+        gemm += 2.0 * (rows + val) * c * k * k + c * k**3
+    return FitEstimate(memory, gemm / GEMM_SPEEDUP + epochs * rows * c * KD_OPS)
 
 
 def estimate_fit(head: Head, mode: Mode, num_classes: int, dim: int,
