@@ -284,6 +284,19 @@ def auto_qda_samples_per_class(num_classes: int, k_f: int) -> int:
     return int(max(AUTO_VAL_MIN, min(n, cap)))
 
 
+def qda_teacher_affordable(num_classes: int, k_f: int) -> bool:
+    """Whether QDA_f can score 100 synthetic rows per class within its budget.
+
+    ``AUTO_VAL_MIN`` = 100 rows per class, ``AUTO_QDA_MACS``: C·100 rows · C·k_f² ≤ 2·10¹¹.
+    True up to C ≈ 210 at k_f = C − 1 (C = 200, k_f = 199: 126 rows per class affordable);
+    False at C = 1,000, k_f = 512, where QDA_f scoring of the 100,000 rows alone would be
+    2.6·10¹³ multiply-adds and its C precisions 2.1 GB. Without an explicit ``n_per_class``
+    the head then uses the LDA_f teacher (see :class:`~ghofl.heads.protohyper.ProtoHyperHead`).
+    """
+    cost = float(num_classes) ** 2 * float(k_f) ** 2 * AUTO_VAL_MIN
+    return cost <= AUTO_QDA_MACS
+
+
 @contextmanager
 def blas_threads(limit: int | None) -> Iterator[None]:
     """Limit the BLAS/LAPACK threads of numpy and SciPy to ``limit`` inside the block.
@@ -650,6 +663,7 @@ __all__ = [
     "auto_train_samples_per_class",
     "auto_val_per_class",
     "blas_threads",
+    "qda_teacher_affordable",
     "run_training",
     "synthesis_covariance",
     "torch_session",

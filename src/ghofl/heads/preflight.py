@@ -19,8 +19,9 @@ head from statistics of C classes in dimension d, from the shapes the head alloc
   FisherMix's layer and its held-out scoring (float32 counted at half), Proto-Hyper's teacher
   and base on every row and QDA_f C·k_f²·2 per row, all dense products counted at
   1/``GEMM_SPEEDUP``, plus ``KD_OPS`` per row and class per epoch for Proto-Hyper's loss;
-  every epoch is assumed to run (early stopping may end sooner). 1.23 GB measured against 1.2 GB estimated for FisherMix at C = 1,000,
-  d = 1280 (pooled);
+  every epoch is assumed to run (early stopping may end sooner). At C = 1,000, d = 1280
+  (pooled) measured 1.3 / 2.5 GB (FisherMix / Proto-Hyper: peak RSS less the process before
+  the fit) against 1.1 / 2.4 GB estimated;
 * ``ridge``, ``fed3r``, ``fedcof`` (the heads with ``n_calibration``): their temperature
   calibration scores C·n synthetic rows (n: ``n_calibration``)
   against C classes, with about 8 copies of the (C·n, C) scores: 8·C²·n·8 bytes (16 GB at
@@ -101,9 +102,11 @@ def _trainable(head: Head, mode: Mode, c: int, d: int, min_count: int | None) ->
     k = max(1, min(c - 1, d, int(cap) if cap else c))
     dtype = getattr(head, "train_dtype", "auto")
     b = 4.0 if dtype == "float32" or (dtype == "auto" and c * k > tr.AUTO_FLOAT32_LAYER) else 8.0
-    qda = head.name == "protohyper" and mode == "full" and (
-        getattr(head, "base", "lda") != "lda" or getattr(head, "teacher", "") == "informative")
     n = getattr(head, "n_per_class", None)
+    base = getattr(head, "base", "lda")
+    qda = head.name == "protohyper" and mode == "full" and (
+        base != "lda" or (getattr(head, "teacher", "") == "informative"
+                          and (n is not None or tr.qda_teacher_affordable(c, k))))
     if n is None:
         n = tr.auto_train_samples_per_class(c, k)
         n = min(n, tr.auto_qda_samples_per_class(c, k)) if qda else n

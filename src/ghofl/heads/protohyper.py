@@ -43,6 +43,10 @@ standardisation std(L) = (L − mean_c L)/(std_c L + 1e-6) (population std, as b
   b7d6a00 also standardised its base, but ours is the paper's unstandardised NB_f, and a
   unit-std teacher at T = 4 is almost uniform, so KD then fights CE (measured on C = 10,
   d = 32 Gaussian data: 87.6 % vs 99.7 % for LDA). ``teacher_scale="unit"`` keeps s = 1.
+  With ``base="lda"`` and ``n_per_class=None`` at a C and k_f where QDA_f cannot score even
+  100 synthetic rows per class within its budget
+  (:func:`~ghofl.heads._training.qda_teacher_affordable`: from C ≈ 210 at k_f = C − 1; e.g.
+  C = 1,000, k_f = 512), the teacher is the mode-``pooled`` one below, with a warning.
 * ``"informative"`` with mode ``pooled`` (no class covariances, so no QDA_f): s(z)·std(LDA_f);
   ``teacher_used_ = "lda"``. Since NB_f = LDA_f − ½‖z‖² + const here, this equals the base up
   to a per-row constant (softmax-identical, like the paper teacher) with ``teacher_scale=
@@ -64,6 +68,7 @@ which binds only at large C: 31 per class at C = 200, k_f = 199).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -72,7 +77,7 @@ from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 from scipy.special import log_softmax
 
-from ghofl.errors import InputError, UnsupportedModeError
+from ghofl.errors import GhoflWarning, InputError, UnsupportedModeError
 from ghofl.heads._linalg import linear_discriminant, safe_log, stable_cholesky
 from ghofl.heads._params import Constraint, Integer, Options, Real, ShrinkageParam
 from ghofl.heads._training import (
@@ -82,6 +87,7 @@ from ghofl.heads._training import (
     FisherTrainedHead,
     auto_qda_samples_per_class,
     blas_threads,
+    qda_teacher_affordable,
     uniform_init,
 )
 from ghofl.heads.base import scalar_int, scalar_positive
@@ -498,6 +504,14 @@ class ProtoHyperHead(FisherTrainedHead):
                 "recompute the statistics with --mode full"
             )
         want_qda = full and (self.base != "lda" or self.teacher == "informative")
+        if (want_qda and self.base == "lda" and self.n_per_class is None
+                and not qda_teacher_affordable(moments.num_classes, fs.k_f)):
+            warnings.warn(
+                f"ProtoHyperHead: at C = {moments.num_classes}, k_f = {fs.k_f} scoring the "
+                "synthetic rows with QDA_f would take too long, so the informative teacher is "
+                "LDA_f only (teacher_used_ = 'lda'); set n_per_class to keep the QDA_f blend",
+                GhoflWarning, stacklevel=3)
+            want_qda = False
         # the synthesis covariances are the QDA_f ones (scaled by τ²) when both use the same
         # shrinkage: reuse them instead of choosing C coefficients again
         reuse = (g.covariances() / g.tau**2 if want_qda and g.source == "class"
