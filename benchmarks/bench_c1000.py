@@ -231,11 +231,14 @@ def render(data: dict[str, Any]) -> str:
     trained = [r for run in data["runs"] for r in run["heads"].values()
                if r["kind"] == "trainable" and "fit_seconds" in r]
     epoch_notes = [_epochs_note(e) for e in sorted({int(r.get("epochs", 2)) for r in trained})]
-    loads = [r["load_average"][0] for r in trained if "load_average" in r]
-    if loads:
-        epoch_notes.append(f"* Load average (1 min) at the start of the trainable fits: "
-                           f"{min(loads):.1f}–{max(loads):.1f} on 2 cores (other jobs ran "
-                           "concurrently; the times are worse than on a quiet machine).")
+    for run in data["runs"]:
+        loads = [r["load_average"][0] for r in run["heads"].values() if "load_average" in r]
+        if loads:
+            epoch_notes.append(
+                f"* `{run['mode']}` d = {run['dim']}: load average (1 min) at the start of "
+                f"the {len(loads)} head(s) measured last: {min(loads):.1f}–{max(loads):.1f} on "
+                "2 cores (other jobs ran concurrently: times, and the time limits, which "
+                "include drawing the statistics, are worse than on a quiet machine).")
     return "\n".join([
         f"C = {CLASSES:,} classes, N_c = {PER_CLASS} training samples per class "
         f"({CLASSES * PER_CLASS:,}), {CLASSES * TEST_PER_CLASS:,} test samples; synthetic "
