@@ -263,7 +263,8 @@ def run_server_job(
         _check_test(test, total)
     if out_dir is not None:
         check_model_target(Path(out_dir), option)
-    preflight(models, total.mode, total.num_classes, total.dim)  # warns when beyond the machine
+    preflight(models, total.mode, total.num_classes, total.dim,  # warns when beyond the machine
+              min_count=int(total.counts.min()) if total.num_classes else None)
     fit_seconds: dict[str, float] = {}
     for name, head in models.items():
         if log is not None:

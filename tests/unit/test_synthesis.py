@@ -12,6 +12,7 @@ from ghofl.heads.synthesis import (
     FisherGaussians,
     fisher_gaussians,
     fresh_batches,
+    sample_class,
     sample_fixed,
     shuffled_batches,
 )
@@ -148,3 +149,47 @@ def test_shuffled_batches_cover_every_index_once() -> None:
 def test_tau_scales_the_covariance() -> None:
     a, b = _gaussians(tau=1.0), _gaussians(tau=0.5)
     np.testing.assert_allclose(b.covariances(), 0.25 * a.covariances(), rtol=1e-10)
+
+
+def test_pooled_factor_is_held_once_and_stays_shared() -> None:
+    """With the pooled covariance every class shares one Cholesky factor: ``chols`` is a
+    read-only broadcast view (C·k_f² never allocated), ``at_tau`` rescales it without copying
+    and sampling draws the same deviates as the per-class loop."""
+    g = _gaussians("pooled", tau=0.9)
+    assert g.shared and g.chols.strides[0] == 0 and not g.chols.flags.writeable
+    unit = g.at_tau(1.0)
+    assert unit.shared and unit.tau == 1.0
+    np.testing.assert_allclose(unit.chols[2], g.chols[2] / 0.9, rtol=1e-14)
+    np.testing.assert_allclose(unit.covariances(), g.covariances() / 0.81, rtol=1e-12)
+    z, _ = sample_fixed(g, 300, np.random.default_rng(5))
+    rng = np.random.default_rng(5)
+    per_class = np.concatenate([sample_class(g, c, 300, rng) for c in range(C)])
+    np.testing.assert_allclose(z, per_class, rtol=1e-12, atol=1e-12)
+    assert not _gaussians("full").shared
+
+
+@pytest.mark.parametrize("mode", ["full", "pooled"])
+def test_float32_samples_match_the_moments(mode: str) -> None:
+    g = _gaussians(mode)
+    z, y = sample_fixed(g, 20000, np.random.default_rng(0), np.float32)
+    assert z.dtype == np.float32
+    _assert_moments_match(g, z.astype(np.float64), y)
+    a = sample_fixed(g, 50, np.random.default_rng(3), np.float32)[0]
+    np.testing.assert_array_equal(a, sample_fixed(g, 50, np.random.default_rng(3),
+                                                  np.float32)[0])
+    batches = list(fresh_batches(g, 100, 64, np.random.default_rng(1), dtype=np.float32))
+    assert all(b[0].dtype == np.float32 for b in batches)
+
+
+def test_fixed_samples_in_chunks_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of whole classes draw the same rows as a single chunk (class factors: the same
+    calls; shared factor: the same deviates)."""
+    from ghofl.heads import synthesis
+
+    for mode in ("full", "pooled"):
+        g = _gaussians(mode)
+        one = sample_fixed(g, 700, np.random.default_rng(9))[0]
+        monkeypatch.setattr(synthesis, "CHUNK_SAMPLES", 1000)
+        chunked = sample_fixed(g, 700, np.random.default_rng(9))[0]
+        monkeypatch.undo()
+        np.testing.assert_allclose(chunked, one, rtol=1e-12, atol=1e-12)

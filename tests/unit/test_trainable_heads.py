@@ -102,6 +102,27 @@ def test_protohyper_beats_lda_f_on_non_gaussian_classes() -> None:
     assert head.score(x[h:], y[h:]) > base_acc + 0.005
 
 
+@pytest.mark.parametrize("cls", [FisherMixHead, ProtoHyperHead])
+def test_float32_training_is_seeded_and_as_accurate(cls: type,
+                                                    small: tuple[Any, Any, Any]) -> None:
+    """train_dtype="float32" (the automatic choice at large C): float64 parameters, float32
+    rows and products; the same seed gives the same weights, the accuracy stays that of
+    float64 training, and "auto" is float64 on a small problem."""
+    stats, x, y = small
+    kw = {"val_per_class": 0, **FAST}
+    a = cls(train_dtype="float32", **kw).fit_from_stats(stats)
+    b = cls(train_dtype="float32", **kw).fit_from_stats(stats)
+    ref = cls(train_dtype="float64", **kw).fit_from_stats(stats)
+    auto = cls(**kw).fit_from_stats(stats)
+    for k, v in a.get_state()[0].items():
+        assert v.dtype == ref.get_state()[0][k].dtype, k
+        np.testing.assert_array_equal(v, b.get_state()[0][k])
+        np.testing.assert_array_equal(auto.get_state()[0][k], ref.get_state()[0][k])
+    # float32 really changed the trained weights (slightly)
+    assert not np.array_equal(a.decision_function(x), ref.decision_function(x))
+    assert abs(a.score(x, y) - ref.score(x, y)) <= 0.01
+
+
 # ---------------------------------------------------------------------- determinism
 @pytest.mark.parametrize("cls", [FisherMixHead, ProtoHyperHead])
 @pytest.mark.parametrize("fresh", [False, True])
@@ -344,6 +365,8 @@ COMMON_BAD = [
     ("epochs", 2.0, r"'epochs' must be an integer >= 1; got 2.0"),
     ("seed", -1, r"'seed' must be an integer >= 0; got -1"),
     ("num_threads", 0, r"'num_threads' must be an integer >= 1 or None; got 0"),
+    ("train_dtype", "float16",
+     r"'train_dtype' must be one of 'auto', 'float64', 'float32'; got 'float16'"),
     ("progress", "no", r"'progress' must be one of True, False; got 'no'"),
 ]
 FM_BAD = [

@@ -118,3 +118,27 @@ def test_fishermix_records_the_synthesis_covariance_used(setting: Any, n_per_cla
     head = FisherMixHead(syn_class_cov=setting, n_per_class=50, val_per_class=50, epochs=1)
     head.fit_from_moments(_moments_with(n_per_class))
     assert head.k_f_ == 5 and head.syn_covariance_ == used
+
+
+def test_protohyper_drops_qda_from_the_teacher_when_unaffordable(
+    moments: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where QDA_f cannot score 100 rows per class within its budget (here a budget binding at
+    C = 4, k_f = 3: 4² · 3² · 100 = 14,400 > 10⁴), the informative teacher is LDA_f only, with
+    a warning; an explicit n_per_class keeps the QDA_f blend, and so does a cheap problem."""
+    pytest.importorskip("torch")
+    from ghofl.errors import GhoflWarning
+    from ghofl.heads import preflight
+
+    assert training.qda_teacher_affordable(200, 199)
+    assert not training.qda_teacher_affordable(1000, 512)
+    assert ProtoHyperHead(epochs=1).fit_from_moments(moments).teacher_used_ == "qda_lda"
+    full = preflight.estimate_fit(ProtoHyperHead(), "full", 4, 8).memory_bytes
+    monkeypatch.setattr(training, "AUTO_QDA_MACS", 1e4)
+    with pytest.warns(GhoflWarning, match=r"teacher is LDA_f only.*set n_per_class"):
+        head = ProtoHyperHead(epochs=1).fit_from_moments(moments)
+    assert head.teacher_used_ == "lda" and head.qda_prec_.shape == (0, 3, 3)
+    kept = ProtoHyperHead(epochs=1, n_per_class=50).fit_from_moments(moments)
+    assert kept.teacher_used_ == "qda_lda"
+    # the pre-flight estimate follows: no QDA_f precisions and covariances counted
+    assert preflight.estimate_fit(ProtoHyperHead(), "full", 4, 8).memory_bytes < full

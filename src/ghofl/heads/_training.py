@@ -26,6 +26,7 @@ from ghofl.heads._params import BOOL, Constraint, Integer, Options, Real, Shrink
 from ghofl.heads.base import Head
 from ghofl.heads.fisher import FisherSubspace, fisher_subspace
 from ghofl.heads.synthesis import (
+    FArr,
     FisherGaussians,
     fisher_gaussians,
     fresh_batches,
@@ -61,6 +62,10 @@ AUTO_VAL_MIN = 100
 #: multiply-adds of one epoch's forward pass (rows · C · k_f) aimed at by the automatic
 #: synthetic sample count at large C (see :func:`auto_train_samples_per_class`)
 AUTO_TRAIN_MACS = 2e9
+#: layer size C·k_f above which ``train_dtype="auto"`` trains and scores in float32
+AUTO_FLOAT32_LAYER = 100_000
+#: bytes of (rows, C) logits scored at once on the held-out set
+VAL_SCORE_BYTES = 1 << 25
 #: multiply-adds of QDA_f scoring (C·k_f² per row) aimed at by Proto-Hyper's automatic
 #: synthetic sample count when its base or teacher uses QDA_f (see
 #: :func:`auto_qda_samples_per_class`)
@@ -279,6 +284,19 @@ def auto_qda_samples_per_class(num_classes: int, k_f: int) -> int:
     return int(max(AUTO_VAL_MIN, min(n, cap)))
 
 
+def qda_teacher_affordable(num_classes: int, k_f: int) -> bool:
+    """Whether QDA_f can score 100 synthetic rows per class within its budget.
+
+    ``AUTO_VAL_MIN`` = 100 rows per class, ``AUTO_QDA_MACS``: C·100 rows · C·k_f² ≤ 2·10¹¹.
+    True up to C ≈ 210 at k_f = C − 1 (C = 200, k_f = 199: 126 rows per class affordable);
+    False at C = 1,000, k_f = 512, where QDA_f scoring of the 100,000 rows alone would be
+    2.6·10¹³ multiply-adds and its C precisions 2.1 GB. Without an explicit ``n_per_class``
+    the head then uses the LDA_f teacher (see :class:`~ghofl.heads.protohyper.ProtoHyperHead`).
+    """
+    cost = float(num_classes) ** 2 * float(k_f) ** 2 * AUTO_VAL_MIN
+    return cost <= AUTO_QDA_MACS
+
+
 @contextmanager
 def blas_threads(limit: int | None) -> Iterator[None]:
     """Limit the BLAS/LAPACK threads of numpy and SciPy to ``limit`` inside the block.
@@ -401,6 +419,7 @@ class FisherTrainedHead(Head):
         "epochs": Integer(lo=1),
         "seed": Integer(lo=0),
         "num_threads": Integer(lo=1, none_ok=True),
+        "train_dtype": Options(("auto", "float64", "float32")),
         "progress": BOOL,
     }
 
@@ -424,6 +443,7 @@ class FisherTrainedHead(Head):
     epochs: int
     seed: int
     num_threads: int | None
+    train_dtype: Literal["auto", "float64", "float32"]
     progress: bool
 
     def _store_init_args(self, args: dict[str, Any]) -> None:
@@ -478,13 +498,25 @@ class FisherTrainedHead(Head):
             return auto_train_samples_per_class(num_classes, int(self.k_f_))
         return int(self.n_per_class)
 
+    def _np_dtype(self, num_classes: int) -> type[np.floating[Any]]:
+        """The dtype of the synthetic rows, their targets and the heavy products.
+
+        ``train_dtype``; ``"auto"`` is float32 when the layer has more than
+        ``AUTO_FLOAT32_LAYER`` = 10⁵ entries C·k_f (from C ≈ 317 at k_f = C − 1), else float64.
+        The parameters (and so the starting base, kept by model selection) stay float64.
+        """
+        if self.train_dtype == "float32" or (
+                self.train_dtype == "auto" and num_classes * int(self.k_f_) > AUTO_FLOAT32_LAYER):
+            return np.float32
+        return np.float64
+
     def _validation_set(self, g: FisherGaussians,
-                        priors: F64) -> tuple[F64, NDArray[np.int64]] | None:
+                        priors: F64) -> tuple[FArr, NDArray[np.int64]] | None:
         """Held-out synthetic samples ``(z (≈C·m, k_f), y)`` drawn at τ = 1, or None (m = 0).
 
         m = ``val_per_class``, or :func:`auto_val_per_class` when it is None. Class c gets
         max(1, round(C·m·π_c)) rows (π: the class priors of the statistics), so that held-out
-        accuracy weighs the classes as the data do.
+        accuracy weighs the classes as the data do. Rows are of the training dtype.
         """
         m = (auto_val_per_class(g.num_classes) if self.val_per_class is None
              else int(self.val_per_class))
@@ -492,22 +524,24 @@ class FisherTrainedHead(Head):
         if m == 0:
             return None
         counts = np.maximum(np.rint(g.num_classes * m * priors), 1).astype(np.int64)
-        unit = FisherGaussians(means=g.means, chols=g.chols / g.tau, source=g.source, tau=1.0)
-        return sample_fixed(unit, counts, self._val_rng())
+        return sample_fixed(g.at_tau(1.0), counts, self._val_rng(),
+                            self._np_dtype(g.num_classes))
 
     def _train_selected(
         self,
         params: list[torch.Tensor],
         loss_fn: LossFn,
         epoch_source: Callable[[], Iterable[TorchBatch]],
-        val_logits: Callable[[F64], F64] | None,
-        val: tuple[F64, NDArray[np.int64]] | None,
+        val_logits: Callable[[FArr, slice], FArr] | None,
+        val: tuple[FArr, NDArray[np.int64]] | None,
     ) -> None:
         """Train ``params`` in place with model selection on ``val`` (when given).
 
-        ``val_logits(z)`` scores held-out rows with the current parameters (numpy, (m, C)).
-        Sets ``final_loss_``, ``epochs_run_``, ``selected_epoch_``, ``base_val_accuracy_`` and
-        ``val_accuracy_``; on return ``params`` hold the kept checkpoint.
+        ``val_logits(z, rows)`` scores the held-out rows ``z = z_val[rows]`` with the current
+        parameters (numpy, (len, C)); it is called on blocks of rows (``VAL_SCORE_BYTES`` of
+        logits each). Sets ``final_loss_``, ``epochs_run_``, ``selected_epoch_``,
+        ``base_val_accuracy_`` and ``val_accuracy_``; on return ``params`` hold the kept
+        checkpoint.
         """
         cfg = self._train_config()
         if val is None or val_logits is None:
@@ -515,12 +549,16 @@ class FisherTrainedHead(Head):
             self.selected_epoch_ = self.base_val_accuracy_ = self.val_accuracy_ = None
             return
         z_val, y_val = val
+        block = max(1, VAL_SCORE_BYTES // (8 * max(self._num_classes, 1)))
 
         def snapshot() -> list[F64]:
             return [p.detach().numpy() for p in params]
 
         def correct() -> NDArray[np.bool_]:
-            out: NDArray[np.bool_] = np.argmax(val_logits(z_val), axis=1) == y_val
+            out = np.empty(y_val.size, dtype=bool)
+            for s in range(0, y_val.size, block):
+                rows = slice(s, s + block)
+                out[rows] = np.argmax(val_logits(z_val[rows], rows), axis=1) == y_val[rows]
             return out
 
         with self._timed("selection"):
@@ -543,27 +581,29 @@ class FisherTrainedHead(Head):
         self.val_accuracy_ = selector.best_score
 
     def _epoch_source(
-        self, g: FisherGaussians, extra_fn: Callable[[F64], F64] | None,
+        self, g: FisherGaussians, extra_fn: Callable[[FArr], FArr] | None,
     ) -> Callable[[], Iterable[TorchBatch]]:
         """A callable returning one epoch of torch batches (fixed set or fresh draws).
 
-        Fixed set: drawn once and reshuffled every epoch (rows gathered per batch, wrapped as
-        tensors without copying); ``extra_fn`` (e.g. teacher targets) is evaluated once on it.
-        Fresh: new samples every epoch, ``extra_fn`` evaluated per batch.
+        Fixed set: drawn once (in the training dtype) and reshuffled every epoch (rows gathered
+        per batch, wrapped as tensors without copying); ``extra_fn`` (e.g. teacher targets) is
+        evaluated once on it. Fresh: new samples every epoch, ``extra_fn`` evaluated per batch.
         """
         import torch
 
         syn_rng, order_rng, _ = self._rngs()
         n_per_class = self._samples_per_class(g.num_classes)
         self.n_per_class_ = n_per_class
+        dtype = self._np_dtype(g.num_classes)
         if self.fresh_samples:
             def fresh() -> Iterator[TorchBatch]:
-                for z, y in fresh_batches(g, n_per_class, self.batch_size, syn_rng):
+                for z, y in fresh_batches(g, n_per_class, self.batch_size, syn_rng,
+                                          dtype=dtype):
                     extra = None if extra_fn is None else torch.from_numpy(extra_fn(z))
                     yield torch.from_numpy(z), torch.from_numpy(y), extra
             return fresh
         with self._timed("synthesis"):
-            z_np, y_np = sample_fixed(g, n_per_class, syn_rng)
+            z_np, y_np = sample_fixed(g, n_per_class, syn_rng, dtype)
         with self._timed("teacher"):
             e_np = None if extra_fn is None else extra_fn(z_np)
 
@@ -597,6 +637,7 @@ class FisherTrainedHead(Head):
         require_extra("torch", "torch")  # fail before the numpy work
         start = time.perf_counter()
         self.fit_seconds_ = dict.fromkeys(STAGES, 0.0)
+        self._num_classes = moments.num_classes
         fs, g = self._fisher_and_gaussians(moments)
         with torch_session(self.num_threads):
             self._train(moments, fs, g)
@@ -622,6 +663,7 @@ __all__ = [
     "auto_train_samples_per_class",
     "auto_val_per_class",
     "blas_threads",
+    "qda_teacher_affordable",
     "run_training",
     "synthesis_covariance",
     "torch_session",

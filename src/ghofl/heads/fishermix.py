@@ -11,7 +11,7 @@ with AdamW on shuffled batches, starting from LDA_f (``init="lda"``, default) or
 paper's random initialisation. By default the checkpoint kept is chosen on a held-out synthetic
 set (the start, LDA_f, unless a trained epoch is significantly more accurate there), with early
 stopping; with the default Fisher settings LDA_f is the default LDA head, so FisherMix never
-ends below LDA on held-out synthetic samples. Training runs in torch (CPU, float64,
+ends below LDA on held-out synthetic samples. Training runs in torch (CPU, float64 parameters,
 deterministic); the fitted state is plain numpy (``V_``, ``offset_``, ``coef_``,
 ``intercept_``), so prediction and save/load need no torch.
 
@@ -48,7 +48,7 @@ from ghofl.heads._training import (
 )
 from ghofl.heads.base import scalar_int
 from ghofl.heads.fisher import FisherSubspace, project_covariance
-from ghofl.heads.synthesis import FisherGaussians
+from ghofl.heads.synthesis import FArr, FisherGaussians
 from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import Shrinkage
 from ghofl.stats.meta import StatsMeta
@@ -151,6 +151,12 @@ class FisherMixHead(FisherTrainedHead):
         setting. 1 keeps results independent of the core count and leaves the other core to
         numpy; 2 trained ≈ 1.7× faster on 2 idle cores (C = 100 step benchmark) and gave
         bit-identical weights in our tests, which torch does not promise in general.
+    train_dtype : {"auto", "float64", "float32"}, default "auto"
+        Dtype of the synthetic rows (training and held-out), of the teacher targets and of the
+        products on them; the trained parameters, their optimiser state and the starting base
+        stay float64. ``"auto"``: float32 when the layer has more than 10⁵ entries C·k_f (from
+        C ≈ 317 at k_f = C − 1: halves the memory of the synthetic sets and about halves the
+        epoch time), else float64 (:meth:`~ghofl.heads._training.FisherTrainedHead._np_dtype`).
     progress : bool, default False
         Show a tqdm bar over epochs.
 
@@ -217,6 +223,7 @@ class FisherMixHead(FisherTrainedHead):
         epochs: int = 40,
         seed: int = 0,
         num_threads: int | None = 1,
+        train_dtype: Literal["auto", "float64", "float32"] = "auto",
         progress: bool = False,
     ) -> None:
         self._store_init_args(locals())
@@ -229,9 +236,10 @@ class FisherMixHead(FisherTrainedHead):
         with self._timed("selection"):
             val = self._validation_set(g, moments.priors)
 
-        def val_logits(z: F64) -> F64:
+        def val_logits(z: FArr, _: slice) -> FArr:
             self._store(params, g.num_classes)
-            return self._layer_logits(z) + self.log_priors_
+            out: FArr = self._layer_logits(z) + self.log_priors_.astype(z.dtype)
+            return out
 
         self._train_selected(params, self._loss_fn(params, g.num_classes),
                              self._epoch_source(g, None), val_logits, val)
@@ -274,10 +282,12 @@ class FisherMixHead(FisherTrainedHead):
         s, m = float(self.scale), float(self.margin)
 
         def loss_fn(z: torch.Tensor, y: torch.Tensor, _: torch.Tensor | None) -> torch.Tensor:
-            z = z - offset
+            # float64 parameters, products in the dtype of the rows (train_dtype)
+            z = z - offset.to(z.dtype)
+            w = params[0].to(z.dtype)
             if not cosine:
-                return F.cross_entropy(z @ params[0].T + params[1], y)
-            cos = F.normalize(z, dim=1) @ F.normalize(params[0], dim=1).T
+                return F.cross_entropy(z @ w.T + params[1].to(z.dtype), y)
+            cos = F.normalize(z, dim=1) @ F.normalize(w, dim=1).T
             if m:
                 cos = cos - m * F.one_hot(y, c_num).to(cos.dtype)
             return F.cross_entropy(s * cos, y)
@@ -289,15 +299,17 @@ class FisherMixHead(FisherTrainedHead):
         out: F64 = self._layer_logits(Z @ self.V_) + self.log_priors_
         return out
 
-    def _layer_logits(self, z_f: F64) -> F64:
-        """Logits (n, C) of the layer on Fisher features z_f (n, k_f)."""
-        z = z_f - self.offset_
+    def _layer_logits(self, z_f: FArr) -> FArr:
+        """Logits (n, C) of the layer on Fisher features z_f (n, k_f), in the dtype of z_f."""
+        dt = z_f.dtype
+        z = z_f - self.offset_.astype(dt)
+        coef = self.coef_.astype(dt, copy=False)
         if self.variant == "cosine":
             zn = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
-            wn = self.coef_ / np.maximum(np.linalg.norm(self.coef_, axis=1, keepdims=True), 1e-12)
-            cos: F64 = float(self.scale) * (zn @ wn.T)
+            wn = coef / np.maximum(np.linalg.norm(coef, axis=1, keepdims=True), 1e-12)
+            cos: FArr = dt.type(self.scale) * (zn @ wn.T)
             return cos
-        out: F64 = z @ self.coef_.T + self.intercept_
+        out: FArr = z @ coef.T + self.intercept_.astype(dt)
         return out
 
 

@@ -8,10 +8,20 @@ head from statistics of C classes in dimension d, from the shapes the head alloc
   the moments add about 0.1·M of working memory, ``qda`` its per-class factors and precisions
   (1.2·M more) and C·d³·4 flops (eigendecompositions, Cholesky factors, inverses): 2.8 GB
   measured at C = 200, d = 1280;
-* the trainable heads (``fishermix``, ``protohyper``) synthesise C·n rows in the Fisher space
-  of k_f = min(C − 1, d) dimensions (n: their ``n_per_class`` or its automatic value), plus
-  C per-class k_f × k_f covariances in mode ``full``; training costs epochs·C·n·C·k_f·6 flops,
-  and Proto-Hyper's QDA_f teacher in mode ``full`` C·n·C·k_f²·2 more;
+* the trainable heads (``fishermix``, ``protohyper``): the training and held-out synthetic
+  sets, C·n and C·m rows in the Fisher space of k_f = min(C − 1, d, ``fisher_max_dim``)
+  dimensions (n, m: ``n_per_class`` and ``val_per_class`` or their automatic values) in the
+  training dtype (float32 from C·k_f > 10⁵), a float64 sampling chunk, the parameters with
+  their gradients and AdamW state (6·C·k_f·8), the synthesis factors (one k_f × k_f, or C in
+  mode ``full`` when N_c > k_f) and blocks of held-out scores; Proto-Hyper adds its targets
+  (C·n, 2C), the held-out base logits (C·m, C), float64 scoring blocks and, with QDA_f (mode
+  ``full``), C precisions and covariances. Work: sampling, epochs·(6·C·n + 2·C·m)·C·k_f for
+  FisherMix's layer and its held-out scoring (float32 counted at half), Proto-Hyper's teacher
+  and base on every row and QDA_f C·k_f²·2 per row, all dense products counted at
+  1/``GEMM_SPEEDUP``, plus ``KD_OPS`` per row and class per epoch for Proto-Hyper's loss;
+  every epoch is assumed to run (early stopping may end sooner). At C = 1,000, d = 1280
+  (pooled) measured 1.3 / 2.5 GB (FisherMix / Proto-Hyper: peak RSS less the process before
+  the fit) against 1.1 / 2.4 GB estimated;
 * ``ridge``, ``fed3r``, ``fedcof`` (the heads with ``n_calibration``): their temperature
   calibration scores C·n synthetic rows (n: ``n_calibration``)
   against C classes, with about 8 copies of the (C·n, C) scores: 8·C²·n·8 bytes (16 GB at
@@ -45,6 +55,15 @@ __all__ = ["FitEstimate", "ResourceEstimateWarning", "available_memory", "estima
 FLOP_RATE_PER_CORE = 2.5e9
 #: estimated fit seconds above which :func:`preflight` warns
 MAX_SECONDS = 600.0
+#: how many times faster than ``FLOP_RATE_PER_CORE`` the trainable heads' dense matrix
+#: products (sampling, the layer, scoring) are counted: one FisherMix epoch at C = 1,000,
+#: k_f = 999 in float64 (6·10¹¹ flops) took 7.8 s on one core (77 GFlop/s); 4 keeps the estimate
+#: conservative on a loaded machine (25 s per float32 epoch measured at load average 25, 20 s
+#: estimated)
+GEMM_SPEEDUP = 4.0
+#: nominal operations per row and class of one epoch of Proto-Hyper's elementwise KD loss
+#: (softmaxes, KL, cross-entropy, their gradients; ≈ 50 ns per row and class measured)
+KD_OPS = 300.0
 #: heads trained on synthetic samples
 TRAINABLE = frozenset({"fishermix", "protohyper"})
 
@@ -73,24 +92,57 @@ class FitEstimate:
         return self.flops / flop_rate
 
 
-def _trainable(head: Head, mode: Mode, c: int, d: int) -> FitEstimate:
+def _trainable(head: Head, mode: Mode, c: int, d: int, min_count: int | None) -> FitEstimate:
+    """Working memory and work of FisherMix / Proto-Hyper (module docstring, bullet 2)."""
     # lazy: the training module loads the LDA head, which the Flower client app must not
-    from ghofl.heads._training import auto_train_samples_per_class
+    from ghofl.heads import _training as tr
+    from ghofl.heads.synthesis import CHUNK_SAMPLES
 
-    k = max(1, min(c - 1, d))
+    cap = getattr(head, "fisher_max_dim", None)
+    k = max(1, min(c - 1, d, int(cap) if cap else c))
+    dtype = getattr(head, "train_dtype", "auto")
+    b = 4.0 if dtype == "float32" or (dtype == "auto" and c * k > tr.AUTO_FLOAT32_LAYER) else 8.0
     n = getattr(head, "n_per_class", None)
-    rows = float(c) * (auto_train_samples_per_class(c, k) if n is None else int(n))
+    base = getattr(head, "base", "lda")
+    qda = head.name == "protohyper" and mode == "full" and (
+        base != "lda" or (getattr(head, "teacher", "") == "informative"
+                          and (n is not None or tr.qda_teacher_affordable(c, k))))
+    if n is None:
+        n = tr.auto_train_samples_per_class(c, k)
+        n = min(n, tr.auto_qda_samples_per_class(c, k)) if qda else n
+    m = getattr(head, "val_per_class", None)
+    rows, val = float(c) * int(n), float(c) * (tr.auto_val_per_class(c) if m is None else int(m))
+    syn = getattr(head, "syn_class_cov", "auto")
+    class_syn = mode == "full" and syn is not False and (
+        syn is True or min_count is None or min_count > k)
+    factors = c * k * k * 8.0 if class_syn else k * k * 8.0
+    chunk = 8.0 if class_syn else b  # a shared factor samples in the training dtype
+    # the two synthetic sets, the sampling chunk, the parameters with their gradients, AdamW
+    # moments and casts, the class covariances and their factors
+    memory = ((rows + val) * k * b + 2.0 * CHUNK_SAMPLES * k * chunk + 6.0 * c * k * 8.0
+              + 2.0 * factors)
+    # sampling (ε Lᵀ, C Cholesky factors); float32 work counted at half the float64 cost
+    gemm = 2.0 * (rows + val) * k * k * chunk / 8.0 + (c * k**3 / 3.0 if class_syn else 0.0)
     epochs = float(getattr(head, "epochs", 40))
-    memory = rows * k * 8.0 * 2 + (c * k * k * 8.0 * 2 if mode == "full" else 0.0)
-    flops = epochs * rows * c * k * 6.0
-    if head.name == "protohyper":
-        memory += rows * 2 * c * 8.0
-        if mode == "full":
-            flops += rows * c * k * k * 2.0
-    return FitEstimate(memory, flops)
+    if head.name == "fishermix":
+        memory += 1.5 * tr.VAL_SCORE_BYTES * b / 8.0 + 4.0 * int(getattr(head, "batch_size",
+                                                                          2048)) * c * b
+        gemm += epochs * (6.0 * rows + 2.0 * val) * c * k * b / 8.0
+        return FitEstimate(memory, gemm / GEMM_SPEEDUP)
+    from ghofl.heads.protohyper import score_rows
+
+    # targets [teacher | base] (rows, 2C), held-out base logits, float64 scoring blocks
+    memory += (2.0 * rows + val) * c * b + 12.0 * score_rows(c) * c * 8.0
+    # teacher and base (LDA_f, NB_f) on every row; the elementwise KD loss per row and class
+    gemm += 4.0 * (rows + 2.0 * val) * c * k
+    if qda:  # QDA_f precisions and covariances; QDA_f scoring of every row
+        memory += 2.0 * c * k * k * 8.0
+        gemm += 2.0 * (rows + val) * c * k * k + c * k**3
+    return FitEstimate(memory, gemm / GEMM_SPEEDUP + epochs * rows * c * KD_OPS)
 
 
-def estimate_fit(head: Head, mode: Mode, num_classes: int, dim: int) -> FitEstimate:
+def estimate_fit(head: Head, mode: Mode, num_classes: int, dim: int,
+                 min_count: int | None = None) -> FitEstimate:
     """Rough peak memory and work of fitting ``head`` (module docstring).
 
     Parameters
@@ -103,6 +155,10 @@ def estimate_fit(head: Head, mode: Mode, num_classes: int, dim: int) -> FitEstim
         C.
     dim : int
         d of the statistics (after any projection).
+    min_count : int, optional
+        Fewest samples of a class, min N_c: the trainable heads synthesise from class
+        covariances in mode ``full`` only when N_c > k_f (``syn_class_cov="auto"``); None
+        assumes they do.
 
     Returns
     -------
@@ -121,7 +177,7 @@ def estimate_fit(head: Head, mode: Mode, num_classes: int, dim: int) -> FitEstim
         return FitEstimate(base.memory_bytes + 2.0 * rows * c * 8.0,
                            base.flops + rows * (d * d + 2.0 * d * c + 20.0 * c))
     if head.name in TRAINABLE:
-        extra = _trainable(head, mode, c, d)
+        extra = _trainable(head, mode, c, d, min_count)
         return FitEstimate(base.memory_bytes + extra.memory_bytes, base.flops + extra.flops)
     return base
 
@@ -143,7 +199,8 @@ def _gb(b: float) -> str:
 
 
 def preflight(models: Mapping[str, Head], mode: Mode, num_classes: int, dim: int, *,
-              available: int | None = None, flop_rate: float | None = None,
+              min_count: int | None = None, available: int | None = None,
+              flop_rate: float | None = None,
               max_seconds: float = MAX_SECONDS) -> dict[str, FitEstimate]:
     """Warn, before fitting, for every head whose estimated memory or time is beyond the machine.
 
@@ -155,6 +212,8 @@ def preflight(models: Mapping[str, Head], mode: Mode, num_classes: int, dim: int
         Upload mode of the statistics.
     num_classes, dim : int
         C and d of the statistics.
+    min_count : int, optional
+        Fewest samples of a class (see :func:`estimate_fit`).
     available : int, optional
         Available memory in bytes (default :func:`available_memory`; unknown: no memory check).
     flop_rate : float, optional
@@ -176,7 +235,7 @@ def preflight(models: Mapping[str, Head], mode: Mode, num_classes: int, dim: int
     rate = flop_rate or FLOP_RATE_PER_CORE * (os.cpu_count() or 1)
     out: dict[str, FitEstimate] = {}
     for name, head in models.items():
-        est = out[name] = estimate_fit(head, mode, num_classes, dim)
+        est = out[name] = estimate_fit(head, mode, num_classes, dim, min_count)
         where = f"head {name!r} at C = {num_classes}, d = {dim} (mode {mode!r})"
         if avail is not None and est.memory_bytes > avail:
             warnings.warn(

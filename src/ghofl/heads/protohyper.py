@@ -28,7 +28,9 @@ residual is truly low-rank (r < k_f); the paper's ``r = min(ph_rank, k_f)`` is f
 defaults.
 
 Memory: the fixed set keeps z (C·n, k_f) and the targets [teacher log-probabilities | base]
-(C·n, 2C) in float64, ≈ 1 GB for C = 100, n = 4000.
+(C·n, 2C) in the training dtype (``train_dtype``: float64, ≈ 1 GB for C = 100, n = 4000; float32
+from C·k_f > 10⁵: 1.2 GB in all for C = 1,000, n = 100), computed in blocks of
+:func:`score_rows` rows; the held-out set keeps its base logits (C·m, C) in the same dtype.
 
 Teachers (eq. P3), with LDA_f(z)_c = z Σᶠ⁻¹ μ_cᶠ − ½ μ_cᶠᵀ Σᶠ⁻¹ μ_cᶠ + log π_c,
 Σᶠ = Vᵀ S_W V, QDA_f from Σ̃_cᶠ = Vᵀ shrink(Σ_c, ``qda_shrinkage``) V, and the row-wise
@@ -41,6 +43,10 @@ standardisation std(L) = (L − mean_c L)/(std_c L + 1e-6) (population std, as b
   b7d6a00 also standardised its base, but ours is the paper's unstandardised NB_f, and a
   unit-std teacher at T = 4 is almost uniform, so KD then fights CE (measured on C = 10,
   d = 32 Gaussian data: 87.6 % vs 99.7 % for LDA). ``teacher_scale="unit"`` keeps s = 1.
+  With ``base="lda"`` and ``n_per_class=None`` at a C and k_f where QDA_f cannot score even
+  100 synthetic rows per class within its budget
+  (:func:`~ghofl.heads._training.qda_teacher_affordable`: from C ≈ 210 at k_f = C − 1; e.g.
+  C = 1,000, k_f = 512), the teacher is the mode-``pooled`` one below, with a warning.
 * ``"informative"`` with mode ``pooled`` (no class covariances, so no QDA_f): s(z)·std(LDA_f);
   ``teacher_used_ = "lda"``. Since NB_f = LDA_f − ½‖z‖² + const here, this equals the base up
   to a per-row constant (softmax-identical, like the paper teacher) with ``teacher_scale=
@@ -54,13 +60,15 @@ standardisation std(L) = (L − mean_c L)/(std_c L + 1e-6) (population std, as b
 * ``"base"``: the selected base itself (the KD term then only keeps the student near it).
 
 ``teacher_base_kl_`` is the mean KL(softmax(teacher/T) ‖ softmax(NB_f/T)) on a diagnostic
-synthetic sample (min(n_per_class, 128) per class, its own seeded stream; when QDA_f scores it,
+synthetic sample (min(n_per_class, 128) per class and ``DIAGNOSTIC_ROWS`` = 20,000 rows in all at
+most, its own seeded stream; when QDA_f scores it,
 at most a quarter of the QDA_f budget of :func:`~ghofl.heads._training.auto_qda_samples_per_class`,
 which binds only at large C: 31 per class at C = 200, k_f = 199).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -69,7 +77,7 @@ from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 from scipy.special import log_softmax
 
-from ghofl.errors import InputError, UnsupportedModeError
+from ghofl.errors import GhoflWarning, InputError, UnsupportedModeError
 from ghofl.heads._linalg import linear_discriminant, safe_log, stable_cholesky
 from ghofl.heads._params import Constraint, Integer, Options, Real, ShrinkageParam
 from ghofl.heads._training import (
@@ -79,6 +87,7 @@ from ghofl.heads._training import (
     FisherTrainedHead,
     auto_qda_samples_per_class,
     blas_threads,
+    qda_teacher_affordable,
     uniform_init,
 )
 from ghofl.heads.base import scalar_int, scalar_positive
@@ -87,7 +96,7 @@ from ghofl.heads.fisher import (
     fisher_class_covariances,
     project_covariance,
 )
-from ghofl.heads.synthesis import FisherGaussians, sample_fixed
+from ghofl.heads.synthesis import FArr, FisherGaussians, sample_fixed
 from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import Shrinkage
 from ghofl.stats.meta import StatsMeta
@@ -101,6 +110,10 @@ ResidualInit = Literal["zero", "random"]
 TeacherScale = Literal["base", "unit"]
 #: rows scored at once by the numpy scorers (bounds temporary memory)
 SCORE_CHUNK = 32768
+#: bytes of one (rows, C) float64 block of the row-blocked scorers (:func:`score_rows`)
+SCORE_BYTES = 1 << 24
+#: most rows of the diagnostic sample of ``teacher_base_kl_``
+DIAGNOSTIC_ROWS = 20_000
 
 
 # ---------------------------------------------------------------------- Fisher-space scorers
@@ -212,11 +225,13 @@ def standardise(logits: F64, eps: float = 1e-6) -> F64:
 
 
 def teacher_logits(sc: FisherScorers, z: F64, teacher: TeacherKind, blend: float,
-                   scale: TeacherScale = "base", qda: F64 | None = None) -> F64:
+                   scale: TeacherScale = "base", qda: F64 | None = None,
+                   nb: F64 | None = None) -> F64:
     """Teacher logits (n, C) of eq. P3 (see the module docstring), in chunks of rows.
 
     ``scale`` applies to the informative teacher only: ``"base"`` multiplies each standardised
-    row by the row std of NB_f(z), ``"unit"`` leaves it standardised (b7d6a00).
+    row by the row std of NB_f(z), ``"unit"`` leaves it standardised (b7d6a00). ``qda`` and
+    ``nb``: QDA_f(z) and NB_f(z) (n, C) when already computed.
     """
     out = np.empty((z.shape[0], sc.means.shape[0]))
     for s in range(0, z.shape[0], SCORE_CHUNK):
@@ -232,7 +247,9 @@ def teacher_logits(sc: FisherScorers, z: F64, teacher: TeacherKind, blend: float
             q = qda_f_logits(sc, zz) if qda is None else qda[s:s + SCORE_CHUNK]
             t = blend * standardise(q) + (1.0 - blend) * standardise(lda)
         if scale == "base":
-            t = t * nb_f_logits(zz, sc.means, sc.sigma2, sc.log_priors).std(axis=1, keepdims=True)
+            nbz = (nb_f_logits(zz, sc.means, sc.sigma2, sc.log_priors) if nb is None
+                   else nb[s:s + SCORE_CHUNK])
+            t = t * nbz.std(axis=1, keepdims=True)
         out[s:s + SCORE_CHUNK] = t
     return out
 
@@ -255,7 +272,38 @@ def base_logits(sc: FisherScorers, z: F64, base: str) -> F64:
     return nb_f_logits(z, sc.means, sc.sigma2, sc.log_priors)
 
 
-def choose_base(sc: FisherScorers, base: str, val: tuple[F64, NDArray[np.int64]] | None,
+def score_rows(num_classes: int) -> int:
+    """Rows per block of the row-blocked scorers, between 256 and ``SCORE_CHUNK``.
+
+    ``SCORE_BYTES`` of (rows, C) float64 logits: 2,048 rows (16 MB) at C = 1,000.
+    """
+    return int(min(SCORE_CHUNK, max(256, SCORE_BYTES // (8 * max(num_classes, 1)))))
+
+
+def base_logits_blocked(sc: FisherScorers, z: FArr, base: str) -> FArr:
+    """:func:`base_logits` (n, C) in the dtype of z, computed in float64 row blocks.
+
+    Blocks of ``SCORE_CHUNK`` rows: temporary memory O(SCORE_CHUNK · C).
+    """
+    out = np.empty((z.shape[0], sc.means.shape[0]), dtype=z.dtype)
+    step = score_rows(sc.means.shape[0])
+    for s in range(0, z.shape[0], step):
+        out[s:s + step] = base_logits(sc, z[s:s + step].astype(np.float64), base)
+    return out
+
+
+def base_correct(sc: FisherScorers, z: FArr, y: NDArray[np.int64], base: str) -> NDArray[np.bool_]:
+    """Rows (n,) of z (n, k_f) whose arg-max :func:`base_logits` is ``y``, in blocks of rows."""
+    out = np.empty(y.size, dtype=bool)
+    step = score_rows(sc.means.shape[0])
+    for s in range(0, y.size, step):
+        rows = slice(s, s + step)
+        logits = base_logits(sc, z[rows].astype(np.float64), base)
+        out[rows] = np.argmax(logits, axis=1) == y[rows]
+    return out
+
+
+def choose_base(sc: FisherScorers, base: str, val: tuple[FArr, NDArray[np.int64]] | None,
                 z: float = 2.0) -> tuple[str, dict[str, float]]:
     """The base used and the held-out synthetic accuracy of each candidate scored.
 
@@ -272,7 +320,7 @@ def choose_base(sc: FisherScorers, base: str, val: tuple[F64, NDArray[np.int64]]
         if base != "auto":
             candidates = [base] if base == "lda" or sc.qda_prec is not None else []
         for cand in candidates:
-            correct[cand] = np.argmax(base_logits(sc, val[0], cand), axis=1) == val[1]
+            correct[cand] = base_correct(sc, val[0], val[1], cand)
             scores[cand] = float(np.mean(correct[cand]))
     if base != "auto":
         return base, scores
@@ -330,7 +378,7 @@ class ProtoHyperHead(FisherTrainedHead):
         AdamW settings (paper ``ph_*``).
     fisher_shrinkage, fisher_energy, fisher_max_dim, fisher_min_dim, tau, n_per_class,
     val_per_class, patience, selection_z, syn_shrink, syn_class_cov, fresh_samples, center,
-    prior_correction, seed, num_threads, progress
+    prior_correction, seed, num_threads, train_dtype, progress
         As :class:`~ghofl.heads.fishermix.FisherMixHead` (same defaults), except that
         ``n_per_class=None`` is also capped by
         :func:`~ghofl.heads._training.auto_qda_samples_per_class` when QDA_f scores the
@@ -437,6 +485,7 @@ class ProtoHyperHead(FisherTrainedHead):
         epochs: int = 40,
         seed: int = 0,
         num_threads: int | None = 1,
+        train_dtype: Literal["auto", "float64", "float32"] = "auto",
         progress: bool = False,
     ) -> None:
         self._store_init_args(locals())
@@ -455,6 +504,14 @@ class ProtoHyperHead(FisherTrainedHead):
                 "recompute the statistics with --mode full"
             )
         want_qda = full and (self.base != "lda" or self.teacher == "informative")
+        if (want_qda and self.base == "lda" and self.n_per_class is None
+                and not qda_teacher_affordable(moments.num_classes, fs.k_f)):
+            warnings.warn(
+                f"ProtoHyperHead: at C = {moments.num_classes}, k_f = {fs.k_f} scoring the "
+                "synthetic rows with QDA_f would take too long, so the informative teacher is "
+                "LDA_f only (teacher_used_ = 'lda'); set n_per_class to keep the QDA_f blend",
+                GhoflWarning, stacklevel=3)
+            want_qda = False
         # the synthesis covariances are the QDA_f ones (scaled by τ²) when both use the same
         # shrinkage: reuse them instead of choosing C coefficients again
         reuse = (g.covariances() / g.tau**2 if want_qda and g.source == "class"
@@ -516,17 +573,22 @@ class ProtoHyperHead(FisherTrainedHead):
         return teacher_logits(sc, z, self.teacher, self._blend(), self.teacher_scale)
 
     def _diagnostic_kl(self, sc: FisherScorers, g: FisherGaussians) -> float:
-        n = min(self._samples_per_class(g.num_classes), 128)
+        n = min(self._samples_per_class(g.num_classes), 128,
+                max(1, DIAGNOSTIC_ROWS // g.num_classes))
         qda_dim = int(getattr(self, "_qda_dim", 0))
         if qda_dim:  # a quarter of the QDA_f scoring budget of the training rows at most
             cap = AUTO_QDA_MACS / 4 / (float(g.num_classes) ** 2 * float(qda_dim) ** 2)
             n = max(1, min(n, int(cap)))
-        z, _ = sample_fixed(g, n, self._rngs()[2])
-        base = nb_f_logits(z, sc.means, sc.sigma2, sc.log_priors)
-        return mean_kl(self._teacher(sc, z), base, float(self.kd_temperature))
+        z_all, _ = sample_fixed(g, n, self._rngs()[2])
+        total, step = 0.0, score_rows(g.num_classes)
+        for s in range(0, z_all.shape[0], step):  # row blocks: O(block · C) temporaries
+            z: F64 = z_all[s:s + step].astype(np.float64, copy=False)
+            base = nb_f_logits(z, sc.means, sc.sigma2, sc.log_priors)
+            total += z.shape[0] * mean_kl(self._teacher(sc, z), base, float(self.kd_temperature))
+        return float(total / max(z_all.shape[0], 1))
 
     def _train_student(self, sc: FisherScorers, g: FisherGaussians,
-                       val: tuple[F64, NDArray[np.int64]] | None) -> None:
+                       val: tuple[FArr, NDArray[np.int64]] | None) -> None:
         import torch
         import torch.nn.functional as F
 
@@ -534,23 +596,17 @@ class ProtoHyperHead(FisherTrainedHead):
         T, alpha = float(self.kd_temperature), float(self.kd_alpha)
         bal = self._balanced(sc)
 
-        def targets(z: F64) -> F64:
-            """[log softmax(teacher/T) | base] per row, (n, 2C): the fixed inputs of eq. P2.
+        def targets(z: FArr) -> FArr:
+            """[log softmax(teacher/T) | base] per row, (n, 2C) in the dtype of z.
 
-            QDA_f, the costly scorer (C·k_f² per row), is computed once for base and teacher.
+            The fixed inputs of eq. P2, computed in float64 blocks of :func:`score_rows` rows.
             """
-            qda = None
-            if bal.qda_prec is not None and (self.base_used_ == "qda"
-                                             or self.teacher == "informative"):
-                qda = qda_f_logits(bal, z)
-            base = qda if self.base_used_ == "qda" and qda is not None else (
-                self._base_logits(bal, z))
-            if self.teacher == "base":
-                teach = base
-            else:
-                teach = teacher_logits(bal, z, self.teacher, self._blend(), self.teacher_scale,
-                                       qda)
-            out: F64 = np.concatenate([log_softmax(teach / T, axis=1), base], axis=1)
+            out = np.empty((z.shape[0], 2 * c_num), dtype=z.dtype)
+            step = score_rows(c_num)
+            for s in range(0, z.shape[0], step):
+                block = self._target_block(bal, z[s:s + step].astype(np.float64))
+                out[s:s + step, :c_num] = log_softmax(block[0] / T, axis=1)
+                out[s:s + step, c_num:] = block[1]
             return out
 
         gen = torch.Generator().manual_seed(int(self.seed))
@@ -567,17 +623,20 @@ class ProtoHyperHead(FisherTrainedHead):
         def loss_fn(z: torch.Tensor, y: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
             assert extra is not None
             t_logp, base = extra[:, :c_num], extra[:, c_num:]
-            student = base + ((z - offset) @ U.T) @ W2.T + b
+            dt = z.dtype  # float64 parameters, products in the dtype of the rows
+            student = base + ((z - offset.to(dt)) @ U.to(dt).T) @ W2.to(dt).T + b.to(dt)
             s_logp = F.log_softmax(student / T, dim=1)
             kl = (t_logp.exp() * (t_logp - s_logp)).sum(1).mean()
             return alpha * T * T * kl + (1.0 - alpha) * F.cross_entropy(student, y)
 
-        val_base = None if val is None else self._base_logits(sc, val[0])
+        val_base = None if val is None else base_logits_blocked(sc, val[0], self.base_used_)
 
-        def val_logits(z: F64) -> F64:
+        def val_logits(z: FArr, rows: slice) -> FArr:
             assert val_base is not None
-            res = ((z - self.offset_) @ U.detach().numpy().T) @ W2.detach().numpy().T
-            out: F64 = val_base + res + b.detach().numpy()
+            dt = z.dtype
+            u, w2 = U.detach().numpy().astype(dt), W2.detach().numpy().astype(dt)
+            res = ((z - self.offset_.astype(dt)) @ u.T) @ w2.T
+            out: FArr = val_base[rows] + res + b.detach().numpy().astype(dt)
             return out
 
         self._train_selected([U, W2, b], loss_fn, self._epoch_source(g, targets), val_logits,
@@ -585,6 +644,23 @@ class ProtoHyperHead(FisherTrainedHead):
         self.U_ = U.detach().numpy().copy()
         self.W2_ = W2.detach().numpy().copy()
         self.b_ = b.detach().numpy().copy()
+
+    def _target_block(self, bal: FisherScorers, z: F64) -> tuple[F64, F64]:
+        """Teacher and base logits (n, C) on rows z (n, k_f) float64, with the balanced scorers.
+
+        QDA_f, the costly scorer (C·k_f² per row), and NB_f are computed once for base and
+        teacher.
+        """
+        qda = None
+        if bal.qda_prec is not None and (self.base_used_ == "qda"
+                                         or self.teacher == "informative"):
+            qda = qda_f_logits(bal, z)
+        nb = nb_f_logits(z, bal.means, bal.sigma2, bal.log_priors)
+        base = qda if self.base_used_ == "qda" and qda is not None else nb
+        if self.teacher == "base":
+            return base, base
+        return teacher_logits(bal, z, self.teacher, self._blend(), self.teacher_scale, qda,
+                              nb), base
 
     def _decision(self, Z: F64) -> F64:
         """Student logits (n, C) of eq. P1 on z_f = Z V_, in numpy float64."""
