@@ -161,12 +161,35 @@ def _unpack_into(out: NDArray[Any], rows: NDArray[Any], below: list[NDArray[np.b
     for i in range(d):  # row i of the triangle: its d − i entries from the diagonal on
         out[:, i, i:] = rows[:, start : start + d - i]
         start += d - i
+    _mirror(out, below)
+
+
+def mirror_lower(m: NDArray[Any]) -> None:
+    """Make matrices (k, d, d) symmetric in place from their lower triangles.
+
+    The strict upper triangles are overwritten tile by tile (:data:`_TILE` rows at a time,
+    so the transposed copies stay in cache); the lower triangles and diagonals are kept.
+    """
+    d = m.shape[-1]
+    above = [np.tri(min(_TILE, d - i0), k=-1, dtype=bool).T for i0 in range(0, d, _TILE)]
+    _mirror(m, above, from_upper=False)
+
+
+def _mirror(out: NDArray[Any], mask: list[NDArray[np.bool_]], from_upper: bool = True) -> None:
+    """Copy each matrix's upper triangle onto its lower one (``from_upper``) or back.
+
+    ``mask[t]``: the entries of diagonal tile t to overwrite.
+    """
+    d = out.shape[-1]
     for m in out:
         for t, i0 in enumerate(range(0, d, _TILE)):
             i1 = min(i0 + _TILE, d)
             tile = m[i0:i1, i0:i1]
-            np.copyto(tile, tile.T, where=below[t])
-            m[i1:, i0:i1] = m[i0:i1, i1:].T
+            np.copyto(tile, tile.T, where=mask[t])
+            if from_upper:
+                m[i1:, i0:i1] = m[i0:i1, i1:].T
+            else:
+                m[i0:i1, i1:] = m[i1:, i0:i1].T
 
 
 #: Entries of the output from which :func:`unpack_upper` spreads its matrices over threads.
