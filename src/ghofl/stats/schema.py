@@ -168,11 +168,18 @@ def mirror_lower(m: NDArray[Any]) -> None:
     """Make matrices (k, d, d) symmetric in place from their lower triangles.
 
     The strict upper triangles are overwritten tile by tile (:data:`_TILE` rows at a time,
-    so the transposed copies stay in cache); the lower triangles and diagonals are kept.
+    so the transposed copies stay in cache); the lower triangles and diagonals are kept. A
+    large stack is mirrored on every core, one matrix per thread at a time.
     """
     d = m.shape[-1]
     above = [np.tri(min(_TILE, d - i0), k=-1, dtype=bool).T for i0 in range(0, d, _TILE)]
-    _mirror(m, above, from_upper=False)
+    threads = thread_count(m.shape[0]) if m.size >= _THREADED_ENTRIES else 1
+
+    def one(k: int, _: None) -> bool:
+        _mirror(m[k : k + 1], above, from_upper=False)
+        return True
+
+    first_failing(m.shape[0], one, lambda: None, threads)
 
 
 def _mirror(out: NDArray[Any], mask: list[NDArray[np.bool_]], from_upper: bool = True) -> None:
