@@ -194,6 +194,9 @@ class StatsAccumulator:
         if zeros.get("scatter") is not None:  # B likewise, in a Fortran-ordered (d, d) array
             self._b = np.zeros((out_dim, out_dim), order="F")
         self._b_taken: NDArray[np.float64] | None = None
+        # Which of S_c and B no update has written yet (zero pages, written with beta = 0).
+        self._cs_fresh = np.ones(c, dtype=bool)
+        self._b_fresh = True
         self._buf: NDArray[np.float64] | None = None
         self._sq_buf: NDArray[np.float64] | None = None
         self._cs_taken: NDArray[np.float64] | None = None
@@ -240,8 +243,10 @@ class StatsAccumulator:
         self._seen += n
         if self._cs is None and self._cs_taken is not None:  # result() handed S over: copy back
             self._cs = np.array(self._cs_taken)
+            self._cs_fresh[:] = False
         if self._b is None and self._b_taken is not None:  # and B
             self._b = np.array(self._b_taken.T, order="F")
+            self._b_fresh = False
         if xin.shape[0] == 0:
             return
         if self.meta.projection is not None:
@@ -276,7 +281,7 @@ class StatsAccumulator:
         if self._b is not None and clip is None:
             for start in range(0, xin.shape[0], self._chunk):
                 block = self._rows(xin, start, min(start + self._chunk, xin.shape[0]))
-                self._b = dsyrk(1.0, block.T, beta=1.0, c=self._b, trans=0, overwrite_c=1)
+                self._add_to_b(block)
 
     def _add_by_chunk(self, xin: NDArray[Any], yy: NDArray[np.int64]) -> None:
         """Add a batch in contiguous chunks of rows, no sorting (modes without S_c, few classes).
@@ -288,7 +293,7 @@ class StatsAccumulator:
         clip, c = self.meta.clip_norm, self.meta.num_classes
         whole = clip is None and xin.dtype == np.float64 and xin.flags.c_contiguous
         if whole and self._b is not None:  # the batch as it is: one rank-n update
-            self._b = dsyrk(1.0, xin.T, beta=1.0, c=self._b, trans=0, overwrite_c=1)
+            self._add_to_b(xin)
         for start in range(0, xin.shape[0], self._chunk):
             stop = min(start + self._chunk, xin.shape[0])
             block = self._rows(xin, start, stop, copy=clip is not None)
@@ -302,7 +307,7 @@ class StatsAccumulator:
                 sq = np.multiply(block, block, out=self._sq_buf[: stop - start])
                 self._sq += one_hot.T @ sq
             if self._b is not None and not whole:
-                self._b = dsyrk(1.0, block.T, beta=1.0, c=self._b, trans=0, overwrite_c=1)
+                self._add_to_b(block)
 
     def _rows(self, xin: NDArray[Any], start: int, stop: int,
               copy: bool = False) -> NDArray[np.float64]:
@@ -330,9 +335,19 @@ class StatsAccumulator:
         if self._sq is not None:
             self._sq[c] += np.einsum("ij,ij->j", block, block)
         if self._cs is not None:
-            dsyrk(1.0, block.T, beta=1.0, c=self._cs[c].T, trans=0, overwrite_c=1)
+            # First block of a class: beta = 0, so the untouched (zero) pages are written
+            # once and never read (reading them first costs a second page fault each).
+            beta = 0.0 if self._cs_fresh[c] else 1.0
+            dsyrk(1.0, block.T, beta=beta, c=self._cs[c].T, trans=0, overwrite_c=1)
+            self._cs_fresh[c] = False
         if with_scatter and self._b is not None:
-            self._b = dsyrk(1.0, block.T, beta=1.0, c=self._b, trans=0, overwrite_c=1)
+            self._add_to_b(block)
+
+    def _add_to_b(self, rows: NDArray[np.float64]) -> None:
+        """B += rowsᵀ rows (upper triangle of the Fortran-ordered B; beta = 0 the first time)."""
+        self._b = dsyrk(1.0, rows.T, beta=0.0 if self._b_fresh else 1.0, c=self._b, trans=0,
+                        overwrite_c=1)
+        self._b_fresh = False
 
     def _gather(self, xin: NDArray[Any], rows: NDArray[np.intp]) -> NDArray[np.float64]:
         """Rows ``rows`` of ``xin`` as a contiguous float64 block in a reused buffer.
