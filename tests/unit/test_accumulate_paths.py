@@ -1,4 +1,4 @@
-"""The two accumulation paths (class by class; by chunks with one-hot products) and the
+"""Accumulation (sorted class blocks, B from row chunks, first updates with beta = 0) and the
 hand-over of B agree with the sums they stand for, up to float rounding."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def _oracle(x: np.ndarray, y: np.ndarray, c: int) -> dict[str, np.ndarray]:
             "scatter": x.T @ x}
 
 
-@pytest.mark.parametrize("c", [3, 40])  # one-hot products / sorted class blocks
+@pytest.mark.parametrize("c", [3, 40])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("chunk", [None, 16])
 def test_pooled_statistics_match_the_sums(c: int, dtype: type, chunk: int | None) -> None:

@@ -35,10 +35,6 @@ from ghofl.stats.meta import EncoderInfo, Mode, StatsMeta, check_holdout_fractio
 from ghofl.stats.projection import ProjectionSpec
 from ghofl.stats.schema import mirror_lower, schema_for
 
-#: Most classes for which modes without S_c accumulate a batch by one-hot products (2·C·d
-#: flops per row, a few percent of the d² of B) rather than by sorting and gathering it.
-_ONE_HOT_MAX_CLASSES = 32
-
 #: Clipped rows get norm R·_CLIP_SAFETY: a margin of a few float64 ulps against rounding.
 _CLIP_SAFETY = 1.0 - 2.0**-48
 
@@ -198,7 +194,6 @@ class StatsAccumulator:
         self._cs_fresh = np.ones(c, dtype=bool)
         self._b_fresh = True
         self._buf: NDArray[np.float64] | None = None
-        self._sq_buf: NDArray[np.float64] | None = None
         self._cs_taken: NDArray[np.float64] | None = None
         # Rows per BLAS call: large enough for an efficient rank-k update, small enough
         # (about 8 MB, cache-resident on this machine; 32 MB measured 10-15 % slower).
@@ -253,17 +248,14 @@ class StatsAccumulator:
             xin = self.meta.projection.apply(xin)
         counts = np.bincount(yy, minlength=self.meta.num_classes)
         self._counts += counts
-        if self._cs is not None or self.meta.num_classes > _ONE_HOT_MAX_CLASSES:
-            self._add_by_class(xin, yy, counts)
-        else:
-            self._add_by_chunk(xin, yy)
+        self._add_by_class(xin, yy, counts)
 
     def _add_by_class(self, xin: NDArray[Any], yy: NDArray[np.int64],
                       counts: NDArray[np.int64]) -> None:
         """Add a batch class by class: rows sorted by label once, gathered a chunk at a time.
 
-        What S_c needs (mode ``full``), and what many classes need (a one-hot product would
-        cost 2·C·d flops per row).
+        (One-hot products for A_c and D_c instead of the gather measured 1.8x slower at
+        n = 1,000, d = 1280, C = 10.)
         """
         order = np.argsort(yy, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -283,40 +275,13 @@ class StatsAccumulator:
                 block = self._rows(xin, start, min(start + self._chunk, xin.shape[0]))
                 self._add_to_b(block)
 
-    def _add_by_chunk(self, xin: NDArray[Any], yy: NDArray[np.int64]) -> None:
-        """Add a batch in contiguous chunks of rows, no sorting (modes without S_c, few classes).
-
-        Per chunk (m rows): A_c and D_c by one-hot products (C, m) @ (m, d) of the rows and
-        of their squares (in a buffer that stays in cache), and B by one rank-m update; B of
-        float64 C-ordered input without clipping by one rank-n update of the whole batch.
-        """
-        clip, c = self.meta.clip_norm, self.meta.num_classes
-        whole = clip is None and xin.dtype == np.float64 and xin.flags.c_contiguous
-        if whole and self._b is not None:  # the batch as it is: one rank-n update
-            self._add_to_b(xin)
-        for start in range(0, xin.shape[0], self._chunk):
-            stop = min(start + self._chunk, xin.shape[0])
-            block = self._rows(xin, start, stop, copy=clip is not None)
-            if clip is not None:
-                self._n_clipped += clip_rows(block, clip)
-            one_hot = (yy[start:stop, None] == np.arange(c)).astype(np.float64)
-            self._sums += one_hot.T @ block
-            if self._sq is not None:
-                if self._sq_buf is None:
-                    self._sq_buf = np.empty((self._chunk, block.shape[1]))
-                sq = np.multiply(block, block, out=self._sq_buf[: stop - start])
-                self._sq += one_hot.T @ sq
-            if self._b is not None and not whole:
-                self._add_to_b(block)
-
-    def _rows(self, xin: NDArray[Any], start: int, stop: int,
-              copy: bool = False) -> NDArray[np.float64]:
+    def _rows(self, xin: NDArray[Any], start: int, stop: int) -> NDArray[np.float64]:
         """Rows ``start:stop`` of ``xin`` as float64.
 
-        A view of float64 C-ordered input unless ``copy``; otherwise copied (converted) into
-        the reused buffer.
+        A view of float64 C-ordered input; other input is copied (converted) into the reused
+        buffer.
         """
-        if not copy and xin.dtype == np.float64 and xin.flags.c_contiguous:
+        if xin.dtype == np.float64 and xin.flags.c_contiguous:
             return xin[start:stop]  # type: ignore[no-any-return]
         if self._buf is None:
             self._buf = np.empty((self._chunk, xin.shape[1]))
