@@ -448,9 +448,10 @@ def _finish(
         if keep is not None:
             x, y = x[keep], y[keep]
             ids = None if ids is None else ids[keep]
+    # x was checked finite (check_labelled_embeddings; the transforms keep it so)
     return compute_stats(x, y, job.classes, job.mode, info, job.projection(x.shape[1]),
                          clip_norm=job.clip_norm, holdout_fraction=job.holdout_fraction,
-                         holdout_seed=job.holdout_seed, sample_ids=ids)
+                         holdout_seed=job.holdout_seed, sample_ids=ids, finite=True)
 
 
 def suppress_small_classes(

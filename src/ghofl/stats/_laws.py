@@ -10,13 +10,13 @@ for statistics built directly), whose float residue the checks tolerate.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import StatsValidationError
+from ghofl.stats._threads import first_failing, thread_count
 
 if TYPE_CHECKING:
     from ghofl.stats.client_stats import ClientStats
@@ -107,7 +107,7 @@ def _class_scale(counts: I64, sums: F64, diag: F64) -> F64:
 _PSD_RTOL = 1e-9
 
 #: Flops (Σ d³/3 over the matrices) from which the PSD check runs its factorisations with one
-#: BLAS thread: below it, setting the limit costs more than it saves.
+#: BLAS thread each, one matrix per core at a time: below it, threads cost more than they save.
 _ONE_THREAD_FLOPS = 1e9
 
 
@@ -121,50 +121,58 @@ def _check_psd(s: ClientStats, second_res: float) -> None:
     eigendecomposition) of the matrix, scaled to unit magnitude, plus a relative ridge
     ``_PSD_RTOL·d`` (plus the inherited residue of a difference): it succeeds for every
     matrix whose smallest eigenvalue is above −ridge, i.e. rounding, and fails for a genuine
-    negative direction. Each matrix is centred into one reused Fortran-ordered buffer and
+    negative direction. Each matrix is centred into a reused Fortran-ordered buffer and
     factorised in place (LAPACK ``potrf``, which reports failure without raising), so the
-    check allocates one d × d matrix whatever C. Large checks run with one BLAS thread:
-    factorisations of this size gain little from a second thread and lose an order of
-    magnitude when the machine's other cores are busy. Only a refused matrix pays for an
+    check allocates one d × d matrix per thread whatever C. Large checks factorise one matrix
+    per core at a time (:func:`~ghofl.stats._threads.first_failing`; LAPACK releases the GIL),
+    each with one BLAS thread: factorisations of this size gain little from a second BLAS
+    thread and lose an order of magnitude when the machine's other cores are busy. The matrix
+    refused is the first in class order, as a loop would find it; only it pays for an
     eigenvalue computation, for the message.
     """
     from threadpoolctl import threadpool_limits
 
-    d, c = s.dim, s.num_classes
-    count = c if s.class_scatter is not None else 1
-    if count * float(d) ** 3 / 3.0 < _ONE_THREAD_FLOPS:
-        _check_psd_each(s, second_res)
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        _check_psd_each(s, second_res)
+    d = s.dim
+    mats = _psd_matrices(s)
+    scales, ridges = [0.0] * len(mats), [0.0] * len(mats)
+
+    def ok(i: int, buf: F64) -> bool:
+        _, m, sums, counts = mats[i]
+        scales[i] = _centre_into(buf, m, sums, counts, second_res)
+        ridges[i] = (_PSD_RTOL * d
+                     + RESIDUE_RTOL * (1 + s.num_classes) * second_res / scales[i])
+        return _ridged_factor_ok(buf, ridges[i])
+
+    def scratch() -> F64:
+        return np.empty((d, d), order="F")
+
+    if len(mats) * float(d) ** 3 / 3.0 < _ONE_THREAD_FLOPS:
+        bad = first_failing(len(mats), ok, scratch)
+    else:
+        with threadpool_limits(limits=1, user_api="blas"):
+            bad = first_failing(len(mats), ok, scratch, thread_count(len(mats)))
+    if bad is not None:
+        what, m, sums, counts = mats[bad]
+        low = _smallest_eigenvalue(m, sums, counts, second_res)
+        scale, ridge = scales[bad], ridges[bad]
+        raise StatsValidationError(
+            f"{what} minus its mean part (A Aᵀ/N) is not positive semi-definite (checked "
+            f"to a relative tolerance of {ridge:.1g}, scale {scale:.3g}): its smallest "
+            f"eigenvalue is {low:.3g} times the scale, below −{ridge:.1g}; sums of x xᵀ "
+            "always are positive semi-definite, so the payload is corrupt or its parts "
+            "come from different data"
+        )
 
 
-def _psd_matrices(s: ClientStats) -> Iterator[tuple[str, F64, F64, F64]]:
-    """(name, M, A rows, N) of each matrix to check, one (d, d) matrix at a time."""
+def _psd_matrices(s: ClientStats) -> list[tuple[str, F64, F64, F64]]:
+    """(name, M, A rows, N) of each matrix to check (views, no copy)."""
     counts = s.counts.astype(np.float64)
     if s.class_scatter is not None:
-        for c in range(s.num_classes):
-            yield (f"the second moment S_c of class {s.meta.classes[c]!r}", s.class_scatter[c],
-                   s.sums[c : c + 1], counts[c : c + 1])
-    elif s.scatter is not None:
-        yield "the second moment B", s.scatter, s.sums, counts
-
-
-def _check_psd_each(s: ClientStats, second_res: float) -> None:
-    """:func:`_check_psd`'s loop: one buffer, one in-place factorisation per matrix."""
-    buf: F64 = np.empty((s.dim, s.dim), order="F")
-    for what, m, sums, counts in _psd_matrices(s):
-        scale = _centre_into(buf, m, sums, counts, second_res)
-        ridge = _PSD_RTOL * s.dim + RESIDUE_RTOL * (1 + s.num_classes) * second_res / scale
-        if not _ridged_factor_ok(buf, ridge):
-            low = _smallest_eigenvalue(m, sums, counts, second_res)
-            raise StatsValidationError(
-                f"{what} minus its mean part (A Aᵀ/N) is not positive semi-definite (checked "
-                f"to a relative tolerance of {ridge:.1g}, scale {scale:.3g}): its smallest "
-                f"eigenvalue is {low:.3g} times the scale, below −{ridge:.1g}; sums of x xᵀ "
-                "always are positive semi-definite, so the payload is corrupt or its parts "
-                "come from different data"
-            )
+        return [(f"the second moment S_c of class {s.meta.classes[c]!r}", s.class_scatter[c],
+                 s.sums[c : c + 1], counts[c : c + 1]) for c in range(s.num_classes)]
+    if s.scatter is not None:
+        return [("the second moment B", s.scatter, s.sums, counts)]
+    return []
 
 
 def _centre_into(out: F64, m: F64, sums: F64, counts: F64, floor: float) -> float:

@@ -61,9 +61,10 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -131,6 +132,8 @@ __all__ = [
 ]
 
 
+T = TypeVar("T")
+
 #: Header metadata keys of a statistics file (besides :data:`DIGEST_KEY`): the file spelling
 #: of :class:`~ghofl.stats.header.StatsHeader`.
 STATS_KEYS = StatsHeader.keys("file")
@@ -165,6 +168,30 @@ def read_safetensors(
 ) -> tuple[dict[str, str], dict[str, NDArray[Any]]]:
     """Read a ghofl safetensors file, trusting nothing in it.
 
+    :func:`read_safetensors_into` returning the tensors themselves; the parameters, returns
+    and errors are its own.
+    """
+    return read_safetensors_into(path, expected_format, what, lambda _, t: t, check, keys,
+                                 dtypes, stacklevel=4)
+
+
+def read_safetensors_into(
+    path: str | os.PathLike[str],
+    expected_format: str,
+    what: str,
+    build: Callable[[dict[str, str], dict[str, NDArray[Any]]], T],
+    check: HeaderCheck | None = None,
+    keys: frozenset[str] | None = None,
+    dtypes: Mapping[str, np.dtype[Any]] = DTYPES,
+    stacklevel: int = 3,
+) -> tuple[dict[str, str], T]:
+    """Read a ghofl safetensors file, trusting nothing in it, and build a value from it.
+
+    ``build(header, tensors)`` (e.g. unpacking and validating statistics) runs while the data
+    digest is computed in another thread (hashlib releases the GIL); the value is returned
+    only once the digest matched, and a file whose digest does not match is refused as
+    corrupt whatever ``build`` did (its error is raised only for a file that is intact).
+
     Parameters
     ----------
     path : path-like
@@ -182,12 +209,18 @@ def read_safetensors(
     dtypes : mapping of str to dtype, default :data:`DTYPES`
         The safetensors dtypes accepted (statistics files also accept ``F32``).
 
+    build : callable
+        ``build(header, tensors)``: the value to return; ``tensors`` are the arrays (float64,
+        float32 or int64, native byte order), views of one buffer.
+    stacklevel : int, default 3
+        Of the warning for a file without a digest.
+
     Returns
     -------
     header : dict of str to str
         The ``__metadata__`` section.
-    tensors : dict of str to ndarray
-        The arrays (float64 or int64, native byte order).
+    value
+        What ``build`` returned.
 
     Raises
     ------
@@ -217,23 +250,33 @@ def read_safetensors(
             f"{str(p)!r} has no {DIGEST_KEY} integrity digest (it was written by an older "
             "ghofl), so its bytes could not be verified; re-save it with this ghofl to add one",
             GhoflWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
-    else:
-        plain = {k: v for k, v in header.items() if k != DIGEST_KEY}
-        canon = {name: {"dtype": t.dtype, "shape": list(t.shape),
-                        "data_offsets": [t.begin, t.end]} for name, t in table.items()}
-        h = _header_digest(plain, canon)
-        h.update(data)
-        actual = h.hexdigest()
-        if actual != expected:
-            raise StatsFormatError(
-                f"{str(p)!r} is corrupt: the SHA-256 of its content is {actual[:16]}… but its "
-                f"header records {expected[:16]}…; its bytes changed after ghofl wrote it; "
-                "re-create or re-download the file"
-            )
-    tensors = {name: _tensor(data, t) for name, t in table.items()}
-    return header, tensors
+        return header, build(header, {name: _tensor(data, t) for name, t in table.items()})
+    plain = {k: v for k, v in header.items() if k != DIGEST_KEY}
+    canon = {name: {"dtype": t.dtype, "shape": list(t.shape),
+                    "data_offsets": [t.begin, t.end]} for name, t in table.items()}
+    h = _header_digest(plain, canon)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # hashlib releases the GIL
+        hashed = pool.submit(h.update, data)
+        try:
+            built = build(header, {name: _tensor(data, t) for name, t in table.items()})
+        except Exception:
+            hashed.result()
+            _check_digest(h.hexdigest(), expected, p)  # a changed file is refused as such
+            raise
+        hashed.result()
+    _check_digest(h.hexdigest(), expected, p)
+    return header, built
+
+
+def _check_digest(actual: str, expected: str, p: Path) -> None:
+    if actual != expected:
+        raise StatsFormatError(
+            f"{str(p)!r} is corrupt: the SHA-256 of its content is {actual[:16]}… but its "
+            f"header records {expected[:16]}…; its bytes changed after ghofl wrote it; "
+            "re-create or re-download the file"
+        )
 
 
 def _check_header(header: dict[str, str], p: Path, expected: str, what: str) -> None:
@@ -277,12 +320,16 @@ def read_stats_file(path: str | os.PathLike[str]) -> tuple[ClientStats, str]:
         state["header"] = parsed
         _check_stats_layout(parsed.meta, table, path, parsed.transport_dtype)
 
-    _, tensors = read_safetensors(path, FORMAT, "statistics", check, STATS_KEYS, STATS_DTYPES)
+    def build(_: dict[str, str], tensors: dict[str, NDArray[Any]]) -> ClientStats:
+        header: StatsHeader = state["header"]
+        try:
+            return header.stats_from(tensors)
+        except StatsFormatError as exc:
+            raise StatsFormatError(f"{str(path)!r} holds malformed statistics: {exc}") from exc
+
+    _, stats = read_safetensors_into(path, FORMAT, "statistics", build, check, STATS_KEYS,
+                                     STATS_DTYPES)
     header: StatsHeader = state["header"]
-    try:
-        stats = header.stats_from(tensors)
-    except StatsFormatError as exc:
-        raise StatsFormatError(f"{str(path)!r} holds malformed statistics: {exc}") from exc
     return stats, header.transport_dtype
 
 

@@ -56,6 +56,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import StatsFormatError, StatsValidationError
+from ghofl.stats._threads import first_failing, thread_count
 from ghofl.stats.meta import MODES, Mode, StatsMeta
 
 if TYPE_CHECKING:
@@ -110,7 +111,8 @@ def unpack_upper(packed: NDArray[Any], d: int, dtype: Any = None) -> NDArray[Any
 
     Copies row by row into the upper triangle, then mirrors it in tiles of
     :data:`_TILE` columns, one matrix at a time (no index arrays, no temporary of the
-    output's size): about the cost of writing the output once.
+    output's size): about the cost of writing the output once. A large stack is unpacked in
+    blocks of matrices on every core.
 
     Parameters
     ----------
@@ -138,18 +140,67 @@ def unpack_upper(packed: NDArray[Any], d: int, dtype: Any = None) -> NDArray[Any
         )
     rows = packed.reshape(math.prod(packed.shape[:-1]), tri)
     out = np.empty((rows.shape[0], d, d), dtype=packed.dtype if dtype is None else dtype)
+    below = [np.tri(min(_TILE, d - i0), k=-1, dtype=bool) for i0 in range(0, d, _TILE)]
+    # Large stacks: blocks of matrices (a few per core) on every core; the copies release the GIL.
+    threads = thread_count(rows.shape[0]) if out.size >= _THREADED_ENTRIES else 1
+    step = max(1, -(-rows.shape[0] // (4 * threads)))
+    blocks = [slice(b, b + step) for b in range(0, rows.shape[0], step)]
+
+    def fill(k: int, _: None) -> bool:
+        _unpack_into(out[blocks[k]], rows[blocks[k]], below)
+        return True
+
+    first_failing(len(blocks), fill, lambda: None, threads)
+    return out.reshape(*packed.shape[:-1], d, d)
+
+
+def _unpack_into(out: NDArray[Any], rows: NDArray[Any], below: list[NDArray[np.bool_]]) -> None:
+    """:func:`unpack_upper` of the triangles ``rows`` (k, d(d+1)/2) into ``out`` (k, d, d)."""
+    d = out.shape[-1]
     start = 0
     for i in range(d):  # row i of the triangle: its d − i entries from the diagonal on
         out[:, i, i:] = rows[:, start : start + d - i]
         start += d - i
-    below = [np.tri(min(_TILE, d - i0), k=-1, dtype=bool) for i0 in range(0, d, _TILE)]
+    _mirror(out, below)
+
+
+def mirror_lower(m: NDArray[Any]) -> None:
+    """Make matrices (k, d, d) symmetric in place from their lower triangles.
+
+    The strict upper triangles are overwritten tile by tile (:data:`_TILE` rows at a time,
+    so the transposed copies stay in cache); the lower triangles and diagonals are kept. A
+    large stack is mirrored on every core, one matrix per thread at a time.
+    """
+    d = m.shape[-1]
+    above = [np.tri(min(_TILE, d - i0), k=-1, dtype=bool).T for i0 in range(0, d, _TILE)]
+    threads = thread_count(m.shape[0]) if m.size >= _THREADED_ENTRIES else 1
+
+    def one(k: int, _: None) -> bool:
+        _mirror(m[k : k + 1], above, from_upper=False)
+        return True
+
+    first_failing(m.shape[0], one, lambda: None, threads)
+
+
+def _mirror(out: NDArray[Any], mask: list[NDArray[np.bool_]], from_upper: bool = True) -> None:
+    """Copy each matrix's upper triangle onto its lower one (``from_upper``) or back.
+
+    ``mask[t]``: the entries of diagonal tile t to overwrite.
+    """
+    d = out.shape[-1]
     for m in out:
         for t, i0 in enumerate(range(0, d, _TILE)):
             i1 = min(i0 + _TILE, d)
             tile = m[i0:i1, i0:i1]
-            np.copyto(tile, tile.T, where=below[t])
-            m[i1:, i0:i1] = m[i0:i1, i1:].T
-    return out.reshape(*packed.shape[:-1], d, d)
+            np.copyto(tile, tile.T, where=mask[t])
+            if from_upper:
+                m[i1:, i0:i1] = m[i0:i1, i1:].T
+            else:
+                m[i0:i1, i1:] = m[i1:, i0:i1].T
+
+
+#: Entries of the output from which :func:`unpack_upper` spreads its matrices over threads.
+_THREADED_ENTRIES = 1 << 24
 
 
 #: Columns per tile when :func:`unpack_upper` mirrors a triangle.

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from ghofl.errors import StatsOverflowError, StatsValidationError
 from ghofl.stats._laws import RESIDUE_RTOL, check_gram_laws, check_second_moment_laws
+from ghofl.stats._threads import first_failing, thread_count
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import ARRAY_NAMES, schema_for
 
@@ -82,12 +83,14 @@ class _Magnitude:
 
 # ---------------------------------------------------------------------- validation
 def _validate(s: ClientStats, residue: _Magnitude | None = None,
-              check_symmetry: bool = True) -> None:
+              check_symmetry: bool = True, arrays_checked: bool = False) -> None:
     """Check shapes, dtypes and the laws that sums of samples obey.
 
     ``residue``: magnitudes of the values the difference ``s`` was computed from, whose
     rounding the checks tolerate (``None`` for statistics built directly).
     ``check_symmetry``: False for matrices symmetric by construction (unpacked triangles).
+    ``arrays_checked``: the arrays' shapes, dtypes and finiteness were checked already
+    (:meth:`ClientStats.from_transport`); they are not checked again.
     """
     res = _Magnitude(0.0, 0.0) if residue is None else residue
     c, d, mode = s.meta.num_classes, s.meta.dim, s.meta.mode
@@ -98,7 +101,8 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None,
             raise StatsValidationError(
                 f"mode {mode!r} statistics must hold {spec.name}; it is missing"
             )
-        _check_array(spec.name, arr, spec.shape(c, d), spec.dtype)
+        if not arrays_checked:
+            _check_array(spec.name, arr, spec.shape(c, d), spec.dtype)
         if spec.symmetric and check_symmetry:
             _check_symmetric(spec.name, arr, _RESIDUE_RTOL * res.second)
     for name in ARRAY_NAMES:
@@ -192,11 +196,27 @@ def _check_array(name: str, arr: Any, shape: tuple[int, ...], dtype: np.dtype[An
         raise StatsValidationError(
             f"{name} must have dtype {np.dtype(dtype).name}; got {arr.dtype.name}"
         )
-    if arr.dtype.kind == "f" and not all(np.all(np.isfinite(x)) for x in _slabs(arr)):
+    if arr.dtype.kind == "f" and not _all_finite(arr):
         raise StatsValidationError(
             f"{name} contains NaN or infinite values; the embeddings fed to the client were not "
             "finite, or the payload is corrupt"
         )
+
+#: Entries from which :func:`_all_finite` spreads its matrices over threads.
+_THREADED_ENTRIES = 1 << 24
+
+
+def _all_finite(arr: F64) -> bool:
+    """Whether every entry is finite, one matrix at a time (no full-size temporary).
+
+    A large stack of matrices is checked on every core
+    (:func:`~ghofl.stats._threads.first_failing`).
+    """
+    slabs = _slabs(arr)
+    threads = thread_count(len(slabs)) if arr.size >= _THREADED_ENTRIES else 1
+    return first_failing(len(slabs), lambda i, _: bool(np.isfinite(slabs[i]).all()),
+                         lambda: None, threads) is None
+
 
 def _tol(a: F64) -> float:
     return 1e-9 * (1.0 + float(np.max(np.abs(a), initial=0.0)))

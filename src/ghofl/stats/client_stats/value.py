@@ -191,7 +191,7 @@ class ClientStats:
             own = obj._magnitude
             magnitude = _Magnitude(own.first * k, own.second * k, rounding)
             object.__setattr__(obj, "_magnitude", magnitude)
-        _validate(obj, magnitude, check_symmetry=not unpacked)
+        _validate(obj, magnitude, check_symmetry=not unpacked, arrays_checked=True)
         _validate_holdout(obj)
         return obj
 
