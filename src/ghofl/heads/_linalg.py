@@ -6,6 +6,7 @@ import os
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 import numpy as np
@@ -94,6 +95,18 @@ def worker_count(tasks: int) -> int:
     return max(1, min(cpus, tasks))
 
 
+def one_blas_thread() -> AbstractContextManager[object]:
+    """A block in which numpy's and SciPy's BLAS/LAPACK run one thread (``threadpoolctl``).
+
+    For factorisations of d ≈ 10³: two OpenBLAS threads gain at most 2× on an idle 2-core
+    machine and lose 30× on a loaded one (a 1280 × 1280 Cholesky: 0.06 s with one thread,
+    2 s with two, the threads spinning against other processes).
+    """
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def class_map(fn: Callable[[int], R], n: int) -> list[R]:
     """``[fn(0), ..., fn(n − 1)]`` with one BLAS thread per call, the calls in a thread pool.
 
@@ -103,10 +116,8 @@ def class_map(fn: Callable[[int], R], n: int) -> list[R]:
     machine a 1280 × 1280 Cholesky took 1.8 s with 2 OpenBLAS threads and 0.06 s with one).
     The first exception, in class order, is raised.
     """
-    from threadpoolctl import threadpool_limits
-
     workers = worker_count(n)
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():
         if workers == 1:
             return [fn(c) for c in range(n)]
         with ThreadPoolExecutor(max_workers=workers) as pool:

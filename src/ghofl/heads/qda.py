@@ -18,7 +18,7 @@ from scipy.linalg.blas import dtrmm
 from scipy.linalg.lapack import dsygst, dtrtri
 
 from ghofl.errors import ConfigError
-from ghofl.heads._linalg import F64, class_map, safe_log, stable_cholesky
+from ghofl.heads._linalg import F64, class_map, one_blas_thread, safe_log, stable_cholesky
 from ghofl.heads._params import Constraint, Options, ShrinkageParam
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
@@ -336,10 +336,10 @@ class QDAHead(Head):
     def _fit(self, moments: Moments) -> None:
         p = self.params_
         self.means_ = moments.means.copy()
-        self.precision_chol_, self.half_log_det_, self.log_priors_, coefs, method = qda_params(
-            moments, p["shrinkage"], p["shrinkage_target"], p["covariance_divisor"],
-            p["pooled_shrinkage"],
-        )
+        with one_blas_thread():  # the per-class work runs in a thread pool (class_map)
+            self.precision_chol_, self.half_log_det_, self.log_priors_, coefs, method = (
+                qda_params(moments, p["shrinkage"], p["shrinkage_target"],
+                           p["covariance_divisor"], p["pooled_shrinkage"]))
         self.shrinkage_ = coefs
         self.shrinkage_method_ = method
 
