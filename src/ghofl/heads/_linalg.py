@@ -104,7 +104,8 @@ def one_blas_thread() -> AbstractContextManager[object]:
     """
     from threadpoolctl import threadpool_limits
 
-    return threadpool_limits(limits=1, user_api="blas")
+    limits: AbstractContextManager[object] = threadpool_limits(limits=1, user_api="blas")
+    return limits
 
 
 def class_map(fn: Callable[[int], R], n: int) -> list[R]:
