@@ -78,6 +78,7 @@ bench: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) benchmarks/bench_flower.py
 	$(PY) benchmarks/bench_validation.py
 	$(PY) benchmarks/bench_client_stats.py
+	$(PY) benchmarks/bench_qda_floor.py
 	$(PY) benchmarks/bench_secure_cost.py
 	$(PY) benchmarks/bench_secure_graph.py
 	$(PY) benchmarks/bench_secure_regions.py

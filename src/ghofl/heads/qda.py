@@ -15,10 +15,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from scipy.linalg import eigvalsh
 from scipy.linalg.blas import dtrmm
-from scipy.linalg.lapack import dtrtri
+from scipy.linalg.lapack import dsygst, dtrtri
 
 from ghofl.errors import ConfigError
-from ghofl.heads._linalg import F64, safe_log, stable_cholesky
+from ghofl.heads._linalg import F64, class_map, one_blas_thread, safe_log, stable_cholesky
 from ghofl.heads._params import Constraint, Options, ShrinkageParam
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
@@ -64,8 +64,9 @@ def qda_params(
     identity. Returns ``P`` (C, d, d) with P_c = L_c⁻ᵀ (upper triangular) so that
     (x−μ_c)ᵀ Σ̃_c⁻¹ (x−μ_c) = ‖(x−μ_c) P_c‖², half log-determinants Σ log diag L_c (C,), log
     priors (C,), the coefficients a_c and how they were chosen (a rule is resolved by
-    :func:`qda_shrinkage`). Classes are processed one at a time, so peak memory is P plus a
-    few (d, d) matrices.
+    :func:`qda_shrinkage`). The classes are factorised in a thread pool with one BLAS thread
+    each (:func:`~ghofl.heads._linalg.class_map`), so peak memory is P plus a few (d, d)
+    matrices per worker.
     """
     c_num, d = moments.num_classes, moments.dim
     center = pooled_center(moments, pooled_shrinkage) if target == "pooled" else None
@@ -80,7 +81,8 @@ def qda_params(
         del Lb, Lb_inv
     prec = np.empty((c_num, d, d))
     half_logdet = np.empty(c_num)
-    for c in range(c_num):
+
+    def factor(c: int) -> None:
         cov = moments.class_covariance(c, divisor)
         if center is not None and center_inv is not None:
             with np.errstate(over="ignore", invalid="ignore"):
@@ -88,13 +90,15 @@ def qda_params(
                 shrunk = (1.0 - coefs[c]) * (0.5 * (cov + cov.T)) + (coefs[c] * scale) * center
         else:
             shrunk = shrink(cov, coefs[c], target)  # type: ignore[arg-type]
+        del cov
         L, _ = stable_cholesky(
             shrunk, f"the QDA covariance of class {moments.meta.classes[c]!r}",
         )
         del shrunk
-        del cov
         prec[c] = _lower_inverse(L).T
         half_logdet[c] = float(np.sum(np.log(np.diag(L))))
+
+    class_map(factor, c_num)  # classes in parallel, one BLAS thread each
     return prec, half_logdet, safe_log(moments.priors), coefs, method
 
 
@@ -150,8 +154,9 @@ def qda_evidence_shrinkage(
     The evidence depends on each class covariance only through its (generalised) eigenvalues,
     so they are all this computes: one ``eigvalsh`` per class (no eigenvectors), kept as C·k
     numbers. With the ``"pooled"`` target (``center`` B, (d, d), required) they are the
-    eigenvalues of L⁻¹Σ_cL⁻ᵀ, B = LLᵀ (one Cholesky factor and its inverse for all classes),
-    and the prior of class c is centred on t_c·B.
+    eigenvalues of L⁻¹Σ_cL⁻ᵀ, B = LLᵀ (one Cholesky factor for all classes, the reduction by
+    LAPACK ``dsygst``), and the prior of class c is centred on t_c·B. The classes run in a
+    thread pool with one BLAS thread each (:func:`~ghofl.heads._linalg.class_map`).
 
     Returns
     -------
@@ -165,27 +170,23 @@ def qda_evidence_shrinkage(
         return [1.0] * c_num, "single-sample"
     support = support_basis(moments)
     metric = None if support is None else support.T @ support
-    whiten = None
+    chol_q = None
     if target == "pooled":
         if center is None:
             raise ValueError("the 'pooled' target needs its centre")
         q = center if support is None else support.T @ center @ support
-        Lq, _ = stable_cholesky(0.5 * (q + q.T), "the pooled covariance QDA shrinks toward")
-        whiten = _lower_inverse(Lq)
-        del Lq, q
-    fams: list[tuple[ShrinkageFamily, float]] = []
-    for c in usable:
+        chol_q, _ = stable_cholesky(0.5 * (q + q.T), "the pooled covariance QDA shrinks toward")
+        del q
+
+    def family(c: int) -> tuple[ShrinkageFamily, float]:
         cov = moments.class_covariance(c, "n-1")
         d = cov.shape[0]
-        if whiten is not None:
+        if chol_q is not None:
             p = cov if support is None else support.T @ cov @ support
-            # L⁻¹ p L⁻ᵀ with two triangular products (BLAS dtrmm: half a general product each)
-            half = dtrmm(1.0, whiten, np.asfortranarray(p), side=0, lower=1)
-            del p
-            wc = dtrmm(1.0, whiten, half, side=1, lower=1, trans_a=1, overwrite_b=1)
-            del half
+            del cov
+            wc = _whiten(p, chol_q)
             t = max(float(np.trace(wc)), 0.0) / d
-            w = eigvalsh(0.5 * (wc + wc.T), check_finite=False, overwrite_a=True)
+            w = eigvalsh(wc, lower=True, check_finite=False, overwrite_a=True)
         elif support is None:
             t = max(float(np.trace(cov)), 0.0) / d if target == "scaled_identity" else 1.0
             w = eigvalsh(cov, check_finite=False, overwrite_a=True)
@@ -193,10 +194,12 @@ def qda_evidence_shrinkage(
             t = max(float(np.trace(cov)), 0.0) / d if target == "scaled_identity" else 1.0
             p = support.T @ cov @ support
             w = eigvalsh(0.5 * (p + p.T), metric, check_finite=False)
-        del cov
         no_basis = np.empty((0, 0))  # the evidence reads the eigenvalues and the target only
-        fams.append((ShrinkageFamily(np.maximum(w, 0.0), no_basis, max(t, 0.0), 0.0),
-                     moments.class_dof(c)))
+        return (ShrinkageFamily(np.maximum(w, 0.0), no_basis, max(t, 0.0), 0.0),
+                moments.class_dof(c))
+
+    # classes in parallel, one BLAS thread each
+    fams = class_map(lambda i: family(usable[i]), len(usable))
 
     def evidence(cands: list[float]) -> F64:
         out = np.zeros(len(cands))
@@ -208,6 +211,20 @@ def qda_evidence_shrinkage(
     best = argmax_candidate(evidence(grid), grid)
     fine = refine_grid(best, grid)
     return [argmax_candidate(evidence(fine), fine)] * c_num, "evidence"
+
+
+def _whiten(p: F64, chol_q: F64) -> F64:
+    """L⁻¹ P L⁻ᵀ (its lower triangle; the strict upper one is not meaningful), Q = L Lᵀ.
+
+    LAPACK ``dsygst`` (the reduction of the pencil (P, Q) to standard form): d³ flops, where
+    two triangular products with L⁻¹ take 2d³ and the inverse d³/3 more.
+    """
+    sym = np.asfortranarray(0.5 * (p + p.T))
+    out, info = dsygst(sym, chol_q, itype=1, lower=1, overwrite_a=1)
+    if info != 0:  # pragma: no cover - the arguments are checked above
+        raise np.linalg.LinAlgError(f"reduction to standard form failed (LAPACK info {info})")
+    res: F64 = out
+    return res
 
 
 def whitened_sq_norms(Z: F64, mean: F64, prec: F64, out: F64,
@@ -319,10 +336,10 @@ class QDAHead(Head):
     def _fit(self, moments: Moments) -> None:
         p = self.params_
         self.means_ = moments.means.copy()
-        self.precision_chol_, self.half_log_det_, self.log_priors_, coefs, method = qda_params(
-            moments, p["shrinkage"], p["shrinkage_target"], p["covariance_divisor"],
-            p["pooled_shrinkage"],
-        )
+        with one_blas_thread():  # the per-class work runs in a thread pool (class_map)
+            self.precision_chol_, self.half_log_det_, self.log_priors_, coefs, method = (
+                qda_params(moments, p["shrinkage"], p["shrinkage_target"],
+                           p["covariance_divisor"], p["pooled_shrinkage"]))
         self.shrinkage_ = coefs
         self.shrinkage_method_ = method
 
@@ -341,9 +358,12 @@ class QDAHead(Head):
         n, d = Z.shape
         c_num = self.means_.shape[0]
         out = np.empty((n, c_num))
-        col = np.empty(n)
-        for c in range(c_num):
+
+        def score(c: int) -> None:
+            col = np.empty(n)
             whitened_sq_norms(Z, self.means_[c], self.precision_chol_[c], col)
             out[:, c] = -0.5 * col - self.half_log_det_[c]
+
+        class_map(score, c_num)  # classes in parallel, one BLAS thread each
         out += self.log_priors_ - 0.5 * d * np.log(2.0 * np.pi)
         return out
