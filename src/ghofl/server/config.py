@@ -20,7 +20,6 @@ from ghofl.server.plan import (
     FederationPlan,
     default_min_class_count,
 )
-from ghofl.server_job import ServerJob
 
 __all__ = ["cfg_float", "cfg_int", "cfg_str", "plan_from_config", "plan_to_config"]
 
@@ -97,6 +96,8 @@ def _plan(cfg: Mapping[str, Any]) -> FederationPlan:
         limbs=cfg_int(cfg, "limbs", 2), dp=dp, store=cfg_str(cfg, "store"),
         corrupt_fraction=threat["corrupt_fraction"], dropout_fraction=threat["dropout_fraction"],
         sigma=threat["sigma"], eta=threat["eta"])
+    from ghofl.server_job import ServerJob  # the server's modules, on first use
+
     return FederationPlan(job, agg, ServerJob.from_config(cfg))
 
 

@@ -27,10 +27,10 @@ from ghofl.secure.graph_params import (
     DEFAULT_ETA,
     DEFAULT_SIGMA,
 )
-from ghofl.server_job import ServerJob
 
 if TYPE_CHECKING:
     from ghofl.privacy import DPConfig, NoisePlan
+    from ghofl.server_job import ServerJob
 
 __all__ = [
     "PROTOCOLS",
@@ -272,7 +272,7 @@ class FederationPlan:
 
     client: ClientJob
     aggregation: AggregationSpec = field(default_factory=AggregationSpec)
-    server: ServerJob = field(default_factory=lambda: ServerJob(("nb",)))
+    server: ServerJob = field(default_factory=lambda: _default_server())
 
     def __post_init__(self) -> None:
         agg = self.aggregation
@@ -340,3 +340,13 @@ class FederationPlan:
             },
             "server": self.server.to_config(),
         }
+
+
+def _default_server() -> ServerJob:
+    """``ServerJob(("nb",))``, importing ghofl.server_job (heads, evaluation) on first use.
+
+    So a client reading the plan's constants does not load the server's modules.
+    """
+    from ghofl.server_job import ServerJob
+
+    return ServerJob(("nb",))

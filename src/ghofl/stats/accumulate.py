@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.linalg.blas import dsyrk
 
 from ghofl.errors import InputError
 from ghofl.stats.client_stats import ClientStats
@@ -248,6 +247,7 @@ class StatsAccumulator:
                     self._n_clipped += clip_rows(block, clip)
                 self._add_class_block(int(c), block, with_scatter=clip is not None)
         if self._b is not None and clip is None:
+            dsyrk = _dsyrk()
             direct = xin.dtype == np.float64 and xin.flags.c_contiguous
             for start in range(0, xin.shape[0], self._chunk):
                 stop = min(start + self._chunk, xin.shape[0])
@@ -261,6 +261,7 @@ class StatsAccumulator:
 
         And to B when ``with_scatter`` and the mode holds B.
         """
+        dsyrk = _dsyrk()
         self._sums[c] += block.sum(axis=0)
         if self._sq is not None:
             self._sq[c] += np.einsum("ij,ij->j", block, block)
@@ -428,3 +429,10 @@ def _symmetrize_upper(m: NDArray[np.float64]) -> NDArray[np.float64]:
     diag = np.einsum("ii->i", res)
     diag *= 0.5
     return res
+
+
+def _dsyrk() -> Any:
+    """BLAS ``dsyrk``, imported on first use (scipy.linalg costs ~0.1 s to import)."""
+    from scipy.linalg.blas import dsyrk
+
+    return dsyrk
