@@ -45,7 +45,7 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -86,6 +86,12 @@ from ghofl.secure.messages import (  # noqa: E402
     ServerMessage,
 )
 from ghofl.stats.client_stats import ClientStats  # noqa: E402
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from ghofl.secure.client import PayloadEncoder
+    from ghofl.secure.config import SessionParams
 
 __all__ = ["STATE_KEY", "STATS_CACHE_KEY", "TEST_KILL_KEY", "app", "handle_query"]
 
@@ -240,9 +246,16 @@ def _lazy(source: Path, job: ClientJob, cache: object,
 def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, source: Path,
                    stats: Callable[[], ClientStats], job: ClientJob,
                    plan: NoisePlan | None = None) -> SecAggClient:
+    run_cfg = dict(context.run_config)
     # Distributed DP: the noise share is drawn from OS entropy when the masked input is due.
     encode = (noise_share_encoder(plan, np.random.default_rng())
               if plan is not None and plan.config.mode == "distributed" else None)
+    federation = _region_federation_size(run_cfg)
+    if federation is not None:
+        if encode is not None:
+            raise ProtocolError("regions do not combine with distributed DP (the noise shares "
+                                "are sized for one flat round)")
+        encode = federation_encoder(federation)
     client_id = me.client_id
     kw: dict[str, Any] = {"identity": me.identity, "roster": me.roster, "policy": me.policy,
                           "ledger": me.ledger}
@@ -256,6 +269,36 @@ def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, s
             "this round (it missed the advertise stage)"
         )
     return SecAggClient.from_state(dict(saved), stats, encode=encode, **kw)
+
+
+def _region_federation_size(run_cfg: Mapping[str, Any]) -> int | None:
+    """With the run config key ``regions``: the federation's size (``expected-nodes``)."""
+    regions = run_cfg.get("regions", 0)
+    if not isinstance(regions, int) or isinstance(regions, bool) or regions == 0:
+        return None
+    n = run_cfg.get("expected-nodes")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+        raise ProtocolError("a run with regions must give the run config key 'expected-nodes' "
+                            "(the federation's size, which sizes every region's codec)")
+    return n
+
+
+def federation_encoder(total_clients: int) -> PayloadEncoder:
+    """A regional round's encoder: the codec of the whole federation (K = ``total_clients``).
+
+    The round's M, R and limbs come from its public parameters, as in a flat round; K is the
+    federation's, not the region's (:func:`ghofl.secure.hierarchy.region_encoder`), so the
+    regional sums add up to the flat round's words.
+    """
+    from ghofl.secure.fixedpoint import FixedPointCodec
+    from ghofl.secure.hierarchy import region_encoder
+
+    def encode(stats: ClientStats, params: SessionParams) -> NDArray[np.uint64]:
+        codec = FixedPointCodec(total_clients, params.max_samples, float(params.clip_norm),
+                                params.limbs)
+        return region_encoder(codec)(stats, params)
+
+    return encode
 
 
 def _input_dim(source: Path) -> int | None:
