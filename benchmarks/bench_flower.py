@@ -34,6 +34,8 @@ from ghofl.simulation import Population, simulate
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = {"secure": ("advertise", "share", "mask", "unmask"), "plain": ("input",)}
 HEADS = "nb,lda,fedcgs"
+#: Seconds a Flower stage waits for its replies (--stage-timeout).
+STAGE_TIMEOUT_S = [600.0]
 #: Engine label of the deployment runs whose nodes read their statistics from a warm cache.
 WARM = "deployment (warm stats cache)"
 
@@ -70,7 +72,7 @@ def on_flower(feats: Any, clients: int, protocol: str, clip: float, engine: str,
     cfg = {**run_config(feats.classes, protocol, clip),
            "out-dir": str(root / f"{label or engine}-{protocol}"),
            "test-path": str(root / "test.npz"),
-           "stage-timeout-s": 600.0, "wait-timeout-s": 300.0}
+           "stage-timeout-s": STAGE_TIMEOUT_S[0], "wait-timeout-s": 300.0}
     t0 = time.perf_counter()
     extra = ([{"stats-cache": str(cache / f"node-{i}")} for i in range(clients)]
              if cache is not None and engine == "deployment" else None)
@@ -115,7 +117,7 @@ def floor(clients: int, root: Path, reply_bytes: dict[str, int] | None = None
     name = "floor-bytes" if reply_bytes else "floor"
     stages = list(reply_bytes) if reply_bytes else list(STAGES["secure"])
     cfg = {"out-dir": str(root / f"deployment-{name}"), "stages": ",".join(stages),
-           "stage-timeout-s": 600.0, "wait-timeout-s": 300.0, "poll-s": 0.2,
+           "stage-timeout-s": STAGE_TIMEOUT_S[0], "wait-timeout-s": 300.0, "poll-s": 0.2,
            "reply-bytes": ",".join(str(reply_bytes[s]) for s in stages) if reply_bytes else ""}
     t0 = time.perf_counter()
     res = run_local("deployment", clients, cfg, root / f"work-{name}",
@@ -214,11 +216,14 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--engines", nargs="+", default=["simulation", "deployment"])
+    ap.add_argument("--stage-timeout", type=float, default=600.0,
+                    help="seconds a stage waits for its replies (raise it on a loaded machine)")
 
 
 def measure(ctx: harness.Context) -> dict[str, Any]:
     """Secure then plain: in process, then on each engine; then Flower's floor."""
     args = ctx.args
+    STAGE_TIMEOUT_S[0] = float(args.stage_timeout)
     feats = features((300, 100), ctx.data_dir())
     clip = default_clip_norm(feats.encoder_info)
     assert clip is not None

@@ -93,3 +93,37 @@ def test_regions_with_a_wrong_federation_size_are_refused(tmp_path: Path) -> Non
     server = FederationServer(plan_from_config(cfg), [f"node-{i}" for i in range(6)], meta)
     with pytest.raises(ConfigError, match="'expected-nodes' = 5, but 6 nodes are connected"):
         _aggregate(server, object(), {f"node-{i}": i for i in range(6)}, 1.0, [], cfg, None)
+
+
+def test_flower_run_cli_runs_regions(tmp_path: Path) -> None:
+    """``ghofl flower-run --secure --regions 2``: the results name both regions and the total
+    is the clients' total (bit for bit with the run-config path above, here to 1e-9)."""
+    from ghofl.stats.client_stats import sum_stats
+    from tests.helpers_cli import run_cli
+
+    cfg = _cfg(tmp_path)
+    out = tmp_path / "run"
+    r = run_cli("flower-run", "--engine", "simulation", "--nodes", "4", "--secure",
+                "--clip", "30", "--classes", "0,1,2", "--regions", "2", "--heads", "nb",
+                "--data-template", str(cfg["data-template"]), "--out", out,
+                "--stage-timeout", "60", "--json", cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout)
+    assert res["status"] == "ok" and res["hierarchy"]["included_regions"] == [
+        "region-0", "region-1"]
+    job = ClientJob(("0", "1", "2"), clip_norm=30.0)
+    ref = sum_stats([client_statistics(tmp_path / "parts" / f"client-{i}.npz", job)
+                     for i in range(4)])
+    assert load_stats(out / "total.ghs").allclose(ref, rtol=1e-9, atol=1e-9)
+
+
+def test_flower_run_refuses_a_stats_cache_on_the_simulation_engine(tmp_path: Path) -> None:
+    from tests.helpers_cli import run_cli
+
+    cfg = _cfg(tmp_path)
+    r = run_cli("flower-run", "--engine", "simulation", "--nodes", "2", "--plain",
+                "--classes", "0,1,2", "--data-template", str(cfg["data-template"]),
+                "--out", tmp_path / "run", "--stats-cache", tmp_path / "cache",
+                cwd=tmp_path, timeout=300)
+    assert r.returncode != 0
+    assert "--stats-cache needs --engine deployment" in r.stderr
