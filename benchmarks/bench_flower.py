@@ -34,6 +34,10 @@ from ghofl.simulation import Population, simulate
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = {"secure": ("advertise", "share", "mask", "unmask"), "plain": ("input",)}
 HEADS = "nb,lda,fedcgs"
+#: Seconds a Flower stage waits for its replies (--stage-timeout).
+STAGE_TIMEOUT_S = [600.0]
+#: Engine label of the deployment runs whose nodes read their statistics from a warm cache.
+WARM = "deployment (warm stats cache)"
 
 
 def features(per_class: tuple[int, int], data_dir: str | None) -> Any:
@@ -61,61 +65,118 @@ def in_process(feats: Any, clients: int, protocol: str, clip: float) -> dict[str
 
 
 def on_flower(feats: Any, clients: int, protocol: str, clip: float, engine: str,
-              root: Path) -> dict[str, Any]:
+              root: Path, cache: Path | None = None, label: str | None = None) -> dict[str, Any]:
+    """One run on ``engine``; with ``cache``, every node keeps its statistics cache there."""
     from ghofl.integrations.flower.runner import run_local
 
-    cfg = {"protocol": protocol, "classes": json.dumps(list(feats.classes)), "mode": "pooled",
-           "clip_norm": clip, "heads": HEADS, "seed": 0,
-           "out-dir": str(root / f"{engine}-{protocol}"), "test-path": str(root / "test.npz"),
-           "stage-timeout-s": 600.0, "wait-timeout-s": 300.0}
+    cfg = {**run_config(feats.classes, protocol, clip),
+           "out-dir": str(root / f"{label or engine}-{protocol}"),
+           "test-path": str(root / "test.npz"),
+           "stage-timeout-s": STAGE_TIMEOUT_S[0], "wait-timeout-s": 300.0}
     t0 = time.perf_counter()
-    res = run_local(engine, clients, cfg, root / f"work-{engine}-{protocol}",  # type: ignore[arg-type]
+    extra = ([{"stats-cache": str(cache / f"node-{i}")} for i in range(clients)]
+             if cache is not None and engine == "deployment" else None)
+    res = run_local(engine, clients, cfg,  # type: ignore[arg-type]
+                    root / f"work-{label or engine}-{protocol}",
                     data_template=str(root / "parts" / "client-{partition_id}.npz"),
-                    app_dir=ROOT / "examples" / "flower_app", timeout_s=3600)
+                    app_dir=ROOT / "examples" / "flower_app", timeout_s=3600, node_extra=extra)
     if res.get("status") != "ok":
         raise RuntimeError(f"the Flower {engine} run failed: {res.get('error')}")
-    return {"engine": engine, "protocol": protocol, "wall_s": time.perf_counter() - t0,
+    return {"engine": label or engine, "protocol": protocol, "wall_s": time.perf_counter() - t0,
             "stage_seconds": res["stage_seconds"], "stages": res["aggregation"]["stages"],
             "accuracy": res["accuracy"]}
 
 
-def floor(clients: int, root: Path) -> dict[str, Any]:
-    """Flower's per-message floor: the four secure stages, one empty message per node each."""
+def run_config(classes: Any, protocol: str, clip: float) -> dict[str, Any]:
+    """The ghofl run config keys of the Flower runs."""
+    return {"protocol": protocol, "classes": json.dumps(list(classes)), "mode": "pooled",
+            "clip_norm": clip, "heads": HEADS, "seed": 0}
+
+
+def warm_cache(root: Path, clients: int, classes: Any, clip: float) -> Path:
+    """Fill each node's statistics cache as its ClientApp would (same job, same function)."""
+    from ghofl.client.stats_cache import cached_statistics
+    from ghofl.integrations.flower._config import dp_options
+
+    cfg = run_config(classes, "plain", clip)
+    job = dp_options(cfg, ClientJob.from_config(cfg))[0]
+    for i in range(clients):
+        cached_statistics(root / "parts" / f"client-{i}.npz", job, root / "cache" / f"node-{i}")
+    return root / "cache"
+
+
+def floor(clients: int, root: Path, reply_bytes: dict[str, int] | None = None
+          ) -> dict[str, Any]:
+    """Flower's per-message floor: one message per node per stage.
+
+    The four secure stages with empty replies; or, with ``reply_bytes``, its stages (ghofl's
+    four secure stages and the plain ``input``) with that many random bytes per reply.
+    """
     from ghofl.integrations.flower.runner import run_local
 
-    cfg = {"out-dir": str(root / "deployment-floor"), "stages": ",".join(STAGES["secure"]),
-           "stage-timeout-s": 600.0, "wait-timeout-s": 300.0, "poll-s": 0.2}
+    name = "floor-bytes" if reply_bytes else "floor"
+    stages = list(reply_bytes) if reply_bytes else list(STAGES["secure"])
+    cfg = {"out-dir": str(root / f"deployment-{name}"), "stages": ",".join(stages),
+           "stage-timeout-s": STAGE_TIMEOUT_S[0], "wait-timeout-s": 300.0, "poll-s": 0.2,
+           "reply-bytes": ",".join(str(reply_bytes[s]) for s in stages) if reply_bytes else ""}
     t0 = time.perf_counter()
-    res = run_local("deployment", clients, cfg, root / "work-floor",
+    res = run_local("deployment", clients, cfg, root / f"work-{name}",
                     app_dir=ROOT / "benchmarks" / "flower_floor_app", timeout_s=3600)
     if res.get("status") != "ok":
         raise RuntimeError(f"the Flower floor run failed: {res}")
-    return {"wall_s": time.perf_counter() - t0, "stage_seconds": res["stage_seconds"]}
+    return {"wall_s": time.perf_counter() - t0, "stage_seconds": res["stage_seconds"],
+            "reply_bytes": reply_bytes or {}}
+
+
+def sent_bytes(runs: list[dict[str, Any]]) -> dict[str, int]:
+    """Mean bytes a client sent per stage in the deployment runs (secure stages, then input)."""
+    out: dict[str, int] = {}
+    for r in runs:
+        if r["engine"] == "deployment":
+            for st in STAGES[r["protocol"]]:
+                out[st] = round(r["stages"][st]["client_sent_bytes_mean"])
+    return out
+
+
+def _ratios(r: dict[str, Any], ref: dict[str, float]) -> list[float]:
+    stages = STAGES[r["protocol"]]
+    ref_of = ({s: ref[s] for s in stages} if all(s in ref for s in stages)
+              else {s: float(np.median(list(ref.values()))) for s in stages})
+    return [r["stage_seconds"].get(s, 0.0) / ref_of[s] for s in stages]
 
 
 def floor_lines(data: dict[str, Any]) -> list[str]:
-    """The floor row and ghofl's deployment stage seconds as ratios of it."""
-    fl = data.get("floor")
+    """The floor rows and ghofl's deployment stage seconds as ratios of them."""
+    fl, fb = data.get("floor"), data.get("floor_bytes")
     if fl is None:
         return []
-    stages = STAGES["secure"]
-    per = [fl["stage_seconds"][s] for s in stages]
+    per = [fl["stage_seconds"][s] for s in STAGES["secure"]]
     lines = ["", "Flower's per-message floor (`benchmarks/flower_floor_app`: a ClientApp that "
              "imports only flwr and answers with an empty reply; the same SuperNodes, stages, "
              f"0.2 s pull interval): {' / '.join(f'{v:.2f}' for v in per)} s per stage "
-             f"(median {float(np.median(per)):.2f} s).", ""]
+             f"(median {float(np.median(per)):.2f} s)."]
+    if fb:
+        sizes = ", ".join(f"{s} {b / 1e6:.3g} MB" for s, b in fb["reply_bytes"].items())
+        secs = " / ".join(f"{fb['stage_seconds'][s]:.2f}" for s in fb["reply_bytes"])
+        lines[-1] += (f" The same floor replying with ghofl's payload sizes (random bytes: "
+                      f"{sizes}): {secs} s.")
+    head = ["deployment run", "ghofl stage / floor stage", "median"]
+    if fb:
+        head += ["ghofl stage / same-bytes floor stage", "median"]
     rows = []
     for r in data["runs"]:
-        if r["engine"] != "deployment":
+        if not r["engine"].startswith("deployment"):
             continue
-        own = [r["stage_seconds"].get(s, 0.0) for s in STAGES[r["protocol"]]]
-        ref = per if r["protocol"] == "secure" else [float(np.median(per))]
-        ratios = [a / b for a, b in zip(own, ref, strict=True)]
-        rows.append([r["protocol"], " / ".join(f"{x:.2f}" for x in ratios),
-                     f"{float(np.median(ratios)):.2f}"])
-    lines.append(markdown_table(["deployment protocol", "ghofl stage / floor stage",
-                                 "median ratio"], rows))
-    lines += ["", "The plain protocol's one stage is compared with the floor's median stage."]
+        ratios = _ratios(r, dict(fl["stage_seconds"]))
+        row = [f"{r['protocol']}{r['engine'][len('deployment'):]}",
+               " / ".join(f"{x:.2f}" for x in ratios), f"{float(np.median(ratios)):.2f}"]
+        if fb:
+            rb = _ratios(r, dict(fb["stage_seconds"]))
+            row += [" / ".join(f"{x:.2f}" for x in rb), f"{float(np.median(rb)):.2f}"]
+        rows.append(row)
+    lines += ["", markdown_table(head, rows), "",
+              "The plain protocol's one stage is compared with the empty floor's median stage "
+              "and with the same-bytes floor's `input` stage."]
     return lines
 
 
@@ -155,11 +216,14 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The flags of this benchmark (besides the harness's --report-only / --no-write / --out)."""
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--engines", nargs="+", default=["simulation", "deployment"])
+    ap.add_argument("--stage-timeout", type=float, default=600.0,
+                    help="seconds a stage waits for its replies (raise it on a loaded machine)")
 
 
 def measure(ctx: harness.Context) -> dict[str, Any]:
     """Secure then plain: in process, then on each engine; then Flower's floor."""
     args = ctx.args
+    STAGE_TIMEOUT_S[0] = float(args.stage_timeout)
     feats = features((300, 100), ctx.data_dir())
     clip = default_clip_norm(feats.encoder_info)
     assert clip is not None
@@ -178,14 +242,23 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
                 ctx.log(f"{engine} {protocol} ...")
                 runs.append(on_flower(feats, args.clients, protocol, clip, engine, root))
                 ctx.log(f"  {runs[-1]['wall_s']:.1f} s")
-        fl = None
+        fl = fb = None
         if "deployment" in args.engines:
+            cache = warm_cache(root, args.clients, feats.classes, clip)
+            for protocol in ("secure", "plain"):
+                ctx.log(f"deployment {protocol}, warm statistics cache ...")
+                runs.append(on_flower(feats, args.clients, protocol, clip, "deployment", root,
+                                      cache=cache, label=WARM))
+                ctx.log(f"  {runs[-1]['wall_s']:.1f} s")
             ctx.log("deployment floor ...")
             fl = floor(args.clients, root)
             ctx.log(f"  {fl['wall_s']:.1f} s")
+            ctx.log("deployment floor with ghofl's payload sizes ...")
+            fb = floor(args.clients, root, sent_bytes(runs))
+            ctx.log(f"  {fb['wall_s']:.1f} s")
     return {"flower": {"machine": machine_summary(), "clients": args.clients, "clip": clip,
                        "n_train": int(feats.y_train.size), "n_test": int(feats.y_test.size),
-                       "runs": runs, "floor": fl}}
+                       "runs": runs, "floor": fl, "floor_bytes": fb}}
 
 
 BENCH = harness.Benchmark(

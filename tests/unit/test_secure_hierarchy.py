@@ -293,15 +293,19 @@ def test_simulate_refuses_more_regions_than_pairs_of_clients(
     assert "give at most 3 regions (--regions)" in capsys.readouterr().err
 
 
-def test_run_configs_and_the_flat_entry_point_refuse_regions() -> None:
+def test_run_configs_carry_regions_and_the_flat_entry_point_refuses_them() -> None:
     from ghofl.client.job import ClientJob
-    from ghofl.server.config import plan_from_config
+    from ghofl.server.config import plan_from_config, plan_to_config
     from ghofl.server.plan import AggregationSpec, FederationPlan
     from ghofl.server.run import FederationServer
 
-    with pytest.raises(ConfigError, match="'regions' runs in process only"):
+    got = plan_from_config({"classes": json.dumps(["a", "b"]), "heads": "nb", "clip_norm": 2.0,
+                            "regions": 2})
+    assert got.aggregation.regions == 2
+    assert plan_from_config(plan_to_config(got)) == got
+    with pytest.raises(ConfigError, match="must be at least 2"):
         plan_from_config({"classes": json.dumps(["a", "b"]), "heads": "nb", "clip_norm": 2.0,
-                          "regions": 2})
+                          "regions": 1})
     plan = FederationPlan(ClientJob(("a", "b", "c"), "pooled", clip_norm=CLIP),
                           AggregationSpec("secure", regions=2))
     payloads = _payloads(4)

@@ -1,5 +1,6 @@
-"""ServerApp: wait for the nodes, then run each stage (one query per node, pull every poll-s
-seconds until every reply is in) and write the seconds per stage to ``results.json``.
+"""ServerApp: wait for the nodes, then run each stage (one query per node, naming the stage;
+pull every poll-s seconds until every reply is in) and write the seconds per stage to
+``results.json``.
 
 Stage seconds are measured as ghofl's ServerApp measures them: from pushing a stage's messages
 to its last reply. ``results.json`` is written last and is the success marker.
@@ -12,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from flwr.app import Context, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 app = ServerApp()
@@ -27,10 +28,12 @@ def _wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> list[int]:
         time.sleep(0.2)
 
 
-def _stage(grid: Grid, nodes: list[int], timeout_s: float, poll_s: float) -> tuple[float, int]:
+def _stage(grid: Grid, nodes: list[int], name: str, timeout_s: float, poll_s: float
+           ) -> tuple[float, int]:
     t0 = time.perf_counter()
-    pending = set(grid.push_messages([Message(RecordDict(), dst_node_id=n, message_type="query")
-                                      for n in nodes]))
+    pending = set(grid.push_messages([
+        Message(RecordDict({"floor": ConfigRecord({"stage": name})}), dst_node_id=n,
+                message_type="query") for n in nodes]))
     deadline = time.monotonic() + timeout_s
     answered = 0
     while pending and time.monotonic() < deadline:
@@ -52,7 +55,7 @@ def main(grid: Grid, context: Context) -> None:
     seconds: dict[str, float] = {}
     replies: dict[str, int] = {}
     for name in str(cfg["stages"]).split(","):
-        seconds[name], replies[name] = _stage(grid, nodes, float(cfg["stage-timeout-s"]),
+        seconds[name], replies[name] = _stage(grid, nodes, name, float(cfg["stage-timeout-s"]),
                                               float(cfg["poll-s"]))
     ok = all(r == len(nodes) for r in replies.values())
     result = {"status": "ok" if ok else "failed", "nodes": len(nodes),

@@ -50,6 +50,14 @@ _AbortBitsOption = Annotated[float, typer.Option(
     "--abort-bits", help="Secure: abort target ETA > 0 (probability <= 2^-ETA per client per "
     "round). Deployment: the nodes hold it too.")]
 
+_RegionsOption = Annotated[int, typer.Option(
+    "--regions", help="Secure: R public regions of the nodes, a secure round each over its "
+    "own nodes, then one among the regional aggregators in the ServerApp (0 = one flat round; "
+    "docs/secure-aggregation.md, Regions).")]
+_StatsCacheOption = Annotated[Path | None, typer.Option(
+    "--stats-cache", help="Deployment: node i keeps its computed statistics in DIR/node-i "
+    "(node config stats-cache) and reads them back in later runs over the same data and job.")]
+
 
 @app.command("flower-run")
 @upload_options(exclude=("client.projection_dim", "client.projection_seed",
@@ -79,6 +87,8 @@ def flower_run(
     dropout_fraction: _DropoutFractionOption = DEFAULT_DROPOUT_FRACTION,
     exposure_bits: _ExposureBitsOption = DEFAULT_SIGMA,
     abort_bits: _AbortBitsOption = DEFAULT_ETA,
+    regions: _RegionsOption = 0,
+    stats_cache: _StatsCacheOption = None,
     heads: Annotated[str, typer.Option("--heads", help="Heads to fit, comma-separated.")]
         = "nb,lda,qda",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the heads.")] = 0,
@@ -120,7 +130,7 @@ def flower_run(
             AggregationSpec(protocol="secure" if secure else "plain",
                             threshold=threshold or None, corrupt_fraction=corrupt_fraction,
                             dropout_fraction=dropout_fraction, sigma=exposure_bits,
-                            eta=abort_bits),
+                            eta=abort_bits, regions=regions or None),
             server_job))
 
     plan_for(("0",))  # the plan's rules first: option errors before class-list errors
@@ -134,6 +144,7 @@ def flower_run(
     if test is None:
         cfg["dim"] = _dim(template)
     node_extra = _node_extra(identities, nodes, engine, plan, cfg)
+    node_extra = _with_stats_cache(node_extra, stats_cache, engine, nodes)
     result = run_local(engine, nodes, cfg, out / "flower", data_template=template,  # type: ignore[arg-type]
                        app_dir=app_dir, node_extra=node_extra)
     _finish(result, as_json, engine, nodes, out)
@@ -192,6 +203,18 @@ def _node_extra(identities: Path | None, nodes: int, engine: str, plan: Federati
     if not keys and not policy:
         return None
     return [{**(keys[i] if keys else {}), **policy} for i in range(nodes)]
+
+
+def _with_stats_cache(node_extra: list[dict[str, object]] | None, cache: Path | None,
+                      engine: str, nodes: int) -> list[dict[str, object]] | None:
+    """Add node i's statistics cache folder ``cache/node-i`` to its node config."""
+    if cache is None:
+        return node_extra
+    if engine != "deployment":
+        raise ConfigError("--stats-cache needs --engine deployment (the simulation engine "
+                          "gives its nodes no node config)")
+    return [{**(node_extra[i] if node_extra else {}),
+             "stats-cache": str(cache.resolve() / f"node-{i}")} for i in range(nodes)]
 
 
 def _node_policy(agg: AggregationSpec, engine: str) -> dict[str, float]:

@@ -34,7 +34,6 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import erfc
 
 from ghofl.errors import ConfigError
 from ghofl.privacy.accounting import calibrate_noise_multiplier, check_epsilon_delta
@@ -317,6 +316,8 @@ def truncation_probability(entries: int, clamp: float = NOISE_CLAMP_SIGMAS) -> f
 
     entries · P(|Z| > c) = entries · erfc(c/√2) (N4).
     """
+    from scipy.special import erfc  # on first use: scipy costs ~0.1 s to import
+
     return float(min(1.0, entries * erfc(clamp / math.sqrt(2.0))))
 
 

@@ -32,7 +32,6 @@ import math
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import gammaln, logsumexp
 
 from ghofl.errors import ConfigError
 
@@ -82,6 +81,8 @@ def _log_pmf(population: int, marked: int, draws: int) -> NDArray[np.float64]:
 
     −inf where impossible; shape (draws + 1,).
     """
+    from scipy.special import gammaln  # on first use: scipy costs ~0.1 s to import
+
     j = np.arange(draws + 1, dtype=np.float64)
     ok = (j <= marked) & (draws - j <= population - marked)
     jj = np.where(ok, j, 0.0)
@@ -102,6 +103,8 @@ def log2_hypergeom_sf(x: int, population: int, marked: int, draws: int) -> float
         return 0.0
     if x > draws:
         return -math.inf
+    from scipy.special import logsumexp
+
     tail = _log_pmf(population, marked, draws)[x:]
     return min(0.0, float(logsumexp(tail)) / _LN2)
 

@@ -20,7 +20,6 @@ from ghofl.server.plan import (
     FederationPlan,
     default_min_class_count,
 )
-from ghofl.server_job import ServerJob
 
 if TYPE_CHECKING:
     from ghofl.privacy import DPConfig
@@ -46,13 +45,14 @@ def plan_from_config(cfg: Mapping[str, Any]) -> FederationPlan:
 def plan_to_config(plan: FederationPlan) -> dict[str, ConfigValue]:
     """The run config of ``plan``: ``plan_from_config(plan_to_config(plan)) == plan``.
 
-    Simulated drops (``aggregation.drops``) and regions (``aggregation.regions``, in process
-    only) have no run-config key and are left out.
+    Simulated drops (``aggregation.drops``) have no run-config key and are left out; regions
+    are the key ``regions`` (0 = one flat round; a Flower run then runs each region's round
+    over that region's nodes, :func:`ghofl.integrations.flower.server_app.run_federation`).
 
     Returns
     -------
     dict
-        Every key of :data:`~ghofl.server.fields.FIELDS` but ``drop`` and ``regions``, flat
+        Every key of :data:`~ghofl.server.fields.FIELDS` but ``drop``, flat
         (strings, numbers, booleans), as a Flower run config or a TOML table holds them.
     """
     agg = plan.aggregation
@@ -63,7 +63,7 @@ def plan_to_config(plan: FederationPlan) -> dict[str, ConfigValue]:
         "neighbours": agg.neighbours or 0, "max-samples": agg.max_samples, "limbs": agg.limbs,
         **{FIELDS[f"aggregation.{name}"].key: float(getattr(agg, name))
            for name in THREAT_MODEL_DEFAULTS},
-        "store": agg.store,
+        "store": agg.store, "regions": agg.regions or 0,
         "dp-epsilon": 0.0 if agg.dp is None else float(agg.dp.epsilon),
     })
     if agg.dp is not None:
@@ -85,19 +85,17 @@ def _plan(cfg: Mapping[str, Any]) -> FederationPlan:
     protocol = cfg_str(cfg, "protocol", "secure")
     threat = {name: cfg_float(cfg, FIELDS[f"aggregation.{name}"].key, default)
               for name, default in THREAT_MODEL_DEFAULTS.items()}
-    if cfg_int(cfg, "regions"):
-        raise ConfigError(
-            "run config key 'regions' runs in process only (ghofl simulate --regions); a "
-            "deployment runs one federation per region (docs/secure-aggregation.md, Regions)"
-        )
     agg = AggregationSpec(
         protocol=protocol,  # type: ignore[arg-type]
         threshold=cfg_int(cfg, "threshold") or None,
         neighbours=cfg_int(cfg, "neighbours") or None,
         max_samples=cfg_int(cfg, "max-samples", DEFAULT_MAX_SAMPLES),
         limbs=cfg_int(cfg, "limbs", 2), dp=dp, store=cfg_str(cfg, "store"),
+        regions=cfg_int(cfg, "regions") or None,
         corrupt_fraction=threat["corrupt_fraction"], dropout_fraction=threat["dropout_fraction"],
         sigma=threat["sigma"], eta=threat["eta"])
+    from ghofl.server_job import ServerJob  # the server's modules, on first use
+
     return FederationPlan(job, agg, ServerJob.from_config(cfg))
 
 

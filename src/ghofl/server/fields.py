@@ -186,8 +186,8 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
     _f("aggregation.eta", "abort-bits", "--abort-bits", "float", "20.0",
        "secure: a round aborts for a client with probability <= 2^-bits", metavar="BITS"),
     _f("aggregation.regions", "regions", "--regions", "int", "0",
-       "secure, in process: R public regions, a secure round each, then one over the "
-       "regional sums; 0: one flat round"),
+       "secure: R public regions, a secure round each, then one over the regional sums "
+       "(in process, or on Flower over each region's nodes); 0: one flat round"),
     _f("aggregation.dp_epsilon", "dp-epsilon", "--dp-epsilon", "float", "0.0",
        "differential privacy budget epsilon; 0: no DP"),
     _f("aggregation.dp_delta", "dp-delta", "--dp-delta", "float", "1e-05",

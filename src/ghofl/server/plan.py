@@ -28,10 +28,10 @@ from ghofl.secure.graph_params import (
     DEFAULT_SIGMA,
 )
 from ghofl.secure.levels import MAX_NOISE_LEVELS
-from ghofl.server_job import ServerJob
 
 if TYPE_CHECKING:
     from ghofl.privacy import DPConfig, NoisePlan
+    from ghofl.server_job import ServerJob
 
 __all__ = [
     "PROTOCOLS",
@@ -290,7 +290,7 @@ class FederationPlan:
 
     client: ClientJob
     aggregation: AggregationSpec = field(default_factory=AggregationSpec)
-    server: ServerJob = field(default_factory=lambda: ServerJob(("nb",)))
+    server: ServerJob = field(default_factory=lambda: _default_server())
 
     def __post_init__(self) -> None:
         agg = self.aggregation
@@ -360,3 +360,13 @@ class FederationPlan:
             },
             "server": self.server.to_config(),
         }
+
+
+def _default_server() -> ServerJob:
+    """``ServerJob(("nb",))``, importing ghofl.server_job (heads, evaluation) on first use.
+
+    So a client reading the plan's constants does not load the server's modules.
+    """
+    from ghofl.server_job import ServerJob
+
+    return ServerJob(("nb",))

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.linalg.blas import dsyrk
 
 from ghofl.errors import InputError
 from ghofl.stats.client_stats import ClientStats
@@ -296,6 +295,7 @@ class StatsAccumulator:
 
         And to B when ``with_scatter`` and the mode holds B.
         """
+        dsyrk = _dsyrk()
         self._sums[c] += block.sum(axis=0)
         if self._sq is not None:
             self._sq[c] += np.einsum("ij,ij->j", block, block)
@@ -310,8 +310,8 @@ class StatsAccumulator:
 
     def _add_to_b(self, rows: NDArray[np.float64]) -> None:
         """B += rowsᵀ rows (upper triangle of the Fortran-ordered B; beta = 0 the first time)."""
-        self._b = dsyrk(1.0, rows.T, beta=0.0 if self._b_fresh else 1.0, c=self._b, trans=0,
-                        overwrite_c=1)
+        self._b = _dsyrk()(1.0, rows.T, beta=0.0 if self._b_fresh else 1.0, c=self._b,
+                           trans=0, overwrite_c=1)
         self._b_fresh = False
 
     def _gather(self, xin: NDArray[Any], rows: NDArray[np.intp]) -> NDArray[np.float64]:
@@ -477,3 +477,10 @@ def clip_rows(z: NDArray[np.float64], clip_norm: float) -> int:
     if over.size:
         z[over] *= ((clip_norm * _CLIP_SAFETY) / np.sqrt(sq[over]))[:, None]
     return int(over.size)
+
+
+def _dsyrk() -> Any:
+    """BLAS ``dsyrk``, imported on first use (scipy.linalg costs ~0.1 s to import)."""
+    from scipy.linalg.blas import dsyrk
+
+    return dsyrk

@@ -13,8 +13,11 @@ The statistics are computed only when they are due (the ``mask`` stage of the se
 
 with the :class:`~ghofl.client.job.ClientJob` read from the run config (its keys
 ``holdout_fraction``, ``holdout_seed`` and ``transport_dtype`` included: the plain protocol's
-statistics then travel with float32 sums). Each reply also carries the node's
-``partition-id`` and the seconds it took (ConfigRecord ``ghofl-client``).
+statistics then travel with float32 sums). With the node config key ``stats-cache`` (a folder
+on the node's own disk) the statistics are computed once per data file and job and read back
+in later rounds and runs (:mod:`ghofl.client.stats_cache`). Each reply also carries the node's
+``partition-id``, the seconds it took and, at the stage that computed statistics, whether they
+came from the cache (``stats-cached``) (ConfigRecord ``ghofl-client``).
 
 Identity (secure protocol): with the node config keys ``identity-key`` (the node's private
 key file, ``ghofl keys new``) and ``roster`` (the federation's roster file, ``ghofl roster
@@ -42,7 +45,7 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,7 +56,7 @@ require_extra("flwr", "flower")
 from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
-from ghofl.client.job import ClientJob, client_statistics  # noqa: E402
+from ghofl.client.job import ClientJob  # noqa: E402
 from ghofl.errors import GhoflError, ProtocolError  # noqa: E402
 from ghofl.integrations.flower import QUERY_ACTION  # noqa: E402
 from ghofl.integrations.flower._config import (  # noqa: E402
@@ -84,10 +87,18 @@ from ghofl.secure.messages import (  # noqa: E402
 )
 from ghofl.stats.client_stats import ClientStats  # noqa: E402
 
-__all__ = ["STATE_KEY", "TEST_KILL_KEY", "app", "handle_query"]
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from ghofl.secure.client import PayloadEncoder
+    from ghofl.secure.config import SessionParams
+
+__all__ = ["STATE_KEY", "STATS_CACHE_KEY", "TEST_KILL_KEY", "app", "handle_query"]
 
 #: Key of the secure client's saved state in ``context.state``.
 STATE_KEY = "ghofl-secagg"
+#: Node config key of the node's statistics cache folder (see the module docstring).
+STATS_CACHE_KEY = "stats-cache"
 #: Test-only node config key (see the module docstring).
 TEST_KILL_KEY = "ghofl-test-kill-at"
 
@@ -118,10 +129,11 @@ def handle_query(content: RecordDict, context: Context) -> RecordDict:
             return _answered(me.hello(request), info, t0)
         job, plan = dp_options(run_cfg, ClientJob.from_config(run_cfg))
         source = data_source(node_cfg, run_cfg)
+        stats = _lazy(source, job, node_cfg.get(STATS_CACHE_KEY), info)
         if isinstance(request, PlainRequest):
-            reply = PlainClient(me.client_id, _lazy(source, job)).handle(request)
+            reply = PlainClient(me.client_id, stats).handle(request)
         else:
-            client = _secure_client(me, request, context, source, job, plan)
+            client = _secure_client(me, request, context, source, stats, job, plan)
             try:
                 reply = client.handle(request)
             finally:
@@ -219,22 +231,37 @@ def data_source(node_cfg: Mapping[str, Any], run_cfg: Mapping[str, Any]) -> Path
     return Path(template.format(partition_id=part))
 
 
-def _lazy(source: Path, job: ClientJob) -> Callable[[], ClientStats]:
+def _lazy(source: Path, job: ClientJob, cache: object,
+          info: dict[str, Any]) -> Callable[[], ClientStats]:
+    """The statistics, computed (or read from the node's cache) only when called."""
     def make() -> ClientStats:
-        return client_statistics(source, job)
+        from ghofl.client.stats_cache import cached_statistics
+
+        stats, info["stats-cached"] = cached_statistics(
+            source, job, str(cache) if isinstance(cache, str) and cache else None)
+        return stats
     return make
 
 
 def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, source: Path,
-                   job: ClientJob, plan: NoisePlan | None = None) -> SecAggClient:
+                   stats: Callable[[], ClientStats], job: ClientJob,
+                   plan: NoisePlan | None = None) -> SecAggClient:
+    run_cfg = dict(context.run_config)
     # Distributed DP: the noise share is drawn from OS entropy when the masked input is due.
-    encode = (noise_share_encoder(plan, np.random.default_rng())
-              if plan is not None and plan.config.mode == "distributed" else None)
+    encode: Callable[[ClientStats, SessionParams], NDArray[np.uint64]] | None = (
+        noise_share_encoder(plan, np.random.default_rng())
+        if plan is not None and plan.config.mode == "distributed" else None)
+    federation = _region_federation_size(run_cfg)
+    if federation is not None:
+        if encode is not None:
+            raise ProtocolError("regions do not combine with distributed DP (the noise shares "
+                                "are sized for one flat round)")
+        encode = federation_encoder(federation)
     client_id = me.client_id
     kw: dict[str, Any] = {"identity": me.identity, "roster": me.roster, "policy": me.policy,
                           "ledger": me.ledger}
     if isinstance(request, AdvertiseRequest):  # a new round: forget any earlier one
-        return SecAggClient(client_id, _lazy(source, job), meta=job_meta(job, _input_dim(source)),
+        return SecAggClient(client_id, stats, meta=job_meta(job, _input_dim(source)),
                             encode=encode, **kw)
     saved = context.state.get(STATE_KEY)
     if not isinstance(saved, ConfigRecord):
@@ -242,16 +269,72 @@ def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, s
             f"client {client_id!r} received a {request.stage} request but holds no state of "
             "this round (it missed the advertise stage)"
         )
-    return SecAggClient.from_state(dict(saved), _lazy(source, job), encode=encode, **kw)
+    return SecAggClient.from_state(dict(saved), stats, encode=encode, **kw)
+
+
+def _region_federation_size(run_cfg: Mapping[str, Any]) -> int | None:
+    """With the run config key ``regions``: the federation's size (``expected-nodes``)."""
+    regions = run_cfg.get("regions", 0)
+    if not isinstance(regions, int) or isinstance(regions, bool) or regions == 0:
+        return None
+    n = run_cfg.get("expected-nodes")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+        raise ProtocolError("a run with regions must give the run config key 'expected-nodes' "
+                            "(the federation's size, which sizes every region's codec)")
+    return n
+
+
+def federation_encoder(total_clients: int) -> PayloadEncoder:
+    """A regional round's encoder: the codec of the whole federation (K = ``total_clients``).
+
+    The round's M, R and limbs come from its public parameters, as in a flat round; K is the
+    federation's, not the region's (:func:`ghofl.secure.hierarchy.region_encoder`), so the
+    regional sums add up to the flat round's words.
+    """
+    from ghofl.secure.fixedpoint import FixedPointCodec
+    from ghofl.secure.hierarchy import region_encoder
+
+    def encode(stats: ClientStats, params: SessionParams) -> NDArray[np.uint64]:
+        codec = FixedPointCodec(total_clients, params.max_samples, float(params.clip_norm),
+                                params.limbs)
+        return region_encoder(codec)(stats, params)
+
+    return encode
 
 
 def _input_dim(source: Path) -> int | None:
-    """Dimension of an embeddings archive, read without loading it (None for raw data)."""
+    """Dimension of an embeddings archive (None for raw data).
+
+    Read from the header of its ``x`` array, without loading the data; an archive whose header
+    cannot be read that way is loaded (and validated) whole.
+    """
     if source.suffix.lower() != ".npz":
         return None
+    shape = npz_shape(source, "x")
+    if shape is not None and len(shape) == 2:
+        return int(shape[1])
     from ghofl.data.embeddings import load_embeddings
 
     return int(load_embeddings(source, "data-path").x.shape[1])
+
+
+def npz_shape(path: Path, name: str) -> tuple[int, ...] | None:
+    """Shape of the array ``name`` of an ``.npz`` archive, from its header only.
+
+    None when the archive has no such member or its header is not a plain ``.npy`` one.
+    """
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    try:
+        with zipfile.ZipFile(path) as zf, zf.open(f"{name}.npy") as f:
+            read = (npy.read_array_header_1_0 if npy.read_magic(f) == (1, 0)
+                    else npy.read_array_header_2_0)
+            shape, _, _ = read(f)
+    except (KeyError, OSError, ValueError, zipfile.BadZipFile):
+        return None
+    return tuple(int(n) for n in shape)
 
 
 def _kill_own_supernode() -> None:  # pragma: no cover - runs only in the fault tests

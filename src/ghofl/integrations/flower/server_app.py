@@ -56,9 +56,10 @@ from ghofl.files import write_json_atomic  # noqa: E402
 from ghofl.integrations.flower._config import job_meta  # noqa: E402
 from ghofl.integrations.flower.transport import FlowerTransport  # noqa: E402
 from ghofl.secure.binding import bind_addresses, hello_request  # noqa: E402
+from ghofl.secure.hierarchy import Region, TopRound  # noqa: E402
 from ghofl.secure.identity import Roster  # noqa: E402
 from ghofl.server.config import cfg_float, cfg_int, cfg_str, plan_from_config  # noqa: E402
-from ghofl.server.run import FederationServer  # noqa: E402
+from ghofl.server.run import Aggregated, FederationServer  # noqa: E402
 from ghofl.stats.codec import save_stats  # noqa: E402
 
 __all__ = ["RESULTS", "TOTAL", "app", "run_federation", "wait_for_nodes"]
@@ -140,22 +141,31 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
     state["nodes"] = {c: {"node_id": n} for c, n in ids.items()}
     if plan.aggregation.store:
         state["store"] = plan.aggregation.store
-    transport = FlowerTransport(grid, ids, timeout)
+    transports: list[FlowerTransport] = []
     clients = list(roster.clients) if roster is not None else list(ids)
     server = FederationServer(plan, clients, meta, roster=roster,
-                              store_id=lambda c: _store_id(c, transport))
+                              store_id=lambda c: _store_id(c, transports[0]))
     try:
-        out = server.aggregate(transport)  # central DP noise from OS entropy
+        out = _aggregate(server, grid, ids, timeout, transports, cfg, roster)
     finally:
-        for c, part in transport.partitions.items():
-            state["nodes"][c]["partition_id"] = part
+        half = getattr(server, "half", None)  # none with regions
+        stage_seconds: dict[str, float] = {}
+        for transport in transports:
+            for c, part in transport.partitions.items():
+                state["nodes"][c]["partition_id"] = part
+            for stage, secs in transport.stage_seconds.items():
+                stage_seconds[stage] = stage_seconds.get(stage, 0.0) + secs
         state.update(
-            stage_seconds=dict(transport.stage_seconds),
-            dropped=dict(server.half.dropped), excluded=dict(server.half.excluded),
-            problems=dict(transport.problems),
+            stage_seconds=stage_seconds,
+            dropped=dict(half.dropped) if half else {},
+            excluded=dict(half.excluded) if half else {},
+            problems={c: w for t in transports for c, w in t.problems.items()},
         )
     report = out.report
     agg = report.to_dict()
+    if out.hierarchy is not None:
+        state.update(hierarchy=out.hierarchy.to_dict(), dropped=dict(report.dropped),
+                     excluded=dict(report.excluded))
     state.update(survivors=agg["survivor_ids"], aggregation=agg,
                  bytes={s: {"server_sent": r.server_sent_bytes,
                             "server_received": r.server_received_bytes}
@@ -176,6 +186,40 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
                 if "accuracy" in h}
     return {"status": "ok", **state, "accuracy": accuracy, "server": server_summary,
             "n_samples": total.n_samples, "n_clipped": total.n_clipped}
+
+
+def _aggregate(server: FederationServer, grid: Any, ids: Mapping[str, int], timeout: float,
+               transports: list[FlowerTransport], cfg: Mapping[str, Any],
+               roster: Roster | None) -> Aggregated:
+    """The secure or plain round(s): flat, or one per region and the top round.
+
+    With regions each region's round runs over that region's own nodes, and the top round among
+    the regional aggregators runs here in the ServerApp.
+
+    ``transports`` receives each round's transport as it starts (for the failure report).
+    Central DP noise comes from OS entropy.
+    """
+    if not server.regions:
+        transports.append(FlowerTransport(grid, dict(ids), timeout))
+        return server.aggregate(transports[0])
+    if roster is not None:
+        raise ConfigError(
+            "regions with identity-bound nodes (run config key 'roster') are not built: each "
+            "region would need its own roster; run the regions unauthenticated or flat"
+        )
+    expected = cfg_int(cfg, "expected-nodes", 2)
+    if len(ids) != expected:
+        raise ConfigError(
+            f"with regions every node encodes with the codec of the whole federation, sized "
+            f"by the run config key 'expected-nodes' = {expected}, but {len(ids)} nodes are "
+            "connected; set 'expected-nodes' to the number of nodes"
+        )
+
+    def transport_for(region: Region) -> FlowerTransport:
+        transports.append(FlowerTransport(grid, {c: ids[c] for c in region.clients}, timeout))
+        return transports[-1]
+
+    return server.aggregate_regions(transport_for, top=TopRound())
 
 
 def _bind(grid: Any, ids: dict[str, int], roster: Roster, timeout: float,
