@@ -15,7 +15,7 @@ export TRANSFORMERS_OFFLINE=1
 export PYTHONDONTWRITEBYTECODE=1
 
 DEMO_EXTRAS := torch,bench
-TEST_EXTRAS := dev,torch,bench,text,flower,privacy
+TEST_EXTRAS := dev,torch,bench,text,flower,privacy,dp-anchors
 
 .PHONY: demo test lint typecheck pytest pytest-parallel bench bench-secure clean venv
 
@@ -75,6 +75,7 @@ bench: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) benchmarks/bench_fedavg.py --train-per-class 2000 --test-per-class 500
 	$(PY) benchmarks/bench_dp.py
 	$(PY) benchmarks/bench_dp_synthetic.py
+	$(PY) benchmarks/bench_dp_anchors.py
 	$(PY) benchmarks/bench_flower.py
 	$(PY) benchmarks/bench_validation.py
 	$(PY) benchmarks/bench_client_stats.py

@@ -27,7 +27,8 @@ BENCH = ROOT / "benchmarks"
 #: Scripts ported onto the harness so far (the others keep their own entry points).
 SCRIPTS = ("bench_ablation_cifar10.py", "bench_accuracy_bytes.py", "bench_c1000.py",
            "bench_cifar10c.py", "bench_client_stats.py", "bench_clip_norms.py", "bench_core.py",
-           "bench_defaults.py", "bench_defaults_cv.py", "bench_demo.py", "bench_dp.py", "bench_dp_synthetic.py",
+           "bench_defaults.py", "bench_defaults_cv.py", "bench_demo.py", "bench_dp.py",
+           "bench_dp_anchors.py", "bench_dp_synthetic.py",
            "bench_encoders.py", "bench_experiments.py", "bench_fedavg.py", "bench_flower.py",
            "bench_payload_bytes.py", "bench_peers.py", "bench_predict.py", "bench_qda_floor.py",
            "bench_secure.py",
