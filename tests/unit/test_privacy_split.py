@@ -117,11 +117,8 @@ def test_noise_aware_within_is_exact_without_noise_and_definite_with_it() -> Non
     noisy = w + 3.0 * np.diag(rng.standard_normal(6)) - 2000.0 * np.eye(6)
     out = noise_aware_within(noisy, 100.0, 2, 1.0, 30.0, counts)
     assert np.allclose(out, out.T)
-    p = (noisy + np.eye(6) * (1 / 40 + 1 / 60)) / 98.0
-    nu = 30.0 / 98.0
-    edge = nu * math.sqrt(12.0)
-    tau = edge**2 / (edge + max(np.trace(p) / 6, 1e-300))  # a negative trace: all noise
-    assert np.linalg.eigvalsh(out)[0] == pytest.approx(98.0 * tau, rel=1e-9)
+    # the pooled and gram releases floor the eigenvalues of W/(N - C) at nu = sigma_B/(N - C)
+    assert np.linalg.eigvalsh(out)[0] == pytest.approx(30.0, rel=1e-9)
 
 
 @pytest.mark.parametrize(("nu", "kept"), [(1e-4, 6), (50.0, 0)])

@@ -168,7 +168,7 @@ def _within(w: F64, n: F64, keep: NDArray[np.bool_], sigma: Mapping[str, float] 
         return project_psd(w)
     k = int(np.count_nonzero(keep))
     notes.append("pooled within-class scatter estimated knowing the noise (P3n): noise bias "
-                 "of the centring removed, the noise bulk of its eigenvalues floored")
+                 "of the centring removed, its eigenvalues floored at the noise level")
     return noise_aware_within(w, float(n[keep].sum()), k, sigma["sums"], sigma["scatter"],
                               n[keep])
 
@@ -180,7 +180,7 @@ def noise_aware_within(w: F64, n_total: float, num_classes: int, sigma_sums: flo
     ``w`` is W̃ = B̃ − Σ_c Ã_c Ã_cᵀ/n_c. The centring is biased by the noise on the sums
     (E[Ã_c Ã_cᵀ] = A_c A_cᵀ + σ_A² I), so Σ_c σ_A²/n_c · I is added back; the entries of
     P̃ = W̃/(N − C) then carry noise of standard deviation at most ν = σ_B/(N − C) (σ_B/√2
-    off the diagonal, N2s), and its noise bulk is floored (:func:`floor_noise_bulk`).
+    off the diagonal, N2s), and its eigenvalues are floored at ν (:func:`floor_noise_bulk`).
     Returns (N − C)·P̂.
 
     Parameters
@@ -203,10 +203,10 @@ def noise_aware_within(w: F64, n_total: float, num_classes: int, sigma_sums: flo
     dof = max(n_total - num_classes, 1.0)
     bias = sigma_sums**2 * float(np.sum(1.0 / np.maximum(counts, 1.0)))
     p = (0.5 * (w + w.T) + bias * np.eye(d)) / dof
-    return np.asarray(floor_noise_bulk(p, sigma_scatter / dof) * dof)
+    return np.asarray(floor_noise_bulk(p, sigma_scatter / dof, bulk=False) * dof)
 
 
-def floor_noise_bulk(pooled: F64, nu: float, floor: float = 1e-6) -> F64:
+def floor_noise_bulk(pooled: F64, nu: float, floor: float = 1e-6, bulk: bool = True) -> F64:
     """A pooled covariance from its noisy estimate, its noise bulk floored (P2n, P3n).
 
     P̃ carries symmetric noise of standard deviation ν on the diagonal and ν/√2 off it (N2s),
@@ -217,7 +217,9 @@ def floor_noise_bulk(pooled: F64, nu: float, floor: float = 1e-6) -> F64:
 
     which is about e/μ·e → 0 when the noise edge is small against the mean eigenvalue (the
     spectrum is signal: keep it) and tends to e when the noise edge exceeds it (the bulk is
-    noise: make it isotropic at the noise level). Also at least ``floor`` times the largest.
+    noise: make it isotropic at the noise level). With ``bulk=False`` the floor is ν itself
+    (the pooled and gram releases: measured better there, BENCHMARKS.md "dp_anchors" and
+    "dp_synthetic"). Also at least ``floor`` times the largest.
 
     Parameters
     ----------
@@ -234,7 +236,7 @@ def floor_noise_bulk(pooled: F64, nu: float, floor: float = 1e-6) -> F64:
     w, v = np.linalg.eigh(sym)
     edge = nu * math.sqrt(2.0 * d)
     mu = max(float(np.trace(sym)) / d, 1e-300)
-    tau = edge * edge / (edge + mu)
+    tau = edge * edge / (edge + mu) if bulk else nu
     w = np.maximum(w, max(tau, floor * max(float(w[-1]), 0.0), 1e-300))
     out = (v * w) @ v.T
     return np.asarray(0.5 * (out + out.T))
