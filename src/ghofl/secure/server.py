@@ -480,12 +480,9 @@ class SecAggServer:
     def _recover(self, client: str, points: list[tuple[int, bytes]], what: str,
                  valid: Any) -> bytes:
         t_s = self.params.share_threshold
-        for tries, subset in enumerate(itertools.combinations(points, t_s)):
-            if tries >= _MAX_RECONSTRUCTION_TRIES:
-                break
-            secret = shamir.reconstruct(subset, t_s)
-            if secret is not None and valid(secret):
-                return secret
+        secret = _first_valid(points, t_s, valid)
+        if secret is not None:
+            return secret
         self.state = "aborted"
         holders = len(self._topology.holders(client)) if self._topology else 0
         raise AggregationAbortedError(
@@ -567,8 +564,12 @@ def _level_seed(points: dict[int, bytes], t_s: int, weights: dict[tuple[int, ...
         seed = shamir.reconstruct_with(weights[xs], [points[x] for x in xs])
         if seed is not None and valid(seed):
             return seed
-    items = sorted(points.items())
-    for tries, subset in enumerate(itertools.combinations(items, t_s)):
+    return _first_valid(sorted(points.items()), t_s, valid)
+
+
+def _first_valid(points: list[tuple[int, bytes]], t_s: int, valid: Any) -> bytes | None:
+    """The first secret of ``t_s`` of ``points`` that passes ``valid`` (bounded tries)."""
+    for tries, subset in enumerate(itertools.combinations(points, t_s)):
         if tries >= _MAX_RECONSTRUCTION_TRIES:
             break
         secret = shamir.reconstruct(subset, t_s)
