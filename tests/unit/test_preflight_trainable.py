@@ -37,10 +37,18 @@ name, c, d, dtype = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 small = class_statistics(spectrum_classes(1, 8, 3), 20, "pooled", seed=2)
 make_head(name, epochs=1, train_dtype=dtype).fit_from_stats(small)  # warm-up: lazy imports
 total = class_statistics(spectrum_classes(0, d, c, separation=0.15), 50, "pooled", seed=1)
-with open("/proc/self/statm") as f:
-    before = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def status(key):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
+try:  # reset the peak (VmHWM) so that drawing the statistics above does not count
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    hwm = True
+except OSError:
+    hwm = False
+before = status("VmRSS")
 make_head(name, epochs=1, train_dtype=dtype).fit_from_stats(total)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = status("VmHWM") if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"before": before, "peak": peak}))
 """
 
