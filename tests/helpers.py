@@ -94,3 +94,25 @@ def protocol_setting(setting: str) -> tuple[float | None, object]:
                                                  dp=DPConfig(epsilon=8.0, mode="distributed"))),
     }
     return specs[setting]
+
+
+def load_script(path: object, name: str) -> object:
+    """Import the script at ``path`` as module ``name``, its folder on ``sys.path`` meanwhile.
+
+    The benchmark scripts import their neighbours (``from bench_x import ...``), so their folder
+    must be importable while they load.
+    """
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    folder = str(Path(str(path)).parent)
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(name, str(path))
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(folder)
+    return mod

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -21,6 +19,7 @@ from ghofl.bench.harness import (
     stated_machine,
 )
 from ghofl.bench.report import read_section, replace_section
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
@@ -41,15 +40,7 @@ STALE: dict[str, str] = {}
 
 
 def _script(name: str) -> ModuleType:
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(f"_harness_{name[:-3]}", BENCH / name)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(BENCH))
-    return mod
+    return load_script(BENCH / name, f"_harness_{name[:-3]}")  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize("name", [
