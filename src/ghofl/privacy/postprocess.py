@@ -218,7 +218,8 @@ def floor_noise_bulk(pooled: F64, nu: float, floor: float = 1e-6, bulk: bool = T
     which is about e/μ·e → 0 when the noise edge is small against the mean eigenvalue (the
     spectrum is signal: keep it) and tends to e when the noise edge exceeds it (the bulk is
     noise: make it isotropic at the noise level). With ``bulk=False`` the floor is ν itself
-    (the pooled and gram releases: measured better there, BENCHMARKS.md "dp_anchors"). Also at least ``floor`` times the largest.
+    (the pooled and gram releases: measured better there, BENCHMARKS.md "dp_anchors").
+    Also at least ``floor`` times the largest.
 
     Parameters
     ----------
