@@ -74,8 +74,12 @@ def on_flower(feats: Any, clients: int, protocol: str, clip: float, engine: str,
            "test-path": str(root / "test.npz"),
            "stage-timeout-s": STAGE_TIMEOUT_S[0], "wait-timeout-s": 300.0}
     t0 = time.perf_counter()
-    extra = ([{"stats-cache": str(cache / f"node-{i}")} for i in range(clients)]
-             if cache is not None and engine == "deployment" else None)
+    # The measured configuration of the recorded results: unauthenticated nodes (keys on trust)
+    # with no round ledger (every run federates the same parts again).
+    extra = [{"insecure-keys": True, "ledger": "none",
+              **({"stats-cache": str(cache / f"node-{i}")}
+                 if cache is not None and engine == "deployment" else {})}
+             for i in range(clients)]
     res = run_local(engine, clients, cfg,  # type: ignore[arg-type]
                     root / f"work-{label or engine}-{protocol}",
                     data_template=str(root / "parts" / "client-{partition_id}.npz"),

@@ -1,38 +1,51 @@
-"""What the actively secure protocol costs, side by side with the protocol it replaced.
+"""What the secure protocol costs, side by side with the version it replaced.
 
 Three runs over the same clients' statistics (C = 10, d = 512, mode ``pooled``, 200 samples per
-client), one after another in one process:
+client), one after another in one run:
 
 * ``plain``: the statistics in the clear (the floor);
-* ``before``: the protocol as it was before identities (no roster, no signatures, a strict
-  majority threshold and the old degree 2·⌈1.5·log2 n⌉; the consistency exchange runs but is
-  not checked against signatures);
-* ``now``: the default protocol: identity keys on one roster (signed keys, shares and survivor
-  sets, the consistency check), the default threshold ⌊(n + ⌊n/3⌋)/2⌋ + 1, and the graph
-  sized for exposure ≤ 2^-40 and abort ≤ 2^-20 at γ = δ = 1/3.
+* ``v2``: the default authenticated protocol as it was before complaints stopped carrying keys
+  (protocol version 2: five stages, the graph sized for n and seeded by a hash of the relayed
+  advertisements), run from the source of git revision ``--baseline-ref`` (extracted with
+  ``git archive`` into a temporary folder and imported in a child process);
+* ``now``: today's default protocol (version 3: a ``reveal`` stage whose committed nonces seed
+  the graph, pair-keyed share boxes with signed key commitments, transcripts bound to the
+  session, the graph sized for the worst relayed roster).
 
-Clients run one after another, so "client s" adds up every client's time; per client it is
-that sum over n. Bytes are message content per client. Exactness is the relative error of the
-secure total against the float64 sum of the same statistics.
+Both secure runs use identity keys on one roster and no round ledger (a ledger file per client
+is the same small write in both). Clients run one after another, so "client s" adds up every
+client's time; per client it is that sum over n. Bytes are message content per client.
+Exactness is the relative error of the secure total against the float64 sum of the same
+statistics. The machine's load average is recorded beside every run.
+
+Results are kept per (clients, protocol): a run with ``--clients 1000`` replaces the 1,000 rows
+and keeps the others, so the grid can be measured in parts.
 
 Writes benchmarks/results/secure_cost.json and the ``secure_cost`` section of BENCHMARKS.md.
-Run: ``.venv/bin/python benchmarks/bench_secure_cost.py [--clients 100 1000]``.
+Run: ``.venv/bin/python benchmarks/bench_secure_cost.py [--clients 100 1000]
+[--baseline-ref REV]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+import ghofl
 from ghofl.bench import harness
 from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.secure import (
-    ClientPolicy,
     IdentityKey,
     InMemoryTransport,
     PlainClient,
@@ -43,6 +56,7 @@ from ghofl.secure import (
     SecAggServer,
     run_aggregation,
 )
+from ghofl.secure.messages import PROTOCOL_VERSION
 from ghofl.stats import ClientStats, compute_stats
 from ghofl.stats.accumulate import StatsAccumulator
 
@@ -60,9 +74,8 @@ def _stats(i: int) -> Callable[[], ClientStats]:
     return make
 
 
-def _old_degree(n: int) -> int:
-    k = 2 * math.ceil(1.5 * math.log2(n))
-    return n - 1 if k >= n - 1 else k
+#: The last revision of protocol version 2 (the baseline of the side-by-side run).
+BASELINE_REF = "9c6a676"
 
 
 def _halves(variant: str, n: int) -> tuple[list[Any], Any]:
@@ -71,24 +84,26 @@ def _halves(variant: str, n: int) -> tuple[list[Any], Any]:
     meta = StatsAccumulator(C, D, "pooled", clip_norm=CLIP).meta  # type: ignore[arg-type]
     if variant == "plain":
         return [PlainClient(c, m) for c, m in zip(ids, makers, strict=True)], PlainServer(ids, meta)
-    if variant == "before":
-        lax = {"corrupt_fraction": 0.0, "dropout_fraction": 0.0, "sigma": 1.0, "eta": 1.0}
-        cfg = SecAggConfig(clip_norm=CLIP, threshold=n // 2 + 1, neighbours=_old_degree(n),
-                           **lax)  # type: ignore[arg-type]
-        policy = ClientPolicy(allow_unauthenticated=True, trust_server=True,
-                              min_neighbours=1, **lax)  # type: ignore[arg-type]
-        clients = [SecAggClient(c, m, meta=meta, policy=policy)
-                   for c, m in zip(ids, makers, strict=True)]
-        return clients, SecAggServer(cfg, meta, ids)
     keys = {c: IdentityKey.generate() for c in ids}
     roster = Roster.from_identities(keys)
-    clients = [SecAggClient(c, m, meta=meta, identity=keys[c], roster=roster)
+    # no ledger in either version (v2's default; v3 takes ledger=None)
+    extra: dict[str, Any] = ({"ledger": None} if "allow_unauthenticated" in
+                             inspect.signature(SecAggClient).parameters else {})
+    clients = [SecAggClient(c, m, meta=meta, identity=keys[c], roster=roster, **extra)
                for c, m in zip(ids, makers, strict=True)]
     return clients, SecAggServer(SecAggConfig(clip_norm=CLIP), meta, roster=roster)
 
 
+def _reference(n: int) -> ClientStats:
+    reference = _stats(0)()
+    for i in range(1, n):
+        reference = reference + _stats(i)()
+    return reference
+
+
 def _run(variant: str, n: int, reference: ClientStats) -> dict[str, Any]:
     clients, server = _halves(variant, n)
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     report = run_aggregation(server, InMemoryTransport(clients))
     wall = time.perf_counter() - t0
@@ -101,33 +116,72 @@ def _run(variant: str, n: int, reference: ClientStats) -> dict[str, Any]:
     return {"variant": variant, "clients": n, "wall_s": wall, "client_s": client_s,
             "client_s_per_client": client_s / n, "server_s": max(wall - client_s, 0.0),
             "sent_bytes_per_client": sent, "received_bytes_per_client": received,
-            "rel_error": err, "params": report.params}
+            "rel_error": err, "params": report.params, "stages": list(report.stages),
+            "protocol_version": PROTOCOL_VERSION, "ghofl_source": str(Path(ghofl.__file__).parent),
+            "load_before": load, "load_after": os.getloadavg()[0]}
+
+
+def _baseline(ctx: harness.Context, n: int) -> dict[str, Any]:
+    """The v2 run: the baseline revision's source in a child process."""
+    ref = ctx.args.baseline_ref
+    with tempfile.TemporaryDirectory(prefix="ghofl-v2-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ctx.root), "archive", ref, "src"],
+                                 capture_output=True, check=False)
+        if archive.returncode != 0:
+            raise harness.BenchmarkError(
+                f"cannot extract the baseline revision {ref!r} with git archive "
+                f"({archive.stderr.decode().strip()}); run from a git clone with its history, "
+                "or give --baseline-ref")
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        env = {**os.environ, "PYTHONPATH": str(Path(tmp) / "src")}
+        child = subprocess.run([sys.executable, __file__, "--baseline-worker", str(n)],
+                               env=env, capture_output=True, text=True, check=False)
+    if child.returncode != 0:
+        raise harness.BenchmarkError(f"the baseline run failed:\n{child.stderr[-2000:]}")
+    row: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+    row["variant"], row["baseline_ref"] = "v2", ref
+    if row["protocol_version"] != 2:
+        raise harness.BenchmarkError(
+            f"the baseline child imported ghofl from {row['ghofl_source']} (protocol version "
+            f"{row['protocol_version']}), not revision {ref}")
+    return row
 
 
 def measure(ctx: harness.Context) -> dict[str, Any]:
-    rows = []
+    if ctx.args.baseline_worker:  # the child: this file run against the baseline's ghofl
+        n = ctx.args.baseline_worker
+        print(json.dumps(_run("now", n, _reference(n)), default=str), flush=True)
+        raise SystemExit(0)
+    old = ctx.load("secure_cost.json", {}) or {}
+    asked = set(ctx.args.clients)
+    rows = [r for r in old.get("rows", []) if r["clients"] not in asked
+            and r["variant"] in ("plain", "v2", "now") and "load_before" in r]
     for n in ctx.args.clients:
-        reference = _stats(0)()
-        for i in range(1, n):
-            reference = reference + _stats(i)()
-        for variant in ("plain", "before", "now"):
+        reference = _reference(n)
+        for variant in ("plain", "v2", "now"):
             ctx.log(f"n = {n}: {variant} ...")
-            rows.append(_run(variant, n, reference))
+            rows.append(_baseline(ctx, n) if variant == "v2" else _run(variant, n, reference))
             r = rows[-1]
             ctx.log(f"  wall {r['wall_s']:.1f} s, client {r['client_s']:.1f} s, server "
-                    f"{r['server_s']:.1f} s, sent {r['sent_bytes_per_client'] / 1e3:.1f} kB")
+                    f"{r['server_s']:.1f} s, sent {r['sent_bytes_per_client'] / 1e3:.1f} kB, "
+                    f"load {r['load_before']:.2f}")
+    rows.sort(key=lambda r: (r["clients"], ("plain", "v2", "now").index(r["variant"])))
     return {SECTION: {"machine": machine_summary(),
                       "date": time.strftime("%Y-%m-%d", time.gmtime()), "rows": rows}}
 
 
 def render(results: dict[str, Any]) -> str:
+    rows = results["rows"]
     lines = [f"Measured {results['date']}. Machine: {results['machine']}. C = {C}, d = {D}, "
              f"mode `pooled`, {N} samples per client, R = {CLIP:g}, 2 limbs; clients run one "
              "after another in one process (client seconds add up; per client is that sum "
-             "over n). `before`: no roster or signatures, strict majority, degree "
-             "2·⌈1.5·log2 n⌉; `now`: the default authenticated protocol (signed keys, shares "
-             "and survivor sets, consistency check, threshold ⌊(n + ⌊n/3⌋)/2⌋ + 1, graph "
-             "sized for exposure ≤ 2^-40 and abort ≤ 2^-20 at γ = δ = 1/3).", ""]
+             "over n). `v2`: the default authenticated protocol of revision "
+             f"{next((r['baseline_ref'] for r in rows if 'baseline_ref' in r), BASELINE_REF)} "
+             "(version 2); `now`: version 3 (reveal stage, pair-keyed boxes, session-bound "
+             "transcripts, (k, t_s) derived for the relayed roster). Both: threshold "
+             "⌊(n + ⌊n/3⌋)/2⌋ + 1, exposure ≤ 2^-40 and abort ≤ 2^-20 at γ = δ = 1/3. Targets: "
+             "`now` at 100 clients ≤ 20 s, at 1,000 ≤ 10 min, sent ≤ 2.5× plain. Load: the "
+             "1-minute load average when the run started.", ""]
     plain = {r["clients"]: r for r in results["rows"] if r["variant"] == "plain"}
     body = []
     for r in results["rows"]:
@@ -138,16 +192,38 @@ def render(results: dict[str, Any]) -> str:
             params.get("neighbours", "–"), f"{r['wall_s']:.2f}", f"{r['server_s']:.2f}",
             f"{r['client_s_per_client']:.3f}", f"{r['sent_bytes_per_client'] / 1e3:,.1f}",
             f"{r['sent_bytes_per_client'] / p['sent_bytes_per_client']:.2f}x",
-            f"{r['received_bytes_per_client'] / 1e3:,.1f}", f"{r['rel_error']:.1e}"])
+            f"{r['received_bytes_per_client'] / 1e3:,.1f}", f"{r['rel_error']:.1e}",
+            f"{r.get('load_before', float('nan')):.2f}"])
     lines.append(markdown_table(
         ["clients", "protocol", "t", "k", "wall s", "server s", "s per client",
-         "sent kB/client", "sent vs plain", "received kB/client", "rel. error vs float64 sum"],
-        body))
+         "sent kB/client", "sent vs plain", "received kB/client", "rel. error vs float64 sum",
+         "load"], body))
+    lines += ["", _ratios(results["rows"])]
     return "\n".join(lines)
+
+
+def _ratios(rows: list[dict[str, Any]]) -> str:
+    """One line per n: now against v2, side by side in the same run."""
+    out = []
+    for n in sorted({r["clients"] for r in rows}):
+        by = {r["variant"]: r for r in rows if r["clients"] == n}
+        if "now" in by and "v2" in by:
+            now, v2 = by["now"], by["v2"]
+
+            def ratio(key: str, now: dict[str, Any] = now, v2: dict[str, Any] = v2) -> float:
+                return float(now[key]) / float(v2[key])
+
+            out.append(f"- {n:,} clients: now / v2 wall {ratio('wall_s'):.2f}x, sent "
+                       f"{ratio('sent_bytes_per_client'):.3f}x, received "
+                       f"{ratio('received_bytes_per_client'):.2f}x.")
+    return "\n".join(out)
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[100, 1000])
+    ap.add_argument("--baseline-ref", default=BASELINE_REF,
+                    help="git revision of the protocol-version-2 baseline")
+    ap.add_argument("--baseline-worker", type=int, default=0, help=argparse.SUPPRESS)
 
 
 BENCH = harness.Benchmark(

@@ -1,8 +1,8 @@
 """Secure aggregation with ghofl's two protocol halves, in one process.
 
 Each "site" computes its statistics from its own data (clipped to a public bound R), the
-clients and the server exchange one message per stage (advertise keys → share keys → masked
-input → consistency check → unmask) through a transport, and the server obtains only the
+clients and the server exchange one message per stage (advertise keys → reveal graph nonces →
+share keys → masked input → consistency check → unmask) through a transport, and the server obtains only the
 total, from which it fits a head. Every site has a long-term identity key, and the roster of
 those keys (fixed out of band in a real federation) lets each site verify that the keys the
 server relays are its peers' own. Here the transport is the in-memory one; any transport that implements
@@ -13,6 +13,9 @@ Run it with ``python examples/secure_aggregation.py``.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 
 from ghofl.heads import make_head
@@ -20,6 +23,7 @@ from ghofl.secure import (
     IdentityKey,
     InMemoryTransport,
     Roster,
+    RoundLedger,
     SecAggClient,
     SecAggConfig,
     SecAggServer,
@@ -46,13 +50,18 @@ def main() -> None:
     roster = Roster.from_identities(keys)
     print(f"roster fingerprint: {roster.fingerprint().hex()[:16]}")
 
-    # 3. The two halves: one client object per site, one server.
-    clients = [SecAggClient(c, stats, identity=keys[c], roster=roster)
-               for c, stats in zip(keys, payloads, strict=True)]
-    server = SecAggServer(SecAggConfig(clip_norm=clip), payloads[0].meta, roster=roster)
+    # 3. The two halves: one client object per site, one server. A real site keeps its round
+    #    ledger (by default under ~/.local/state/ghofl/ledgers: it refuses a reused round id and
+    #    a second round over the same data); these demo sites draw the same data on every run,
+    #    so each run gives them fresh ledgers.
+    with tempfile.TemporaryDirectory() as state:
+        clients = [SecAggClient(c, stats, identity=keys[c], roster=roster,
+                                ledger=RoundLedger(Path(state) / f"{c}.json"))
+                   for c, stats in zip(keys, payloads, strict=True)]
+        server = SecAggServer(SecAggConfig(clip_norm=clip), payloads[0].meta, roster=roster)
 
-    # 4. Run the five stages; two sites vanish after sending their masked input.
-    report = run_aggregation(server, InMemoryTransport(clients, drops={"unmask": 2}))
+        # 4. Run the six stages; two sites vanish after sending their masked input.
+        report = run_aggregation(server, InMemoryTransport(clients, drops={"unmask": 2}))
 
     # 5. The server has the exact total and nothing else.
     exact = sum_stats(payloads)

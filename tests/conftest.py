@@ -65,3 +65,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             raise pytest.UsageError(
                 f"pytest-xdist did not apply the xdist_group of {item.nodeid}: this pytest and "
                 "pytest-xdist do not work together (install the versions pyproject.toml pins)")
+
+
+# ---------------------------------------------------------------- client state (round ledgers)
+@pytest.fixture(autouse=True)
+def _isolated_state_dir(tmp_path_factory: pytest.TempPathFactory,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test keeps its clients' default round ledgers in a fresh directory of its own."""
+    monkeypatch.setenv("GHOFL_STATE_DIR", str(tmp_path_factory.mktemp("ghofl-state")))

@@ -59,9 +59,13 @@ def policy_for(config: object, **overrides: object) -> object:
 
 
 def secure_federation(ids: list[str], payloads: list[object], config: object, *,
-                      policy: object | None = None, **server_kwargs: object
+                      policy: object | None = None, ledger: object = None,
+                      **server_kwargs: object
                       ) -> tuple[list[object], object, dict[str, object], object]:
     """Honest clients with identity keys, the roster of those keys, and a server over it.
+
+    The clients keep no round ledger unless ``ledger`` says so (``"default"``: each its own
+    default ledger file), so a test may run rounds over the same data again.
 
     Returns
     -------
@@ -74,7 +78,8 @@ def secure_federation(ids: list[str], payloads: list[object], config: object, *,
     roster = Roster.from_identities(identities)
     pol = policy if policy is not None else policy_for(config)
     clients = [SecAggClient(c, p, identity=identities[c], roster=roster,  # type: ignore[arg-type]
-                            policy=pol) for c, p in zip(ids, payloads, strict=True)]
+                            policy=pol, ledger=ledger)  # type: ignore[arg-type]
+               for c, p in zip(ids, payloads, strict=True)]
     meta = payloads[0].meta  # type: ignore[attr-defined]
     server = SecAggServer(config, meta, ids, roster=roster, **server_kwargs)  # type: ignore[arg-type]
     return clients, server, identities, roster  # type: ignore[return-value]

@@ -365,7 +365,8 @@ def _client_halves(plan: FederationPlan, ids: Sequence[str],
     """The federation's roster and the clients' protocol halves.
 
     With their noise shares under distributed DP. Secure clients get fresh identity keys; their
-    policy accepts the plan's own threshold and degree (the simulated clients are the user's).
+    policy accepts the plan's own threshold and degree, and they keep no round ledger (the
+    simulated clients are the user's, whose data the user holds whole).
     """
     if not plan.secure:
         return None, [PlainClient(cid, make) for cid, make in zip(ids, stats, strict=True)]
@@ -376,7 +377,7 @@ def _client_halves(plan: FederationPlan, ids: Sequence[str],
     return roster, [
         SecAggClient(cid, make, meta=meta, encode=None if noise is None else
                      noise_share_encoder(noise, np.random.default_rng(noise_seeds[i])),
-                     identity=identities[cid], roster=roster, policy=policy)
+                     identity=identities[cid], roster=roster, policy=policy, ledger=None)
         for i, (cid, make) in enumerate(zip(ids, stats, strict=True))]
 
 
@@ -406,7 +407,7 @@ def _aggregate_regions(server: FederationServer, stats: Mapping[str, Callable[[]
 
     def transport_for(region: Region) -> InMemoryTransport:
         halves = [SecAggClient(c, stats[c], meta=meta, encode=encode, identity=identities[c],
-                               roster=rosters[region.name], policy=policy)
+                               roster=rosters[region.name], policy=policy, ledger=None)
                   for c in region.clients]
         drop_seed = int(np.random.SeedSequence([seed, index[region.name]]).generate_state(1)[0])
         return InMemoryTransport(halves, plan.aggregation.drops, seed=drop_seed)

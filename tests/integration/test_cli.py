@@ -270,7 +270,7 @@ MORE_BAD_CASES = [
     ("secure-bad-drop", ["simulate", "--train", f"{W}/train.npz", "--test", f"{W}/test.npz",
                          "--clients", "5", "--alpha", "0.1", "--secure", "--clip", "50",
                          "--drop", "input=1"],
-     r"--drop must look like STAGE=COUNT with STAGE one of advertise, share, mask, "
+     r"--drop must look like STAGE=COUNT with STAGE one of advertise, reveal, share, mask, "
      r"consistency, unmask; got 'input=1'"),
     ("secure-below-threshold", ["simulate", "--train", f"{W}/train.npz", "--test",
                                 f"{W}/test.npz", "--clients", "6", "--alpha", "0.5",
@@ -485,7 +485,7 @@ def test_secure_simulation_gives_the_plain_accuracies(ws: Path, tmp_path: Path) 
     assert acc["secure"] == acc["plain"] and acc["late"] == acc["plain"]
     agg = secure["aggregation"]
     assert isinstance(agg, dict) and agg["protocol"] == "secure" and agg["survivors"] == 8
-    assert list(agg["stages"]) == ["advertise", "share", "mask", "consistency", "unmask"]
+    assert list(agg["stages"]) == ["advertise", "reveal", "share", "mask", "consistency", "unmask"]
     for stage in agg["stages"].values():
         assert stage["server_seconds"] >= 0 and stage["client_sent_bytes_mean"] > 0
         assert stage["client_received_bytes_mean"] > 0 and stage["server_received_bytes"] > 0

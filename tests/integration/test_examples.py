@@ -19,5 +19,5 @@ def test_secure_aggregation_example_runs(tmp_path: Path) -> None:
     assert error < 1e-12
     accuracy = float(re.search(r"LDA accuracy from the secure total: (\S+)", r.stdout)[1])  # type: ignore[index]
     assert accuracy > 0.9
-    for stage in ("advertise", "share", "mask", "unmask"):
+    for stage in ("advertise", "reveal", "share", "mask", "unmask"):
         assert stage in r.stdout

@@ -3,6 +3,17 @@
 Every test starts its own SuperLink (and SuperNodes), stops exactly those processes by PID and
 checks that none survives. The deployment tests share one federation (3 SuperNodes) for the
 equality, restart and above-threshold fault runs; the below-threshold fault has its own.
+
+The simulated nodes and the authenticated deployment hold identity keys and a roster (the
+default); the shared deployment's nodes run with ``insecure-keys=true`` and, since they
+federate the same data more than once, ``allow-repeat-rounds=true``. Every node's round ledger
+lies beside its data, under the test's temporary folder.
+
+No test relies on a fixed wait: the ServerApp waits for the expected nodes and, with a roster,
+for every node's answer to the identity request (its first message, which meets the node's cold
+start) within the generous ``wait-timeout-s``; a stage's timeout only decides when a node
+killed on purpose is given up, and Flower reports a dead node's messages as undeliverable
+once its heartbeats stop.
 """
 
 from __future__ import annotations
@@ -20,7 +31,7 @@ pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[fl
 from ghofl.client.job import ClientJob
 from ghofl.data.partition import dirichlet_partition
 from ghofl.heads.model_dir import load_model
-from ghofl.integrations.flower.runner import LocalFlower
+from ghofl.integrations.flower.runner import LocalFlower, identity_node_config, make_identities
 from ghofl.server.plan import AggregationSpec, FederationPlan
 from ghofl.server_job import ServerJob
 from ghofl.simulation import Population, simulate
@@ -38,6 +49,8 @@ ALPHA = 0.5
 HEADS = "nb,lda,qda"
 CLASSES = ("0", "1", "2")
 APP = Path(__file__).resolve().parents[2] / "examples" / "flower_app"
+#: The shared deployment's nodes: no identities (keys on trust), the same data in every run.
+INSECURE = {"insecure-keys": True, "allow-repeat-rounds": True}
 
 
 def _data(root: Path, clients: int) -> dict[str, Any]:
@@ -58,7 +71,21 @@ def _config(root: Path, data: dict[str, Any], out: str, **extra: Any) -> dict[st
     return {"protocol": "secure", "classes": json.dumps(list(CLASSES)), "clip_norm": CLIP,
             "heads": HEADS, "seed": SEED, "data-template": data["template"],
             "out-dir": str(root / out), "test-path": str(root / "test.npz"),
-            "stage-timeout-s": 60.0, "wait-timeout-s": 60.0, **extra}
+            "stage-timeout-s": 120.0, "wait-timeout-s": WAIT_S, **extra}
+
+
+#: Seconds the ServerApp may wait for the nodes and their first answers: generous, since a
+#: wait on a condition ends as soon as it holds (a loaded 2-core machine starts 5 SuperNodes,
+#: their SuperExecs and ClientApp processes slowly).
+WAIT_S = 600.0
+
+
+def _simulated(root: Path, nodes: int) -> tuple[LocalFlower, dict[str, str]]:
+    """A simulation federation whose nodes hold fresh identity keys, and the run config's roster."""
+    ids = make_identities(root / "ids", nodes)
+    flower = LocalFlower(root / "work", "simulation",
+                         node_configs=[identity_node_config(ids, i) for i in range(nodes)])
+    return flower, {"roster": str(ids / "roster.json")}
 
 
 def _reference(data: dict[str, Any], clients: int) -> dict[str, np.ndarray]:
@@ -88,16 +115,18 @@ def _closed(flower: LocalFlower) -> None:
 
 def test_simulation_secure_matches_in_process(tmp_path: Path) -> None:
     data = _data(tmp_path, 10)
-    flower = LocalFlower(tmp_path / "work", "simulation")
+    flower, roster = _simulated(tmp_path, 10)
     try:
         flower.__enter__()
-        res = flower.run(_config(tmp_path, data, "out", **{"expected-nodes": 10}),
+        res = flower.run(_config(tmp_path, data, "out", **roster, **{"expected-nodes": 10}),
                          app_dir=APP, num_supernodes=10)
     finally:
         _closed(flower)
     assert res["status"] == "ok", res.get("error")
-    assert len(res["survivors"]) == 10 and res["dropped"] == {}
-    assert set(res["stage_seconds"]) == {"advertise", "share", "mask", "consistency", "unmask"}
+    assert res["authenticated"] and res["identity_problems"] == {}
+    assert sorted(res["survivors"]) == sorted(f"site-{i}" for i in range(10))
+    assert res["dropped"] == {}
+    assert set(res["stage_seconds"]) == {"advertise", "reveal", "share", "mask", "consistency", "unmask"}
     assert res["bytes"]["mask"]["server_received"] > 0
     _assert_same_predictions(tmp_path / "out" / "model", data, _reference(data, 10))
     card = (tmp_path / "out" / "model" / "MODEL_CARD.md").read_text()
@@ -115,7 +144,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Local
     try:
         flower.__enter__()
         for i in range(3):
-            flower.add_supernode(i, 3, data["template"].format(partition_id=i))
+            flower.add_supernode(i, 3, data["template"].format(partition_id=i), extra=INSECURE)
         yield flower, root, data
     finally:
         _closed(flower)
@@ -163,7 +192,7 @@ def test_nodes_killed_at_each_stage_above_threshold(deployment: Any) -> None:
     stages = {3: "share", 4: "mask", 5: "unmask"}
     for part, stage in stages.items():
         flower.add_supernode(part, 6, data["template"].format(partition_id=part - 3),
-                             extra={"ghofl-test-kill-at": stage})
+                             extra={**INSECURE, "ghofl-test-kill-at": stage})
     res = flower.run(_config(root, data, "run-kill", threshold=3,
                              **{"expected-nodes": 6, "stage-timeout-s": 35.0}), app_dir=APP)
     assert res["status"] == "ok", res.get("error")
@@ -219,8 +248,9 @@ def test_deployment_with_identities_binds_the_roster_and_refuses_a_stranger(
     site-a, -b and -c."""
     flower, root, data = authenticated
     res = flower.run(_config(root, data, "out", roster=str(root / "roster.json"),
-                             **{"expected-nodes": 5, "stage-timeout-s": 35.0}), app_dir=APP)
-    assert res["status"] == "ok", res.get("error")
+                             **{"expected-nodes": 5}), app_dir=APP, timeout_s=1500)
+    assert res["status"] == "ok", (res.get("error"), res.get("identity_problems"))
+    assert res["authenticated"]
     assert sorted(res["survivors"]) == ["site-a", "site-b", "site-c"]
     assert res["dropped"] == {"site-d": "advertise"} and set(res["unbound"]) <= {"site-d"}
     (why,) = res["identity_problems"].values()
@@ -238,7 +268,7 @@ def test_node_killed_below_threshold_fails_cleanly(authenticated: Any) -> None:
     model and no total."""
     flower, root, data = authenticated
     res = flower.run(_config(root, data, "below", threshold=4, roster=str(root / "roster.json"),
-                             **{"expected-nodes": 4, "stage-timeout-s": 30.0}), app_dir=APP)
+                             **{"expected-nodes": 4}), app_dir=APP, timeout_s=1500)
     assert res["status"] == "failed"
     assert "AggregationAbortedError" in res["error"], res["error"]
     assert list(res["dropped"]) == ["site-d"]
@@ -252,10 +282,10 @@ def test_simulation_distributed_dp_records_the_spent_budget(tmp_path: Path) -> N
     in the model directory's manifest."""
     pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
     data = _data(tmp_path, 4)
-    flower = LocalFlower(tmp_path / "work", "simulation")
+    flower, roster = _simulated(tmp_path, 4)
     try:
         flower.__enter__()
-        res = flower.run(_config(tmp_path, data, "out", threshold=3,
+        res = flower.run(_config(tmp_path, data, "out", threshold=3, **roster,
                                  **{"expected-nodes": 4, "dp-epsilon": 4.0, "dp-delta": 1e-5,
                                     "dp-mode": "distributed"}),
                          app_dir=APP, num_supernodes=4)
@@ -273,3 +303,25 @@ def test_simulation_distributed_dp_records_the_spent_budget(tmp_path: Path) -> N
     exact = sum_stats(compute_stats(data["xtr"][idx], data["ytr"][idx], CLASSES, "full",
                                     clip_norm=CLIP) for idx in data["parts"])
     assert not noisy.allclose(exact, rtol=1e-6)  # the server never saw the noiseless sum
+
+
+def test_simulated_nodes_without_a_roster_refuse_and_the_error_says_how_to_fix_it(
+        tmp_path: Path) -> None:
+    """No identities and no insecure-keys: every node refuses the unauthenticated round at its
+    first stage, and the run's error carries the nodes' refusal, naming both fixes."""
+    data = _data(tmp_path, 3)
+    flower = LocalFlower(tmp_path / "work", "simulation")
+    try:
+        flower.__enter__()
+        res = flower.run(_config(tmp_path, data, "out", **{"expected-nodes": 3}), app_dir=APP,
+                         num_supernodes=3)
+    finally:
+        _closed(flower)
+    assert res["status"] == "failed" and res["authenticated"] is False
+    assert "AggregationAbortedError" in res["error"], res["error"]
+    assert "refused: this node has no roster, so it cannot check the keys the server relays" \
+           in res["error"], res["error"]
+    assert "give it the node config keys 'identity-key' and 'roster'" in res["error"]
+    assert "or set the node config key 'insecure-keys=true'" in res["error"]
+    assert not (tmp_path / "out" / "model").exists()
+    assert not list((tmp_path / "parts").glob(".ghofl-ledger-*"))

@@ -3,10 +3,12 @@
 tests/unit/test_secure_adversaries.py plays the attacks in process. Here a malicious ServerApp
 (tests/integration/flower_attack_app: a relay around ghofl's FlowerTransport, and a server that
 splits the survivor views) runs against ghofl's ClientApp handler on Flower's simulation engine
-(Ray on 127.0.0.1): five nodes with identity keys and a roster, one ``flwr run``, four rounds:
-an honest one (the exact sum), key substitution by the relay, split survivor views, and a
-threshold outside the nodes' policy. The honest nodes refuse each attack with its reason, and
-the attacker never holds a share of the victim's secrets.
+(Ray on 127.0.0.1): five nodes with identity keys, a roster and a round ledger beside their
+data (repeated rounds allowed, on purpose), one ``flwr run``, six rounds of protocol version 3:
+an honest one (the exact sum), key substitution by the relay, split survivor views, share
+boxes withheld to force complaints, a threshold outside the nodes' policy, and a rerun under
+the honest round's id. The honest nodes refuse each attack with its reason, and the attacker
+never holds a share of the victim's secrets, nor opens any share box.
 """
 
 from __future__ import annotations
@@ -78,22 +80,25 @@ def test_attacks_through_flower_are_refused_and_the_honest_round_is_exact(
     np.testing.assert_array_equal(total.counts, expected.counts)
     assert total.allclose(expected, rtol=1e-12)
 
-    # key substitution: every other node refuses to seal shares to the substituted keys
+    # key substitution: every other node refuses the relayed roster before it reveals its
+    # nonce, let alone seals a share to the substituted keys
     swap = res["key_substitution"]
     assert swap["status"] == "aborted"
-    assert "only 1 of 5 clients sent their secret shares" in swap["error"], swap["error"]
-    refused = swap["refused"]["share"]
+    assert "aborted at the reveal stage: 4 of the 5 relayed clients revealed no valid graph " \
+           "nonce" in swap["error"], swap["error"]
+    refused = swap["refused"]["reveal"]
     assert sorted(refused) == [s for s in SITES if s != "site-1"]
     assert all("the keys relayed for 'site-1': their signature does not verify against the "
                "federation's roster (substituted or altered keys)" in why
                for why in refused.values()), refused
     assert swap["shares_sealed_to_victim"] == 0  # nothing the relay's keys could open
-    assert swap["masked_inputs"] == [] and swap["stages"] == ["advertise", "share"]
+    assert swap["masked_inputs"] == [] and swap["stages"] == ["advertise", "reveal"]
 
     # split views: neither survivor set collects t = 4 signatures, so nobody unmasks
     split = res["split_view"]
     assert split["status"] == "aborted" and "answered the unmask stage" in split["error"]
-    assert split["stages"] == ["advertise", "share", "mask", "consistency", "unmask"]
+    assert split["stages"] == ["advertise", "reveal", "share", "mask", "consistency",
+                               "unmask"]
     refused = split["refused"]["unmask"]
     assert sorted(refused) == SITES
     assert all("survivors signed the survivor set it was shown, below the threshold 4" in why
@@ -101,10 +106,48 @@ def test_attacks_through_flower_are_refused_and_the_honest_round_is_exact(
     assert "site-0" in split["masked_inputs"]  # the victim's masked vector, never unmasked
     assert split["unmask_shares"] == [] and split["victim_shares_released"] == 0
 
+    # withheld share boxes: in protocol version 2 every node complained and handed over its
+    # private key; now every node refuses to send its masked input, and reveals nothing
+    forced = res["forced_complaints"]
+    assert forced["status"] == "aborted", forced
+    assert "only 0 of 5 clients sent valid masked inputs" in forced["error"], forced["error"]
+    assert forced["stages"] == ["advertise", "reveal", "share", "mask"]
+    refused = forced["refused"]["mask"]
+    assert sorted(refused) == SITES and sorted(forced["withheld"]) == SITES
+    for site, why in refused.items():
+        assert "to send its masked input: 1 share boxes of its neighbours are missing or " \
+               "unverifiable" in why, why
+        assert f"({forced['withheld'][site]!r})" in why, (forced["withheld"], why)
+        assert "more than the 0 its policy tolerates" in why, why
+    assert forced["masked_inputs"] == [] and forced["unmask_shares"] == []
+    assert forced["boxes_relayed"] == N * (N - 1)  # complete graph over five: 4 boxes each
+    assert forced["values_sent_at_mask_or_later"] == 0  # no pair key, no private key
+    assert forced["opener_self_check"] == [1, 1, 0]  # the attacker's opener does open boxes
+    assert forced["boxes_opened"] == 0  # ... but no value any node sent opens one
+
     # a threshold outside every node's own policy is refused at once
     lax = res["lax_params"]
     assert lax["status"] == "aborted" and sorted(lax["refused"]["advertise"]) == SITES
     assert all("threshold t=2 for 5 clients; this client accepts t between 4 and 5" in why
                for why in lax["refused"]["advertise"].values())
     assert lax["stages"] == ["advertise"] and lax["masked_inputs"] == []
+
+    # a rerun under the honest round's id (to difference the totals): every node's ledger
+    # refuses the round id at once, and nothing beyond the advertise stage happens
+    replay = res["replay"]
+    assert replay["round_id"] == honest["round_id"]
+    assert replay["status"] == "aborted" and sorted(replay["refused"]) == ["advertise"]
+    assert sorted(replay["refused"]["advertise"]) == SITES
+    assert all("a round id already used" in why
+               for why in replay["refused"]["advertise"].values()), replay["refused"]
+    assert replay["stages"] == ["advertise"] and replay["masked_inputs"] == []
+    assert len({r["round_id"] for k, r in res.items()
+                if isinstance(r, dict) and "round_id" in r and k != "replay"}) == 5
+
+    # without a ledger, the session binding stops a replay: the honest round's consistency
+    # signatures verify in their own run only
+    binding = res["session_binding"]
+    assert binding["sessions_differ"] is True
+    assert binding["signatures"] == binding["valid_in_own_run"] == N
+    assert binding["valid_in_other_run"] == 0
     print(f"flwr run wall time: {res['wall_s']:.1f} s")

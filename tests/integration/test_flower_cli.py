@@ -69,3 +69,29 @@ def test_flower_run_with_holdout_float32_and_preset(ws: Path, tmp_path: Path) ->
     assert manifest["stats"]["holdout_fraction"] == 0.2
     assert set(res["accuracy"]) == {"nb", "lda"}
     assert np.isfinite(list(res["accuracy"].values())).all()
+
+
+def test_flower_run_secure_is_authenticated_by_default_and_can_run_again(
+        ws: Path, tmp_path: Path) -> None:
+    """``flower-run --secure`` (simulation engine) gives its nodes fresh identities and the
+    server the roster: every node binds to its roster id and the round is authenticated. A
+    second run over the same data and --out is not refused by the nodes' ledgers (each run's
+    are fresh, in OUT/flower/ledgers), and no ledger is left beside the data."""
+    out = tmp_path / "run"
+    args: list[str | Path] = [
+        "flower-run", "--engine", "simulation", "--nodes", "2", "--secure", "--clip", "30",
+        "--data-template", ws / "parts" / "client-{partition_id}.npz", "--test",
+        ws / "test.npz", "--heads", "nb", "--out", out, "--json"]
+    for _ in range(2):
+        r = run_cli(*args, cwd=tmp_path, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        res = json.loads(r.stdout)
+        assert res["status"] == "ok" and res["authenticated"] is True
+        assert sorted(res["survivors"]) == ["site-0", "site-1"]
+        assert res["identity_problems"] == {} and res["unbound"] == []
+        assert "WARNING" not in r.stderr
+    assert sorted(p.name for p in (out / "flower" / "identities").iterdir()) == [
+        "roster.json", "site-0.key", "site-0.key.pub", "site-1.key", "site-1.key.pub"]
+    assert sorted(p.name for p in (out / "flower" / "ledgers").iterdir()) == [
+        "node-0.json", "node-1.json"]
+    assert not list((ws / "parts").glob(".ghofl-ledger-*"))

@@ -1,7 +1,8 @@
 """Hierarchical secure aggregation on Flower: ``regions`` in the run config runs one secure
 round per region over that region's own nodes, then the top round among the regional
 aggregators in the ServerApp (simulation engine on 127.0.0.1; the test stops exactly the
-processes it started, by PID)."""
+processes it started, by PID). Regions of identity-bound nodes are not built: the nodes run
+with ``insecure-keys=true``."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def _flat(stats: object) -> tuple[np.ndarray, np.ndarray]:
 
 def test_regions_on_flower_equal_the_in_process_hierarchy_bit_for_bit(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
-    flower = LocalFlower(tmp_path / "work", "simulation")
+    flower = LocalFlower(tmp_path / "work", "simulation",
+                         node_configs=[{"insecure-keys": True}] * CLIENTS)
     try:
         flower.__enter__()
         res = flower.run(cfg, app_dir=APP, num_supernodes=CLIENTS)
@@ -74,7 +76,8 @@ def test_regions_on_flower_equal_the_in_process_hierarchy_bit_for_bit(tmp_path: 
     from ghofl.secure import SecAggClient
     from ghofl.secure.transport import InMemoryTransport
     flat_total = flat.aggregate(InMemoryTransport(
-        [SecAggClient(c, m, meta=meta) for c, m in makers.items()])).total
+        [SecAggClient(c, m, meta=meta, allow_unauthenticated=True, ledger=None)
+         for c, m in makers.items()])).total
     for a, b in zip(_flat(got), _flat(ref.total), strict=True):
         np.testing.assert_array_equal(a, b)  # bit for bit
     for a, b in zip(_flat(got), _flat(flat_total), strict=True):
@@ -104,12 +107,16 @@ def test_flower_run_cli_runs_regions(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     out = tmp_path / "run"
     r = run_cli("flower-run", "--engine", "simulation", "--nodes", "4", "--secure",
-                "--clip", "30", "--classes", "0,1,2", "--regions", "2", "--heads", "nb",
+                "--insecure-keys", "--clip", "30", "--classes", "0,1,2", "--regions", "2",
+                "--heads", "nb",
                 "--data-template", str(cfg["data-template"]), "--out", out,
                 "--stage-timeout", "60", "--json", cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "WARNING: secure aggregation without a roster (--insecure-keys): every relayed key " \
+           "is taken on trust" in r.stderr
     res = json.loads(r.stdout)
-    assert res["status"] == "ok" and res["hierarchy"]["included_regions"] == [
+    assert res["status"] == "ok" and res["authenticated"] is False
+    assert res["hierarchy"]["included_regions"] == [
         "region-0", "region-1"]
     job = ClientJob(("0", "1", "2"), clip_norm=30.0)
     ref = sum_stats([client_statistics(tmp_path / "parts" / f"client-{i}.npz", job)
@@ -117,13 +124,18 @@ def test_flower_run_cli_runs_regions(tmp_path: Path) -> None:
     assert load_stats(out / "total.ghs").allclose(ref, rtol=1e-9, atol=1e-9)
 
 
-def test_flower_run_refuses_a_stats_cache_on_the_simulation_engine(tmp_path: Path) -> None:
+def test_flower_run_refuses_regions_without_insecure_keys(tmp_path: Path) -> None:
+    """Regions run without a roster: flower-run asks for --insecure-keys rather than run them
+    unauthenticated silently, before starting anything."""
     from tests.helpers_cli import run_cli
 
     cfg = _cfg(tmp_path)
-    r = run_cli("flower-run", "--engine", "simulation", "--nodes", "2", "--plain",
-                "--classes", "0,1,2", "--data-template", str(cfg["data-template"]),
-                "--out", tmp_path / "run", "--stats-cache", tmp_path / "cache",
+    r = run_cli("flower-run", "--engine", "simulation", "--nodes", "4", "--secure",
+                "--clip", "30", "--classes", "0,1,2", "--regions", "2",
+                "--data-template", str(cfg["data-template"]), "--out", tmp_path / "run",
                 cwd=tmp_path, timeout=300)
-    assert r.returncode != 0
-    assert "--stats-cache needs --engine deployment" in r.stderr
+    assert r.returncode == 2
+    assert "--regions runs its regional rounds without a roster (regions of identity-bound " \
+           "nodes are not built): add --insecure-keys to take the relayed keys on trust, or " \
+           "drop --regions for an authenticated flat round" in r.stderr
+    assert "WARNING" not in r.stderr and not (tmp_path / "run" / "flower").exists()

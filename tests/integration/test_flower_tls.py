@@ -6,7 +6,9 @@ site-1 and the untrusting node are registered (``flwr supernode register``), the
 not. The rogue (unregistered key) is refused by the SuperLink; the untrusting node (registered
 key, but it trusts another CA) refuses the SuperLink's certificate; both exit without ever
 being online. The secure run with expected-nodes = 2 then has exactly site-0 and site-1 as
-survivors and their exact sum. Every process is stopped by PID and none survives.
+survivors and their exact sum. Every process is stopped by PID and none survives. (The test is
+about Flower's channel and SuperNode keys: the nodes hold no ghofl identities and run with
+``insecure-keys=true``.)
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ghofl.integrations.flower.tls import make_ca, make_loopback_credentials
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import sum_stats
 from ghofl.stats.codec import load_stats
-from tests.integration.test_flower import APP, CLASSES, CLIP, _closed, _config, _data
+from tests.integration.test_flower import APP, CLASSES, CLIP, INSECURE, _closed, _config, _data
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +59,7 @@ def secure_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
         }
         for name, part in REGISTERED.items():
             flower.add_supernode(part, 4, template.format(partition_id=part),
-                                 auth_key=creds.node_keys[name][0])
+                                 auth_key=creds.node_keys[name][0], extra=INSECURE)
         for proc in bad.values():  # both give up before the run is submitted
             proc.wait(timeout=REFUSAL_TIMEOUT_S)
         yield {"flower": flower, "root": root, "data": data, "creds": creds,

@@ -82,10 +82,15 @@ def test_flower_run_identities_errors(tmp_path: Path, capsys: pytest.CaptureFixt
     base = ["flower-run", "--data-template", str(tmp_path / "p-{partition_id}.npz"), "--out",
             str(tmp_path / "o"), "--test", str(tmp_path / "test.npz"), "--secure", "--clip", "5",
             "--identities", str(ids)]
-    _one_line_error([*base, "--nodes", "2"], capsys,
-                    r"--identities needs --engine deployment and --secure")
-    _one_line_error([*base, "--nodes", "3", "--engine", "deployment"], capsys,
-                    r"--identities: the roster lists 2 clients but --nodes is 3")
+    plain = [a for a in base if a != "--secure"]
+    _one_line_error([*plain, "--nodes", "2", "--plain"], capsys,
+                    r"--identities and --insecure-keys apply to --secure only: drop them or "
+                    r"add --secure$")
+    _one_line_error([*base, "--nodes", "2", "--insecure-keys"], capsys,
+                    r"--insecure-keys runs without identities: drop it or --identities$")
+    for engine in ("simulation", "deployment"):  # both engines give nodes their identities
+        _one_line_error([*base, "--nodes", "3", "--engine", engine], capsys,
+                        r"--identities: the roster lists 2 clients but --nodes is 3")
     (ids / "b.key").unlink()
     assert _run(["keys", "new", "--out", str(ids / "b.key"), "--id", "b"], capsys)[0] == 2
     (ids / "b.key.pub").unlink()

@@ -233,8 +233,8 @@ def test_clipping_scales_a_sample_of_norm_1000r_into_the_bounds() -> None:
 def test_an_honest_client_with_poisoned_statistics_drops_out_with_the_check_named() -> None:
     payloads = _payloads(5, "pooled")
     ids = _ids(5)
-    clients = [SecAggClient(c, p) for c, p in zip(ids, [*payloads[:4], _poisoned(payloads[4])],
-                                                  strict=True)]
+    clients = [SecAggClient(c, p, allow_unauthenticated=True)
+               for c, p in zip(ids, [*payloads[:4], _poisoned(payloads[4])], strict=True)]
     server = SecAggServer(SecAggConfig(clip_norm=R), payloads[0].meta, ids,
                           decode=BoundedDecoder())
     report = run_aggregation(server, InMemoryTransport(clients))
@@ -290,7 +290,7 @@ def test_a_poisoning_client_gets_the_secure_total_refused(attack: str, encode: E
                                                           named: str, mode: str) -> None:
     payloads = _payloads(5, mode)
     ids = _ids(5)
-    clients = [SecAggClient(c, p, encode=encode if i == 2 else None)
+    clients = [SecAggClient(c, p, encode=encode if i == 2 else None, allow_unauthenticated=True)
                for i, (c, p) in enumerate(zip(ids, payloads, strict=True))]
     server = SecAggServer(SecAggConfig(clip_norm=R), payloads[0].meta, ids,
                           decode=BoundedDecoder(lambda: len(server.survivors)))
@@ -316,7 +316,8 @@ def test_the_count_bound_is_tight_over_the_clients_in_the_sum(poison: bool) -> N
     in the sum reach 4·M exactly and pass; one sample more is refused against 4·M, not 5·M."""
     payloads = _payloads(5, "diag")
     ids = _ids(5)
-    clients = [SecAggClient(c, p, encode=_one_more if poison and i == 0 else None)
+    clients = [SecAggClient(c, p, encode=_one_more if poison and i == 0 else None,
+                            allow_unauthenticated=True)
                for i, (c, p) in enumerate(zip(ids, payloads, strict=True))]
     server = SecAggServer(SecAggConfig(clip_norm=R, threshold=3, max_samples=60),
                           payloads[0].meta, ids,
@@ -341,10 +342,13 @@ def test_the_plans_server_refuses_a_poisoned_secure_total_and_fits_an_honest_one
     payloads = _payloads(5, "full")
     ids = _ids(5)
     plan = _plan("full")
+    # two rounds over the same data: the (simulated) clients keep no round ledger
     honest = FederationServer(plan, ids, payloads[0].meta).aggregate(InMemoryTransport(
-        [SecAggClient(c, p) for c, p in zip(ids, payloads, strict=True)]))
+        [SecAggClient(c, p, allow_unauthenticated=True, ledger=None)
+         for c, p in zip(ids, payloads, strict=True)]))
     assert np.array_equal(honest.total.counts, sum_stats(payloads).counts)
-    bad = [SecAggClient(c, p, encode=_add_sample if i == 0 else None)
+    bad = [SecAggClient(c, p, encode=_add_sample if i == 0 else None,
+                        allow_unauthenticated=True, ledger=None)
            for i, (c, p) in enumerate(zip(ids, payloads, strict=True))]
     with pytest.raises(TotalOutOfBoundsError, match=r"second moment \(class 'a'\): tr S = "):
         FederationServer(plan, ids, payloads[0].meta).aggregate(InMemoryTransport(bad))
@@ -456,7 +460,9 @@ def test_distributed_dp_through_the_plans_server() -> None:
         out = []
         for i, (c, p) in enumerate(zip(ids, payloads, strict=True)):
             honest = noise_share_encoder(noise, np.random.default_rng(i))
-            out.append(SecAggClient(c, p, encode=honest if i != poisoner else _inflate(honest)))
+            # two rounds over the same data: the (simulated) clients keep no round ledger
+            out.append(SecAggClient(c, p, encode=honest if i != poisoner else _inflate(honest),
+                                    allow_unauthenticated=True, ledger=None))
         return out
 
     class _inflate:  # poisons the counts, keeps the removable levels

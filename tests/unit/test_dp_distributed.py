@@ -79,8 +79,10 @@ def _round(plan: NoisePlan, drops: dict[str, int] | None, seed: int,
            ) -> tuple[SecAggServer, _Raw, list[SecAggClient], list[ClientStats]]:
     payloads = payloads if payloads is not None else _payloads()
     seeds = np.random.SeedSequence(seed).spawn(N)
+    # simulated, unauthenticated clients; no round ledger, as rounds are rerun over the same data
     clients = [SecAggClient(f"c{i}", p, encode=noise_share_encoder(
-        plan, np.random.default_rng(seeds[i]))) for i, p in enumerate(payloads)]
+        plan, np.random.default_rng(seeds[i])), allow_unauthenticated=True, ledger=None)
+        for i, p in enumerate(payloads)]
     server: SecAggServer
     decoder = _Raw(plan, lambda: len(server.survivors), lambda: server.levels_removed)
     server = SecAggServer(SecAggConfig(clip_norm=R, threshold=T, noise_levels=16),
@@ -221,7 +223,8 @@ def test_an_unreconstructable_level_stays_and_is_accounted() -> None:
     payloads = _payloads()
     seeds = np.random.SeedSequence(5).spawn(N)
     clients: list[Any] = [SecAggClient(f"c{i}", p, encode=noise_share_encoder(
-        plan, np.random.default_rng(seeds[i]))) for i, p in enumerate(payloads)]
+        plan, np.random.default_rng(seeds[i])), allow_unauthenticated=True)
+        for i, p in enumerate(payloads)]
     clients[1:5] = [_Tamper(c) for c in clients[1:5]]  # 4 of 10 holders: 6 < t_s = 7 good
     server: SecAggServer
     decoder = _Raw(plan, lambda: len(server.survivors), lambda: server.levels_removed)
@@ -246,12 +249,13 @@ def test_a_client_reveals_no_level_above_the_survivors_it_signed() -> None:
     # drive one round by hand up to the unmask stage, then answer as a lying server would
     seeds = np.random.SeedSequence(1).spawn(N)
     clients = [SecAggClient(f"c{i}", p, encode=noise_share_encoder(
-        plan, np.random.default_rng(seeds[i]))) for i, p in enumerate(payloads)]
+        plan, np.random.default_rng(seeds[i])), allow_unauthenticated=True)
+        for i, p in enumerate(payloads)]
     srv = SecAggServer(SecAggConfig(clip_norm=R, threshold=T, noise_levels=16),
                        payloads[0].meta, [c.client_id for c in clients],
                        decode=NoisyDecoder(plan))
     by_id = {c.client_id: c for c in clients}
-    for _stage in ("advertise", "share", "mask"):
+    for _stage in ("advertise", "reveal", "share", "mask"):
         reqs = srv.requests()
         srv.receive([(c, by_id[c].handle(r)) for c, r in reqs.items() if c not in ("c8", "c9")
                      or _stage != "mask"])
@@ -280,7 +284,7 @@ def test_rounds_with_levels_need_level_noise_on_both_sides() -> None:
     with pytest.raises(ConfigError, match="needs a decoder that regenerates their noise"):
         SecAggServer(cfg, payloads[0].meta, ["a", "b", "c"])
     server = SecAggServer(cfg, payloads[0].meta, ["a", "b", "c"], decode=NoisyDecoder(plan))
-    plain = SecAggClient("a", payloads[0])
+    plain = SecAggClient("a", payloads[0], allow_unauthenticated=True)
     with pytest.raises(ProtocolError, match="this client's encoder adds no removable noise"):
         plain.handle(server.requests()["a"])
     assert isinstance(noise_share_encoder(plan, np.random.default_rng(0)), NoiseShareEncoder)
@@ -291,12 +295,14 @@ def test_client_state_keeps_the_level_seeds() -> None:
     payloads = _payloads(3)
     server = SecAggServer(SecAggConfig(clip_norm=R, threshold=2, noise_levels=4),
                           payloads[0].meta, ["a", "b", "c"], decode=NoisyDecoder(plan))
-    clients = {c: SecAggClient(c, p, encode=noise_share_encoder(plan, np.random.default_rng(0)))
+    clients = {c: SecAggClient(c, p, encode=noise_share_encoder(plan, np.random.default_rng(0)),
+                               allow_unauthenticated=True)
                for c, p in zip(("a", "b", "c"), payloads, strict=True)}
-    for _ in range(2):
+    for _ in ("advertise", "reveal", "share"):
         reqs = server.requests()
         server.receive([(c, clients[c].handle(r)) for c, r in reqs.items()])
     state: dict[str, Any] = clients["a"].to_state()
-    back = SecAggClient.from_state(state, payloads[0], encode=clients["a"]._encode)
+    back = SecAggClient.from_state(state, payloads[0], encode=clients["a"]._encode,
+                                   allow_unauthenticated=True)
     assert back._levels == clients["a"]._levels and len(back._levels) == 1
     assert back._held_levels == clients["a"]._held_levels

@@ -93,9 +93,10 @@ def _secure_messages() -> list[ServerMessage | ClientMessage]:
 def test_every_secure_message_round_trips_bit_exact() -> None:
     seen = _secure_messages()
     kinds = {type(m).__name__ for m in seen}
-    assert kinds == {"AdvertiseRequest", "AdvertiseKeys", "ShareRequest", "ShareKeys",
-                     "MaskRequest", "MaskedInput", "ConsistencyRequest", "ConsistencySignature",
-                     "UnmaskRequest", "UnmaskShares"}
+    assert kinds == {"AdvertiseRequest", "AdvertiseKeys", "RevealRequest", "NonceReveal",
+                     "ShareRequest", "ShareKeys", "MaskRequest", "MaskedInput",
+                     "ConsistencyRequest", "ConsistencySignature", "UnmaskRequest",
+                     "UnmaskShares"}
     for msg in seen:
         back = message_from_record(message_to_record(msg))
         assert _same(msg, back), type(msg).__name__
@@ -143,8 +144,8 @@ def test_refuses_a_record_without_ghofl_header() -> None:
 
 def test_refuses_another_records_version() -> None:
     rd = _request()
-    _header(rd)["records-version"] = 3
-    with pytest.raises(ProtocolError, match=r"^the ghofl record 'ghofl' has records-version 3; this ghofl reads version 2; run the same ghofl version on the server and the clients$"):
+    _header(rd)["records-version"] = 2  # a peer still on protocol version 2
+    with pytest.raises(ProtocolError, match=r"^the ghofl record 'ghofl' has records-version 2; this ghofl reads version 3; run the same ghofl version on the server and the clients$"):
         message_from_record(rd)
 
 
@@ -173,14 +174,40 @@ def test_refuses_unknown_and_unexpected_types() -> None:
 
 def test_refuses_columns_of_different_lengths_and_bad_lists() -> None:
     seen = _secure_messages()
+    reveal_req = next(m for m in seen if type(m).__name__ == "RevealRequest")
+    rd = message_to_record(reveal_req)
+    _header(rd)["roster.enc_public"] = [b"x"]
+    with pytest.raises(ProtocolError, match=r"^the ghofl RevealRequest record's columns of 'roster' have different lengths \(4, 1, 4, 4, 4\); it is malformed$"):
+        message_from_record(rd)
+    rd = message_to_record(reveal_req)
+    _header(rd)["roster.client"] = [b"a", b"b", b"c", b"d"]
+    with pytest.raises(ProtocolError, match=r"^the ghofl RevealRequest record's key 'roster.client' must be a list of a string; it holds a bytes$"):
+        message_from_record(rd)
+    rd = message_to_record(reveal_req)
+    _header(rd)["roster.nonce_commitment"] = ["x"] * 4
+    with pytest.raises(ProtocolError, match=r"^the ghofl RevealRequest record's key 'roster.nonce_commitment' must be a list of bytes; it holds a str$"):
+        message_from_record(rd)
     share_req = next(m for m in seen if type(m).__name__ == "ShareRequest")
     rd = message_to_record(share_req)
-    _header(rd)["roster.enc_public"] = [b"x"]
-    with pytest.raises(ProtocolError, match=r"^the ghofl ShareRequest record's columns of 'roster' have different lengths \(4, 1, 4, 4\); it is malformed$"):
+    _header(rd)["nonces.1"] = [b"n"] * 3
+    with pytest.raises(ProtocolError, match=r"^the ghofl ShareRequest record's columns of 'nonces' have different lengths \(4, 3\); it is malformed$"):
         message_from_record(rd)
-    rd = message_to_record(share_req)
-    _header(rd)["roster.client"] = [b"a", b"b", b"c", b"d"]
-    with pytest.raises(ProtocolError, match=r"^the ghofl ShareRequest record's key 'roster.client' must be a list of a string; it holds a bytes$"):
+    mask_req = next(m for m in seen if type(m).__name__ == "MaskRequest" and m.shares)
+    rd = message_to_record(mask_req)
+    _header(rd)["shares.key_commitment"] = _header(rd)["shares.key_commitment"][1:]
+    with pytest.raises(ProtocolError, match=r"^the ghofl MaskRequest record's columns of 'shares' have different lengths"):
+        message_from_record(rd)
+
+
+def test_complaints_with_their_pair_keys_round_trip_and_are_validated() -> None:
+    seen = _secure_messages()
+    masked = next(m for m in seen if isinstance(m, MaskedInput))
+    accusing = dataclasses.replace(masked, complaints=(("site-1", "does not open"),),
+                                   complaint_keys=(("site-1", bytes(range(32))),))
+    assert _same(accusing, message_from_record(message_to_record(accusing)))
+    rd = message_to_record(accusing)
+    _header(rd)["complaint_keys.1"] = ["not bytes"]
+    with pytest.raises(ProtocolError, match=r"key 'complaint_keys.1' must be a list of bytes"):
         message_from_record(rd)
 
 
@@ -236,7 +263,8 @@ def test_distributed_dp_level_fields_round_trip_and_are_validated() -> None:
                      block_sigmas(sens, frac, 1.0))
     payloads = _payloads()
     clients = [SecAggClient(f"site-{i}", p, encode=noise_share_encoder(
-        plan, np.random.default_rng(i))) for i, p in enumerate(payloads)]
+        plan, np.random.default_rng(i)), allow_unauthenticated=True)
+        for i, p in enumerate(payloads)]
     server = SecAggServer(SecAggConfig(clip_norm=6.0, threshold=2, noise_levels=16),
                           payloads[0].meta, [c.client_id for c in clients],
                           decode=NoisyDecoder(plan))

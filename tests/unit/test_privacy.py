@@ -318,7 +318,8 @@ def test_distributed_noise_goes_through_secure_aggregation() -> None:
                               clip_norm=R) for _ in range(4)]
     seeds = np.random.SeedSequence(8).spawn(4)
     clients = [SecAggClient(f"c{i}", p, encode=noise_share_encoder(
-        plan, np.random.default_rng(seeds[i]))) for i, p in enumerate(payloads)]
+        plan, np.random.default_rng(seeds[i])), allow_unauthenticated=True)
+        for i, p in enumerate(payloads)]
     decoder = NoisyDecoder(plan)
     server = SecAggServer(SecAggConfig(clip_norm=R, threshold=3), payloads[0].meta,
                           [c.client_id for c in clients], decode=decoder)

@@ -21,13 +21,23 @@ import pytest
 from ghofl.errors import AggregationAbortedError, ConfigError, ProtocolError
 from ghofl.secure import InMemoryTransport, SecAggClient, SecAggConfig, SecAggServer
 from ghofl.secure import primitives as cr
-from ghofl.secure._common import Topology, share_transcript
+from ghofl.secure._common import (
+    Topology,
+    key_commitment,
+    pair_key,
+    session_id,
+    share_aad,
+    share_transcript,
+)
 from ghofl.secure.config import SessionParams, consistency_threshold
 from ghofl.secure.identity import IdentityKey, Roster
 from ghofl.secure.messages import (
+    PROTOCOL_VERSION,
     ClientMessage,
     ConsistencyRequest,
     MaskedInput,
+    MaskRequest,
+    RevealRequest,
     RosterEntry,
     SealedShare,
     ServerMessage,
@@ -70,6 +80,10 @@ def _stage(server: SecAggServer, transport: Any, stage: str) -> None:
     server.receive(transport.exchange(stage, server.requests()))
 
 
+def _stage_with(server: SecAggServer, transport: Any, requests: dict[str, Any]) -> None:
+    server.receive(transport.exchange(server.state, requests))
+
+
 def _assert_exact(total: ClientStats, expected: ClientStats) -> None:
     assert np.array_equal(total.counts, expected.counts)
     assert total.allclose(expected, rtol=1e-12)
@@ -88,29 +102,34 @@ class Relay:
 
 
 # ---------------------------------------------------------------------- 3. key substitution
-def test_a_relay_that_substitutes_a_victims_keys_is_refused_by_every_client() -> None:
-    """The relay swaps the victim's relayed keys for its own (keeping the victim's signature,
-    or signing with its own identity): every client refuses to encrypt shares to them, so
-    the relay reads nothing, and the round ends without a result."""
+@pytest.mark.parametrize("what", ["keys", "nonce commitment"])
+def test_a_relay_that_substitutes_a_victims_keys_is_refused_by_every_client(what: str) -> None:
+    """The relay swaps the victim's relayed keys (or its nonce commitment, to choose the graph)
+    for its own, keeping the victim's signature or signing with its own identity: every client
+    refuses the relayed roster before it reveals its nonce or encrypts a share, so the relay
+    reads nothing, and the round ends without a result."""
     clients, server, _, _, _ = _federation(5)
     victim, evil_enc, evil_mask = "site-01", cr.KeyPair.generate(), cr.KeyPair.generate()
     evil_id = IdentityKey.generate()
+    swapped: dict[str, Any] = (
+        {"enc_public": evil_enc.public, "mask_public": evil_mask.public} if what == "keys"
+        else {"nonce_commitment": hashlib.sha256(b"the relay's nonce").digest()})
 
     def swap(client: str, req: ServerMessage) -> ServerMessage:
-        if not isinstance(req, ShareRequest) or client == victim:
+        if not isinstance(req, RevealRequest) or client == victim:
             return req
         roster = tuple(
-            dataclasses.replace(e, enc_public=evil_enc.public, mask_public=evil_mask.public,
-                                signature=evil_id.sign(b"anything") if client == "site-02"
-                                else e.signature)
+            dataclasses.replace(e, **swapped, signature=evil_id.sign(b"anything")
+                                if client == "site-02" else e.signature)
             if e.client == victim else e for e in req.roster)
         return dataclasses.replace(req, roster=roster)
 
     transport = Relay(InMemoryTransport(clients), swap)
-    with pytest.raises(AggregationAbortedError, match=r"only 1 of 5 clients sent their secret "
-                       r"shares"):
+    with pytest.raises(AggregationAbortedError, match=r"aborted at the reveal stage: 4 of the 5 "
+                       r"relayed clients revealed no valid graph nonce"):
         run_aggregation(server, transport)
-    refused = transport.traffic["share"].refused
+    assert "share" not in transport.traffic  # no share box was ever sealed
+    refused = transport.traffic["reveal"].refused
     assert set(refused) == {c for c in _ids(5) if c != victim}
     for why in refused.values():
         assert "the keys relayed for 'site-01': their signature does not verify against the " \
@@ -173,7 +192,7 @@ def test_different_survivor_sets_to_different_clients_reveal_nothing() -> None:
     server = SplitViewServer(SecAggConfig(clip_norm=CLIP), payloads[0].meta, _ids(5),
                              roster=roster, record_view=True)
     transport = InMemoryTransport(clients)
-    for stage in ("advertise", "share", "mask", "consistency", "unmask"):
+    for stage in ("advertise", "reveal", "share", "mask", "consistency", "unmask"):
         if stage == "unmask":
             with pytest.raises(AggregationAbortedError, match="answered the unmask stage"):
                 _stage(server, transport, stage)
@@ -189,7 +208,7 @@ def test_different_survivor_sets_to_different_clients_reveal_nothing() -> None:
 def test_a_client_refuses_to_unmask_other_sets_than_it_signed() -> None:
     clients, server, _, _, _ = _federation(4)
     transport = InMemoryTransport(clients)
-    for stage in ("advertise", "share", "mask", "consistency"):
+    for stage in ("advertise", "reveal", "share", "mask", "consistency"):
         _stage(server, transport, stage)
     req = server.requests()["site-00"]
     assert isinstance(req, UnmaskRequest)
@@ -243,29 +262,36 @@ def test_a_roster_entry_for_an_invented_client_is_refused() -> None:
     transport = InMemoryTransport(clients)
     _stage(server, transport, "advertise")
     req = server.requests()["site-00"]
-    assert isinstance(req, ShareRequest)
+    assert isinstance(req, RevealRequest)
     ghost = RosterEntry("ghost", cr.KeyPair.generate().public, cr.KeyPair.generate().public,
-                        bytes(64))
+                        bytes(32), bytes(64))
     with pytest.raises(ProtocolError, match=r"a roster naming 'ghost', who is not in the "
                        r"federation"):
         clients[0].handle(dataclasses.replace(req, roster=(*req.roster, ghost)))
 
 
 def test_the_relayed_order_does_not_choose_the_graph() -> None:
-    """The graph is fixed by the hash of the signed advertisements, not by the order the server
-    relays them in: any permutation gives the same neighbourhoods."""
+    """The graph is fixed by the session hash of the signed advertisements and the revealed
+    nonces, not by the order the server relays them in: any permutation gives the same
+    neighbourhoods, while any other advertisement or nonce moves the graph."""
     params = SessionParams(20, 14, 4, 1_000_000, CLIP, 2, 3)
+    rid = b"round-id-0000001"
     entries = tuple(RosterEntry(f"c{i:02d}", bytes([i]) * 32, bytes([i + 50]) * 32,
-                                bytes([i]) * 64) for i in range(20))
+                                bytes([i + 100]) * 32, bytes([i]) * 64) for i in range(20))
+    nonces = {e.client: bytes([i + 150]) * 32 for i, e in enumerate(entries)}
     rng = np.random.default_rng(0)
-    base = Topology.build(entries, params, b"round")
+    base = Topology.build(entries, params, session_id(rid, entries, nonces))
     for _ in range(5):
         perm = tuple(entries[i] for i in rng.permutation(20))
-        other = Topology.build(perm, params, b"round")
+        shuffled = dict(sorted(nonces.items(), key=lambda _: rng.random()))
+        other = Topology.build(perm, params, session_id(rid, perm, shuffled))
         assert all(other.neighbours(c) == base.neighbours(c) for c in base.clients)
     changed = (dataclasses.replace(entries[0], signature=b"\x07" * 64), *entries[1:])
-    moved = Topology.build(changed, params, b"round")
-    assert any(moved.neighbours(c) != base.neighbours(c) for c in base.clients)
+    another_nonce = {**nonces, "c05": b"\x09" * 32}
+    for session in (session_id(rid, changed, nonces), session_id(rid, entries, another_nonce),
+                    session_id(b"round-id-0000002", entries, nonces)):
+        moved = Topology.build(entries, params, session)
+        assert any(moved.neighbours(c) != base.neighbours(c) for c in base.clients)
 
 
 def test_a_server_over_a_roster_invites_exactly_its_clients() -> None:
@@ -285,36 +311,74 @@ def test_policy_thresholds() -> None:
 
 
 def test_an_unauthenticated_client_is_refused_unless_its_policy_allows_it() -> None:
+    """A client without a roster is refused at construction (the default policy, or none);
+    it takes part only when told so explicitly, by its policy or by allow_unauthenticated."""
     payloads = _payloads(3)
-    strict = SecAggClient("site-00", payloads[0], policy=ClientPolicy())
+    for policy in (ClientPolicy(), None):
+        with pytest.raises(ProtocolError, match=r"client 'site-00' has no roster: without the "
+                           r"federation's roster every relayed key is taken on trust .*pass "
+                           r"allow_unauthenticated=True to accept that risk explicitly"):
+            SecAggClient("site-00", payloads[0], policy=policy)
     server = SecAggServer(SecAggConfig(clip_norm=CLIP), payloads[0].meta, _ids(3))
-    with pytest.raises(ProtocolError, match=r"refused an unauthenticated round \(this client "
-                       r"has no roster"):
-        strict.handle(server.requests()["site-00"])
+    for lax in (SecAggClient("site-00", payloads[0], allow_unauthenticated=True),
+                SecAggClient("site-00", payloads[0], ledger=None,
+                             policy=ClientPolicy(allow_unauthenticated=True))):
+        assert lax.policy.allow_unauthenticated
+        reply = lax.handle(server.requests()["site-00"])
+        assert lax.state == "advertised" and reply.signature == b""  # type: ignore[attr-defined]
+    saved = lax.to_state()
+    with pytest.raises(ProtocolError, match=r"client 'site-00' has no roster"):
+        SecAggClient.from_state(saved, payloads[0])  # nor by restoring a saved state
+    assert SecAggClient.from_state(saved, payloads[0], allow_unauthenticated=True,
+                                   ledger=None).state == "advertised"
 
 
 # ---------------------------------------------------------------------- 8. complaints
-def _false_accuser(accuser: str, accused: str, with_key: bool = True) -> Any:
+def _pair_key_of(client: SecAggClient, sender: str) -> bytes:
+    """The pair key of the box ``sender`` → ``client`` (what ``client`` can compute)."""
+    assert client._enc is not None
+    shared = client._enc.agree(client._roster[sender].enc_public)
+    return pair_key(shared, client._session, sender, client.client_id)
+
+
+def _boxes_opened(key: bytes, server: SecAggServer) -> list[tuple[str, str]]:
+    """(sender, recipient) of every share box the server relayed that ``key`` opens."""
+    opened = []
+    for msg in server._shares.values():
+        for box in msg.shares:
+            plain = cr.aead_decrypt(key, box.sealed,
+                                    share_aad(server.session, box.sender, box.recipient))
+            if plain is not None:
+                opened.append((box.sender, box.recipient))
+    return opened
+
+
+def _false_accuser(accuser: str, accused: str, key: str = "pair") -> Any:
+    """The accuser complains about a good box; ``key``: the true pair key, none, or a key
+    that is not the one the accused committed to."""
     class Accuse:
         def __init__(self, inner: InMemoryTransport) -> None:
             self.inner, self.traffic = inner, inner.traffic
 
         def exchange(self, stage: Stage, requests: Mapping[str, ServerMessage]
                      ) -> Iterator[tuple[str, ClientMessage]]:
-            keys = {c.client_id: c._enc for c in self.inner.clients.values()}  # type: ignore[attr-defined]
             for client, msg in self.inner.exchange(stage, requests):
                 if stage == "mask" and client == accuser:
-                    assert isinstance(msg, MaskedInput)
-                    key = keys[accuser]
-                    msg = dataclasses.replace(
-                        msg, complaints=((accused, "made up"),),
-                        complaint_key=key.private if with_key and key else b"")
+                    assert isinstance(msg, MaskedInput) and not msg.complaints
+                    me = self.inner.clients[accuser]
+                    assert isinstance(me, SecAggClient)
+                    keys = {"pair": ((accused, _pair_key_of(me, accused)),), "none": (),
+                            "other": ((accused, cr.random_seed()),)}[key]
+                    msg = dataclasses.replace(msg, complaints=((accused, "made up"),),
+                                              complaint_keys=keys)
                 yield client, msg
     return Accuse
 
 
 @pytest.mark.parametrize("n", [5, 12])
 def test_a_false_accuser_is_excluded_and_the_round_completes(n: int) -> None:
+    """The accuser reveals the true pair key: the box opens under it, so the accuser lied;
+    the key opens that one box only, so the complaint exposed nothing else."""
     clients, server, _, _, payloads = _federation(n)
     report = run_aggregation(server, _false_accuser("site-03", "site-01")(
         InMemoryTransport(clients)))
@@ -323,45 +387,146 @@ def test_a_false_accuser_is_excluded_and_the_round_completes(n: int) -> None:
     assert "site-01" in report.survivors
     _assert_exact(report.total, sum_stats(p for c, p in zip(_ids(n), payloads, strict=True)
                                           if c != "site-03"))
+    key = _pair_key_of(clients[3], "site-01")
+    assert _boxes_opened(key, server) == [("site-01", "site-03")]  # that box, no other
+    assert key not in (clients[3]._enc.private, clients[1]._enc.private)  # type: ignore[union-attr]
 
 
 def test_a_complaint_without_its_key_excludes_the_accuser() -> None:
     clients, server, _, _, _ = _federation(5)
-    report = run_aggregation(server, _false_accuser("site-03", "site-01", with_key=False)(
+    report = run_aggregation(server, _false_accuser("site-03", "site-01", key="none")(
         InMemoryTransport(clients)))
-    assert report.excluded == {"site-03": "mask: complained without the key that lets its "
-                                          "complaint be verified"}
+    assert report.excluded == {"site-03": "mask: complained about 'site-01' without the pair "
+                                          "key that lets the complaint be verified"}
+
+
+def test_a_complaint_with_a_key_other_than_the_committed_one_excludes_both() -> None:
+    """A key that is not the one the sender committed to: one of the two lies, the server
+    cannot tell which, so it trusts neither; the round completes over the others."""
+    clients, server, _, _, payloads = _federation(8)
+    report = run_aggregation(server, _false_accuser("site-03", "site-01", key="other")(
+        InMemoryTransport(clients)))
+    assert report.excluded == {
+        "site-01": "mask: disagrees with 'site-03' on their pair key (one of the two lies; "
+                   "neither is trusted)",
+        "site-03": "mask: disagrees with 'site-01' on their pair key (one of the two lies; "
+                   "neither is trusted)"}
+    _assert_exact(report.total, sum_stats(p for c, p in zip(_ids(8), payloads, strict=True)
+                                          if c not in ("site-01", "site-03")))
+
+
+class BadBox:
+    """The sender ``bad`` replaces its first share box by garbage it signs itself (so every
+    signature check passes), committing to the true pair key (``honest_commitment``) or to
+    another key."""
+
+    def __init__(self, inner: InMemoryTransport, bad: str, identity: IdentityKey,
+                 honest_commitment: bool = True) -> None:
+        self.inner, self.traffic = inner, inner.traffic
+        self.bad, self.identity, self.honest = bad, identity, honest_commitment
+        self.victim = ""
+
+    def exchange(self, stage: Stage, requests: Mapping[str, ServerMessage]
+                 ) -> Iterator[tuple[str, ClientMessage]]:
+        for client, msg in self.inner.exchange(stage, requests):
+            if stage == "share" and client == self.bad:
+                assert isinstance(msg, ShareKeys)
+                me = self.inner.clients[self.bad]
+                assert isinstance(me, SecAggClient) and me._enc is not None
+                box = msg.shares[0]
+                self.victim, session = box.recipient, me._session
+                key = pair_key(me._enc.agree(me._roster[box.recipient].enc_public), session,
+                               self.bad, box.recipient)
+                junk = cr.aead_encrypt(cr.random_seed(), bytes(132), b"junk")
+                commit = key_commitment(session, self.bad, box.recipient,
+                                        key if self.honest else cr.random_seed())
+                forged = SealedShare(self.bad, box.recipient, junk, commit, self.identity.sign(
+                    share_transcript(session, self.bad, box.recipient, junk, commit)))
+                msg = dataclasses.replace(msg, shares=(forged, *msg.shares[1:]))
+            yield client, msg
 
 
 def test_a_true_complaint_about_a_signed_bad_share_excludes_the_sender() -> None:
     """A malicious client signs a garbage share with its own identity key (so the signature
-    checks pass); its neighbour complains, the server verifies the complaint and excludes the
-    sender, and the round completes with the others' exact sum."""
-    clients, server, identities, _, payloads = _federation(8)
+    checks pass) and a commitment to the true pair key; its neighbour complains with that pair
+    key only, the server verifies the complaint and excludes the sender, and the round
+    completes with the others' exact sum."""
+    clients, server, identities, _, payloads = _federation(8, record_view=True)
     bad = "site-02"
-
-    class Garbage:
-        def __init__(self, inner: InMemoryTransport) -> None:
-            self.inner, self.traffic = inner, inner.traffic
-
-        def exchange(self, stage: Stage, requests: Mapping[str, ServerMessage]
-                     ) -> Iterator[tuple[str, ClientMessage]]:
-            for client, msg in self.inner.exchange(stage, requests):
-                if stage == "share" and client == bad:
-                    assert isinstance(msg, ShareKeys)
-                    box = msg.shares[0]
-                    junk = cr.aead_encrypt(cr.random_seed(), bytes(132), b"junk")
-                    forged = SealedShare(bad, box.recipient, junk, identities[bad].sign(
-                        share_transcript(msg.round_id, bad, box.recipient, junk)))
-                    msg = dataclasses.replace(msg, shares=(forged, *msg.shares[1:]))
-                yield client, msg
-
-    report = run_aggregation(server, Garbage(InMemoryTransport(clients)))
+    transport = BadBox(InMemoryTransport(clients), bad, identities[bad])
+    report = run_aggregation(server, transport)
+    victim = transport.victim
     assert list(report.excluded) == [bad]
-    assert report.excluded[bad].startswith("mask: reported by 'site-")
-    assert "and verified: its encrypted share for" in report.excluded[bad]
+    assert report.excluded[bad] == (
+        f"mask: reported by {victim!r} and verified: its signed share for {victim!r} does not "
+        "open under the pair key it committed to")
     _assert_exact(report.total, sum_stats(p for c, p in zip(_ids(8), payloads, strict=True)
                                           if c != bad))
+    # what the complaint revealed: one pair key, of the bad box only
+    complaint = next(m for s, c, m in server.view if s == "mask" and c == victim)
+    assert isinstance(complaint, MaskedInput)
+    assert [c for c, _ in complaint.complaints] == [bad]
+    assert [c for c, _ in complaint.complaint_keys] == [bad]
+    key = complaint.complaint_keys[0][1]
+    by_name = {c.client_id: c for c in clients}
+    assert key == _pair_key_of(by_name[victim], bad)
+    assert key not in (by_name[victim]._enc.private, by_name[bad]._enc.private)  # type: ignore[union-attr]
+    assert _boxes_opened(key, server) == []  # not even the garbage box, and no honest one
+
+
+def test_a_box_committed_to_another_key_is_missing_and_its_recipient_reveals_nothing() -> None:
+    """A bad box whose commitment is not to the pair key proves nothing against its sender
+    (the recipient could not show the box is bad without a key that opens it): the recipient
+    counts it missing, complains about nothing, and with no missing box tolerated keeps its
+    masked input."""
+    clients, server, identities, _, payloads = _federation(8)
+    bad = "site-02"
+    transport = BadBox(InMemoryTransport(clients), bad, identities[bad],
+                       honest_commitment=False)
+    report = run_aggregation(server, transport)
+    victim = transport.victim
+    assert report.dropped == {victim: "mask"} and report.excluded == {}
+    assert report.refused[victim] == (
+        f"client {victim!r} refused to send its masked input: 1 share boxes of its neighbours "
+        f"are missing or unverifiable ({bad!r}), more than the 0 its policy tolerates (a "
+        "server or relay withholding or altering shares; nothing was revealed)")
+    _assert_exact(report.total, sum_stats(p for c, p in zip(_ids(8), payloads, strict=True)
+                                          if c != victim))
+
+
+@pytest.mark.parametrize("tolerated", [0, 1])
+def test_a_relay_that_alters_a_box_gets_no_complaint_key(tolerated: int) -> None:
+    """A relay flips a bit of a box on its way to the recipient: the sender's signature no
+    longer verifies, so the box counts as missing and the recipient reveals no key about it.
+    Tolerating no missing box it keeps its masked input; tolerating one it sends it with no
+    complaint, and the sum stays exact."""
+    config = SecAggConfig(clip_norm=CLIP)
+    payloads = _payloads(6)
+    policy = ClientPolicy(max_missing_shares=tolerated)
+    clients, server, _, _ = secure_federation(_ids(6), list(payloads), config, policy=policy,
+                                              record_view=True)
+    victim = "site-04"
+
+    def alter(client: str, req: ServerMessage) -> ServerMessage:
+        if not isinstance(req, MaskRequest) or client != victim:
+            return req
+        box = req.shares[0]
+        flipped = bytes([box.sealed[0] ^ 1]) + box.sealed[1:]
+        return dataclasses.replace(req, shares=(dataclasses.replace(box, sealed=flipped),
+                                                *req.shares[1:]))
+
+    transport = Relay(InMemoryTransport(clients), alter)
+    report = run_aggregation(server, transport)  # type: ignore[arg-type]
+    assert report.excluded == {}
+    if tolerated:
+        mine = next(m for s, c, m in server.view if s == "mask" and c == victim)  # type: ignore[attr-defined]
+        assert mine.complaints == () and mine.complaint_keys == ()
+        assert victim in report.survivors
+    else:
+        assert report.dropped == {victim: "mask"}
+        assert "missing or unverifiable" in report.refused[victim]
+    _assert_exact(report.total, sum_stats(p for c, p in zip(_ids(6), payloads, strict=True)
+                                          if c in report.survivors))
 
 
 # ---------------------------------------------------------------------- 9. invalid relayed key
@@ -369,24 +534,29 @@ def test_an_invalid_relayed_key_is_refused_not_raised() -> None:
     """Unauthenticated round (no signatures to stop it): a low-order X25519 point relayed for
     a neighbour makes the client refuse with a reason, never a ValueError."""
     payloads = _payloads(3)
-    clients = [SecAggClient(c, p) for c, p in zip(_ids(3), payloads, strict=True)]
+    clients = [SecAggClient(c, p, allow_unauthenticated=True)
+               for c, p in zip(_ids(3), payloads, strict=True)]
     server = SecAggServer(SecAggConfig(clip_norm=CLIP), payloads[0].meta, _ids(3))
     transport = InMemoryTransport(clients)
     _stage(server, transport, "advertise")
+    reveal = server.requests()
+    assert isinstance(reveal["site-00"], RevealRequest)
+    roster = tuple(dataclasses.replace(e, enc_public=bytes(32)) if e.client == "site-01" else e
+                   for e in reveal["site-00"].roster)
+    reveal["site-00"] = dataclasses.replace(reveal["site-00"], roster=roster)
+    _stage_with(server, transport, reveal)
     req = server.requests()["site-00"]
     assert isinstance(req, ShareRequest)
-    roster = tuple(dataclasses.replace(e, enc_public=bytes(32)) if e.client == "site-01" else e
-                   for e in req.roster)
     with pytest.raises(ProtocolError, match=r"refused the enc_public relayed for 'site-01': it "
                        r"is not a valid X25519 key"):
-        clients[0].handle(dataclasses.replace(req, roster=roster))
+        clients[0].handle(req)
 
 
 # ---------------------------------------------------------------------- 2. partial sums
 @pytest.fixture
 def ring(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("ghofl.secure._common.graph_seed",
-                        lambda round_id, roster: hashlib.sha256(round_id).digest())
+                        lambda session: hashlib.sha256(b"fixed graph order").digest())
 
 
 @pytest.mark.usefixtures("ring")
@@ -398,10 +568,11 @@ def test_dropouts_that_split_the_graph_abort_and_clients_refuse_the_partial_sums
     lax = {"corrupt_fraction": 0.0, "dropout_fraction": 0.0, "sigma": 1.0, "eta": 1.0}
     config = SecAggConfig(clip_norm=CLIP, neighbours=2, threshold=6, **lax)  # type: ignore[arg-type]
     policy = ClientPolicy(trust_server=True, min_neighbours=2, **lax)  # type: ignore[arg-type]
-    clients, server, _, _, _ = _federation(n, config, policy=policy, round_id=b"ring-round")
+    clients, server, _, _, _ = _federation(n, config, policy=policy,
+                                           round_id=b"ring-round-00001")
     transport = InMemoryTransport(clients)
-    _stage(server, transport, "advertise")
-    _stage(server, transport, "share")
+    for stage in ("advertise", "reveal", "share"):
+        _stage(server, transport, stage)
     assert server._topology is not None
     topo = server._topology
     order = [topo.clients[int(j)] for j in topo._graph._order]  # the ring, in order
@@ -413,7 +584,7 @@ def test_dropouts_that_split_the_graph_abort_and_clients_refuse_the_partial_sums
     with pytest.raises(AggregationAbortedError, match=r"the 10 survivors fall into 2 unconnected "
                        r"groups on the graph"):
         server.receive(transport.exchange("mask", gone))
-    head = {"version": 2, "round_id": server.round_id, "stage": "consistency"}
+    head = {"version": PROTOCOL_VERSION, "round_id": server.round_id, "stage": "consistency"}
     ask = ConsistencyRequest(**head, survivors=tuple(sorted(survivors)),  # type: ignore[arg-type]
                              dropped=tuple(sorted(cut)))
     survivor = next(c for c in clients if c.client_id in survivors)
@@ -541,9 +712,10 @@ def test_a_client_whose_neighbours_are_declared_dropped_refuses_to_unmask() -> N
     lax = {"corrupt_fraction": 0.1, "dropout_fraction": 0.0, "sigma": 8.0}
     config = SecAggConfig(clip_norm=CLIP, neighbours=6, **lax)  # type: ignore[arg-type]
     policy = ClientPolicy(min_neighbours=6, **lax)  # type: ignore[arg-type]
-    clients, server, _, _, _ = _federation(n, config, policy=policy, round_id=b"victim-round")
+    clients, server, _, _, _ = _federation(n, config, policy=policy,
+                                           round_id=b"victim-round-0001")
     transport = InMemoryTransport(clients)
-    for stage in ("advertise", "share", "mask"):
+    for stage in ("advertise", "reveal", "share", "mask"):
         _stage(server, transport, stage)
     assert server._topology is not None and not server.params.complete_graph
     t_s = server.params.share_threshold
@@ -551,7 +723,7 @@ def test_a_client_whose_neighbours_are_declared_dropped_refuses_to_unmask() -> N
     neighbours = sorted(server._topology.neighbours(victim.client_id))
     declared = frozenset(neighbours[: len(neighbours) - t_s + 1])  # t_s − 1 neighbours left
     survivors = tuple(sorted(set(server._survivors) - declared))
-    head = {"version": 2, "round_id": server.round_id, "stage": "consistency"}
+    head = {"version": PROTOCOL_VERSION, "round_id": server.round_id, "stage": "consistency"}
     ask = ConsistencyRequest(**head, survivors=survivors,  # type: ignore[arg-type]
                              dropped=tuple(sorted(declared)))
     with pytest.raises(ProtocolError, match=rf"refused to unmask with only {t_s - 1} of its "

@@ -76,8 +76,10 @@ def _flat_words(payloads: Mapping[str, ClientStats]) -> tuple[np.ndarray, Client
     ids = sorted(payloads)
     keys = {c: IdentityKey.generate() for c in ids}
     roster = Roster.from_identities(keys)
+    # the same clients and data as the hierarchical run compared with: no round ledger, which
+    # would (rightly) refuse a second round over the same statistics
     clients = [SecAggClient(c, payloads[c], identity=keys[c], roster=roster,
-                            policy=policy_for(cfg)) for c in ids]
+                            policy=policy_for(cfg), ledger=None) for c in ids]
     meta = payloads[ids[0]].meta
     report = run_aggregation(SecAggServer(cfg, meta, ids, decode=decode, roster=roster),
                              InMemoryTransport(clients))

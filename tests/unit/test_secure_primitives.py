@@ -134,6 +134,30 @@ def test_key_agreement_is_symmetric_and_keys_bind_purpose_and_round() -> None:
     assert k != cr.derive_key(shared, b"mask", b"r2")
 
 
+def test_pair_keys_bind_the_session_and_the_ordered_pair() -> None:
+    """A share box's key (what a complaint reveals) serves one sender → recipient box of one
+    session only: not the reverse box, not another pair, not another run; its commitment and
+    a nonce commitment bind everything they name."""
+    from ghofl.secure._common import key_commitment, nonce_commitment, pair_key
+
+    a, b = cr.KeyPair.generate(), cr.KeyPair.generate()
+    shared = cr.agree(a.private, b.public)
+    key = pair_key(shared, b"session-1", "a", "b")
+    assert key == pair_key(cr.agree(b.private, a.public), b"session-1", "a", "b")
+    others = {pair_key(shared, b"session-1", "b", "a"), pair_key(shared, b"session-2", "a", "b"),
+              pair_key(shared, b"session-1", "a", "c"), pair_key(shared, b"session-1", "ab", ""),
+              cr.derive_key(shared, b"share", b"session-1"), shared}
+    assert key not in others and len(others) == 6 and len(key) == cr.KEY_BYTES
+    c = key_commitment(b"session-1", "a", "b", key)
+    assert len(c) == 32 and c not in {key_commitment(b"session-2", "a", "b", key),
+                                      key_commitment(b"session-1", "b", "a", key),
+                                      key_commitment(b"session-1", "a", "b", bytes(32))}
+    n = nonce_commitment(b"round-id-0000001", "a", b"nonce")
+    assert n != nonce_commitment(b"round-id-0000002", "a", b"nonce")
+    assert n != nonce_commitment(b"round-id-0000001", "b", b"nonce")
+    assert n != nonce_commitment(b"round-id-0000001", "a", b"nonce!")
+
+
 # ---------------------------------------------------------------------- fixed point
 def _clients(mode: str, n: int, seed: int, *, projection: ProjectionSpec | None = None,
              clip: float = 6.0, dim: int = 8, classes: int = 4):  # type: ignore[no-untyped-def]

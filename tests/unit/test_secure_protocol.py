@@ -26,6 +26,7 @@ from ghofl.secure import primitives as cr
 from ghofl.secure._common import share_aad
 from ghofl.secure.graph_params import required_parameters
 from ghofl.secure.messages import (
+    PROTOCOL_VERSION,
     AdvertiseRequest,
     ClientMessage,
     ConsistencyRequest,
@@ -47,12 +48,12 @@ ROUND = b"test-round-00001"
 
 @pytest.fixture
 def fixed_graph(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Order the graph by the round id alone (not by the fresh keys), so sparse-graph tests
+    """Order the graph by a fixed seed (not by the fresh nonces), so sparse-graph tests
     that depend on who neighbours whom are reproducible."""
     import hashlib
 
     monkeypatch.setattr("ghofl.secure._common.graph_seed",
-                        lambda round_id, roster: hashlib.sha256(round_id).digest())
+                        lambda session: hashlib.sha256(b"fixed graph order").digest())
 
 
 def _payloads(n: int, mode: str = "full", *, seed: int = 0, dim: int = 6, classes: int = 3,
@@ -128,7 +129,7 @@ def test_a_neighbourhood_that_loses_too_many_share_holders_aborts() -> None:
         # a small degree is allowed only under weaker targets: t_s = 3 of 5 holders
         _run(payloads, config=SecAggConfig(clip_norm=CLIP, neighbours=4, corrupt_fraction=0.1,
                                            dropout_fraction=0.0, sigma=8),
-             drops={"unmask": 6}, seed=3)  # after the consistency check: holders vanish
+             drops={"unmask": 6}, seed=0)  # after the consistency check: holders vanish
 
 
 def test_plain_and_secure_runs_share_one_interface() -> None:
@@ -139,7 +140,8 @@ def test_plain_and_secure_runs_share_one_interface() -> None:
     secure, _ = _run(payloads)
     assert plain.protocol == "plain" and secure.protocol == "secure"
     assert list(plain.stages) == ["input"]
-    assert list(secure.stages) == ["advertise", "share", "mask", "consistency", "unmask"]
+    assert list(secure.stages) == ["advertise", "reveal", "share", "mask", "consistency",
+                                   "unmask"]
     _assert_exact(secure.total, plain.total)
 
 
@@ -154,7 +156,8 @@ def test_lazily_computed_statistics_are_masked_once() -> None:
         return make
 
     ids = _ids(3)
-    clients = [SecAggClient(c, lazy(i), meta=payloads[0].meta) for i, c in enumerate(ids)]
+    clients = [SecAggClient(c, lazy(i), meta=payloads[0].meta, allow_unauthenticated=True)
+               for i, c in enumerate(ids)]
     server = SecAggServer(SecAggConfig(clip_norm=CLIP), payloads[0].meta, ids)
     report = run_aggregation(server, InMemoryTransport(clients))
     assert sorted(calls) == [0, 1, 2]
@@ -417,7 +420,7 @@ def _client() -> tuple[SecAggClient, SecAggServer]:
 
 def test_client_refuses_requests_out_of_order() -> None:
     client, server = _client()
-    unmask = UnmaskRequest(2, server.round_id, "unmask", survivors=(), dropped=(), signatures=())
+    unmask = UnmaskRequest(PROTOCOL_VERSION, server.round_id, "unmask", survivors=(), dropped=(), signatures=())
     with pytest.raises(ProtocolError, match=r"client 'site-00' refused a UnmaskRequest in state "
                        r"'ready' \(out of order or replayed\)"):
         client.handle(unmask)
@@ -430,16 +433,16 @@ def test_client_refuses_to_unmask_a_sum_below_the_threshold_or_reveal_both_secre
     clients, server, _, _ = secure_federation(ids, list(payloads),
                                               SecAggConfig(clip_norm=CLIP, threshold=2))
     transport = InMemoryTransport(clients)  # type: ignore[arg-type]
-    for stage in ("advertise", "share", "mask"):
+    for stage in ("advertise", "reveal", "share", "mask"):
         server.receive(transport.exchange(stage, server.requests()))  # type: ignore[arg-type,attr-defined]
     rid = server.round_id  # type: ignore[attr-defined]
     with pytest.raises(ProtocolError, match=r"refused to sign a sum over 1 clients, below the "
                        r"threshold 2"):
-        clients[0].handle(ConsistencyRequest(2, rid, "consistency", survivors=(ids[0],),  # type: ignore[attr-defined]
+        clients[0].handle(ConsistencyRequest(PROTOCOL_VERSION, rid, "consistency", survivors=(ids[0],),  # type: ignore[attr-defined]
                                              dropped=tuple(ids[1:])))
     with pytest.raises(ProtocolError, match=r"survivor and dropped sets that do not split the "
                        r"sharers exactly \(revealing both secrets"):
-        clients[1].handle(ConsistencyRequest(2, rid, "consistency", survivors=tuple(ids),  # type: ignore[attr-defined]
+        clients[1].handle(ConsistencyRequest(PROTOCOL_VERSION, rid, "consistency", survivors=tuple(ids),  # type: ignore[attr-defined]
                                              dropped=(ids[2],)))
 
 
@@ -477,7 +480,7 @@ def test_server_needs_metadata_with_the_rounds_clipping_bound() -> None:
 @pytest.mark.parametrize(
     ("specs", "expected"),
     [(["mask=2"], {"mask": 2}), (["unmask=1", "advertise=3"], {"unmask": 1, "advertise": 3}),
-     ([], {})],
+     (["reveal=1", "share=2"], {"reveal": 1, "share": 2}), ([], {})],
 )
 def test_parse_drops(specs: list[str], expected: dict[str, int]) -> None:
     assert parse_drops(specs) == expected
@@ -485,8 +488,8 @@ def test_parse_drops(specs: list[str], expected: dict[str, int]) -> None:
 
 @pytest.mark.parametrize(
     ("spec", "match"),
-    [("mask", r"--drop must look like STAGE=COUNT with STAGE one of advertise, share, mask, "
-              r"consistency, unmask; got 'mask'"),
+    [("mask", r"--drop must look like STAGE=COUNT with STAGE one of advertise, reveal, share, "
+              r"mask, consistency, unmask; got 'mask'"),
      ("upload=2", r"--drop must look like STAGE=COUNT"),
      ("mask=-1", r"--drop mask= needs a non-negative integer count; got '-1'"),
      ("mask=two", r"--drop mask= needs a non-negative integer count; got 'two'")],
@@ -494,6 +497,15 @@ def test_parse_drops(specs: list[str], expected: dict[str, int]) -> None:
 def test_parse_drops_errors(spec: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         parse_drops([spec])
+
+
+def test_parse_drops_lists_the_reveal_stage_in_protocol_order() -> None:
+    """The reveal stage sits between advertise and share, in the error's list too."""
+    with pytest.raises(ConfigError) as info:
+        parse_drops(["nonce=1"])
+    listed = str(info.value).split("STAGE one of ", 1)[1].split(";", 1)[0].split(", ")
+    assert listed == ["advertise", "reveal", "share", "mask", "consistency", "unmask"]
+    assert parse_drops(["reveal=0"]) == {"reveal": 0}
 
 
 # ---------------------------------------------------------------------- plain protocol
@@ -539,7 +551,8 @@ def test_a_client_clipped_with_another_bound_refuses_the_round() -> None:
     payloads = _payloads(4, "diag")
     other = compute_stats(*gaussian_mixture(77, 3, 6, n=60), 3, "diag", clip_norm=CLIP / 2)
     ids = _ids(5)
-    clients = [SecAggClient(c, p) for c, p in zip(ids, [*payloads, other], strict=True)]
+    clients = [SecAggClient(c, p, allow_unauthenticated=True)
+               for c, p in zip(ids, [*payloads, other], strict=True)]
     server = SecAggServer(SecAggConfig(clip_norm=CLIP), payloads[0].meta, ids)
     report = run_aggregation(server, InMemoryTransport(clients))
     assert report.dropped == {"site-04": "advertise"}
@@ -572,7 +585,8 @@ class Restarting:
     def exchange(self, stage: Stage, requests: Mapping[str, ServerMessage]
                  ) -> Iterator[tuple[str, ClientMessage]]:
         for client_id, request in requests.items():
-            client = SecAggClient.from_state(dict(self.saved[client_id]), self.stats[client_id])
+            client = SecAggClient.from_state(dict(self.saved[client_id]), self.stats[client_id],
+                                             allow_unauthenticated=True)
             reply = client.handle(request)
             self.saved[client_id] = client.to_state()
             yield client_id, reply
@@ -581,7 +595,8 @@ class Restarting:
 def test_a_client_resumes_from_its_saved_state_between_stages() -> None:
     payloads = _payloads(6, "full", seed=12)
     ids = _ids(6)
-    clients = [SecAggClient(c, p) for c, p in zip(ids, payloads, strict=True)]
+    clients = [SecAggClient(c, p, allow_unauthenticated=True)
+               for c, p in zip(ids, payloads, strict=True)]
     server = SecAggServer(SecAggConfig(clip_norm=CLIP), payloads[0].meta, ids)
     transport = Restarting(clients, dict(zip(ids, payloads, strict=True)))
     report = run_aggregation(server, transport)
@@ -591,9 +606,140 @@ def test_a_client_resumes_from_its_saved_state_between_stages() -> None:
 
 def test_a_malformed_saved_state_is_refused() -> None:
     payloads = _payloads(2, "diag")
-    state = SecAggClient("a", payloads[0]).to_state()
+    state = SecAggClient("a", payloads[0], allow_unauthenticated=True).to_state()
     with pytest.raises(ProtocolError, match=r"the saved client state is malformed or from "
                        r"another version .*cannot resume this round"):
-        SecAggClient.from_state({k: v for k, v in state.items() if k != "seed"}, payloads[0])
+        SecAggClient.from_state({k: v for k, v in state.items() if k != "seed"}, payloads[0],
+                                allow_unauthenticated=True)
     with pytest.raises(ProtocolError, match="from another version"):
-        SecAggClient.from_state({**state, "version": 99}, payloads[0])
+        SecAggClient.from_state({**state, "version": 99}, payloads[0],
+                                allow_unauthenticated=True)
+
+
+class Reloading:
+    """A transport that saves each authenticated client's state before and after every
+    request, checks that :meth:`SecAggClient.from_state` rebuilds exactly that state, and goes
+    on with the rebuilt client (every state of the round is crossed through a save)."""
+
+    def __init__(self, clients: list[SecAggClient], stats: dict[str, ClientStats],
+                 identities: dict[str, Any], roster: Any) -> None:
+        self.live = {c.client_id: c for c in clients}
+        self.stats, self.identities, self.roster = stats, identities, roster
+        self.states: dict[str, list[str]] = {c: [] for c in self.live}
+        self.traffic: dict[str, Any] = {}
+
+    def reload(self, client_id: str) -> SecAggClient:
+        state = self.live[client_id].to_state()
+        back = SecAggClient.from_state(dict(state), self.stats[client_id],
+                                       identity=self.identities[client_id], roster=self.roster,
+                                       ledger=None)
+        assert back.to_state() == state, f"{client_id} at {state['state']!r}"
+        self.states[client_id].append(str(state["state"]))
+        self.live[client_id] = back
+        return back
+
+    def exchange(self, stage: Stage, requests: Mapping[str, ServerMessage]
+                 ) -> Iterator[tuple[str, ClientMessage]]:
+        for client_id, request in requests.items():
+            reply = self.reload(client_id).handle(request)
+            self.reload(client_id)
+            yield client_id, reply
+
+
+def test_state_round_trips_at_every_state_across_the_reveal_stage() -> None:
+    payloads = _payloads(6, "pooled", seed=14)
+    ids = _ids(6)
+    clients, server, identities, roster = secure_federation(
+        ids, list(payloads), SecAggConfig(clip_norm=CLIP), round_id=ROUND)
+    transport = Reloading(clients, dict(zip(ids, payloads, strict=True)), identities, roster)
+    report = run_aggregation(server, transport)
+    _assert_exact(report.total, sum_stats(payloads))
+    path = ["ready", "advertised", "advertised", "revealed", "revealed", "shared", "shared",
+            "masked", "masked", "signed", "signed", "done"]
+    assert all(states == path for states in transport.states.values()), transport.states
+
+
+def test_a_client_restored_after_the_reveal_stage_still_checks_the_nonces() -> None:
+    """What the reveal stage fixed (the relayed roster with its nonce commitments, the
+    client's own nonce) survives a save: a restored client refuses a nonce the server swapped
+    after the roster was fixed, and takes the true ones."""
+    payloads = _payloads(3, "diag")
+    ids = _ids(3)
+    clients, server, identities, roster = secure_federation(
+        ids, list(payloads), SecAggConfig(clip_norm=CLIP), round_id=ROUND)
+    transport = InMemoryTransport(clients)  # type: ignore[arg-type]
+    for stage in ("advertise", "reveal"):
+        server.receive(transport.exchange(stage, server.requests()))  # type: ignore[arg-type,attr-defined]
+    share = server.requests()[ids[0]]  # type: ignore[attr-defined]
+    saved = clients[0].to_state()  # type: ignore[attr-defined]
+    assert saved["state"] == "revealed" and saved["nonce"] and not saved["session"]
+
+    def restored() -> SecAggClient:
+        return SecAggClient.from_state(dict(saved), payloads[0], identity=identities[ids[0]],
+                                       roster=roster, ledger=None)
+
+    swapped = dataclasses.replace(share, nonces=tuple(  # type: ignore[arg-type]
+        (c, cr.random_seed() if c == ids[1] else n) for c, n in share.nonces))  # type: ignore[attr-defined]
+    with pytest.raises(ProtocolError, match=rf"the nonce relayed for '{ids[1]}': it does not "
+                       r"match the commitment it advertised"):
+        restored().handle(swapped)
+    client = restored()
+    reply = client.handle(share)
+    assert isinstance(reply, ShareKeys) and client.state == "shared"
+    assert client.to_state()["session"] == server.session  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("length", [0, 8, 15])
+def test_a_client_refuses_a_round_id_shorter_than_16_bytes(length: int) -> None:
+    payloads = _payloads(3, "diag")
+    ids = _ids(3)
+    clients, server, _, _ = secure_federation(ids, list(payloads), SecAggConfig(clip_norm=CLIP),
+                                              round_id=ROUND[:length], ledger="default")
+    transport = InMemoryTransport(clients)  # type: ignore[arg-type]
+    with pytest.raises(AggregationAbortedError, match=r"only 0 of 3 clients advertised valid "
+                       r"keys"):
+        run_aggregation(server, transport)  # type: ignore[arg-type]
+    refused = transport.traffic["advertise"].refused
+    assert set(refused) == set(ids)
+    for cid in ids:
+        assert refused[cid] == (f"client {cid!r} refused a round id shorter than 16 bytes "
+                                "(round ids must be unique)")
+    # refused before anything was recorded: the ledgers hold no entry for the short id
+    assert all(c.state == "failed" and c.ledger.entries() == [] for c in clients)  # type: ignore[attr-defined]
+
+
+def test_a_round_id_of_16_bytes_is_accepted_and_entered_in_the_ledger() -> None:
+    payloads = _payloads(3, "diag")
+    assert len(ROUND) == 16
+    clients, server, _, _ = secure_federation(_ids(3), list(payloads),
+                                              SecAggConfig(clip_norm=CLIP), round_id=ROUND,
+                                              ledger="default")
+    report = run_aggregation(server, InMemoryTransport(clients))  # type: ignore[arg-type]
+    _assert_exact(report.total, sum_stats(payloads))
+    for c in clients:
+        assert [e.round_id for e in c.ledger.entries()] == [ROUND.hex()]  # type: ignore[attr-defined]
+
+
+def test_a_dropout_at_the_reveal_stage_aborts_the_round() -> None:
+    """The graph's seed needs every relayed client's nonce: one missing nonce aborts (nothing
+    was revealed yet, the round restarts under a new id), even far above the threshold."""
+    payloads = _payloads(7, "diag")
+    clients, server, _, _ = secure_federation(_ids(7), list(payloads),
+                                              SecAggConfig(clip_norm=CLIP, threshold=4))
+    with pytest.raises(AggregationAbortedError, match=r"aborted at the reveal stage: 1 of the 7 "
+                       r"relayed clients revealed no valid graph nonce"):
+        run_aggregation(server, InMemoryTransport(clients, {"reveal": 1}))  # type: ignore[arg-type]
+    assert server.state == "aborted"  # type: ignore[attr-defined]
+
+
+def test_a_client_revealing_another_nonce_is_excluded_and_the_round_aborts() -> None:
+    """A nonce other than the committed one would let its sender choose the graph after
+    seeing the others': the sender is excluded and, its nonce missing, the round aborts."""
+    payloads = _payloads(6, "diag")
+
+    def other_nonce(msg: ClientMessage) -> list[ClientMessage]:
+        return [dataclasses.replace(msg, nonce=cr.random_seed())]
+
+    with pytest.raises(AggregationAbortedError, match=r"aborted at the reveal stage: 1 of the 6 "
+                       r"relayed clients revealed no valid graph nonce \(site-02\)"):
+        _run(payloads, wrap=_tamper("reveal", other_nonce))

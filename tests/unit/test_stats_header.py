@@ -171,11 +171,17 @@ def test_an_old_file_loads(tmp_path: Path) -> None:
 
 def test_records_carry_rounded_to() -> None:
     pytest.importorskip("flwr", reason="flwr is not installed")
-    from ghofl.integrations.flower.records import stats_from_record, stats_to_record
+    from ghofl.integrations.flower.records import (
+        RECORDS_VERSION,
+        stats_from_record,
+        stats_to_record,
+    )
 
     rounded = through_transport(_plain(), "float32")
     rd = stats_to_record(rounded)
-    assert dict(rd["ghofl-stats-meta"]) == {"records-version": 2, **RECORD_ENTRIES["rounded"]}
+    assert RECORDS_VERSION == 3  # protocol version 3 (the reveal stage) bumped the records
+    assert dict(rd["ghofl-stats-meta"]) == {"records-version": RECORDS_VERSION,
+                                            **RECORD_ENTRIES["rounded"]}
     assert stats_from_record(rd).rounding == rounded.rounding > 0
     del rd["ghofl-stats-meta"]["rounded-to"]  # as older ghofl sent it: still read
     assert stats_from_record(rd).rounding == 0.0

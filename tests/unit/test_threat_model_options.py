@@ -183,29 +183,23 @@ def test_simulate_refuses_them_without_secure(ws: Path, tmp_path: Path,
         capsys.readouterr().err
 
 
-def test_flower_run_on_the_simulation_engine_refuses_laxer_values(
-        ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Simulated Flower nodes get no node config, so they keep the default policy: a laxer
-    round would be refused by every node, so flower-run refuses it before starting anything."""
+def test_flower_run_gives_its_local_nodes_the_same_policy_on_both_engines(
+        tmp_path: Path) -> None:
+    """The local nodes are the user's: flower-run gives each the server's values where they
+    differ from the defaults, through its node config (the simulated nodes' through
+    GHOFL_SIM_NODE_CONFIG), so they accept the laxer round."""
     pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")
-    rc = main(["flower-run", "--engine", "simulation", "--secure", "--clip", str(CLIP),
-               "--data-template", str(ws / "train.npz"), "--classes", "3", "--out",
-               str(tmp_path / "out"), "--corrupt-fraction", "0.2", "--exposure-bits", "50"])
-    assert rc == 2
-    err = capsys.readouterr().err
-    assert "--corrupt-fraction below the default: the simulation engine gives its nodes no " \
-           "node config" in err and "--exposure-bits" not in err.split(":")[1]
-    assert not (tmp_path / "out").exists()
-
-
-def test_flower_run_gives_local_deployment_nodes_the_same_policy() -> None:
-    from ghofl.cli.flower_cmds import _node_policy
+    from ghofl.cli.flower_cmds import _node_configs, _node_policy
 
     agg = AggregationSpec("secure", **LAX)
-    assert _node_policy(agg, "deployment") == {"corrupt-fraction": 0.2, "dropout-fraction": 0.1,
-                                               "exposure-bits": 30.0, "abort-bits": 15.0}
-    assert _node_policy(AggregationSpec("secure"), "deployment") == {}
-    assert _node_policy(AggregationSpec("secure", sigma=50.0), "simulation") == {}
+    assert _node_policy(agg) == {"corrupt-fraction": 0.2, "dropout-fraction": 0.1,
+                                 "exposure-bits": 30.0, "abort-bits": 15.0}
+    assert _node_policy(AggregationSpec("secure")) == {}
+    assert _node_policy(AggregationSpec("secure", sigma=50.0)) == {"exposure-bits": 50.0}
+    plan = FederationPlan(ClientJob(("0", "1"), clip_norm=CLIP), agg)
+    nodes = _node_configs(tmp_path, plan, 3, {}, insecure_keys=True)
+    assert nodes is not None and len(nodes) == 3
+    assert all(n["corrupt-fraction"] == 0.2 and n["abort-bits"] == 15.0 for n in nodes)
 
 
 # ---------------------------------------------------------------------- the client's own policy

@@ -2,11 +2,23 @@
 
 Needs the extra: ``pip install 'ghofl[flower]'``. Every process it starts (SuperLink,
 SuperNodes, ``flwr run``, Ray) is stopped by PID before it returns.
+
+With ``--secure`` the round is authenticated by default: the command makes a fresh identity key
+per node and the roster (``OUT/flower/identities``: ``site-<i>.key`` and ``roster.json``),
+gives node ``i`` its key and the roster (node config ``identity-key``, ``roster``; on the
+simulation engine through
+:data:`~ghofl.integrations.flower.SIM_NODE_CONFIG_ENV`) and the ServerApp the roster (run
+config ``roster``). ``--identities DIR`` uses keys made beforehand; ``--insecure-keys`` runs
+without any (each node then takes the relayed keys on trust: node config
+``insecure-keys=true``, and a warning on stderr). Each node keeps its round ledger in
+``OUT/flower/ledgers/node-<i>.json``, fresh for every run (the local nodes' data is the
+user's, and is federated again on every run).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,25 +50,38 @@ from ghofl.server_job import ServerJob
 # The threat model of the secure round (the server's; in deployment the local nodes' too).
 _CorruptFractionOption = Annotated[float, typer.Option(
     "--corrupt-fraction", help="Secure: fraction GAMMA in [0, 1) of the clients that may "
-    "collude with the server (sets the default threshold). Deployment: every local node "
-    "holds the same value as its own policy (node config corrupt-fraction).")]
+    "collude with the server (sets the default threshold). Every local node holds the same "
+    "value as its own policy (node config corrupt-fraction).")]
 _DropoutFractionOption = Annotated[float, typer.Option(
     "--dropout-fraction", help="Secure: fraction DELTA in [0, 1) of the clients expected to "
-    "drop out; GAMMA + DELTA < 1. Deployment: the nodes hold it too.")]
+    "drop out; GAMMA + DELTA < 1. The nodes hold it too.")]
 _ExposureBitsOption = Annotated[float, typer.Option(
     "--exposure-bits", help="Secure: exposure target SIGMA > 0 (probability <= 2^-SIGMA per "
-    "client per round). Deployment: the nodes hold it too.")]
+    "client per round). The nodes hold it too.")]
 _AbortBitsOption = Annotated[float, typer.Option(
     "--abort-bits", help="Secure: abort target ETA > 0 (probability <= 2^-ETA per client per "
-    "round). Deployment: the nodes hold it too.")]
+    "round). The nodes hold it too.")]
 
 _RegionsOption = Annotated[int, typer.Option(
     "--regions", help="Secure: R public regions of the nodes, a secure round each over its "
     "own nodes, then one among the regional aggregators in the ServerApp (0 = one flat round; "
     "docs/secure-aggregation.md, Regions).")]
 _StatsCacheOption = Annotated[Path | None, typer.Option(
-    "--stats-cache", help="Deployment: node i keeps its computed statistics in DIR/node-i "
-    "(node config stats-cache) and reads them back in later runs over the same data and job.")]
+    "--stats-cache", help="Node i keeps its computed statistics in DIR/node-i (node config "
+    "stats-cache) and reads them back in later runs over the same data and job.")]
+_IdentitiesOption = Annotated[Path | None, typer.Option(
+    "--identities", help="Secure: a folder with roster.json and one <client-id>.key per "
+    "roster client (ghofl keys new, ghofl roster build); node i holds the i-th client's key "
+    "(default: fresh keys and roster in OUT/flower/identities).")]
+_InsecureKeysOption = Annotated[bool, typer.Option(
+    "--insecure-keys", help="Secure: no identities or roster; every node takes the keys the "
+    "server relays on trust (node config insecure-keys=true), which holds only against an "
+    "honest server. Prints a warning.")]
+
+#: The line ``--insecure-keys`` prints on stderr.
+INSECURE_WARNING = ("WARNING: secure aggregation without a roster (--insecure-keys): every "
+                    "relayed key is taken on trust, so the round holds only against an honest "
+                    "server and relay; drop --insecure-keys to run with identities")
 
 
 @app.command("flower-run")
@@ -79,7 +104,9 @@ def flower_run(
         "--classes", help="Class names, comma-separated, or their number C (default: the test "
         "set's classes, else 0..max label).")] = None,
     secure: Annotated[bool, typer.Option(
-        "--secure/--plain", help="Secure aggregation (needs --clip) or the plain sum.")] = False,
+        "--secure/--plain", help="Secure aggregation (needs --clip; authenticated: fresh "
+        "identities and roster unless --identities or --insecure-keys) or the plain "
+        "sum.")] = False,
     threshold: Annotated[int, typer.Option(
         "--threshold", help="Secure: fewest clients per stage (0 = (n + floor(GAMMA*n))//2 "
         "+ 1, about two thirds at the default --corrupt-fraction).")] = 0,
@@ -101,10 +128,8 @@ def flower_run(
     app_dir: Annotated[Path | None, typer.Option(
         "--app", help="Flower app folder (default: examples/flower_app of the sources).")]
         = None,
-    identities: Annotated[Path | None, typer.Option(
-        "--identities", help="Deployment, secure: a folder with roster.json and one "
-        "<client-id>.key per roster client (ghofl keys new, ghofl roster build); node i holds "
-        "the i-th client's key and the round is authenticated.")] = None,
+    identities: _IdentitiesOption = None,
+    insecure_keys: _InsecureKeysOption = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print results.json.")] = False,
 ) -> None:
     """Run a local Flower federation of ghofl clients and print the results.
@@ -143,8 +168,8 @@ def flower_run(
                 "stage-timeout-s": float(stage_timeout), "data-template": template})
     if test is None:
         cfg["dim"] = _dim(template)
-    node_extra = _node_extra(identities, nodes, engine, plan, cfg)
-    node_extra = _with_stats_cache(node_extra, stats_cache, engine, nodes)
+    node_extra = _node_configs(out / "flower", plan, nodes, cfg, identities=identities,
+                               insecure_keys=insecure_keys, stats_cache=stats_cache)
     result = run_local(engine, nodes, cfg, out / "flower", data_template=template,  # type: ignore[arg-type]
                        app_dir=app_dir, node_extra=node_extra)
     _finish(result, as_json, engine, nodes, out)
@@ -167,22 +192,19 @@ _ALWAYS = ("protocol", "classes", "mode", "clip_norm", "threshold", "heads", "he
            "seed")
 
 
-def _identity_nodes(folder: Path, nodes: int, engine: str, secure: bool,
-                    cfg: dict[str, ConfigValue]) -> list[dict[str, str]]:
-    """Node config of each SuperNode from an identities folder (roster.json + keys).
+def _identity_nodes(folder: Path, nodes: int, cfg: dict[str, ConfigValue]
+                    ) -> list[dict[str, object]]:
+    """Node config of each node from an identities folder (roster.json + keys).
 
     Adds the roster to the run config ``cfg``.
     """
     from ghofl.secure.identity import IdentityKey, Roster
 
-    if engine != "deployment" or not secure:
-        raise ConfigError("--identities needs --engine deployment and --secure (each SuperNode "
-                          "holds its own key; the simulation engine cannot give nodes files)")
     roster = Roster.load(folder / "roster.json")
     if len(roster) != nodes:
         raise ConfigError(f"--identities: the roster lists {len(roster)} clients but --nodes is "
                           f"{nodes}; give one node per roster client")
-    out = []
+    out: list[dict[str, object]] = []
     for client in roster.clients:
         key = folder / f"{client}.key"
         if IdentityKey.load(key).public != roster.keys[client]:
@@ -194,49 +216,56 @@ def _identity_nodes(folder: Path, nodes: int, engine: str, secure: bool,
     return out
 
 
-def _node_extra(identities: Path | None, nodes: int, engine: str, plan: FederationPlan,
-                cfg: dict[str, ConfigValue]) -> list[dict[str, object]] | None:
-    """Extra node config of each node: its identity files and its own policy (or None)."""
-    keys = ([] if identities is None else
-            _identity_nodes(identities, nodes, engine, plan.secure, cfg))
-    policy = _node_policy(plan.aggregation, engine)
-    if not keys and not policy:
-        return None
-    return [{**(keys[i] if keys else {}), **policy} for i in range(nodes)]
+def _node_configs(workdir: Path, plan: FederationPlan, nodes: int,
+                  cfg: dict[str, ConfigValue], *, identities: Path | None = None,
+                  insecure_keys: bool = False, stats_cache: Path | None = None
+                  ) -> list[dict[str, object]] | None:
+    """Extra node config of each local node (or None); may add ``roster`` to the run config.
+
+    Secure: its identity files (``identities``, else fresh ones in ``workdir/identities``) or
+    ``insecure-keys``, and its ledger ``workdir/ledgers/node-<i>.json`` (the folder emptied
+    first). Then its own policy and its statistics cache, when asked for.
+    """
+    nodes_cfg: list[dict[str, object]] = [{} for _ in range(nodes)]
+    if not plan.secure and (identities is not None or insecure_keys):
+        raise ConfigError("--identities and --insecure-keys apply to --secure only: drop them "
+                          "or add --secure")
+    if plan.secure:
+        from ghofl.integrations.flower.runner import make_identities
+
+        if insecure_keys and identities is not None:
+            raise ConfigError("--insecure-keys runs without identities: drop it or "
+                              "--identities")
+        if insecure_keys:
+            typer.echo(INSECURE_WARNING, err=True)
+            keys: list[dict[str, object]] = [{"insecure-keys": True}] * nodes
+        else:
+            if plan.aggregation.regions:
+                raise ConfigError(
+                    "--regions runs its regional rounds without a roster (regions of "
+                    "identity-bound nodes are not built): add --insecure-keys to take the "
+                    "relayed keys on trust, or drop --regions for an authenticated flat round")
+            folder = identities or make_identities(workdir / "identities", nodes)
+            keys = _identity_nodes(folder, nodes, cfg)
+        ledgers = workdir / "ledgers"
+        shutil.rmtree(ledgers, ignore_errors=True)
+        nodes_cfg = [{**keys[i], "ledger": str(ledgers.resolve() / f"node-{i}.json")}
+                     for i in range(nodes)]
+    policy = _node_policy(plan.aggregation)
+    for i, node in enumerate(nodes_cfg):
+        node.update(policy)
+        if stats_cache is not None:
+            node["stats-cache"] = str(stats_cache.resolve() / f"node-{i}")
+    return nodes_cfg if any(nodes_cfg) else None
 
 
-def _with_stats_cache(node_extra: list[dict[str, object]] | None, cache: Path | None,
-                      engine: str, nodes: int) -> list[dict[str, object]] | None:
-    """Add node i's statistics cache folder ``cache/node-i`` to its node config."""
-    if cache is None:
-        return node_extra
-    if engine != "deployment":
-        raise ConfigError("--stats-cache needs --engine deployment (the simulation engine "
-                          "gives its nodes no node config)")
-    return [{**(node_extra[i] if node_extra else {}),
-             "stats-cache": str(cache.resolve() / f"node-{i}")} for i in range(nodes)]
-
-
-def _node_policy(agg: AggregationSpec, engine: str) -> dict[str, float]:
+def _node_policy(agg: AggregationSpec) -> dict[str, float]:
     """Node config of the local nodes' own policy: the server's threat model, where not default.
 
-    The local nodes are the user's (as in ``ghofl simulate``). The simulation engine gives its
-    nodes no node config, so they keep the default policy and would refuse a laxer round:
-    refused here, before any process starts.
+    The local nodes are the user's (as in ``ghofl simulate``), so they hold the same values.
     """
-    changed = [name for name, default in THREAT_MODEL_DEFAULTS.items()
-               if getattr(agg, name) != default]
-    if engine == "simulation":
-        lax = [FIELDS[f"aggregation.{name}"].flag for name in changed
-               if getattr(agg, name) < THREAT_MODEL_DEFAULTS[name]]
-        if lax:
-            raise ConfigError(
-                f"{', '.join(lax)} below the default: the simulation engine gives its nodes no "
-                "node config, so they keep the default client policy and refuse a round laxer "
-                "than it; use --engine deployment (every node then holds the same values), or "
-                "values at least as strict as the defaults")
-        return {}
-    return {FIELDS[f"aggregation.{name}"].key: float(getattr(agg, name)) for name in changed}
+    return {FIELDS[f"aggregation.{name}"].key: float(getattr(agg, name))
+            for name, default in THREAT_MODEL_DEFAULTS.items() if getattr(agg, name) != default}
 
 
 def _run_config(plan: FederationPlan) -> dict[str, ConfigValue]:

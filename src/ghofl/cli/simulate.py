@@ -127,8 +127,9 @@ _RegionsOption = Annotated[int | None, typer.Option(
     "(exact; a client's cost depends on its region's size only). --threshold and "
     "--neighbours apply per region.")]
 _DropOption = Annotated[list[str] | None, typer.Option(
-    "--drop", help="STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, share, "
-    "mask, consistency, unmask; plain: input). Repeatable.")]
+    "--drop", help="STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, reveal, "
+    "share, mask, consistency, unmask; a drop at reveal aborts the round; plain: input). "
+    "Repeatable.")]
 _DpEpsilonOption = Annotated[float | None, typer.Option(
     "--dp-epsilon", help="Differential privacy: release the total with the Gaussian "
     "mechanism calibrated to this epsilon (needs --clip).")]

@@ -4,11 +4,14 @@ Two protocols share one interface, so every caller can run either:
 
 * the secure protocol (:class:`SecAggClient` / :class:`SecAggServer`): Bonawitz et al. (CCS
   2017) on the SecAgg+ graph of Bell et al. (CCS 2020), with exact fixed-point arithmetic
-  (:class:`FixedPointCodec`), in five stages: advertise keys → share keys → masked input →
-  consistency check → unmask. Against an active server or relay the clients trust only
-  their own configuration: the federation's :class:`Roster` of Ed25519 identity keys (every
-  relayed key and the survivor set are signed), their :class:`ClientPolicy` (threshold, graph
-  degree, roster size) and their :class:`RoundLedger` (no second round over the same data);
+  (:class:`FixedPointCodec`), in six stages: advertise keys → reveal graph nonces → share
+  keys → masked input → consistency check → unmask. Against an active server or relay the
+  clients trust only their own configuration: the federation's :class:`Roster` of Ed25519
+  identity keys (every relayed key, share box and survivor set is signed and bound to the
+  run's transcript; a client without a roster refuses unless told
+  ``allow_unauthenticated=True``), their :class:`ClientPolicy` (threshold, graph degree,
+  roster size, relayed size, missing share boxes) and their :class:`RoundLedger` (on by
+  default: a round id is used once, and no second round over the same data);
 * the plain protocol (:class:`PlainClient` / :class:`PlainServer`): one stage, in the clear.
 
 :func:`run_aggregation` drives a server half over a :class:`Transport`;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import struct
 
+from ghofl.secure import primitives as cr
 from ghofl.secure.config import SessionParams
 from ghofl.secure.graph import HararyGraph, survivor_components
 from ghofl.secure.identity import transcript
@@ -37,25 +38,44 @@ def share_aad(round_id: bytes, sender: str, recipient: str) -> bytes:
     return b"share|" + round_id + struct.pack(">H", len(s)) + s + struct.pack(">H", len(r)) + r
 
 
-def seed_commitment(round_id: bytes, client: str, seed: bytes) -> bytes:
+def seed_commitment(session: bytes, client: str, seed: bytes) -> bytes:
     """SHA-256 commitment to a client's self-mask seed (checks its reconstruction)."""
-    c = client.encode()
-    return hashlib.sha256(
-        b"ghofl-secagg-v1|seed|" + round_id + struct.pack(">H", len(c)) + c + seed
-    ).digest()
+    return hashlib.sha256(transcript("seed", PROTOCOL_VERSION, session, client, seed)).digest()
+
+
+def nonce_commitment(round_id: bytes, client: str, nonce: bytes) -> bytes:
+    """SHA-256 commitment to the graph nonce a client reveals once the roster is fixed."""
+    return hashlib.sha256(transcript("nonce", PROTOCOL_VERSION, round_id, client, nonce)).digest()
+
+
+def pair_key(shared: bytes, session: bytes, sender: str, recipient: str) -> bytes:
+    """The key of the share box from ``sender`` to ``recipient``, and of no other box.
+
+    HKDF of the pair's X25519 secret bound to the session and to both names in order, so
+    revealing it (a complaint) opens this one box: the pair's secret itself stays hidden.
+    """
+    s, r = sender.encode(), recipient.encode()
+    return cr.derive_key(shared, b"share|" + struct.pack(">H", len(s)) + s
+                         + struct.pack(">H", len(r)) + r, session)
+
+
+def key_commitment(session: bytes, sender: str, recipient: str, key: bytes) -> bytes:
+    """SHA-256 commitment to a pair key; the sender signs it with the box it seals."""
+    return hashlib.sha256(transcript("pair-key", PROTOCOL_VERSION, session, sender, recipient,
+                                     key)).digest()
 
 
 def advert_transcript(round_id: bytes, roster_fingerprint: bytes,
                       params: tuple[tuple[str, str], ...], meta: str, sender: str,
-                      enc_public: bytes, mask_public: bytes) -> bytes:
+                      enc_public: bytes, mask_public: bytes, nonce_commitment: bytes) -> bytes:
     """What a client signs when it advertises its keys.
 
     The protocol version, the round, the roster, the public parameters and metadata it
-    agreed to, itself and its two keys.
+    agreed to, itself, its two keys and the commitment to its graph nonce.
     """
     flat = [x for pair in params for x in pair]
     return transcript("advertise", PROTOCOL_VERSION, round_id, roster_fingerprint, sender,
-                      enc_public, mask_public, meta, len(params), *flat)
+                      enc_public, mask_public, nonce_commitment, meta, len(params), *flat)
 
 
 def hello_transcript(round_id: bytes, challenge: bytes, roster_fingerprint: bytes,
@@ -65,30 +85,47 @@ def hello_transcript(round_id: bytes, challenge: bytes, roster_fingerprint: byte
                       sender, address)
 
 
-def share_transcript(round_id: bytes, sender: str, recipient: str, sealed: bytes) -> bytes:
-    """What a client signs for each encrypted share it sends."""
-    return transcript("share", PROTOCOL_VERSION, round_id, sender, recipient, sealed)
+def share_transcript(session: bytes, sender: str, recipient: str, sealed: bytes,
+                     key_commitment: bytes) -> bytes:
+    """What a client signs for each encrypted share it sends (with its pair-key commitment)."""
+    return transcript("share", PROTOCOL_VERSION, session, sender, recipient, sealed,
+                      key_commitment)
 
 
-def consistency_transcript(round_id: bytes, roster_fingerprint: bytes,
+def consistency_transcript(session: bytes, roster_fingerprint: bytes,
                            survivors: tuple[str, ...] | list[str],
                            dropped: tuple[str, ...] | list[str]) -> bytes:
-    """What a survivor signs at the consistency check: the two sets it was told (sorted)."""
+    """What a survivor signs at the consistency check: the two sets it was told (sorted).
+
+    Bound to the session (:func:`session_id`: every advertisement and nonce of this run), so
+    a signature collected in another run, even under the same round id, never verifies here.
+    """
     s, d = sorted(survivors), sorted(dropped)
-    return transcript("consistency", PROTOCOL_VERSION, round_id, roster_fingerprint,
+    return transcript("consistency", PROTOCOL_VERSION, session, roster_fingerprint,
                       len(s), *s, len(d), *d)
 
 
-def graph_seed(round_id: bytes, roster: tuple[RosterEntry, ...]) -> bytes:
-    """The public randomness ordering the graph.
+def session_id(round_id: bytes, roster: tuple[RosterEntry, ...],
+               nonces: dict[str, bytes]) -> bytes:
+    """The round's transcript hash, which also seeds the graph.
 
-    A hash of the round and of every signed advertisement in it, fixed only once all advertisements
-    are in (no party picks it without re-drawing through the hash).
+    SHA-256 of the round id, every signed advertisement relayed (keys, nonce commitments,
+    signatures) and every revealed nonce. Each advertiser committed to its nonce before the
+    relayed set was fixed and revealed it only after, so while one honest client's nonce is
+    in the hash no party (the server, a relay, colluding clients) can choose the graph: leaving
+    a client out or re-drawing buys nothing but an abort. Fresh keys and nonces make it
+    different in every run, so everything signed under it is bound to this run.
     """
     parts: list[bytes | str | int] = [round_id, len(roster)]
     for e in sorted(roster, key=lambda e: e.client):
-        parts += [e.client, e.enc_public, e.mask_public, e.signature]
-    return hashlib.sha256(transcript("graph", PROTOCOL_VERSION, *parts)).digest()
+        parts += [e.client, e.enc_public, e.mask_public, e.nonce_commitment, e.signature,
+                  nonces[e.client]]
+    return hashlib.sha256(transcript("session", PROTOCOL_VERSION, *parts)).digest()
+
+
+def graph_seed(session: bytes) -> bytes:
+    """The seed ordering the graph: the session hash, domain-separated from its other uses."""
+    return hashlib.sha256(transcript("graph", PROTOCOL_VERSION, session)).digest()
 
 
 class Topology:
@@ -102,21 +139,30 @@ class Topology:
         the lower position and subtracted by the higher.
     graph : HararyGraph
         The public graph over roster positions.
+    share_threshold : int
+        t_s of the graph: the shares that recover one client's secrets
+        (:meth:`~ghofl.secure.config.SessionParams.relayed`).
     """
 
-    def __init__(self, clients: tuple[str, ...], graph: HararyGraph) -> None:
+    def __init__(self, clients: tuple[str, ...], graph: HararyGraph,
+                 share_threshold: int = 2) -> None:
         self.clients = clients
+        self.share_threshold = share_threshold
         self.index = {c: i for i, c in enumerate(clients)}
         self._graph = graph
         self._cache: dict[str, frozenset[str]] = {}
 
     @classmethod
     def build(cls, roster: tuple[RosterEntry, ...], params: SessionParams,
-              round_id: bytes) -> Topology:
+              session: bytes) -> Topology:
+        """The topology over the relayed ``roster``, ordered by the :func:`session_id`.
+
+        Degree and share threshold are those of the relayed size
+        (:meth:`~ghofl.secure.config.SessionParams.relayed`).
+        """
         clients = tuple(sorted(e.client for e in roster))
-        n = len(clients)
-        k = n - 1 if params.complete_graph else min(params.neighbours, n - 1)
-        return cls(clients, HararyGraph(n, k, graph_seed(round_id, roster)))
+        k, t_s = params.relayed(len(clients))
+        return cls(clients, HararyGraph(len(clients), k, graph_seed(session)), t_s)
 
     def neighbours(self, client: str) -> frozenset[str]:
         """The neighbours of ``client`` on the graph."""

@@ -12,12 +12,20 @@ signature), its :class:`~ghofl.secure.policy.ClientPolicy` (threshold, graph deg
 size), and the consistency check (it reveals shares only for the survivor set it signed, and
 only after at least t survivors signed that same set).
 
-States: ``ready`` → (advertise) → ``advertised`` → (share) → ``shared`` → (mask) → ``masked``
-→ (consistency) → ``signed`` → (unmask) → ``done``; any refusal → ``failed``.
+States: ``ready`` → (advertise) → ``advertised`` → (reveal) → ``revealed`` → (share) →
+``shared`` → (mask) → ``masked`` → (consistency) → ``signed`` → (unmask) → ``done``; any
+refusal → ``failed``.
+
+What an honest client never does, whatever the server or a relay sends: reveal a secret that
+opens any share box but the one it accuses (a complaint carries that box's pair key only),
+send its masked input when more share boxes are missing than its policy tolerates, take part
+twice under one round id (its ledger), sign anything not bound to this run's transcript, or
+accept a relayed roster smaller than its policy's least relayed size.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any, Literal
@@ -28,20 +36,24 @@ from numpy.typing import NDArray
 from ghofl.errors import GhoflError, ProtocolError
 from ghofl.secure import primitives as cr
 from ghofl.secure import shamir
+from ghofl.secure._client_state import StateValue, StatsSource, load_state, save_state
 from ghofl.secure._common import (
     Topology,
     advert_transcript,
     consistency_transcript,
+    key_commitment,
+    nonce_commitment,
+    pair_key,
     seed_commitment,
+    session_id,
     share_aad,
     share_plaintext_bytes,
     share_transcript,
-    split_levels,
     split_plaintext,
 )
 from ghofl.secure.config import SessionParams
 from ghofl.secure.identity import IdentityKey, Roster, verify_signature
-from ghofl.secure.ledger import RoundLedger, stats_digest
+from ghofl.secure.ledger import RoundLedger, default_ledger_path, stats_digest
 from ghofl.secure.levels import LevelNoise, level_commitment, released_levels
 from ghofl.secure.messages import (
     PROTOCOL_VERSION,
@@ -52,6 +64,8 @@ from ghofl.secure.messages import (
     ConsistencySignature,
     MaskedInput,
     MaskRequest,
+    NonceReveal,
+    RevealRequest,
     RosterEntry,
     SealedShare,
     ServerMessage,
@@ -66,10 +80,8 @@ from ghofl.stats.meta import StatsMeta
 
 __all__ = ["ClientState", "PayloadEncoder", "SecAggClient", "StateValue", "StatsSource"]
 
-ClientState = Literal["ready", "advertised", "shared", "masked", "signed", "done", "failed"]
-_STATES = ("ready", "advertised", "shared", "masked", "signed", "done", "failed")
-StatsSource = ClientStats | Callable[[], ClientStats]
-StateValue = bytes | str | int | list[str] | list[bytes]
+ClientState = Literal["ready", "advertised", "revealed", "shared", "masked", "signed", "done",
+                      "failed"]
 #: Turns the client's statistics into the words it masks, given the round's public parameters
 #: (default: ``params.codec.encode(stats)``; :mod:`ghofl.privacy` adds noise shares first).
 PayloadEncoder = Callable[[ClientStats, SessionParams], "NDArray[np.uint64]"]
@@ -98,12 +110,19 @@ class SecAggClient:
         unauthenticated rounds.
     policy : ClientPolicy, optional
         What this client accepts (default :class:`~ghofl.secure.policy.ClientPolicy`; when
-        no roster is given, the default allows unauthenticated rounds).
-    ledger : RoundLedger, optional
-        The rounds this client's data entered: a second round over the same statistics is
-        refused unless the ledger allows repeats (see :mod:`ghofl.secure.ledger`).
+        ``allow_unauthenticated=True`` sets its flag).
+    ledger : RoundLedger, "default" or None, default "default"
+        The rounds this client's data entered: a round id seen before is refused, and so is a
+        second round over the same statistics unless the ledger allows repeats (see
+        :mod:`ghofl.secure.ledger`). ``"default"``: the file
+        :func:`~ghofl.secure.ledger.default_ledger_path` of this client id; ``None``: no
+        ledger (e.g. simulated clients, whose data the user holds whole).
     privacy_cost : (float, float), default (0, 0)
         The (ε, δ) one round spends on this client's data, recorded in the ledger.
+    allow_unauthenticated : bool, default False
+        Take part without a roster. Refused otherwise: without the roster every relayed key
+        is taken on trust, so the round holds only against an honest server and an honest
+        relay.
 
     Attributes
     ----------
@@ -116,8 +135,17 @@ class SecAggClient:
     def __init__(self, client_id: str, stats: StatsSource, meta: StatsMeta | None = None,
                  encode: PayloadEncoder | None = None, *, identity: IdentityKey | None = None,
                  roster: Roster | None = None, policy: ClientPolicy | None = None,
-                 ledger: RoundLedger | None = None,
-                 privacy_cost: tuple[float, float] = (0.0, 0.0)) -> None:
+                 ledger: RoundLedger | Literal["default"] | None = "default",
+                 privacy_cost: tuple[float, float] = (0.0, 0.0),
+                 allow_unauthenticated: bool = False) -> None:
+        if roster is None and not allow_unauthenticated and (
+                policy is None or not policy.allow_unauthenticated):
+            raise ProtocolError(
+                f"client {client_id!r} has no roster: without the federation's roster every "
+                "relayed key is taken on trust (a relay or a lying server can substitute them "
+                "and read this client's statistics); give roster= and identity=, or pass "
+                "allow_unauthenticated=True to accept that risk explicitly"
+            )
         if roster is not None:
             if identity is None:
                 raise ProtocolError(f"client {client_id!r}: a roster needs identity= too")
@@ -144,6 +172,8 @@ class SecAggClient:
         self._enc: cr.KeyPair | None = None
         self._mask: cr.KeyPair | None = None
         self._seed = b""
+        self._nonce = b""
+        self._session = b""
         self._topology: Topology | None = None
         self._roster: dict[str, RosterEntry] = {}
         self._sharers: frozenset[str] = frozenset()
@@ -152,11 +182,13 @@ class SecAggClient:
         self._held_levels: dict[str, tuple[bytes, ...]] = {}  # owner -> its level shares
         self.identity = identity
         self.roster = roster
-        self.policy = policy if policy is not None else ClientPolicy(
-            allow_unauthenticated=roster is None)
+        self.policy = policy if policy is not None else ClientPolicy()
+        if allow_unauthenticated and not self.policy.allow_unauthenticated:
+            self.policy = dataclasses.replace(self.policy, allow_unauthenticated=True)
         self._roster_fp = b""
         self._signed: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-        self.ledger = ledger
+        self.ledger = (RoundLedger(default_ledger_path(self.client_id)) if ledger == "default"
+                       else ledger)
         self.privacy_cost = privacy_cost
 
     # ------------------------------------------------------------------ persistence
@@ -167,14 +199,16 @@ class SecAggClient:
         where each message may reach a fresh process). It holds the client's secrets: keep it on the
         client. The statistics are not included; give them again to :meth:`from_state`.
         """
-        return _save_state(self)
+        return save_state(self)
 
     @classmethod
     def from_state(cls, state: dict[str, Any], stats: StatsSource,
                    encode: PayloadEncoder | None = None, *,
                    identity: IdentityKey | None = None, roster: Roster | None = None,
-                   policy: ClientPolicy | None = None, ledger: RoundLedger | None = None,
-                   privacy_cost: tuple[float, float] = (0.0, 0.0)) -> SecAggClient:
+                   policy: ClientPolicy | None = None,
+                   ledger: RoundLedger | Literal["default"] | None = "default",
+                   privacy_cost: tuple[float, float] = (0.0, 0.0),
+                   allow_unauthenticated: bool = False) -> SecAggClient:
         """Rebuild a client saved by :meth:`to_state`.
 
         Give the identity, roster, policy and ledger again: they are the client's
@@ -185,9 +219,11 @@ class SecAggClient:
         ProtocolError
             The state is malformed or from another protocol version.
         """
-        client = _load_state(state, stats, identity, roster, policy)
+        client = load_state(cls, state, stats, identity, roster, policy, allow_unauthenticated)
         client._encode = encode
-        client.ledger, client.privacy_cost = ledger, privacy_cost
+        client.ledger = (RoundLedger(default_ledger_path(client.client_id))
+                         if ledger == "default" else ledger)
+        client.privacy_cost = privacy_cost
         return client
 
     # ------------------------------------------------------------------ dispatch
@@ -212,9 +248,9 @@ class SecAggClient:
     def _dispatch(self, request: ServerMessage) -> ClientMessage:
         if not isinstance(request, ServerMessage) or request.version != PROTOCOL_VERSION:
             raise self._refuse("a request of an unknown type or protocol version")
-        expected = {"ready": AdvertiseRequest, "advertised": ShareRequest,
-                    "shared": MaskRequest, "masked": ConsistencyRequest,
-                    "signed": UnmaskRequest}.get(self.state)
+        expected = {"ready": AdvertiseRequest, "advertised": RevealRequest,
+                    "revealed": ShareRequest, "shared": MaskRequest,
+                    "masked": ConsistencyRequest, "signed": UnmaskRequest}.get(self.state)
         if expected is None or not isinstance(request, expected):
             raise self._refuse(
                 f"a {type(request).__name__} in state {self.state!r} (out of order or replayed)"
@@ -223,6 +259,8 @@ class SecAggClient:
             raise self._refuse("a request from another round (replayed)")
         if isinstance(request, AdvertiseRequest):
             return self._advertise(request)
+        if isinstance(request, RevealRequest):
+            return self._reveal(request)
         if isinstance(request, ShareRequest):
             return self._share(request)
         if isinstance(request, MaskRequest):
@@ -258,57 +296,109 @@ class SecAggClient:
                 "a round with dropout levels (distributed DP noise): this client's encoder "
                 "adds no removable noise"
             )
+        if not isinstance(req.round_id, bytes) or len(req.round_id) < 16:
+            raise self._refuse("a round id shorter than 16 bytes (round ids must be unique)")
+        if self.ledger is not None:  # a round id is used once, whatever happened to it
+            try:
+                self.ledger.begin(req.round_id)
+            except ProtocolError as exc:
+                raise self._refuse(str(exc)) from None
         self._round = req.round_id
         self._roster_fp = req.roster_fingerprint
         self._enc, self._mask = cr.KeyPair.generate(), cr.KeyPair.generate()
+        self._nonce = cr.random_seed()
+        commitment = nonce_commitment(self._round, self.client_id, self._nonce)
         meta = json.dumps(self.meta.to_dict(), sort_keys=True)
         signature = b""
         if self.identity is not None and self.roster is not None:
             signature = self.identity.sign(advert_transcript(
                 self._round, self._roster_fp, req.params, meta, self.client_id,
-                self._enc.public, self._mask.public))
+                self._enc.public, self._mask.public, commitment))
         self.state = "advertised"
         return AdvertiseKeys(**self._header("advertise"),  # type: ignore[arg-type]
                              enc_public=self._enc.public, mask_public=self._mask.public,
-                             meta=meta, signature=signature)
+                             nonce_commitment=commitment, meta=meta, signature=signature)
 
     # ------------------------------------------------------------------ stage 2
     def _check_roster(self, entries: tuple[RosterEntry, ...]) -> None:
         assert self._params is not None and self._enc is not None and self._mask is not None
+        if not isinstance(entries, tuple) or not all(isinstance(e, RosterEntry)
+                                                     for e in entries):
+            raise self._refuse("a malformed relayed roster")
         ids = [e.client for e in entries]
         mine = [e for e in entries if e.client == self.client_id]
         if len(set(ids)) != len(ids) or len(mine) != 1:
             raise self._refuse("a roster with duplicate clients or without this client")
-        if (mine[0].enc_public, mine[0].mask_public) != (self._enc.public, self._mask.public):
+        own = (self._enc.public, self._mask.public,
+               nonce_commitment(self._round, self.client_id, self._nonce))
+        if (mine[0].enc_public, mine[0].mask_public, mine[0].nonce_commitment) != own:
             raise self._refuse("a roster that relays other keys for this client")
-        if len(ids) < self._params.threshold:
+        if self.roster is not None:
+            self._check_signed_entries(entries)
+        n = self._params.num_clients
+        # a client that trusts the server (honest but curious) takes any roster of t or more
+        least = self._params.threshold if self.policy.trust_server else max(
+            self._params.threshold, self.policy.least_relayed(n))
+        if not least <= len(ids) <= n:
             raise self._refuse(
-                f"a roster of {len(ids)} clients, below the threshold {self._params.threshold}"
+                f"a relayed roster of {len(ids)} of {n} clients; this client accepts at least "
+                f"{least} (the graph is sized for a roster shrunk by at most the dropout "
+                f"fraction {self.policy.dropout_fraction:.3g}) and at most {n}"
             )
-        if self.roster is None:
-            return
+        problem = self.policy.relayed_problem(self._params, len(ids))
+        if problem is not None:
+            raise self._refuse(f"{problem} (outside this client's policy)")
+
+    def _check_signed_entries(self, entries: tuple[RosterEntry, ...]) -> None:
+        assert self._params is not None and self.roster is not None
         params = self._params.items()
         for e in entries:
             if e.client not in self.roster:
                 raise self._refuse(f"a roster naming {e.client!r}, who is not in the federation")
             statement = advert_transcript(self._round, self._roster_fp, params, self._meta_json,
-                                          e.client, e.enc_public, e.mask_public)
+                                          e.client, e.enc_public, e.mask_public,
+                                          e.nonce_commitment)
             if not verify_signature(self.roster.public(e.client), e.signature, statement):
                 raise self._refuse(
                     f"the keys relayed for {e.client!r}: their signature does not verify "
                     "against the federation's roster (substituted or altered keys)"
                 )
 
+    def _reveal(self, req: RevealRequest) -> NonceReveal:
+        self._check_roster(req.roster)
+        self._roster = {e.client: e for e in req.roster}
+        self.state = "revealed"
+        return NonceReveal(**self._header("reveal"), nonce=self._nonce)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ stage 3
+    def _check_nonces(self, nonces: tuple[tuple[str, bytes], ...]) -> dict[str, bytes]:
+        got = dict(nonces) if isinstance(nonces, tuple) and all(
+            isinstance(p, tuple) and len(p) == 2 for p in nonces) else None
+        if got is None or len(got) != len(nonces) or set(got) != set(self._roster):
+            raise self._refuse(
+                "nonces for a set of clients other than the relayed roster (the graph's seed "
+                "needs every relayed client's nonce)"
+            )
+        for c, nonce in got.items():
+            if (not isinstance(nonce, bytes)
+                    or nonce_commitment(self._round, c, nonce) != self._roster[c].nonce_commitment):
+                raise self._refuse(
+                    f"the nonce relayed for {c!r}: it does not match the commitment it "
+                    "advertised (a nonce chosen after the roster was fixed)"
+                )
+        return got
+
     def _share(self, req: ShareRequest) -> ShareKeys:
         assert self._params is not None and self._enc is not None and self._mask is not None
-        self._check_roster(req.roster)
-        topo = Topology.build(req.roster, self._params, self._round)
+        nonces = self._check_nonces(req.nonces)
+        entries = tuple(self._roster.values())
+        self._session = session_id(self._round, entries, nonces)
+        topo = Topology.build(entries, self._params, self._session)
         self._topology = topo
-        self._roster = {e.client: e for e in req.roster}
         self._seed = cr.random_seed()
         holders = topo.holders(self.client_id)
         xs = [topo.point(h) for h in holders]
-        t_s = self._params.share_threshold
+        t_s = topo.share_threshold
         seed_sh = shamir.share_secret(self._seed, xs, t_s)
         key_sh = shamir.share_secret(self._mask.private, xs, t_s)
         self._levels = tuple(cr.random_seed() for _ in self._params.release_points)
@@ -319,16 +409,18 @@ class SecAggClient:
             if holder == self.client_id:
                 self._held[holder], self._held_levels[holder] = (s_b, s_k), mine
                 continue
-            key = cr.derive_key(self._agree(self._enc, holder, "enc_public"), b"share",
-                                self._round)
+            key = pair_key(self._agree(self._enc, holder, "enc_public"), self._session,
+                           self.client_id, holder)
             box = cr.aead_encrypt(key, s_b + s_k + b"".join(mine),
-                                  share_aad(self._round, self.client_id, holder))
-            sealed.append(SealedShare(self.client_id, holder, box, self._sign(
-                share_transcript(self._round, self.client_id, holder, box))))
+                                  share_aad(self._session, self.client_id, holder))
+            commit = key_commitment(self._session, self.client_id, holder, key)
+            sealed.append(SealedShare(self.client_id, holder, box, commit, self._sign(
+                share_transcript(self._session, self.client_id, holder, box, commit))))
         self.state = "shared"
         return ShareKeys(**self._header("share"),  # type: ignore[arg-type]
                          shares=tuple(sealed),
-                         seed_commitment=seed_commitment(self._round, self.client_id, self._seed),
+                         seed_commitment=seed_commitment(self._session, self.client_id,
+                                                         self._seed),
                          level_commitments=tuple(
                              level_commitment(self._round, self.client_id, j, e)
                              for j, e in enumerate(self._levels)))
@@ -350,7 +442,7 @@ class SecAggClient:
     def _meta_json(self) -> str:
         return json.dumps(self.meta.to_dict(), sort_keys=True)
 
-    # ------------------------------------------------------------------ stage 3
+    # ------------------------------------------------------------------ stage 4
     def _masked_input(self, req: MaskRequest) -> MaskedInput:
         assert self._params is not None and self._topology is not None and self._mask is not None
         topo = self._topology
@@ -362,7 +454,15 @@ class SecAggClient:
                 f"a list of {len(sharers)} sharers, below the threshold {self._params.threshold}"
             )
         self._sharers = sharers
-        complaints = self._open_shares(req.shares, sharers)
+        complaints, keys, missing = self._open_shares(req.shares, sharers)
+        tolerated = self.policy.max_missing_shares
+        if len(missing) > tolerated:
+            raise self._refuse(
+                f"to send its masked input: {len(missing)} share boxes of its neighbours are "
+                f"missing or unverifiable ({_names(missing)}), more than the {tolerated} its "
+                "policy tolerates (a server or relay withholding or altering shares; nothing "
+                "was revealed)"
+            )
         self.complaints_ = tuple(sorted(complaints.items()))
         stats = self._stats() if callable(self._stats) else self._stats
         if stats.meta.differences(self.meta):
@@ -390,7 +490,7 @@ class SecAggClient:
         vector += cr.mask_words(self._seed, vector.size)
         for other in sorted(topo.neighbours(self.client_id) & sharers):
             shared = self._agree(self._mask, other, "mask_public")
-            words = cr.mask_words(cr.derive_key(shared, b"mask", self._round), vector.size)
+            words = cr.mask_words(cr.derive_key(shared, b"mask", self._session), vector.size)
             if topo.sign(self.client_id, other) > 0:
                 vector += words
             else:
@@ -399,46 +499,67 @@ class SecAggClient:
             self.ledger.record(digest, self._round, *self.privacy_cost)
         self._stats = _spent
         self.state = "masked"
-        assert self._enc is not None
         return MaskedInput(**self._header("mask"),  # type: ignore[arg-type]
                            vector=vector, complaints=self.complaints_,
-                           complaint_key=self._enc.private if self.complaints_ else b"")
+                           complaint_keys=tuple(sorted(keys.items())))
 
-    def _open_shares(self, boxes: tuple[SealedShare, ...],
-                     sharers: frozenset[str]) -> dict[str, str]:
+    def _open_shares(self, boxes: tuple[SealedShare, ...], sharers: frozenset[str]
+                     ) -> tuple[dict[str, str], dict[str, bytes], list[str]]:
+        """Open the boxes addressed to this client.
+
+        Returns (complaints, their pair keys, missing senders). A complaint (with the box's
+        pair key, which opens that box only) is made only about a box its sender signed
+        together with a commitment to that very key, and which does not open: that proves the
+        sender at fault. A box that is absent, repeated, misaddressed, unsigned or whose
+        commitment is not to this pair's key may be a relay's doing: it is counted missing and
+        nothing is revealed about it.
+        """
         assert self._topology is not None and self._enc is not None
         expected = self._topology.neighbours(self.client_id) & sharers
         complaints: dict[str, str] = {}
+        keys: dict[str, bytes] = {}
+        bad: set[str] = set()
         seen: set[str] = set()
         for box in boxes:
-            if box.recipient != self.client_id or box.sender not in expected or box.sender in seen:
-                if box.sender in expected:
-                    complaints[box.sender] = "sent a share that is misaddressed or repeated"
+            if (not isinstance(box, SealedShare) or box.recipient != self.client_id
+                    or box.sender not in expected or box.sender in seen):
+                if isinstance(box, SealedShare) and box.sender in expected:
+                    bad.add(box.sender)
                 continue
             seen.add(box.sender)
-            if self.roster is not None and not verify_signature(
-                    self.roster.public(box.sender), box.signature,
-                    share_transcript(self._round, box.sender, self.client_id, box.sealed)):
-                complaints[box.sender] = "its share's signature does not verify (altered)"
+            if not self._box_signed(box):
+                bad.add(box.sender)
                 continue
-            key = cr.derive_key(self._agree(self._enc, box.sender, "enc_public"),
-                                b"share", self._round)
+            key = pair_key(self._agree(self._enc, box.sender, "enc_public"), self._session,
+                           box.sender, self.client_id)
             plain = cr.aead_decrypt(key, box.sealed,
-                                    share_aad(self._round, box.sender, self.client_id))
-            levels = len(self._levels)
-            if plain is None or len(plain) != share_plaintext_bytes(levels):
+                                    share_aad(self._session, box.sender, self.client_id))
+            if plain is not None and len(plain) == share_plaintext_bytes(len(self._levels)):
+                s_b, s_k, self._held_levels[box.sender] = split_plaintext(plain)
+                self._held[box.sender] = (s_b, s_k)
+            elif (self.roster is not None and box.key_commitment
+                  == key_commitment(self._session, box.sender, self.client_id, key)):
                 complaints[box.sender] = (
-                    f"its encrypted share for {self.client_id!r} failed authentication "
-                    "(tampered, or encrypted under a wrong key)"
-                )
-                continue
-            s_b, s_k, self._held_levels[box.sender] = split_plaintext(plain)
-            self._held[box.sender] = (s_b, s_k)
-        for missing in sorted(expected - seen - set(complaints)):
-            complaints[missing] = f"sent no share to its neighbour {self.client_id!r}"
-        return complaints
+                    f"its signed share for {self.client_id!r} does not open under the pair key "
+                    "it committed to")
+                keys[box.sender] = key
+            else:
+                bad.add(box.sender)
+        missing = sorted((expected - seen) | bad)
+        for c in missing:
+            self._held.pop(c, None)
+            self._held_levels.pop(c, None)
+        return complaints, keys, missing
 
-    # ------------------------------------------------------------------ stage 4
+    def _box_signed(self, box: SealedShare) -> bool:
+        """Whether ``box`` carries its sender's signature for this session (yes, unsigned)."""
+        if self.roster is None:
+            return True
+        return isinstance(box.sealed, bytes) and isinstance(box.key_commitment, bytes) and (
+            verify_signature(self.roster.public(box.sender), box.signature, share_transcript(
+                self._session, box.sender, self.client_id, box.sealed, box.key_commitment)))
+
+    # ------------------------------------------------------------------ stage 5
     def _sign_survivors(self, req: ConsistencyRequest) -> ConsistencySignature:
         assert self._params is not None and self._topology is not None
         survivors, dropped = tuple(sorted(set(req.survivors))), tuple(sorted(set(req.dropped)))
@@ -456,10 +577,10 @@ class SecAggClient:
             )
         if not self._params.complete_graph:
             alive = len(self._topology.neighbours(self.client_id) & set(survivors))
-            if alive < self._params.share_threshold:
+            if alive < self._topology.share_threshold:
                 raise self._refuse(
                     f"to unmask with only {alive} of its neighbours surviving, below the share "
-                    f"threshold {self._params.share_threshold} (its seed would then be "
+                    f"threshold {self._topology.share_threshold} (its seed would then be "
                     "recoverable by its surviving neighbours alone)"
                 )
         parts = self._topology.components(frozenset(survivors))
@@ -470,11 +591,11 @@ class SecAggClient:
             )
         self._signed = (survivors, dropped)
         self.state = "signed"
-        statement = consistency_transcript(self._round, self._roster_fp, survivors, dropped)
+        statement = consistency_transcript(self._session, self._roster_fp, survivors, dropped)
         return ConsistencySignature(**self._header("consistency"),  # type: ignore[arg-type]
                                     signature=self._sign(statement))
 
-    # ------------------------------------------------------------------ stage 5
+    # ------------------------------------------------------------------ stage 6
     def _unmask(self, req: UnmaskRequest) -> UnmaskShares:
         assert self._params is not None and self._topology is not None
         assert self._signed is not None
@@ -505,7 +626,7 @@ class SecAggClient:
         if self.roster is None:
             return  # unauthenticated: the sets were checked against this client's own only
         survivors, dropped = self._signed
-        statement = consistency_transcript(self._round, self._roster_fp, survivors, dropped)
+        statement = consistency_transcript(self._session, self._roster_fp, survivors, dropped)
         members = set(survivors)
         valid: set[str] = set()
         for c, sig in signatures:  # t valid signatures suffice: stop verifying there
@@ -522,90 +643,11 @@ class SecAggClient:
             )
 
 
-def _save_state(client: SecAggClient) -> dict[str, StateValue]:
-    out: dict[str, StateValue] = {
-        "version": PROTOCOL_VERSION, "client_id": client.client_id, "state": client.state,
-        "meta": json.dumps(client.meta.to_dict(), sort_keys=True), "round": client._round,
-        "seed": client._seed, "sharers": sorted(client._sharers),
-        "complaints": [f"{c}\n{why}" for c, why in client.complaints_],
-        "params": json.dumps(client._params.to_dict()) if client._params else "",
-    }
-    for name in ("enc", "mask"):
-        pair = getattr(client, f"_{name}")
-        out[f"{name}_private"] = pair.private if pair else b""
-        out[f"{name}_public"] = pair.public if pair else b""
-    entries = list(client._roster.values())
-    out["roster_clients"] = [e.client for e in entries]
-    out["roster_enc"] = [e.enc_public for e in entries]
-    out["roster_mask"] = [e.mask_public for e in entries]
-    out["roster_sig"] = [e.signature for e in entries]
-    out["roster_fp"] = client._roster_fp
-    signed = client._signed
-    out["signed"] = 1 if signed is not None else 0
-    out["signed_survivors"] = list(signed[0]) if signed else []
-    out["signed_dropped"] = list(signed[1]) if signed else []
-    out["held_owners"] = list(client._held)
-    out["held_seed"] = [v[0] for v in client._held.values()]
-    out["held_key"] = [v[1] for v in client._held.values()]
-    out["levels"] = list(client._levels)
-    out["held_levels"] = [b"".join(client._held_levels.get(o, ())) for o in client._held]
-    return out
-
-
-def _load_state(state: dict[str, Any], stats: StatsSource, identity: IdentityKey | None,
-                roster: Roster | None, policy: ClientPolicy | None) -> SecAggClient:
-    from ghofl.stats.meta import StatsMeta as _Meta
-
-    try:
-        if state["version"] != PROTOCOL_VERSION:
-            raise ValueError(f"protocol version {state['version']!r}")
-        meta = _Meta.from_dict(json.loads(state["meta"]))
-        client = SecAggClient(str(state["client_id"]), stats, meta=meta, identity=identity,
-                              roster=roster, policy=policy)
-        client.state = state["state"]
-        client._round = bytes(state["round"])
-        client._seed = bytes(state["seed"])
-        client._sharers = frozenset(str(c) for c in state["sharers"])
-        client.complaints_ = tuple(tuple(c.split("\n", 1)) for c in state["complaints"])  # type: ignore[misc]
-        if state["params"]:
-            params = json.loads(state["params"])
-            client._params = SessionParams(**params)
-        for name in ("enc", "mask"):
-            if state[f"{name}_private"]:
-                setattr(client, f"_{name}", cr.KeyPair(bytes(state[f"{name}_private"]),
-                                                        bytes(state[f"{name}_public"])))
-        client._roster = {
-            c: RosterEntry(c, bytes(e), bytes(m), bytes(g))
-            for c, e, m, g in zip(state["roster_clients"], state["roster_enc"],
-                                  state["roster_mask"], state["roster_sig"], strict=True)
-        }
-        client._roster_fp = bytes(state["roster_fp"])
-        if state["signed"]:
-            client._signed = (tuple(str(c) for c in state["signed_survivors"]),
-                              tuple(str(c) for c in state["signed_dropped"]))
-        if client._roster and client._params is not None:
-            client._topology = Topology.build(tuple(client._roster.values()), client._params,
-                                              client._round)
-        client._held = {
-            str(o): (bytes(b), bytes(k))
-            for o, b, k in zip(state["held_owners"], state["held_seed"], state["held_key"],
-                               strict=True)
-        }
-        client._levels = tuple(bytes(e) for e in state.get("levels", []))
-        owners = state["held_owners"]
-        client._held_levels = {
-            str(o): split_levels(bytes(v))
-            for o, v in zip(owners, state.get("held_levels", [b""] * len(owners)), strict=True)}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ProtocolError(
-            f"the saved client state is malformed or from another version ({exc!r}); the "
-            "client cannot resume this round"
-        ) from exc
-    if client.state not in _STATES:
-        raise ProtocolError(f"the saved client state names an unknown state {client.state!r}")
-    return client
-
-
 def _spent() -> ClientStats:
     raise ProtocolError("this client's statistics were already masked and sent once")
 
+
+
+def _names(clients: list[str], most: int = 5) -> str:
+    shown = ", ".join(repr(c) for c in clients[:most])
+    return shown + (f" and {len(clients) - most} more" if len(clients) > most else "")

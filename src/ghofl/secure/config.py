@@ -68,7 +68,8 @@ class SecAggConfig:
         n/3 colluding clients cannot make the consistency check pass for two survivor sets.
     neighbours : int, optional
         k, neighbours per client on the SecAgg+ graph. Default: the smallest degree meeting
-        exposure ≤ 2^-σ and abort ≤ 2^-η per honest client for the fractions below
+        exposure ≤ 2^-σ (on the worst set of at least n − ⌊δ·n⌋ clients a malicious server
+        may relay) and abort ≤ 2^-η per honest client for the fractions below
         (:func:`~ghofl.secure.graph_params.required_parameters`), or the complete graph
         (k = n − 1) when no smaller one does.
     max_samples : int, default 1,000,000
@@ -140,7 +141,8 @@ class SecAggConfig:
         k, t_s = self._graph(n, t)
         points = dropout_ladder(t, n, self.noise_levels) if self.noise_levels else ()
         return SessionParams(n, t, k, self.max_samples, float(self.clip_norm), self.limbs,
-                             t_s, points)
+                             t_s, points, self.corrupt_fraction, self.dropout_fraction,
+                             float(self.sigma), float(self.eta), self.neighbours is not None)
 
     def _feasible(self, n: int) -> bool:
         try:
@@ -205,6 +207,12 @@ class SessionParams:
     release_points : tuple of int, default ()
         The dropout ladder u_0 < … < u_{K-1} = n of the level seeds (:mod:`ghofl.secure.levels`);
         empty: no level seeds.
+    corrupt_fraction, dropout_fraction, sigma, eta : float
+        The targets the graph is sized for (γ, δ, σ, η), from which clients and server derive
+        the degree and share threshold of the relayed set (:meth:`relayed`).
+    fixed_degree : bool, default False
+        The degree was chosen by the user (``SecAggConfig(neighbours=k)``): kept for any
+        relayed set, with the share threshold derived for it.
 
     Raises
     ------
@@ -220,6 +228,11 @@ class SessionParams:
     limbs: int
     shares_needed: int | None = None
     release_points: tuple[int, ...] = ()
+    corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION
+    dropout_fraction: float = DEFAULT_DROPOUT_FRACTION
+    sigma: float = DEFAULT_SIGMA
+    eta: float = DEFAULT_ETA
+    fixed_degree: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "release_points", tuple(self.release_points))
@@ -246,6 +259,31 @@ class SessionParams:
             return self.shares_needed
         return share_threshold_for(self.num_clients, self.neighbours)
 
+    def relayed(self, m: int) -> tuple[int, int]:
+        """(k, t_s) of the graph over the m clients the server relayed.
+
+        The advertised (k, t_s) when every one of the n was relayed; otherwise derived for m
+        with every corrupt client relayed (:func:`~ghofl.secure.graph_params.required_parameters`
+        with ``relayed=m``), so no relayed set a client accepts is exposed more than the
+        targets allow. On the complete graph: (m − 1, t).
+        """
+        n = self.num_clients
+        if m == n:
+            return self.neighbours, self.share_threshold
+        if self.complete_graph:
+            return m - 1, self.threshold
+        if self.fixed_degree:
+            k = min(self.neighbours, m - 1)
+            if graph_degree(m, k) >= m - 1:
+                return m - 1, self.threshold
+            return k, share_threshold_for(n, k, self.corrupt_fraction, self.sigma, relayed=m)
+        try:
+            return required_parameters(n, self.corrupt_fraction, self.dropout_fraction,
+                                       self.sigma, self.eta, complete_threshold=self.threshold,
+                                       relayed=m)
+        except ConfigError:
+            return m - 1, self.threshold
+
     @property
     def codec(self) -> FixedPointCodec:
         """The fixed-point codec of these parameters."""
@@ -261,7 +299,10 @@ class SessionParams:
                 "neighbours": self.neighbours, "max_samples": self.max_samples,
                 "clip_norm": self.clip_norm, "limbs": self.limbs,
                 "shares_needed": self.share_threshold,
-                "release_points": list(self.release_points)}
+                "release_points": list(self.release_points),
+                "corrupt_fraction": self.corrupt_fraction,
+                "dropout_fraction": self.dropout_fraction, "sigma": self.sigma,
+                "eta": self.eta, "fixed_degree": self.fixed_degree}
 
     @classmethod
     def from_items(cls, items: tuple[tuple[str, str], ...]) -> SessionParams:
@@ -273,7 +314,9 @@ class SessionParams:
             return cls(int(d["num_clients"]), int(d["threshold"]), int(d["neighbours"]),
                        int(d["max_samples"]), float(d["clip_norm"]), int(d["limbs"]),
                        None if shares in (None, "None") else int(shares),
-                       tuple(int(u) for u in points.split(",") if u.strip()))
+                       tuple(int(u) for u in points.split(",") if u.strip()),
+                       float(d["corrupt_fraction"]), float(d["dropout_fraction"]),
+                       float(d["sigma"]), float(d["eta"]), d["fixed_degree"] == "True")
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(
                 f"the round's public parameters are malformed ({exc!r}); the server and this "

@@ -429,7 +429,7 @@ def _run_top(config: SecAggConfig, meta: StatsMeta, codec: FixedPointCodec,
                           dropout_fraction=cfg.dropout_fraction, sigma=cfg.sigma, eta=cfg.eta,
                           trust_server=top.threshold is not None)
     aggregators = [SecAggClient(name, stats, encode=_fixed(words), identity=keys[name],
-                                roster=roster, policy=policy)
+                                roster=roster, policy=policy, ledger=None)
                    for name, (stats, words) in inputs.items()]
     holder: list[SecAggServer] = []
 

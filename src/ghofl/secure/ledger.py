@@ -26,10 +26,27 @@ from ghofl.errors import ConfigError, ProtocolError
 from ghofl.files import atomic_write
 from ghofl.stats.client_stats import ClientStats
 
-__all__ = ["LedgerEntry", "RoundLedger", "stats_digest"]
+__all__ = ["LedgerEntry", "RoundLedger", "default_ledger_path", "stats_digest"]
 
 _FORMAT = "ghofl-round-ledger"
-_VERSION = 1
+_VERSION = 2  # 2 added the stage of an entry (1's entries are all masked inputs)
+_READABLE = (1, 2)
+
+
+def default_ledger_path(client_id: str) -> Path:
+    """Where a client keeps its round ledger unless told otherwise.
+
+    ``$GHOFL_STATE_DIR/ledgers/<id>.json``; without that variable the state directory is
+    ``$XDG_STATE_HOME/ghofl`` (``~/.local/state/ghofl``). The file name is the client id made
+    file-safe plus a short hash of the exact id, so two ids never share a ledger.
+    """
+    root = os.environ.get("GHOFL_STATE_DIR")
+    if not root:
+        xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        root = str(Path(xdg) / "ghofl")
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in client_id)[:64]
+    tag = hashlib.sha256(client_id.encode()).hexdigest()[:12]
+    return Path(root) / "ledgers" / f"{safe}-{tag}.json"
 
 
 def stats_digest(stats: ClientStats) -> str:
@@ -58,6 +75,9 @@ class LedgerEntry:
         UNIX time the masked input was sent.
     epsilon, delta : float
         The privacy the round spent (0 without DP).
+    stage : {"advertised", "masked"}
+        ``advertised``: the client took part in the round's first stage (its data not yet
+        known: ``digest`` is empty); ``masked``: its masked input left the client.
     """
 
     digest: str
@@ -65,6 +85,7 @@ class LedgerEntry:
     at: float
     epsilon: float = 0.0
     delta: float = 0.0
+    stage: str = "masked"
 
 
 class RoundLedger:
@@ -89,7 +110,7 @@ class RoundLedger:
             return []
         try:
             body = json.loads(self.path.read_text())
-            if body.get("format") != _FORMAT or body.get("version") != _VERSION:
+            if body.get("format") != _FORMAT or body.get("version") not in _READABLE:
                 raise ValueError(f"format {body.get('format')!r} version {body.get('version')!r}")
             return [LedgerEntry(**e) for e in body["entries"]]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -98,6 +119,31 @@ class RoundLedger:
                 "second round over the same data, so it is never replaced silently: restore "
                 "it, or move it away to start a new ledger"
             ) from exc
+
+    def begin(self, round_id: bytes) -> None:
+        """Record that this client joins round ``round_id``; refuse a round id seen before.
+
+        A round id is used once, whatever the data and whether the earlier round finished or
+        aborted: a server that reruns a round under the same id could difference the totals
+        or replay what clients signed in it. A round that aborted before any share was
+        revealed may be retried under a new id.
+
+        Raises
+        ------
+        ProtocolError
+            The round id is already in the ledger.
+        """
+        rid = round_id.hex()
+        entries = self.entries()
+        seen = [e for e in entries if e.round_id == rid]
+        if seen:
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seen[-1].at))
+            raise ProtocolError(
+                f"a round id already used (round {rid[:16]} began at {when}): a round id is "
+                "never reused, since a server rerunning it could difference the totals or "
+                "replay signatures; the server must start the round under a new id"
+            )
+        self._write([*entries, LedgerEntry("", rid, time.time(), stage="advertised")])
 
     def check(self, digest: str, round_id: bytes) -> None:
         """Refuse a round over statistics that already entered another round.
@@ -110,7 +156,8 @@ class RoundLedger:
         if self.allow_repeat:
             return
         rid = round_id.hex()
-        earlier = [e for e in self.entries() if e.digest == digest and e.round_id != rid]
+        earlier = [e for e in self.entries()
+                   if e.digest == digest and e.round_id != rid and e.stage == "masked"]
         if earlier:
             when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(earlier[-1].at))
             raise ProtocolError(
@@ -122,16 +169,19 @@ class RoundLedger:
     def record(self, digest: str, round_id: bytes, epsilon: float = 0.0,
                delta: float = 0.0) -> None:
         """Add the round (before the masked input leaves the client)."""
-        entries = [e for e in self.entries()
-                   if not (e.digest == digest and e.round_id == round_id.hex())]
+        entries = [e for e in self.entries() if e.round_id != round_id.hex()]
         entries.append(LedgerEntry(digest, round_id.hex(), time.time(), float(epsilon),
                                    float(delta)))
+        self._write(entries)
+
+    def _write(self, entries: list[LedgerEntry]) -> None:
         body = {"format": _FORMAT, "version": _VERSION,
                 "entries": [e.__dict__ for e in entries]}
         text = json.dumps(body, indent=1) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, lambda tmp: Path(tmp).write_text(text))
 
     def spent(self, digest: str) -> tuple[float, float]:
         """(ε, δ) spent on these statistics over every recorded round (basic composition)."""
-        mine = [e for e in self.entries() if e.digest == digest]
+        mine = [e for e in self.entries() if e.digest == digest and e.stage == "masked"]
         return sum(e.epsilon for e in mine), sum(e.delta for e in mine)

@@ -34,8 +34,10 @@ __all__ = [
     "HelloRequest",
     "MaskRequest",
     "MaskedInput",
+    "NonceReveal",
     "PlainInput",
     "PlainRequest",
+    "RevealRequest",
     "RosterEntry",
     "SealedShare",
     "ServerMessage",
@@ -47,10 +49,12 @@ __all__ = [
     "message_nbytes",
 ]
 
-PROTOCOL_VERSION = 2
-Stage = Literal["hello", "advertise", "share", "mask", "consistency", "unmask", "input"]
-#: The five stages of the secure protocol, in order.
-SECURE_STAGES: tuple[Stage, ...] = ("advertise", "share", "mask", "consistency", "unmask")
+PROTOCOL_VERSION = 3
+Stage = Literal["hello", "advertise", "reveal", "share", "mask", "consistency", "unmask",
+                "input"]
+#: The six stages of the secure protocol, in order.
+SECURE_STAGES: tuple[Stage, ...] = ("advertise", "reveal", "share", "mask", "consistency",
+                                    "unmask")
 
 
 @dataclass(frozen=True)
@@ -132,51 +136,84 @@ class AdvertiseRequest(ServerMessage):
 
 @dataclass(frozen=True)
 class AdvertiseKeys(ClientMessage):
-    """A client's two X25519 public keys, signed with its identity key.
+    """A client's two X25519 public keys and a commitment to its graph nonce, signed.
 
-    One key encrypts shares, one agrees masks. The signature covers the round, the roster
-    fingerprint, the parameters and the metadata
+    One key encrypts shares, one agrees masks. ``nonce_commitment`` commits to the fresh
+    nonce the client reveals once the relayed roster is fixed (the graph's seed hashes every
+    nonce, so no party chooses it). The signature covers the round, the roster fingerprint,
+    the parameters, the metadata, the keys and the commitment
     (:func:`ghofl.secure._common.advert_transcript`; empty when unauthenticated).
     """
 
     enc_public: bytes
     mask_public: bytes
+    nonce_commitment: bytes
     meta: str
     signature: bytes
 
 
-# ---------------------------------------------------------------------- stage 2: share
+# ---------------------------------------------------------------------- stage 2: reveal
 @dataclass(frozen=True)
 class RosterEntry:
     """One client that advertised its keys, as the server relays it to everyone.
 
-    With the client's own signature of its advertisement, so no relay can swap the keys.
+    With the client's own signature of its advertisement, so no relay can swap the keys or
+    the nonce commitment.
     """
 
     client: str
     enc_public: bytes
     mask_public: bytes
+    nonce_commitment: bytes
     signature: bytes
 
 
 @dataclass(frozen=True)
-class ShareRequest(ServerMessage):
-    """The roster of clients whose keys were accepted (order fixes indices and signs)."""
+class RevealRequest(ServerMessage):
+    """The relayed roster: the clients whose advertisements were accepted.
+
+    Fixed before any nonce is revealed; each client checks it (signatures, size) and answers
+    with its nonce.
+    """
 
     roster: tuple[RosterEntry, ...]
+
+
+@dataclass(frozen=True)
+class NonceReveal(ClientMessage):
+    """The nonce a client committed to in its advertisement."""
+
+    nonce: bytes
+
+
+# ---------------------------------------------------------------------- stage 3: share
+@dataclass(frozen=True)
+class ShareRequest(ServerMessage):
+    """Every relayed client's revealed nonce: together they seed the graph.
+
+    Attributes
+    ----------
+    nonces : tuple of (str, bytes)
+        (client, nonce) for exactly the clients of the relayed roster.
+    """
+
+    nonces: tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True)
 class SealedShare:
     """Shares of one client's secrets for another, encrypted, authenticated and signed.
 
-    Encrypted and authenticated with AES-GCM, signed by the sender's identity key (so a
-    complaint about it can be verified).
+    Encrypted and authenticated with AES-GCM under a key of this sender–recipient pair only
+    (:func:`ghofl.secure._common.pair_key`); ``key_commitment`` commits to that key, and the
+    sender signs the box with the commitment, so a recipient can prove a bad box by revealing
+    the pair key, which opens no other box.
     """
 
     sender: str
     recipient: str
     sealed: bytes
+    key_commitment: bytes
     signature: bytes
 
 
@@ -193,7 +230,7 @@ class ShareKeys(ClientMessage):
     level_commitments: tuple[bytes, ...] = ()
 
 
-# ---------------------------------------------------------------------- stage 3: mask
+# ---------------------------------------------------------------------- stage 4: mask
 @dataclass(frozen=True)
 class MaskRequest(ServerMessage):
     """Who completed the share stage, and the shares addressed to this client."""
@@ -210,19 +247,19 @@ class MaskedInput(ClientMessage):
     ----------
     vector : ndarray of uint64, shape (L,)
     complaints : tuple of (str, str)
-        (client, reason) for each share that failed authentication or decoding.
-    complaint_key : bytes
-        With complaints: this client's share-encryption private key of the round (it only
-        ever decrypts shares addressed to this client), so the server can check every
-        complaint against the signed share it relayed; empty without complaints.
+        (sender, reason) for each signed share box that failed to open.
+    complaint_keys : tuple of (str, bytes)
+        (sender, the pair key of that box): the key of one sender–recipient pair, which opens
+        that box only, so the server can check the complaint against the signed box it
+        relayed and learns nothing else.
     """
 
     vector: NDArray[np.uint64]
     complaints: tuple[tuple[str, str], ...]
-    complaint_key: bytes
+    complaint_keys: tuple[tuple[str, bytes], ...]
 
 
-# ---------------------------------------------------------------------- stage 4: consistency
+# ---------------------------------------------------------------------- stage 5: consistency
 @dataclass(frozen=True)
 class ConsistencyRequest(ServerMessage):
     """The survivor and dropped sets, for every survivor to sign before shares are revealed.
@@ -245,7 +282,7 @@ class ConsistencySignature(ClientMessage):
     signature: bytes
 
 
-# ---------------------------------------------------------------------- stage 5: unmask
+# ---------------------------------------------------------------------- stage 6: unmask
 @dataclass(frozen=True)
 class UnmaskRequest(ServerMessage):
     """The sets to unmask, with the survivors' signatures of them.

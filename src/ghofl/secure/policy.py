@@ -18,6 +18,8 @@ from ghofl.secure.graph_params import (
     DEFAULT_DROPOUT_FRACTION,
     DEFAULT_ETA,
     DEFAULT_SIGMA,
+    log2_exposure,
+    min_relayed,
     required_parameters,
     share_threshold_for,
 )
@@ -36,7 +38,8 @@ class ClientPolicy:
         γ, the largest fraction of the roster that may collude with the server. Sets the least
         threshold accepted, :func:`~ghofl.secure.config.consistency_threshold`.
     dropout_fraction : float, default 1/3
-        δ, the fraction of clients expected to drop out (sizes the least graph degree).
+        δ, the fraction of clients expected to drop out (sizes the least graph degree, and
+        the fewest relayed clients accepted, :meth:`least_relayed`).
     sigma, eta : float, default 40 and 20
         The targets the least degree and share threshold are sized for: exposure ≤ 2^-σ and
         abort ≤ 2^-η per honest client per round
@@ -57,6 +60,12 @@ class ClientPolicy:
         accepted, since no server splits the survivor set. Off by default: the least
         threshold is then the one that makes the consistency check hold against a malicious
         server with up to γ·n colluding clients.
+    max_missing_shares : int, default 0
+        Share boxes of its neighbours a client may miss (absent, unsigned, altered, or
+        committed to another key) and still send its masked input. With an honest server and
+        relay none is ever missing (the server checks every sharer sent a signed box to each
+        neighbour), so a missing box means someone between the sender and this client acts
+        against the protocol; the client then refuses before its masked input leaves it.
     """
 
     corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION
@@ -68,6 +77,7 @@ class ClientPolicy:
     expected_clients: int | None = None
     allow_unauthenticated: bool = False
     trust_server: bool = False
+    max_missing_shares: int = 0
 
     def __post_init__(self) -> None:
         for name in ("corrupt_fraction", "dropout_fraction"):
@@ -79,6 +89,9 @@ class ClientPolicy:
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ConfigError(f"{name} must be a number of bits > 0 (the target "
                                   f"probability is 2^-{name}); got {v!r}")
+        if not isinstance(self.max_missing_shares, int) or self.max_missing_shares < 0:
+            raise ConfigError(f"max_missing_shares must be an integer >= 0; got "
+                              f"{self.max_missing_shares!r}")
         for name in ("min_threshold", "min_neighbours", "expected_clients"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
@@ -104,12 +117,41 @@ class ClientPolicy:
         """The fewest shares per secret accepted.
 
         t on the complete graph, else the share threshold that keeps exposure ≤ 2^-σ at this
-        policy's γ on the round's graph.
+        policy's γ on the round's graph with all n relayed (a smaller relayed set gets its own,
+        checked by :meth:`relayed_problem`).
         """
         if params.complete_graph:
             return params.threshold
         return share_threshold_for(params.num_clients, params.neighbours,
                                    self.corrupt_fraction, self.sigma)
+
+    def relayed_problem(self, params: SessionParams, m: int) -> str | None:
+        """Why the graph over the m relayed clients is outside this policy (``None``: inside).
+
+        The degree and share threshold of the relayed size
+        (:meth:`~ghofl.secure.config.SessionParams.relayed`) must keep this client's exposure
+        at most 2^-σ with every one of its ⌊γ·n⌋ corrupt clients relayed. A client that trusts
+        the server accepts the relayed set as it is.
+        """
+        if self.trust_server:
+            return None
+        k, t_s = params.relayed(m)
+        exposure = log2_exposure(params.num_clients, k, t_s, self.corrupt_fraction, relayed=m)
+        if exposure > -self.sigma:
+            return (f"a graph of degree {k} and share threshold {t_s} over the {m} relayed "
+                    f"clients: with every corrupt client relayed its exposure is 2^{exposure:.1f},"
+                    f" above this client's 2^-{self.sigma:g}")
+        return None
+
+    def least_relayed(self, n: int) -> int:
+        """The fewest relayed clients accepted for a roster of ``n``: n − ⌊δ·n⌋ (at least 2).
+
+        Over any relayed set of at least this many clients, the corrupt ones all among them,
+        the parameters derived for its size keep exposure ≤ 2^-σ (checked by
+        :meth:`relayed_problem`; :func:`~ghofl.secure.graph_params.min_relayed`); a server
+        that relays fewer claims more dropouts than the round is sized for.
+        """
+        return min_relayed(n, self.dropout_fraction)
 
     def problem(self, params: SessionParams, roster: Roster | None,
                 roster_fingerprint: bytes) -> str | None:

@@ -38,7 +38,10 @@ from ghofl.secure._common import (
     Topology,
     advert_transcript,
     consistency_transcript,
+    key_commitment,
+    nonce_commitment,
     seed_commitment,
+    session_id,
     share_aad,
     share_plaintext_bytes,
     share_transcript,
@@ -57,6 +60,8 @@ from ghofl.secure.messages import (
     ConsistencySignature,
     MaskedInput,
     MaskRequest,
+    NonceReveal,
+    RevealRequest,
     RosterEntry,
     SealedShare,
     ServerMessage,
@@ -71,7 +76,8 @@ from ghofl.stats.meta import StatsMeta
 
 __all__ = ["PayloadDecoder", "SecAggServer", "ServerState"]
 
-ServerState = Literal["advertise", "share", "mask", "consistency", "unmask", "done", "aborted"]
+ServerState = Literal["advertise", "reveal", "share", "mask", "consistency", "unmask", "done",
+                      "aborted"]
 #: Turns the unmasked sum of words into the total (default: ``params.codec.decode(meta, words)``;
 #: :mod:`ghofl.privacy` decodes noisy sums and post-processes them into valid statistics).
 PayloadDecoder = Callable[[SessionParams, StatsMeta, NDArray[np.uint64]], ClientStats]
@@ -172,6 +178,8 @@ class SecAggServer:
         self._active: list[str] = list(ids)
         self._roster: dict[str, RosterEntry] = {}
         self._topology: Topology | None = None
+        self._nonces: dict[str, bytes] = {}
+        self.session = b""
         self._shares: dict[str, ShareKeys] = {}
         self._vectors: dict[str, NDArray[np.uint64]] = {}
         self._survivors: tuple[str, ...] = ()
@@ -189,9 +197,13 @@ class SecAggServer:
             req = AdvertiseRequest(**head, params=self.params.items(),  # type: ignore[arg-type]
                                    meta=self._meta_json, roster_fingerprint=self._roster_fp)
             return {c: req for c in self._active}
+        if self.state == "reveal":
+            reveal = RevealRequest(**head,  # type: ignore[arg-type]
+                                   roster=tuple(self._roster[c] for c in self._active))
+            return {c: reveal for c in self._active}
         if self.state == "share":
             share = ShareRequest(**head,  # type: ignore[arg-type]
-                                 roster=tuple(self._roster[c] for c in self._active))
+                                 nonces=tuple((c, self._nonces[c]) for c in self._active))
             return {c: share for c in self._active}
         if self.state == "mask":
             inbox: dict[str, list[SealedShare]] = {c: [] for c in self._active}
@@ -222,7 +234,8 @@ class SecAggServer:
             Fewer than t clients remain, or a secret cannot be recovered.
         """
         stage = self.state
-        expected_type = {"advertise": AdvertiseKeys, "share": ShareKeys, "mask": MaskedInput,
+        expected_type = {"advertise": AdvertiseKeys, "reveal": NonceReveal, "share": ShareKeys,
+                         "mask": MaskedInput,
                          "consistency": ConsistencySignature, "unmask": UnmaskShares}[stage]
         asked = set(self._signers if stage == "unmask" else
                     self._survivors if stage == "consistency" else self._active)
@@ -280,6 +293,8 @@ class SecAggServer:
                 return f"advertised an invalid X25519 {name}"
         if msg.enc_public == msg.mask_public:
             return "advertised the same key for encryption and masking"
+        if not isinstance(msg.nonce_commitment, bytes) or len(msg.nonce_commitment) != 32:
+            return "advertised a malformed nonce commitment (not 32 bytes)"
         if msg.meta != self._meta_json:
             return _meta_difference(msg.meta, self.meta)
         if not isinstance(msg.signature, bytes):
@@ -287,7 +302,7 @@ class SecAggServer:
         if self.roster is not None and not verify_signature(
                 self.roster.public(client), msg.signature, advert_transcript(
                     self.round_id, self._roster_fp, self.params.items(), self._meta_json, client,
-                    msg.enc_public, msg.mask_public)):
+                    msg.enc_public, msg.mask_public, msg.nonce_commitment)):
             return "advertised keys whose signature does not verify against the roster"
         return None
 
@@ -301,12 +316,37 @@ class SecAggServer:
         self._active = [c for c in self.clients if c in accepted and c not in self.excluded]
         self._require(len(self._active), "advertised valid keys")
         self._roster = {c: RosterEntry(c, accepted[c].enc_public, accepted[c].mask_public,
-                                       accepted[c].signature) for c in self._active}
-        self._topology = Topology.build(tuple(self._roster[c] for c in self._active),
-                                        self.params, self.round_id)
-        self.state = "share"
+                                       accepted[c].nonce_commitment, accepted[c].signature)
+                         for c in self._active}
+        self.state = "reveal"
 
     # ------------------------------------------------------------------ stage 2
+    def _check_reveal(self, client: str, msg: NonceReveal) -> str | None:
+        if not isinstance(msg.nonce, bytes) or nonce_commitment(
+                self.round_id, client, msg.nonce) != self._roster[client].nonce_commitment:
+            return "revealed a nonce other than the one it committed to"
+        return None
+
+    def _after_reveal(self, accepted: dict[str, NonceReveal]) -> None:
+        missing = [c for c in self._active if c not in accepted]
+        if missing:
+            # The graph's seed needs the nonce of every relayed client: continuing without one
+            # would let the server choose among seeds. The round restarts under a new id.
+            self.state = "aborted"
+            raise AggregationAbortedError(
+                f"secure aggregation aborted at the reveal stage: {len(missing)} of the "
+                f"{len(self._active)} relayed clients revealed no valid graph nonce "
+                f"({_names({c: self.excluded.get(c, 'no reply') for c in missing})}); "
+                "the graph cannot be seeded without every relayed nonce. Nothing was revealed: "
+                "run the round again (a new round id)"
+            )
+        self._nonces = {c: accepted[c].nonce for c in self._active}
+        entries = tuple(self._roster[c] for c in self._active)
+        self.session = session_id(self.round_id, entries, self._nonces)
+        self._topology = Topology.build(entries, self.params, self.session)
+        self.state = "share"
+
+    # ------------------------------------------------------------------ stage 3
     def _check_share(self, client: str, msg: ShareKeys) -> str | None:
         assert self._topology is not None
         if not isinstance(msg.seed_commitment, bytes) or len(msg.seed_commitment) != 32:
@@ -324,12 +364,14 @@ class SecAggServer:
                     "(inconsistent with the roster)")
         if any(b.sender != client or not isinstance(b.sealed, bytes)
                or len(b.sealed) != sealed_bytes or not isinstance(b.signature, bytes)
+               or not isinstance(b.key_commitment, bytes) or len(b.key_commitment) != 32
                for b in msg.shares):
             return "sent a malformed encrypted share"
         if self.roster is not None:
             key = self.roster.public(client)
             if not all(verify_signature(key, b.signature, share_transcript(
-                    self.round_id, client, b.recipient, b.sealed)) for b in msg.shares):
+                    self.session, client, b.recipient, b.sealed, b.key_commitment))
+                       for b in msg.shares):
                 return "sent a share whose signature does not verify against the roster"
         return None
 
@@ -339,7 +381,7 @@ class SecAggServer:
         self._require(len(self._active), "sent their secret shares")
         self.state = "mask"
 
-    # ------------------------------------------------------------------ stage 3
+    # ------------------------------------------------------------------ stage 4
     def _check_mask(self, client: str, msg: MaskedInput) -> str | None:
         length = self.params.codec.length(self.meta)
         v = msg.vector
@@ -347,7 +389,9 @@ class SecAggServer:
             shape = getattr(v, "shape", None)
             return (f"sent a masked vector of dtype {getattr(v, 'dtype', type(v).__name__)} "
                     f"and shape {shape}; expected uint64 of length {length}")
-        if not isinstance(msg.complaints, tuple) or not isinstance(msg.complaint_key, bytes):
+        pairs = (msg.complaints, msg.complaint_keys)
+        if not all(isinstance(p, tuple) and all(isinstance(x, tuple) and len(x) == 2 for x in p)
+                   for p in pairs):
             return "sent malformed complaints"
         return None
 
@@ -371,41 +415,45 @@ class SecAggServer:
         self.state = "consistency"
 
     def _judge(self, accuser: str, msg: MaskedInput) -> None:
-        """Verify each complaint against the share the server relayed, which the accused signed.
+        """Verify each complaint against the signed share box the server relayed.
 
-        The accused is excluded when that share is bad, the accuser when it is good (a false
-        accusation), so one liar never aborts the round.
+        The complaint carries the box's pair key, which opens that box only. The accused
+        signed the box with a commitment to the key: a key matching the commitment under
+        which the box does not open convicts the accused; one under which it opens convicts
+        the accuser (a false accusation); a key that does not match the commitment means one
+        of the two lies, and both are excluded. One liar never aborts the round, and an
+        honest client's complaint exposes nothing (the box it opens is the liar's garbage).
         """
         assert self._topology is not None
-        key = msg.complaint_key
-        try:
-            valid_key = cr.public_from_private(key) == self._roster[accuser].enc_public
-        except ValueError:
-            valid_key = False
-        if not valid_key:
-            self._exclude(accuser, "complained without the key that lets its complaint be "
-                          "verified", "mask")
-            return
+        keys = {str(c): k for c, k in msg.complaint_keys}
         for accused, why in msg.complaints:
             accused = str(accused)
             if accused not in self._topology.neighbours(accuser) or accused not in self._shares:
                 self.ignored.append(f"mask: {accuser!r} complained about a non-neighbour")
                 continue
             box = next((b for b in self._shares[accused].shares if b.recipient == accuser), None)
-            if box is None or not _opens(key, self._roster[accused].enc_public, box,
-                                         self.round_id, self._plaintext_bytes):
-                self._exclude(accused, f"reported by {accuser!r} and verified: {why}", "mask")
-            else:
+            key = keys.get(accused)
+            if box is None or not isinstance(key, bytes) or len(key) != cr.KEY_BYTES:
+                self._exclude(accuser, f"complained about {accused!r} without the pair key "
+                              "that lets the complaint be verified", "mask")
+                continue
+            if key_commitment(self.session, accused, accuser, key) != box.key_commitment:
+                for c, other in ((accused, accuser), (accuser, accused)):
+                    self._exclude(c, f"disagrees with {other!r} on their pair key (one of the "
+                                  "two lies; neither is trusted)", "mask")
+            elif _opens(key, box, self.session, self._plaintext_bytes):
                 self._exclude(accuser, f"falsely reported {accused!r} (the share the server "
                               "relayed opens correctly)", "mask")
+            else:
+                self._exclude(accused, f"reported by {accuser!r} and verified: {why}", "mask")
 
-    # ------------------------------------------------------------------ stage 4
+    # ------------------------------------------------------------------ stage 5
     def _check_consistency(self, client: str, msg: ConsistencySignature) -> str | None:
         if not isinstance(msg.signature, bytes):
             return "sent a malformed consistency signature"
         if self.roster is not None and not verify_signature(
                 self.roster.public(client), msg.signature, consistency_transcript(
-                    self.round_id, self._roster_fp, self._survivors, self._gone)):
+                    self.session, self._roster_fp, self._survivors, self._gone)):
             return "signed a survivor set other than the one the server sent"
         return None
 
@@ -414,7 +462,7 @@ class SecAggServer:
         self._require(len(self._signers), "signed the survivor set")
         self.state = "unmask"
 
-    # ------------------------------------------------------------------ stage 5
+    # ------------------------------------------------------------------ stage 6
     def _check_unmask(self, client: str, msg: UnmaskShares) -> str | None:
         for pairs in (msg.seed_shares, msg.key_shares):
             if not isinstance(pairs, tuple) or not all(
@@ -449,7 +497,7 @@ class SecAggServer:
         for client in self._survivors:
             seed = self._recover(client, seed_pts.get(client, []), "self-mask seed",
                                  lambda s, c=client: seed_commitment(
-                                     self.round_id, c, s) == self._shares[c].seed_commitment)
+                                     self.session, c, s) == self._shares[c].seed_commitment)
             total -= cr.mask_words(seed, total.size)
         for client in self._gone:
             key = self._recover(client, key_pts.get(client, []), "mask key",
@@ -457,7 +505,7 @@ class SecAggServer:
                                 == self._roster[c].mask_public)
             for other in sorted(topo.neighbours(client) & survivors):
                 shared = cr.agree(key, self._roster[other].mask_public)
-                words = cr.mask_words(cr.derive_key(shared, b"mask", self.round_id), total.size)
+                words = cr.mask_words(cr.derive_key(shared, b"mask", self.session), total.size)
                 if topo.sign(other, client) > 0:
                     total -= words
                 else:
@@ -479,7 +527,8 @@ class SecAggServer:
 
     def _recover(self, client: str, points: list[tuple[int, bytes]], what: str,
                  valid: Any) -> bytes:
-        t_s = self.params.share_threshold
+        assert self._topology is not None
+        t_s = self._topology.share_threshold
         secret = _first_valid(points, t_s, valid)
         if secret is not None:
             return secret
@@ -507,7 +556,7 @@ class SecAggServer:
         if not released:
             return
         assert self._topology is not None and isinstance(self._decode, LevelNoise)
-        topo, t_s = self._topology, self.params.share_threshold
+        topo, t_s = self._topology, self._topology.share_threshold
         points: dict[str, dict[int, dict[int, bytes]]] = {}  # owner -> level -> x -> share
         alive = frozenset(self._survivors)
         for holder, msg in sorted(accepted.items()):
@@ -578,14 +627,9 @@ def _first_valid(points: list[tuple[int, bytes]], t_s: int, valid: Any) -> bytes
     return None
 
 
-def _opens(private: bytes, sender_public: bytes, box: SealedShare, round_id: bytes,
-           plaintext_bytes: int) -> bool:
-    """Whether ``box`` opens under the recipient's private key (the complaint check)."""
-    try:
-        key = cr.derive_key(cr.agree(private, sender_public), b"share", round_id)
-    except ValueError:
-        return False
-    plain = cr.aead_decrypt(key, box.sealed, share_aad(round_id, box.sender, box.recipient))
+def _opens(key: bytes, box: SealedShare, session: bytes, plaintext_bytes: int) -> bool:
+    """Whether ``box`` opens under its pair key (the complaint check)."""
+    plain = cr.aead_decrypt(key, box.sealed, share_aad(session, box.sender, box.recipient))
     return plain is not None and len(plain) == plaintext_bytes
 
 

@@ -16,8 +16,12 @@ The records codec and the runner import flwr lazily, so importing this package a
 
 from __future__ import annotations
 
-__all__ = ["MESSAGE_TYPE", "QUERY_ACTION"]
+__all__ = ["MESSAGE_TYPE", "QUERY_ACTION", "SIM_NODE_CONFIG_ENV"]
 
 #: The ClientApp's query action; Flower message type ``query.ghofl``.
 QUERY_ACTION = "ghofl"
 MESSAGE_TYPE = f"query.{QUERY_ACTION}"
+#: Environment variable naming a JSON file of simulated nodes' node configs, by partition id
+#: (the simulation engine gives nodes none of their own; see
+#: :mod:`~ghofl.integrations.flower.client_app`).
+SIM_NODE_CONFIG_ENV = "GHOFL_SIM_NODE_CONFIG"

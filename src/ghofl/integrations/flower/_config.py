@@ -79,7 +79,8 @@ POLICY_KEYS: Mapping[str, str] = {name: FIELDS[f"aggregation.{name}"].key
                                   for name in THREAT_MODEL_DEFAULTS}
 
 
-def node_policy(node_cfg: Mapping[str, Any], authenticated: bool) -> ClientPolicy:
+def node_policy(node_cfg: Mapping[str, Any], authenticated: bool, *,
+                insecure_keys: bool = False) -> ClientPolicy:
     """The node's own :class:`~ghofl.secure.ClientPolicy`, from its node config.
 
     The keys of :data:`POLICY_KEYS` (absent: the defaults γ = δ = 1/3, σ = 40, η = 20) are the
@@ -91,7 +92,10 @@ def node_policy(node_cfg: Mapping[str, Any], authenticated: bool) -> ClientPolic
     node_cfg : mapping
         The node config (``flower-supernode --node-config``).
     authenticated : bool
-        The node holds a roster (else unauthenticated rounds are allowed).
+        The node holds a roster.
+    insecure_keys : bool, default False
+        Without a roster: the node config says ``insecure-keys=true``, so unauthenticated
+        rounds are allowed (never without it).
 
     Raises
     ------
@@ -111,4 +115,5 @@ def node_policy(node_cfg: Mapping[str, Any], authenticated: bool) -> ClientPolic
         values[name] = float(value)
     return ClientPolicy(corrupt_fraction=values["corrupt_fraction"],
                         dropout_fraction=values["dropout_fraction"], sigma=values["sigma"],
-                        eta=values["eta"], allow_unauthenticated=not authenticated)
+                        eta=values["eta"],
+                        allow_unauthenticated=insecure_keys and not authenticated)

@@ -23,13 +23,29 @@ Identity (secure protocol): with the node config keys ``identity-key`` (the node
 key file, ``ghofl keys new``) and ``roster`` (the federation's roster file, ``ghofl roster
 build``), the node's client id is its roster id, it answers the server's identity request
 (binding its Flower node id to that id with a signature) and it verifies every relayed key and
-the consistency check against its roster. Without them the node is unauthenticated: its id is
-``node-<Flower node id>`` and it takes relayed keys on trust (an honest-but-curious server
-only). The node's own threat model, what it accepts from any server, is read from the node
-config keys ``corrupt-fraction``, ``dropout-fraction``, ``exposure-bits`` and ``abort-bits``
-(defaults 1/3, 1/3, 40, 20; never from the run config, which is the server's): it refuses a
-round laxer than they need. ``ledger`` (a file path) keeps the rounds this node's data
-entered and refuses a second round over the same data unless ``allow-repeat-rounds=true``.
+the consistency check against its roster. A node without them refuses every secure round,
+naming both fixes, unless its node config says ``insecure-keys=true``: it then takes part
+unauthenticated (its id is ``node-<Flower node id>``), takes relayed keys on trust (which holds
+only against an honest-but-curious server and relay) and prints a warning saying so. The node's
+own threat model, what it accepts from any server, is read from the node config keys
+``corrupt-fraction``, ``dropout-fraction``, ``exposure-bits`` and ``abort-bits`` (defaults 1/3,
+1/3, 40, 20; never from the run config, which is the server's): it refuses a round laxer than
+they need.
+
+Ledger (secure protocol): the node keeps the rounds its data entered in a round ledger
+(:class:`~ghofl.secure.RoundLedger`), by default the file ``.ghofl-ledger-<name>.json`` next to
+its data file (:func:`node_ledger`: ``<name>`` is its roster id, else ``partition-<partition
+id>``); the node config key ``ledger`` names another file, or ``ledger="none"`` keeps none. The
+node refuses a round id it has seen and a second round over the same data unless
+``allow-repeat-rounds=true``.
+
+Simulation: the simulation engine gives its nodes only ``partition-id`` and ``num-partitions``.
+When the environment variable :data:`SIM_NODE_CONFIG_ENV` names a JSON file mapping partition
+ids to node config keys (``{"0": {"identity-key": ..., "roster": ...}, ...}``), each node adds
+its entry to its node config (:func:`effective_node_config`); ``ghofl flower-run`` writes it
+for its simulated nodes. The variable is the node side's (the environment of the processes that
+run the nodes), never the server's run config.
+
 A request the client refuses (out of order, other statistics, unreadable data) is answered
 with the reason instead of a protocol reply.
 
@@ -40,8 +56,10 @@ crash for the fault tests. Never set it on a real node.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -57,8 +75,8 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
 from ghofl.client.job import ClientJob  # noqa: E402
-from ghofl.errors import GhoflError, ProtocolError  # noqa: E402
-from ghofl.integrations.flower import QUERY_ACTION  # noqa: E402
+from ghofl.errors import ConfigError, GhoflError, ProtocolError  # noqa: E402
+from ghofl.integrations.flower import QUERY_ACTION, SIM_NODE_CONFIG_ENV  # noqa: E402
 from ghofl.integrations.flower._config import (  # noqa: E402
     dp_options,
     job_meta,
@@ -93,7 +111,9 @@ if TYPE_CHECKING:
     from ghofl.secure.client import PayloadEncoder
     from ghofl.secure.config import SessionParams
 
-__all__ = ["STATE_KEY", "STATS_CACHE_KEY", "TEST_KILL_KEY", "app", "handle_query"]
+__all__ = ["INSECURE_KEYS_KEY", "LEDGER_KEY", "NO_ROSTER_WARNING", "SIM_NODE_CONFIG_ENV",
+           "STATE_KEY", "STATS_CACHE_KEY", "TEST_KILL_KEY", "NodeIdentity", "app",
+           "effective_node_config", "handle_query", "node_ledger"]
 
 #: Key of the secure client's saved state in ``context.state``.
 STATE_KEY = "ghofl-secagg"
@@ -101,6 +121,21 @@ STATE_KEY = "ghofl-secagg"
 STATS_CACHE_KEY = "stats-cache"
 #: Test-only node config key (see the module docstring).
 TEST_KILL_KEY = "ghofl-test-kill-at"
+#: Node config key that lets a node without a roster take part, keys on trust.
+INSECURE_KEYS_KEY = "insecure-keys"
+#: Node config key of the node's round ledger file (``"none"``: no ledger).
+LEDGER_KEY = "ledger"
+#: The line a node without a roster prints when it takes part (``insecure-keys=true``).
+NO_ROSTER_WARNING = (
+    "WARNING: secure aggregation without a roster: every relayed key is taken on trust "
+    "(node config insecure-keys=true), so the round holds only against an honest server and "
+    "relay; give the node 'identity-key' and 'roster' to check them")
+_NO_ROSTER = (
+    "this node has no roster, so it cannot check the keys the server relays (a relay or a "
+    "lying server could substitute them and read this node's statistics): give it the node "
+    "config keys 'identity-key' and 'roster' (ghofl keys new, ghofl roster build; the server "
+    "then needs the run config key 'roster'), or set the node config key 'insecure-keys=true' "
+    "to take the relayed keys on trust")
 
 app = ClientApp()
 
@@ -114,12 +149,12 @@ def query(msg: Message, context: Context) -> Message:
 def handle_query(content: RecordDict, context: Context) -> RecordDict:
     """Decode the request in ``content``, let the client half answer it, encode the reply."""
     t0 = time.perf_counter()
-    node_cfg = dict(context.node_config)
     run_cfg = dict(context.run_config)
-    part = node_cfg.get("partition-id", -1)
+    part = context.node_config.get("partition-id", -1)
     partition = int(part) if isinstance(part, int) and not isinstance(part, bool) else -1
     info: dict[str, Any] = {"partition-id": partition}
     try:
+        node_cfg = effective_node_config(context.node_config)
         request = message_from_record(content, ServerMessage)
         assert isinstance(request, ServerMessage)
         if node_cfg.get(TEST_KILL_KEY) == request.stage:
@@ -133,7 +168,9 @@ def handle_query(content: RecordDict, context: Context) -> RecordDict:
         if isinstance(request, PlainRequest):
             reply = PlainClient(me.client_id, stats).handle(request)
         else:
-            client = _secure_client(me, request, context, source, stats, job, plan)
+            me.require_keys(request)
+            client = _secure_client(me, request, context, source, stats, job, plan,
+                                    node_ledger(node_cfg, me, source))
             try:
                 reply = client.handle(request)
             finally:
@@ -155,44 +192,62 @@ def _answered(reply: Any, info: dict[str, Any], t0: float) -> RecordDict:
 
 
 class NodeIdentity:
-    """What a node is, from its node config: client id, identity key, roster, policy, ledger.
+    """What a node is, from its node config: client id, identity key, roster, policy.
 
     Parameters
     ----------
     client_id : str
     identity : IdentityKey or None
     roster : Roster or None
-    ledger : RoundLedger or None
     address : str
         The node's transport address (``node-<Flower node id>``).
+    policy : ClientPolicy, optional
+        What the node accepts (default :class:`~ghofl.secure.ClientPolicy`).
+    insecure_keys : bool, default False
+        The node config key ``insecure-keys``: without a roster, take part with relayed keys
+        taken on trust (else the node refuses every secure round).
+    partition : int or None
+        The node's ``partition-id`` (names its default ledger when it has no roster).
     """
 
     def __init__(self, client_id: str, identity: IdentityKey | None, roster: Roster | None,
-                 ledger: RoundLedger | None, address: str,
-                 policy: ClientPolicy | None = None) -> None:
+                 address: str, policy: ClientPolicy | None = None, *,
+                 insecure_keys: bool = False, partition: int | None = None) -> None:
         self.client_id, self.identity, self.roster = client_id, identity, roster
-        self.ledger, self.address = ledger, address
-        self.policy = policy or ClientPolicy(allow_unauthenticated=roster is None)
+        self.address, self.partition = address, partition
+        self.insecure_keys = insecure_keys and roster is None
+        self.policy = policy or ClientPolicy(allow_unauthenticated=self.insecure_keys)
 
     @classmethod
     def from_node_config(cls, node_cfg: Mapping[str, Any], node_id: int) -> NodeIdentity:
-        """Read ``identity-key``, ``roster``, ``ledger``, ``allow-repeat-rounds`` and the policy.
+        """Read ``identity-key``, ``roster``, ``insecure-keys`` and the policy.
 
         The policy keys are :data:`~ghofl.integrations.flower._config.POLICY_KEYS`
         (:func:`~ghofl.integrations.flower._config.node_policy`).
+
+        Raises
+        ------
+        ConfigError
+            Only one of ``identity-key`` and ``roster``, or ``insecure-keys=true`` beside a
+            roster, or ``insecure-keys`` not a boolean.
+        ProtocolError
+            The identity key is not on the roster.
         """
         address = f"node-{node_id}"
         key_path, roster_path = node_cfg.get("identity-key"), node_cfg.get("roster")
         if bool(key_path) != bool(roster_path):
-            raise ProtocolError(
+            raise ConfigError(
                 "give this node both 'identity-key' and 'roster' in its node config (or "
-                "neither, for an unauthenticated node)"
+                "neither and 'insecure-keys=true', for an unauthenticated node)"
+            )
+        insecure = _insecure_keys(node_cfg)
+        if insecure and roster_path:
+            raise ConfigError(
+                "this node has a roster and 'insecure-keys=true': remove 'insecure-keys' from "
+                "its node config (a node with a roster checks every relayed key)"
             )
         identity = IdentityKey.load(str(key_path)) if key_path else None
         roster = Roster.load(str(roster_path)) if roster_path else None
-        ledger_path = node_cfg.get("ledger")
-        ledger = (RoundLedger(str(ledger_path), allow_repeat=node_cfg.get(
-            "allow-repeat-rounds") is True) if ledger_path else None)
         client_id = address
         if identity is not None and roster is not None:
             found = next((c for c, k in roster.keys.items() if k == identity.public), None)
@@ -202,17 +257,114 @@ class NodeIdentity:
                     "this node's public key"
                 )
             client_id = found
-        return cls(client_id, identity, roster, ledger, address,
-                   node_policy(node_cfg, roster is not None))
+        part = node_cfg.get("partition-id")
+        return cls(client_id, identity, roster, address,
+                   node_policy(node_cfg, roster is not None, insecure_keys=insecure),
+                   insecure_keys=insecure,
+                   partition=part if isinstance(part, int) and not isinstance(part, bool)
+                   else None)
 
     def hello(self, request: HelloRequest) -> Any:
         """Answer the server's identity request."""
         if self.identity is None or self.roster is None:
             raise ProtocolError(
                 "the server asked for this node's identity, but the node has no "
-                "'identity-key' and 'roster' in its node config"
+                "'identity-key' and 'roster' in its node config: give it both (ghofl keys "
+                "new, ghofl roster build)"
             )
         return answer_hello(request, self.identity, self.roster, self.address)
+
+    def require_keys(self, request: ServerMessage) -> None:
+        """Refuse a secure round without a roster unless ``insecure-keys``; else warn once.
+
+        The warning (:data:`NO_ROSTER_WARNING`, on stderr) is printed at the round's first
+        stage.
+
+        Raises
+        ------
+        ProtocolError
+            The node has no roster and its node config does not say ``insecure-keys=true``.
+        """
+        if self.roster is not None:
+            return
+        if not self.insecure_keys:
+            raise ProtocolError(_NO_ROSTER)
+        if isinstance(request, AdvertiseRequest):
+            print(NO_ROSTER_WARNING, file=sys.stderr, flush=True)
+
+
+def _insecure_keys(node_cfg: Mapping[str, Any]) -> bool:
+    value = node_cfg.get(INSECURE_KEYS_KEY, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"node config key 'insecure-keys' must be true or false; got "
+                          f"{value!r}: fix it in this SuperNode's --node-config")
+    return value
+
+
+def node_ledger(node_cfg: Mapping[str, Any], me: NodeIdentity,
+                source: Path) -> RoundLedger | None:
+    """The node's round ledger: node config ``ledger``, else a file beside its data.
+
+    The default file is ``.ghofl-ledger-<name>.json`` in the folder of the node's data file
+    ``source``, where ``<name>`` is the node's roster id, else ``partition-<partition id>``,
+    else its transport address (made file-safe): stable across restarts of the node, and one
+    per node even when nodes share a data folder. ``ledger="none"`` keeps no ledger;
+    ``allow-repeat-rounds=true`` lets the same data enter more than one round.
+
+    Raises
+    ------
+    ConfigError
+        ``ledger`` or ``allow-repeat-rounds`` is of the wrong type, or the default ledger's
+        folder is not writable.
+    """
+    value = node_cfg.get(LEDGER_KEY, "")
+    repeat = node_cfg.get("allow-repeat-rounds", False)
+    if not isinstance(value, str):
+        raise ConfigError(f"node config key 'ledger' must be a file path or \"none\"; got "
+                          f"{value!r}: fix it in this SuperNode's --node-config")
+    if not isinstance(repeat, bool):
+        raise ConfigError(f"node config key 'allow-repeat-rounds' must be true or false; got "
+                          f"{repeat!r}: fix it in this SuperNode's --node-config")
+    if value.strip().lower() == "none":
+        return None
+    if value:
+        return RoundLedger(value, allow_repeat=repeat)
+    name = (me.client_id if me.roster is not None else
+            f"partition-{me.partition}" if me.partition is not None else me.address)
+    folder = source.resolve().parent
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(
+            f"this node's round ledger goes beside its data by default, but {folder} is not "
+            "writable: give the node config key 'ledger' a writable file path (or "
+            "ledger=\"none\" to keep no ledger)")
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:80]
+    return RoundLedger(folder / f".ghofl-ledger-{safe}.json", allow_repeat=repeat)
+
+
+def effective_node_config(node_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The node config, with this node's entry of the :data:`SIM_NODE_CONFIG_ENV` file added.
+
+    Keys the node config already holds are kept. Without the variable: the node config as is.
+
+    Raises
+    ------
+    ConfigError
+        The file named by the variable is unreadable or not a JSON object of objects.
+    """
+    out = dict(node_cfg)
+    path = os.environ.get(SIM_NODE_CONFIG_ENV)
+    if not path:
+        return out
+    try:
+        table = json.loads(Path(path).read_text())
+        extra = table.get(str(out.get("partition-id")), {})
+        if not isinstance(extra, dict):
+            raise ValueError("an entry is not an object")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ConfigError(
+            f"{SIM_NODE_CONFIG_ENV}={path}: not a readable JSON object of node configs by "
+            f"partition id ({exc}); fix the file or unset the variable") from exc
+    return {**extra, **out}
 
 
 def data_source(node_cfg: Mapping[str, Any], run_cfg: Mapping[str, Any]) -> Path:
@@ -245,7 +397,7 @@ def _lazy(source: Path, job: ClientJob, cache: object,
 
 def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, source: Path,
                    stats: Callable[[], ClientStats], job: ClientJob,
-                   plan: NoisePlan | None = None) -> SecAggClient:
+                   plan: NoisePlan | None, ledger: RoundLedger | None) -> SecAggClient:
     run_cfg = dict(context.run_config)
     # Distributed DP: the noise share is drawn from OS entropy when the masked input is due.
     encode: Callable[[ClientStats, SessionParams], NDArray[np.uint64]] | None = (
@@ -259,7 +411,7 @@ def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, s
         encode = federation_encoder(federation)
     client_id = me.client_id
     kw: dict[str, Any] = {"identity": me.identity, "roster": me.roster, "policy": me.policy,
-                          "ledger": me.ledger}
+                          "ledger": ledger, "allow_unauthenticated": me.insecure_keys}
     if isinstance(request, AdvertiseRequest):  # a new round: forget any earlier one
         return SecAggClient(client_id, stats, meta=job_meta(job, _input_dim(source)),
                             encode=encode, **kw)

@@ -49,8 +49,10 @@ from ghofl.secure.messages import (
     HelloRequest,
     MaskedInput,
     MaskRequest,
+    NonceReveal,
     PlainInput,
     PlainRequest,
+    RevealRequest,
     RosterEntry,
     SealedShare,
     ServerMessage,
@@ -78,7 +80,7 @@ __all__ = [
     "stats_to_record",
 ]
 
-RECORDS_VERSION = 2
+RECORDS_VERSION = 3
 HEADER = "ghofl"
 ARRAYS = "ghofl-arrays"
 STATS_ARRAYS = "ghofl-stats"
@@ -97,13 +99,16 @@ _SPECS: dict[str, tuple[type, tuple[tuple[str, str], ...]]] = {
     "AdvertiseRequest": (AdvertiseRequest, (("params", "str_pairs"), ("meta", "str"),
                                             ("roster_fingerprint", "bytes"))),
     "AdvertiseKeys": (AdvertiseKeys, (("enc_public", "bytes"), ("mask_public", "bytes"),
-                                      ("meta", "str"), ("signature", "bytes"))),
-    "ShareRequest": (ShareRequest, (("roster", "roster"),)),
+                                      ("nonce_commitment", "bytes"), ("meta", "str"),
+                                      ("signature", "bytes"))),
+    "RevealRequest": (RevealRequest, (("roster", "roster"),)),
+    "NonceReveal": (NonceReveal, (("nonce", "bytes"),)),
+    "ShareRequest": (ShareRequest, (("nonces", "str_bytes"),)),
     "ShareKeys": (ShareKeys, (("shares", "sealed"), ("seed_commitment", "bytes"),
                               ("level_commitments", "bytess"))),
     "MaskRequest": (MaskRequest, (("sharers", "strs"), ("shares", "sealed"))),
     "MaskedInput": (MaskedInput, (("vector", "u64"), ("complaints", "str_pairs"),
-                                  ("complaint_key", "bytes"))),
+                                  ("complaint_keys", "str_bytes"))),
     "ConsistencyRequest": (ConsistencyRequest, (("survivors", "strs"), ("dropped", "strs"))),
     "ConsistencySignature": (ConsistencySignature, (("signature", "bytes"),)),
     "UnmaskRequest": (UnmaskRequest, (("survivors", "strs"), ("dropped", "strs"),
@@ -116,8 +121,9 @@ _COLUMNS = {
     "str_bytes": (("0", str), ("1", bytes)),
     "str_int_bytes": (("0", str), ("1", int), ("2", bytes)),
     "roster": (("client", str), ("enc_public", bytes), ("mask_public", bytes),
+               ("nonce_commitment", bytes), ("signature", bytes)),
+    "sealed": (("sender", str), ("recipient", str), ("sealed", bytes), ("key_commitment", bytes),
                ("signature", bytes)),
-    "sealed": (("sender", str), ("recipient", str), ("sealed", bytes), ("signature", bytes)),
 }
 _ROW_TYPES: dict[str, Any] = {"roster": RosterEntry, "sealed": SealedShare}
 

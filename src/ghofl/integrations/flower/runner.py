@@ -10,6 +10,12 @@ marker environment variable, even once re-parented), then checks that none survi
   127.0.0.1:P --node-config "data-path=... partition-id=i num-partitions=N"``, each on its own
   port, then ``flwr run``.
 
+The simulation engine gives its nodes no node config of their own: ``node_configs`` (the extra
+node config of each simulated node, by partition id: identity key, roster, ledger, ...) is
+written to ``simulated-nodes.json`` in the work folder and named by the environment variable
+:data:`~ghofl.integrations.flower.SIM_NODE_CONFIG_ENV` of every process, which
+ghofl's ClientApp reads.
+
 Every process gets ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1``,
 ``RAY_USAGE_STATS_ENABLED=0``, a private ``FLWR_HOME`` and ``UV_CACHE_DIR``, and the SuperLink
 never installs dependencies (``--disable-runtime-dependency-installation``): the apps run from
@@ -51,6 +57,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from ghofl.errors import ConfigError, GhoflError, require_extra
+from ghofl.integrations.flower import SIM_NODE_CONFIG_ENV
 
 if TYPE_CHECKING:
     from ghofl.integrations.flower.tls import LoopbackCredentials
@@ -61,6 +68,8 @@ __all__ = [
     "ProcessGroup",
     "default_app_dir",
     "free_port",
+    "identity_node_config",
+    "make_identities",
     "run_local",
 ]
 
@@ -281,6 +290,10 @@ class LocalFlower:
     supernode_auth : bool
         ``--enable-supernode-auth`` (deployment, needs ``tls``): register each SuperNode's
         public key with :meth:`register_supernode` and start it with its private key.
+    node_configs : sequence of mapping, optional
+        Simulation: the extra node config of simulated node ``i`` (partition id ``i``), read by
+        ghofl's ClientApp (see the module docstring). In deployment give each SuperNode its
+        own with :meth:`add_supernode`.
 
     Attributes
     ----------
@@ -293,7 +306,8 @@ class LocalFlower:
     """
 
     def __init__(self, workdir: Path, engine: Engine = "simulation", *,
-                 tls: LoopbackCredentials | None = None, supernode_auth: bool = False) -> None:
+                 tls: LoopbackCredentials | None = None, supernode_auth: bool = False,
+                 node_configs: Sequence[Mapping[str, object]] | None = None) -> None:
         require_extra("flwr", "flower")
         if engine not in ("simulation", "deployment"):
             raise ConfigError(f"engine must be 'simulation' or 'deployment'; got {engine!r}")
@@ -311,6 +325,15 @@ class LocalFlower:
         self._ray_tmp = Path(tempfile.mkdtemp(prefix="ray-"))
         env = flower_env(self.workdir)
         env["RAY_TMPDIR"] = str(self._ray_tmp)
+        env.pop(SIM_NODE_CONFIG_ENV, None)  # never a node config of another run
+        if node_configs is not None:
+            if engine != "simulation":
+                raise ConfigError("node_configs are for the simulation engine; in deployment "
+                                  "give each SuperNode its own (add_supernode(..., extra=...))")
+            nodes_file = self.workdir / "simulated-nodes.json"
+            nodes_file.write_text(json.dumps({str(i): dict(c) for i, c in
+                                              enumerate(node_configs)}, indent=1, default=str))
+            env[SIM_NODE_CONFIG_ENV] = str(nodes_file)
         self.group = ProcessGroup(env, self.workdir)
         self.port = free_port()
         self.nodes: dict[int, str] = {}
@@ -521,9 +544,36 @@ class LocalFlower:
         return out
 
 
+def make_identities(folder: Path, nodes: int) -> Path:
+    """Fresh identity keys ``site-<i>.key`` for ``nodes`` local nodes and their roster.
+
+    For local runs, whose nodes are all the user's (``ghofl flower-run --secure``, tests):
+    ``folder`` is emptied first (it belongs to the run). Returns the folder, which then holds
+    ``roster.json`` and the keys, as ``ghofl flower-run --identities`` takes it; node ``i``
+    gets the node config :func:`identity_node_config` ``(folder, i)``.
+    """
+    from ghofl.secure.identity import IdentityKey, Roster
+
+    folder = Path(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    keys = {f"site-{i}": IdentityKey.generate() for i in range(nodes)}
+    for name, key in keys.items():
+        key.save(folder / f"{name}.key", name)
+    Roster.from_identities(keys).save(folder / "roster.json")
+    return folder
+
+
+def identity_node_config(folder: Path, i: int) -> dict[str, str]:
+    """Node config keys ``identity-key`` and ``roster`` of node ``i`` of :func:`make_identities`."""
+    folder = Path(folder).resolve()
+    return {"identity-key": str(folder / f"site-{i}.key"), "roster": str(folder / "roster.json")}
+
+
 @contextlib.contextmanager
-def _local(workdir: Path, engine: Engine) -> Iterator[LocalFlower]:
-    with LocalFlower(workdir, engine) as flower:
+def _local(workdir: Path, engine: Engine,
+           node_configs: Sequence[Mapping[str, object]] | None) -> Iterator[LocalFlower]:
+    with LocalFlower(workdir, engine, node_configs=node_configs) as flower:
         yield flower
 
 
@@ -534,14 +584,17 @@ def run_local(engine: Engine, nodes: int, run_config: Mapping[str, Any], workdir
     """One whole local run: start, ``flwr run``, stop everything; return ``results.json``.
 
     In deployment each SuperNode ``i`` gets ``data-path = data_template.format(partition_id=i)``
-    and, when given, the node config keys ``node_extra[i]`` (e.g. its identity key).
+    and, when given, the node config keys ``node_extra[i]`` (e.g. its identity key); on the
+    simulation engine simulated node ``i`` gets ``node_extra[i]`` through
+    :data:`~ghofl.integrations.flower.SIM_NODE_CONFIG_ENV` (``LocalFlower(node_configs=...)``).
     Raises :class:`FlowerRunError` when a process survives the shutdown.
     """
     cfg = {**run_config, "expected-nodes": nodes}
     if data_template is not None:
         cfg["data-template"] = str(Path(data_template).resolve()) if "{" not in str(
             Path(data_template).parent) else data_template
-    with _local(workdir, engine) as flower:
+    sim_nodes = node_extra if engine == "simulation" else None
+    with _local(workdir, engine, sim_nodes) as flower:
         if engine == "deployment":
             template = str(cfg.get("data-template", ""))
             for i in range(nodes):

@@ -19,8 +19,12 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
   (``privacy``) and in ``results.json``;
 * ``roster`` (secure protocol): the federation's roster file (``ghofl roster build``); the
   server first binds every node to its roster identity (a signed answer to a fresh
-  challenge), then runs the round over the roster's ids with every signature checked; ""
-  (the default) runs an unauthenticated round over ``node-<id>`` clients;
+  challenge; it waits up to ``wait-timeout-s`` for every connected node to answer, since this
+  is each node's first message and may meet a cold start), then runs the round over the
+  roster's ids with every signature checked. ``ghofl flower-run --secure`` generates the
+  identities and sets it. ``""`` (the default) runs an unauthenticated round over
+  ``node-<id>`` clients and prints a warning: every node refuses it, naming the fixes, unless
+  its node config says ``insecure-keys=true``;
 * ``dim``: embedding dimension (0 = from the test set or the encoder);
 * ``expected-nodes``, ``wait-timeout-s``, ``stage-timeout-s``;
 * ``out-dir`` (required): receives ``model/`` (the model directory, written atomically),
@@ -29,12 +33,13 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
 
 ``results.json`` is written atomically: ``status: "ok"`` with the accuracy per head, per-stage
 seconds and bytes, survivors, dropped and excluded clients (with each node's partition id), or
-``status: "failed"`` with the error (then the ServerApp raises). ``flwr run --stream`` exits 0
-even when the ServerApp raised: read ``results.json``.
+``status: "failed"`` with the error and the nodes' refusals, if any (then the ServerApp
+raises). ``flwr run --stream`` exits 0 even when the ServerApp raised: read ``results.json``.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from collections.abc import Mapping
@@ -62,11 +67,18 @@ from ghofl.server.config import cfg_float, cfg_int, cfg_str, plan_from_config  #
 from ghofl.server.run import Aggregated, FederationServer  # noqa: E402
 from ghofl.stats.codec import save_stats  # noqa: E402
 
-__all__ = ["RESULTS", "TOTAL", "app", "run_federation", "wait_for_nodes"]
+__all__ = ["NO_ROSTER_WARNING", "RESULTS", "TOTAL", "app", "run_federation", "wait_for_nodes"]
 
 RESULTS = "results.json"
 #: The aggregate (sum of the survivors' statistics), what ``ghofl fit`` takes.
 TOTAL = "total.ghs"
+
+#: The line the ServerApp prints when it runs a secure round without a roster.
+NO_ROSTER_WARNING = (
+    "WARNING: secure aggregation without a roster (run config key 'roster' is empty): every "
+    "relayed key is taken on trust, and each node refuses the round unless its node config "
+    "says insecure-keys=true; give the run a roster (ghofl roster build) and each node its "
+    "identity-key and roster")
 
 app = ServerApp()
 
@@ -81,7 +93,8 @@ def main(grid: Grid, context: Context) -> None:
     try:
         summary = run_federation(grid, cfg, out_dir, state)
     except BaseException as exc:
-        failed = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+        failed = {"status": "failed",
+                  "error": f"{type(exc).__name__}: {exc}{_refusals(state)}",
                   "seconds": time.perf_counter() - t0, **state,
                   "traceback": traceback.format_exc(limit=8)}
         write_json_atomic(out_dir / RESULTS, failed, default=str)
@@ -134,10 +147,15 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
     ids = {f"node-{n}": n for n in nodes}
     timeout = cfg_float(cfg, "stage-timeout-s", 60.0)
     roster = Roster.load(cfg_str(cfg, "roster")) if cfg_str(cfg, "roster") else None
+    if protocol == "secure":
+        state["authenticated"] = roster is not None
     if roster is not None:
         if protocol != "secure":
             raise ConfigError("the run config key 'roster' applies to the secure protocol only")
-        ids = _bind(grid, ids, roster, timeout, state)
+        ids = _bind(grid, ids, roster, max(timeout, cfg_float(cfg, "wait-timeout-s", 120.0)),
+                    state)
+    elif protocol == "secure":
+        print(NO_ROSTER_WARNING, file=sys.stderr, flush=True)
     state["nodes"] = {c: {"node_id": n} for c, n in ids.items()}
     if plan.aggregation.store:
         state["store"] = plan.aggregation.store
@@ -226,7 +244,13 @@ def _bind(grid: Any, ids: dict[str, int], roster: Roster, timeout: float,
           state: dict[str, Any]) -> dict[str, int]:
     """Roster id → Flower node id, from every node's signed answer to one identity request.
 
-    Nodes that answer badly (or not at all) are left out and listed in ``state``.
+    The identity request is each node's first message of the run: its answer may wait for the
+    node's cold start (Flower's SuperExec picking up the task, a fresh ClientApp process
+    installing the app and importing ghofl, on a loaded machine). So the exchange ends when
+    every connected node has answered (or Flower reports it gone), and only ``timeout``
+    (``wait-timeout-s`` when longer than the stage timeout) bounds it; it is not a stage of the
+    round, whose replies then come from warm nodes. Nodes that answer badly (or not at all)
+    are left out and listed in ``state``.
     """
     request = hello_request(roster)
     transport = FlowerTransport(grid, ids, timeout)
@@ -234,8 +258,24 @@ def _bind(grid: Any, ids: dict[str, int], roster: Roster, timeout: float,
         ids, request)), roster)
     problems.update({a: why for a, why in transport.problems.items() if a not in problems})
     state["identity_problems"] = problems
+    state["identity_seconds"] = transport.stage_seconds.get("hello", 0.0)
     state["unbound"] = sorted(set(roster.clients) - set(bound))
     return {name: ids[address] for name, address in bound.items()}
+
+
+def _refusals(state: Mapping[str, Any]) -> str:
+    """The nodes' distinct refusals of a failed run (three at most), for its error line.
+
+    From the identity exchange and the round's stages; "" when no node refused.
+    """
+    reasons: dict[str, list[str]] = {}
+    for key in ("identity_problems", "problems"):
+        for client, why in dict(state.get(key) or {}).items():
+            _, _, text = str(why).partition("refused: ")
+            if text:
+                reasons.setdefault(text, []).append(client)
+    return "".join(f"; {', '.join(sorted(c))} refused: {why}"
+                   for why, c in list(reasons.items())[:3])
 
 
 def _store_id(client: str, transport: FlowerTransport) -> str:

@@ -91,10 +91,17 @@ class FlowerTransport:
             traffic.to_client[client] = size
             messages.append(Message(content=record, dst_node_id=node,
                                     message_type=MESSAGE_TYPE))
-        replies = send_and_receive(self.grid, messages, self.timeout_s)
+        pushed: list[str] = []
+        replies = send_and_receive(self.grid, messages, self.timeout_s, pushed=pushed)
+        # Flower's own error replies (e.g. "node unavailable") come from the SuperLink: match
+        # them by the message they answer
+        dst_of = {mid: int(m.metadata.dst_node_id) for mid, m in zip(pushed, messages,
+                                                                     strict=False)}
         answered: set[str] = set()
         for reply in replies:
-            found = self._client_of.get(int(reply.metadata.src_node_id))
+            src = int(reply.metadata.src_node_id)
+            found = self._client_of.get(src if src in self._client_of else dst_of.get(
+                str(reply.metadata.reply_to_message_id), -1))
             if found is None or found in answered:
                 continue
             client = found
@@ -135,7 +142,7 @@ class FlowerTransport:
 
 
 def send_and_receive(grid: Any, messages: list[Any], timeout_s: float,
-                     poll_s: float = POLL_S) -> list[Any]:
+                     poll_s: float = POLL_S, *, pushed: list[str] | None = None) -> list[Any]:
     """Push ``messages`` and pull their replies every ``poll_s`` seconds.
 
     Until all are in or ``timeout_s`` has passed: Flower's ``Grid.send_and_receive``
@@ -148,13 +155,18 @@ def send_and_receive(grid: Any, messages: list[Any], timeout_s: float,
     messages : list of flwr.app.Message
     timeout_s, poll_s : float
         The stage's deadline and the pause between two pulls, in seconds.
+    pushed : list of str, optional
+        Receives the ids of the pushed messages, in the order of ``messages``.
 
     Returns
     -------
     list of flwr.app.Message
         The replies that arrived, in arrival order.
     """
-    pending = set(grid.push_messages(messages))
+    ids = [str(m) for m in grid.push_messages(messages)]
+    if pushed is not None:
+        pushed.extend(ids)
+    pending = set(ids)
     deadline = time.monotonic() + timeout_s
     replies: list[Any] = []
     while pending:
