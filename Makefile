@@ -17,7 +17,7 @@ export PYTHONDONTWRITEBYTECODE=1
 DEMO_EXTRAS := torch,bench
 TEST_EXTRAS := dev,torch,bench,text,flower,privacy,dp-anchors
 
-.PHONY: demo test lint typecheck pytest pytest-parallel bench bench-secure clean venv
+.PHONY: demo test test-fast lint typecheck pytest pytest-parallel bench bench-secure clean venv
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,13 @@ pytest: $(VENV)/.stamp-$(TEST_EXTRAS)
 # when it ends, and `make test` fails when any of them fails.
 test: $(VENV)/.stamp-$(TEST_EXTRAS)
 	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck pytest-parallel
+
+# The edit loop: unit, property, contract, oracle and fuzz tests without the end-to-end ones
+# (marker `slow`: the CLI, Flower and other process tests), on 2 workers. `make test` stays the
+# whole suite (what CI runs).
+test-fast: $(VENV)/.stamp-$(TEST_EXTRAS)
+	$(VENV)/bin/pytest -q -n 2 --dist loadgroup -m "not slow" tests/unit tests/property \
+		tests/contract tests/oracle tests/fuzz
 
 pytest-parallel: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(VENV)/bin/pytest -q -n 2 --dist loadgroup --durations=15
