@@ -58,6 +58,18 @@ def policy_for(config: object, **overrides: object) -> object:
     return ClientPolicy(**kwargs)  # type: ignore[arg-type]
 
 
+def pooled_payloads(n: int, *, seed: int = 0, dim: int = 5, rows: int = 40,
+                    clip: float = 6.0) -> list[object]:
+    """n clients' ``pooled`` statistics of 3 Gaussian classes (client i draws seed·100 + i)."""
+    from ghofl.stats.accumulate import compute_stats
+
+    out: list[object] = []
+    for i in range(n):
+        x, y = gaussian_mixture(seed * 100 + i, 3, dim, n=rows)
+        out.append(compute_stats(x, y, 3, "pooled", clip_norm=clip))
+    return out
+
+
 def secure_federation(ids: list[str], payloads: list[object], config: object, *,
                       policy: object | None = None, ledger: object = None,
                       **server_kwargs: object

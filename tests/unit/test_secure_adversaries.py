@@ -49,19 +49,14 @@ from ghofl.secure.messages import (
 )
 from ghofl.secure.policy import ClientPolicy
 from ghofl.secure.protocol import run_aggregation
-from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats, sum_stats
-from tests.helpers import gaussian_mixture, secure_federation
+from tests.helpers import pooled_payloads, secure_federation
 
 CLIP = 6.0
 
 
 def _payloads(n: int, seed: int = 0) -> list[ClientStats]:
-    out = []
-    for i in range(n):
-        x, y = gaussian_mixture(seed * 100 + i, 3, 5, n=40)
-        out.append(compute_stats(x, y, 3, "pooled", clip_norm=CLIP))
-    return out
+    return pooled_payloads(n, seed=seed, clip=CLIP)  # type: ignore[return-value]
 
 
 def _ids(n: int) -> list[str]:

@@ -187,8 +187,7 @@ class SecAggClient:
             self.policy = dataclasses.replace(self.policy, allow_unauthenticated=True)
         self._roster_fp = b""
         self._signed: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-        self.ledger = (RoundLedger(default_ledger_path(self.client_id)) if ledger == "default"
-                       else ledger)
+        self.ledger = _resolve_ledger(ledger, self.client_id)
         self.privacy_cost = privacy_cost
 
     # ------------------------------------------------------------------ persistence
@@ -221,8 +220,7 @@ class SecAggClient:
         """
         client = load_state(cls, state, stats, identity, roster, policy, allow_unauthenticated)
         client._encode = encode
-        client.ledger = (RoundLedger(default_ledger_path(client.client_id))
-                         if ledger == "default" else ledger)
+        client.ledger = _resolve_ledger(ledger, client.client_id)
         client.privacy_cost = privacy_cost
         return client
 
@@ -641,6 +639,12 @@ class SecAggClient:
                 f"shown, below the threshold {self._params.threshold} (the server may be "
                 "showing different clients different sets)"
             )
+
+
+def _resolve_ledger(ledger: RoundLedger | Literal["default"] | None,
+                    client_id: str) -> RoundLedger | None:
+    """``ledger``, with ``"default"`` made the client's default ledger file."""
+    return RoundLedger(default_ledger_path(client_id)) if ledger == "default" else ledger
 
 
 def _spent() -> ClientStats:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ghofl.data.cache_dir import safe_name
 from ghofl.errors import ConfigError, ProtocolError
 from ghofl.files import atomic_write
 from ghofl.stats.client_stats import ClientStats
@@ -38,15 +39,13 @@ def default_ledger_path(client_id: str) -> Path:
 
     ``$GHOFL_STATE_DIR/ledgers/<id>.json``; without that variable the state directory is
     ``$XDG_STATE_HOME/ghofl`` (``~/.local/state/ghofl``). The file name is the client id made
-    file-safe plus a short hash of the exact id, so two ids never share a ledger.
+    file-safe (:func:`~ghofl.data.cache_dir.safe_name`), so two ids never share a ledger.
     """
     root = os.environ.get("GHOFL_STATE_DIR")
     if not root:
         xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         root = str(Path(xdg) / "ghofl")
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in client_id)[:64]
-    tag = hashlib.sha256(client_id.encode()).hexdigest()[:12]
-    return Path(root) / "ledgers" / f"{safe}-{tag}.json"
+    return Path(root) / "ledgers" / f"{safe_name(client_id)}.json"
 
 
 def stats_digest(stats: ClientStats) -> str:

@@ -75,6 +75,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
 from ghofl.client.job import ClientJob  # noqa: E402
+from ghofl.data.cache_dir import safe_name  # noqa: E402
 from ghofl.errors import ConfigError, GhoflError, ProtocolError  # noqa: E402
 from ghofl.integrations.flower import QUERY_ACTION, SIM_NODE_CONFIG_ENV  # noqa: E402
 from ghofl.integrations.flower._config import (  # noqa: E402
@@ -337,8 +338,7 @@ def node_ledger(node_cfg: Mapping[str, Any], me: NodeIdentity,
             f"this node's round ledger goes beside its data by default, but {folder} is not "
             "writable: give the node config key 'ledger' a writable file path (or "
             "ledger=\"none\" to keep no ledger)")
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:80]
-    return RoundLedger(folder / f".ghofl-ledger-{safe}.json", allow_repeat=repeat)
+    return RoundLedger(folder / f".ghofl-ledger-{safe_name(name)}.json", allow_repeat=repeat)
 
 
 def effective_node_config(node_cfg: Mapping[str, Any]) -> dict[str, Any]:
