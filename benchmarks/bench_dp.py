@@ -44,9 +44,9 @@ from ghofl.privacy.distributed import level_variances, level_words
 from ghofl.secure import SecAggConfig
 from ghofl.secure.levels import MAX_NOISE_LEVELS, released_levels
 from ghofl.secure.primitives import random_seed
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import AggregationSpec, FederationPlan
-from ghofl.server_job import ServerJob
-from ghofl.simulation import Population, simulate
+from ghofl.server.simulation import Population, simulate
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import schema_for
 

@@ -49,9 +49,9 @@ from ghofl.bench.report import markdown_table
 from ghofl.client.encoders import default_clip_norm
 from ghofl.client.job import ClientJob
 from ghofl.privacy import DPConfig
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import AggregationSpec, FederationPlan
-from ghofl.server_job import ServerJob
-from ghofl.simulation import Population, simulate
+from ghofl.server.simulation import Population, simulate
 
 RESULTS = "dp_anchors.json"
 DELTA = 1e-5

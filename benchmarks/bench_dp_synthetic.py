@@ -26,9 +26,9 @@ from ghofl.bench.report import markdown_table
 from ghofl.bench.synthetic import gaussian_classes
 from ghofl.client.job import ClientJob
 from ghofl.privacy import DEFAULT_MIN_CLASS_COUNT, DPConfig
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import AggregationSpec, FederationPlan
-from ghofl.server_job import ServerJob
-from ghofl.simulation import Population, simulate
+from ghofl.server.simulation import Population, simulate
 
 EPSILONS: tuple[float | None, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, None)
 HEADS = ("lda", "qda", "ridge", "nb")

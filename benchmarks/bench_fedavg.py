@@ -29,9 +29,9 @@ from ghofl.bench import harness
 from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.job import ClientJob
 from ghofl.data.partition import dirichlet_partition
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import FederationPlan
-from ghofl.server_job import ServerJob
-from ghofl.simulation import Population, simulate
+from ghofl.server.simulation import Population, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("nb", "lda", "qda", "fedcgs", "fishermix", "protohyper")

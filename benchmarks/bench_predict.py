@@ -118,7 +118,7 @@ def _cli(argv: list[str]) -> None:
 def _throughput(ctx: harness.Context) -> dict[str, Any]:
     import onnxruntime as ort
 
-    from ghofl.heads.model_dir import save_model
+    from ghofl.model.directory import save_model
 
     args = ctx.args
     data_dir = str(ctx.data_dir())

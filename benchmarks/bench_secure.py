@@ -247,9 +247,9 @@ def real_features(clients: int, alpha: float, per_class: tuple[int, int],
     from ghofl.bench.features import load_features
     from ghofl.client.encoders import default_clip_norm
     from ghofl.client.job import ClientJob
+    from ghofl.server.job import ServerJob
     from ghofl.server.plan import AggregationSpec, FederationPlan
-    from ghofl.server_job import ServerJob
-    from ghofl.simulation import Population, simulate
+    from ghofl.server.simulation import Population, simulate
 
     if not data_dir:
         return {"skipped": "no GHOFL_DATA_DIR"}

@@ -119,7 +119,7 @@ def worker(name: str, heads: tuple[str, ...]) -> dict[str, Any]:
     from ghofl.bench.report import machine_summary
     from ghofl.client.job import ClientJob, client_statistics
     from ghofl.data.partition import dirichlet_partition
-    from ghofl.server_job import ServerJob, run_server_job
+    from ghofl.server.job import ServerJob, run_server_job
     from ghofl.stats.client_stats import ClientStats, StatsTotal
     from ghofl.stats.codec import load_stats, payload_nbytes, save_stats
 

@@ -1,6 +1,6 @@
 """Key checks shared by the flat configs of client and server jobs.
 
-:class:`~ghofl.client.job.ClientJob` and :class:`~ghofl.server_job.ServerJob` share them
+:class:`~ghofl.client.job.ClientJob` and :class:`~ghofl.server.job.ServerJob` share them
 (one run config may carry both).
 """
 

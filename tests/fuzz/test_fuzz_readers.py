@@ -36,8 +36,8 @@ import pytest
 
 from ghofl.errors import GhoflError
 from ghofl.heads import make_head
-from ghofl.heads.model_dir import MANIFEST, load_model, save_model
 from ghofl.heads.registry import load_head
+from ghofl.model.directory import MANIFEST, load_model, save_model
 from ghofl.stats import ClientStats, EncoderInfo, ProjectionSpec, compute_stats, load_stats
 from ghofl.stats.client_stats import sum_stats
 from ghofl.stats.codec import write_safetensors
@@ -555,7 +555,7 @@ def test_model_reader(corpus: Corpus, tmp_path: Path) -> None:
 
 def _resign(manifest: dict[str, Any]) -> dict[str, Any]:
     """``manifest`` with its digest recomputed (what an editor who knows the format does)."""
-    from ghofl.heads.model_dir import manifest_digest
+    from ghofl.model.directory import manifest_digest
 
     return {**manifest, "digest": manifest_digest(manifest)}
 
@@ -564,7 +564,7 @@ def test_manifest_repointing_and_resigned_edits(corpus: Corpus, tmp_path: Path) 
     """A manifest entry pointed at another head's file is refused, signed or re-signed, and
     whatever else the entry records is edited to match; re-signed random edits never crash
     and never load a head under another head's name."""
-    from ghofl.heads.model_dir import file_sha256
+    from ghofl.model.directory import file_sha256
 
     model = tmp_path / "model"
     shutil.copytree(corpus.model, model)

@@ -12,7 +12,7 @@ import pytest
 
 from ghofl.cli.main import main
 from ghofl.heads import make_head
-from ghofl.heads.model_dir import load_model, save_model
+from ghofl.model.directory import load_model, save_model
 from ghofl.stats import compute_stats
 from ghofl.stats.meta import EncoderInfo
 from tests.helpers import gaussian_mixture

@@ -196,7 +196,7 @@ def _refused(args: list[Any], capsys: pytest.CaptureFixture[str]) -> str:
 def test_refusals(state: dict[str, Any], model: Path, tmp_path: Path,
                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from ghofl.client.encoders.text import SentenceTransformerEncoder
-    from ghofl.heads.model_dir import load_model
+    from ghofl.model.directory import load_model
 
     out = tmp_path / "m.onnx"
     err = _refused(["export", model, "--head", "lda", "--out", out, "--image-size", "32"],
@@ -224,7 +224,7 @@ def test_refusals(state: dict[str, Any], model: Path, tmp_path: Path,
            "--head-only" in err
     assert out.read_bytes() == b"old" and (tmp_path / "m.tokenizer.json").read_text() == "keep me"
     # a prebuilt encoder (e.g. from --encoder-file) is checked the same way
-    from ghofl.heads.export_text import export_text_model
+    from ghofl.model.export_text import export_text_model
 
     with pytest.raises(ConfigError, match=r"the local encoder 'tiny-st' has fingerprint"):
         export_text_model(load_model(model)[0]["lda"], "lda", tmp_path / "x.onnx",

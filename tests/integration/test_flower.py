@@ -30,11 +30,11 @@ pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[fl
 
 from ghofl.client.job import ClientJob
 from ghofl.data.partition import dirichlet_partition
-from ghofl.heads.model_dir import load_model
 from ghofl.integrations.flower.runner import LocalFlower, identity_node_config, make_identities
+from ghofl.model.directory import load_model
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import AggregationSpec, FederationPlan
-from ghofl.server_job import ServerJob
-from ghofl.simulation import Population, simulate
+from ghofl.server.simulation import Population, simulate
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import sum_stats
 from ghofl.stats.codec import load_stats

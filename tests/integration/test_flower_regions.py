@@ -19,7 +19,7 @@ from ghofl.integrations.flower._config import dp_options, job_meta
 from ghofl.integrations.flower.runner import LocalFlower
 from ghofl.server.config import plan_from_config
 from ghofl.server.run import FederationServer
-from ghofl.simulation import _aggregate_regions
+from ghofl.server.simulation import _aggregate_regions
 from ghofl.stats.codec import load_stats
 from ghofl.stats.schema import schema_for
 from tests.helpers import gaussian_mixture

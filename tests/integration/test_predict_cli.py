@@ -19,8 +19,8 @@ import pytest
 
 from ghofl.cli.main import main
 from ghofl.client.encoders import CallableEncoder
-from ghofl.heads.model_dir import load_model, load_ood
 from ghofl.heads.registry import make_head
+from ghofl.model.directory import load_model, load_ood
 from ghofl.stats import compute_stats, save_stats
 from ghofl.stats.meta import EncoderInfo
 from tests.helpers_cli import tree, write_npz

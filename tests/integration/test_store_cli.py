@@ -129,7 +129,7 @@ def test_fit_accepts_a_store_where_it_accepts_a_total(tmp_path: Path) -> None:
                 "--out", "total.ghs", cwd=tmp_path))
     for source, out in (("fed.db", "from-store"), ("total.ghs", "from-file")):
         _ok(run_cli("fit", source, "--heads", "nb,lda", "--out", out, cwd=tmp_path))
-    from ghofl.heads.model_dir import load_model
+    from ghofl.model.directory import load_model
 
     a, _ = load_model(tmp_path / "from-store")
     b, _ = load_model(tmp_path / "from-file")

@@ -42,7 +42,7 @@ def test_ncm_cosine_is_cosine_similarity_to_the_raw_class_means() -> None:
     head = make_head("ncm").fit_from_stats(_federated_stats(x, y, 5))
     means = np.stack([x[y == c].mean(axis=0) for c in range(5)])
     expected = cosine_similarity(x, means)
-    np.testing.assert_allclose(head.decision_function(x), expected, atol=1e-12)
+    np.testing.assert_allclose(head.class_scores(x), expected, atol=1e-12)
     np.testing.assert_array_equal(head.predict(x), np.argmax(expected, axis=1))
     euclid = make_head("ncm", metric="euclidean").fit(x, y)
     assert np.any(euclid.predict(x) != head.predict(x))  # the metric matters
@@ -52,7 +52,7 @@ def test_ncm_temperature_scales_scores_not_predictions() -> None:
     x, y = gaussian_mixture(2, num_classes=3, dim=4, n=200)
     a = make_head("ncm").fit(x, y)
     b = make_head("ncm", temperature=0.1).fit(x, y)
-    np.testing.assert_allclose(b.decision_function(x), 10.0 * a.decision_function(x))
+    np.testing.assert_allclose(b.class_scores(x), 10.0 * a.class_scores(x))
     np.testing.assert_array_equal(a.predict(x), b.predict(x))
     with pytest.raises(ConfigError, match="temperature"):
         make_head("ncm", temperature=0.0).fit(x, y)
@@ -80,7 +80,7 @@ def test_fed3r_matches_sklearn_ridge_without_intercept(lam: float, c: int, d: in
     onehot = np.eye(c)[y]
     ref = Ridge(alpha=lam, fit_intercept=False, solver="cholesky").fit(x, onehot)
     np.testing.assert_allclose(head.coef_, ref.coef_, rtol=1e-8, atol=1e-10)  # type: ignore[attr-defined]
-    np.testing.assert_allclose(head.decision_function(x), ref.predict(x), rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(head.class_scores(x), ref.predict(x), rtol=1e-8, atol=1e-9)
 
 
 def test_fed3r_differs_from_the_centred_ridge_head() -> None:

@@ -93,7 +93,7 @@ def test_fedcgs_matches_its_reference_formula() -> None:
         - 0.5 * np.einsum("cd,de,ce->c", means, s_inv, means)
         + np.log(np.bincount(y) / n)
     )
-    np.testing.assert_allclose(head.decision_function(x), logits, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(head.class_scores(x), logits, rtol=1e-8, atol=1e-8)
     assert head.jitter_ == 0.0  # type: ignore[attr-defined]
 
 

@@ -107,7 +107,7 @@ def test_closed_form_heads_predict_identically(f: Federation) -> None:
                     continue
                 ref = make_head(name).fit_from_stats(central.to_mode(mode))
                 fed = make_head(name).fit_from_stats(total.to_mode(mode))
-                scores = ref.decision_function(f.x)
+                scores = ref.class_scores(f.x)
                 _assert_same_predictions(ref.predict(f.x), fed.predict(f.x), scores)
 
 

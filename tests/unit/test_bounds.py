@@ -52,7 +52,7 @@ from ghofl.secure.bounds import (
     check_stats_bounds,
 )
 from ghofl.server import AggregationSpec, FederationPlan, FederationServer
-from ghofl.server_job import ServerJob
+from ghofl.server.job import ServerJob
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats, sum_stats
 from ghofl.stats.flat import unflatten_stats

@@ -87,7 +87,7 @@ def test_exact_sums_keep_n_minus_c() -> None:
         a = make_head(head).fit_from_stats(exact)
         b = make_head(head).fit_from_stats(same)
         np.testing.assert_array_equal(a.predict(x), b.predict(x))
-        np.testing.assert_allclose(a.decision_function(x), b.decision_function(x), rtol=1e-12)
+        np.testing.assert_allclose(a.class_scores(x), b.class_scores(x), rtol=1e-12)
 
 
 def test_fewer_clients_shrink_more_and_classify_no_worse() -> None:

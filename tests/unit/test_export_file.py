@@ -1,4 +1,4 @@
-"""Full-graph export of a user's model file (:mod:`ghofl.heads.export_file`): the input contract
+"""Full-graph export of a user's model file (:mod:`ghofl.model.export_file`): the input contract
 as ONNX nodes agrees with :func:`~ghofl.client.encoders.contract.prepare_images`, the rebuilt
 encoder keeps the recorded fingerprint, and encoder + head in ONNX Runtime match the encoder
 and the head in Python."""
@@ -27,8 +27,8 @@ from ghofl.client.encoders.recorded import (  # noqa: E402
 )
 from ghofl.client.transforms import apply_feature_transform, transformed_info  # noqa: E402
 from ghofl.heads import make_head  # noqa: E402
-from ghofl.heads.export import full_graph  # noqa: E402
-from ghofl.heads.export_file import PREPARED, preprocess_graph  # noqa: E402
+from ghofl.model.export import full_graph  # noqa: E402
+from ghofl.model.export_file import PREPARED, preprocess_graph  # noqa: E402
 from ghofl.stats import compute_stats  # noqa: E402
 from tests.helpers_models import RawNet, onnx_model, script  # noqa: E402
 

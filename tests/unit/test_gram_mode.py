@@ -15,9 +15,9 @@ from ghofl.client.job import ClientJob
 from ghofl.errors import StatsValidationError, UnsupportedModeError
 from ghofl.heads import make_head
 from ghofl.moments import compute_moments
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import FederationPlan
-from ghofl.server_job import ServerJob
-from ghofl.simulation import Population, simulate
+from ghofl.server.simulation import Population, simulate
 from ghofl.stats import ClientStats, compute_stats, load_stats, save_stats, schema_for, sum_stats
 from ghofl.stats.codec import expected_payload_nbytes
 from tests.helpers import gaussian_mixture, numbered, protocol_setting

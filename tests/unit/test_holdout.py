@@ -441,8 +441,8 @@ def test_client_job_config_and_global_ids() -> None:
 
 def test_dp_and_secure_options_are_checked() -> None:
     from ghofl.privacy import DPConfig, plan_noise, release_central
+    from ghofl.server.job import ServerJob
     from ghofl.server.plan import AggregationSpec, FederationPlan
-    from ghofl.server_job import ServerJob
 
     with pytest.raises(ConfigError, match="differential privacy does not support a held-out"):
         FederationPlan(ClientJob(numbered(3), clip_norm=CLIP, holdout_fraction=F),
@@ -454,9 +454,9 @@ def test_dp_and_secure_options_are_checked() -> None:
 
 
 def test_simulation_reports_the_section_and_its_bytes() -> None:
+    from ghofl.server.job import ServerJob
     from ghofl.server.plan import FederationPlan
-    from ghofl.server_job import ServerJob
-    from ghofl.simulation import Population, simulate
+    from ghofl.server.simulation import Population, simulate
 
     x, y = _data(8, n=300)
     server = ServerJob(("nb", "lda"), seed=0)

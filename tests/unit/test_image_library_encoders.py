@@ -285,9 +285,9 @@ def test_timm_full_graph_export_matches_the_encoder_and_head(
     encoder rebuilt from the recorded name and checked; other weights are refused."""
     ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (install ghofl[torch])")
     from ghofl.errors import ConfigError
-    from ghofl.heads.export import export_model
-    from ghofl.heads.model_dir import save_model
     from ghofl.heads.registry import make_head
+    from ghofl.model.directory import save_model
+    from ghofl.model.export import export_model
     from ghofl.stats import compute_stats
 
     monkeypatch.setenv("GHOFL_CACHE_DIR", str(tmp_path / "cache"))

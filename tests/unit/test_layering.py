@@ -16,9 +16,9 @@ DEPLOYMENT_MODULES = (
     "ghofl.cli.model_cmds",
     "ghofl.cli.io",
     "ghofl.client.job",
-    "ghofl.server_job",
+    "ghofl.server.job",
     "ghofl.evaluation.metrics",
-    "ghofl.heads.model_dir",
+    "ghofl.model.directory",
     "ghofl.data.embeddings",
     "ghofl.files",
 )
@@ -39,13 +39,13 @@ def _imports(module: str) -> set[str]:
 
 @pytest.mark.parametrize("module", DEPLOYMENT_MODULES)
 def test_module_source_does_not_import_the_simulator(module: str) -> None:
-    assert not any(m == "ghofl.simulation" or m.startswith("ghofl.simulation.")
+    assert not any(m == "ghofl.server.simulation" or m.startswith("ghofl.server.simulation.")
                    for m in _imports(module))
 
 
 def test_deployment_commands_do_not_load_the_simulator_even_indirectly() -> None:
     code = ("import sys; import " + ", ".join(DEPLOYMENT_MODULES)
-            + "; print('ghofl.simulation' in sys.modules)")
+            + "; print('ghofl.server.simulation' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
@@ -79,7 +79,8 @@ LAYERS: dict[str, int] = {
     "moments": 7,
     "heads": 8, "baselines": 8,
     "evaluation": 9, "": 9,
-    "server": 10, "server_job": 10, "simulation": 10,
+    "model": 9,
+    "server": 10,
     "integrations": 11, "cli": 11, "bench": 11,
 }
 
@@ -261,7 +262,7 @@ def test_no_module_imports_a_higher_layer() -> None:
 def test_the_flower_client_app_does_not_load_scipy_stats_torch_or_the_simulator() -> None:
     """A SuperNode starts one ClientApp process per message: its import stays light (no
     scipy.stats, torch or simulator)."""
-    heavy = ("scipy.stats", "torch", "ghofl.simulation", "ghofl.heads.lda", "ghofl.heads.qda")
+    heavy = ("scipy.stats", "torch", "ghofl.server.simulation", "ghofl.heads.lda", "ghofl.heads.qda")
     code = ("import sys; import ghofl.integrations.flower.client_app; "
             f"print([m for m in {heavy!r} if m in sys.modules])")
     pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")

@@ -11,9 +11,9 @@ from ghofl.client.job import ClientJob
 from ghofl.errors import UnsupportedModeError
 from ghofl.heads import make_head
 from ghofl.moments import compute_moments
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import FederationPlan
-from ghofl.server_job import ServerJob
-from ghofl.simulation import Population, simulate
+from ghofl.server.simulation import Population, simulate
 from ghofl.stats import compute_stats, schema_for
 from tests.helpers import gaussian_mixture, numbered, protocol_setting
 

@@ -11,9 +11,9 @@ import pytest
 
 from ghofl import __version__
 from ghofl.heads import make_head
-from ghofl.heads.model_card import CARD_FILE, MAX_CLASS_ROWS, model_card
-from ghofl.heads.model_dir import MANIFEST, load_model, save_model
-from ghofl.server_job import ServerJob, run_server_job
+from ghofl.model.card import CARD_FILE, MAX_CLASS_ROWS, model_card
+from ghofl.model.directory import MANIFEST, load_model, save_model
+from ghofl.server.job import ServerJob, run_server_job
 from ghofl.stats import compute_stats
 from ghofl.stats.meta import EncoderInfo
 from tests.helpers import gaussian_mixture

@@ -12,13 +12,13 @@ import pytest
 from ghofl.errors import ConfigError, InputError, NotFittedError, StatsFormatError
 from ghofl.heads import make_head
 from ghofl.heads.base import Head
-from ghofl.heads.model_dir import MANIFEST, MODEL_FORMAT, load_model, save_model
 from ghofl.heads.registry import (
     HEAD_MAX_SCHEMA_VERSION,
     HEAD_SCHEMA_VERSION,
     load_head,
     save_head,
 )
+from ghofl.model.directory import MANIFEST, MODEL_FORMAT, load_model, save_model
 from ghofl.stats import ClientStats, compute_stats
 from ghofl.stats.codec import write_safetensors
 from ghofl.stats.meta import SCHEMA_VERSION
@@ -60,7 +60,7 @@ def test_an_interrupted_write_leaves_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stats, heads, _ = fitted
-    import ghofl.heads.model_dir as model_dir
+    import ghofl.model.directory as model_dir
     from ghofl.heads.registry import save_head as real
 
     written: list[str] = []
@@ -310,7 +310,7 @@ def test_a_version_2_head_with_a_held_out_fraction_is_corrupt(tmp_path: Path) ->
 
 # ---------------------------------------------------------------------- head/name binding
 def _resigned(manifest: dict[str, object]) -> dict[str, object]:
-    from ghofl.heads.model_dir import manifest_digest
+    from ghofl.model.directory import manifest_digest
 
     return {**manifest, "digest": manifest_digest(manifest)}
 
@@ -334,7 +334,7 @@ def test_a_manifest_pointing_a_head_at_another_heads_file_is_refused(
     stats, heads, _ = fitted
     m = save_model(tmp_path / "m", heads, stats_meta=stats.meta)
     if "head" in entry:  # the editor also recomputes the file digest it points at
-        from ghofl.heads.model_dir import file_sha256
+        from ghofl.model.directory import file_sha256
 
         entry = {**entry, "sha256": file_sha256(m / "nb.ghh")}
     _repoint(m, resign, **entry)
@@ -379,7 +379,7 @@ _SAVING_FOREVER = """
 import sys
 from pathlib import Path
 from ghofl.heads import make_head
-from ghofl.heads.model_dir import save_model
+from ghofl.model.directory import save_model
 from ghofl.stats import compute_stats
 from tests.helpers import gaussian_mixture
 x, y = gaussian_mixture(4, num_classes=3, dim=4, n=150)

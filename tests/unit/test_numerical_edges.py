@@ -12,7 +12,7 @@ import pytest
 
 from ghofl.errors import ConfigError, GhoflError, StatsValidationError
 from ghofl.heads import available_heads, make_head
-from ghofl.heads.model_dir import check_fitted_head
+from ghofl.model.directory import check_fitted_head
 from ghofl.moments.core import GhoflWarning
 from ghofl.stats import compute_stats
 

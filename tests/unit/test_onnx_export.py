@@ -14,7 +14,7 @@ from ghofl.client.transforms import apply_feature_transform, transformed_info
 from ghofl.errors import ConfigError
 from ghofl.heads import Head, available_heads, make_head
 from ghofl.heads.base import F64
-from ghofl.heads.onnx_graph import (
+from ghofl.model.onnx_graph import (
     INPUT_NAME,
     LABEL_NAME,
     PROBA_NAME,
@@ -154,7 +154,7 @@ def test_head_without_converter_is_refused_until_one_is_registered() -> None:
         np.testing.assert_allclose(proba, head.predict_proba(probe), atol=1e-4, rtol=0)
         np.testing.assert_array_equal(label, head.predict(probe))
     finally:
-        from ghofl.heads.onnx_graph import CONVERTERS
+        from ghofl.model.onnx_graph import CONVERTERS
 
         CONVERTERS.pop("_OddHead", None)
     with pytest.raises(ConfigError, match="registered for Head subclasses"):

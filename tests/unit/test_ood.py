@@ -12,13 +12,13 @@ import pytest
 from scipy.stats import chi2
 
 from ghofl.errors import ConfigError, InputError, NotFittedError, StatsValidationError
-from ghofl.heads.model_dir import MANIFEST, OOD_FILE, load_model, load_ood, save_model
 from ghofl.heads.ood import (
     MahalanobisOOD,
     nearest_mahalanobis,
     scaled_chi2_threshold,
 )
 from ghofl.heads.registry import make_head
+from ghofl.model.directory import MANIFEST, OOD_FILE, load_model, load_ood, save_model
 from ghofl.moments.core import compute_moments
 from ghofl.moments.shrinkage import shrink
 from ghofl.stats import compute_stats

@@ -29,7 +29,7 @@ from ghofl.server import (
     key_table,
 )
 from ghofl.server.config import plan_from_config, plan_to_config
-from ghofl.server_job import ServerJob
+from ghofl.server.job import ServerJob
 from ghofl.stats.accumulate import compute_stats
 
 ROOT = Path(__file__).resolve().parents[2]

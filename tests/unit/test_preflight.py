@@ -9,7 +9,7 @@ import pytest
 
 from ghofl.heads import preflight as pf
 from ghofl.heads.registry import make_head
-from ghofl.server_job import ServerJob, run_server_job
+from ghofl.server.job import ServerJob, run_server_job
 from ghofl.stats.accumulate import compute_stats
 
 

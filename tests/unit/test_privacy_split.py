@@ -21,9 +21,9 @@ from ghofl.privacy import (
     plan_noise,
     weighted_sensitivity,
 )
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import AggregationSpec, FederationPlan, unused_blocks
-from ghofl.server_job import ServerJob
-from ghofl.simulation import Population, simulate
+from ghofl.server.simulation import Population, simulate
 from ghofl.stats.schema import pack_upper
 
 R = 3.0

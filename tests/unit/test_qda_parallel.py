@@ -53,7 +53,7 @@ def test_qda_matches_the_written_out_reference(problem: Problem, shrinkage: Shri
     stats, X = problem
     head = QDAHead(shrinkage=shrinkage, pooled_shrinkage=0.05).fit_from_stats(stats)
     ref = _reference_decision(stats, X, head.shrinkage_[0], 0.05)
-    np.testing.assert_allclose(head.decision_function(X), ref, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(head.class_scores(X), ref, rtol=1e-9, atol=1e-9)
     np.testing.assert_array_equal(head.predict(X), np.argmax(ref, axis=1))
 
 
@@ -63,7 +63,7 @@ def test_qda_results_do_not_depend_on_the_thread_count(problem: Problem, monkeyp
     for n in ("1", "3"):
         monkeypatch.setenv("GHOFL_NUM_THREADS", n)
         head = QDAHead().fit_from_stats(stats)
-        runs.append((head.precision_chol_, head.shrinkage_, head.decision_function(X)))
+        runs.append((head.precision_chol_, head.shrinkage_, head.class_scores(X)))
     np.testing.assert_array_equal(runs[0][0], runs[1][0])
     assert runs[0][1] == runs[1][1]
     np.testing.assert_array_equal(runs[0][2], runs[1][2])

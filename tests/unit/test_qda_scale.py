@@ -46,7 +46,7 @@ def test_block_scoring_equals_the_direct_density(monkeypatch: pytest.MonkeyPatch
                    ).fit_from_stats(compute_stats(x, y, 3))
     z, _ = gaussian_mixture(4, num_classes=3, dim=6, n=50)
     monkeypatch.setattr(qda, "SCORE_BLOCK_ROWS", block)
-    got = head.decision_function(z)
+    got = head.class_scores(z)
     np.testing.assert_allclose(got, _reference_scores(head, x, y, z, 0.05, target), rtol=1e-9)
     assert np.all(np.triu(head.precision_chol_) == head.precision_chol_)  # upper triangular
 
@@ -77,7 +77,7 @@ def test_a_loaded_non_triangular_factor_is_still_scored_exactly() -> None:
     arrays, scalars = head.get_state()
     arrays["precision_chol_"] = np.ascontiguousarray(arrays["precision_chol_"] @ rot)  # same norms
     other = QDAHead().set_state(head.meta_, arrays, scalars)
-    np.testing.assert_allclose(other.decision_function(x), head.decision_function(x),
+    np.testing.assert_allclose(other.class_scores(x), head.class_scores(x),
                                rtol=1e-10)
 
 

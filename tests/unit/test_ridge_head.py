@@ -38,7 +38,7 @@ def test_equals_sklearn_ridge_on_pooled_data(alpha: float, mode: str) -> None:
     ref = Ridge(alpha=lam, fit_intercept=True, solver="cholesky").fit(x, _onehot(y, 4))
     np.testing.assert_allclose(head.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(head.intercept_, ref.intercept_, rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(head.decision_function(x), ref.predict(x), rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(head.class_scores(x), ref.predict(x), rtol=1e-8, atol=1e-9)
     assert head.temperature_ == 1.0 and head.alpha_rule_ == "fixed"
 
 

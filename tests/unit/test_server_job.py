@@ -11,8 +11,8 @@ import pytest
 
 from ghofl.errors import ConfigError, InputError, UnsupportedModeError
 from ghofl.heads import make_head
-from ghofl.heads.model_dir import MANIFEST, load_model
-from ghofl.server_job import ServerJob, run_server_job
+from ghofl.model.directory import MANIFEST, load_model
+from ghofl.server.job import ServerJob, run_server_job
 from ghofl.stats import ClientStats, compute_stats
 from tests.helpers import gaussian_mixture
 
@@ -157,7 +157,7 @@ def test_checks_happen_before_any_fitting(data: dict[str, Any], tmp_path: Path) 
 def test_a_failed_save_leaves_no_model_dir(
     data: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ghofl.heads.model_dir as model_dir
+    import ghofl.model.directory as model_dir
 
     def boom(*_a: object, **_k: object) -> int:
         raise OSError("disk full")

@@ -13,9 +13,9 @@ from ghofl.errors import ConfigError, InputError, UnsupportedModeError
 from ghofl.heads import registry
 from ghofl.heads.build import build_heads, head_defaults
 from ghofl.heads.nb import NBDiagHead
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import AggregationSpec, FederationPlan
-from ghofl.server_job import ServerJob
-from ghofl.simulation import Population, SimulationResult, simulate
+from ghofl.server.simulation import Population, SimulationResult, simulate
 from ghofl.stats import Mode, ProjectionSpec, compute_stats, payload_nbytes
 from tests.helpers import gaussian_mixture, numbered
 

@@ -14,9 +14,9 @@ from ghofl.client.transforms import (
 from ghofl.errors import ConfigError, InputError
 from ghofl.heads import make_head
 from ghofl.moments.core import compute_moments
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import FederationPlan
-from ghofl.server_job import ServerJob
-from ghofl.simulation import Population, simulate
+from ghofl.server.simulation import Population, simulate
 from ghofl.stats import compute_stats
 from ghofl.stats.meta import EncoderInfo
 from ghofl.stats.schema import schema_for

@@ -39,27 +39,14 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-#: Checks that contradict a design rule of the heads, with the reason. Everything else passes.
-BINARY_SHAPE = (
-    "decision_function keeps the shape (n, C) also for two classes (design rule: outputs are "
-    "always (n, C), never a shape that changes with C); scikit-learn expects (n,) there"
-)
-EXPECTED_FAILURES = {
-    "check_classifiers_train": BINARY_SHAPE,
-    "check_classifiers_classes": BINARY_SHAPE,
-    "check_decision_proba_consistency": BINARY_SHAPE,
-}
-
 #: trainable heads at a budget that fits in a fraction of a second on a few hundred rows
 FAST = {"epochs": 2, "n_per_class": 50, "val_per_class": 20, "batch_size": 64}
 CLOSED_FORM = [NBDiagHead(), LDAHead(), QDAHead(), FedCGSHead(), RidgeHead(n_calibration=32),
                NCMHead(), NCMHead(metric="euclidean"), Fed3RHead(n_calibration=32),
                FedCOFHead(n_calibration=32)]
-def _expected_failures(estimator: Any) -> dict[str, str]:
-    return EXPECTED_FAILURES
 
 
-@parametrize_with_checks(CLOSED_FORM, expected_failed_checks=_expected_failures)
+@parametrize_with_checks(CLOSED_FORM)
 def test_sklearn_estimator_checks(estimator: Any, check: Any) -> None:
     check(estimator)
 
@@ -69,19 +56,9 @@ TRAINABLE = ([FisherMixHead(**FAST), ProtoHyperHead(**FAST)]
              if importlib.util.find_spec("torch") is not None else [])
 
 
-@parametrize_with_checks(TRAINABLE, expected_failed_checks=_expected_failures)
+@parametrize_with_checks(TRAINABLE)
 def test_sklearn_estimator_checks_trainable(estimator: Any, check: Any) -> None:
     check(estimator)
-
-
-def test_expected_failures_are_really_failures() -> None:
-    """Each listed check fails for the reason given (so the list cannot go stale)."""
-    from sklearn.utils.estimator_checks import check_classifiers_train
-
-    with pytest.raises(AssertionError):
-        check_classifiers_train("LDAHead", LDAHead())
-    x, y = gaussian_mixture(0, num_classes=2, dim=3, n=60)
-    assert LDAHead().fit(x, y).decision_function(x).shape == (60, 2)
 
 
 def test_head_classes_are_exported_and_match_the_registry() -> None:

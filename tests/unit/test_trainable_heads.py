@@ -119,7 +119,7 @@ def test_float32_training_is_seeded_and_as_accurate(cls: type,
         np.testing.assert_array_equal(v, b.get_state()[0][k])
         np.testing.assert_array_equal(auto.get_state()[0][k], ref.get_state()[0][k])
     # float32 really changed the trained weights (slightly)
-    assert not np.array_equal(a.decision_function(x), ref.decision_function(x))
+    assert not np.array_equal(a.class_scores(x), ref.class_scores(x))
     assert abs(a.score(x, y) - ref.score(x, y)) <= 0.01
 
 
@@ -250,7 +250,7 @@ def test_cosine_variant_and_centring(small: tuple[Any, Any, Any]) -> None:
     cos = FisherMixHead(variant="cosine", margin=0.1, epochs=10, n_per_class=500)
     cos.fit_from_stats(stats)
     np.testing.assert_array_equal(cos.intercept_, np.zeros(5))
-    scores = cos.decision_function(x) - cos.log_priors_  # prior_correction adds log π_c
+    scores = cos.class_scores(x) - cos.log_priors_  # prior_correction adds log π_c
     assert np.all(np.abs(scores) <= 20.0 + 1e-9)  # s·cos θ with s = 20
     assert cos.score(x, y) > 0.8
     centred = FisherMixHead(center=True, **FAST).fit_from_stats(stats)

@@ -227,9 +227,9 @@ def test_flower_records_carry_float32() -> None:
 
 
 def test_job_simulation_and_config_options() -> None:
+    from ghofl.server.job import ServerJob
     from ghofl.server.plan import AggregationSpec, FederationPlan
-    from ghofl.server_job import ServerJob
-    from ghofl.simulation import Population, SimulationResult, simulate
+    from ghofl.server.simulation import Population, SimulationResult, simulate
 
     job = ClientJob(("a", "b"), transport_dtype="float32")
     assert ClientJob.from_config(job.to_config()) == job

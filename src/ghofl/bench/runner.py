@@ -22,8 +22,8 @@ from ghofl.bench.report import write_json
 from ghofl.client.job import ClientJob
 from ghofl.data.by_path import DatasetSpec
 from ghofl.errors import ConfigError
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import AggregationSpec, FederationPlan
-from ghofl.server_job import ServerJob
 from ghofl.stats.meta import EncoderInfo
 from ghofl.stats.projection import default_basis
 
@@ -260,7 +260,7 @@ def _run_one(cfg: ExperimentConfig, feats: Any, mode: str, proj: int, clients: i
              alpha: float, seed: int, holdout: float | None, tdtype: str | None, progress: bool
              ) -> Any:
     """One grid cell: the plan of the experiment config's row, simulated."""
-    from ghofl.simulation import Population, simulate
+    from ghofl.server.simulation import Population, simulate
 
     heads = heads_for_mode(cfg.heads, mode)
     clip = resolve_clip(cfg, feats.encoder_info)

@@ -35,7 +35,7 @@ def export(
     'probabilities' float32 (N, C) and 'label' int64 (N,). Classes, head, encoder
     fingerprint and input contract are recorded in the file's metadata.
     """
-    from ghofl.heads.export import export_model, parse_image_size
+    from ghofl.model.export import export_model, parse_image_size
 
     size = None if image_size is None else parse_image_size(image_size)
     from ghofl.errors import InputError
@@ -49,7 +49,7 @@ def export(
     path = export_model(model_dir, head, out, head_only=head_only, force=force,
                         image_size=size, encoder_file=encoder_file)
     kind = "head-only graph (input: embeddings)" if head_only else "encoder + head graph"
-    from ghofl.heads.export_text import is_text_model, tokenizer_path
+    from ghofl.model.export_text import is_text_model, tokenizer_path
 
     text = not head_only and is_text_model(model_dir, head)
     kind = "text encoder + head graph (inputs: input_ids, attention_mask)" if text else kind

@@ -44,8 +44,8 @@ from ghofl.secure.graph_params import (
 )
 from ghofl.server.config import plan_to_config
 from ghofl.server.fields import FIELDS
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import THREAT_MODEL_DEFAULTS, AggregationSpec, FederationPlan
-from ghofl.server_job import ServerJob
 
 # The threat model of the secure round (the server's; in deployment the local nodes' too).
 _CorruptFractionOption = Annotated[float, typer.Option(

@@ -3,7 +3,7 @@
 Class lists, ``--mode``, ``--param`` values, statistics files, output paths and plain-text tables.
 
 Readers and writers that are not about options live in their layers: embeddings archives in
-:mod:`ghofl.data.embeddings`, the model directory in :mod:`ghofl.heads.model_dir`, atomic
+:mod:`ghofl.data.embeddings`, the model directory in :mod:`ghofl.model.directory`, atomic
 writes in :mod:`ghofl.files`.
 """
 
@@ -19,7 +19,7 @@ from ghofl.data.embeddings import Embeddings, load_embeddings
 from ghofl.errors import ConfigError, InputError, StatsValidationError
 from ghofl.files import write_json_atomic
 from ghofl.heads.build import head_defaults
-from ghofl.heads.model_dir import check_model_target
+from ghofl.model.directory import check_model_target
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import load_stats
 from ghofl.stats.meta import Mode

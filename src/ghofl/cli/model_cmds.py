@@ -43,10 +43,10 @@ from ghofl.errors import ConfigError, InputError
 from ghofl.evaluation import evaluate_heads
 from ghofl.heads.base import Head
 from ghofl.heads.build import head_defaults, to_jsonable
-from ghofl.heads.model_dir import load_model
 from ghofl.heads.presets import merge_preset
 from ghofl.heads.registry import available_heads, head_class, parse_head_list
-from ghofl.server_job import ServerJob, run_server_job
+from ghofl.model.directory import load_model
+from ghofl.server.job import ServerJob, run_server_job
 
 DEFAULT_HEADS = "nb,lda,qda,fedcgs"
 

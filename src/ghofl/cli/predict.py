@@ -31,8 +31,8 @@ from ghofl.evaluation.predict import (
 )
 from ghofl.files import atomic_write
 from ghofl.heads.base import Head
-from ghofl.heads.model_dir import load_model, load_ood
 from ghofl.heads.ood import MahalanobisOOD
+from ghofl.model.directory import load_model, load_ood
 from ghofl.stats.meta import EncoderInfo
 
 __all__ = ["predict"]

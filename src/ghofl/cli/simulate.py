@@ -1,6 +1,6 @@
 """``ghofl simulate``: a whole one-shot federation in one process.
 
-The JSON written by ``--json`` is :meth:`ghofl.simulation.SimulationResult.to_dict`::
+The JSON written by ``--json`` is :meth:`ghofl.server.simulation.SimulationResult.to_dict`::
 
     {"heads": {"lda": {"accuracy": 0.93, "fit_seconds": 0.01, "predict_seconds": 0.001,
                        "params": {"shrinkage": 0.05, ...}}, ...},
@@ -66,15 +66,15 @@ from ghofl.heads.registry import parse_head_list
 from ghofl.privacy import DEFAULT_DELTA, DP_MODES, SPLITS, DPConfig
 from ghofl.secure import DEFAULT_MAX_SAMPLES, parse_drops
 from ghofl.secure.messages import SECURE_STAGES
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import (
     THREAT_MODEL_DEFAULTS,
     AggregationSpec,
     FederationPlan,
     default_min_class_count,
 )
-from ghofl.server_job import ServerJob
-from ghofl.simulation import Population, SimulationResult
-from ghofl.simulation import simulate as simulate_plan
+from ghofl.server.simulation import Population, SimulationResult
+from ghofl.server.simulation import simulate as simulate_plan
 
 # The options of ``ghofl simulate`` (annotated types, as in :mod:`ghofl.cli._options`).
 _TrainOption = Annotated[Path, typer.Option("--train", help="Training NPZ with x (n, d), y (n,).")]

@@ -217,7 +217,7 @@ class ClientJob:
         ----------
         config : mapping
             Must hold ``classes``; other keys default as in the class. Keys of other jobs
-            (e.g. a :class:`~ghofl.server_job.ServerJob` sharing the run config) are ignored.
+            (e.g. a :class:`~ghofl.server.job.ServerJob` sharing the run config) are ignored.
         strict : bool, default False
             Reject keys this job does not know.
 

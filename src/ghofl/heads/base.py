@@ -28,12 +28,16 @@ class Head(ABC):
     Subclasses store hyperparameters in ``__init__`` (no work, no validation there), declare
     each of them once in ``parameter_constraints`` (checked at fit time), declare their
     fitted array attributes (names ending in ``_``) in ``fitted_arrays`` and implement
-    :meth:`_fit` and :meth:`_decision`.
+    :meth:`_fit` and :meth:`_decision` (the per-class scores, (n, C)).
 
     The heads are scikit-learn classifiers: ``get_params``/``set_params``, estimator tags
     (``__sklearn_tags__``, read lazily from scikit-learn when it asks), ``sklearn.base.clone``,
     ``is_classifier``, ``cross_val_score``, ``GridSearchCV`` and ``Pipeline`` work with the
-    thin :meth:`fit`. Scores keep the shape (n, C) also for two classes.
+    thin :meth:`fit`. :meth:`decision_function` follows scikit-learn's shapes: (n,) for two
+    classes, (n, C) for more, so its binary tools (``roc_auc_score`` on decision values,
+    ``CalibratedClassifierCV``, ``RocCurveDisplay.from_estimator``) take the heads as they take
+    scikit-learn's own classifiers. :meth:`class_scores` always gives the per-class scores
+    (n, C), whatever C.
 
     Fitted attributes common to all heads
     -------------------------------------
@@ -248,8 +252,21 @@ class Head(ABC):
             Z = self.meta_.projection.apply(Z)
         return Z
 
-    def decision_function(self, X: NDArray[Any]) -> F64:
-        """Joint log-likelihood-like scores, shape (n, C); argmax = prediction.
+    def class_scores(self, X: NDArray[Any]) -> F64:
+        """Per-class log-scores (joint log-likelihood-like), shape (n, C) for every C.
+
+        Their softmax is :meth:`predict_proba` and their argmax :meth:`predict`; use this, not
+        :meth:`decision_function`, wherever the full score matrix is meant.
+
+        Parameters
+        ----------
+        X : array_like, shape (n, d)
+
+        Returns
+        -------
+        ndarray, shape (n, C)
+            Finite, or -inf for a class the head gives probability 0 (never for every class
+            of a row).
 
         Raises
         ------
@@ -270,9 +287,38 @@ class Head(ABC):
             )
         return scores
 
+    def decision_function(self, X: NDArray[Any]) -> F64:
+        """Confidence scores in scikit-learn's shapes: (n,) for two classes, (n, C) for more.
+
+        For two classes, the score of ``classes_[1]`` relative to ``classes_[0]``: the
+        difference of their :meth:`class_scores`, which is the log-odds
+        ``log(p_1 / p_0)`` of :meth:`predict_proba`. It is > 0 exactly where :meth:`predict`
+        returns ``classes_[1]`` (a tie, 0, goes to ``classes_[0]``); +-inf where one class has
+        probability 0. For more classes, :meth:`class_scores` (argmax = prediction).
+
+        Parameters
+        ----------
+        X : array_like, shape (n, d)
+
+        Returns
+        -------
+        ndarray, shape (n,) when C == 2, else shape (n, C)
+
+        Raises
+        ------
+        InputError
+            As :meth:`class_scores`.
+        """
+        scores = self.class_scores(X)
+        if scores.shape[1] != 2:
+            return scores
+        with np.errstate(over="ignore"):  # a class of probability 0 gives +-inf, never NaN
+            out: F64 = scores[:, 1] - scores[:, 0]
+        return out
+
     def predict_log_proba(self, X: NDArray[Any]) -> F64:
         """Log posterior probabilities (n, C), computed with log-sum-exp."""
-        s = self.decision_function(X)
+        s = self.class_scores(X)
         out: F64 = s - logsumexp(s, axis=1, keepdims=True)
         return out
 
@@ -285,7 +331,7 @@ class Head(ABC):
 
         These are int64 indices into ``meta_.classes`` unless :meth:`fit` was given other labels.
         """
-        idx = np.argmax(self.decision_function(X), axis=1).astype(np.int64)
+        idx = np.argmax(self.class_scores(X), axis=1).astype(np.int64)
         out: NDArray[Any] = idx if self._labels_are_indices() else self.classes_[idx]
         return out
 

@@ -31,7 +31,7 @@ head from statistics of C classes in dimension d, from the shapes the head alloc
 :func:`preflight` compares the estimates with the memory available now (``MemAvailable`` of
 ``/proc/meminfo``) and with ``max_seconds`` at ``flop_rate`` and warns
 (:class:`ResourceEstimateWarning`) for each head that exceeds either, saying what to do. It
-never changes a head or its fit: :func:`ghofl.server_job.run_server_job` (``ghofl fit``, the
+never changes a head or its fit: :func:`ghofl.server.job.run_server_job` (``ghofl fit``, the
 simulator, the Flower server) calls it before fitting. The estimates are deliberately simple
 (within a factor of about 2 of the C = 200 and C = 1,000 benchmarks on 2 cores).
 """

@@ -94,7 +94,7 @@ def _plan(cfg: Mapping[str, Any]) -> FederationPlan:
         regions=cfg_int(cfg, "regions") or None,
         corrupt_fraction=threat["corrupt_fraction"], dropout_fraction=threat["dropout_fraction"],
         sigma=threat["sigma"], eta=threat["eta"])
-    from ghofl.server_job import ServerJob  # the server's modules, on first use
+    from ghofl.server.job import ServerJob  # the server's modules, on first use
 
     return FederationPlan(job, agg, ServerJob.from_config(cfg))
 

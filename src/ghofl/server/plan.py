@@ -2,7 +2,7 @@
 
 A :class:`FederationPlan` holds the :class:`~ghofl.client.job.ClientJob` (what every client
 computes), an :class:`AggregationSpec` (plain or secure sum, its settings, differential privacy,
-the durable store, simulated drops) and the :class:`~ghofl.server_job.ServerJob` (which heads,
+the durable store, simulated drops) and the :class:`~ghofl.server.job.ServerJob` (which heads,
 with which hyperparameters: the only place a preset is merged). Every rule that ties options
 of different parts together is checked here, once, when the plan is built; its error, a
 :class:`PlanError`, names the field, and each front end renders it in its own vocabulary
@@ -31,7 +31,7 @@ from ghofl.secure.levels import MAX_NOISE_LEVELS
 
 if TYPE_CHECKING:
     from ghofl.privacy import DPConfig, NoisePlan
-    from ghofl.server_job import ServerJob
+    from ghofl.server.job import ServerJob
 
 __all__ = [
     "PROTOCOLS",
@@ -363,10 +363,10 @@ class FederationPlan:
 
 
 def _default_server() -> ServerJob:
-    """``ServerJob(("nb",))``, importing ghofl.server_job (heads, evaluation) on first use.
+    """``ServerJob(("nb",))``, importing ghofl.server.job (heads, evaluation) on first use.
 
     So a client reading the plan's constants does not load the server's modules.
     """
-    from ghofl.server_job import ServerJob
+    from ghofl.server.job import ServerJob
 
     return ServerJob(("nb",))

@@ -40,8 +40,8 @@ from ghofl.secure.hierarchy import (
 )
 from ghofl.secure.identity import Roster
 from ghofl.secure.transport import Transport
+from ghofl.server.job import ServerResult, run_server_job
 from ghofl.server.plan import FederationPlan
-from ghofl.server_job import ServerResult, run_server_job
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 
@@ -222,6 +222,6 @@ class FederationServer:
     def fit(self, total: ClientStats, *, out_dir: Path | None = None,
             test: tuple[NDArray[Any], NDArray[Any]] | None = None,
             extra: Mapping[str, Any] | None = None) -> ServerResult:
-        """Fit the plan's heads from ``total`` (:func:`~ghofl.server_job.run_server_job`)."""
+        """Fit the plan's heads from ``total`` (:func:`~ghofl.server.job.run_server_job`)."""
         return run_server_job(total, self.plan.server, out_dir=out_dir, test=test,
                               extra=extra)

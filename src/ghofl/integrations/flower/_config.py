@@ -15,8 +15,8 @@ from ghofl.errors import ConfigError
 from ghofl.secure.policy import ClientPolicy
 from ghofl.server.config import cfg_float, cfg_int, cfg_str, dp_config
 from ghofl.server.fields import FIELDS
+from ghofl.server.job import ServerJob
 from ghofl.server.plan import THREAT_MODEL_DEFAULTS, default_min_class_count, unused_blocks
-from ghofl.server_job import ServerJob
 from ghofl.stats.meta import StatsMeta
 
 if TYPE_CHECKING:

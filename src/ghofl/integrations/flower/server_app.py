@@ -10,7 +10,7 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
   the client job's ``clip_norm``;
 * the :class:`~ghofl.client.job.ClientJob` keys (``classes``, ``mode``, ``clip_norm``,
   ``holdout_fraction``, ``holdout_seed``, ``transport_dtype``, ...; float32 transport only with
-  the plain protocol) and the :class:`~ghofl.server_job.ServerJob` keys (``heads``,
+  the plain protocol) and the :class:`~ghofl.server.job.ServerJob` keys (``heads``,
   ``head_params``, ``seed``, ``preset``, ...);
 * differential privacy: ``dp-epsilon`` (0 = none), ``dp-delta``, ``dp-mode`` (``central``:
   the server noises the total; ``distributed``: every client adds a noise share, needs the

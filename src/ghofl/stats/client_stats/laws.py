@@ -1,8 +1,8 @@
 """The laws a ClientStats value obeys, and what its sums and differences refuse.
 
-Validation (:func:`_validate`: shapes, dtypes, finiteness, symmetry, non-negative counts and
+Validation (:func:`validate`: shapes, dtypes, finiteness, symmetry, non-negative counts and
 sums of squares, empty classes, ``n_clipped``, then the second-moment laws of
-:mod:`ghofl.stats._laws`), the float residue a difference may carry (:class:`_Magnitude`),
+:mod:`ghofl.stats._laws`), the float residue a difference may carry (:class:`Magnitude`),
 and the checks of ``+`` and ``−`` (overflow, removing more than the left operand holds, sums
 that do not cancel). The value itself is :mod:`ghofl.stats.client_stats.value`.
 """
@@ -27,15 +27,18 @@ if TYPE_CHECKING:
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
+__all__ = [
+    "Magnitude", "check_array", "check_arrays_addable", "check_cancelled",
+    "check_holdout_counts", "check_no_overflow", "check_removable", "validate",
+    "zero_empty_classes",
+]
+
 _SYM_RTOL = 1e-9
 #: Rows per strip of the symmetry check.
 _SYM_STRIP = 64
 
-#: Float residue a difference may carry, relative to the magnitudes it was computed from.
-_RESIDUE_RTOL = RESIDUE_RTOL
-
 @dataclass(frozen=True)
-class _Magnitude:
+class Magnitude:
     """Upper bounds of the magnitudes a value of statistics was computed from.
 
     Float rounding of a sum or difference is of the order of ε times the magnitudes of its
@@ -44,7 +47,7 @@ class _Magnitude:
     dwarf the entry. Each :class:`ClientStats` therefore carries, privately, the sum of the
     magnitudes of the payloads it was computed from (its own for a payload built directly, the
     sum of its operands' for ``a + b`` and ``a − b``), and validation of a difference accepts
-    deviations up to :data:`_RESIDUE_RTOL` times it on top of its usual tolerances.
+    deviations up to :data:`RESIDUE_RTOL` times it on top of its usual tolerances.
 
     Attributes
     ----------
@@ -64,7 +67,7 @@ class _Magnitude:
     rounding: float = 0.0
 
     @classmethod
-    def own(cls, s: ClientStats) -> _Magnitude:
+    def own(cls, s: ClientStats) -> Magnitude:
         """The magnitudes of ``s`` itself (O(C·d))."""
         with np.errstate(over="ignore"):  # inf for values near the float range: no residue
             first = float(np.max(np.abs(s.sums), initial=0.0))
@@ -77,12 +80,12 @@ class _Magnitude:
                 second=float(np.max(np.abs(s.diag_sums).sum(axis=0), initial=0.0)),
             )
 
-    def __add__(self, other: _Magnitude) -> _Magnitude:
-        return _Magnitude(self.first + other.first, self.second + other.second,
+    def __add__(self, other: Magnitude) -> Magnitude:
+        return Magnitude(self.first + other.first, self.second + other.second,
                           max(self.rounding, other.rounding))
 
 # ---------------------------------------------------------------------- validation
-def _validate(s: ClientStats, residue: _Magnitude | None = None,
+def validate(s: ClientStats, residue: Magnitude | None = None,
               check_symmetry: bool = True, arrays_checked: bool = False) -> None:
     """Check shapes, dtypes and the laws that sums of samples obey.
 
@@ -92,7 +95,7 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None,
     ``arrays_checked``: the arrays' shapes, dtypes and finiteness were checked already
     (:meth:`ClientStats.from_transport`); they are not checked again.
     """
-    res = _Magnitude(0.0, 0.0) if residue is None else residue
+    res = Magnitude(0.0, 0.0) if residue is None else residue
     c, d, mode = s.meta.num_classes, s.meta.dim, s.meta.mode
     schema = schema_for(mode)
     for spec in schema.arrays:
@@ -102,9 +105,9 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None,
                 f"mode {mode!r} statistics must hold {spec.name}; it is missing"
             )
         if not arrays_checked:
-            _check_array(spec.name, arr, spec.shape(c, d), spec.dtype)
+            check_array(spec.name, arr, spec.shape(c, d), spec.dtype)
         if spec.symmetric and check_symmetry:
-            _check_symmetric(spec.name, arr, _RESIDUE_RTOL * res.second)
+            _check_symmetric(spec.name, arr, RESIDUE_RTOL * res.second)
     for name in ARRAY_NAMES:
         if not schema.has(name) and getattr(s, name) is not None:
             raise StatsValidationError(
@@ -123,14 +126,14 @@ def _validate(s: ClientStats, residue: _Magnitude | None = None,
             _check_gram(s, res)
         return
     diag = s.diag_sums
-    if np.any(diag < -(_tol(diag) + _RESIDUE_RTOL * res.second)):
+    if np.any(diag < -(_tol(diag) + RESIDUE_RTOL * res.second)):
         raise StatsValidationError(
             "sums of squares (D_c or diag S_c) must be non-negative; the payload is corrupt"
         )
     _check_empty_classes(s, s.sums, diag)
     check_second_moment_laws(s, diag, res.first, res.second)
 
-def _check_gram(s: ClientStats, res: _Magnitude) -> None:
+def _check_gram(s: ClientStats, res: Magnitude) -> None:
     """The laws of a global second moment without per-class diagonals (mode ``gram``).
 
     diag B ≥ 0, B = 0 when no sample is held, and B − Σ_c A_c A_cᵀ/N_c ⪰ 0 (which implies
@@ -138,7 +141,7 @@ def _check_gram(s: ClientStats, res: _Magnitude) -> None:
     """
     assert s.scatter is not None
     diag = np.diagonal(s.scatter)
-    if np.any(diag < -(_tol(diag) + _RESIDUE_RTOL * res.second)):
+    if np.any(diag < -(_tol(diag) + RESIDUE_RTOL * res.second)):
         raise StatsValidationError(
             "the diagonal of B (sums of squares over all samples) must be non-negative; the "
             "payload is corrupt"
@@ -187,7 +190,11 @@ def _check_n_clipped(s: ClientStats) -> None:
             "clipping bound; set StatsMeta(clip_norm=R) or pass n_clipped=0"
         )
 
-def _check_array(name: str, arr: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+def check_array(name: str, arr: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+    """Refuse ``arr`` unless it is a numpy array of ``shape`` and ``dtype``, finite if float.
+
+    ``name`` is the array's name in the error (e.g. ``"sums"``).
+    """
     if not isinstance(arr, np.ndarray):
         raise StatsValidationError(f"{name} must be a numpy array; got {type(arr).__name__}")
     if arr.shape != shape:
@@ -245,7 +252,7 @@ def _check_symmetric(name: str, m: F64, atol: float = 0.0) -> None:
 #: the rounding of the bounds).
 _SAFE_MAGNITUDE = float(np.finfo(np.float64).max) / 4.0
 
-def _check_addable(arrays: dict[str, Any], n_clipped: int, magnitude: _Magnitude,
+def check_arrays_addable(arrays: dict[str, Any], n_clipped: int, magnitude: Magnitude,
                    b: ClientStats) -> None:
     """Refuse ``a + b`` (``a`` given by its arrays) when it would overflow.
 
@@ -272,7 +279,7 @@ def _check_addable(arrays: dict[str, Any], n_clipped: int, magnitude: _Magnitude
             if not finite:
                 raise StatsOverflowError(_float_overflow_message(name))
 
-def _check_no_overflow(a: ClientStats, b: ClientStats, arrays: dict[str, Any]) -> None:
+def check_no_overflow(a: ClientStats, b: ClientStats, arrays: dict[str, Any]) -> None:
     """Refuse a sum whose int64 counts wrapped or whose floats overflowed to inf."""
     _check_counts_addable(a.counts, a.n_clipped, b.counts, b.n_clipped)
     for name, arr in arrays.items():
@@ -300,7 +307,7 @@ def _float_overflow_message(name: str) -> str:
         "its embeddings must be rescaled (or clipped) on the clients"
     )
 
-def _check_removable(left: ClientStats, right: ClientStats, where: str) -> None:
+def check_removable(left: ClientStats, right: ClientStats, where: str) -> None:
     """Counts and n_clipped of ``right`` must not exceed those of ``left`` (``left − right``)."""
     if np.any(right.counts > left.counts):
         bad = np.flatnonzero(right.counts > left.counts)
@@ -315,7 +322,8 @@ def _check_removable(left: ClientStats, right: ClientStats, where: str) -> None:
             f"{where}n_clipped is {left.n_clipped} on the left and {right.n_clipped} on the right"
         )
 
-def _check_holdout_counts(s: ClientStats, h: ClientStats) -> None:
+def check_holdout_counts(s: ClientStats, h: ClientStats) -> None:
+    """Refuse a held-out section ``h`` holding more samples (per class, or clipped) than ``s``."""
     if np.any(h.counts > s.counts):
         bad = int(np.flatnonzero(h.counts > s.counts)[0])
         raise StatsValidationError(
@@ -329,7 +337,7 @@ def _check_holdout_counts(s: ClientStats, h: ClientStats) -> None:
             f"{s.n_clipped}; the payload is corrupt"
         )
 
-def _zero_empty_classes(meta: StatsMeta, arrays: dict[str, Any]) -> dict[str, Any]:
+def zero_empty_classes(meta: StatsMeta, arrays: dict[str, Any]) -> dict[str, Any]:
     """Zero, in place, the sums of classes left with no sample after exact subtraction.
 
     Classes with N_c = 0 must hold exactly zero sums: zero the per-class rows (arrays whose
@@ -346,7 +354,7 @@ def _zero_empty_classes(meta: StatsMeta, arrays: dict[str, Any]) -> dict[str, An
                 arrays[spec.name][empty] = 0.0
     return arrays
 
-def _check_cancelled(meta: StatsMeta, arrays: dict[str, Any], residue: _Magnitude) -> None:
+def check_cancelled(meta: StatsMeta, arrays: dict[str, Any], residue: Magnitude) -> None:
     """Refuse a difference in which a class lost all its samples but not its sums.
 
     Such a right operand was not part of the left (only float residue may be left to zero).
@@ -355,15 +363,15 @@ def _check_cancelled(meta: StatsMeta, arrays: dict[str, Any], residue: _Magnitud
     if not np.any(empty):
         return
     sums = arrays["sums"]
-    left = (np.abs(sums) > _RESIDUE_RTOL * residue.first).any(axis=1)
+    left = (np.abs(sums) > RESIDUE_RTOL * residue.first).any(axis=1)
     diag = arrays.get("sq_sums")
     if diag is None and "class_scatter" in arrays:
         diag = np.diagonal(arrays["class_scatter"], axis1=1, axis2=2)
     if diag is not None:  # modes 'means' and 'gram' hold no per-class second moment
-        left |= (np.abs(diag) > _RESIDUE_RTOL * residue.second).any(axis=1)
+        left |= (np.abs(diag) > RESIDUE_RTOL * residue.second).any(axis=1)
     elif "scatter" in arrays and np.all(empty):  # 'gram' with nothing left: B must cancel
         left |= bool(np.any(np.abs(np.diagonal(arrays["scatter"]))
-                            > _RESIDUE_RTOL * residue.second))
+                            > RESIDUE_RTOL * residue.second))
     bad = np.flatnonzero(empty & left)
     if bad.size:
         raise StatsValidationError(

@@ -28,16 +28,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import IncompatibleStatsError, StatsValidationError, UnsupportedModeError
+from ghofl.stats._laws import RESIDUE_RTOL
 from ghofl.stats.client_stats.laws import (
-    _RESIDUE_RTOL,
-    _check_array,
-    _check_cancelled,
-    _check_holdout_counts,
-    _check_no_overflow,
-    _check_removable,
-    _Magnitude,
-    _validate,
-    _zero_empty_classes,
+    Magnitude,
+    check_array,
+    check_cancelled,
+    check_holdout_counts,
+    check_no_overflow,
+    check_removable,
+    validate,
+    zero_empty_classes,
 )
 from ghofl.stats.meta import Mode, StatsMeta
 from ghofl.stats.schema import ARRAY_NAMES, schema_for
@@ -85,16 +85,16 @@ class ClientStats:
     scatter: F64 | None = None
     n_clipped: int = 0
     holdout: ClientStats | None = None
-    _magnitude: _Magnitude = field(init=False, repr=False, compare=False)
+    _magnitude: Magnitude = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
         object.__setattr__(self, "n_clipped", int(self.n_clipped))
         for name in ARRAY_NAMES:
             arr = getattr(self, name)
             if arr is not None:
                 arr.setflags(write=False)
-        object.__setattr__(self, "_magnitude", _Magnitude.own(self))
+        object.__setattr__(self, "_magnitude", Magnitude.own(self))
         _validate_holdout(self)
 
     # ------------------------------------------------------------------ construction
@@ -118,7 +118,7 @@ class ClientStats:
         class_scatter: F64 | None = None,
         scatter: F64 | None = None,
         n_clipped: int = 0,
-        magnitude: _Magnitude | None = None,
+        magnitude: Magnitude | None = None,
         holdout: ClientStats | None = None,
     ) -> ClientStats:
         """Build without re-validating (for results of exact operations on valid values).
@@ -139,7 +139,7 @@ class ClientStats:
             if isinstance(val, np.ndarray):
                 val.setflags(write=False)
             object.__setattr__(obj, name, val)
-        object.__setattr__(obj, "_magnitude", magnitude or _Magnitude.own(obj))
+        object.__setattr__(obj, "_magnitude", magnitude or Magnitude.own(obj))
         return obj
 
     @classmethod
@@ -181,17 +181,17 @@ class ClientStats:
         if rounding <= 0.0 and not unpacked:
             return cls(meta, n_clipped=n_clipped, holdout=holdout, **arrays)
         for name, arr in arrays.items():  # dtypes, shapes and finiteness before anything else
-            _check_array(name, arr, schema_for(meta.mode).spec(name).shape(meta.num_classes,
+            check_array(name, arr, schema_for(meta.mode).spec(name).shape(meta.num_classes,
                                                                           meta.dim),
                          schema_for(meta.mode).spec(name).dtype)
         obj = cls._trusted(meta, n_clipped=n_clipped, holdout=holdout, **arrays)
-        magnitude: _Magnitude | None = None
+        magnitude: Magnitude | None = None
         if rounding > 0.0:
-            k = max(1.0, 4.0 * meta.dim * rounding / _RESIDUE_RTOL)
+            k = max(1.0, 4.0 * meta.dim * rounding / RESIDUE_RTOL)
             own = obj._magnitude
-            magnitude = _Magnitude(own.first * k, own.second * k, rounding)
+            magnitude = Magnitude(own.first * k, own.second * k, rounding)
             object.__setattr__(obj, "_magnitude", magnitude)
-        _validate(obj, magnitude, check_symmetry=not unpacked, arrays_checked=True)
+        validate(obj, magnitude, check_symmetry=not unpacked, arrays_checked=True)
         _validate_holdout(obj)
         return obj
 
@@ -328,9 +328,9 @@ class ClientStats:
     def __sub__(self, other: ClientStats) -> ClientStats:
         """Exact removal of ``other`` (e.g. a client that withdraws). Counts must stay >= 0."""
         self.check_compatible(other)
-        _check_removable(self, other, "")
+        check_removable(self, other, "")
         if self.holdout is not None and other.holdout is not None:
-            _check_removable(self.holdout, other.holdout, "in the held-out section: ")
+            check_removable(self.holdout, other.holdout, "in the held-out section: ")
         return self._combine(other, -1)
 
     def _combine(self, other: ClientStats, sign: int) -> ClientStats:
@@ -353,21 +353,21 @@ class ClientStats:
         n_clipped = self.n_clipped + sign * other.n_clipped
         magnitude = self._magnitude + other._magnitude
         if sign > 0:  # sums of validated payloads are valid by construction, unless they overflow
-            _check_no_overflow(self, other, arrays)
+            check_no_overflow(self, other, arrays)
             return ClientStats._trusted(
                 self.meta, n_clipped=n_clipped, magnitude=magnitude, holdout=holdout, **arrays
             )
         # Removal is re-validated. Classes left empty must hold exactly zero sums: what remains
         # there is float residue, checked to be residue and zeroed BEFORE validating. The checks
         # then tolerate the rounding the difference inherits from the values it came from.
-        _check_cancelled(self.meta, arrays, magnitude)
+        check_cancelled(self.meta, arrays, magnitude)
         result = ClientStats._trusted(
             self.meta, n_clipped=n_clipped, magnitude=magnitude, holdout=holdout,
-            **_zero_empty_classes(self.meta, arrays),
+            **zero_empty_classes(self.meta, arrays),
         )
-        _validate(result, magnitude)
+        validate(result, magnitude)
         if holdout is not None:
-            _check_holdout_counts(result, holdout)
+            check_holdout_counts(result, holdout)
         return result
 
     def allclose(self, other: ClientStats, rtol: float = 1e-10, atol: float = 0.0) -> bool:
@@ -424,7 +424,7 @@ class ClientStats:
             self.meta.with_mode(target.mode), n_clipped=self.n_clipped, holdout=holdout,
             **arrays,
         )
-        _validate(out, self._magnitude)  # exact conversion of a valid value: a cheap recheck
+        validate(out, self._magnitude)  # exact conversion of a valid value: a cheap recheck
         object.__setattr__(out, "_magnitude", self._magnitude)  # same values, same history
         return out
 
@@ -493,5 +493,5 @@ def _validate_holdout(s: ClientStats) -> None:
             "the held-out section's metadata must equal the statistics' metadata with "
             "holdout_fraction 0 (StatsMeta.without_holdout()); it differs in " + "; ".join(diffs)
         )
-    _check_holdout_counts(s, h)
+    check_holdout_counts(s, h)
     s.fitting_part()  # raises StatsValidationError when total − held-out is not valid

@@ -1,8 +1,8 @@
 """``MODEL_CARD.md``: what a model directory holds, how it was made and how good it is.
 
-:func:`model_card` is a pure function of the manifest (:mod:`ghofl.heads.model_dir`) and of
+:func:`model_card` is a pure function of the manifest (:mod:`ghofl.model.directory`) and of
 what the writer knows besides it (the values each head chose, test scores, the command); it
-reads nothing and writes nothing. :func:`~ghofl.heads.model_dir.save_model` writes its result
+reads nothing and writes nothing. :func:`~ghofl.model.directory.save_model` writes its result
 beside the manifest. The card is documentation only: it is not part of the manifest or its
 digest, and loading a model never reads it.
 
@@ -238,6 +238,6 @@ def model_card(
     out += ["", "## Intended use", "",
             "Classifying new inputs from the same encoder into the classes above: "
             f"`ghofl evaluate` on labelled embeddings, `ghofl export MODEL_DIR --head {first} "
-            "--out model.onnx` for an ONNX graph, or `ghofl.heads.model_dir.load_model` in "
+            "--out model.onnx` for an ONNX graph, or `ghofl.model.directory.load_model` in "
             "Python.", "", "## Known limits", "", *(f"- {t}" for t in _LIMITS)]
     return "\n".join(out) + "\n"

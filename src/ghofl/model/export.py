@@ -1,21 +1,21 @@
 """``ghofl export``: one head of a model directory as an ONNX file, head-only or with its encoder.
 
-* Head-only (:func:`~ghofl.heads.onnx_graph.head_graph`): input ``embeddings`` float32 (N, d),
+* Head-only (:func:`~ghofl.model.onnx_graph.head_graph`): input ``embeddings`` float32 (N, d),
   the encoder's output.
 * Full graph (:func:`full_graph`), for the built-in image encoders that run on ONNX Runtime
   (EfficientNet-Lite, their int8 versions, the torchvision backbones): the encoder's own ONNX
   export (:mod:`ghofl.client.encoders.onnx_backend`) composed with the head graph by
   ``onnx.compose``; for a user's ``onnx:`` / ``torchscript:`` model file, its input contract as
-  ONNX nodes, the model and the head (:mod:`ghofl.heads.export_file`). Input ``images``
+  ONNX nodes, the model and the head (:mod:`ghofl.model.export_file`). Input ``images``
   uint8 (N, H, W, 3), the decoded RGB images as ghofl's image loader feeds the encoder
   (resized inside the graph as in the encoder), the same outputs ``probabilities`` and
   ``label``. The encoder is rebuilt from what the model records (a model file: from
   ``--encoder-file`` or its recorded name) and must have the recorded fingerprint (same
   weights, same preprocessing).
-* Full graph of a text model (no resolution recorded): :mod:`ghofl.heads.export_text`, inputs
+* Full graph of a text model (no resolution recorded): :mod:`ghofl.model.export_text`, inputs
   ``input_ids``/``attention_mask`` int64 (N, L), the tokenizer written beside the file.
 
-Both record the head's metadata (:func:`~ghofl.heads.onnx_graph.head_metadata`) in the file's
+Both record the head's metadata (:func:`~ghofl.model.onnx_graph.head_metadata`) in the file's
 ``metadata_props``; the full graph adds ``ghofl.image_size``.
 """
 
@@ -30,7 +30,7 @@ from ghofl.client.transforms import recorded_feature_transform, transformed_info
 from ghofl.errors import ConfigError, InputError, require_extra
 from ghofl.files import atomic_write
 from ghofl.heads.base import Head
-from ghofl.heads.onnx_graph import INPUT_NAME, head_graph, rename_input
+from ghofl.model.onnx_graph import INPUT_NAME, head_graph, rename_input
 from ghofl.stats.meta import EncoderInfo
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
     )
 
     if model_file_kind(head.meta_.encoder) is not None:
-        from ghofl.heads.export_file import model_file_full_graph
+        from ghofl.model.export_file import model_file_full_graph
 
         return model_file_full_graph(head, name, image_size, encoder_file, model_dir)
     info = head.meta_.encoder
@@ -205,7 +205,7 @@ def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool 
     ConfigError
         Full graph asked for an encoder without an ONNX path (see :func:`full_graph`).
     """
-    from ghofl.heads.model_dir import load_model
+    from ghofl.model.directory import load_model
 
     out = Path(out)
     if out.suffix.lower() != ".onnx":
@@ -221,7 +221,7 @@ def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool 
         raise InputError(f"the model in '{model_dir}' has no head {head_name!r}; its heads: "
                          f"{', '.join(heads)}")
     head = heads[head_name]
-    from ghofl.heads.export_text import export_text_model, is_text_encoder
+    from ghofl.model.export_text import export_text_model, is_text_encoder
 
     if not head_only and is_text_encoder(head.meta_.encoder):  # token ids in, tokenizer beside
         encoder = _text_encoder(head.meta_.encoder, f"'{model_dir}'", encoder_file, model_dir)
@@ -240,7 +240,7 @@ def _text_encoder(info: EncoderInfo | None, where: str,
                   encoder_file: str | os.PathLike[str] | None, model_dir: Path) -> Any:
     """An ``hf:`` text encoder rebuilt from ``--encoder-file`` or its recorded name, else None.
 
-    ``None`` lets :func:`~ghofl.heads.export_text.export_text_model` rebuild a built-in text
+    ``None`` lets :func:`~ghofl.model.export_text.export_text_model` rebuild a built-in text
     encoder by name; either way its fingerprint is checked there.
 
     Raises

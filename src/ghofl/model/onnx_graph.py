@@ -250,7 +250,7 @@ def _converter(head: Head) -> Converter:
             return CONVERTERS[cls.__name__]
     raise ConfigError(
         f"head type {type(head).__name__} has no ONNX converter; register one with "
-        "ghofl.heads.onnx_graph.register_onnx_converter, or use the head from Python"
+        "ghofl.model.onnx_graph.register_onnx_converter, or use the head from Python"
     )
 
 

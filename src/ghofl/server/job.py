@@ -32,11 +32,11 @@ from ghofl.errors import ConfigError, InputError, StatsValidationError
 from ghofl.evaluation import HeadScore, evaluate_heads
 from ghofl.heads.base import Head
 from ghofl.heads.build import build_heads, to_jsonable
-from ghofl.heads.model_dir import check_model_target, save_model
 from ghofl.heads.ood import MahalanobisOOD
 from ghofl.heads.preflight import preflight
 from ghofl.heads.presets import DEFAULT_PRESET, check_preset, merge_preset
 from ghofl.heads.registry import parse_head_list
+from ghofl.model.directory import check_model_target, save_model
 from ghofl.moments.core import compute_moments
 from ghofl.stats.client_stats import ClientStats
 
@@ -230,7 +230,7 @@ def run_server_job(
         Labelled test embeddings to score every head on (inputs of the clients' space,
         before any projection).
     extra : mapping, optional
-        Extra manifest entries (see :func:`~ghofl.heads.model_dir.save_model`); the manifest's
+        Extra manifest entries (see :func:`~ghofl.model.directory.save_model`); the manifest's
         ``stats`` always records ``n_samples`` and ``counts`` of ``total``.
     log : callable, optional
         Receives a line before each head is fitted (e.g. ``"fitting lda..."``).

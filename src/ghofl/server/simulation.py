@@ -6,7 +6,7 @@ statistics with the client function of every deployment (:func:`ghofl.client.job
 client_statistics`, computed when its protocol asks for them), runs an aggregation protocol
 over the in-memory transport — the plain one-stage sum, or the secure protocol of
 :mod:`ghofl.secure` — and hands the total to the server function of every deployment
-(:func:`ghofl.server_job.run_server_job`), which fits and scores every head from the total
+(:func:`ghofl.server.job.run_server_job`), which fits and scores every head from the total
 alone, exactly what a real server sees.
 
 The one entry point is :func:`simulate`: a :class:`~ghofl.server.plan.FederationPlan` (the value

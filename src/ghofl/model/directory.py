@@ -14,7 +14,7 @@ Layout::
     <model_dir>/<NAME>.ghh      one head per file (:func:`ghofl.heads.registry.save_head`)
     <model_dir>/ood.npz         class means and covariance factor of the out-of-distribution
                                 score (:mod:`ghofl.heads.ood`), when the writer gave one
-    <model_dir>/MODEL_CARD.md   the model card (:mod:`ghofl.heads.model_card`): documentation
+    <model_dir>/MODEL_CARD.md   the model card (:mod:`ghofl.model.card`): documentation
                                 only, not in the manifest or its digest, never read back
 
 A directory is written atomically (:func:`ghofl.files.atomic_directory`): it is complete or
@@ -49,9 +49,9 @@ from ghofl.errors import ConfigError, GhoflError, InputError, StatsFormatError
 from ghofl.files import atomic_directory
 from ghofl.heads.base import Head
 from ghofl.heads.build import to_jsonable
-from ghofl.heads.model_card import CARD_FILE, model_card
 from ghofl.heads.ood import OOD_RULE, OOD_SCORE, MahalanobisOOD
 from ghofl.heads.registry import available_heads, load_head, save_head
+from ghofl.model.card import CARD_FILE, model_card
 from ghofl.stats.codec import parse_json
 from ghofl.stats.meta import StatsMeta
 
@@ -71,7 +71,7 @@ MODEL_FORMAT = "ghofl.model"
 MODEL_FORMAT_VERSION = 1
 OOD_FILE = "ood.npz"
 _RESERVED = frozenset({"format", "format_version", "ghofl_version", "heads", "digest", "ood"})
-_FIX = "write it with `ghofl fit` (or ghofl.heads.model_dir.save_model)"
+_FIX = "write it with `ghofl fit` (or ghofl.model.directory.save_model)"
 
 
 def check_model_target(path: Path, option: str = "out_dir") -> None:
@@ -441,7 +441,7 @@ def check_fitted_head(name: str, head: Head) -> None:
         means = getattr(head, "means_", None)
         if means is not None and head.meta_.projection is None and np.shape(means)[1:] == (d,):
             probe = np.vstack([probe, np.asarray(means, dtype=np.float64)])
-        head.decision_function(probe)
+        head.class_scores(probe)
     except InputError as exc:
         raise ConfigError(
             f"refusing to save head {name!r}: {exc}. Its statistics are numerically degenerate "

@@ -3,7 +3,7 @@
 The model's text encoder (:func:`~ghofl.client.encoders.get_encoder` of the recorded name,
 its fingerprint checked after the recorded feature transform) is exported with its pooling
 and L2 normalisation (:mod:`ghofl.client.encoders.text_onnx`) and composed with the head graph
-(:func:`~ghofl.heads.onnx_graph.head_graph`) by ``onnx.compose``::
+(:func:`~ghofl.model.onnx_graph.head_graph`) by ``onnx.compose``::
 
     input_ids       int64 (N, L)   token ids, padded to the longest text of the batch
     attention_mask  int64 (N, L)   1 for tokens, 0 for padding
@@ -34,8 +34,8 @@ from ghofl.client.transforms import recorded_feature_transform, transformed_info
 from ghofl.errors import ConfigError, InputError, MissingExtraError, require_extra
 from ghofl.files import atomic_write
 from ghofl.heads.base import Head
-from ghofl.heads.model_dir import load_model
-from ghofl.heads.onnx_graph import INPUT_NAME, head_graph, rename_input
+from ghofl.model.directory import load_model
+from ghofl.model.onnx_graph import INPUT_NAME, head_graph, rename_input
 from ghofl.stats.meta import EncoderInfo
 
 if TYPE_CHECKING:

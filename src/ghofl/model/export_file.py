@@ -9,7 +9,7 @@ One ONNX graph from the decoded images to the head's outputs::
                    MatMuls), ``(v * scale - mean) / std``, cast to the model's dtype, layout
     model          the ONNX file itself (converted to opset 17 if it has another), or the
                    TorchScript module converted by ``torch.onnx.export`` (``dynamo=False``)
-    head           the head graph (:func:`~ghofl.heads.onnx_graph.head_graph`): recorded
+    head           the head graph (:func:`~ghofl.model.onnx_graph.head_graph`): recorded
                    feature transform, projection, scores; ``probabilities`` float32 (N, C)
                    and ``label`` int64 (N,)
 
@@ -33,7 +33,7 @@ import numpy as np
 from ghofl.client.encoders.contract import InputContract, resize_matrix
 from ghofl.errors import ConfigError, require_extra
 from ghofl.heads.base import Head
-from ghofl.heads.onnx_graph import INPUT_NAME, LABEL_NAME, OPSET, PROBA_NAME, GraphBuilder
+from ghofl.model.onnx_graph import INPUT_NAME, LABEL_NAME, OPSET, PROBA_NAME, GraphBuilder
 
 if TYPE_CHECKING:
     import onnx
@@ -231,7 +231,7 @@ def model_file_full_graph(
     from onnx import compose, helper
 
     from ghofl.client.encoders.recorded import rebuild_model_file_encoder
-    from ghofl.heads.onnx_graph import head_graph
+    from ghofl.model.onnx_graph import head_graph
 
     assert head.meta_.encoder is not None
     encoder = rebuild_model_file_encoder(head.meta_.encoder, f"'{model_dir or 'the model'}'",
