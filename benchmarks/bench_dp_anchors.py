@@ -39,7 +39,7 @@ from ghofl.bench import harness
 from ghofl.bench.config import config_from_dict
 from ghofl.bench.dp_anchors import (
     SGDConfig,
-    clip_rows,
+    clipped_rows,
     diffprivlib_lr,
     diffprivlib_nb,
     dpsgd_probe,
@@ -113,8 +113,8 @@ def _ghofl(f: Features, clip: float, upload: tuple[str, int], eps: float, dp_mod
 def _anchor(f: Features, clip: float, method: str, eps: float, seed: int,
             grid: tuple[SGDConfig, ...]) -> dict[str, Any]:
     """One anchor run on rows clipped to R and scaled by 1/R (unit ball; public)."""
-    train = (clip_rows(f.x_train, clip) / clip, f.y_train)
-    test = (clip_rows(f.x_test, clip) / clip, f.y_test)
+    train = (clipped_rows(f.x_train, clip) / clip, f.y_train)
+    test = (clipped_rows(f.x_test, clip) / clip, f.y_test)
     if method == "dpsgd":
         return dpsgd_probe(train, test, len(f.classes), eps, DELTA, grid, seed)
     if method == "dp_nb":

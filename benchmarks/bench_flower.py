@@ -100,10 +100,9 @@ def run_config(classes: Any, protocol: str, clip: float) -> dict[str, Any]:
 def warm_cache(root: Path, clients: int, classes: Any, clip: float) -> Path:
     """Fill each node's statistics cache as its ClientApp would (same job, same function)."""
     from ghofl.client.stats_cache import cached_statistics
-    from ghofl.integrations.flower._config import dp_options
+    from ghofl.server.config import plan_from_config
 
-    cfg = run_config(classes, "plain", clip)
-    job = dp_options(cfg, ClientJob.from_config(cfg))[0]
+    job = plan_from_config(run_config(classes, "plain", clip)).clients_job
     for i in range(clients):
         cached_statistics(root / "parts" / f"client-{i}.npz", job, root / "cache" / f"node-{i}")
     return root / "cache"

@@ -48,13 +48,20 @@ def test_shapes_probabilities_and_consistency(
     x, y, c = data
     head = _make(name).fit_from_stats(compute_stats(x, y, c))
     n = 17
-    scores = head.decision_function(x[:n])
+    scores = head.class_scores(x[:n])
     proba = head.predict_proba(x[:n])
     log_proba = head.predict_log_proba(x[:n])
     assert scores.shape == proba.shape == log_proba.shape == (n, c)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-12)
     np.testing.assert_allclose(np.exp(log_proba), proba, atol=1e-12)
     np.testing.assert_array_equal(head.predict(x[:n]), np.argmax(scores, axis=1))
+    # scikit-learn's shapes: (n,) for two classes (classes_[1] vs classes_[0]), else (n, C)
+    decision = head.decision_function(x[:n])
+    if c == 2:
+        np.testing.assert_array_equal(decision, scores[:, 1] - scores[:, 0])
+        np.testing.assert_array_equal(head.predict(x[:n]), (decision > 0).astype(np.int64))
+    else:
+        np.testing.assert_array_equal(decision, scores)
     assert head.predict(x[:n]).dtype == np.int64
     np.testing.assert_array_equal(head.classes_, np.arange(c))
     assert head.n_features_in_ == x.shape[1]

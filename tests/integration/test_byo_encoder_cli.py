@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from ghofl.cli.main import main
-from ghofl.client.job import ClientJob
+from ghofl.server.config import plan_from_config, plan_to_config
+from ghofl.server.plan import FederationPlan
 from ghofl.stats import load_stats
 from tests.helpers_cli import main_ok as _ok
 from tests.helpers_data import layout_files, make_image_folder
@@ -92,9 +93,9 @@ def test_embed_names_a_missing_model_file(tmp_path: Path, site: tuple[Path, dict
 def test_flower_client_config_takes_a_model_file(tmp_path: Path) -> None:
     model = script(PoolNet(0), tmp_path / "pool.pt")
     (tmp_path / "pool.json").write_text(json.dumps({"dtype": "float32", "size": 8}))
-    job = ClientJob.from_config({"classes": json.dumps(list(CLASSES)),
-                                 "encoder": f"torchscript:{model}"})
+    job = plan_from_config({"classes": json.dumps(list(CLASSES)),
+                            "encoder": f"torchscript:{model}"}).client
     info = job.encoder_info()
     assert info is not None and info.name == "torchscript:pool" and info.resolution == 8
     assert info == job.build_encoder().info
-    assert job.to_config()["encoder"] == f"torchscript:{model}"
+    assert plan_to_config(FederationPlan(job))["encoder"] == f"torchscript:{model}"

@@ -40,6 +40,7 @@ from ghofl.stats.client_stats import sum_stats
 from ghofl.stats.codec import load_stats
 from ghofl.store import AggregationStore
 from tests.helpers import gaussian_mixture
+from tests.integration.flower_fault_app import KILL_KEY
 
 pytestmark = pytest.mark.slow
 
@@ -49,6 +50,8 @@ ALPHA = 0.5
 HEADS = "nb,lda,qda"
 CLASSES = ("0", "1", "2")
 APP = Path(__file__).resolve().parents[2] / "examples" / "flower_app"
+#: The fault tests' ClientApp: ghofl's, plus a node config key that crashes a node on cue.
+FAULT_APP = Path(__file__).resolve().parent / "flower_fault_app.py"
 #: The shared deployment's nodes: no identities (keys on trust), the same data in every run.
 INSECURE = {"insecure-keys": True, "allow-repeat-rounds": True}
 
@@ -192,9 +195,10 @@ def test_nodes_killed_at_each_stage_above_threshold(deployment: Any) -> None:
     stages = {3: "share", 4: "mask", 5: "unmask"}
     for part, stage in stages.items():
         flower.add_supernode(part, 6, data["template"].format(partition_id=part - 3),
-                             extra={**INSECURE, "ghofl-test-kill-at": stage})
+                             extra={**INSECURE, KILL_KEY: stage})
     res = flower.run(_config(root, data, "run-kill", threshold=3,
-                             **{"expected-nodes": 6, "stage-timeout-s": 35.0}), app_dir=APP)
+                             **{"expected-nodes": 6, "stage-timeout-s": 35.0}), app_dir=APP,
+                     client_app=FAULT_APP)
     assert res["status"] == "ok", res.get("error")
     by_partition = {v["partition_id"]: c for c, v in res["nodes"].items()}
     assert res["dropped"] == {by_partition[p]: s for p, s in stages.items()}
@@ -232,7 +236,7 @@ def authenticated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
         for i, name in enumerate(NAMES):
             extra = {"identity-key": str(root / f"{name}.key"), "roster": str(root / "roster.json")}
             if name == "site-d":
-                extra["ghofl-test-kill-at"] = "advertise"
+                extra[KILL_KEY] = "advertise"
             flower.add_supernode(i, len(NAMES), data["template"].format(partition_id=min(i, 2)),
                                  extra=extra)
         yield flower, root, data
@@ -248,7 +252,8 @@ def test_deployment_with_identities_binds_the_roster_and_refuses_a_stranger(
     site-a, -b and -c."""
     flower, root, data = authenticated
     res = flower.run(_config(root, data, "out", roster=str(root / "roster.json"),
-                             **{"expected-nodes": 5}), app_dir=APP, timeout_s=1500)
+                             **{"expected-nodes": 5}), app_dir=APP, timeout_s=1500,
+                     client_app=FAULT_APP)
     assert res["status"] == "ok", (res.get("error"), res.get("identity_problems"))
     assert res["authenticated"]
     assert sorted(res["survivors"]) == ["site-a", "site-b", "site-c"]
@@ -268,7 +273,8 @@ def test_node_killed_below_threshold_fails_cleanly(authenticated: Any) -> None:
     model and no total."""
     flower, root, data = authenticated
     res = flower.run(_config(root, data, "below", threshold=4, roster=str(root / "roster.json"),
-                             **{"expected-nodes": 4}), app_dir=APP, timeout_s=1500)
+                             **{"expected-nodes": 4}), app_dir=APP, timeout_s=1500,
+                     client_app=FAULT_APP)
     assert res["status"] == "failed"
     assert "AggregationAbortedError" in res["error"], res["error"]
     assert list(res["dropped"]) == ["site-d"]
@@ -286,8 +292,8 @@ def test_simulation_distributed_dp_records_the_spent_budget(tmp_path: Path) -> N
     try:
         flower.__enter__()
         res = flower.run(_config(tmp_path, data, "out", threshold=3, **roster,
-                                 **{"expected-nodes": 4, "dp-epsilon": 4.0, "dp-delta": 1e-5,
-                                    "dp-mode": "distributed"}),
+                                 **{"expected-nodes": 4, "dp_epsilon": 4.0, "dp_delta": 1e-5,
+                                    "dp_mode": "distributed"}),
                          app_dir=APP, num_supernodes=4)
     finally:
         _closed(flower)

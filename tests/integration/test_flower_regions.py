@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")
 
 from ghofl.client.job import ClientJob, client_statistics
-from ghofl.integrations.flower._config import dp_options, job_meta
+from ghofl.integrations.flower._config import job_meta
 from ghofl.integrations.flower.runner import LocalFlower
 from ghofl.server.config import plan_from_config
 from ghofl.server.run import FederationServer
@@ -65,7 +65,7 @@ def test_regions_on_flower_equal_the_in_process_hierarchy_bit_for_bit(tmp_path: 
     got = load_stats(tmp_path / "out" / "total.ghs")
 
     # the same clients' statistics through the in-process hierarchy (and a flat round)
-    job = dp_options(cfg, ClientJob.from_config(cfg))[0]
+    job = plan_from_config(cfg).clients_job
     meta = job_meta(job, 8)
     makers = {f"c{i}": (lambda i=i: client_statistics(
         tmp_path / "parts" / f"client-{i}.npz", job)) for i in range(CLIENTS)}
@@ -92,7 +92,7 @@ def test_regions_with_a_wrong_federation_size_are_refused(tmp_path: Path) -> Non
     from ghofl.integrations.flower.server_app import _aggregate
 
     cfg = {**_cfg(tmp_path), "expected-nodes": 5}
-    meta = job_meta(dp_options(cfg, ClientJob.from_config(cfg))[0], 8)
+    meta = job_meta(plan_from_config(cfg).clients_job, 8)
     server = FederationServer(plan_from_config(cfg), [f"node-{i}" for i in range(6)], meta)
     with pytest.raises(ConfigError, match="'expected-nodes' = 5, but 6 nodes are connected"):
         _aggregate(server, object(), {f"node-{i}": i for i in range(6)}, 1.0, [], cfg, None)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from ghofl.cli.main import main
-from ghofl.client.job import ClientJob
+from ghofl.server.config import plan_from_config, plan_to_config
+from ghofl.server.plan import FederationPlan
 from ghofl.stats import load_stats
 from tests.helpers_cli import main_ok as _ok
 
@@ -99,11 +100,11 @@ def test_missing_folder_is_one_line(sites: Path, capsys: pytest.CaptureFixture[s
 
 def test_flower_client_config_takes_an_hf_folder(tmp_path: Path) -> None:
     model = tiny_bert(tmp_path / "tinybert", seed=0)
-    job = ClientJob.from_config({"classes": json.dumps(list(CLASSES)), "encoder": f"hf:{model}"})
+    job = plan_from_config({"classes": json.dumps(list(CLASSES)), "encoder": f"hf:{model}"}).client
     info = job.encoder_info()
     assert info is not None and info.name == "hf:tinybert" and info.resolution is None
     assert info == job.build_encoder().info
-    assert job.to_config()["encoder"] == f"hf:{model}"
+    assert plan_to_config(FederationPlan(job))["encoder"] == f"hf:{model}"
 
 
 def test_predict_elsewhere_needs_the_folder_and_checks_it(

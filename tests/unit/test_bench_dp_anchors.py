@@ -22,13 +22,13 @@ def _problem(seed: int = 0) -> tuple[Any, Any]:
     rng = np.random.default_rng(seed)
     means = 2.0 * np.eye(3, 6)
     y = rng.integers(0, 3, size=1500).astype(np.int64)
-    x = da.clip_rows(means[y] + 0.5 * rng.normal(size=(1500, 6)), 3.0) / 3.0
+    x = da.clipped_rows(means[y] + 0.5 * rng.normal(size=(1500, 6)), 3.0) / 3.0
     return (x[:1000], y[:1000]), (x[1000:], y[1000:])
 
 
 def test_clip_rows_bounds_norms_and_keeps_short_rows() -> None:
     x = np.array([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0]])
-    out = da.clip_rows(x, 1.0)
+    out = da.clipped_rows(x, 1.0)
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), [1.0, 0.5, 0.0])
     np.testing.assert_allclose(out[0], [0.6, 0.8])
 

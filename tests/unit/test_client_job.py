@@ -1,4 +1,4 @@
-"""ClientJob (flat config round trip, validation) and client_statistics on every source."""
+"""ClientJob (run-config round trip, validation) and client_statistics on every source."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from ghofl.client.encoders import CallableEncoder
 from ghofl.client.job import ClientJob, client_statistics
 from ghofl.data.embeddings import load_embeddings
 from ghofl.errors import ConfigError, InputError
+from ghofl.server.config import plan_from_config, plan_to_config
+from ghofl.server.plan import FederationPlan
 from ghofl.stats import EncoderInfo, ProjectionSpec, compute_stats
 from ghofl.stats.client_stats import ClientStats
 from tests.helpers import gaussian_mixture
@@ -29,60 +31,62 @@ def _same(a: ClientStats, b: ClientStats) -> None:
 
 
 # ---------------------------------------------------------------------- config
+def _round_trip(job: ClientJob) -> ClientJob:
+    """The job through its plan's run config (ghofl.server.config)."""
+    return plan_from_config(plan_to_config(FederationPlan(job))).client
+
+
 def test_config_round_trip_of_the_defaults_and_of_every_field() -> None:
     plain = ClientJob(CLASSES)
-    assert ClientJob.from_config(plain.to_config()) == plain
+    assert _round_trip(plain) == plain
     full = ClientJob(CLASSES, mode="pooled", encoder="efficientnet-lite0", resolution=260,
                      backend="torch", feature_transform="x+sqrt", projection_dim=16,
                      projection_seed=7, clip_norm=2.5, encoder_name="mine")
-    config = full.to_config()
+    config = plan_to_config(FederationPlan(full))
     assert all(isinstance(v, str | int | float | bool) for v in config.values())
     assert json.loads(json.dumps(config)) == config
-    assert ClientJob.from_config(config) == full
+    assert _round_trip(full) == full
 
 
 def test_none_travels_as_empty_string_or_zero() -> None:
-    config = ClientJob(CLASSES).to_config()
+    config = plan_to_config(FederationPlan(ClientJob(CLASSES)))
     assert config["encoder"] == "" and config["encoder_name"] == ""
     assert config["projection_dim"] == 0 and config["clip_norm"] == 0.0
     assert json.loads(str(config["classes"])) == list(CLASSES)
 
 
-def test_from_config_accepts_lists_strings_and_ignores_other_jobs_keys() -> None:
-    job = ClientJob.from_config({"classes": "a, b", "resolution": "128", "heads": "nb"})
+def test_the_config_takes_class_lists_and_strings_and_ignores_other_keys() -> None:
+    job = plan_from_config({"classes": "a, b", "resolution": 128, "out-dir": "o"}).client
     assert job.classes == ("a", "b") and job.resolution == 128
-    assert ClientJob.from_config({"classes": ["a", "b"]}).classes == ("a", "b")
+    assert plan_from_config({"classes": ["a", "b"]}).client.classes == ("a", "b")
 
 
 @pytest.mark.parametrize(
     ("config", "pattern"),
     [
-        ({}, r"client job config has no key 'classes'"),
+        ({}, r"^run config: classes is required \(JSON list of class names"),
         ({"classes": "a,b", "resolution": "big"},
-         r"client job config key 'resolution' must be an integer; got 'big'"),
+         r"^run config key 'resolution' must be an integer; got 'big'$"),
         ({"classes": "a,b", "clip_norm": "x"},
-         r"client job config key 'clip_norm' must be a number; got 'x'"),
+         r"^run config key 'clip_norm' must be a number; got 'x'$"),
         ({"classes": "a,b", "mode": "huge"}, r"mode must be one of full, pooled, gram, diag, means; got .huge."),
-        ({"classes": "a,b", "mode": 3}, r"client job config key 'mode' must be a string"),
+        ({"classes": "a,b", "mode": 3}, r"^run config key 'mode' must be a string"),
         ({"classes": '["a", 2]'}, r"key 'classes' must be a JSON list of strings"),
+        ({"classes": 2}, r"key 'classes' must be a JSON list of names, a list, or a "
+                         r"comma-separated string; got 2"),
         ({"classes": "[a"}, r"key 'classes' is not a valid JSON list"),
         ({"classes": "a,a"}, r"ClientJob classes must be unique; got \['a', 'a'\]"),
         ({"classes": "a,b", "projection_dim": -2},
-         r"ClientJob projection_dim must be an integer >= 1; got -2"),
+         r"^run config: projection_dim must be an integer >= 1; got -2$"),
         ({"classes": "a,b", "clip_norm": -1.0},
-         r"ClientJob clip_norm \(the per-sample L2 clipping bound R\) must be a finite number"),
+         r"^run config: clip_norm \(the per-sample L2 clipping bound R\) must be a finite number"),
         ({"classes": "a,b", "feature_transform": "log"}, r"feature_transform must be one of"),
-        ({"classes": "a,b", "backend": "tf"}, r"ClientJob backend must be one of onnx, torch"),
+        ({"classes": "a,b", "backend": "tf"}, r"^run config: backend must be one of onnx, torch"),
     ],
 )
-def test_from_config_errors_name_the_key(config: dict[str, Any], pattern: str) -> None:
+def test_config_errors_name_the_key(config: dict[str, Any], pattern: str) -> None:
     with pytest.raises(ConfigError, match=pattern):
-        ClientJob.from_config(config)
-
-
-def test_strict_config_rejects_unknown_keys() -> None:
-    with pytest.raises(ConfigError, match=r"client job config has the unknown key 'clipnorm'"):
-        ClientJob.from_config({"classes": "a", "clipnorm": 1.0}, strict=True)
+        plan_from_config(config)
 
 
 # ---------------------------------------------------------------------- embeddings sources

@@ -13,7 +13,7 @@ import pytest
 
 from ghofl.client.encoders import DEFAULT_CLIP_NORMS, CallableEncoder, default_clip_norm
 from ghofl.client.encoders.clipping import MEASURED_WEIGHTS, split_transform
-from ghofl.client.encoders.efficientnet_lite import LITE_DIM, _preprocessing
+from ghofl.client.encoders.efficientnet_lite import LITE_DIM, lite_preprocessing
 from ghofl.client.encoders.text import MINILM_DIM, MINILM_NAME, MINILM_PREPROCESSING
 from ghofl.client.encoders.torchvision_backbones import torchvision_encoder_info
 from ghofl.client.transforms import FEATURE_TRANSFORMS, transformed_info
@@ -37,7 +37,7 @@ def shipped_info(name: str, resolution: int | None) -> EncoderInfo:
     if resolution is None:
         return EncoderInfo(name, MINILM_DIM, MEASURED_WEIGHTS[name], MINILM_PREPROCESSING)
     return EncoderInfo(
-        name, LITE_DIM, MEASURED_WEIGHTS[name], _preprocessing(resolution), resolution
+        name, LITE_DIM, MEASURED_WEIGHTS[name], lite_preprocessing(resolution), resolution
     )
 
 

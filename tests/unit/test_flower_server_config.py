@@ -34,13 +34,19 @@ def _cfg(**extra: Any) -> dict[str, Any]:
          r"run config: transport_dtype 'float32' applies to plain uploads; secure aggregation "
          r"sends its own fixed-point encoding of the float64 sums, so set transport_dtype = "
          r"\"float64\" or protocol = \"plain\""),
-        ({"holdout_fraction": 0.2, "dp-epsilon": 1.0},
+        ({"holdout_fraction": 0.2, "dp_epsilon": 1.0},
          r"run config: differential privacy does not support a held-out section .*; set "
-         r"holdout_fraction = 0\.0 or dp-epsilon = 0\.0"),
-        ({"dp-epsilon": 1.0, "dp-mode": "distributed"},
-         r"run config: dp-mode = \"distributed\" adds each client's noise share before secure "
-         r"aggregation, so it needs protocol = \"secure\"; add it, or use dp-mode = "
+         r"holdout_fraction = 0\.0 or dp_epsilon = 0\.0"),
+        ({"dp_epsilon": 1.0, "dp_mode": "distributed"},
+         r"run config: dp_mode = \"distributed\" adds each client's noise share before secure "
+         r"aggregation, so it needs protocol = \"secure\"; add it, or use dp_mode = "
          r"\"central\""),
+        ({"dp_delta": 1e-6}, r"^run config: dp_delta needs dp_epsilon; give the privacy budget "
+                             r"epsilon$"),
+        ({"dp_epsilon": 1.0, "dp_mode": "local"},
+         r"^run config: dp_mode must be one of central, distributed; got 'local'$"),
+        ({"dp-epsilon": 1.0}, r"^run config key 'dp-epsilon' is now 'dp_epsilon'; rename it$"),
+        ({"min-class-count": 3}, r"^run config key 'min-class-count' is now 'min_class_count'"),
         ({"protocol": "secure", "clip_norm": 0.0},
          r"run config: protocol = \"secure\" needs clip_norm: the fixed-point encoding of the "
          r"secure sum needs a per-sample clipping bound"),
@@ -49,7 +55,7 @@ def _cfg(**extra: Any) -> dict[str, Any]:
          r"never shows the server; set store = \"\" or protocol = \"plain\""),
         ({"protocol": "tls"}, r"run config: protocol must be 'secure' or 'plain'; got 'tls'"),
         ({"preset": "fast"}, r"unknown preset 'fast'; available presets: default, paper"),
-        ({"preset": 2}, r"server job config key 'preset' must be a preset name"),
+        ({"preset": 2}, r"^run config key 'preset' must be a string; got 2$"),
         ({"holdout_fraction": 0.9},
          r"run config: holdout_fraction: the held-out fraction must be 0 .*got 0\.9"),
         ({"transport_dtype": "float16"},
@@ -58,7 +64,7 @@ def _cfg(**extra: Any) -> dict[str, Any]:
 )
 def test_bad_run_config_is_refused_first(extra: dict[str, Any], match: str,
                                          tmp_path: Path) -> None:
-    if "dp-epsilon" in extra:
+    if "dp_epsilon" in extra:
         pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
     state: dict[str, Any] = {}
     with pytest.raises(ConfigError, match=match):
@@ -67,8 +73,11 @@ def test_bad_run_config_is_refused_first(extra: dict[str, Any], match: str,
 
 
 def test_the_allowed_combinations_pass_the_checks(tmp_path: Path) -> None:
-    """Held-out sections with either protocol and float32 with the plain one reach the grid."""
+    """Held-out sections with either protocol, float32 with the plain one and central DP reach
+    the grid."""
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
     for extra in ({"holdout_fraction": 0.2, "protocol": "secure"},
-                  {"holdout_fraction": 0.2, "transport_dtype": "float32", "preset": "paper"}):
+                  {"holdout_fraction": 0.2, "transport_dtype": "float32", "preset": "paper"},
+                  {"dp_epsilon": 2.0, "dp_delta": 1e-6, "dp_split": "equal"}):
         with pytest.raises(AssertionError, match=r"the grid was used \(get_node_ids\)"):
             run_federation(_NoGrid(), _cfg(**extra), tmp_path, {})

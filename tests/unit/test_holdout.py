@@ -418,9 +418,11 @@ def test_store_add_and_forget(tmp_path: Path) -> None:
 def test_client_job_config_and_global_ids() -> None:
     job = ClientJob(("a", "b", "c"), "full", holdout_fraction=F, holdout_seed=5,
                     min_class_count=3)
-    cfg = job.to_config()
-    assert ClientJob.from_config(cfg) == job
-    assert ClientJob.from_config({"classes": '["a"]'}).holdout_fraction == 0.0
+    from ghofl.server.config import plan_from_config, plan_to_config
+    from ghofl.server.plan import FederationPlan
+
+    assert plan_from_config(plan_to_config(FederationPlan(job))).client == job
+    assert plan_from_config({"classes": '["a"]'}).client.holdout_fraction == 0.0
     assert job.stats_meta(5).holdout_fraction == F
     x, y = _data(7, n=200)
     y = y.copy()

@@ -183,13 +183,13 @@ def test_transform_plumbing_dims_info_and_merge_refusal(map_dir: Path) -> None:
 
 def test_default_clip_norm_bounds_the_kernel_block_by_construction(map_dir: Path) -> None:
     from ghofl.client.encoders.clipping import DEFAULT_CLIP_NORMS, MEASURED_WEIGHTS
-    from ghofl.client.encoders.efficientnet_lite import LITE_DIM, _preprocessing
+    from ghofl.client.encoders.efficientnet_lite import LITE_DIM, lite_preprocessing
 
     public = _public(300, LITE_DIM)
     m = km.build_kernel_map(public, 32)
     _, fp = km.save_kernel_map(m)
     info = EncoderInfo("efficientnet-lite0", LITE_DIM, MEASURED_WEIGHTS["efficientnet-lite0"],
-                       _preprocessing(224), 224)
+                       lite_preprocessing(224), 224)
     r = default_clip_norm(info, f"x+sqrt+rbf:{fp}")
     base = DEFAULT_CLIP_NORMS[("efficientnet-lite0", 224)]["x+sqrt"]
     assert r is not None and r >= np.hypot(base, m.norm_bound())

@@ -69,7 +69,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 #: heads -> evaluation), except that the statistics value sits below the client that produces it.
 #: ``""`` is the ``ghofl`` facade. A new top-level part must be placed here deliberately.
 LAYERS: dict[str, int] = {
-    "errors": 0, "files": 0, "_jobconfig": 0, "_version": 0, "_lazy": 0,
+    "errors": 0, "files": 0, "_version": 0, "_lazy": 0,
     "data": 1,
     "stats": 2,
     "client": 3,

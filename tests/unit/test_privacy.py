@@ -296,7 +296,10 @@ def test_the_minimum_count_thresholds_the_noised_counts_after_the_noise(mode: st
 
 def test_minimum_count_travels_in_the_job_config() -> None:
     job = ClientJob(("a", "b"), min_class_count=5)
-    assert ClientJob.from_config(job.to_config()) == job
+    from ghofl.server.config import plan_from_config, plan_to_config
+    from ghofl.server.plan import FederationPlan
+
+    assert plan_from_config(plan_to_config(FederationPlan(job))).client == job
     with pytest.raises(ConfigError, match="min_class_count must be an integer >= 1; got 0"):
         ClientJob(("a", "b"), min_class_count=0)
 

@@ -302,12 +302,12 @@ def test_run_configs_carry_regions_and_the_flat_entry_point_refuses_them() -> No
     from ghofl.server.run import FederationServer
 
     got = plan_from_config({"classes": json.dumps(["a", "b"]), "heads": "nb", "clip_norm": 2.0,
-                            "regions": 2})
+                            "protocol": "secure", "regions": 2})
     assert got.aggregation.regions == 2
     assert plan_from_config(plan_to_config(got)) == got
     with pytest.raises(ConfigError, match="must be at least 2"):
         plan_from_config({"classes": json.dumps(["a", "b"]), "heads": "nb", "clip_norm": 2.0,
-                          "regions": 1})
+                          "protocol": "secure", "regions": 1})
     plan = FederationPlan(ClientJob(("a", "b", "c"), "pooled", clip_norm=CLIP),
                           AggregationSpec("secure", regions=2))
     payloads = _payloads(4)

@@ -1,4 +1,4 @@
-"""ServerJob (flat config round trip, validation) and run_server_job (fit, save, score)."""
+"""ServerJob (run-config round trip, validation) and run_server_job (fit, save, score)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ghofl.client.job import ClientJob
 from ghofl.errors import ConfigError, InputError, UnsupportedModeError
 from ghofl.heads import make_head
 from ghofl.model.directory import MANIFEST, load_model
+from ghofl.server.config import plan_from_config, plan_to_config
+from ghofl.server.fields import FIELDS
 from ghofl.server.job import ServerJob, run_server_job
+from ghofl.server.plan import FederationPlan
 from ghofl.stats import ClientStats, compute_stats
 from tests.helpers import gaussian_mixture
 
@@ -25,21 +29,56 @@ def data() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- config
+def _server(config: dict[str, Any]) -> ServerJob:
+    """The server job of a run config (with a class list, which every plan needs)."""
+    return plan_from_config({"classes": "a,b", **config}).server
+
+
 def test_config_round_trip() -> None:
     job = ServerJob(("nb", "lda"), {"lda": {"shrinkage": "auto"}}, seed=3, progress=True)
-    config = job.to_config()
-    assert config == {"heads": "nb,lda", "head_params": '{"lda": {"shrinkage": "auto"}}',
-                      "seed": 3, "progress": True, "preset": "default"}
-    assert ServerJob.from_config(config) == job
-    assert ServerJob.from_config(ServerJob(("nb",)).to_config()) == ServerJob(("nb",))
-    loose = ServerJob.from_config({"heads": ["nb"], "head_params": "", "seed": "2",
-                                   "progress": "false", "classes": "ignored"})
-    assert loose == ServerJob(("nb",), seed=2)
+    config = plan_to_config(FederationPlan(ClientJob(("a", "b")), server=job))
+    assert {k: config[k] for k in ("heads", "head_params", "seed", "progress", "preset")} == {
+        "heads": "nb,lda", "head_params": '{"lda": {"shrinkage": "auto"}}', "seed": 3,
+        "progress": True, "preset": "default"}
+    assert _server(config) == job
+    assert _server({"heads": ["nb"], "head_params": ""}) == ServerJob(("nb",))
     assert ServerJob("nb,lda").heads == ("nb", "lda")  # type: ignore[arg-type]
     paper = ServerJob(("lda",), {"lda": {"shrinkage": 0.2}}, preset="paper")
-    assert paper.to_config()["preset"] == "paper"
-    assert ServerJob.from_config(paper.to_config()) == paper
-    assert ServerJob.from_config({"heads": "lda", "preset": " paper "}).preset == "paper"
+    assert _server(plan_to_config(FederationPlan(ClientJob(("a",)), server=paper))) == paper
+
+
+def test_without_heads_the_config_and_the_job_fit_the_tables_heads() -> None:
+    assert _server({}).heads == ServerJob().heads == FIELDS["server.heads"].default
+
+
+@pytest.mark.parametrize(
+    ("config", "pattern"),
+    [
+        ({"heads": "nb,svm"}, r"unknown head 'svm'; available heads: nb, lda"),
+        ({"heads": "nb", "seed": "x"}, r"^run config key 'seed' must be an integer; got 'x'$"),
+        ({"heads": "nb", "seed": -1}, r"seed must be a non-negative integer; got -1"),
+        ({"heads": "nb", "progress": "maybe"},
+         r"^run config key 'progress' must be true or false; got 'maybe'$"),
+        ({"heads": 3}, r"^run config key 'heads' must be a comma-separated string of heads or a "
+                       r"list; got 3$"),
+        ({"heads": "nb", "head_params": "{bad"},
+         r"^run config key 'head_params' is not valid JSON"),
+        ({"heads": "nb", "head_params": "[1]"},
+         r"^run config key 'head_params' must be a JSON object"),
+        ({"heads": "lda", "head_params": '{"lda": {"foo": 1}}'},
+         r"head 'lda' has no parameter 'foo'; valid parameters: covariance_divisor, shrinkage"),
+        ({"heads": "lda", "head_params": '{"lda": {"shrinkage": 3.0}}'},
+         r"shrinkage must be a number in \[0, 1\] or 'auto'"),
+        ({"heads": "lda", "head_params": '{"lda": 2}'},
+         r"ServerJob head_params must map head names to dicts"),
+        ({"heads": "lda", "preset": "fast"},
+         r"unknown preset 'fast'; available presets: default, paper"),
+        ({"heads": "lda", "preset": 1}, r"^run config key 'preset' must be a string; got 1$"),
+    ],
+)
+def test_config_errors_name_the_key(config: dict[str, Any], pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern):
+        _server(config)
 
 
 def test_preset_values_are_overridden_by_head_params() -> None:
@@ -51,41 +90,6 @@ def test_preset_values_are_overridden_by_head_params() -> None:
     assert params["nb"] == {"var_smoothing": 0.0, "var_floor": 1e-6}
     assert job.head_params == {"qda": {"shrinkage": 0.3}}  # kept as given
     assert ServerJob(("lda",)).resolved_params() == {}
-
-
-@pytest.mark.parametrize(
-    ("config", "pattern"),
-    [
-        ({}, r"server job config has no key 'heads'"),
-        ({"heads": "nb,svm"}, r"unknown head 'svm'; available heads: nb, lda"),
-        ({"heads": "nb", "seed": "x"}, r"server job config key 'seed' must be an integer"),
-        ({"heads": "nb", "seed": -1}, r"seed must be a non-negative integer; got -1"),
-        ({"heads": "nb", "progress": "maybe"},
-         r"server job config key 'progress' must be true or false"),
-        ({"heads": "nb", "head_params": "{bad"},
-         r"server job config key 'head_params' is not valid JSON"),
-        ({"heads": "nb", "head_params": "[1]"},
-         r"server job config key 'head_params' must be a JSON object"),
-        ({"heads": "lda", "head_params": '{"lda": {"foo": 1}}'},
-         r"head 'lda' has no parameter 'foo'; valid parameters: covariance_divisor, shrinkage"),
-        ({"heads": "lda", "head_params": '{"lda": {"shrinkage": 3.0}}'},
-         r"shrinkage must be a number in \[0, 1\] or 'auto'"),
-        ({"heads": "lda", "head_params": '{"lda": 2}'},
-         r"ServerJob head_params must map head names to dicts"),
-        ({"heads": "lda", "preset": "fast"},
-         r"unknown preset 'fast'; available presets: default, paper"),
-        ({"heads": "lda", "preset": 1},
-         r"server job config key 'preset' must be a preset name \(a string\); got 1"),
-    ],
-)
-def test_config_errors_name_the_key(config: dict[str, Any], pattern: str) -> None:
-    with pytest.raises(ConfigError, match=pattern):
-        ServerJob.from_config(config)
-
-
-def test_strict_config_rejects_unknown_keys() -> None:
-    with pytest.raises(ConfigError, match=r"server job config has the unknown key 'head'"):
-        ServerJob.from_config({"heads": "nb", "head": "x"}, strict=True)
 
 
 # ---------------------------------------------------------------------- running

@@ -34,6 +34,7 @@ pytest.importorskip("sklearn")
 from sklearn.base import clone, is_classifier
 from sklearn.exceptions import DataConversionWarning
 from sklearn.exceptions import NotFittedError as SkNotFittedError
+from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -244,3 +245,111 @@ def test_predict_reads_object_arrays_of_numbers() -> None:
     np.testing.assert_array_equal(head.predict(x.astype(object)), head.predict(x))
     with pytest.raises(InputError, match="LDAHead needs numeric features"):
         head.predict(np.full((2, 3), "a", dtype=object))
+
+
+# ---------------------------------------------------------------- binary problems
+def test_estimator_checks_cover_every_head() -> None:
+    pytest.importorskip("torch", reason="the trainable heads' checks need the torch extra")
+    assert {type(h).name for h in CLOSED_FORM + TRAINABLE} == set(available_heads())
+
+
+def _binary(name: str) -> tuple[Head, np.ndarray, np.ndarray]:
+    """An unfitted head at a small budget, and overlapping two-class data labelled neg/pos."""
+    if name in ("fishermix", "protohyper"):
+        pytest.importorskip("torch", reason="the trainable heads need the torch extra")
+    cls = head_class(name)
+    budget = {**FAST, "n_calibration": 32}
+    head = cls(**{k: v for k, v in budget.items() if k in cls().get_params()})
+    x, y = gaussian_mixture(11, num_classes=2, dim=4, n=240, sep=1.0)
+    return head, x, np.array(["neg", "pos"])[y]
+
+
+@pytest.mark.parametrize("name", available_heads())
+def test_binary_decision_function_is_the_log_odds_of_classes_1(name: str) -> None:
+    head, x, labels = _binary(name)
+    head.fit(x, labels)
+    dec = head.decision_function(x)
+    scores = head.class_scores(x)
+    assert dec.shape == (len(x),) and scores.shape == (len(x), 2)
+    np.testing.assert_array_equal(dec, scores[:, 1] - scores[:, 0])
+    log_proba = head.predict_log_proba(x)
+    np.testing.assert_allclose(dec, log_proba[:, 1] - log_proba[:, 0], rtol=1e-9,
+                               atol=1e-12 * (1.0 + np.max(np.abs(scores))))
+    # > 0 exactly where classes_[1] is predicted, and both signs occur
+    np.testing.assert_array_equal(head.predict(x), head.classes_[(dec > 0).astype(int)])
+    assert np.any(dec > 0) and np.any(dec < 0)
+    truth = labels == head.classes_[1]
+    auc = roc_auc_score(truth, dec)
+    assert auc == pytest.approx(roc_auc_score(truth, head.predict_proba(x)[:, 1]), abs=1e-12)
+    assert 0.6 < auc < 1.0  # overlapping classes: a real ranking, not a separable toy
+
+
+@pytest.mark.parametrize("name", available_heads())
+def test_calibrated_classifier_cv_calibrates_the_binary_decision_function(name: str) -> None:
+    from sklearn.calibration import CalibratedClassifierCV
+
+    head, x, labels = _binary(name)
+    cal = CalibratedClassifierCV(head, method="sigmoid", cv=3).fit(x, labels)
+    proba = cal.predict_proba(x)
+    assert proba.shape == (len(x), 2)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-12)
+    np.testing.assert_array_equal(cal.classes_, ["neg", "pos"])
+    assert set(cal.predict(x)) <= {"neg", "pos"} and cal.score(x, labels) > 0.6
+    # one sigmoid on the (n,) decision values of each fold's head
+    fold = cal.calibrated_classifiers_[0]
+    assert len(fold.calibrators) == 1
+    np.testing.assert_allclose(fold.predict_proba(x)[:, 1],
+                               fold.calibrators[0].predict(fold.estimator.decision_function(x)))
+
+
+@pytest.mark.parametrize("name", available_heads())
+def test_roc_curve_display_from_estimator(name: str) -> None:
+    matplotlib = pytest.importorskip("matplotlib", reason="RocCurveDisplay needs matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import RocCurveDisplay
+
+    head, x, labels = _binary(name)
+    head.fit(x, labels)
+    auc = roc_auc_score(labels == "pos", head.decision_function(x))
+    try:
+        for method in ("decision_function", "predict_proba", "auto"):
+            disp = RocCurveDisplay.from_estimator(head, x, labels, response_method=method)
+            assert disp.roc_auc == pytest.approx(auc, abs=1e-12), method
+            assert disp.pos_label == "pos"
+    finally:
+        plt.close("all")
+
+
+def test_more_than_two_classes_keep_the_score_matrix() -> None:
+    x, y = gaussian_mixture(12, num_classes=3, dim=4, n=240)
+    head = LDAHead().fit(x, y)
+    dec = head.decision_function(x)
+    assert dec.shape == (240, 3)
+    np.testing.assert_array_equal(dec, head.class_scores(x))
+    np.testing.assert_array_equal(head.predict(x), np.argmax(dec, axis=1))
+    assert roc_auc_score(y, head.predict_proba(x), multi_class="ovr") > 0.8
+
+
+def test_a_class_of_probability_zero_gives_an_infinite_binary_score() -> None:
+    """Statistics where class 1 has no samples: its log prior is -inf, so is its score."""
+    from ghofl.moments.core import compute_moments
+    from ghofl.stats import compute_stats
+
+    x, _ = gaussian_mixture(13, num_classes=1, dim=3, n=50)
+    stats = compute_stats(x, np.zeros(50, dtype=np.int64), 2)
+    head = NBDiagHead().fit_from_moments(compute_moments(stats, allow_empty_classes=True))
+    assert np.all(head.decision_function(x) == -np.inf)
+    np.testing.assert_array_equal(head.predict(x), np.zeros(50))
+    assert np.all(head.predict_proba(x)[:, 1] == 0.0)  # exactly 0: no floor for -inf
+
+
+def test_probabilities_below_the_smallest_normal_float_keep_a_finite_log() -> None:
+    x, y = gaussian_mixture(14, num_classes=2, dim=3, n=200)
+    head = LDAHead().fit(x, y)
+    far = head.means_[:1] + 60.0 * (head.means_[:1] - head.means_[1:2])  # deep inside class 0
+    log_proba = head.predict_log_proba(far)
+    assert np.isfinite(log_proba[0, 1]) and log_proba[0, 1] < -800.0  # exp() underflows to 0
+    proba = head.predict_proba(far)
+    assert proba[0, 1] == np.finfo(np.float64).tiny and proba[0, 0] == 1.0
+    assert head.decision_function(far)[0] == pytest.approx(log_proba[0, 1], rel=1e-9)

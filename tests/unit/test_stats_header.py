@@ -14,7 +14,7 @@ import pytest
 from ghofl.errors import StatsFormatError, StatsValidationError
 from ghofl.stats import ClientStats, compute_stats, load_stats, save_stats
 from ghofl.stats.codec import STATS_KEYS, through_transport
-from ghofl.stats.header import FIELDS, FORMAT, StatsHeader, check_envelope
+from ghofl.stats.header import FORMAT, HEADER_FIELDS, StatsHeader, check_envelope
 from ghofl.stats.meta import StatsMeta
 
 X = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0], [3.0, 0.0], [0.5, 0.5], [2.0, 2.0],
@@ -73,7 +73,7 @@ def _file_metadata(path: Path) -> dict[str, str]:
 
 # ---------------------------------------------------------------------- rendering
 def test_the_declaration_matches_the_dataclass() -> None:
-    assert [f.name for f in dataclasses.fields(StatsHeader)] == [s.name for s in FIELDS]
+    assert [f.name for f in dataclasses.fields(StatsHeader)] == [s.name for s in HEADER_FIELDS]
     assert StatsHeader.keys("file") == STATS_KEYS == {
         "format", "schema_version", "meta", "n_clipped", "holdout_n_clipped",
         "transport_dtype", "rounded_to"}

@@ -35,10 +35,10 @@ from tests.helpers import gaussian_mixture, secure_federation
 from tests.helpers_cli import write_npz
 
 CLIP = 6.0
-FLAGS = {"aggregation.corrupt_fraction": ("--corrupt-fraction", "corrupt-fraction"),
-         "aggregation.dropout_fraction": ("--dropout-fraction", "dropout-fraction"),
-         "aggregation.sigma": ("--exposure-bits", "exposure-bits"),
-         "aggregation.eta": ("--abort-bits", "abort-bits")}
+FLAGS = {"aggregation.corrupt_fraction": ("--corrupt-fraction", "corrupt_fraction"),
+         "aggregation.dropout_fraction": ("--dropout-fraction", "dropout_fraction"),
+         "aggregation.sigma": ("--exposure-bits", "exposure_bits"),
+         "aggregation.eta": ("--abort-bits", "abort_bits")}
 #: n = 24 clients at γ = 0.2, δ = 0.1, σ = 30, η = 15: a sparse graph (k = 8, t_s = 5) and
 #: t = 15, where the defaults need k = 18 and t = 17.
 N = 24
@@ -55,18 +55,18 @@ def test_the_four_options_are_declared_once_with_flag_and_key() -> None:
 BAD: list[tuple[dict[str, Any], str, str, str]] = [
     ({"corrupt_fraction": 1.0}, "aggregation.corrupt_fraction",
      r"^--corrupt-fraction must be a fraction of the clients in \[0, 1\) \(e\.g\. 0\.2\); "
-     r"got 1\.0$", r"^corrupt-fraction must be a fraction"),
+     r"got 1\.0$", r"^corrupt_fraction must be a fraction"),
     ({"dropout_fraction": -0.1}, "aggregation.dropout_fraction",
-     r"^--dropout-fraction must be a fraction of the clients in \[0, 1\)", r"^dropout-fraction"),
+     r"^--dropout-fraction must be a fraction of the clients in \[0, 1\)", r"^dropout_fraction"),
     ({"corrupt_fraction": 0.5, "dropout_fraction": 0.5}, "aggregation.dropout_fraction",
      r"^--corrupt-fraction \+ --dropout-fraction must be below 1 \(some honest client must be "
      r"expected to survive\); got 0\.5 \+ 0\.5: lower either$",
-     r"^corrupt-fraction \+ dropout-fraction must be below 1"),
+     r"^corrupt_fraction \+ dropout_fraction must be below 1"),
     ({"sigma": 0.0}, "aggregation.sigma",
      r"^--exposure-bits must be a number of bits > 0 \(the target probability is 2\^-bits; "
-     r"e\.g\. 40\); got 0\.0$", r"^exposure-bits must be a number of bits > 0"),
+     r"e\.g\. 40\); got 0\.0$", r"^exposure_bits must be a number of bits > 0"),
     ({"eta": math.nan}, "aggregation.eta", r"^--abort-bits must be a number of bits > 0",
-     r"^abort-bits must be"),
+     r"^abort_bits must be"),
 ]
 
 
@@ -96,18 +96,18 @@ def test_the_run_config_carries_them_and_names_bad_keys() -> None:
     plan = FederationPlan(ClientJob(("a", "b"), clip_norm=2.0), AggregationSpec("secure", **LAX))
     cfg = plan_to_config(plan)
     assert {k: cfg[k] for _, k in FLAGS.values()} == {
-        "corrupt-fraction": 0.2, "dropout-fraction": 0.1, "exposure-bits": 30.0,
-        "abort-bits": 15.0}
+        "corrupt_fraction": 0.2, "dropout_fraction": 0.1, "exposure_bits": 30.0,
+        "abort_bits": 15.0}
     assert plan_from_config(cfg) == plan
     cfg_ = plan.secagg_config()
     assert (cfg_.corrupt_fraction, cfg_.dropout_fraction, cfg_.sigma, cfg_.eta) == (
         0.2, 0.1, 30.0, 15.0)
-    with pytest.raises(ConfigError, match=r"^run config: exposure-bits must be a number of bits "
+    with pytest.raises(ConfigError, match=r"^run config: exposure_bits must be a number of bits "
                        r"> 0 .*; got -1\.0$"):
-        plan_from_config({**cfg, "exposure-bits": -1.0})
-    with pytest.raises(ConfigError, match=r"run config key 'abort-bits' must be a number; got "
+        plan_from_config({**cfg, "exposure_bits": -1.0})
+    with pytest.raises(ConfigError, match=r"run config key 'abort_bits' must be a number; got "
                        r"'x'"):
-        plan_from_config({**cfg, "abort-bits": "x"})
+        plan_from_config({**cfg, "abort_bits": "x"})
 
 
 def test_the_default_threshold_follows_the_corrupt_fraction() -> None:
@@ -192,14 +192,14 @@ def test_flower_run_gives_its_local_nodes_the_same_policy_on_both_engines(
     from ghofl.cli.flower_cmds import _node_configs, _node_policy
 
     agg = AggregationSpec("secure", **LAX)
-    assert _node_policy(agg) == {"corrupt-fraction": 0.2, "dropout-fraction": 0.1,
-                                 "exposure-bits": 30.0, "abort-bits": 15.0}
+    assert _node_policy(agg) == {"corrupt_fraction": 0.2, "dropout_fraction": 0.1,
+                                 "exposure_bits": 30.0, "abort_bits": 15.0}
     assert _node_policy(AggregationSpec("secure")) == {}
-    assert _node_policy(AggregationSpec("secure", sigma=50.0)) == {"exposure-bits": 50.0}
+    assert _node_policy(AggregationSpec("secure", sigma=50.0)) == {"exposure_bits": 50.0}
     plan = FederationPlan(ClientJob(("0", "1"), clip_norm=CLIP), agg)
     nodes = _node_configs(tmp_path, plan, 3, {}, insecure_keys=True)
     assert nodes is not None and len(nodes) == 3
-    assert all(n["corrupt-fraction"] == 0.2 and n["abort-bits"] == 15.0 for n in nodes)
+    assert all(n["corrupt_fraction"] == 0.2 and n["abort_bits"] == 15.0 for n in nodes)
 
 
 # ---------------------------------------------------------------------- the client's own policy
@@ -244,7 +244,7 @@ def test_a_node_refuses_a_laxer_exposure_target_alone() -> None:
     ids = [f"site-{i:02d}" for i in range(n)]
     server_cfg = SecAggConfig(clip_norm=CLIP, corrupt_fraction=0.2, dropout_fraction=0.1,
                               sigma=10.0, eta=15.0)
-    own = node_policy({"corrupt-fraction": 0.2, "dropout-fraction": 0.1, "abort-bits": 15.0},
+    own = node_policy({"corrupt_fraction": 0.2, "dropout_fraction": 0.1, "abort_bits": 15.0},
                       authenticated=True)
     clients, server, _, _ = secure_federation(ids, _payloads(n), server_cfg, policy=own)
     transport = InMemoryTransport(clients)  # type: ignore[arg-type]
@@ -257,11 +257,11 @@ def test_a_node_refuses_a_laxer_exposure_target_alone() -> None:
 
 
 @pytest.mark.parametrize(("cfg", "match"), [
-    ({"corrupt-fraction": 1.0}, r"^node config key 'corrupt-fraction' must be a fraction in "
+    ({"corrupt_fraction": 1.0}, r"^node config key 'corrupt_fraction' must be a fraction in "
                                 r"\[0, 1\); got 1\.0: fix it in this SuperNode's --node-config$"),
-    ({"dropout-fraction": "0.1"}, r"^node config key 'dropout-fraction' must be a fraction"),
-    ({"exposure-bits": 0}, r"^node config key 'exposure-bits' must be a number of bits > 0"),
-    ({"abort-bits": True}, r"^node config key 'abort-bits' must be a number of bits > 0"),
+    ({"dropout_fraction": "0.1"}, r"^node config key 'dropout_fraction' must be a fraction"),
+    ({"exposure_bits": 0}, r"^node config key 'exposure_bits' must be a number of bits > 0"),
+    ({"abort_bits": True}, r"^node config key 'abort_bits' must be a number of bits > 0"),
 ])
 def test_bad_node_config_values_are_refused_naming_the_key(cfg: dict[str, Any],
                                                            match: str) -> None:

@@ -227,12 +227,13 @@ def test_flower_records_carry_float32() -> None:
 
 
 def test_job_simulation_and_config_options() -> None:
+    from ghofl.server.config import plan_from_config, plan_to_config
     from ghofl.server.job import ServerJob
     from ghofl.server.plan import AggregationSpec, FederationPlan
     from ghofl.server.simulation import Population, SimulationResult, simulate
 
     job = ClientJob(("a", "b"), transport_dtype="float32")
-    assert ClientJob.from_config(job.to_config()) == job
+    assert plan_from_config(plan_to_config(FederationPlan(job))).client == job
     with pytest.raises(ConfigError, match="transport_dtype must be one of float64, float32"):
         ClientJob(("a",), transport_dtype="half")
     x, y = gaussian_mixture(1, 3, 6, n=300)

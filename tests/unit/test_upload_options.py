@@ -57,8 +57,8 @@ def test_the_upload_options_are_the_client_fields_with_a_cli_declaration() -> No
                      "client.feature_transform"]
     for spec in upload_fields():
         assert spec.name in {f.name for f in fields(ClientJob)}
-        assert spec.flag and spec.cli is not None and spec.cli.help.endswith(".")
-    assert f"default {DEFAULT_MIN_CLASS_COUNT})" in FIELDS["client.min_class_count"].cli.help  # type: ignore[union-attr]
+        assert spec.flag and spec.cli is not None and spec.cli_help.endswith(".")
+    assert f"Default: {DEFAULT_MIN_CLASS_COUNT} with DP" in FIELDS["client.min_class_count"].cli_help
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -71,8 +71,8 @@ def test_every_client_command_takes_the_generated_upload_options(name: str) -> N
             continue
         assert spec.cli is not None
         param = options[spec.flag]
-        assert param.help == spec.cli.help, (name, spec.flag)
-        assert param.default == spec.cli.default, (name, spec.flag)
+        assert param.help == spec.cli_help, (name, spec.flag)
+        assert param.default == spec.cli_default, (name, spec.flag)
         assert param.name == spec.name
     assert set(cast(Any, COMMANDS[name]).upload_exclude) == NOT_TAKEN[name]
 
@@ -114,8 +114,8 @@ class _KnobJob(ClientJob):
                 f"{n.name('client.knob')} must be >= 0; got {knob}"))
 
 
-KNOB = FieldSpec("client.knob", "knob", "--knob", "int", "0", "a knob of the test",
-                 cli=CliOption(0, "Knob K of the test (every client the same)."))
+KNOB = FieldSpec("client.knob", "knob", "--knob", int, 0, "a knob of the test",
+                 cli=CliOption("Knob K of the test (every client the same)."))
 
 
 class _Captured(Exception):

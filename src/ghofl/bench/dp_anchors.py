@@ -8,7 +8,7 @@ strongest position a federated method can be compared with) and is scored on the
   the algorithm of Opacus's ``DPOptimizer``), its noise multiplier calibrated by Opacus's RDP
   accountant (:func:`opacus.accountants.utils.get_noise_multiplier`). The per-sample gradients
   of a linear layer have a closed form, so the step is written out in numpy (Opacus's own
-  torch loop ran at about 0.4 s a step on the loaded 2-core machine, too slow for the grid).
+  torch loop is too slow for the grid on a CPU; timings in BENCHMARKS.md).
   Hyperparameters are chosen over a small grid on a validation split: each candidate is one
   (ε, δ)-DP run on the training part; the choice is made by the exponential mechanism on the
   validation counts (ε_select-DP on the disjoint validation part). The whole search is
@@ -41,7 +41,7 @@ from ghofl.errors import ConfigError
 __all__ = [
     "EXTRA",
     "SGDConfig",
-    "clip_rows",
+    "clipped_rows",
     "composed_epsilon",
     "diffprivlib_lr",
     "diffprivlib_nb",
@@ -91,7 +91,7 @@ def _diffprivlib_compat() -> None:
             setattr(tree, name, dtype)
 
 
-def clip_rows(x: NDArray[Any], bound: float) -> Array:
+def clipped_rows(x: NDArray[Any], bound: float) -> Array:
     """Rows of ``x`` (n, d) scaled down to L2 norm at most ``bound`` (float64, (n, d))."""
     x = np.asarray(x, dtype=np.float64)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
@@ -234,7 +234,7 @@ def diffprivlib_lr(train: tuple[Array, NDArray[np.int64]], test: tuple[Array, ND
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lr = lr_cls(epsilon=eps, data_norm=data_norm, C=c, random_state=seed)
-        lr.fit(clip_rows(train[0], data_norm), train[1])
+        lr.fit(clipped_rows(train[0], data_norm), train[1])
         return float(np.mean(lr.predict(test[0]) == test[1]))
 
 

@@ -44,7 +44,7 @@ def dataset_label(dataset: str | DatasetSpec) -> str:
     return dataset.label if isinstance(dataset, DatasetSpec) else str(dataset)
 
 
-def is_text_encoder(name: str) -> bool:
+def is_text_encoder_name(name: str) -> bool:
     """Whether ``name`` is a registered text encoder (or an ``hf:`` text model)."""
     return name.lower() in TEXT_ENCODERS or name.strip().lower().startswith("hf:")
 
@@ -80,7 +80,7 @@ def load_features(
     # named sources with their own key (the CIFAR-10 python archive: ``cifar10-python``)
     key = spec.cache_key() if spec is not None else getattr(splits["train"], "cache_key", None)
     is_text = isinstance(splits["train"], TextDataset)
-    if is_text != is_text_encoder(encoder_name):
+    if is_text != is_text_encoder_name(encoder_name):
         kind = "a text" if is_text else "an image"
         raise ConfigError(
             f"dataset {label!r} is {kind} dataset but encoder {encoder_name!r} is not "

@@ -10,8 +10,8 @@ solved with the same optimiser (SciPy's L-BFGS-B, 10 stored pairs, stopping when
 absolute gradient entry is at most ``tol``, at most ``max_iter`` iterations). What differs is
 the cost of one evaluation: the two products with the data matrix, X Wᵀ (n, C) and
 (P − Y)ᵀ X (C, d), which are the whole cost at C = 200, d = 1280, run in float32 by default
-(``matmul_dtype``; the logits, softmax, loss and gradient sums stay float64), about 2–3× faster
-than float64 on a CPU; and :func:`fit_path` solves a grid of C in increasing order, each
+(``matmul_dtype``; the logits, softmax, loss and gradient sums stay float64), faster than
+float64 on a CPU; and :func:`fit_path` solves a grid of C in increasing order, each
 solution starting from the previous one (a warm-started regularisation path), which cuts the
 iterations of the cross-validated choice of C. The minimiser is unique (the objective is
 strictly convex in W and the softmax is invariant to a shift of b), so both solvers approach

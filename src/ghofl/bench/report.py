@@ -17,7 +17,7 @@ from typing import Any
 
 from ghofl.files import atomic_write, write_json_atomic
 
-HEADER = (
+REPORT_PREAMBLE = (
     "# Benchmarks\n\nEvery section below is written by the script named in it; "
     "do not edit by hand.\n"
     "Re-run a script to refresh its section (`make bench` runs them all).\n"
@@ -77,7 +77,7 @@ def replace_section(text: str | None, name: str, body: str, first: bool = False)
 
     A new section is appended, or placed right after the file's header when ``first``.
     """
-    text = HEADER if text is None else text
+    text = REPORT_PREAMBLE if text is None else text
     block = f"<!-- BEGIN {name} -->\n{body.rstrip()}\n<!-- END {name} -->"
     pattern = _section_pattern(name)
     if pattern.search(text):

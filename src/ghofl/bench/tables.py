@@ -99,14 +99,14 @@ def describe_encoder(
     (``minilm (text, d=384)``). With ``info`` (the encoder's :class:`EncoderInfo`) the
     resolution and dimension come from it; without, from ``cfg`` and the encoder's name.
     """
-    from ghofl.bench.features import is_text_encoder
+    from ghofl.bench.features import is_text_encoder_name
 
     if info is not None:
         if info.resolution is None:
-            kind = "text" if is_text_encoder(name) else "no input resolution"
+            kind = "text" if is_text_encoder_name(name) else "no input resolution"
             return f"{name} ({kind}, d={info.dim})"
         return f"{name} at {info.resolution}px ({cfg.backend}, d={info.dim})"
-    if is_text_encoder(name):
+    if is_text_encoder_name(name):
         return f"{name} (text)"
     return f"{name} at {cfg.resolution}px ({cfg.backend})"
 

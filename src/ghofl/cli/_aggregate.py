@@ -1,25 +1,43 @@
-"""Helpers of ``ghofl aggregate``: input checks and recording payloads in a store."""
+"""``ghofl aggregate``: input checks, then the plain protocol's server over payload files.
+
+The command runs the one server path (:class:`~ghofl.server.run.FederationServer`): the
+payload files answer the plain server's requests through a
+:class:`~ghofl.server.files.FilesTransport`, and the server checks every payload and records
+it in the store (``--store``). This module checks the inputs before anything is read and words
+the server's refusals in terms of files.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from ghofl.cli.io import read_stats
 from ghofl.errors import (
+    AggregationAbortedError,
     ConfigError,
+    GhoflError,
     IncompatibleStatsError,
     InputError,
     StatsFormatError,
+    StatsValidationError,
     StoreConflictError,
 )
+from ghofl.server.fields import FIELDS
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.codec import save_stats
+from ghofl.stats.meta import StatsMeta
 from ghofl.store import AggregationStore
+
+if TYPE_CHECKING:
+    from ghofl.server.files import FilesTransport
+    from ghofl.store.records import AddResult
 
 _CHUNK = 1 << 20
 
@@ -79,7 +97,7 @@ def check_aggregate_inputs(
                 f"statistics path '{path}' is not a regular file (a FIFO, device or socket); "
                 "give a file written by ghofl"
             )
-    for target, option in ((out, "--out"), (store, "--store")):
+    for target, option in ((out, "--out"), (store, FIELDS["aggregation.store"].flag)):
         if target is None or not target.exists():
             continue
         hit = next((p for p in files if _same_file(p, target)), None)
@@ -109,40 +127,110 @@ def check_aggregate_inputs(
     return digests
 
 
-def record_in_store(
-    db: Path, files: Sequence[Path], digests: Sequence[str], client_id: str | None
-) -> ClientStats:
-    """Record each payload in the store ``db``; return the store's total.
+def aggregate_files(files: Sequence[Path], digests: Sequence[str], *, out: Path | None,
+                    store: Path | None, client_id: str | None) -> None:
+    """Run the server of the plain protocol over the payload files; write or record the total.
 
-    One transaction per payload; prints one line per payload and a summary.
+    :class:`~ghofl.server.run.FederationServer` runs the plan of the payloads
+    (:func:`~ghofl.server.files.payload_plan`, recording each in ``store`` when given) over a
+    :class:`~ghofl.server.files.FilesTransport` that reads one file at a time. The round
+    stops at the first payload the server refuses. With a store it prints one line per
+    payload and a summary, and ``out`` receives the store's total; without, ``out`` receives
+    the sum of the files.
 
     Raises
     ------
-    StoreConflictError, IncompatibleStatsError
-        A payload clashes with the store; the message names the file and how many payloads
-        before it were recorded.
+    IncompatibleStatsError
+        A payload differs from the ones before it (or from the store's) in its metadata.
+    StatsValidationError
+        The server refused a payload for another reason (e.g. sums that its clipping bound
+        cannot produce).
+    StoreConflictError
+        A payload clashes with the store (another payload under its id, or its bytes under
+        another id); the message names the file and how many payloads before it were
+        recorded.
     """
-    with AggregationStore(db) as store:
-        for i, (path, sha) in enumerate(zip(files, digests, strict=True)):
-            cid = client_id if client_id is not None else path.stem
-            stats = read_stats(path)
-            try:
-                result = store.add(cid, stats, payload_sha256=sha)
-            except (StoreConflictError, IncompatibleStatsError) as exc:
-                before = f"; the {i} payload(s) before it were recorded" if i else ""
-                raise type(exc)(
-                    f"cannot record '{path}' as client {cid!r} in store '{db}': {exc}{before}"
-                ) from exc
-            if result.added:
-                typer.echo(f"added {cid!r} from {path}: n={stats.n_samples} samples, "
-                           f"SHA-256 {sha[:12]}…")
-            else:
-                typer.echo(f"{cid!r} already present with the same payload ({path}, SHA-256 "
-                           f"{sha[:12]}…); not counted again")
-        total = store.total()
+    from ghofl.server.files import FilesTransport, payload_plan
+    from ghofl.server.run import FederationServer
+
+    ids = [str(p) for p in files]  # distinct: check_aggregate_inputs refused a file given twice
+    paths, sha = dict(zip(ids, files, strict=True)), dict(zip(ids, digests, strict=True))
+
+    def store_id(client: str) -> str:
+        return client_id if client_id is not None else paths[client].stem
+
+    def on_record(client: str, stats: ClientStats, result: AddResult) -> None:
+        cid, path, digest = store_id(client), paths[client], sha[client][:12]
+        if result.added:
+            typer.echo(f"added {cid!r} from {path}: n={stats.n_samples} samples, "
+                       f"SHA-256 {digest}…")
+        else:
+            typer.echo(f"{cid!r} already present with the same payload ({path}, SHA-256 "
+                       f"{digest}…); not counted again")
+
+    transport = FilesTransport(paths, read=read_stats)
+    meta = transport.first_meta()
+    server = FederationServer(payload_plan(meta, store=store), ids, meta, store_id=store_id,
+                              payload_sha256=sha.get, on_record=on_record)
+    transport.halt = lambda: bool(server.half.excluded)
+    refusal = _Refusal(paths, store, store_id, transport)
+    try:
+        total = server.aggregate(transport).total
+    except (StoreConflictError, IncompatibleStatsError) as exc:  # from the store
+        raise refusal.error(transport.delivered[-1], str(exc), type(exc)) from exc
+    except AggregationAbortedError:
+        refusal.check(server.half.excluded, meta)
+        raise
+    refusal.check(server.half.excluded, meta)
+    if store is None:
+        assert out is not None  # check_aggregate_inputs requires --out without --store
+        size = save_stats(total, out)
         typer.echo(
-            f"store {db}: {len(store)} contributions, n={total.n_samples} samples, "
-            f"{total.num_classes} classes, mode {total.mode}, dim {total.dim} "
-            f"(exact total: {store.exact_path})"
+            f"aggregated {len(files)} files into {out}: n={total.n_samples} samples, "
+            f"{total.num_classes} classes, mode {total.mode}, dim {total.dim} ({size} bytes)"
         )
-    return total
+        return
+    with AggregationStore(store) as db:
+        stored = db.total()
+        typer.echo(
+            f"store {store}: {len(db)} contributions, n={stored.n_samples} samples, "
+            f"{stored.num_classes} classes, mode {stored.mode}, dim {stored.dim} "
+            f"(exact total: {db.exact_path})"
+        )
+    if out is not None:
+        size = save_stats(stored, out)
+        typer.echo(f"wrote the store's total to {out} ({size} bytes)")
+
+
+class _Refusal:
+    """The error naming the payload file the server refused, or the store could not record."""
+
+    def __init__(self, paths: dict[str, Path], store: Path | None,
+                 store_id: Callable[[str], str], transport: FilesTransport) -> None:
+        self.paths, self.store, self.store_id = paths, store, store_id
+        self.transport = transport
+
+    def check(self, excluded: Mapping[str, str], meta: StatsMeta) -> None:
+        """Raise for the payload the server excluded, if any (the round stopped there)."""
+        if not excluded:
+            return
+        client, reason = next(iter(excluded.items()))
+        last = self.transport.last_meta
+        diffs = meta.differences(last) if last is not None else []
+        if diffs:
+            raise self.error(client, (
+                "they differ in " + "; ".join(diffs) + "; every payload must come from the "
+                "same encoder, projection, class list, clipping bound and upload mode"),
+                IncompatibleStatsError)
+        raise self.error(client, "the server refused it: it " + reason.removeprefix("input: "),
+                         StatsValidationError)
+
+    def error(self, client: str, reason: str, kind: type[GhoflError]) -> GhoflError:
+        """``kind`` naming the file of ``client`` (and, with a store, what was recorded)."""
+        path = self.paths[client]
+        if self.store is None:
+            return kind(f"cannot add '{path}' to the total of the files before it: {reason}")
+        i = len(self.transport.delivered) - 1
+        before = f"; the {i} payload(s) before it were recorded" if i else ""
+        return kind(f"cannot record '{path}' as client {self.store_id(client)!r} in store "
+                    f"'{self.store}': {reason}{before}")

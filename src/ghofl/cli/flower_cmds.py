@@ -25,47 +25,26 @@ from typing import Annotated, Any
 import typer
 
 from ghofl.cli._options import (
-    ParamOption,
-    PresetOption,
+    AggregationOptions,
+    ServerOptions,
     UploadOptions,
-    cli_plan,
+    aggregation_options,
+    federation,
+    field_option,
+    server_options,
     upload_options,
 )
 from ghofl.cli.app import app
-from ghofl.cli.io import check_mode, parse_param_options
-from ghofl.client.job import ClientJob, ConfigValue
+from ghofl.cli.io import check_mode
+from ghofl.client.job import ClientJob
 from ghofl.errors import ConfigError, require_extra
-from ghofl.heads.registry import parse_head_list
-from ghofl.secure.graph_params import (
-    DEFAULT_CORRUPT_FRACTION,
-    DEFAULT_DROPOUT_FRACTION,
-    DEFAULT_ETA,
-    DEFAULT_SIGMA,
-)
 from ghofl.server.config import plan_to_config
-from ghofl.server.fields import FIELDS
-from ghofl.server.job import ServerJob
+from ghofl.server.fields import FIELDS, ConfigValue
 from ghofl.server.plan import THREAT_MODEL_DEFAULTS, AggregationSpec, FederationPlan
 
-# The threat model of the secure round (the server's; in deployment the local nodes' too).
-_CorruptFractionOption = Annotated[float, typer.Option(
-    "--corrupt-fraction", help="Secure: fraction GAMMA in [0, 1) of the clients that may "
-    "collude with the server (sets the default threshold). Every local node holds the same "
-    "value as its own policy (node config corrupt-fraction).")]
-_DropoutFractionOption = Annotated[float, typer.Option(
-    "--dropout-fraction", help="Secure: fraction DELTA in [0, 1) of the clients expected to "
-    "drop out; GAMMA + DELTA < 1. The nodes hold it too.")]
-_ExposureBitsOption = Annotated[float, typer.Option(
-    "--exposure-bits", help="Secure: exposure target SIGMA > 0 (probability <= 2^-SIGMA per "
-    "client per round). The nodes hold it too.")]
-_AbortBitsOption = Annotated[float, typer.Option(
-    "--abort-bits", help="Secure: abort target ETA > 0 (probability <= 2^-ETA per client per "
-    "round). The nodes hold it too.")]
-
-_RegionsOption = Annotated[int, typer.Option(
-    "--regions", help="Secure: R public regions of the nodes, a secure round each over its "
-    "own nodes, then one among the regional aggregators in the ServerApp (0 = one flat round; "
-    "docs/secure-aggregation.md, Regions).")]
+_ClassesOption = Annotated[str | None, field_option(
+    "client.classes", help="Class names, comma-separated, or their number C (default: the test "
+    "set's classes, else 0..max label).")]
 _StatsCacheOption = Annotated[Path | None, typer.Option(
     "--stats-cache", help="Node i keeps its computed statistics in DIR/node-i (node config "
     "stats-cache) and reads them back in later runs over the same data and job.")]
@@ -87,6 +66,8 @@ INSECURE_WARNING = ("WARNING: secure aggregation without a roster (--insecure-ke
 @app.command("flower-run")
 @upload_options(exclude=("client.projection_dim", "client.projection_seed",
                          "client.projection_basis", "client.min_class_count"))
+@aggregation_options(exclude=("aggregation.store", "aggregation.drops"))
+@server_options()
 def flower_run(
     data_template: Annotated[str, typer.Option(
         "--data-template",
@@ -100,28 +81,11 @@ def flower_run(
     nodes: Annotated[int, typer.Option("--nodes", help="Number of nodes (clients).")] = 2,
     test: Annotated[Path | None, typer.Option(
         "--test", help="Server-side test NPZ with x, y[, classes]: accuracy per head.")] = None,
-    classes: Annotated[str | None, typer.Option(
-        "--classes", help="Class names, comma-separated, or their number C (default: the test "
-        "set's classes, else 0..max label).")] = None,
-    secure: Annotated[bool, typer.Option(
-        "--secure/--plain", help="Secure aggregation (needs --clip; authenticated: fresh "
-        "identities and roster unless --identities or --insecure-keys) or the plain "
-        "sum.")] = False,
-    threshold: Annotated[int, typer.Option(
-        "--threshold", help="Secure: fewest clients per stage (0 = (n + floor(GAMMA*n))//2 "
-        "+ 1, about two thirds at the default --corrupt-fraction).")] = 0,
-    corrupt_fraction: _CorruptFractionOption = DEFAULT_CORRUPT_FRACTION,
-    dropout_fraction: _DropoutFractionOption = DEFAULT_DROPOUT_FRACTION,
-    exposure_bits: _ExposureBitsOption = DEFAULT_SIGMA,
-    abort_bits: _AbortBitsOption = DEFAULT_ETA,
-    regions: _RegionsOption = 0,
+    classes: _ClassesOption = None,
     stats_cache: _StatsCacheOption = None,
-    heads: Annotated[str, typer.Option("--heads", help="Heads to fit, comma-separated.")]
-        = "nb,lda,qda",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the heads.")] = 0,
-    param: ParamOption = None,
-    preset: PresetOption = "default",
     *,
+    server: ServerOptions,
+    aggregation: AggregationOptions,
     upload: UploadOptions,
     stage_timeout: Annotated[float, typer.Option(
         "--stage-timeout", help="Seconds to wait for one stage's replies.")] = 120.0,
@@ -135,8 +99,10 @@ def flower_run(
     """Run a local Flower federation of ghofl clients and print the results.
 
     The clients compute their statistics (with --holdout and --transport-dtype); the server
-    aggregates them and fits the heads (with --preset and --param). Exit status 2 with one
-    line when the run failed (read from results.json).
+    aggregates them, with --secure authenticated by default (fresh identities and roster
+    unless --identities or --insecure-keys), releases them under --dp-epsilon, and fits the
+    heads (with --preset and --param). Exit status 2 with one line when the run failed (read
+    from results.json).
     """
     require_extra("flwr", "flower")
     from ghofl.integrations.flower.runner import run_local
@@ -145,18 +111,10 @@ def flower_run(
         raise ConfigError(f"--engine must be 'simulation' or 'deployment'; got {engine!r}")
     if nodes < 1:
         raise ConfigError(f"--nodes must be at least 1; got {nodes}")
-    head_names = parse_head_list(heads)
-    server_job = ServerJob(tuple(head_names), parse_param_options(param, head_names), seed=seed,
-                           preset=preset)
+    server_job, agg = server.job(), aggregation.spec()
 
     def plan_for(names: tuple[str, ...]) -> FederationPlan:
-        return cli_plan(lambda: FederationPlan(
-            upload.job(names, mode=check_mode(upload["mode"])),
-            AggregationSpec(protocol="secure" if secure else "plain",
-                            threshold=threshold or None, corrupt_fraction=corrupt_fraction,
-                            dropout_fraction=dropout_fraction, sigma=exposure_bits,
-                            eta=abort_bits, regions=regions or None),
-            server_job))
+        return federation(names, upload, agg, server_job, mode=check_mode(upload["mode"]))
 
     plan_for(("0",))  # the plan's rules first: option errors before class-list errors
     plan = plan_for(tuple(_classes(classes, test)))
@@ -188,8 +146,9 @@ def _finish(result: dict[str, Any], as_json: bool, engine: str, nodes: int, out:
 #: Run-config keys always sent; the others only when they differ from the app's defaults (an
 #: older app folder, given with --app, lacks them, and Flower refuses keys an app does not
 #: declare).
-_ALWAYS = ("protocol", "classes", "mode", "clip_norm", "threshold", "heads", "head_params",
-           "seed")
+_ALWAYS = tuple(FIELDS[p].key for p in (
+    "aggregation.protocol", "client.classes", "client.mode", "client.clip_norm",
+    "aggregation.threshold", "server.heads", "server.head_params", "server.seed"))
 
 
 def _identity_nodes(folder: Path, nodes: int, cfg: dict[str, ConfigValue]
@@ -270,8 +229,7 @@ def _node_policy(agg: AggregationSpec) -> dict[str, float]:
 
 def _run_config(plan: FederationPlan) -> dict[str, ConfigValue]:
     full = plan_to_config(plan)
-    base = plan_to_config(FederationPlan(ClientJob(plan.client.classes),
-                                         server=ServerJob(plan.server.heads)))
+    base = plan_to_config(FederationPlan(ClientJob(plan.client.classes)))
     return {k: v for k, v in full.items() if k in _ALWAYS or v != base[k]}
 
 

@@ -15,9 +15,9 @@ import typer
 from ghofl.cli._encoder_file import EncoderFileOption
 from ghofl.cli._options import (
     FeatureTransformOption,
-    ParamOption,
-    PresetOption,
+    ServerOptions,
     check_feature_transform_option,
+    server_options,
 )
 from ghofl.cli.app import app
 from ghofl.cli.embed import (
@@ -31,67 +31,60 @@ from ghofl.cli.embed import (
 )
 from ghofl.cli.io import (
     check_output_dir,
-    parse_param_options,
     read_total_arg,
     table,
     write_json,
 )
-from ghofl.client.transforms import apply_feature_transform, recorded_feature_transform
+from ghofl.client.transforms import transformed_dim
 from ghofl.data.by_path import DatasetSpec
 from ghofl.data.embeddings import check_labelled_embeddings, load_embeddings
 from ghofl.errors import ConfigError, InputError
-from ghofl.evaluation import evaluate_heads
-from ghofl.heads.base import Head
 from ghofl.heads.build import head_defaults, to_jsonable
-from ghofl.heads.presets import merge_preset
-from ghofl.heads.registry import available_heads, head_class, parse_head_list
-from ghofl.model.directory import load_model
-from ghofl.server.job import ServerJob, run_server_job
-
-DEFAULT_HEADS = "nb,lda,qda,fedcgs"
+from ghofl.heads.registry import available_heads, head_class
+from ghofl.model.directory import FittedModel, load_model
+from ghofl.server.fields import FIELDS
+from ghofl.server.job import ServerJob
+from ghofl.server.run import FederationServer
 
 
 @app.command("fit")
+@server_options()
 def fit(
     total: Annotated[Path, typer.Argument(
         help="Aggregate statistics file (.ghs) or aggregation store (ghofl aggregate --store).")],
     out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
-    heads: Annotated[str, typer.Option(
-        "--heads", help="Comma-separated registered heads, or 'all'.")] = DEFAULT_HEADS,
-    param: ParamOption = None,
-    preset: PresetOption = "default",
-    seed: Annotated[int | None, typer.Option(
-        "--seed", help="Seed for every head that takes one (unless set with --param).")] = None,
-    progress: Annotated[bool, typer.Option(
-        "--progress", help="Report progress of each head on stderr.")] = False,
+    *,
+    server: ServerOptions,
 ) -> None:
     """Fit heads from aggregated statistics; write one HEAD.ghh per head and manifest.json.
 
     The directory is written atomically: an existing model directory is replaced only after
     every head was fitted and saved.
     """
-    names = parse_head_list(heads)
-    params = merge_preset(preset, names, parse_param_options(param, names))
+    job = server.job()  # the preset is merged by the job (ServerJob.resolved_params)
     check_output_dir(out)
     stats = read_total_arg(total)
-    job = ServerJob(tuple(names), params, seed=0 if seed is None else seed, progress=progress)
-    result = run_server_job(stats, job, out_dir=out, extra={"stats": {"source": str(total)}},
-                            log=_stderr if progress else None, option="--out",
-                            command=_fit_command(total, out, names, param, preset, seed))
+    fed = FederationServer.from_total(job, stats.meta)
+    result = fed.fit(stats, out_dir=out, extra={"stats": {"source": str(total)}},
+                     log=_stderr if job.progress else None, option="--out",
+                     command=_fit_command(total, out, job, server))
     typer.echo(table(["head", "fit_seconds", "file"],
                      [[n, s, str(out / f"{n}.ghh")] for n, s in result.fit_seconds.items()]))
 
 
-def _fit_command(total: Path, out: Path, names: list[str], param: list[str] | None,
-                 preset: str, seed: int | None) -> str:
-    """The ``ghofl fit`` command line that reproduces this model (for its model card)."""
-    args = ["ghofl", "fit", str(total), "--heads", ",".join(names)]
-    for p in param or []:
-        args += ["--param", p]
-    if preset != "default":
-        args += ["--preset", preset]
-    if seed is not None:
-        args += ["--seed", str(seed)]
+def _fit_command(total: Path, out: Path, job: ServerJob, server: ServerOptions) -> str:
+    """The ``ghofl fit`` command line that reproduces this model (for its model card).
+
+    The heads always; every other server option only as the user gave it.
+    """
+    args = ["ghofl", "fit", str(total), FIELDS["server.heads"].flag, ",".join(job.heads)]
+    for p in server["head_params"] or []:
+        args += [FIELDS["server.head_params"].flag, p]
+    preset = server["preset"]
+    if preset is not None and preset != FIELDS["server.preset"].default:
+        args += [FIELDS["server.preset"].flag, preset]
+    if server["seed"] is not None:
+        args += [FIELDS["server.seed"].flag, str(server["seed"])]
     return shlex.join([*args, "--out", str(out)])
 
 
@@ -130,14 +123,14 @@ def evaluate(
     if (embeddings is None) == (data is None):
         raise ConfigError("give exactly one of --embeddings (an .npz of labelled embeddings) "
                           "and --data (labelled raw images or texts)")
-    models, _ = load_model(model_dir)
-    first = next(iter(models.values()))
+    model = load_model(model_dir)
+    transform: str | None = None  # raw data: the model applies the transform it records
     if data is not None:
         if feature_transform != "none":
             raise ConfigError("--feature-transform applies to --embeddings only; raw data gets "
                               "the transform the model records")
         spec = data_spec(data, fmt, label_column, text_columns)
-        x, y = _raw_labelled(spec, first, model_dir, split=split, batch_size=batch_size,
+        x, y = _raw_labelled(spec, model, model_dir, split=split, batch_size=batch_size,
                              backend=backend, encoder_file=encoder_file)
         source = data
     else:
@@ -145,11 +138,11 @@ def evaluate(
         if encoder_file is not None:
             raise ConfigError("--encoder-file encodes raw --data; --embeddings need no "
                               "encoder, so drop it")
-        x, y = _labelled_embeddings(embeddings, first, model_dir, feature_transform)
-        source = embeddings
+        x, y = _labelled_embeddings(embeddings, model, model_dir, feature_transform)
+        source, transform = embeddings, feature_transform
     if y.size == 0:
         raise InputError(f"'{source}' holds no samples; accuracy needs at least one")
-    scores = evaluate_heads(models, x, y, what=f"'{source}'")
+    scores = model.evaluate(x, y, what=f"'{source}'", transform=transform)
     results = {name: score.to_dict() for name, score in scores.items()}
     if json_out is not None:
         write_json(json_out, {"heads": results, "model_dir": str(model_dir),
@@ -158,10 +151,13 @@ def evaluate(
                      [[n, r["accuracy"], r["n"]] for n, r in results.items()]))
 
 
-def _labelled_embeddings(embeddings: Path, first: Head, model_dir: Path,
+def _labelled_embeddings(embeddings: Path, model: FittedModel, model_dir: Path,
                          feature_transform: str) -> tuple[Any, Any]:
-    """(x (n, d) transformed, y (n,)) of an embeddings archive, checked against the model."""
-    classes = first.meta_.classes
+    """(x (n, d), y (n,)) of an embeddings archive, checked against the model.
+
+    ``x`` as stored: :meth:`FittedModel.evaluate` applies ``feature_transform`` to it.
+    """
+    classes, want = model.classes, model.head().n_features_in_
     emb = load_embeddings(embeddings, "--embeddings")
     if emb.classes is not None and emb.classes != classes:
         raise InputError(
@@ -169,36 +165,36 @@ def _labelled_embeddings(embeddings: Path, first: Head, model_dir: Path,
             f"model's {_short(classes)}; evaluate on data labelled with the model's classes"
         )
     raw = emb.x
-    if raw.ndim == 2 and feature_transform != "none":
-        raw = apply_feature_transform(raw, feature_transform)
-    if raw.ndim == 2 and raw.shape[1] != first.n_features_in_:
-        done = recorded_feature_transform(first.meta_.encoder)
+    dim = transformed_dim(raw.shape[1], feature_transform) if raw.ndim == 2 else want
+    if dim != want:
+        done = model.transform
         hint = ("embed the test set with the clients' encoder" if done == feature_transform
                 else f"the clients applied --feature-transform {done}; pass the same")
         raise InputError(
-            f"'{embeddings}' has {raw.shape[1]}-dimensional embeddings"
+            f"'{embeddings}' has {dim}-dimensional embeddings"
             + (f" after --feature-transform {feature_transform}" if feature_transform != "none"
                else "")
-            + f" but the model in '{model_dir}' expects d={first.n_features_in_}; {hint}"
+            + f" but the model in '{model_dir}' expects d={want}; {hint}"
         )
     return check_labelled_embeddings(raw, emb.y, len(classes), f"'{embeddings}'",
                                      range_hint="the model does not know that class")
 
 
-def _raw_labelled(spec: DatasetSpec, first: Head, model_dir: Path, *, split: str | None,
-                  batch_size: int, backend: str, encoder_file: Path | None = None
-                  ) -> tuple[Any, Any]:
+def _raw_labelled(spec: DatasetSpec, model: FittedModel, model_dir: Path, *,
+                  split: str | None, batch_size: int, backend: str,
+                  encoder_file: Path | None = None) -> tuple[Any, Any]:
     """Raw labelled data embedded with the model's recorded encoder.
 
-    Returns x (n, d), transformed, and y (n,), indices into the model's classes.
+    Returns x (n, d), the encoder's output (the model applies its recorded transform), and
+    y (n,), indices into the model's classes.
     """
     from ghofl.client.local_data import embed_local_data
     from ghofl.evaluation.predict import recorded_encoder
 
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1; got {batch_size}")
-    classes = first.meta_.classes
-    recorded = first.meta_.encoder
+    classes = model.classes
+    recorded = model.head().meta_.encoder
     encoder = recorded_encoder(recorded, f"'{model_dir}'", backend, encoder_file, model_dir)
     assert recorded is not None
     is_text = recorded.resolution is None
@@ -215,8 +211,7 @@ def _raw_labelled(spec: DatasetSpec, first: Head, model_dir: Path, *, split: str
             )
         index = {c: i for i, c in enumerate(classes)}
         y = np.asarray([index[c] for c in local.classes], dtype=np.int64)[local.y]
-    x = apply_feature_transform(local.x.astype(np.float64),
-                                recorded_feature_transform(recorded))
+    x = local.x
     typer.echo(f"embedded {spec.path}: n={y.size} items with {recorded.name}", err=True)
     return check_labelled_embeddings(x, y, len(classes), f"'{spec.path}'",
                                      range_hint="the model does not know that class")

@@ -15,7 +15,7 @@ import typer
 from ghofl.cli._encoder_file import EncoderFileOption
 from ghofl.cli._options import check_feature_transform_option
 from ghofl.cli.app import app
-from ghofl.client.transforms import recorded_feature_transform, transformed_dim
+from ghofl.client.transforms import transformed_dim
 from ghofl.data.items import EmbeddingRows, ImageItems, Item, TextLineItems, is_image_path
 from ghofl.errors import ConfigError, InputError
 from ghofl.evaluation.predict import (
@@ -32,7 +32,7 @@ from ghofl.evaluation.predict import (
 from ghofl.files import atomic_write
 from ghofl.heads.base import Head
 from ghofl.heads.ood import MahalanobisOOD
-from ghofl.model.directory import load_model, load_ood
+from ghofl.model.directory import FittedModel, load_model, load_ood
 from ghofl.stats.meta import EncoderInfo
 
 __all__ = ["predict"]
@@ -74,8 +74,8 @@ def _check_top_k(top_k: int | None, num_classes: int) -> int | None:
 def _raw_batches(
     data: Path, kind: str, head: Head, model_dir: Path, backend: str,
     encoder_file: Path | None = None,
-) -> tuple[Any, Any, str]:
-    """(items, encoder, transform) of raw images or texts, the encoder checked."""
+) -> tuple[Any, Any]:
+    """(items, encoder) of raw images or texts, the encoder checked."""
     recorded = head.meta_.encoder
     if recorded is not None and (recorded.resolution is None) != (kind == "text"):
         wants_text = recorded.resolution is None
@@ -88,18 +88,18 @@ def _raw_batches(
     encoder = recorded_encoder(recorded, f"'{model_dir}'", backend, encoder_file, model_dir)
     assert recorded is not None
     items = TextLineItems(data) if kind == "text" else ImageItems(data)
-    return items, encoder, recorded_feature_transform(recorded)
+    return items, encoder
 
 
 def _embedding_rows(
-    data: Path, head: Head, model_dir: Path, feature_transform: str,
+    data: Path, model: FittedModel, head: Head, model_dir: Path, feature_transform: str,
 ) -> EmbeddingRows:
     rows = EmbeddingRows(data)
     recorded = head.meta_.encoder
+    done = model.transform
     if rows.encoder is not None and recorded is not None:
         info = EncoderInfo.from_dict(rows.encoder)
         check_encoder_fingerprint(info, recorded, f"'{model_dir}'")
-        done = recorded_feature_transform(recorded)
         if feature_transform != done:
             raise InputError(
                 f"'{data}' holds raw {info.name} embeddings (written by ghofl embed) and the "
@@ -107,7 +107,6 @@ def _embedding_rows(
             )
     dim = transformed_dim(rows.dim, feature_transform) if rows.dim else 0
     if dim != head.n_features_in_:
-        done = recorded_feature_transform(recorded)
         hint = ("embed the items with the clients' encoder" if done == feature_transform
                 else f"the clients applied --feature-transform {done}; pass the same")
         raise InputError(
@@ -136,16 +135,20 @@ def _skip(item: Item) -> None:
 
 
 def _feature_batches(
-    data: Path, kind: str, head: Head, model_dir: Path, *, feature_transform: str,
-    backend: str, batch_size: int, skip_unreadable: bool, skipped: list[str],
-    encoder_file: Path | None = None,
-) -> tuple[int, str, Iterator[tuple[list[str], np.ndarray]]]:
-    """(number of items, transform, iterator of (ids, raw features (b, d)))."""
+    data: Path, kind: str, model: FittedModel, head: Head, model_dir: Path, *,
+    feature_transform: str, backend: str, batch_size: int, skip_unreadable: bool,
+    skipped: list[str], encoder_file: Path | None = None,
+) -> tuple[int, str | None, Iterator[tuple[list[str], np.ndarray]]]:
+    """(number of items, transform, iterator of (ids, raw features (b, d))).
+
+    The transform is ``None`` for raw items (the model applies the one it records), else
+    ``feature_transform``.
+    """
     if kind == "embeddings":
         if encoder_file is not None:
             raise ConfigError("--encoder-file encodes raw images; embeddings input needs no "
                               "encoder, so drop it")
-        rows = _embedding_rows(data, head, model_dir, feature_transform)
+        rows = _embedding_rows(data, model, head, model_dir, feature_transform)
 
         def from_rows() -> Iterator[tuple[list[str], np.ndarray]]:
             start = 0
@@ -159,8 +162,7 @@ def _feature_batches(
             "--feature-transform applies to embeddings input only; raw images and texts get "
             "the transform the model records"
         )
-    items, encoder, transform = _raw_batches(data, kind, head, model_dir, backend,
-                                             encoder_file)
+    items, encoder = _raw_batches(data, kind, head, model_dir, backend, encoder_file)
 
     def on_skip(item: Item) -> None:
         skipped.append(item.id)
@@ -171,7 +173,7 @@ def _feature_batches(
                                   on_skip=on_skip):
             yield [item.id for item in batch], embed_items(encoder, batch)
 
-    return len(items), transform, from_items()
+    return len(items), None, from_items()
 
 
 def _one_blas_thread(kind: str) -> Any:
@@ -252,16 +254,17 @@ def predict(
         raise InputError(f"--out '{out}' is a directory; give a file path")
     check_feature_transform_option(feature_transform)
     kind = data_kind(data)
-    models, manifest = load_model(model_dir)
-    name, head = _pick_head(models, head_name, model_dir)
-    predictor_ood = _with_threshold(load_ood(model_dir, manifest), ood_threshold, model_dir)
+    model = load_model(model_dir)
+    name, head = _pick_head(model.heads, head_name, model_dir)
+    predictor_ood = _with_threshold(load_ood(model_dir, model.manifest), ood_threshold,
+                                    model_dir)
     top_k = _check_top_k(top_k, len(head.meta_.classes))
     skipped: list[str] = []
     total, transform, batches = _feature_batches(
-        data, kind, head, model_dir, feature_transform=feature_transform, backend=backend,
-        batch_size=batch_size, skip_unreadable=skip_unreadable, skipped=skipped,
-        encoder_file=encoder_file)
-    predictor = Predictor(head, transform, predictor_ood)
+        data, kind, model, head, model_dir, feature_transform=feature_transform,
+        backend=backend, batch_size=batch_size, skip_unreadable=skip_unreadable,
+        skipped=skipped, encoder_file=encoder_file)
+    predictor = Predictor(model, name, predictor_ood, transform)
     counts = {"rows": 0, "ood": 0}
 
     def write(tmp: str) -> None:

@@ -34,157 +34,70 @@ The JSON written by ``--json`` is :meth:`ghofl.server.simulation.SimulationResul
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import numpy as np
 import typer
 
 from ghofl.cli._options import (
-    ParamOption,
-    PresetOption,
+    AggregationOptions,
+    ServerOptions,
     UploadOptions,
-    cli_plan,
+    aggregation_options,
+    federation,
+    field_option,
+    server_options,
     upload_options,
 )
 from ghofl.cli.app import app
 from ghofl.cli.io import (
     check_mode,
     check_output_file,
-    parse_param_options,
     resolve_classes,
     table,
     write_json,
 )
-from ghofl.cli.model_cmds import DEFAULT_HEADS
 from ghofl.cli.stats_cmds import projection_basis_option
 from ghofl.client.local_data import read_npz_encoder_info
 from ghofl.data.embeddings import load_embeddings
 from ghofl.errors import ConfigError
-from ghofl.heads.registry import parse_head_list
-from ghofl.privacy import DEFAULT_DELTA, DP_MODES, SPLITS, DPConfig
-from ghofl.secure import DEFAULT_MAX_SAMPLES, parse_drops
-from ghofl.secure.messages import SECURE_STAGES
-from ghofl.server.job import ServerJob
-from ghofl.server.plan import (
-    THREAT_MODEL_DEFAULTS,
-    AggregationSpec,
-    FederationPlan,
-    default_min_class_count,
-)
 from ghofl.server.simulation import Population, SimulationResult
 from ghofl.server.simulation import simulate as simulate_plan
 
-# The options of ``ghofl simulate`` (annotated types, as in :mod:`ghofl.cli._options`).
+# The options of ``ghofl simulate`` that are no plan field (annotated types, as in
+# :mod:`ghofl.cli._options`); the plan's options are generated from FIELDS.
 _TrainOption = Annotated[Path, typer.Option("--train", help="Training NPZ with x (n, d), y (n,).")]
 _TestOption = Annotated[Path, typer.Option("--test", help="Test NPZ with x (m, d), y (m,).")]
 _ClientsOption = Annotated[int, typer.Option("--clients", help="Number of clients K.")]
 _AlphaOption = Annotated[float, typer.Option(
     "--alpha", help="Dirichlet concentration of the label skew (e.g. 0.1).")]
-_SeedOption = Annotated[int, typer.Option(
-    "--seed", help="Seed of the partition and of every head that takes one.")]
-_HeadsOption = Annotated[str, typer.Option(
-    "--heads", help="Comma-separated registered heads, or 'all'.")]
-_ClassesOption = Annotated[str | None, typer.Option(
-    "--classes", help="Comma-separated class names (default: from the archives).")]
+_ClassesOption = Annotated[str | None, field_option(
+    "client.classes", help="Comma-separated class names (default: from the archives).")]
 _NumClassesOption = Annotated[int | None, typer.Option(
     "--num-classes", help="Number of classes (default: from the archives).")]
 _MinPerClientOption = Annotated[int, typer.Option(
     "--min-per-client", help="Redraw the partition until every client has this many.")]
-_SecureOption = Annotated[bool, typer.Option(
-    "--secure", help="Aggregate with the secure protocol (the server learns only the "
-    "sum).")]
-_ThresholdOption = Annotated[int | None, typer.Option(
-    "--threshold", help="Secure: fewest clients that must remain (default: "
-    "(n + floor(GAMMA*n))//2 + 1 for --corrupt-fraction GAMMA, about two thirds at the default "
-    "1/3).")]
-_NeighboursOption = Annotated[int | None, typer.Option(
-    "--neighbours", help="Secure: neighbours per client on the SecAgg+ graph (default "
-    "2*ceil(1.5*log2 n), complete graph up to 13 clients).")]
-_MaxSamplesOption = Annotated[int | None, typer.Option(
-    "--max-samples", help="Secure: public maximum samples per client (default "
-    f"{DEFAULT_MAX_SAMPLES:,}).")]
-_LimbsOption = Annotated[int | None, typer.Option(
-    "--limbs", help="Secure: 64-bit words per float statistic, 2 (exact, default) or 1.")]
-_CorruptFractionOption = Annotated[float | None, typer.Option(
-    "--corrupt-fraction", help="Secure: fraction GAMMA in [0, 1) of the clients that may "
-    "collude with the server (default 1/3); sets the default threshold "
-    "(n + floor(GAMMA*n))//2 + 1 and, with the next three, the graph degree and share "
-    "threshold. The simulated clients hold the same policy.")]
-_DropoutFractionOption = Annotated[float | None, typer.Option(
-    "--dropout-fraction", help="Secure: fraction DELTA in [0, 1) of the clients expected to "
-    "drop out (default 1/3); GAMMA + DELTA < 1.")]
-_ExposureBitsOption = Annotated[float | None, typer.Option(
-    "--exposure-bits", help="Secure: exposure target SIGMA > 0: a client's statistics reach "
-    "the server with probability <= 2^-SIGMA per round (default 40).")]
-_AbortBitsOption = Annotated[float | None, typer.Option(
-    "--abort-bits", help="Secure: abort target ETA > 0: a client's secrets cannot be "
-    "recovered (the round aborts) with probability <= 2^-ETA per round (default 20).")]
-_RegionsOption = Annotated[int | None, typer.Option(
-    "--regions", help="Secure: split the clients into R public regions (contiguous groups of "
-    "the sorted ids), each a secure round, then one secure round over the R regional sums "
-    "(exact; a client's cost depends on its region's size only). --threshold and "
-    "--neighbours apply per region.")]
-_DropOption = Annotated[list[str] | None, typer.Option(
-    "--drop", help="STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, reveal, "
-    "share, mask, consistency, unmask; a drop at reveal aborts the round; plain: input). "
-    "Repeatable.")]
-_DpEpsilonOption = Annotated[float | None, typer.Option(
-    "--dp-epsilon", help="Differential privacy: release the total with the Gaussian "
-    "mechanism calibrated to this epsilon (needs --clip).")]
-_DpDeltaOption = Annotated[float | None, typer.Option(
-    "--dp-delta", help=f"Differential privacy: delta (default {DEFAULT_DELTA:g}).")]
-_DpModeOption = Annotated[str | None, typer.Option(
-    "--dp-mode", help="Differential privacy: 'central' (the server noises the total; "
-    "default) or 'distributed' (each client adds a noise share before secure "
-    "aggregation; needs --secure).")]
-_DpSplitOption = Annotated[str | None, typer.Option(
-    "--dp-split", help="Differential privacy: how the budget is split over counts, sums and "
-    "second moments: 'auto' (default: from the expected error of the moments, told the "
-    "training set's size) or 'equal'.")]
-_DpExpectedOption = Annotated[int | None, typer.Option(
-    "--dp-expected-samples", help="Differential privacy: the public sample count the auto "
-    "split assumes (default: the training set's size).")]
-_ProgressOption = Annotated[bool, typer.Option(
-    "--progress", help="Show progress of trainable heads.")]
 _JsonOption = Annotated[Path | None, typer.Option(
     "--json", help="Write the full result as JSON here.")]
 
 
 @app.command("simulate")
 @upload_options()
+@aggregation_options(exclude=("aggregation.store",))
+@server_options()
 def simulate(
     train: _TrainOption,
     test: _TestOption,
     clients: _ClientsOption,
     alpha: _AlphaOption,
-    seed: _SeedOption = 0,
-    heads: _HeadsOption = DEFAULT_HEADS,
-    param: ParamOption = None,
-    preset: PresetOption = "default",
     classes: _ClassesOption = None,
     num_classes: _NumClassesOption = None,
     min_per_client: _MinPerClientOption = 0,
-    secure: _SecureOption = False,
-    threshold: _ThresholdOption = None,
-    neighbours: _NeighboursOption = None,
-    max_samples: _MaxSamplesOption = None,
-    limbs: _LimbsOption = None,
-    corrupt_fraction: _CorruptFractionOption = None,
-    dropout_fraction: _DropoutFractionOption = None,
-    exposure_bits: _ExposureBitsOption = None,
-    abort_bits: _AbortBitsOption = None,
-    regions: _RegionsOption = None,
-    drop: _DropOption = None,
-    dp_epsilon: _DpEpsilonOption = None,
-    dp_delta: _DpDeltaOption = None,
-    dp_mode: _DpModeOption = None,
-    dp_split: _DpSplitOption = None,
-    dp_expected_samples: _DpExpectedOption = None,
     *,
+    server: ServerOptions,
+    aggregation: AggregationOptions,
     upload: UploadOptions,
-    progress: _ProgressOption = False,
     json_out: _JsonOption = None,
 ) -> None:
     """Simulate a Dirichlet-partitioned one-shot federation and report accuracy per head.
@@ -198,16 +111,10 @@ def simulate(
                                                   "projection_basis"))
     if seed_ is not None and dim is None:
         raise ConfigError("--projection-seed needs --projection-dim; give both or neither")
-    names = parse_head_list(heads)
-    server_job = ServerJob(tuple(names), parse_param_options(param, names), seed=seed,
-                           progress=progress, preset=preset)
-    dp = _dp_config(dp_epsilon, dp_delta, dp_mode, dp_split, dp_expected_samples)
-    threat = {"corrupt_fraction": corrupt_fraction, "dropout_fraction": dropout_fraction,
-              "sigma": exposure_bits, "eta": abort_bits}
-    aggregation = _aggregation(secure, threshold, neighbours, max_samples, limbs, dp, drop,
-                               threat, regions)
+    server_job = server.job()
+    agg = aggregation.spec()
     _check_min_class_count(upload["min_class_count"])
-    upload.check(secure=secure, skip=("projection_basis",))
+    upload.check(secure=agg.protocol == "secure", skip=("projection_basis",))
     if json_out is not None:
         check_output_file(json_out, "--json")
     tr, te = load_embeddings(train, "--train"), load_embeddings(test, "--test")
@@ -215,32 +122,13 @@ def simulate(
     basis = projection_basis_option(basis_name, dim, seed_, read_npz_encoder_info(train)
                                     if basis_name == "default" else None,
                                     upload["feature_transform"])
-    job = upload.job(tuple(class_names), mode=m, projection_basis=basis,
-                     min_class_count=upload["min_class_count"] or default_min_class_count(dp))
-    plan = cli_plan(lambda: FederationPlan(job, aggregation, server_job),
-                    hint=lambda exc: _clip_hint(tr.x) if exc.field == "client.clip_norm" else "")
+    plan = federation(tuple(class_names), upload, agg, server_job, mode=m,
+                      projection_basis=basis,
+                      hint=lambda exc: _clip_hint(tr.x) if exc.field == "client.clip_norm"
+                      else "")
     result = simulate_plan(plan, (tr.x, tr.y), (te.x, te.y),
                            Population(clients, alpha, min_per_client))
     _report(result, json_out)
-
-
-def _aggregation(secure: bool, threshold: int | None, neighbours: int | None,
-                 max_samples: int | None, limbs: int | None, dp: DPConfig | None,
-                 drop: list[str] | None, threat: Mapping[str, float | None],
-                 regions: int | None = None) -> AggregationSpec:
-    """The :class:`AggregationSpec` of --secure, its settings, the DP options and --drop.
-
-    ``threat`` holds the threat model's options by AggregationSpec field (``None``: not given).
-    """
-    protocol: Literal["plain", "secure"] = "secure" if secure else "plain"
-    given = {k: v for k, v in threat.items() if v is not None}
-    t = {**THREAT_MODEL_DEFAULTS, **given}
-    return cli_plan(lambda: AggregationSpec(
-        protocol=protocol, threshold=threshold, neighbours=neighbours,
-        max_samples=max_samples or DEFAULT_MAX_SAMPLES, limbs=limbs or 2, dp=dp,
-        drops=parse_drops(drop, SECURE_STAGES if secure else ("input",)),
-        corrupt_fraction=t["corrupt_fraction"], dropout_fraction=t["dropout_fraction"],
-        sigma=t["sigma"], eta=t["eta"], regions=regions))
 
 
 def _check_min_class_count(min_class_count: int | None) -> None:
@@ -261,25 +149,6 @@ def _report(result: SimulationResult, json_out: Path | None) -> None:
     _echo_privacy(result)
     typer.echo(table(["head", "accuracy", "fit_seconds"],
                      [[n, r.accuracy, r.fit_seconds] for n, r in result.heads.items()]))
-
-
-def _dp_config(epsilon: float | None, delta: float | None, mode: str | None,
-               split: str | None = None, expected: int | None = None) -> DPConfig | None:
-    """The DP options as a :class:`DPConfig` (``None`` without --dp-epsilon)."""
-    if epsilon is None:
-        given = [k for k, v in (("--dp-delta", delta), ("--dp-mode", mode),
-                                ("--dp-split", split), ("--dp-expected-samples", expected))
-                 if v is not None]
-        if given:
-            raise ConfigError(f"{given[0]} needs --dp-epsilon; give the privacy budget epsilon")
-        return None
-    if mode is not None and mode not in DP_MODES:
-        raise ConfigError(f"--dp-mode must be one of {', '.join(DP_MODES)}; got {mode!r}")
-    if split is not None and split not in SPLITS:
-        raise ConfigError(f"--dp-split must be one of {', '.join(SPLITS)}; got {split!r}")
-    return DPConfig(epsilon, DEFAULT_DELTA if delta is None else delta,
-                    "distributed" if mode == "distributed" else "central",
-                    split=split or "auto", expected_samples=expected)
 
 
 def _echo_privacy(result: SimulationResult) -> None:

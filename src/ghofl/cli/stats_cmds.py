@@ -7,7 +7,6 @@ statistics file.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +16,7 @@ from ghofl.cli._options import (
     FeatureTransformOption,
     UploadOptions,
     check_feature_transform_option,
+    field_option,
     upload_options,
 )
 from ghofl.cli.app import app
@@ -38,13 +38,12 @@ from ghofl.cli.io import (
     check_mode,
     check_output_file,
     load_embeddings,
-    read_stats,
     resolve_classes,
 )
 from ghofl.client.job import client_statistics
 from ghofl.data.embeddings import Embeddings
-from ghofl.errors import ConfigError, IncompatibleStatsError, StatsValidationError
-from ghofl.stats.client_stats import ClientStats, sum_stats
+from ghofl.errors import ConfigError, StatsValidationError
+from ghofl.server.fields import FIELDS
 from ghofl.stats.codec import payload_nbytes, save_stats
 from ghofl.stats.meta import EncoderInfo
 
@@ -67,11 +66,11 @@ def client_stats(
     data: Annotated[Path | None, typer.Option(
         "--data", help="Instead of --embeddings: raw data, embedded with --encoder. "
         + DATA_HELP)] = None,
-    encoder: Annotated[str | None, typer.Option("--encoder", help="With --data: "
-        + ENCODER_HELP)] = None,
+    encoder: Annotated[str | None, field_option("client.encoder", help="With --data: "
+                                                 + ENCODER_HELP)] = None,
     split: DataSplitOption = None,
-    resolution: Annotated[int, typer.Option(
-        "--resolution", help="With --data: input resolution of image encoders.")] = 224,
+    resolution: Annotated[int, field_option(
+        "client.resolution", help="With --data: input resolution of image encoders.")] = 224,
     backend: DataBackendOption = "onnx",
     batch_size: DataBatchSizeOption = 64,
     progress: Annotated[bool, typer.Option(
@@ -79,12 +78,12 @@ def client_stats(
     fmt: DataFormatOption = "auto",
     label_column: DataLabelColumnOption = None,
     text_columns: DataTextColumnsOption = None,
-    classes: Annotated[str | None, typer.Option(
-        "--classes", help="Comma-separated class names, shared by every client.")] = None,
+    classes: Annotated[str | None, field_option(
+        "client.classes", help="Comma-separated class names, shared by every client.")] = None,
     num_classes: Annotated[int | None, typer.Option(
         "--num-classes", help="Number of classes C, shared by every client.")] = None,
-    encoder_name: Annotated[str | None, typer.Option(
-        "--encoder-name", help="Encoder name stored in the payload; clients must agree.")]
+    encoder_name: Annotated[str | None, field_option(
+        "client.encoder_name", help="Encoder name stored in the payload; clients must agree.")]
         = None,
     *,
     upload: UploadOptions,
@@ -257,9 +256,10 @@ def aggregate(
     files: Annotated[list[Path], typer.Argument(help="Client statistics files (.ghs).")],
     out: Annotated[Path | None, typer.Option(
         "--out", help="Aggregate statistics file to write (required without --store).")] = None,
-    store: Annotated[Path | None, typer.Option(
-        "--store", help="Aggregation store (SQLite file, created if absent) recording each "
-        "payload and an exact running total; re-submitting a payload is idempotent.")] = None,
+    store: Annotated[Path | None, field_option(
+        "aggregation.store", help="Aggregation store (SQLite file, created if absent) "
+        "recording each payload and an exact running total; re-submitting a payload is "
+        "idempotent.")] = None,
     client_id: Annotated[str | None, typer.Option(
         "--client-id", help="Client id of the payload in the store (default: the file name "
         "without extension); only with --store and one payload.")] = None,
@@ -270,38 +270,13 @@ def aggregate(
     projection, class list and mode. With --store the payloads are recorded in a durable store
     (one transaction each) and --out, if given, receives the store's total.
     """
-    from ghofl.cli._aggregate import check_aggregate_inputs, record_in_store
+    from ghofl.cli._aggregate import aggregate_files, check_aggregate_inputs
 
-    for target, option in ((out, "--out"), (store, "--store")):
+    for target, option in ((out, "--out"), (store, FIELDS["aggregation.store"].flag)):
         if target is not None:
             check_output_file(target, option)
     digests = check_aggregate_inputs(files, out, store, client_id)
-    if store is not None:
-        stored_total = record_in_store(store, files, digests, client_id)
-        if out is not None:
-            size = save_stats(stored_total, out)
-            typer.echo(f"wrote the store's total to {out} ({size} bytes)")
-        return
-    assert out is not None  # check_aggregate_inputs requires --out without --store
-    current: list[Path] = []
-
-    def payloads() -> Iterator[ClientStats]:
-        for path in files:
-            current[:] = [path]
-            yield read_stats(path)
-
-    try:
-        total = sum_stats(payloads())
-    except IncompatibleStatsError as exc:
-        reason = exc.__cause__ if exc.__cause__ is not None else exc
-        raise IncompatibleStatsError(
-            f"cannot add '{current[0]}' to the total of the files before it: {reason}"
-        ) from exc
-    size = save_stats(total, out)
-    typer.echo(
-        f"aggregated {len(files)} files into {out}: n={total.n_samples} samples, "
-        f"{total.num_classes} classes, mode {total.mode}, dim {total.dim} ({size} bytes)"
-    )
+    aggregate_files(files, digests, out=out, store=store, client_id=client_id)
 
 
 @app.command("projection-basis")

@@ -50,7 +50,7 @@ CACHE_FORMAT = "ghofl-embeddings"
 CACHE_VERSION = 1
 _log = logging.getLogger(__name__)
 
-Embeddings = tuple[NDArray[np.float32], NDArray[np.int64]]
+EmbeddingArrays = tuple[NDArray[np.float32], NDArray[np.int64]]
 
 
 def _info(encoder: Encoder | EncoderInfo) -> EncoderInfo:
@@ -89,7 +89,7 @@ def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
     atomic_write(path, to_file)
 
 
-def _validate(x: Any, y: Any, dim: int) -> Embeddings:
+def _validate(x: Any, y: Any, dim: int) -> EmbeddingArrays:
     x = np.asarray(x)
     y = np.asarray(y)
     if x.ndim != 2 or x.shape[1] != dim or y.shape != (x.shape[0],):
@@ -119,7 +119,7 @@ def save_cached_embeddings(
     )
 
 
-def load_cached_embeddings(path: Path, info: EncoderInfo | None = None) -> Embeddings | None:
+def load_cached_embeddings(path: Path, info: EncoderInfo | None = None) -> EmbeddingArrays | None:
     """Return the cached ``(x, y)`` at ``path`` if present and intact, else ``None``.
 
     Intact means: the sidecar parses, has this format and version (and, when ``info`` is given,
@@ -155,7 +155,7 @@ def cached_embeddings(
     indices_key: NDArray[np.integer[Any]] | Sequence[int] | str | None,
     compute_fn: Callable[[], tuple[NDArray[Any], NDArray[Any]]],
     cache_dir: str | os.PathLike[str] | None = None,
-) -> Embeddings:
+) -> EmbeddingArrays:
     """Return cached embeddings for the key, or compute, store and return them.
 
     Parameters

@@ -15,12 +15,12 @@ from ghofl.client.cache import cached_embeddings
 from ghofl.client.encoders.base import Encoder
 from ghofl.errors import ConfigError
 
-__all__ = ["Source", "dataset_key", "embed_dataset", "embed_dataset_cached"]
+__all__ = ["BatchSource", "dataset_key", "embed_dataset", "embed_dataset_cached"]
 
 Indices = NDArray[np.integer[Any]] | Sequence[int]
 
 
-class Source(Protocol):
+class BatchSource(Protocol):
     """A dataset: ``labels`` (n,), ``len()``, ``load_batch(indices)`` (images or texts)."""
 
     @property
@@ -51,7 +51,7 @@ def _positions(indices: Indices | None, n: int) -> NDArray[np.int64]:
 
 
 def embed_dataset(
-    source: Source,
+    source: BatchSource,
     encoder: Encoder,
     indices: Indices | None = None,
     batch_size: int = 64,
@@ -63,7 +63,7 @@ def embed_dataset(
 
     Parameters
     ----------
-    source : Source
+    source : BatchSource
         An image source (``load_batch`` -> uint8 (b, H, W, 3)) or a text dataset
         (``load_batch`` -> list of b strings).
     encoder : Encoder
@@ -118,7 +118,7 @@ def _progress_bar(total: int, name: str) -> Any:
     )
 
 
-def dataset_key(dataset: str | os.PathLike[str] | Source) -> str:
+def dataset_key(dataset: str | os.PathLike[str] | BatchSource) -> str:
     """Cache key of a dataset.
 
     The name of a named dataset, else the name of the file/folder plus 8 hex of the SHA-256 of its
@@ -143,7 +143,7 @@ def dataset_key(dataset: str | os.PathLike[str] | Source) -> str:
 
 
 def embed_dataset_cached(
-    dataset: str | os.PathLike[str] | Source,
+    dataset: str | os.PathLike[str] | BatchSource,
     split: str,
     encoder: Encoder,
     indices: Indices | None = None,
@@ -158,7 +158,7 @@ def embed_dataset_cached(
 
     Parameters
     ----------
-    dataset : str, os.PathLike or Source
+    dataset : str, os.PathLike or BatchSource
         A named dataset (``cifar10``, ``trec``, ``sst2``, ``agnews``), an ImageFolder
         directory/zip, or a source object (with a ``name``). A name or path is only opened on a
         cache miss.
@@ -187,7 +187,7 @@ def embed_dataset_cached(
         if isinstance(dataset, str | os.PathLike):
             from ghofl.data.registry import load_dataset
 
-            source: Source = load_dataset(dataset, split, data_dir=data_dir)
+            source: BatchSource = load_dataset(dataset, split, data_dir=data_dir)
         else:
             source = dataset
         return embed_dataset(source, encoder, indices, batch_size=batch_size, progress=progress)

@@ -1,48 +1,24 @@
 """The client half of a one-shot federation: local data → validated :class:`ClientStats`.
 
 :class:`ClientJob` is what every client must agree on (class list, upload mode, encoder,
-feature transform, projection, clipping bound); it travels as a flat config
-(:meth:`ClientJob.to_config` / :meth:`ClientJob.from_config`). :func:`client_statistics` is the
-one client function that ``ghofl client-stats``, the in-process simulator and the Flower
-ClientApp all call.
-
-Config keys (all values str, int, float or bool, so a TOML table or a Flower ``ConfigRecord``
-holds them; ``None`` travels as the empty string or 0, which no valid value uses)::
-
-    classes            str    JSON list of class names, e.g. '["cat", "dog"]' (from_config also
-                              takes a list, or a comma-separated string)
-    mode               str    "full", "pooled", "gram", "diag" or "means"
-    encoder            str    registered encoder name; "" = the inputs are embeddings
-    encoder_name       str    name recorded for embeddings inputs; "" = none
-    resolution         int    input resolution of image encoders
-    backend            str    "onnx" or "torch"
-    feature_transform  str    "none", "sqrt" or "x+sqrt"
-    projection_dim     int    0 = no projection
-    projection_seed    int
-    projection_basis   str    "" = random projection; else the fingerprint of a public
-                              principal-direction basis (ghofl.stats.projection, "pca-v1")
-    clip_norm          float  0.0 = no clipping
-    min_class_count    int    k of the minimum-count rule; 1 = off (the default)
-    holdout_fraction   float  fraction f of samples held out (held-out section); 0.0 = none
-    holdout_seed       int    seed of the per-sample held-out split (every client the same)
-    transport_dtype    str    "float64" or "float32": dtype of the float sums in plain uploads
+feature transform, projection, clipping bound); it travels in a run config under the keys of
+``ghofl.server.fields.FIELDS`` (``ghofl.server.config.plan_to_config``), which reads each
+field's type and default from this class. :func:`client_statistics` is the one client function
+that ``ghofl client-stats``, the in-process simulator and the Flower ClientApp all call.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl._jobconfig import check_config_keys
 from ghofl.client.encoders.base import Encoder
 from ghofl.client.encoders.factory import get_encoder
 from ghofl.client.transforms import (
@@ -67,14 +43,13 @@ from ghofl.stats.transport import TRANSPORT_DTYPES
 
 __all__ = ["ClientJob", "client_statistics", "suppress_small_classes"]
 
-ConfigValue = str | int | float | bool
 Source = str | os.PathLike[str] | tuple[NDArray[Any], NDArray[Any]] | Embeddings
 _BACKENDS = ("onnx", "torch")
 
 
 @dataclass(frozen=True)
 class ClientJob:
-    """What every client of a federation must agree on (serialisable to a flat config).
+    """What every client of a federation must agree on.
 
     Attributes
     ----------
@@ -187,71 +162,6 @@ class ClientJob:
                 f"{n.name('client.projection_basis')} must be '' or the 16-hex-digit "
                 "fingerprint of a principal-direction basis, with "
                 f"{n.name('client.projection_dim')} set; got {basis!r} (projection_dim={k})"))
-
-    # ------------------------------------------------------------------ config
-    def to_config(self) -> dict[str, ConfigValue]:
-        """The job as a flat config (see the module docstring for keys and conventions)."""
-        return {
-            "classes": json.dumps(list(self.classes)),
-            "mode": self.mode,
-            "encoder": self.encoder or "",
-            "encoder_name": self.encoder_name or "",
-            "resolution": self.resolution,
-            "backend": self.backend,
-            "feature_transform": self.feature_transform,
-            "projection_dim": self.projection_dim or 0,
-            "projection_seed": self.projection_seed,
-            "projection_basis": self.projection_basis,
-            "clip_norm": 0.0 if self.clip_norm is None else float(self.clip_norm),
-            "min_class_count": self.min_class_count,
-            "holdout_fraction": float(self.holdout_fraction),
-            "holdout_seed": self.holdout_seed,
-            "transport_dtype": self.transport_dtype,
-        }
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any], *, strict: bool = False) -> ClientJob:
-        """Rebuild a job from :meth:`to_config` output (or a TOML / Flower config).
-
-        Parameters
-        ----------
-        config : mapping
-            Must hold ``classes``; other keys default as in the class. Keys of other jobs
-            (e.g. a :class:`~ghofl.server.job.ServerJob` sharing the run config) are ignored.
-        strict : bool, default False
-            Reject keys this job does not know.
-
-        Raises
-        ------
-        ConfigError
-            A key is missing, unknown (``strict``) or holds an invalid value; the message
-            names the key.
-        """
-        check_config_keys(config, (f.name for f in fields(cls)), what="client job config",
-                          required="classes", strict=strict,
-                          example='give the federation\'s class list, e.g. classes = '
-                                  '\'["cat", "dog"]\'')
-        kw: dict[str, Any] = {"classes": _parse_classes(config["classes"])}
-        for key in ("mode", "backend", "feature_transform", "transport_dtype",
-                    "projection_basis"):
-            if key in config:
-                kw[key] = _config_str(config, key)
-        for key in ("encoder", "encoder_name"):
-            if key in config:
-                kw[key] = _config_str(config, key) or None
-        for key in ("resolution", "projection_seed", "min_class_count", "holdout_seed"):
-            if key in config:
-                kw[key] = _config_int(config, key)
-        if "projection_dim" in config:
-            kw["projection_dim"] = _config_int(config, "projection_dim") or None
-        if "clip_norm" in config:
-            kw["clip_norm"] = _config_float(config, "clip_norm") or None
-        if "holdout_fraction" in config:
-            kw["holdout_fraction"] = _config_float(config, "holdout_fraction")
-        try:
-            return cls(**kw)
-        except StatsValidationError as exc:  # pragma: no cover - checks raise ConfigError
-            raise ConfigError(f"client job config is invalid: {exc}") from exc
 
     # ------------------------------------------------------------------ fingerprint
     def encoder_info(self, input_dim: int | None = None) -> EncoderInfo | None:
@@ -562,58 +472,3 @@ def _clip(value: Any) -> float:
             f"finite number > 0; got {value!r}; pass a positive bound, or none for no "
             "clipping"))
     return float(value)
-
-
-def _parse_classes(raw: Any) -> tuple[str, ...]:
-    if isinstance(raw, list | tuple):
-        return tuple(str(c) for c in raw)
-    if not isinstance(raw, str):
-        raise ConfigError(
-            f"client job config key 'classes' must be a JSON list of names, a list, or a "
-            f"comma-separated string; got {raw!r}"
-        )
-    text = raw.strip()
-    if text.startswith("["):
-        try:
-            parsed = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(
-                f"client job config key 'classes' is not a valid JSON list ({exc}); got {raw!r}"
-            ) from exc
-        if not isinstance(parsed, list) or not all(isinstance(c, str) for c in parsed):
-            raise ConfigError(
-                f"client job config key 'classes' must be a JSON list of strings; got {raw!r}"
-            )
-        return tuple(cast(list[str], parsed))
-    return tuple(s.strip() for s in text.split(","))
-
-
-def _config_str(config: Mapping[str, Any], key: str) -> str:
-    value = config[key]
-    if not isinstance(value, str):
-        raise ConfigError(f"client job config key {key!r} must be a string; got {value!r}")
-    return value
-
-
-def _config_int(config: Mapping[str, Any], key: str) -> int:
-    value = config[key]
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    elif isinstance(value, int | np.integer) and not isinstance(value, bool):
-        return int(value)
-    raise ConfigError(f"client job config key {key!r} must be an integer; got {value!r}")
-
-
-def _config_float(config: Mapping[str, Any], key: str) -> float:
-    value = config[key]
-    if isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            pass
-    elif isinstance(value, int | float | np.number) and not isinstance(value, bool):
-        return float(value)
-    raise ConfigError(f"client job config key {key!r} must be a number; got {value!r}")

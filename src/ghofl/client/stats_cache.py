@@ -5,8 +5,8 @@ part in a second round (or a second run: the plain protocol after the secure one
 an abort) over the same data would compute its statistics again. :func:`cached_statistics`
 computes them once per (data file, job) and reads them back afterwards:
 
-* the key is SHA-256 over the data file's bytes, the job's flat config
-  (:meth:`~ghofl.client.job.ClientJob.to_config`, sorted) and ghofl's version, so a changed
+* the key is SHA-256 over the data file's bytes, the job's fields (every field of
+  :class:`~ghofl.client.job.ClientJob`, as sorted JSON) and ghofl's version, so a changed
   file, another job (classes, mode, clipping bound, held-out split, transform, projection, ...)
   or another ghofl computes afresh;
 * the entry is a statistics file (:func:`ghofl.stats.codec.save_stats`, float64, written
@@ -21,6 +21,7 @@ are as private as the data they come from and must be kept with it (never in a s
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -38,7 +39,7 @@ _CHUNK = 1 << 20
 
 
 def cache_key(source: str | os.PathLike[str], job: ClientJob) -> str:
-    """Hex SHA-256 of the data file's bytes, the job's config and ghofl's version.
+    """Hex SHA-256 of the data file's bytes, the job's fields and ghofl's version.
 
     Parameters
     ----------
@@ -47,8 +48,8 @@ def cache_key(source: str | os.PathLike[str], job: ClientJob) -> str:
     job : ClientJob
     """
     h = hashlib.sha256()
-    h.update(f"ghofl-stats-cache-v1 {__version__}\n".encode())
-    h.update(json.dumps(job.to_config(), sort_keys=True).encode())
+    h.update(f"ghofl-stats-cache-v2 {__version__}\n".encode())
+    h.update(json.dumps(dataclasses.asdict(job), sort_keys=True).encode())
     h.update(b"\n")
     with open(source, "rb") as f:
         while chunk := f.read(_CHUNK):

@@ -32,6 +32,7 @@ __all__ = [
     "ArrayImageSource",
     "ImageFolderSource",
     "ImageSource",
+    "check_resize",
     "load_torchvision_dataset",
 ]
 
@@ -84,7 +85,14 @@ def _as_index_array(indices: Indices, n: int, what: str) -> NDArray[np.int64]:
     return idx
 
 
-def _check_resize(resize: tuple[int, int] | None) -> tuple[int, int] | None:
+def check_resize(resize: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The ``resize`` option of an image source, checked: None or (height, width) as ints.
+
+    Raises
+    ------
+    ConfigError
+        ``resize`` is not None and not a pair of positive integers.
+    """
     if resize is None:
         return None
     if len(resize) != 2 or min(int(v) for v in resize) < 1:
@@ -255,7 +263,7 @@ class ImageFolderSource:
     ) -> None:
         self.path = Path(path)
         self.split = split
-        self.resize = _check_resize(resize)
+        self.resize = check_resize(resize)
         if not self.path.exists():
             raise DataError(
                 f"image dataset path '{self.path}' does not exist; point to a directory or .zip "

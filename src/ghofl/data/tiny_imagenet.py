@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.data.images import ImageFolderSource, _check_resize
+from ghofl.data.images import ImageFolderSource, check_resize
 from ghofl.errors import ConfigError, DataError
 
 __all__ = [
@@ -344,7 +344,7 @@ class TinyImageNetSource(ImageFolderSource):
                 f"{_FIX}"
             )
         self.split = split
-        self.resize = _check_resize(resize)
+        self.resize = check_resize(resize)
         self._zip: zipfile.ZipFile | None = None
         self._zip_pid: int | None = None
         tree = _zip_tree(self._archive(), self.path) if self.is_zip else _dir_tree(self.path)

@@ -2,9 +2,10 @@
 
 The pipeline is the one the clients ran, then the one ``ghofl evaluate`` runs: raw items
 (images, text lines) go through the encoder recorded in the model, rebuilt locally and
-refused when its fingerprint differs from the recorded one; then the recorded feature
-transform; then the head (which applies the model's projection itself). Embedding rows skip
-the encoder and take the transform the caller names (as ``evaluate --feature-transform``).
+refused when its fingerprint differs from the recorded one; then the model
+(:class:`~ghofl.model.directory.FittedModel`), which applies its recorded feature transform
+and the head (and the head its projection). Embedding rows skip the encoder and take the
+transform the caller names (as ``evaluate --feature-transform``).
 
 Every batch gives one row per item: ``id``, ``label`` (class name), ``p_<class>`` per class
 (or, with ``top_k``, ``top<i>`` and ``p_top<i>`` for the K most probable classes), then
@@ -22,22 +23,21 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.client.encoders.base import Encoder
-from ghofl.client.transforms import (
-    apply_feature_transform,
-    recorded_feature_transform,
-    transformed_info,
-)
+from ghofl.client.transforms import recorded_feature_transform, transformed_info
 from ghofl.data.items import Item
 from ghofl.errors import ConfigError, DataError, InputError
 from ghofl.heads.base import Head
 from ghofl.heads.ood import MahalanobisOOD
 from ghofl.stats.meta import EncoderInfo
+
+if TYPE_CHECKING:
+    from ghofl.model.directory import FittedModel
 
 __all__ = [
     "OUTPUT_FORMATS",
@@ -141,19 +141,30 @@ def recorded_encoder(recorded: EncoderInfo | None, where: str, backend: str = "o
 
 @dataclass(frozen=True)
 class Predictor:
-    """A fitted head with the model's OOD score and the transform its inputs need.
+    """One head of a fitted model, with the model's OOD score, on raw rows.
 
     Attributes
     ----------
-    head : Head
-    transform : str
-        Feature transform applied to the encoder output (or embedding rows) first.
+    model : FittedModel
+        The model (:func:`~ghofl.model.directory.load_model`); it applies its own recorded
+        feature transform.
+    head_name : str
     ood : MahalanobisOOD or None
+    transform : str or None
+        ``None``: the rows are the encoder's raw output and get the transform the model
+        records; else the transform to apply instead (embedding rows, as the caller names
+        it; ``"none"``: rows already in the heads' input space).
     """
 
-    head: Head
-    transform: str = "none"
+    model: FittedModel
+    head_name: str
     ood: MahalanobisOOD | None = None
+    transform: str | None = None
+
+    @property
+    def head(self) -> Head:
+        """The head that predicts."""
+        return self.model.head(self.head_name)
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -161,12 +172,8 @@ class Predictor:
         return tuple(self.head.meta_.classes)
 
     def features(self, x: NDArray[Any]) -> F64:
-        """Raw encoder output (b, d) -> the heads' input (b, n_features_in_).
-
-        In float64 before the transform, as the clients computed it (``client-stats --data``).
-        """
-        out: F64 = apply_feature_transform(np.asarray(x, dtype=np.float64), self.transform)
-        return out
+        """Rows (b, d) -> the heads' input (b, n_features_in_) (:meth:`FittedModel.features`)."""
+        return self.model.features(x, self.transform)
 
     def predict(self, x: NDArray[Any]) -> tuple[F64, F64 | None]:
         """Probabilities (b, C) and OOD scores (b,) (``None`` without a score) of raw rows."""

@@ -99,8 +99,8 @@ def one_blas_thread() -> AbstractContextManager[object]:
     """A block in which numpy's and SciPy's BLAS/LAPACK run one thread (``threadpoolctl``).
 
     For factorisations of d ≈ 10³: two OpenBLAS threads gain at most 2× on an idle 2-core
-    machine and lose 30× on a loaded one (a 1280 × 1280 Cholesky: 0.06 s with one thread,
-    2 s with two, the threads spinning against other processes).
+    machine and lose many times that on a loaded one, the threads spinning against other
+    processes.
     """
     from threadpoolctl import threadpool_limits
 
@@ -113,8 +113,8 @@ def class_map(fn: Callable[[int], R], n: int) -> list[R]:
 
     For loops of independent per-class factorisations of size d ≈ 10³: LAPACK releases the
     GIL, so :func:`worker_count` single-threaded calls use every core, where one call at a time
-    with multi-threaded BLAS synchronises its threads at every block (on a loaded 2-core
-    machine a 1280 × 1280 Cholesky took 1.8 s with 2 OpenBLAS threads and 0.06 s with one).
+    with multi-threaded BLAS synchronises its threads at every block, which a loaded machine
+    makes far slower.
     The first exception, in class order, is raised.
     """
     workers = worker_count(n)

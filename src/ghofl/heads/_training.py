@@ -250,7 +250,7 @@ def auto_samples_per_class(num_classes: int) -> int:
     4000 (the paper's value) up to C = 50, then 200,000 / C (at least 1000 per class): an
     epoch then holds about 200,000 samples whatever C. The heads use it through
     :func:`auto_train_samples_per_class`, which also bounds the cost of an epoch once k_f is
-    known (large C; issue 11: both fits under 2 minutes on 2 cores at C = 200, d = 1280).
+    known (large C; issue 11).
     """
     per_class = AUTO_TOTAL_SAMPLES // max(num_classes, 1)
     return int(max(AUTO_MIN_PER_CLASS, min(PAPER_PER_CLASS, per_class)))
@@ -301,9 +301,9 @@ def qda_teacher_affordable(num_classes: int, k_f: int) -> bool:
 def blas_threads(limit: int | None) -> Iterator[None]:
     """Limit the BLAS/LAPACK threads of numpy and SciPy to ``limit`` inside the block.
 
-    Used around loops of small per-class factorisations (k_f × k_f eigh, Cholesky, slogdet):
-    with 2 OpenBLAS threads on a loaded 2-core machine a 199 × 199 ``eigh`` took 0.7 s instead
-    of 0.016 s with one (C = 200: minutes instead of seconds). ``threadpoolctl`` is a core
+    Used around loops of small per-class factorisations (k_f × k_f eigh, Cholesky, slogdet),
+    which multi-threaded OpenBLAS runs far slower on a loaded machine, its threads
+    synchronising at every block. ``threadpoolctl`` is a core
     dependency; with ``limit=None`` the block runs unchanged.
     """
     if limit is None:
@@ -325,8 +325,8 @@ def synthesis_covariance(syn_class_cov: bool | str, moments: Moments,
     Fisher space is estimated with full rank; otherwise the pooled one. With N_c ≤ k_f (e.g.
     Tiny-ImageNet: 100 images per class, k_f = 199) the shrunk class Gaussians are mostly
     shrinkage target, and a head trained and selected on samples from them moved away from
-    LDA on held-out synthetic samples while losing accuracy on real test data (FisherMix:
-    66.12 % against LDA's 66.69 %).
+    LDA on held-out synthetic samples while losing accuracy on real test data (FisherMix fell
+    below LDA).
     """
     if syn_class_cov is False:
         return "pooled"
@@ -461,8 +461,7 @@ class FisherTrainedHead(Head):
 
         Both run with one BLAS thread (:func:`blas_threads`): they are eigen- and Cholesky
         factorisations (d × d, then C of k_f × k_f), which OpenBLAS runs several times slower
-        with 2 threads on a loaded 2-core machine (a 1280 × 1280 generalised ``eigh``: 12 s
-        with 2 threads, 4 s with one).
+        with 2 threads on a loaded 2-core machine.
         """
         with self._timed("fisher"), blas_threads(1):
             fs = fisher_subspace(moments, self.params_["fisher_shrinkage"], self.fisher_energy,
@@ -608,7 +607,7 @@ class FisherTrainedHead(Head):
             e_np = None if extra_fn is None else extra_fn(z_np)
 
         def fixed() -> Iterator[TorchBatch]:
-            # np.take gathers rows about 2x faster than torch advanced indexing
+            # np.take gathers rows faster than torch advanced indexing
             for idx in shuffled_batches(y_np.size, self.batch_size, order_rng):
                 yield (torch.from_numpy(np.take(z_np, idx, axis=0)),
                        torch.from_numpy(np.take(y_np, idx)),

@@ -20,6 +20,8 @@ from ghofl.stats.meta import Mode, StatsMeta
 from ghofl.stats.schema import mode_supports, modes_supporting
 
 F64 = NDArray[np.float64]
+#: smallest normal float64: the floor of a probability whose log is finite
+_TINY = float(np.finfo(np.float64).tiny)
 
 
 class Head(ABC):
@@ -323,8 +325,19 @@ class Head(ABC):
         return out
 
     def predict_proba(self, X: NDArray[Any]) -> F64:
-        """Posterior probabilities (n, C); rows sum to 1."""
-        return np.exp(self.predict_log_proba(X))
+        """Posterior probabilities (n, C); rows sum to 1.
+
+        A probability is exactly 0 only where :meth:`predict_log_proba` is -inf (a class the
+        head rules out, e.g. one without samples). One too small for a normal float64 (log
+        below about -708) is reported as the smallest normal float64 instead of underflowing
+        to 0, as scikit-learn's discriminant analysis does, so ``log(predict_proba)`` is finite
+        wherever ``predict_log_proba`` is.
+        """
+        log_proba = self.predict_log_proba(X)
+        proba: F64 = np.exp(log_proba)
+        floor = (proba < _TINY) & (log_proba > -np.inf)
+        proba[floor] = _TINY
+        return proba
 
     def predict(self, X: NDArray[Any]) -> NDArray[Any]:
         """Predicted classes (n,): entries of ``classes_``.

@@ -73,16 +73,10 @@ def build_heads(
             f"parameters were given for {unknown_heads[0]!r}, which is not a registered head; "
             f"available heads: {', '.join(registered)}"
         )
+    if mode is not None:
+        check_heads_mode(names, mode)
     out: dict[str, Head] = {}
     for name in names:
-        cls = head_class(name)
-        if mode is not None and not mode_supports(mode, cls.min_mode):
-            raise UnsupportedModeError(
-                f"head {name!r} needs upload mode {cls.min_mode!r} or richer "
-                f"({modes_supporting(cls.min_mode)}), but the statistics "
-                f"are mode {mode!r}; compute the client statistics with mode {cls.min_mode!r} "
-                f"(--mode {cls.min_mode}) or drop {name!r} from the heads"
-            )
         defaults = head_defaults(name)
         given = dict(params.get(name, {}))
         unknown = [k for k in given if k not in defaults]
@@ -102,6 +96,19 @@ def build_heads(
         head._validate_params()  # the head's one declarative place for parameter checks
         out[name] = head
     return out
+
+
+def check_heads_mode(names: Sequence[str], mode: Mode) -> None:
+    """Raise :class:`UnsupportedModeError` when a head of ``names`` needs more than ``mode``."""
+    for name in names:
+        cls = head_class(name)
+        if not mode_supports(mode, cls.min_mode):
+            raise UnsupportedModeError(
+                f"head {name!r} needs upload mode {cls.min_mode!r} or richer "
+                f"({modes_supporting(cls.min_mode)}), but the statistics "
+                f"are mode {mode!r}; compute the client statistics with mode {cls.min_mode!r} "
+                f"(--mode {cls.min_mode}) or drop {name!r} from the heads"
+            )
 
 
 def to_jsonable(v: Any) -> Any:

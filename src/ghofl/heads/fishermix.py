@@ -5,7 +5,7 @@ Pipeline (reference-notes §4–6): Fisher subspace V from the pooled moments
 (:mod:`ghofl.heads.synthesis`), then a classifier on z_f trained with cross-entropy (eq. M1)::
 
     linear:  g(z) = (z − ō) Wᵀ + b                                  (paper HEAD: ō = 0)
-    cosine:  g(z)_c = s · cos(z − ō, W_c) − s·m·[c = y] (margin in training only) (b7d6a00)
+    cosine:  g(z)_c = s · cos(z − ō, W_c) − s·m·[c = y] (margin in training only)
 
 with AdamW on shuffled batches, starting from LDA_f (``init="lda"``, default) or from the
 paper's random initialisation. By default the checkpoint kept is chosen on a held-out synthetic
@@ -136,7 +136,7 @@ class FisherMixHead(FisherTrainedHead):
         below the Bayes accuracy, the LDA start within 0.15 (see also the benchmark ablation).
     variant : {"linear", "cosine"}, default "linear"
         Linear layer with bias (HEAD) or cosine classifier s·cos θ with margin m on the target
-        during training (b7d6a00).
+        during training.
     scale : float > 0, default 20.0
         s of the cosine variant.
     margin : float >= 0, default 0.0
@@ -149,8 +149,8 @@ class FisherMixHead(FisherTrainedHead):
     num_threads : int or None, default 1
         torch threads while training (restored afterwards); None keeps torch's current
         setting. 1 keeps results independent of the core count and leaves the other core to
-        numpy; 2 trained ≈ 1.7× faster on 2 idle cores (C = 100 step benchmark) and gave
-        bit-identical weights in our tests, which torch does not promise in general.
+        numpy; 2 trains faster on 2 idle cores and gave bit-identical weights in our tests,
+        which torch does not promise in general.
     train_dtype : {"auto", "float64", "float32"}, default "auto"
         Dtype of the synthetic rows (training and held-out), of the teacher targets and of the
         products on them; the trained parameters, their optimiser state and the starting base

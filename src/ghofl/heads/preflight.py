@@ -6,8 +6,7 @@ head from statistics of C classes in dimension d, from the shapes the head alloc
 
 * upload mode ``full``: the total holds C per-class d × d second moments, M = C·d²·8 bytes;
   the moments add about 0.1·M of working memory, ``qda`` its per-class factors and precisions
-  (1.2·M more) and C·d³·4 flops (eigendecompositions, Cholesky factors, inverses): 2.8 GB
-  measured at C = 200, d = 1280;
+  (1.2·M more) and C·d³·4 flops (eigendecompositions, Cholesky factors, inverses);
 * the trainable heads (``fishermix``, ``protohyper``): the training and held-out synthetic
   sets, C·n and C·m rows in the Fisher space of k_f = min(C − 1, d, ``fisher_max_dim``)
   dimensions (n, m: ``n_per_class`` and ``val_per_class`` or their automatic values) in the
@@ -19,13 +18,11 @@ head from statistics of C classes in dimension d, from the shapes the head alloc
   FisherMix's layer and its held-out scoring (float32 counted at half), Proto-Hyper's teacher
   and base on every row and QDA_f C·k_f²·2 per row, all dense products counted at
   1/``GEMM_SPEEDUP``, plus ``KD_OPS`` per row and class per epoch for Proto-Hyper's loss;
-  every epoch is assumed to run (early stopping may end sooner). At C = 1,000, d = 1280
-  (pooled) measured 1.3 / 2.5 GB (FisherMix / Proto-Hyper: peak RSS less the process before
-  the fit) against 1.1 / 2.4 GB estimated;
+  every epoch is assumed to run (early stopping may end sooner);
 * ``ridge``, ``fed3r``, ``fedcof`` (the heads with ``n_calibration``): their temperature
   calibration scores C·n synthetic rows (n: ``n_calibration``)
   against C classes, with about 8 copies of the (C·n, C) scores: 8·C²·n·8 bytes (16 GB at
-  C = 1,000 and the default n = 256; 17 GB measured);
+  C = 1,000 and the default n = 256);
 * every other head: a few d × d matrices, C·d² + 10·d³ flops.
 
 :func:`preflight` compares the estimates with the memory available now (``MemAvailable`` of
@@ -33,7 +30,7 @@ head from statistics of C classes in dimension d, from the shapes the head alloc
 (:class:`ResourceEstimateWarning`) for each head that exceeds either, saying what to do. It
 never changes a head or its fit: :func:`ghofl.server.job.run_server_job` (``ghofl fit``, the
 simulator, the Flower server) calls it before fitting. The estimates are deliberately simple
-(within a factor of about 2 of the C = 200 and C = 1,000 benchmarks on 2 cores).
+(rough, within a small factor of the peak memory and time of a fit).
 """
 
 from __future__ import annotations
@@ -56,13 +53,11 @@ FLOP_RATE_PER_CORE = 2.5e9
 #: estimated fit seconds above which :func:`preflight` warns
 MAX_SECONDS = 600.0
 #: how many times faster than ``FLOP_RATE_PER_CORE`` the trainable heads' dense matrix
-#: products (sampling, the layer, scoring) are counted: one FisherMix epoch at C = 1,000,
-#: k_f = 999 in float64 (6·10¹¹ flops) took 7.8 s on one core (77 GFlop/s); 4 keeps the estimate
-#: conservative on a loaded machine (25 s per float32 epoch measured at load average 25, 20 s
-#: estimated)
+#: products (sampling, the layer, scoring) are counted: BLAS matrix products run far above
+#: the per-core rate; 4 keeps the estimate conservative on a loaded machine
 GEMM_SPEEDUP = 4.0
 #: nominal operations per row and class of one epoch of Proto-Hyper's elementwise KD loss
-#: (softmaxes, KL, cross-entropy, their gradients; ≈ 50 ns per row and class measured)
+#: (softmaxes, KL, cross-entropy, their gradients)
 KD_OPS = 300.0
 #: heads trained on synthetic samples
 TRAINABLE = frozenset({"fishermix", "protohyper"})

@@ -34,15 +34,14 @@ from C·k_f > 10⁵: 1.2 GB in all for C = 1,000, n = 100), computed in blocks o
 
 Teachers (eq. P3), with LDA_f(z)_c = z Σᶠ⁻¹ μ_cᶠ − ½ μ_cᶠᵀ Σᶠ⁻¹ μ_cᶠ + log π_c,
 Σᶠ = Vᵀ S_W V, QDA_f from Σ̃_cᶠ = Vᵀ shrink(Σ_c, ``qda_shrinkage``) V, and the row-wise
-standardisation std(L) = (L − mean_c L)/(std_c L + 1e-6) (population std, as b7d6a00):
+standardisation std(L) = (L − mean_c L)/(std_c L + 1e-6) (population std):
 
 * ``"informative"`` (default), statistics mode ``full``:
   s(z)·[λ·std(QDA_f) + (1 − λ)·std(LDA_f)], λ = ``teacher_blend`` (default 0.5, the QDA
   weight); ``teacher_used_ = "qda_lda"``. The standardisation puts QDA_f and LDA_f on one
-  scale for blending (b7d6a00). s(z) is the row std of NB_f(z) (``teacher_scale="base"``):
-  b7d6a00 also standardised its base, but ours is the paper's unstandardised NB_f, and a
-  unit-std teacher at T = 4 is almost uniform, so KD then fights CE (measured on C = 10,
-  d = 32 Gaussian data: 87.6 % vs 99.7 % for LDA). ``teacher_scale="unit"`` keeps s = 1.
+  scale for blending. s(z) is the row std of NB_f(z) (``teacher_scale="base"``), the
+  paper's unstandardised NB_f: a unit-std teacher at T = 4 is almost uniform, so knowledge
+  distillation would then fight the cross-entropy. ``teacher_scale="unit"`` keeps s = 1.
   With ``base="lda"`` and ``n_per_class=None`` at a C and k_f where QDA_f cannot score even
   100 synthetic rows per class within its budget
   (:func:`~ghofl.heads._training.qda_teacher_affordable`: from C ≈ 210 at k_f = C − 1; e.g.
@@ -218,7 +217,7 @@ def qda_f_logits(sc: FisherScorers, z: F64) -> F64:
 
 
 def standardise(logits: F64, eps: float = 1e-6) -> F64:
-    """Row-wise (L − mean)/(std + eps), population std (the b7d6a00 teacher)."""
+    """Row-wise (L − mean)/(std + eps), population std."""
     centred = logits - logits.mean(axis=1, keepdims=True)
     out: F64 = centred / (centred.std(axis=1, keepdims=True) + eps)
     return out
@@ -230,7 +229,7 @@ def teacher_logits(sc: FisherScorers, z: F64, teacher: TeacherKind, blend: float
     """Teacher logits (n, C) of eq. P3 (see the module docstring), in chunks of rows.
 
     ``scale`` applies to the informative teacher only: ``"base"`` multiplies each standardised
-    row by the row std of NB_f(z), ``"unit"`` leaves it standardised (b7d6a00). ``qda`` and
+    row by the row std of NB_f(z), ``"unit"`` leaves it standardised. ``qda`` and
     ``nb``: QDA_f(z) and NB_f(z) (n, C) when already computed.
     """
     out = np.empty((z.shape[0], sc.means.shape[0]))
@@ -365,8 +364,8 @@ class ProtoHyperHead(FisherTrainedHead):
         weight for "paper" (None → 0.7, the paper's ``teacher_blend``).
     teacher_scale : {"base", "unit"}, default "base"
         Row scale of the informative teacher: "base" rescales each standardised row to the
-        row std of NB_f (see the module docstring), "unit" keeps it standardised (b7d6a00;
-        ablation only: with the unstandardised NB_f base it hurts accuracy).
+        row std of NB_f (see the module docstring), "unit" keeps it standardised
+        (ablation only: with the unstandardised NB_f base it hurts accuracy).
     qda_shrinkage : float in [0, 1] or a rule, default "auto"
         Shrinkage of Σ_c for QDA_f (paper ``qda_shrink`` = 0.1); a rule picks each class's
         coefficient judged in the Fisher space (:func:`~ghofl.heads.fisher.class_coefficient`).

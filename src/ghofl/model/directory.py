@@ -41,11 +41,19 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.typing import NDArray
 
+from ghofl.client.transforms import (
+    apply_feature_transform,
+    base_dim,
+    check_feature_transform,
+    recorded_feature_transform,
+)
 from ghofl.errors import ConfigError, GhoflError, InputError, StatsFormatError
+from ghofl.evaluation.metrics import HeadScore, evaluate_heads
 from ghofl.files import atomic_directory
 from ghofl.heads.base import Head
 from ghofl.heads.build import to_jsonable
@@ -60,6 +68,7 @@ __all__ = [
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
     "OOD_FILE",
+    "FittedModel",
     "check_model_target",
     "load_model",
     "load_ood",
@@ -290,7 +299,116 @@ def _check_heads(heads: Mapping[str, Head], meta: StatsMeta) -> dict[str, dict[s
     return entries
 
 
-def load_model(model_dir: Path) -> tuple[dict[str, Head], dict[str, Any]]:
+F64 = NDArray[np.float64]
+
+
+class FittedModel(NamedTuple):
+    """A model directory as :func:`load_model` reads it, scoring raw embeddings itself.
+
+    It unpacks as ``heads, manifest = load_model(path)``. Its methods take RAW embeddings (the
+    encoder's output, before the clients' feature transform) and apply the transform the model
+    records (:attr:`transform`) themselves, in float64 as the clients computed it.
+
+    Attributes
+    ----------
+    heads : dict of str to Head
+        The fitted heads, in manifest order.
+    manifest : dict
+        The parsed ``manifest.json``.
+    """
+
+    heads: dict[str, Head]
+    manifest: dict[str, Any]
+
+    @property
+    def transform(self) -> str:
+        """The feature transform the clients applied, as recorded in the model's encoder.
+
+        ``"none"`` when it records none (also for a model fitted without encoder information,
+        which cannot record one).
+        """
+        return recorded_feature_transform(self.head().meta_.encoder)
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """The class names; predictions index into them."""
+        return tuple(self.head().meta_.classes)
+
+    def head(self, name: str | None = None) -> Head:
+        """Head ``name`` (default: the first of the manifest).
+
+        Raises
+        ------
+        ConfigError
+            The model holds no head ``name``.
+        """
+        if name is None:
+            return next(iter(self.heads.values()))
+        if name not in self.heads:
+            raise ConfigError(f"the model holds no head {name!r}; it holds "
+                              f"{', '.join(self.heads)}")
+        return self.heads[name]
+
+    def features(self, x: NDArray[Any], transform: str | None = None) -> F64:
+        """Raw embeddings x (n, d) → the heads' inputs (n, n_features_in_), in float64.
+
+        Parameters
+        ----------
+        x : array_like, shape (n, d)
+        transform : str, optional
+            Apply this transform instead of the recorded one (``"none"``: ``x`` is already
+            in the heads' input space).
+
+        Raises
+        ------
+        InputError
+            ``x`` is not of the shape (n, d) that the transform maps to the heads' inputs.
+        """
+        name = self.transform if transform is None else check_feature_transform(transform)
+        z = np.asarray(x, dtype=np.float64)
+        if name == "none":
+            return z
+        want = self.head().n_features_in_
+        d = base_dim(want, name)
+        if z.ndim != 2 or z.shape[1] != d:
+            raise InputError(
+                f"x has shape {z.shape}, but the model takes raw embeddings of shape (n, {d}): "
+                f"it applies the feature transform {name!r} itself, which maps them to its "
+                f"d={want}; embed the data with the clients' encoder"
+            )
+        out: F64 = apply_feature_transform(z, name)
+        return out
+
+    def decision_function(self, x: NDArray[Any], head: str | None = None) -> F64:
+        """Confidence scores of head ``head`` (default: the first) for raw embeddings ``x``.
+
+        Shapes as :meth:`Head.decision_function <ghofl.heads.base.Head.decision_function>`.
+        """
+        return self.head(head).decision_function(self.features(x))
+
+    def predict_proba(self, x: NDArray[Any], head: str | None = None) -> F64:
+        """Posterior probabilities (n, C) of head ``head`` for raw embeddings ``x`` (n, d)."""
+        return self.head(head).predict_proba(self.features(x))
+
+    def predict(self, x: NDArray[Any], head: str | None = None) -> NDArray[Any]:
+        """Predicted classes (n,) of head ``head`` for raw embeddings ``x`` (n, d)."""
+        return self.head(head).predict(self.features(x))
+
+    def score(self, x: NDArray[Any], y: NDArray[Any], head: str | None = None) -> float:
+        """Accuracy of head ``head`` on raw embeddings ``x`` (n, d) with labels ``y`` (n,)."""
+        return self.head(head).score(self.features(x), y)
+
+    def evaluate(self, x: NDArray[Any], y: NDArray[Any], *, what: str = "test",
+                 transform: str | None = None) -> dict[str, HeadScore]:
+        """Score every head on raw embeddings ``x`` (n, d) with labels ``y`` (n,).
+
+        :func:`~ghofl.evaluation.evaluate_heads` after :meth:`features` (``transform``: as
+        there); ``what`` names the data in messages.
+        """
+        return evaluate_heads(self.heads, self.features(x, transform), y, what=what)
+
+
+def load_model(model_dir: Path) -> FittedModel:
     """Read a model directory written by :func:`save_model`.
 
     Parameters
@@ -300,10 +418,9 @@ def load_model(model_dir: Path) -> tuple[dict[str, Head], dict[str, Any]]:
 
     Returns
     -------
-    heads : dict of str to Head
-        The fitted heads, in manifest order.
-    manifest : dict
-        The parsed ``manifest.json``.
+    FittedModel
+        ``(heads, manifest)``: the fitted heads, in manifest order, and the parsed
+        ``manifest.json``; its methods score raw embeddings.
 
     Raises
     ------
@@ -356,7 +473,7 @@ def load_model(model_dir: Path) -> tuple[dict[str, Head], dict[str, Any]]:
         _check_binding(str(name), entry, head, model_dir / file, path)
         heads[name] = head
     _check_digest(manifest, path)  # last: a specific fault gets its specific message
-    return heads, manifest
+    return FittedModel(heads, manifest)
 
 
 def _check_digest(manifest: dict[str, Any], path: Path) -> None:

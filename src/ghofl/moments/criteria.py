@@ -22,7 +22,7 @@ F64 = NDArray[np.float64]
 
 #: Candidate coefficients scored by the held-out and evidence criteria: 0, then 4 per decade
 #: from 1e-5 to 0.3, then 0.5 and 0.9 (the hindsight grid 0, 0.01, ..., 0.3 included).
-CANDIDATES: tuple[float, ...] = tuple(
+SHRINKAGE_CANDIDATES: tuple[float, ...] = tuple(
     sorted({0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.9}
            | {float(f"{v:.3g}") for v in np.logspace(-5, np.log10(0.3), 19)})
 )

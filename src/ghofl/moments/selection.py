@@ -65,8 +65,8 @@ from scipy.linalg import cholesky, eigh, solve_triangular
 from ghofl.errors import ConfigError, StatsValidationError
 from ghofl.moments.core import Moments
 from ghofl.moments.criteria import (
-    CANDIDATES,
     EVIDENCE_GRID,
+    SHRINKAGE_CANDIDATES,
     ShrinkageFamily,
     analytic_error,
     analytic_error_shrinkage,
@@ -134,8 +134,8 @@ class ShrinkageChoice:
 
 
 #: Held-out criterion of the pooled covariance, chosen from benchmarks/bench_defaults.py: the
-#: held-out log-likelihood under-shrinks when n/d is small (CIFAR-10 at 300 images per class:
-#: 1 point below the best fixed coefficient), the held-out error estimate does not.
+#: held-out log-likelihood under-shrinks when n/d is small (BENCHMARKS.md, "Data-driven
+#: shrinkage defaults"), the held-out error estimate does not.
 POOLED_CRITERION = "error"
 #: Held-out criterion of QDA's ``"auto"``/``"heldout"``: ``"error"`` (:func:`heldout_qda_error`)
 #: or ``"loglik"`` (:func:`heldout_loglik` summed over the classes). On sentence embeddings the
@@ -317,7 +317,7 @@ def choose_pooled_shrinkage(
     fit_means = _rows(fit.means, basis)
     held_means = _rows(held.means, basis)
     held_w = held._require_scatter(held.within_scatter, "held-out shrinkage selection")
-    grid = list(CANDIDATES)
+    grid = list(SHRINKAGE_CANDIDATES)
 
     def score(cands: list[float]) -> F64:
         if crit == "loglik":
@@ -405,7 +405,7 @@ def choose_class_shrinkage(
             m = residual_scatter(_rows(fit.means[c:c + 1], basis),
                                  _rows(held.means[c:c + 1], basis), held.counts[c:c + 1],
                                  _project(_class_scatter(held, c), basis))
-            grid = list(CANDIDATES)
+            grid = list(SHRINKAGE_CANDIDATES)
             best = search_grid(
                 by_score(lambda cands: heldout_loglik(fam, m, float(n_held), cands)), grid)
             if RESCALE_TO_TOTAL:
@@ -521,7 +521,7 @@ def choose_qda_shrinkage(
     if rule == "heldout" and parts is None:
         raise _no_holdout_error(rule)
     support = support_basis(moments)
-    grid = list(CANDIDATES[1:])  # a = 0 is singular for any class with N_c <= d
+    grid = list(SHRINKAGE_CANDIDATES[1:])  # a = 0 is singular for any class with N_c <= d
     if parts is not None:
         fit, held = parts
         usable = [c for c in range(c_num) if fit.counts[c] >= 2 and held.counts[c] >= 1]
@@ -595,11 +595,11 @@ def _qda_evidence_choice(moments: Moments, support: F64 | None, target: str,
 
 
 __all__ = [
-    "CANDIDATES",
     "POOLED_ANALYTIC",
     "POOLED_CRITERION",
     "QDA_CRITERION",
     "QDA_ERROR_MAX_CLASSES",
+    "SHRINKAGE_CANDIDATES",
     "SUPPORT_RTOL",
     "ShrinkageChoice",
     "ShrinkageFamily",

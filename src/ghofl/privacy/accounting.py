@@ -16,8 +16,8 @@ from ghofl.errors import ConfigError, require_extra
 
 __all__ = ["calibrate_noise_multiplier", "check_epsilon_delta", "gaussian_epsilon"]
 
-#: Discretisation of the privacy loss (dp-accounting's default is 1e-4, 5x slower; the
-#: accountant is pessimistic, so a coarser grid only overstates ε, by less than 1e-3).
+#: Discretisation of the privacy loss (coarser than dp-accounting's default 1e-4, so faster;
+#: the accountant is pessimistic, so a coarser grid only overstates ε, by less than 1e-3).
 _PLD_INTERVAL = 1e-3
 
 

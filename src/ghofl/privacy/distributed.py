@@ -39,12 +39,11 @@ from numpy.typing import NDArray
 from ghofl.errors import ConfigError, InputError
 from ghofl.privacy.accounting import gaussian_epsilon
 from ghofl.privacy.mechanism import (
-    _HEADROOM,
     COUNT_FRACTION_BITS,
     NOISE_CLAMP_SIGMAS,
     NoisePlan,
     PrivateRelease,
-    _check_meta,
+    check_meta_matches_plan,
     draw_noise,
     entry_scales,
     truncation_probability,
@@ -54,6 +53,7 @@ from ghofl.privacy.sensitivity import COUNTS
 from ghofl.secure import primitives as cr
 from ghofl.secure.bounds import TotalLimits, check_bounds, refuse_client_stats, refuse_total
 from ghofl.secure.config import SessionParams
+from ghofl.secure.fixedpoint import HEADROOM_BITS
 from ghofl.secure.levels import released_levels
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
@@ -203,7 +203,7 @@ class NoiseShareEncoder:
 
     def __call__(self, stats: ClientStats, params: SessionParams) -> NDArray[np.uint64]:
         """The words of ``stats`` with the base share added (before the levels)."""
-        _check_meta(stats.meta, self.plan)
+        check_meta_matches_plan(stats.meta, self.plan)
         plan = self.plan.shaped(stats.num_classes, stats.dim)
         codec = params.codec
         if stats.meta.clip_norm != codec.clip_norm:
@@ -222,7 +222,7 @@ class NoiseShareEncoder:
                 f"M={codec.max_samples} per client; raise max_samples for the federation"
             )
         words_bound = params.num_clients * (codec.max_samples + margin) * 2.0**COUNT_FRACTION_BITS
-        if words_bound >= _HEADROOM:
+        if words_bound >= 2.0**HEADROOM_BITS:
             raise ConfigError(
                 f"num_clients × (max_samples + noise margin) × 2^{COUNT_FRACTION_BITS} = "
                 f"{words_bound:.3g} does not fit in 62 bits, so the noisy counts could wrap; "
@@ -305,7 +305,7 @@ class NoisyDecoder:
     def __call__(self, params: SessionParams, meta: StatsMeta,
                  words: NDArray[np.uint64]) -> ClientStats:
         """Decode the noised total, check its bounds and post-process it into statistics."""
-        _check_meta(meta, self.plan)
+        check_meta_matches_plan(meta, self.plan)
         self.plan = self.plan.shaped(meta.num_classes, meta.dim)
         ints, floats = params.codec.decode_vectors(meta, words)
         c = meta.num_classes

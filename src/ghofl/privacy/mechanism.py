@@ -55,6 +55,7 @@ __all__ = [
     "NoisePlan",
     "PrivateRelease",
     "block_sigmas",
+    "check_meta_matches_plan",
     "draw_noise",
     "entry_scales",
     "plan_noise",
@@ -70,7 +71,6 @@ DEFAULT_DELTA = 1e-5
 NOISE_CLAMP_SIGMAS = 12.0
 #: Distributed mode: noisy counts travel in the integer words as round(ñ · 2^this).
 COUNT_FRACTION_BITS = 16
-_HEADROOM = 2.0**62
 
 F64 = NDArray[np.float64]
 
@@ -316,7 +316,7 @@ def truncation_probability(entries: int, clamp: float = NOISE_CLAMP_SIGMAS) -> f
 
     entries · P(|Z| > c) = entries · erfc(c/√2) (N4).
     """
-    from scipy.special import erfc  # on first use: scipy costs ~0.1 s to import
+    from scipy.special import erfc  # on first use: scipy is slow to import
 
     return float(min(1.0, entries * erfc(clamp / math.sqrt(2.0))))
 
@@ -375,7 +375,7 @@ def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generato
     TotalOutOfBoundsError
         ``total`` fails ``limits``; nothing is released.
     """
-    _check_meta(total.meta, plan)
+    check_meta_matches_plan(total.meta, plan)
     plan = plan.shaped(total.num_classes, total.dim)
     ints, floats = schema_for(plan.stats_mode).flatten(total)
     if limits is not None:
@@ -389,7 +389,14 @@ def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generato
                           ("central Gaussian noise added by the server", *notes))
 
 
-def _check_meta(meta: StatsMeta, plan: NoisePlan) -> None:
+def check_meta_matches_plan(meta: StatsMeta, plan: NoisePlan) -> None:
+    """Refuse statistics of metadata ``meta`` that ``plan``'s noise was not calibrated for.
+
+    Raises
+    ------
+    ConfigError
+        ``meta`` has a held-out section, or its mode or clipping bound differs from the plan's.
+    """
     if meta.has_holdout:
         raise ConfigError(
             f"differential privacy does not support statistics with a held-out section "

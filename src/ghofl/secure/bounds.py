@@ -208,7 +208,7 @@ class _Tol:
 
 
 def _z_two_sided(p: float) -> float:
-    from scipy.special import erfcinv  # on first use: scipy costs ~0.1 s to import
+    from scipy.special import erfcinv  # on first use: scipy is slow to import
 
     return float(math.sqrt(2.0) * erfcinv(p))
 

@@ -50,11 +50,12 @@ from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import Kind, ModeSchema, schema_for
 
-__all__ = ["DEFAULT_MAX_SAMPLES", "FixedPointCodec"]
+__all__ = ["DEFAULT_MAX_SAMPLES", "HEADROOM_BITS", "FixedPointCodec"]
 
 #: Default public maximum number of samples per client (M).
 DEFAULT_MAX_SAMPLES = 1_000_000
-_HEADROOM_BITS = 62
+#: Bits a summed integer word may use (of its 64): totals below 2^this cannot wrap.
+HEADROOM_BITS = 62
 _RELATIVE_SLACK = 1e-9  # accumulation rounding may exceed an exact bound by a few ulps
 
 
@@ -90,7 +91,7 @@ class FixedPointCodec:
             )
         if self.limbs not in (1, 2):
             raise ConfigError(f"limbs must be 1 or 2; got {self.limbs!r}")
-        if self.num_clients * self.max_samples >= 2**_HEADROOM_BITS:
+        if self.num_clients * self.max_samples >= 2**HEADROOM_BITS:
             raise ConfigError(
                 f"num_clients × max_samples = {self.num_clients * self.max_samples} does not fit "
                 "in 62 bits, so counts could wrap; lower max_samples"
@@ -105,8 +106,8 @@ class FixedPointCodec:
     def exponents(self, kind: Kind) -> tuple[int, int]:
         """(e1, e2): the power-of-two scales of the high and low limbs for ``kind``."""
         total = self.num_clients * self.bound(kind) * (1.0 + _RELATIVE_SLACK)
-        e1 = math.floor(_HEADROOM_BITS - math.log2(total))
-        e2 = _HEADROOM_BITS - math.ceil(math.log2(max(self.num_clients, 2)))
+        e1 = math.floor(HEADROOM_BITS - math.log2(total))
+        e2 = HEADROOM_BITS - math.ceil(math.log2(max(self.num_clients, 2)))
         return e1, e2
 
     def error_bound(self, kind: Kind) -> float:

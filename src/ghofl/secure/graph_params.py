@@ -102,7 +102,7 @@ def _log_pmf(population: int, marked: int, draws: int) -> NDArray[np.float64]:
 
     −inf where impossible; shape (draws + 1,).
     """
-    from scipy.special import gammaln  # on first use: scipy costs ~0.1 s to import
+    from scipy.special import gammaln  # on first use: scipy is slow to import
 
     j = np.arange(draws + 1, dtype=np.float64)
     ok = (j <= marked) & (draws - j <= population - marked)

@@ -1,45 +1,78 @@
-"""A :class:`~ghofl.server.plan.FederationPlan` from a flat run config (TOML, Flower).
+"""A :class:`~ghofl.server.plan.FederationPlan` from a flat run config (TOML, Flower), and back.
 
-The keys are those of :data:`~ghofl.server.fields.FIELDS` (``docs/file-formats.md`` shows the
-table); a broken rule of the plan is reported in the config's vocabulary.
+Both directions loop over :data:`~ghofl.server.fields.FIELDS` (``docs/file-formats.md`` shows
+the table): each key holds its field's value as the field's codec, or its scalar, says; an
+optional field's ``None`` travels as the empty string or 0. A key spelt with hyphens where the
+table's has underscores (``dp-epsilon``) is refused, never ignored, and a broken rule of the
+plan is reported in the config's vocabulary.
+
+:func:`plan_from_values` builds the plan of field values given by plan field (what a run
+config or a command line gives); :func:`client_job`, :func:`aggregation_spec` and
+:func:`server_job` build one part each, so that a command can check one part before the data
+it needs for the others is read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ghofl.client.job import ClientJob, ConfigValue
-from ghofl.errors import ConfigError, FieldError
-from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES
-from ghofl.server.fields import CONFIG, FIELDS
-from ghofl.server.plan import (
-    THREAT_MODEL_DEFAULTS,
-    AggregationSpec,
-    FederationPlan,
-    default_min_class_count,
+from ghofl.client.job import ClientJob
+from ghofl.errors import ConfigError, FieldError, FieldNames
+from ghofl.server.fields import (
+    CONFIG,
+    FIELDS,
+    REQUIRED,
+    ConfigValue,
+    FieldSpec,
+    check_spellings,
+    config_scalar,
+    part_fields,
 )
+from ghofl.server.plan import AggregationSpec, FederationPlan, default_min_class_count
 
 if TYPE_CHECKING:
     from ghofl.privacy import DPConfig
+    from ghofl.server.job import ServerJob
 
-__all__ = ["cfg_float", "cfg_int", "cfg_str", "plan_from_config", "plan_to_config"]
+__all__ = ["aggregation_spec", "cfg_float", "cfg_int", "cfg_str", "client_job", "config_values",
+           "plan_from_config", "plan_from_values", "plan_to_config", "server_job"]
 
 
 def plan_from_config(cfg: Mapping[str, Any]) -> FederationPlan:
-    """The plan of a run config (``protocol`` defaults to ``"secure"``).
+    """The plan of a run config: each key of :data:`~ghofl.server.fields.FIELDS` it holds.
+
+    A key it lacks, or holds at the default, leaves the field at its default (``protocol``:
+    ``"plain"``); ``classes`` is required. Keys of no field (``out-dir``, ...) are ignored.
 
     Raises
     ------
     ConfigError
-        A key holds an invalid value, or a rule of the plan is broken; the message names the
-        config keys.
+        A key holds an invalid value, is spelt with hyphens (``dp-epsilon`` for
+        ``dp_epsilon``), or a rule of the plan is broken; the message names the config keys.
     """
+    check_spellings(cfg)
     try:
-        return _plan(cfg)
+        return plan_from_values(config_values(cfg))
     except FieldError as exc:
         raise ConfigError(f"run config: {exc.render(CONFIG)}") from None
+
+
+def config_values(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The field values a run config gives, by plan field: its keys not at their default.
+
+    Raises
+    ------
+    ConfigError
+        A key holds a value of the wrong type.
+    """
+    values: dict[str, Any] = {}
+    for spec in FIELDS.values():
+        if spec.key and spec.key in cfg:
+            value = spec.from_config(cfg[spec.key])
+            if value is not None and value != spec.default:
+                values[spec.path] = value
+    return values
 
 
 def plan_to_config(plan: FederationPlan) -> dict[str, ConfigValue]:
@@ -52,88 +85,114 @@ def plan_to_config(plan: FederationPlan) -> dict[str, ConfigValue]:
     Returns
     -------
     dict
-        Every key of :data:`~ghofl.server.fields.FIELDS` but ``drop``, flat
-        (strings, numbers, booleans), as a Flower run config or a TOML table holds them.
+        Every key of :data:`~ghofl.server.fields.FIELDS`, flat (strings, numbers, booleans),
+        as a Flower run config or a TOML table holds them.
     """
-    agg = plan.aggregation
-    cfg: dict[str, ConfigValue] = {**plan.client.to_config(), **plan.server.to_config()}
-    cfg["min-class-count"] = cfg.pop("min_class_count")
-    cfg.update({
-        "protocol": agg.protocol, "threshold": agg.threshold or 0,
-        "neighbours": agg.neighbours or 0, "max-samples": agg.max_samples, "limbs": agg.limbs,
-        **{FIELDS[f"aggregation.{name}"].key: float(getattr(agg, name))
-           for name in THREAT_MODEL_DEFAULTS},
-        "store": agg.store, "regions": agg.regions or 0,
-        "dp-epsilon": 0.0 if agg.dp is None else float(agg.dp.epsilon),
-    })
-    if agg.dp is not None:
-        cfg.update({"dp-delta": float(agg.dp.delta), "dp-mode": agg.dp.mode,
-                    "dp-split": agg.dp.split,
-                    "dp-expected-samples": int(agg.dp.expected_samples or 0)})
-    return cfg
+    return {spec.key: spec.to_config(spec.value(plan)) for spec in FIELDS.values() if spec.key}
 
 
-def _plan(cfg: Mapping[str, Any]) -> FederationPlan:
-    job = ClientJob.from_config(cfg)
-    eps = cfg_float(cfg, "dp-epsilon", 0.0)
-    dp = None if eps == 0.0 else dp_config(cfg, eps)
-    k = cfg_int(cfg, "min-class-count", 0)
-    if k < 0:
-        raise ConfigError(f"run config key 'min-class-count' must be >= 0; got {k}")
-    job = replace(job, min_class_count=k or (default_min_class_count(dp) if dp is not None
-                                             else job.min_class_count))
-    protocol = cfg_str(cfg, "protocol", "secure")
-    threat = {name: cfg_float(cfg, FIELDS[f"aggregation.{name}"].key, default)
-              for name, default in THREAT_MODEL_DEFAULTS.items()}
-    agg = AggregationSpec(
-        protocol=protocol,  # type: ignore[arg-type]
-        threshold=cfg_int(cfg, "threshold") or None,
-        neighbours=cfg_int(cfg, "neighbours") or None,
-        max_samples=cfg_int(cfg, "max-samples", DEFAULT_MAX_SAMPLES),
-        limbs=cfg_int(cfg, "limbs", 2), dp=dp, store=cfg_str(cfg, "store"),
-        regions=cfg_int(cfg, "regions") or None,
-        corrupt_fraction=threat["corrupt_fraction"], dropout_fraction=threat["dropout_fraction"],
-        sigma=threat["sigma"], eta=threat["eta"])
+def plan_from_values(values: Mapping[str, Any]) -> FederationPlan:
+    """The plan of the given field values, by plan field (``{"client.clip_norm": 2.0}``).
+
+    A field not given (or ``None``) takes its default; ``client.min_class_count`` not given
+    is :func:`~ghofl.server.plan.default_min_class_count` of the plan's DP.
+
+    Raises
+    ------
+    PlanError
+        A value is invalid, or a rule of the plan is broken (it names the field).
+    """
+    parts: dict[str, dict[str, Any]] = {"client": {}, "aggregation": {}, "server": {}}
+    for path, value in values.items():
+        spec = FIELDS[path]
+        parts[spec.part][spec.name] = value
+    aggregation = aggregation_spec(parts["aggregation"])
+    client = parts["client"]
+    if client.get("min_class_count") is None:
+        client["min_class_count"] = default_min_class_count(aggregation.dp)
+    return FederationPlan(client_job(client), aggregation, server_job(parts["server"]))
+
+
+def client_job(values: Mapping[str, Any]) -> ClientJob:
+    """The :class:`~ghofl.client.job.ClientJob` of client field values, by field name."""
+    return ClientJob(**_given("client", values))
+
+
+def aggregation_spec(values: Mapping[str, Any]) -> AggregationSpec:
+    """The :class:`~ghofl.server.plan.AggregationSpec` of aggregation field values, by name.
+
+    The ``dp_*`` fields make its :class:`~ghofl.privacy.DPConfig` (none without
+    ``dp_epsilon``; another of them given without it is refused).
+    """
+    kw = _given("aggregation", values)
+    dp = {spec.attr: kw.pop(spec.name) for spec in part_fields("aggregation")
+          if spec.within == "dp" and spec.name in kw}
+    return AggregationSpec(**kw, dp=_dp_config(dp))
+
+
+def server_job(values: Mapping[str, Any]) -> ServerJob:
+    """The :class:`~ghofl.server.job.ServerJob` of server field values, by field name."""
     from ghofl.server.job import ServerJob  # the server's modules, on first use
 
-    return FederationPlan(job, agg, ServerJob.from_config(cfg))
+    return ServerJob(**_given("server", values))
 
 
-def dp_config(cfg: Mapping[str, Any], epsilon: float) -> DPConfig:
-    """The run config's DP keys as a :class:`~ghofl.privacy.DPConfig` (``dp-epsilon`` > 0).
+def _given(part: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The given (not ``None``) values of ``part``'s fields, their choices checked."""
+    specs = part_fields(part)
+    unknown = sorted(set(values) - {s.name for s in specs})
+    if unknown:
+        raise ValueError(f"not {part} fields of FIELDS: {unknown}")
+    out: dict[str, Any] = {}
+    for spec in specs:
+        value = values.get(spec.name)
+        if value is None:
+            if spec.default is REQUIRED:
+                raise FieldError(spec.path, _required_text(spec))
+            continue
+        if spec.choices and value not in spec.choices:
+            raise FieldError(spec.path, _choice_text(spec, value))
+        out[spec.name] = value
+    return out
 
-    ``dp-delta``, ``dp-mode``, ``dp-split`` and ``dp-expected-samples`` (0: unknown).
-    """
-    from ghofl.privacy import DEFAULT_DELTA, DPConfig
 
-    n = cfg_int(cfg, "dp-expected-samples", 0)
-    if n < 0:
-        raise ConfigError(f"run config key 'dp-expected-samples' must be >= 0 (0: unknown); "
-                          f"got {n}")
-    return DPConfig(epsilon, cfg_float(cfg, "dp-delta", DEFAULT_DELTA),
-                    cfg_str(cfg, "dp-mode", "central"),  # type: ignore[arg-type]
-                    split=cfg_str(cfg, "dp-split", "auto"), expected_samples=n or None)
+def _required_text(spec: FieldSpec) -> Callable[[FieldNames], str]:
+    return lambda n: f"{n.name(spec.path)} is required ({spec.help})"
+
+
+def _choice_text(spec: FieldSpec, value: object) -> Callable[[FieldNames], str]:
+    return lambda n: (f"{n.name(spec.path)} must be one of {', '.join(spec.choices)}; got "
+                      f"{value!r}")
+
+
+def _dp_config(given: dict[str, Any]) -> DPConfig | None:
+    """The :class:`~ghofl.privacy.DPConfig` of the given DP values, by DPConfig attribute."""
+    epsilon = given.pop("epsilon", None)
+    if epsilon is None:
+        if given:
+            path = f"aggregation.dp_{next(iter(given))}"
+            raise FieldError(path, lambda n: (
+                f"{n.name(path)} needs {n.name('aggregation.dp_epsilon')}; give the privacy "
+                "budget epsilon"))
+        return None
+    from ghofl.privacy import DPConfig
+
+    return DPConfig(epsilon, **given)
 
 
 def cfg_str(cfg: Mapping[str, Any], key: str, default: str = "") -> str:
     """``cfg[key]`` as a string (``default`` when absent)."""
-    value = cfg.get(key, default)
-    if not isinstance(value, str):
-        raise ConfigError(f"run config key {key!r} must be a string; got {value!r}")
+    value: str = config_scalar(cfg.get(key, default), str, key)
     return value
 
 
 def cfg_int(cfg: Mapping[str, Any], key: str, default: int = 0) -> int:
     """``cfg[key]`` as an integer (``default`` when absent)."""
-    value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"run config key {key!r} must be an integer; got {value!r}")
-    return int(value)
+    value: int = config_scalar(cfg.get(key, default), int, key)
+    return value
 
 
 def cfg_float(cfg: Mapping[str, Any], key: str, default: float = 0.0) -> float:
     """``cfg[key]`` as a number (``default`` when absent)."""
-    value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"run config key {key!r} must be a number; got {value!r}")
-    return float(value)
+    value: float = config_scalar(cfg.get(key, default), float, key)
+    return value

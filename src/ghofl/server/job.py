@@ -1,53 +1,45 @@
 """The server half of a one-shot federation: aggregate → fitted heads → model directory, scores.
 
-:class:`ServerJob` says which heads to fit and how (it travels as a flat config, like
-:class:`~ghofl.client.job.ClientJob`); :func:`run_server_job` is the one server function that
-``ghofl fit``, the in-process simulator and the Flower ServerApp all call.
-
-Config keys (values str, int or bool)::
-
-    heads        str   comma-separated registered heads, e.g. "nb,lda" ("all": every head)
-    head_params  str   JSON object {head: {param: value}}; "" or "{}" = none
-    seed         int   given to every head that takes a seed (unless head_params sets it)
-    progress     bool  passed to heads that report progress
-    preset       str   named head hyperparameters (ghofl.heads.presets): "default" or "paper";
-                       head_params override it key by key
+:class:`ServerJob` says which heads to fit and how (it travels in a run config under the keys of
+:data:`~ghofl.server.fields.FIELDS`, :func:`ghofl.server.config.plan_to_config`);
+:func:`run_server_job` is the one server function that ``ghofl fit``, the in-process simulator
+and the Flower ServerApp all call.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl._jobconfig import check_config_keys
 from ghofl.data.embeddings import check_labelled_embeddings
 from ghofl.errors import ConfigError, InputError, StatsValidationError
 from ghofl.evaluation import HeadScore, evaluate_heads
 from ghofl.heads.base import Head
-from ghofl.heads.build import build_heads, to_jsonable
+from ghofl.heads.build import build_heads, check_heads_mode, to_jsonable
 from ghofl.heads.ood import MahalanobisOOD
 from ghofl.heads.preflight import preflight
-from ghofl.heads.presets import DEFAULT_PRESET, check_preset, merge_preset
+from ghofl.heads.presets import check_preset, merge_preset
 from ghofl.heads.registry import parse_head_list
 from ghofl.model.directory import check_model_target, save_model
 from ghofl.moments.core import compute_moments
+from ghofl.server.fields import FIELDS
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.meta import Mode
 
 __all__ = ["ServerJob", "ServerResult", "run_server_job"]
-
-ConfigValue = str | int | float | bool
 
 
 @dataclass(frozen=True)
 class ServerJob:
     """Which heads the server fits from the total, with which hyperparameters.
+
+    Every default is that of :data:`~ghofl.server.fields.FIELDS` (``docs/file-formats.md``).
 
     Attributes
     ----------
@@ -56,11 +48,11 @@ class ServerJob:
     head_params : dict of str to dict
         Hyperparameters per head, e.g. ``{"lda": {"shrinkage": "auto"}}``; entries for
         registered heads not in ``heads`` are ignored.
-    seed : int, default 0
+    seed : int
         Given to every head with a ``seed`` parameter that ``head_params`` does not set.
-    progress : bool, default False
+    progress : bool
         Given to every head with a ``progress`` parameter that ``head_params`` does not set.
-    preset : str, default "default"
+    preset : str
         Named head hyperparameters (:mod:`ghofl.heads.presets`), e.g. ``"paper"``; the
         entries of ``head_params`` override it key by key (:meth:`resolved_params`).
 
@@ -70,11 +62,14 @@ class ServerJob:
     parameter names and values); the upload mode is checked by :func:`run_server_job`.
     """
 
-    heads: tuple[str, ...]
-    head_params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    seed: int = 0
-    progress: bool = False
-    preset: str = DEFAULT_PRESET
+    heads: tuple[str, ...] = field(default=FIELDS["server.heads"].default)
+    head_params: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: dict(FIELDS["server.head_params"].default))
+    seed: int = field(default=FIELDS["server.seed"].default)
+    progress: bool = field(default=FIELDS["server.progress"].default)
+    preset: str = field(default=FIELDS["server.preset"].default)
+    _checked: dict[str, Head] | None = field(default=None, init=False, repr=False,
+                                              compare=False)
 
     def __post_init__(self) -> None:
         raw = self.heads
@@ -96,7 +91,33 @@ class ServerJob:
         if not isinstance(self.progress, bool):
             raise ConfigError(f"ServerJob progress must be true or false; got {self.progress!r}")
         check_preset(self.preset)
-        build_heads(self.heads, self.resolved_params(), seed=self.seed, progress=self.progress)
+        object.__setattr__(self, "_checked", build_heads(
+            self.heads, self.resolved_params(), seed=self.seed, progress=self.progress))
+
+    def build_heads(self, mode: Mode | None = None) -> dict[str, Head]:
+        """The job's heads, unfitted, in the order of :attr:`heads`.
+
+        The first call hands over the heads that construction built to check the job (so a
+        run builds them once); a later call builds new ones.
+
+        Parameters
+        ----------
+        mode : {"full", "pooled", "gram", "diag", "means"}, optional
+            Upload mode the heads will be fitted from.
+
+        Raises
+        ------
+        UnsupportedModeError
+            A head needs a richer upload mode than ``mode``.
+        """
+        if mode is not None:
+            check_heads_mode(self.heads, mode)
+        checked, built = self._checked, None
+        if checked is not None:
+            object.__setattr__(self, "_checked", None)
+            built = checked
+        return built if built is not None else build_heads(
+            self.heads, self.resolved_params(), seed=self.seed, progress=self.progress)
 
     def resolved_params(self) -> dict[str, dict[str, Any]]:
         """The hyperparameters the heads are built with.
@@ -105,60 +126,6 @@ class ServerJob:
         (:func:`~ghofl.heads.presets.merge_preset`).
         """
         return merge_preset(self.preset, self.heads, self.head_params)
-
-    def to_config(self) -> dict[str, ConfigValue]:
-        """The job as a flat config (see the module docstring for keys and conventions)."""
-        return {
-            "heads": ",".join(self.heads),
-            "head_params": json.dumps(to_jsonable(self.head_params), sort_keys=True),
-            "seed": self.seed,
-            "progress": self.progress,
-            "preset": self.preset,
-        }
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any], *, strict: bool = False) -> ServerJob:
-        """Rebuild a job from :meth:`to_config` output (or a TOML / Flower config).
-
-        Parameters
-        ----------
-        config : mapping
-            Must hold ``heads``; other keys default as in the class. Keys of other jobs
-            (a :class:`~ghofl.client.job.ClientJob` sharing the run config) are ignored.
-        strict : bool, default False
-            Reject keys this job does not know.
-
-        Raises
-        ------
-        ConfigError
-            A key is missing, unknown (``strict``) or holds an invalid value; the message
-            names the key.
-        """
-        check_config_keys(config, (f.name for f in fields(cls)), what="server job config",
-                          required="heads", strict=strict,
-                          example='give the heads to fit, e.g. heads = "nb,lda,qda,fedcgs"')
-        heads = config["heads"]
-        if not isinstance(heads, str | list | tuple):
-            raise ConfigError(
-                f"server job config key 'heads' must be a comma-separated string or a list; "
-                f"got {heads!r}"
-            )
-        kw: dict[str, Any] = {"heads": heads}
-        if "head_params" in config:
-            kw["head_params"] = _parse_head_params(config["head_params"])
-        if "seed" in config:
-            kw["seed"] = _config_int(config["seed"], "seed")
-        if "progress" in config:
-            kw["progress"] = _config_bool(config["progress"], "progress")
-        if "preset" in config:
-            preset = config["preset"]
-            if not isinstance(preset, str):
-                raise ConfigError(
-                    f"server job config key 'preset' must be a preset name (a string); got "
-                    f"{preset!r}"
-                )
-            kw["preset"] = preset.strip()
-        return cls(**kw)
 
 
 @dataclass(frozen=True)
@@ -215,6 +182,7 @@ def run_server_job(
     log: Callable[[str], None] | None = None,
     option: str = "out_dir",
     command: str | None = None,
+    heads: Mapping[str, Head] | None = None,
 ) -> ServerResult:
     """Fit every head of ``job`` from the aggregate; save and score them when asked.
 
@@ -238,6 +206,9 @@ def run_server_job(
         What named ``out_dir``, for messages.
     command : str, optional
         The command line that reproduces the model, for its model card.
+    heads : mapping of str to Head, optional
+        The job's heads, unfitted, as :func:`~ghofl.heads.build.build_heads` built them from
+        the job (e.g. to check them before any client worked); default: built here.
 
     Returns
     -------
@@ -247,6 +218,8 @@ def run_server_job(
     ------
     UnsupportedModeError
         A head needs a richer upload mode than ``total`` (raised before any fitting).
+    ConfigError
+        ``heads`` are not the job's heads.
     InputError
         ``out_dir`` may not be replaced, or the test set is malformed, empty or of another
         dimension (raised before any fitting).
@@ -257,8 +230,10 @@ def run_server_job(
         A head's estimated memory or time is beyond the machine
         (:func:`ghofl.heads.preflight.preflight`, before any fitting).
     """
-    models = build_heads(job.heads, job.resolved_params(), seed=job.seed,
-                         progress=job.progress, mode=total.mode)
+    if heads is not None and list(heads) != list(job.heads):
+        raise ConfigError(f"heads {list(heads)} are not the job's heads {list(job.heads)}; "
+                          "build them from the job (ghofl.heads.build.build_heads)")
+    models = dict(heads) if heads is not None else job.build_heads(total.mode)
     if test is not None:
         _check_test(test, total)
     if out_dir is not None:
@@ -314,46 +289,3 @@ def _check_test(test: tuple[NDArray[Any], NDArray[Any]], total: ClientStats) -> 
             f"test embeddings have d={x.shape[1]} but the statistics were computed from "
             f"d={d}; embed the test set with the clients' encoder"
         )
-
-
-def _parse_head_params(raw: Any) -> dict[str, dict[str, Any]]:
-    if isinstance(raw, Mapping):
-        return {str(k): dict(v) if isinstance(v, Mapping) else v for k, v in raw.items()}
-    if isinstance(raw, str):
-        if not raw.strip():
-            return {}
-        try:
-            parsed = json.loads(raw)
-        except ValueError as exc:
-            raise ConfigError(
-                f"server job config key 'head_params' is not valid JSON ({exc}); give an "
-                'object such as \'{"lda": {"shrinkage": 0.1}}\''
-            ) from exc
-        if isinstance(parsed, dict):
-            return parsed
-    raise ConfigError(
-        "server job config key 'head_params' must be a JSON object of head parameters, e.g. "
-        f"'{{\"lda\": {{\"shrinkage\": 0.1}}}}'; got {raw!r}"
-    )
-
-
-def _config_int(value: Any, key: str) -> int:
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    elif isinstance(value, int | np.integer) and not isinstance(value, bool):
-        return int(value)
-    raise ConfigError(f"server job config key {key!r} must be an integer; got {value!r}")
-
-
-def _config_bool(value: Any, key: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
-        return value.strip().lower() in ("true", "1")
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise ConfigError(f"server job config key {key!r} must be true or false; got {value!r}")
-

@@ -11,6 +11,7 @@ of different parts together is checked here, once, when the plan is built; its e
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -20,14 +21,8 @@ from ghofl.client.job import ClientJob
 from ghofl.errors import ConfigError, FieldError
 from ghofl.errors import FieldNames as Naming
 from ghofl.secure.config import SecAggConfig
-from ghofl.secure.fixedpoint import DEFAULT_MAX_SAMPLES
-from ghofl.secure.graph_params import (
-    DEFAULT_CORRUPT_FRACTION,
-    DEFAULT_DROPOUT_FRACTION,
-    DEFAULT_ETA,
-    DEFAULT_SIGMA,
-)
 from ghofl.secure.levels import MAX_NOISE_LEVELS
+from ghofl.server.fields import FIELDS, part_fields
 
 if TYPE_CHECKING:
     from ghofl.privacy import DPConfig, NoisePlan
@@ -95,24 +90,18 @@ def _check_distributed(agg: AggregationSpec) -> None:
 
 
 def _check_secure_only(agg: AggregationSpec) -> None:
+    """Every secure-only field of :data:`~ghofl.server.fields.FIELDS` at its default."""
     if agg.protocol == "secure":
         return
-    given = [("aggregation.threshold", agg.threshold), ("aggregation.neighbours",
-                                                         agg.neighbours),
-             ("aggregation.max_samples", agg.max_samples != DEFAULT_MAX_SAMPLES or None),
-             ("aggregation.limbs", agg.limbs != 2 or None),
-             ("aggregation.regions", agg.regions)]
-    given += [(f"aggregation.{name}", getattr(agg, name) != default or None)
-              for name, default in THREAT_MODEL_DEFAULTS.items()]
-    for path, value in given:
-        if value is not None:
-            raise PlanError(path, _secure_only_text(path))
+    for spec in part_fields("aggregation"):
+        if spec.secure_only and getattr(agg, spec.name) != spec.default:
+            raise PlanError(spec.path, _secure_only_text(spec.path))
 
 
 #: The threat model of the secure round (γ, δ, σ, η), by AggregationSpec field: its default.
 THREAT_MODEL_DEFAULTS: Mapping[str, float] = {
-    "corrupt_fraction": DEFAULT_CORRUPT_FRACTION, "dropout_fraction": DEFAULT_DROPOUT_FRACTION,
-    "sigma": DEFAULT_SIGMA, "eta": DEFAULT_ETA}
+    name: FIELDS[f"aggregation.{name}"].default
+    for name in ("corrupt_fraction", "dropout_fraction", "sigma", "eta")}
 
 
 def _check_threat_model(agg: AggregationSpec) -> None:
@@ -183,11 +172,14 @@ def unused_blocks(mode: str, heads: tuple[str, ...]) -> tuple[str, ...]:
 def default_min_class_count(dp: DPConfig | None) -> int:
     """K of the minimum-count rule when the user gives none.
 
-    5 under DP (a threshold on the noised counts at the server), else 1 (off).
+    :data:`~ghofl.privacy.DEFAULT_MIN_CLASS_COUNT` under DP (a threshold on the noised counts
+    at the server), else the :class:`~ghofl.client.job.ClientJob` default (1: off).
     """
     from ghofl.privacy import DEFAULT_MIN_CLASS_COUNT
 
-    return DEFAULT_MIN_CLASS_COUNT if dp is not None else 1
+    if dp is not None:
+        return DEFAULT_MIN_CLASS_COUNT
+    return int(ClientJob.__dataclass_fields__["min_class_count"].default)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- the values
@@ -195,28 +187,30 @@ def default_min_class_count(dp: DPConfig | None) -> int:
 class AggregationSpec:
     """How the clients' statistics are added and released.
 
+    Every default is that of :data:`~ghofl.server.fields.FIELDS` (``docs/file-formats.md``).
+
     Attributes
     ----------
-    protocol : {"plain", "secure"}, default "plain"
+    protocol : {"plain", "secure"}
         The one-stage plain sum, or the secure protocol (the server learns only the sum).
     threshold, neighbours : int or None
         Secure: fewest clients that must remain, neighbours per client on the SecAgg+ graph
         (``None``: the defaults of :class:`~ghofl.secure.SecAggConfig`).
     max_samples : int
         Secure: public maximum samples per client.
-    limbs : {1, 2}, default 2
+    limbs : {1, 2}
         Secure: 64-bit words per float statistic.
-    corrupt_fraction, dropout_fraction : float, default 1/3
+    corrupt_fraction, dropout_fraction : float
         Secure: γ and δ, the fractions of corrupt (colluding with the server) and dropped
         clients the round is sized for: 0 <= γ, δ < 1 and γ + δ < 1. γ also sets the default
         threshold (:func:`~ghofl.secure.config.consistency_threshold`).
-    sigma, eta : float, default 40 and 20
+    sigma, eta : float
         Secure: the targets, exposure <= 2^-σ and abort <= 2^-η per honest client per round
         (the graph degree and share threshold are sized by
         :func:`~ghofl.secure.graph_params.required_parameters`).
     dp : DPConfig or None
         Differential privacy of the release (``None``: none).
-    store : str, default ""
+    store : str
         Path of a durable store that records every accepted contribution (plain protocol).
     drops : mapping of str to int
         Simulated drops: clients that vanish per stage (in-process transport only; with
@@ -227,19 +221,20 @@ class AggregationSpec:
         (:mod:`ghofl.secure.hierarchy`); ``None``: one flat round.
     """
 
-    protocol: Protocol = "plain"
-    threshold: int | None = None
-    neighbours: int | None = None
-    max_samples: int = DEFAULT_MAX_SAMPLES
-    limbs: int = 2
-    corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION
-    dropout_fraction: float = DEFAULT_DROPOUT_FRACTION
-    sigma: float = DEFAULT_SIGMA
-    eta: float = DEFAULT_ETA
+    protocol: Protocol = field(default=FIELDS["aggregation.protocol"].default)
+    threshold: int | None = field(default=FIELDS["aggregation.threshold"].default)
+    neighbours: int | None = field(default=FIELDS["aggregation.neighbours"].default)
+    max_samples: int = field(default=FIELDS["aggregation.max_samples"].default)
+    limbs: int = field(default=FIELDS["aggregation.limbs"].default)
+    corrupt_fraction: float = field(default=FIELDS["aggregation.corrupt_fraction"].default)
+    dropout_fraction: float = field(default=FIELDS["aggregation.dropout_fraction"].default)
+    sigma: float = field(default=FIELDS["aggregation.sigma"].default)
+    eta: float = field(default=FIELDS["aggregation.eta"].default)
     dp: DPConfig | None = None
-    store: str = ""
-    drops: Mapping[str, int] = field(default_factory=dict)
-    regions: int | None = None
+    store: str = field(default=FIELDS["aggregation.store"].default)
+    drops: Mapping[str, int] = field(
+        default_factory=lambda: dict(FIELDS["aggregation.drops"].default))
+    regions: int | None = field(default=FIELDS["aggregation.regions"].default)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -332,7 +327,11 @@ class FederationPlan:
         return self.aggregation.secagg_config(self.client.clip_norm)
 
     def noise_plan(self) -> NoisePlan | None:
-        """The calibrated Gaussian mechanism (``None`` without DP)."""
+        """The calibrated Gaussian mechanism (``None`` without DP), calibrated once per plan."""
+        return self._noise_plan
+
+    @functools.cached_property
+    def _noise_plan(self) -> NoisePlan | None:
         dp = self.aggregation.dp
         if dp is None:
             return None
@@ -344,29 +343,31 @@ class FederationPlan:
                                                                     self.server.heads))
 
     def describe(self) -> dict[str, Any]:
-        """JSON-ready summary of the plan (the parts' flat configs and the aggregation)."""
-        agg = self.aggregation
-        dp = agg.dp
-        return {
-            "client": self.client.to_config(),
-            "aggregation": {
-                "protocol": agg.protocol, "threshold": agg.threshold,
-                "neighbours": agg.neighbours, "max_samples": agg.max_samples,
-                "limbs": agg.limbs, "corrupt_fraction": agg.corrupt_fraction,
-                "dropout_fraction": agg.dropout_fraction, "sigma": agg.sigma, "eta": agg.eta,
-                "store": agg.store, "drops": dict(agg.drops), "regions": agg.regions,
-                "dp": None if dp is None else {"epsilon": dp.epsilon, "delta": dp.delta,
-                                               "mode": dp.mode},
-            },
-            "server": self.server.to_config(),
-        }
+        """JSON-ready summary of the plan: every field of :data:`~ghofl.server.fields.FIELDS`.
+
+        ``{"client": {name: value}, "aggregation": {...}, "server": {...}}``, each value as the
+        plan holds it (tuples as lists; ``None``: derived or unset, e.g. ``dp_epsilon``
+        without DP).
+        """
+        out: dict[str, dict[str, Any]] = {"client": {}, "aggregation": {}, "server": {}}
+        for spec in FIELDS.values():
+            out[spec.part][spec.name] = _jsonable(spec.value(self))
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
 
 
 def _default_server() -> ServerJob:
-    """``ServerJob(("nb",))``, importing ghofl.server.job (heads, evaluation) on first use.
+    """``ServerJob()`` (the table's heads), importing ghofl.server.job on first use.
 
     So a client reading the plan's constants does not load the server's modules.
     """
     from ghofl.server.job import ServerJob
 
-    return ServerJob(("nb",))
+    return ServerJob()

@@ -2,9 +2,11 @@
 
 :class:`FederationServer` is the one server entry point of every front end. The in-process
 simulator hands it an :class:`~ghofl.secure.InMemoryTransport`, the Flower ServerApp a
-:class:`~ghofl.integrations.flower.transport.FlowerTransport`; both then call
+:class:`~ghofl.integrations.flower.transport.FlowerTransport`, ``ghofl aggregate`` a
+:class:`~ghofl.server.files.FilesTransport` (payload files); each then calls
 :meth:`FederationServer.aggregate` (the protocol's server half, built here from the plan, and
-the differential-privacy release) and :meth:`FederationServer.fit` (the plan's server job).
+the differential-privacy release) and :meth:`FederationServer.fit` (the plan's server job,
+which ``ghofl fit`` runs on a total summed elsewhere: :meth:`FederationServer.from_total`).
 Only this module builds a :class:`~ghofl.secure.SecAggServer`, a
 :class:`~ghofl.secure.PlainServer` or a DP release (a plan with regions hands its rounds to
 :func:`~ghofl.secure.hierarchy.run_hierarchical`, :meth:`FederationServer.aggregate_regions`).
@@ -46,8 +48,11 @@ from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 
 if TYPE_CHECKING:
+    from ghofl.heads.base import Head
     from ghofl.privacy import NoisyDecoder
+    from ghofl.server.job import ServerJob
     from ghofl.store import AggregationStore
+    from ghofl.store.records import AddResult
 
 __all__ = ["Aggregated", "FederationServer"]
 
@@ -93,6 +98,12 @@ class FederationServer:
     roster : Roster, optional
         The federation's roster of identity keys (secure protocol): every signature is
         checked against it. Without it the secure round is unauthenticated.
+    payload_sha256 : callable, optional
+        With a store: maps a client id to the SHA-256 of its payload as received (e.g. of its
+        ``.ghs`` file), recorded with it (default: the store's digest of the statistics).
+    on_record : callable, optional
+        With a store: called as ``on_record(client_id, stats, AddResult)`` once each accepted
+        payload is recorded (``AddResult.added`` is false for an idempotent re-submission).
 
     Attributes
     ----------
@@ -105,7 +116,10 @@ class FederationServer:
 
     def __init__(self, plan: FederationPlan, clients: Sequence[str], meta: StatsMeta, *,
                  store_id: Callable[[str], str] | None = None,
-                 roster: Roster | None = None) -> None:
+                 roster: Roster | None = None,
+                 payload_sha256: Callable[[str], str | None] | None = None,
+                 on_record: Callable[[str, ClientStats, AddResult], object] | None = None
+                 ) -> None:
         self.plan = plan
         self.meta = meta
         self._noise = plan.noise_plan()
@@ -132,8 +146,14 @@ class FederationServer:
             from ghofl.store import AggregationStore
 
             store = self._store = AggregationStore(Path(plan.aggregation.store))
-            name = store_id or str
-            self.half = PlainServer(ids, meta, on_accept=lambda c, s: store.add(name(c), s))
+            name, sha = store_id or str, payload_sha256 or (lambda c: None)
+
+            def record(client: str, stats: ClientStats) -> None:
+                result = store.add(name(client), stats, payload_sha256=sha(client))
+                if on_record is not None:
+                    on_record(client, stats, result)
+
+            self.half = PlainServer(ids, meta, on_accept=record)
         else:
             self.half = PlainServer(ids, meta)
 
@@ -219,9 +239,35 @@ class FederationServer:
             total, privacy = release.stats, release.to_dict()
         return Aggregated(report, total, privacy, seconds)
 
+    @classmethod
+    def from_total(cls, job: ServerJob, meta: StatsMeta) -> FederationServer:
+        """The server of a fit from a total summed elsewhere (a ``.ghs`` total, a store).
+
+        No clients: its plan (:func:`~ghofl.server.files.payload_plan`) is read from the
+        total's metadata ``meta`` and fits the heads of ``job``.
+        """
+        from ghofl.server.files import payload_plan
+
+        return cls(payload_plan(meta, server=job), (), meta)
+
     def fit(self, total: ClientStats, *, out_dir: Path | None = None,
             test: tuple[NDArray[Any], NDArray[Any]] | None = None,
-            extra: Mapping[str, Any] | None = None) -> ServerResult:
-        """Fit the plan's heads from ``total`` (:func:`~ghofl.server.job.run_server_job`)."""
+            extra: Mapping[str, Any] | None = None,
+            log: Callable[[str], None] | None = None, option: str = "out_dir",
+            command: str | None = None,
+            heads: Mapping[str, Head] | None = None) -> ServerResult:
+        """Fit the plan's heads from ``total`` (:func:`~ghofl.server.job.run_server_job`).
+
+        Parameters
+        ----------
+        total : ClientStats
+            The aggregate (e.g. :attr:`Aggregated.total`).
+        out_dir, test, extra, log, option, command :
+            As in :func:`~ghofl.server.job.run_server_job`.
+        heads : mapping of str to Head, optional
+            The plan's heads, unfitted, built by a check before any client worked (so they
+            are built once); default: built here.
+        """
         return run_server_job(total, self.plan.server, out_dir=out_dir, test=test,
-                              extra=extra)
+                              extra=extra, log=log, option=option, command=command,
+                              heads=heads)

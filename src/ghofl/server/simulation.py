@@ -277,7 +277,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     """
     plan = _with_expected_samples(plan, len(train[1]))
     job, server_job, clients_job = plan.client, plan.server, plan.clients_job
-    build_heads(server_job.heads, server_job.resolved_params(), mode=job.mode)  # before work
+    heads = server_job.build_heads(job.mode)  # checked before work; fitted below
     class_names, c = job.classes, len(job.classes)
     xtr, ytr = check_labelled_embeddings(train[0], train[1], c, "training")
     xte, yte = _check_test(test, c, xtr.shape[1], population.encoder)
@@ -312,7 +312,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     stages["client_stats_max"] = max(client_seconds, default=0.0)
     stages["aggregate"] = max(out.seconds - stages["client_stats"], 0.0)
 
-    fitted = server.fit(out.total, test=(xte, yte))
+    fitted = server.fit(out.total, test=(xte, yte), heads=heads)
     scores = fitted.scores or {}
     results = _head_results(fitted, scores, stages)
     return SimulationResult(

@@ -195,7 +195,7 @@ class StatsAccumulator:
         self._buf: NDArray[np.float64] | None = None
         self._cs_taken: NDArray[np.float64] | None = None
         # Rows per BLAS call: large enough for an efficient rank-k update, small enough
-        # (about 8 MB, cache-resident on this machine; 32 MB measured 10-15 % slower).
+        # (8 MB) for the chunk to stay in cache.
         self._chunk = max(256, (8 << 20) // (8 * out_dim))
 
     def update(
@@ -253,8 +253,8 @@ class StatsAccumulator:
                       counts: NDArray[np.int64]) -> None:
         """Add a batch class by class: rows sorted by label once, gathered a chunk at a time.
 
-        (One-hot products for A_c and D_c instead of the gather measured 1.8x slower at
-        n = 1,000, d = 1280, C = 10.)
+        (One-hot products Yᵀ X for A_c and D_c instead of the gather would cost C times the
+        flops of the per-class sums.)
         """
         order = np.argsort(yy, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -480,7 +480,7 @@ def clip_rows(z: NDArray[np.float64], clip_norm: float) -> int:
 
 
 def _dsyrk() -> Any:
-    """BLAS ``dsyrk``, imported on first use (scipy.linalg costs ~0.1 s to import)."""
+    """BLAS ``dsyrk``, imported on first use (scipy.linalg is slow to import)."""
     from scipy.linalg.blas import dsyrk
 
     return dsyrk

@@ -78,17 +78,15 @@ from ghofl.stats._json import (
 )
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.container import (
-    _NAMES,
     DIGEST_KEY,
+    DTYPE_NAMES,
     DTYPES,
     STATS_DTYPES,
     HeaderCheck,
     TensorInfo,
-    _header_digest,
-    _open_regular,
-    _read_data,
-    _read_header,
-    _tensor,
+    header_digest,
+    read_container,
+    tensor_views,
     write_safetensors,
 )
 from ghofl.stats.header import FORMAT, StatsHeader, check_envelope, meta_from_entries
@@ -96,14 +94,14 @@ from ghofl.stats.meta import MIN_SCHEMA_VERSION, SCHEMA_VERSION, StatsMeta
 from ghofl.stats.schema import pack_upper, schema_for, unpack_upper
 from ghofl.stats.transport import (
     TRANSPORT_DTYPES,
-    _with_holdout,
-    check_transport_dtype,
+    check_array_names,
     expected_payload_nbytes,
     payload_nbytes,
     rounding_name,
     stats_from_tensors,
     stats_tensors,
     through_transport,
+    transport_dtype_name,
 )
 
 __all__ = [
@@ -114,7 +112,6 @@ __all__ = [
     "MIN_SCHEMA_VERSION",
     "TensorInfo",
     "atomic_write",
-    "check_transport_dtype",
     "expected_payload_nbytes",
     "load_stats",
     "pack_upper",
@@ -127,6 +124,7 @@ __all__ = [
     "stats_from_tensors",
     "stats_tensors",
     "through_transport",
+    "transport_dtype_name",
     "unpack_upper",
     "write_safetensors",
 ]
@@ -229,10 +227,8 @@ def read_safetensors_into(
         data digest mismatch) or of an unsupported version.
     """
     p = Path(path)
-    fd = _open_regular(p, what)
-    with os.fdopen(fd, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        header, table, data_start = _read_header(f, p, size, what, dtypes)
+
+    def checked(header: dict[str, str], table: dict[str, TensorInfo]) -> None:
         _check_header(header, p, expected_format, what)
         unknown = sorted(k for k in header if keys is not None and k not in keys | {DIGEST_KEY})
         if unknown:
@@ -243,7 +239,8 @@ def read_safetensors_into(
             )
         if check is not None:
             check(header, table)
-        data = _read_data(f, p, size - data_start, what)
+
+    header, table, data = read_container(p, what, dtypes, checked)
     expected = header.get(DIGEST_KEY)
     if expected is None:
         warnings.warn(
@@ -252,15 +249,15 @@ def read_safetensors_into(
             GhoflWarning,
             stacklevel=stacklevel,
         )
-        return header, build(header, {name: _tensor(data, t) for name, t in table.items()})
+        return header, build(header, tensor_views(data, table))
     plain = {k: v for k, v in header.items() if k != DIGEST_KEY}
     canon = {name: {"dtype": t.dtype, "shape": list(t.shape),
                     "data_offsets": [t.begin, t.end]} for name, t in table.items()}
-    h = _header_digest(plain, canon)
+    h = header_digest(plain, canon)
     with ThreadPoolExecutor(max_workers=1) as pool:  # hashlib releases the GIL
         hashed = pool.submit(h.update, data)
         try:
-            built = build(header, {name: _tensor(data, t) for name, t in table.items()})
+            built = build(header, tensor_views(data, table))
         except Exception:
             hashed.result()
             _check_digest(h.hexdigest(), expected, p)  # a changed file is refused as such
@@ -337,27 +334,12 @@ def _check_stats_layout(
     meta: StatsMeta, table: dict[str, TensorInfo], path: str | os.PathLike[str],
     transport: str = "float64",
 ) -> None:
-    schema = schema_for(meta.mode)
-    layout = schema.stored_arrays(meta.has_holdout)
-    stored = [name for _, name, _ in layout]
     where = f"{str(path)!r} holds malformed statistics"
-    for name in table:
-        if name not in stored:
-            raise StatsFormatError(
-                f"{where}: statistics payload of mode {meta.mode!r}{_with_holdout(meta)} holds "
-                f"unexpected array(s) {name!r}; it holds exactly {', '.join(stored)}, so it is "
-                "corrupt or its metadata names the wrong mode or held-out fraction"
-            )
-    for _, name, spec in layout:
-        t = table.get(name)
-        if t is None:
-            raise StatsFormatError(
-                f"{where}: statistics payload lacks the array {name!r}; it is "
-                f"corrupt (mode {meta.mode!r} payloads{_with_holdout(meta)} hold "
-                f"{', '.join(stored)})"
-            )
+    check_array_names(meta, table, f"{where}: ")
+    for _, name, spec in schema_for(meta.mode).stored_arrays(meta.has_holdout):
+        t = table[name]
         dtype = TRANSPORT_DTYPES[transport] if spec.dtype.kind == "f" else spec.dtype
-        want = _NAMES[dtype.newbyteorder("<")]
+        want = DTYPE_NAMES[dtype.newbyteorder("<")]
         if t.dtype != want:
             note = (f" (header transport_dtype {transport})"
                     if spec.dtype.kind == "f" and transport != "float64" else "")

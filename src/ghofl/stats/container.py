@@ -28,9 +28,13 @@ from ghofl.stats._json import MAX_HEADER_BYTES, parse_json
 __all__ = [
     "DIGEST_KEY",
     "DTYPES",
+    "DTYPE_NAMES",
     "STATS_DTYPES",
     "HeaderCheck",
     "TensorInfo",
+    "header_digest",
+    "read_container",
+    "tensor_views",
     "write_safetensors",
 ]
 
@@ -41,7 +45,8 @@ DIGEST_KEY = "content_sha256"
 DTYPES: dict[str, np.dtype[Any]] = {"F64": np.dtype("<f8"), "I64": np.dtype("<i8")}
 #: Dtypes of statistics files (float32 transport of the float sums adds ``F32``).
 STATS_DTYPES: dict[str, np.dtype[Any]] = {**DTYPES, "F32": np.dtype("<f4")}
-_NAMES = {v: k for k, v in STATS_DTYPES.items()}
+#: Safetensors name of each dtype of :data:`STATS_DTYPES` (little-endian numpy dtype to name).
+DTYPE_NAMES: dict[np.dtype[Any], str] = {v: k for k, v in STATS_DTYPES.items()}
 _MAX_NDIM = 4
 _CHUNK = 1 << 24
 
@@ -72,7 +77,7 @@ def write_safetensors(
     for name in sorted(tensors):
         arr = np.asarray(tensors[name])
         dtype = arr.dtype.newbyteorder("<")
-        if dtype not in _NAMES:
+        if dtype not in DTYPE_NAMES:
             raise StatsFormatError(
                 f"cannot write array {name!r} of dtype {arr.dtype}; ghofl files hold only "
                 f"{', '.join(str(d) for d in STATS_DTYPES.values())} arrays"
@@ -82,13 +87,13 @@ def write_safetensors(
     offset = 0
     for name, arr in arrays:
         table[name] = {
-            "dtype": _NAMES[arr.dtype],
+            "dtype": DTYPE_NAMES[arr.dtype],
             "shape": list(arr.shape),
             "data_offsets": [offset, offset + arr.nbytes],
         }
         offset += arr.nbytes
     plain = {k: v for k, v in metadata.items() if k != DIGEST_KEY}
-    digest = _header_digest(plain, table)
+    digest = header_digest(plain, table)
     for _, arr in arrays:
         digest.update(arr.reshape(-1).view(np.uint8).data)
     meta = {**plain, DIGEST_KEY: digest.hexdigest()}
@@ -131,6 +136,59 @@ class TensorInfo:
 HeaderCheck = Callable[[dict[str, str], dict[str, TensorInfo]], None]
 
 
+def tensor_views(data: NDArray[np.uint8], table: Mapping[str, TensorInfo]
+                 ) -> dict[str, NDArray[Any]]:
+    """The tensors of ``table`` in the data section ``data`` (:func:`read_container`).
+
+    Views of ``data`` in native byte order where it is little-endian (copies otherwise), by
+    name, with the dtypes and shapes the table declares.
+    """
+    return {name: _tensor(data, t) for name, t in table.items()}
+
+
+def read_container(
+    p: Path, what: str, dtypes: Mapping[str, np.dtype[Any]], check: HeaderCheck
+) -> tuple[dict[str, str], dict[str, TensorInfo], NDArray[np.uint8]]:
+    """Read a safetensors file, trusting nothing in it; the digest is left to the caller.
+
+    The file must be a regular file; its header length, JSON, dtypes (of ``dtypes``), shapes
+    and byte spans (contiguous, covering exactly the rest of the file) are checked, then
+    ``check(metadata, tensors)`` runs, all before any data byte is read.
+
+    Parameters
+    ----------
+    p : Path
+        The file.
+    what : str
+        What the file is, for messages (``"statistics"``, ``"head"``).
+    dtypes : mapping of str to dtype
+        The safetensors dtypes accepted.
+    check : callable
+        The caller's checks of the header; raises to refuse the file.
+
+    Returns
+    -------
+    metadata : dict of str to str
+        The ``__metadata__`` section.
+    tensors : dict of str to TensorInfo
+        The declared tensors.
+    data : ndarray of uint8, shape (n,)
+        The data section (:func:`tensor_views` reads the tensors out of it).
+
+    Raises
+    ------
+    StatsFormatError
+        Missing, not a regular file, truncated, oversized or structurally corrupt.
+    """
+    fd = _open_regular(p, what)
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        metadata, table, data_start = _read_header(f, p, size, what, dtypes)
+        check(metadata, table)
+        data = _read_data(f, p, size - data_start, what)
+    return metadata, table, data
+
+
 def _tensor(data: NDArray[np.uint8], t: TensorInfo) -> NDArray[Any]:
     dtype = STATS_DTYPES[t.dtype]
     n = _prod(t.shape)
@@ -140,8 +198,13 @@ def _tensor(data: NDArray[np.uint8], t: TensorInfo) -> NDArray[Any]:
     return arr.astype(dtype.newbyteorder("="), copy=False)
 
 
-def _header_digest(metadata: dict[str, str], table: dict[str, Any]) -> Any:
-    """SHA-256 state after the canonical header JSON and the NUL separator."""
+def header_digest(metadata: dict[str, str], table: dict[str, Any]) -> Any:
+    """SHA-256 state after the canonical header JSON and the NUL separator.
+
+    Feeding it the data section gives the ``content_sha256`` of a file with header
+    ``metadata`` (without :data:`DIGEST_KEY`) and tensor ``table`` (name -> ``dtype``,
+    ``shape``, ``data_offsets``, as in the file's header).
+    """
     canon = json.dumps({"metadata": metadata, "tensors": table}, sort_keys=True,
                        separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canon.encode("utf-8", "surrogatepass") + b"\0")

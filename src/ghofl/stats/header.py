@@ -2,8 +2,8 @@
 
 A statistics payload is its arrays (:mod:`ghofl.stats.transport`) plus a small header: the
 metadata, the clipping counts and how the float sums were rounded. :class:`StatsHeader` is
-that header; :data:`FIELDS` declares each of its entries once (its key in each spelling, its
-value type, the value when the entry is absent and the check of a value), and
+that header; :data:`HEADER_FIELDS` declares each of its entries once (its key in each
+spelling, its value type, the value when the entry is absent and the check of a value), and
 :meth:`StatsHeader.to_entries` / :meth:`StatsHeader.from_entries` render and parse it in the
 two spellings ghofl uses:
 
@@ -50,16 +50,16 @@ from ghofl.stats.meta import (
     StatsMeta,
 )
 from ghofl.stats.transport import (
-    _ROUNDING,
     TRANSPORT_DTYPES,
-    check_transport_dtype,
+    TRANSPORT_ROUNDING,
     rounding_name,
     stats_from_tensors,
+    transport_dtype_name,
 )
 
 __all__ = [
-    "FIELDS",
     "FORMAT",
+    "HEADER_FIELDS",
     "STYLES",
     "HeaderField",
     "StatsHeader",
@@ -139,7 +139,7 @@ class HeaderField:
 
 
 #: The entries of the statistics header, in the order they are written.
-FIELDS: tuple[HeaderField, ...] = (
+HEADER_FIELDS: tuple[HeaderField, ...] = (
     HeaderField("meta", "meta", "meta", required=("file", "records")),
     HeaderField("n_clipped", "n_clipped", "count", absent=0, always=True,
                 required=("records",)),  # absent in version-1 files
@@ -153,7 +153,7 @@ FIELDS: tuple[HeaderField, ...] = (
 
 @dataclass(frozen=True)
 class StatsHeader:
-    """The header of a statistics payload (see :data:`FIELDS` and the module docstring).
+    """The header of a statistics payload (see :data:`HEADER_FIELDS` and the module docstring).
 
     Parameters
     ----------
@@ -185,7 +185,7 @@ class StatsHeader:
 
     def __post_init__(self) -> None:
         """Check every value with its field's declared check."""
-        for spec in FIELDS:
+        for spec in HEADER_FIELDS:
             value = getattr(self, spec.name)
             if not spec.check(value):
                 raise StatsValidationError(
@@ -210,8 +210,8 @@ class StatsHeader:
         StatsValidationError
             ``transport_dtype`` is not float64 or float32.
         """
-        tname = check_transport_dtype(transport_dtype)
-        rounded = rounding_name(max(stats.rounding, _ROUNDING[tname]))
+        tname = transport_dtype_name(transport_dtype)
+        rounded = rounding_name(max(stats.rounding, TRANSPORT_ROUNDING[tname]))
         return cls(
             meta=stats.meta,
             n_clipped=int(stats.n_clipped),
@@ -227,7 +227,7 @@ class StatsHeader:
         2 for statistics without a held-out section, float32 sums or such rounding
         (readable by older ghofl), else 3.
         """
-        since = [spec.since for spec in FIELDS if spec.written(getattr(self, spec.name))]
+        since = [spec.since for spec in HEADER_FIELDS if spec.written(getattr(self, spec.name))]
         return max(self.meta.written_version(), *since)
 
     def stats_from(self, tensors: Mapping[str, Any]) -> ClientStats:
@@ -243,7 +243,7 @@ class StatsHeader:
                                   self.rounded_to)
 
     def to_entries(self, style: Style) -> dict[str, Any]:
-        """The header's entries in ``style``, in :data:`FIELDS` order.
+        """The header's entries in ``style``, in :data:`HEADER_FIELDS` order.
 
         ``"file"``: strings, after the envelope ``format`` and ``schema_version``;
         ``"records"``: typed values, without the records envelope. Entries equal to their
@@ -253,7 +253,7 @@ class StatsHeader:
         out: dict[str, Any] = {}
         if style == "file":
             out = {"format": FORMAT, "schema_version": str(self.schema_version)}
-        for spec in FIELDS:
+        for spec in HEADER_FIELDS:
             value = getattr(self, spec.name)
             if spec.written(value):
                 out[spec.key(style)] = _render(spec, value, style)
@@ -286,7 +286,7 @@ class StatsHeader:
         version = check_envelope(entries, where, FORMAT, "statistics") if style == "file" \
             else SCHEMA_VERSION
         values: dict[str, Any] = {}
-        for spec in FIELDS:
+        for spec in HEADER_FIELDS:
             key = spec.key(style)
             if key not in entries:
                 if style in spec.required:
@@ -311,7 +311,7 @@ class StatsHeader:
         """Every key the header may hold in ``style`` (the file's include its envelope)."""
         _check_style(style)
         envelope = {"format", "schema_version"} if style == "file" else set()
-        return frozenset(envelope | {spec.key(style) for spec in FIELDS})
+        return frozenset(envelope | {spec.key(style) for spec in HEADER_FIELDS})
 
 
 # ---------------------------------------------------------------------- the envelope
@@ -368,7 +368,7 @@ def meta_from_entries(entries: Mapping[str, Any], style: Style, where: str) -> S
         :meth:`StatsHeader.from_entries`).
     """
     _check_style(style)
-    spec = FIELDS[0]
+    spec = HEADER_FIELDS[0]
     key = spec.key(style)
     if key not in entries:
         raise StatsFormatError(_missing(where, key, style))

@@ -50,7 +50,7 @@ from ghofl.errors import ConfigError, StatsFormatError
 GENERATOR = "pcg64-rademacher-v1"
 #: Generator name of the public principal-direction projection.
 PCA_GENERATOR = "pca-v1"
-GENERATORS = (GENERATOR, PCA_GENERATOR)
+PROJECTION_GENERATORS = (GENERATOR, PCA_GENERATOR)
 #: Environment variable naming an extra folder of basis files (searched first).
 BASIS_DIR_ENV = "GHOFL_PROJECTION_DIR"
 _FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
@@ -89,10 +89,10 @@ class ProjectionSpec:
             raise ConfigError(
                 f"projection dims must be >= 1; got input_dim={self.input_dim}, dim={self.dim}"
             )
-        if self.generator not in GENERATORS:
+        if self.generator not in PROJECTION_GENERATORS:
             raise ConfigError(
                 f"unknown projection generator {self.generator!r}; "
-                f"this ghofl supports {', '.join(map(repr, GENERATORS))}"
+                f"this ghofl supports {', '.join(map(repr, PROJECTION_GENERATORS))}"
             )
         if self.generator == PCA_GENERATOR:
             if not _FINGERPRINT.match(self.basis):

@@ -8,6 +8,7 @@ around them is :mod:`ghofl.stats.codec`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -20,13 +21,15 @@ from ghofl.stats.schema import HOLDOUT_PREFIX, schema_for
 
 __all__ = [
     "TRANSPORT_DTYPES",
-    "check_transport_dtype",
+    "TRANSPORT_ROUNDING",
+    "check_array_names",
     "expected_payload_nbytes",
     "payload_nbytes",
     "rounding_name",
     "stats_from_tensors",
     "stats_tensors",
     "through_transport",
+    "transport_dtype_name",
 ]
 
 
@@ -35,12 +38,12 @@ TRANSPORT_DTYPES: dict[str, np.dtype[Any]] = {
     "float64": np.dtype(np.float64), "float32": np.dtype(np.float32),
 }
 #: Largest relative rounding error per entry of each transport dtype (unit roundoff).
-_ROUNDING = {"float64": 0.0, "float32": 2.0**-24}
+TRANSPORT_ROUNDING: dict[str, float] = {"float64": 0.0, "float32": 2.0**-24}
 
 
 def rounding_name(rounding: float) -> str:
     """The transport dtype whose unit roundoff covers ``rounding`` (``"float64"`` for 0)."""
-    for name, u in sorted(_ROUNDING.items(), key=lambda kv: kv[1]):
+    for name, u in sorted(TRANSPORT_ROUNDING.items(), key=lambda kv: kv[1]):
         if rounding <= u:
             return name
     raise StatsValidationError(  # pragma: no cover - only float32 rounds
@@ -48,7 +51,7 @@ def rounding_name(rounding: float) -> str:
     )
 
 
-def check_transport_dtype(dtype: Any) -> str:
+def transport_dtype_name(dtype: Any) -> str:
     """The name (``"float64"`` or ``"float32"``) of a transport dtype given by name or dtype.
 
     Raises
@@ -92,7 +95,7 @@ def stats_tensors(
     StatsValidationError
         A float sum is too large for float32 transport.
     """
-    dtype = TRANSPORT_DTYPES[check_transport_dtype(transport_dtype)]
+    dtype = TRANSPORT_DTYPES[transport_dtype_name(transport_dtype)]
     out: dict[str, NDArray[Any]] = {}
     for part, stored, spec in schema_for(stats.mode).stored_arrays(stats.holdout is not None):
         section = stats if not part else stats.holdout
@@ -149,26 +152,12 @@ def stats_from_tensors(
     StatsValidationError
         The arrays do not form valid statistics.
     """
-    schema = schema_for(meta.mode)
-    layout = schema.stored_arrays(meta.has_holdout)
-    stored = [name for _, name, _ in layout]
-    missing = [name for name in stored if name not in t]
-    if missing:
-        raise StatsFormatError(
-            f"statistics payload lacks the array {missing[0]!r}; it is corrupt (mode "
-            f"{meta.mode!r} payloads{_with_holdout(meta)} hold {', '.join(stored)})"
-        )
-    extra = sorted(name for name in t if name not in stored)
-    if extra:
-        raise StatsFormatError(
-            f"statistics payload of mode {meta.mode!r}{_with_holdout(meta)} holds unexpected "
-            f"array(s) {', '.join(map(repr, extra))}; it holds exactly {', '.join(stored)}, so "
-            "it is corrupt or its metadata names the wrong mode or held-out fraction"
-        )
+    layout = schema_for(meta.mode).stored_arrays(meta.has_holdout)
+    check_array_names(meta, t)
     if transport_dtype is None:
         found = np.asarray(t["sums"]).dtype.name
         transport_dtype = found if found in TRANSPORT_DTYPES else "float64"
-    tname = check_transport_dtype(transport_dtype)
+    tname = transport_dtype_name(transport_dtype)
     sections: dict[str, dict[str, NDArray[Any]]] = {}
     for part, name, spec in layout:
         arr = np.asarray(t[name])
@@ -182,7 +171,7 @@ def stats_from_tensors(
         # result holds no view of the (larger) buffer ``t``'s arrays may come from.
         sections.setdefault(part, {})[spec.name] = spec.unpack(arr, meta.num_classes, meta.dim,
                                                               spec.dtype)
-    rounding = max(_ROUNDING[tname], _ROUNDING[check_transport_dtype(rounded_to)])
+    rounding = max(TRANSPORT_ROUNDING[tname], TRANSPORT_ROUNDING[transport_dtype_name(rounded_to)])
     holdout = None
     if meta.has_holdout:
         holdout = ClientStats.from_transport(meta.without_holdout(), sections[HOLDOUT_PREFIX],
@@ -203,12 +192,49 @@ def through_transport(stats: ClientStats, transport_dtype: Any = "float64") -> C
     StatsValidationError
         A sum is beyond the float32 range.
     """
-    tname = check_transport_dtype(transport_dtype)
+    tname = transport_dtype_name(transport_dtype)
     if tname == "float64":
         return stats
     held = 0 if stats.holdout is None else stats.holdout.n_clipped
     return stats_from_tensors(stats.meta, stats_tensors(stats, tname), stats.n_clipped, held,
                               tname, rounding_name(stats.rounding))
+
+
+def check_array_names(meta: StatsMeta, names: Iterable[str], where: str = "") -> None:
+    """Refuse a payload of ``meta`` whose arrays are not exactly the stored arrays of its mode.
+
+    Parameters
+    ----------
+    meta : StatsMeta
+        The payload's metadata; its mode and held-out fraction decide the stored arrays
+        (:meth:`~ghofl.stats.schema.ModeSchema.stored_arrays`).
+    names : iterable of str
+        The stored names of the arrays the payload holds.
+    where : str, default ""
+        Prefix of the message, naming the payload (e.g. ``"'x.ghs' holds malformed
+        statistics: "``).
+
+    Raises
+    ------
+    StatsFormatError
+        An array is missing (the first one named) or unexpected (all of them named).
+    """
+    stored = [name for _, name, _ in schema_for(meta.mode).stored_arrays(meta.has_holdout)]
+    held = set(names)
+    missing = [name for name in stored if name not in held]
+    if missing:
+        raise StatsFormatError(
+            f"{where}statistics payload lacks the array {missing[0]!r}; it is corrupt (mode "
+            f"{meta.mode!r} payloads{_with_holdout(meta)} hold {', '.join(stored)})"
+        )
+    extra = sorted(held.difference(stored))
+    if extra:
+        raise StatsFormatError(
+            f"{where}statistics payload of mode {meta.mode!r}{_with_holdout(meta)} holds "
+            f"unexpected array(s) {', '.join(map(repr, extra))}; it holds exactly "
+            f"{', '.join(stored)}, so it is corrupt or its metadata names the wrong mode or "
+            "held-out fraction"
+        )
 
 
 def _with_holdout(meta: StatsMeta) -> str:
@@ -235,5 +261,5 @@ def expected_payload_nbytes(
     N + A + D; means: N + A (8 bytes each, 4 for the float arrays under float32 transport),
     twice with a held-out section; see :meth:`~ghofl.stats.schema.ModeSchema.nbytes`.
     """
-    dtype = TRANSPORT_DTYPES[check_transport_dtype(transport_dtype)]
+    dtype = TRANSPORT_DTYPES[transport_dtype_name(transport_dtype)]
     return schema_for(mode).nbytes(num_classes, dim, holdout=holdout, float_dtype=dtype)

@@ -66,11 +66,11 @@ from ghofl.store.records import (
     AddResult,
     AddStatus,
     ContributionInfo,
-    _check_client_id,
-    _check_conflicts,
-    _check_sha,
-    _info,
+    check_client_id,
+    check_conflicts,
+    check_payload_sha256,
     content_sha256,
+    contribution_info,
 )
 
 __all__ = [
@@ -211,7 +211,7 @@ class AggregationStore:
                 "another set; the store is corrupt (run 'ghofl store verify'): restore it "
                 "from a backup"
             )
-        return [_info(r, meta) for r in rows]
+        return [contribution_info(r, meta) for r in rows]
 
     def get(self, client_id: str) -> ClientStats:
         """The statistics recorded for ``client_id`` (exactly as added)."""
@@ -256,9 +256,10 @@ class AggregationStore:
             The store holds ``max_contributions`` already, or ``stats`` exceed the public
             bounds of the fixed-point total.
         """
-        _check_client_id(client_id)
+        check_client_id(client_id)
         self._require_writable("add a contribution to")
-        sha = content_sha256(stats) if payload_sha256 is None else _check_sha(payload_sha256)
+        sha = (content_sha256(stats) if payload_sha256 is None
+               else check_payload_sha256(payload_sha256))
         ints, floats = schema_for(stats.mode).flatten(stats)
         words = self._encode(client_id, stats)
         if words is None and self.meta is not None and not self.meta.differences(stats.meta):
@@ -280,8 +281,8 @@ class AggregationStore:
                 db.put_setting(con, "rounding", repr(float(stats.rounding)))
             for row in known:
                 if row[0] == client_id and row[1] == sha:
-                    return self._result("already_present", _info(row, meta), con)
-            _check_conflicts(client_id, sha, known)
+                    return self._result("already_present", contribution_info(row, meta), con)
+            check_conflicts(client_id, sha, known)
             count = int(con.execute("SELECT COUNT(*) FROM contributions").fetchone()[0])
             if count >= self._max_contributions:
                 raise StoreError(
@@ -326,7 +327,7 @@ class AggregationStore:
             con.execute("DELETE FROM contributions WHERE client_id = ?", (client_id,))
             words = None if row[7] is None else db.from_blob(row[7], "<u8")
             self._move_total(con, total, words, str(row[8]), -1)
-            return _info(row, meta)
+            return contribution_info(row, meta)
 
     # ------------------------------------------------------------------ the total
     def total(self) -> ClientStats:

@@ -13,7 +13,16 @@ from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import schema_for
 from ghofl.store import _sqlite as db
 
-__all__ = ["AddResult", "AddStatus", "ContributionInfo", "content_sha256"]
+__all__ = [
+    "AddResult",
+    "AddStatus",
+    "ContributionInfo",
+    "check_client_id",
+    "check_conflicts",
+    "check_payload_sha256",
+    "content_sha256",
+    "contribution_info",
+]
 
 
 AddStatus = Literal["added", "already_present"]
@@ -85,13 +94,28 @@ def content_sha256(stats: ClientStats) -> str:
     return h.hexdigest()
 
 
-def _info(row: tuple[Any, ...], meta: StatsMeta | None) -> ContributionInfo:
+def contribution_info(row: tuple[Any, ...], meta: StatsMeta | None) -> ContributionInfo:
+    """The contribution recorded in one row of the store's contributions table.
+
+    ``row`` starts ``(client_id, sha256, n_samples, n_clipped, added_at)``; the clipping bound
+    is that of the store's metadata ``meta`` (None while the store is empty).
+    """
     cid, sha, n, n_clipped, added = row[:5]
     return ContributionInfo(str(cid), str(sha), int(n), int(n_clipped),
                             None if meta is None else meta.clip_norm, str(added))
 
 
-def _check_conflicts(client_id: str, sha: str, known: list[tuple[Any, ...]]) -> None:
+def check_conflicts(client_id: str, sha: str, known: list[tuple[Any, ...]]) -> None:
+    """Refuse recording payload ``sha`` as ``client_id`` when ``known`` holds a record.
+
+    ``known`` holds the ``(client_id, sha256, ...)`` rows recorded before with this client id
+    or this digest (the same pair is idempotent and not passed here).
+
+    Raises
+    ------
+    StoreConflictError
+        The client contributed another payload, or another client contributed this one.
+    """
     for cid, other_sha, *_ in known:
         if cid == client_id:
             raise StoreConflictError(
@@ -105,7 +129,8 @@ def _check_conflicts(client_id: str, sha: str, known: list[tuple[Any, ...]]) -> 
         )
 
 
-def _check_client_id(client_id: object) -> None:
+def check_client_id(client_id: object) -> None:
+    """Refuse a client id that is not 1 to 256 printable characters without edge spaces."""
     ok = isinstance(client_id, str) and 0 < len(client_id) <= _MAX_ID_LENGTH \
         and client_id.isprintable() and client_id.strip() == client_id
     if not ok:
@@ -115,7 +140,8 @@ def _check_client_id(client_id: object) -> None:
         )
 
 
-def _check_sha(sha: str) -> str:
+def check_payload_sha256(sha: str) -> str:
+    """``sha`` as 64 lowercase hex digits; a StoreError unless it is a SHA-256 hex digest."""
     s = str(sha).lower()
     if len(s) != 64 or any(ch not in "0123456789abcdef" for ch in s):
         raise StoreError(

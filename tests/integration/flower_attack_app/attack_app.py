@@ -53,7 +53,6 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from ghofl.client.job import ClientJob
 from ghofl.errors import AggregationAbortedError
 from ghofl.files import write_json_atomic
 from ghofl.integrations.flower import QUERY_ACTION
@@ -79,6 +78,7 @@ from ghofl.secure.messages import (
     Stage,
     UnmaskShares,
 )
+from ghofl.server.config import plan_from_config
 from ghofl.stats.codec import save_stats
 from ghofl.stats.meta import StatsMeta
 
@@ -310,7 +310,7 @@ def _rounds(grid: Grid, cfg: Mapping[str, Any], out_dir: Path) -> dict[str, Any]
     bound, problems = bind_addresses(request, FlowerTransport(grid, addresses, timeout).exchange(
         "hello", dict.fromkeys(addresses, request)), roster)
     ids = {name: addresses[address] for name, address in bound.items()}
-    job = ClientJob.from_config(cfg)
+    job = plan_from_config(cfg).client
     assert job.clip_norm is not None
     meta = job_meta(job, int(cfg["dim"]))
     config = SecAggConfig(clip_norm=job.clip_norm)

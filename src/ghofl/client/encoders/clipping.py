@@ -116,11 +116,11 @@ def _canonical_name(name: str) -> str | None:
 def _expected_info(name: str, resolution: int | None, weights: str) -> EncoderInfo | None:
     """The :class:`EncoderInfo` the shipped encoder ``name`` has at ``resolution``."""
     if name.startswith("efficientnet-lite"):
-        from ghofl.client.encoders.efficientnet_lite import LITE_DIM, _preprocessing
+        from ghofl.client.encoders.efficientnet_lite import LITE_DIM, lite_preprocessing
 
         if resolution is None:
             return None
-        return EncoderInfo(name, LITE_DIM, weights, _preprocessing(resolution), resolution)
+        return EncoderInfo(name, LITE_DIM, weights, lite_preprocessing(resolution), resolution)
     from ghofl.client.encoders.text import MINILM_DIM, MINILM_PREPROCESSING
 
     return EncoderInfo(name, MINILM_DIM, weights, MINILM_PREPROCESSING, None)

@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 LAYOUTS = ("NCHW", "NHWC")
-DTYPES = ("float32", "float16", "uint8")
+INPUT_DTYPES = ("float32", "float16", "uint8")
 RESIZES = ("bilinear", "none")
 CONTRACT_KEYS = ("name", "dim", "size", "resize", "layout", "dtype", "scale", "mean", "std",
                  "input", "output")
@@ -158,7 +158,7 @@ def _check_value(key: str, raw: Any, where: str) -> Any:
     if key == "size":
         return _size(raw, where)
     if key in ("resize", "layout", "dtype"):
-        choices = {"resize": RESIZES, "layout": LAYOUTS, "dtype": DTYPES}[key]
+        choices = {"resize": RESIZES, "layout": LAYOUTS, "dtype": INPUT_DTYPES}[key]
         return _str_choice(raw, key, choices, where)
     if key == "scale":
         if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw < np.inf:

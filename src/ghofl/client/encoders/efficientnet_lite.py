@@ -52,6 +52,7 @@ __all__ = [
     "build_lite_module",
     "lite_encoder",
     "lite_encoder_info",
+    "lite_preprocessing",
     "lite_weights_path",
     "sha256_file",
 ]
@@ -68,7 +69,8 @@ LITE_VARIANTS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _preprocessing(resolution: int) -> str:
+def lite_preprocessing(resolution: int) -> str:
+    """The ``preprocessing`` of the EncoderInfo of an EfficientNet-Lite at ``resolution`` px."""
     return (
         f"uint8 RGB NHWC -> float; bilinear resize to {resolution}x{resolution} "
         "(align_corners=False); (v-127)/128 on [0,255]; global average of extract_features"
@@ -138,7 +140,7 @@ def lite_encoder_info(
     _check_variant(variant)
     res = _check_resolution(resolution)
     path = Path(weights_path) if weights_path is not None else lite_weights_path(variant)
-    return EncoderInfo(variant, LITE_DIM, sha256_file(path), _preprocessing(res), res)
+    return EncoderInfo(variant, LITE_DIM, sha256_file(path), lite_preprocessing(res), res)
 
 
 def build_lite_module(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ghofl.errors import DataError
 
-__all__ = ["decode_text", "split_lines"]
+__all__ = ["decode_text", "read_text_file", "split_lines"]
 
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -93,7 +93,19 @@ def split_lines(text: str) -> list[str]:
     return lines
 
 
-def _read_file(path: Path) -> tuple[str, str]:
+def read_text_file(path: Path) -> tuple[str, str]:
+    """Read and decode a text dataset file (:func:`decode_text`).
+
+    Returns
+    -------
+    text, encoding : str, str
+        The file's text and the name of the encoding it was decoded with.
+
+    Raises
+    ------
+    DataError
+        ``path`` is a directory or does not exist, or its bytes are no text.
+    """
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "does not exist"
         raise DataError(
@@ -101,7 +113,3 @@ def _read_file(path: Path) -> tuple[str, str]:
             "are looked up in the directory set by GHOFL_DATA_DIR, under text/<file>)"
         )
     return decode_text(path.read_bytes(), f"text file '{path}'")
-
-
-def _read_text(path: Path) -> str:
-    return _read_file(path)[0]

@@ -12,8 +12,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.data.text.dataset import TextDataset
-from ghofl.data.text.decode import _read_file
-from ghofl.data.text.parse import _csv_rows, read_labelled_texts
+from ghofl.data.text.decode import read_text_file
+from ghofl.data.text.parse import csv_rows, read_labelled_texts
 from ghofl.errors import ConfigError, DataError
 
 __all__ = [
@@ -121,8 +121,8 @@ def read_agnews_csv(path: str | os.PathLike[str]) -> TextDataset:
         On a wrong header, a row without three fields or a label outside 1..4, naming the line.
     """
     path = Path(path)
-    text, encoding = _read_file(path)
-    rows = _csv_rows(csv.reader(io.StringIO(text, newline="")), path, "csv")
+    text, encoding = read_text_file(path)
+    rows = csv_rows(csv.reader(io.StringIO(text, newline="")), path, "csv")
     header = rows[0][1] if rows else None
     if header is None or tuple(h.strip().lower() for h in header) != AGNEWS_HEADER:
         raise DataError(

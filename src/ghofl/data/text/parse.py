@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ghofl.data.text.decode import _read_file, split_lines
+from ghofl.data.text.decode import read_text_file, split_lines
 from ghofl.errors import ConfigError, DataError
 
 __all__ = [
     "LABEL_COLUMN_NAMES",
     "TEXT_FORMATS",
     "LabelledTexts",
+    "csv_rows",
     "parse_labelled_texts",
     "read_labelled_texts",
     "text_format_of",
@@ -126,7 +127,7 @@ def read_labelled_texts(
     """
     path = Path(path)
     fmt = text_format_of(path, format)
-    text, encoding = _read_file(path)
+    text, encoding = read_text_file(path)
     return parse_labelled_texts(text, path, fmt, encoding=encoding, label_column=label_column,
                                 text_columns=text_columns, coarse=coarse)
 
@@ -207,7 +208,7 @@ def _parse_delimited(
                             quoting=csv.QUOTE_NONE)
     else:
         reader = csv.reader(io.StringIO(text, newline=""))
-    rows = _csv_rows(reader, path, fmt)
+    rows = csv_rows(reader, path, fmt)
     blank = 0
     while rows and not any(c.strip() for c in rows[0][1]):
         rows.pop(0)
@@ -265,7 +266,28 @@ def _delim(fmt: str) -> str:
     return "\t" if fmt == "tsv" else ","
 
 
-def _csv_rows(reader: Any, path: Path, fmt: str) -> list[tuple[int, list[str]]]:
+def csv_rows(reader: Any, path: Path, fmt: str) -> list[tuple[int, list[str]]]:
+    """Every row of a :func:`csv.reader` over ``path``, with the line it starts on.
+
+    Parameters
+    ----------
+    reader : csv reader
+        Reads the decoded text of ``path``.
+    path : Path
+        The file, named in the error.
+    fmt : str
+        ``"csv"`` or ``"tsv"``, named in the error.
+
+    Returns
+    -------
+    list of (int, list of str)
+        (1-based line the row starts on, its cells), one per row; a quoted cell may span lines.
+
+    Raises
+    ------
+    DataError
+        A row is not valid CSV/TSV, naming its line.
+    """
     rows: list[tuple[int, list[str]]] = []
     start = 1
     while True:

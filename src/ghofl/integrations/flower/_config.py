@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -13,17 +12,12 @@ from ghofl.client.job import ClientJob
 from ghofl.client.transforms import apply_feature_transform
 from ghofl.errors import ConfigError
 from ghofl.secure.policy import ClientPolicy
-from ghofl.server.config import cfg_float, cfg_int, cfg_str, dp_config
-from ghofl.server.fields import FIELDS
-from ghofl.server.job import ServerJob
-from ghofl.server.plan import THREAT_MODEL_DEFAULTS, default_min_class_count, unused_blocks
+from ghofl.server.config import cfg_float, cfg_int, cfg_str
+from ghofl.server.fields import FIELDS, check_spellings
+from ghofl.server.plan import THREAT_MODEL_DEFAULTS
 from ghofl.stats.meta import StatsMeta
 
-if TYPE_CHECKING:
-    from ghofl.privacy import NoisePlan
-
-__all__ = ["POLICY_KEYS", "cfg_float", "cfg_int", "cfg_str", "dp_options", "job_meta",
-           "node_policy"]
+__all__ = ["POLICY_KEYS", "cfg_float", "cfg_int", "cfg_str", "job_meta", "node_policy"]
 
 
 def job_meta(job: ClientJob, input_dim: int | None) -> StatsMeta:
@@ -47,34 +41,8 @@ def job_meta(job: ClientJob, input_dim: int | None) -> StatsMeta:
     return job.stats_meta(int(dim), info)
 
 
-def dp_options(cfg: Mapping[str, Any], job: ClientJob) -> tuple[ClientJob, NoisePlan | None]:
-    """The job the client runs and the calibrated DP plan (or None), from the run config.
-
-    The DP keys are ``dp-epsilon`` (0 = no DP), ``dp-delta``, ``dp-mode`` (``central`` or
-    ``distributed``) and ``min-class-count`` (0 = the default: 5 with DP, 1 without).
-    The returned job has its minimum count set: 1 under DP, where the server applies
-    the rule to the noised counts.
-    """
-    from ghofl.privacy import plan_noise
-
-    eps = cfg_float(cfg, "dp-epsilon", 0.0)
-    k = cfg_int(cfg, "min-class-count", 0)
-    if k < 0:
-        raise ConfigError(f"run config key 'min-class-count' must be >= 0; got {k}")
-    config = None if eps == 0.0 else dp_config(cfg, eps)
-    k = k or (default_min_class_count(config) if config is not None else job.min_class_count)
-    if config is None:
-        return replace(job, min_class_count=k), None
-    # under DP the server applies the rule to the noised counts; the clients keep every class
-    # the clients split the budget as the server does: same C, d and unused blocks
-    heads = ServerJob.from_config(cfg).heads if "heads" in cfg else ()
-    return replace(job, min_class_count=1), plan_noise(
-        config, job.mode, job.clip_norm, k, len(job.classes), job.projection_dim,
-        unused_blocks(job.mode, heads))
-
-
 #: Node config keys of a node's own threat model, by :class:`~ghofl.secure.ClientPolicy`
-#: field: the run config's keys of the same parameters (``corrupt-fraction``, ...).
+#: field: the run config's keys of the same parameters (``corrupt_fraction``, ...).
 POLICY_KEYS: Mapping[str, str] = {name: FIELDS[f"aggregation.{name}"].key
                                   for name in THREAT_MODEL_DEFAULTS}
 
@@ -83,7 +51,7 @@ def node_policy(node_cfg: Mapping[str, Any], authenticated: bool, *,
                 insecure_keys: bool = False) -> ClientPolicy:
     """The node's own :class:`~ghofl.secure.ClientPolicy`, from its node config.
 
-    The keys of :data:`POLICY_KEYS` (absent: the defaults γ = δ = 1/3, σ = 40, η = 20) are the
+    The keys of :data:`POLICY_KEYS` (absent: the defaults of their fields in FIELDS) are the
     node's, never the server's: the node accepts only rounds at least as strict as they ask
     (a threshold, degree and share threshold no lower than they need).
 
@@ -100,8 +68,11 @@ def node_policy(node_cfg: Mapping[str, Any], authenticated: bool, *,
     Raises
     ------
     ConfigError
-        A key holds a value out of range; the message names the key.
+        A key holds a value out of range, or is spelt with hyphens (``corrupt-fraction``);
+        the message names the key.
     """
+    check_spellings(node_cfg, "node config",
+                    tuple(f"aggregation.{name}" for name in THREAT_MODEL_DEFAULTS))
     values = {}
     for name, key in POLICY_KEYS.items():
         value = node_cfg.get(key, THREAT_MODEL_DEFAULTS[name])

@@ -11,9 +11,15 @@ The statistics are computed only when they are due (the ``mask`` stage of the se
 * the run config key ``data-template`` formatted with the node's ``partition-id``
   (simulation: ``"parts/client-{partition_id}.npz"``),
 
-with the :class:`~ghofl.client.job.ClientJob` read from the run config (its keys
-``holdout_fraction``, ``holdout_seed`` and ``transport_dtype`` included: the plain protocol's
-statistics then travel with float32 sums). With the node config key ``stats-cache`` (a folder
+running the client half of the run's :class:`~ghofl.server.plan.FederationPlan`
+(:func:`~ghofl.server.config.plan_from_config` of the run config, the plan the ServerApp runs):
+the job :attr:`~ghofl.server.plan.FederationPlan.clients_job` (its ``holdout_fraction``,
+``holdout_seed`` and ``transport_dtype`` included: the plain protocol's statistics then travel
+with float32 sums), under distributed DP the noise shares of the plan's
+:meth:`~ghofl.server.plan.FederationPlan.noise_plan`, and with regions the federation's
+fixed-point codec of its :meth:`~ghofl.server.plan.FederationPlan.secagg_config`. The plan and
+its noise plan are built once per run and kept for the run's later messages
+(:func:`run_setup`). With the node config key ``stats-cache`` (a folder
 on the node's own disk) the statistics are computed once per data file and job and read back
 in later rounds and runs (:mod:`ghofl.client.stats_cache`). Each reply also carries the node's
 ``partition-id``, the seconds it took and, at the stage that computed statistics, whether they
@@ -28,7 +34,7 @@ naming both fixes, unless its node config says ``insecure-keys=true``: it then t
 unauthenticated (its id is ``node-<Flower node id>``), takes relayed keys on trust (which holds
 only against an honest-but-curious server and relay) and prints a warning saying so. The node's
 own threat model, what it accepts from any server, is read from the node config keys
-``corrupt-fraction``, ``dropout-fraction``, ``exposure-bits`` and ``abort-bits`` (defaults 1/3,
+``corrupt_fraction``, ``dropout_fraction``, ``exposure_bits`` and ``abort_bits`` (defaults 1/3,
 1/3, 40, 20; never from the run config, which is the server's): it refuses a round laxer than
 they need.
 
@@ -46,22 +52,18 @@ its entry to its node config (:func:`effective_node_config`); ``ghofl flower-run
 for its simulated nodes. The variable is the node side's (the environment of the processes that
 run the nodes), never the server's run config.
 
-A request the client refuses (out of order, other statistics, unreadable data) is answered
-with the reason instead of a protocol reply.
-
-Test-only: the node config key ``ghofl-test-kill-at=STAGE`` makes the node SIGKILL its own
-SuperNode (and itself) on receiving that stage's request, before answering: a deterministic
-crash for the fault tests. Never set it on a real node.
+A request the client refuses (out of order, other statistics, unreadable data, a run config
+that is no valid plan) is answered with the reason instead of a protocol reply.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,15 +76,10 @@ require_extra("flwr", "flower")
 from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
-from ghofl.client.job import ClientJob  # noqa: E402
 from ghofl.data.cache_dir import safe_name  # noqa: E402
 from ghofl.errors import ConfigError, GhoflError, ProtocolError  # noqa: E402
 from ghofl.integrations.flower import QUERY_ACTION, SIM_NODE_CONFIG_ENV  # noqa: E402
-from ghofl.integrations.flower._config import (  # noqa: E402
-    dp_options,
-    job_meta,
-    node_policy,
-)
+from ghofl.integrations.flower._config import job_meta, node_policy  # noqa: E402
 from ghofl.integrations.flower.records import (  # noqa: E402
     message_from_record,
     message_to_record,
@@ -104,24 +101,23 @@ from ghofl.secure.messages import (  # noqa: E402
     PlainRequest,
     ServerMessage,
 )
+from ghofl.server.config import plan_from_config  # noqa: E402
 from ghofl.stats.client_stats import ClientStats  # noqa: E402
 
 if TYPE_CHECKING:
-    from numpy.typing import NDArray
-
+    from ghofl.client.job import ClientJob
     from ghofl.secure.client import PayloadEncoder
-    from ghofl.secure.config import SessionParams
+    from ghofl.secure.config import SecAggConfig
+    from ghofl.server.plan import FederationPlan
 
 __all__ = ["INSECURE_KEYS_KEY", "LEDGER_KEY", "NO_ROSTER_WARNING", "SIM_NODE_CONFIG_ENV",
-           "STATE_KEY", "STATS_CACHE_KEY", "TEST_KILL_KEY", "NodeIdentity", "app",
-           "effective_node_config", "handle_query", "node_ledger"]
+           "STATE_KEY", "STATS_CACHE_KEY", "NodeIdentity", "RunSetup", "app",
+           "effective_node_config", "handle_query", "node_ledger", "run_setup"]
 
 #: Key of the secure client's saved state in ``context.state``.
 STATE_KEY = "ghofl-secagg"
 #: Node config key of the node's statistics cache folder (see the module docstring).
 STATS_CACHE_KEY = "stats-cache"
-#: Test-only node config key (see the module docstring).
-TEST_KILL_KEY = "ghofl-test-kill-at"
 #: Node config key that lets a node without a roster take part, keys on trust.
 INSECURE_KEYS_KEY = "insecure-keys"
 #: Node config key of the node's round ledger file (``"none"``: no ledger).
@@ -158,19 +154,18 @@ def handle_query(content: RecordDict, context: Context) -> RecordDict:
         node_cfg = effective_node_config(context.node_config)
         request = message_from_record(content, ServerMessage)
         assert isinstance(request, ServerMessage)
-        if node_cfg.get(TEST_KILL_KEY) == request.stage:
-            _kill_own_supernode()
         me = NodeIdentity.from_node_config(node_cfg, context.node_id)
         if isinstance(request, HelloRequest):
             return _answered(me.hello(request), info, t0)
-        job, plan = dp_options(run_cfg, ClientJob.from_config(run_cfg))
+        setup = run_setup(context.run_id, run_cfg)
+        job = setup.job
         source = data_source(node_cfg, run_cfg)
         stats = _lazy(source, job, node_cfg.get(STATS_CACHE_KEY), info)
         if isinstance(request, PlainRequest):
             reply = PlainClient(me.client_id, stats).handle(request)
         else:
             me.require_keys(request)
-            client = _secure_client(me, request, context, source, stats, job, plan,
+            client = _secure_client(me, request, context, source, stats, setup,
                                     node_ledger(node_cfg, me, source))
             try:
                 reply = client.handle(request)
@@ -396,24 +391,14 @@ def _lazy(source: Path, job: ClientJob, cache: object,
 
 
 def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, source: Path,
-                   stats: Callable[[], ClientStats], job: ClientJob,
-                   plan: NoisePlan | None, ledger: RoundLedger | None) -> SecAggClient:
-    run_cfg = dict(context.run_config)
-    # Distributed DP: the noise share is drawn from OS entropy when the masked input is due.
-    encode: Callable[[ClientStats, SessionParams], NDArray[np.uint64]] | None = (
-        noise_share_encoder(plan, np.random.default_rng())
-        if plan is not None and plan.config.mode == "distributed" else None)
-    federation = _region_federation_size(run_cfg)
-    if federation is not None:
-        if encode is not None:
-            raise ProtocolError("regions do not combine with distributed DP (the noise shares "
-                                "are sized for one flat round)")
-        encode = federation_encoder(federation)
+                   stats: Callable[[], ClientStats], setup: RunSetup,
+                   ledger: RoundLedger | None) -> SecAggClient:
+    encode = setup.encoder()
     client_id = me.client_id
     kw: dict[str, Any] = {"identity": me.identity, "roster": me.roster, "policy": me.policy,
                           "ledger": ledger, "allow_unauthenticated": me.insecure_keys}
     if isinstance(request, AdvertiseRequest):  # a new round: forget any earlier one
-        return SecAggClient(client_id, stats, meta=job_meta(job, _input_dim(source)),
+        return SecAggClient(client_id, stats, meta=job_meta(setup.job, _input_dim(source)),
                             encode=encode, **kw)
     saved = context.state.get(STATE_KEY)
     if not isinstance(saved, ConfigRecord):
@@ -424,34 +409,103 @@ def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, s
     return SecAggClient.from_state(dict(saved), stats, encode=encode, **kw)
 
 
-def _region_federation_size(run_cfg: Mapping[str, Any]) -> int | None:
-    """With the run config key ``regions``: the federation's size (``expected-nodes``)."""
-    regions = run_cfg.get("regions", 0)
-    if not isinstance(regions, int) or isinstance(regions, bool) or regions == 0:
-        return None
-    n = run_cfg.get("expected-nodes")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 2:
-        raise ProtocolError("a run with regions must give the run config key 'expected-nodes' "
-                            "(the federation's size, which sizes every region's codec)")
-    return n
+#: The run config key of the federation's size (read by the ServerApp too), which sizes every
+#: region's codec in a run with regions.
+FEDERATION_SIZE_KEY = "expected-nodes"
 
 
-def federation_encoder(total_clients: int) -> PayloadEncoder:
-    """A regional round's encoder: the codec of the whole federation (K = ``total_clients``).
+@dataclass(frozen=True)
+class RunSetup:
+    """The client half of one run's plan, built once per run (:func:`run_setup`).
 
-    The round's M, R and limbs come from its public parameters, as in a flat round; K is the
-    federation's, not the region's (:func:`ghofl.secure.hierarchy.region_encoder`), so the
-    regional sums add up to the flat round's words.
+    Attributes
+    ----------
+    plan : FederationPlan
+        :func:`~ghofl.server.config.plan_from_config` of the run config.
+    job : ClientJob
+        The job the node runs, ``plan.clients_job`` (under DP without the minimum-count
+        rule, which the server applies to the noised counts).
+    secagg : SecAggConfig or None
+        ``plan.secagg_config()`` (secure plans; ``None`` for the plain sum).
+    noise : NoisePlan or None
+        ``plan.noise_plan()`` under distributed DP (the noise shares' plan), else ``None``.
+    federation_size : int or None
+        With regions: the federation's size (the run config key :data:`FEDERATION_SIZE_KEY`),
+        the K of every region's fixed-point codec; ``None`` for one flat round.
     """
-    from ghofl.secure.fixedpoint import FixedPointCodec
-    from ghofl.secure.hierarchy import region_encoder
 
-    def encode(stats: ClientStats, params: SessionParams) -> NDArray[np.uint64]:
-        codec = FixedPointCodec(total_clients, params.max_samples, float(params.clip_norm),
-                                params.limbs)
-        return region_encoder(codec)(stats, params)
+    plan: FederationPlan
+    job: ClientJob
+    secagg: SecAggConfig | None
+    noise: NoisePlan | None
+    federation_size: int | None
 
-    return encode
+    @classmethod
+    def from_run_config(cls, run_cfg: Mapping[str, Any]) -> RunSetup:
+        """Build the plan of ``run_cfg`` and its client half.
+
+        Raises
+        ------
+        ConfigError
+            The run config is no valid plan (the message names its keys).
+        ProtocolError
+            The plan has regions but the run config no federation size.
+        """
+        plan = plan_from_config(run_cfg)
+        size = None
+        if plan.aggregation.regions is not None:
+            size = run_cfg.get(FEDERATION_SIZE_KEY)
+            if not isinstance(size, int) or isinstance(size, bool) or size < 2:
+                raise ProtocolError(
+                    f"a run with regions must give the run config key {FEDERATION_SIZE_KEY!r} "
+                    "(the federation's size, which sizes every region's codec)")
+        return cls(plan, plan.clients_job, plan.secagg_config() if plan.secure else None,
+                   plan.noise_plan() if plan.distributed_dp else None, size)
+
+    def encoder(self) -> PayloadEncoder | None:
+        """The secure client's payload encoder for one round (``None``: the default codec).
+
+        Distributed DP: the masked input carries a noise share of :attr:`noise`, drawn from
+        OS entropy when it is due. Regions: the federation's codec
+        (:func:`~ghofl.secure.hierarchy.region_encoder` of :attr:`secagg` and
+        :attr:`federation_size`), so the regional sums add up to the flat round's words; the
+        node refuses a regional round whose public parameters differ from the plan's.
+        """
+        if self.noise is not None:
+            return noise_share_encoder(self.noise, np.random.default_rng())
+        if self.federation_size is not None and self.secagg is not None:
+            from ghofl.secure.hierarchy import region_codec, region_encoder
+
+            return region_encoder(region_codec(self.secagg, self.federation_size))
+        return None
+
+
+#: Runs whose setup this process keeps (a long-lived ClientApp process may serve many runs).
+_KEPT_RUNS = 8
+_RUNS: dict[tuple[int, str], RunSetup] = {}
+
+
+def run_setup(run_id: int, run_cfg: Mapping[str, Any]) -> RunSetup:
+    """The :class:`RunSetup` of run ``run_id``: built on its first message, then kept.
+
+    Every later message of the run reaching this process reuses it, so the plan is checked
+    and its noise plan calibrated once per run, not once per stage. The key holds the run
+    config as well as the run id (a run id names one run config; the key stays right where
+    one is reused). The :data:`_KEPT_RUNS` most recent runs are kept; a setup that fails is
+    not.
+
+    Raises
+    ------
+    ConfigError, ProtocolError
+        As :meth:`RunSetup.from_run_config`.
+    """
+    key = (int(run_id), json.dumps(dict(run_cfg), sort_keys=True, default=str))
+    setup = _RUNS.get(key)
+    if setup is None:
+        setup = _RUNS[key] = RunSetup.from_run_config(run_cfg)
+        while len(_RUNS) > _KEPT_RUNS:
+            del _RUNS[next(iter(_RUNS))]
+    return setup
 
 
 def _input_dim(source: Path) -> int | None:
@@ -487,22 +541,3 @@ def npz_shape(path: Path, name: str) -> tuple[int, ...] | None:
     except (KeyError, OSError, ValueError, zipfile.BadZipFile):
         return None
     return tuple(int(n) for n in shape)
-
-
-def _kill_own_supernode() -> None:  # pragma: no cover - runs only in the fault tests
-    """SIGKILL the nearest ancestor running ``flower-supernode``, then this process.
-
-    The SuperNode of a deployment; so the request is never answered.
-    """
-    pid = os.getppid()
-    while pid > 1:
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        if b"flower-supernode" in cmd:
-            os.kill(pid, signal.SIGKILL)
-            break
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-    os.kill(os.getpid(), signal.SIGKILL)

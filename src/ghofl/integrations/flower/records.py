@@ -62,7 +62,7 @@ from ghofl.secure.messages import (
     UnmaskShares,
 )
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.codec import check_transport_dtype, stats_tensors
+from ghofl.stats.codec import stats_tensors, transport_dtype_name
 from ghofl.stats.header import StatsHeader
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -144,7 +144,7 @@ def stats_to_record(stats: ClientStats, into: RecordDict | None = None,
     ``"float32"``), meta as JSON.
     """
     app = _flwr()
-    tname = check_transport_dtype(transport_dtype)
+    tname = transport_dtype_name(transport_dtype)
     rd = app.RecordDict() if into is None else into
     rd[STATS_ARRAYS] = app.ArrayRecord({
         name: app.Array(np.ascontiguousarray(a))

@@ -24,6 +24,12 @@ this virtualenv. :func:`run_local` is the one-call form used by ``ghofl flower-r
 ``flwr run --stream`` exits 0 even when the ServerApp raised, so the outcome is always read from
 ``results.json`` in the run's ``out-dir``.
 
+A run may swap the app's ClientApp for another (``LocalFlower.run(..., client_app=FILE)``): the
+app folder's files that a Flower app bundle holds are copied to ``app-<n>`` in the work folder,
+with ``FILE`` beside them and the ``clientapp`` component of ``pyproject.toml`` naming its
+``app`` (e.g. a test's ClientApp that wraps ghofl's); the ServerApp and the run config's
+defaults stay the app folder's.
+
 By default every process runs ``--insecure``. With ``tls`` (a
 :class:`~ghofl.integrations.flower.tls.LoopbackCredentials`, e.g. from
 :func:`~ghofl.integrations.flower.tls.make_loopback_credentials`) the SuperLink serves HTTPS
@@ -40,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -48,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import urllib.error
 import urllib.request
 import uuid
@@ -66,6 +74,7 @@ __all__ = [
     "FlowerRunError",
     "LocalFlower",
     "ProcessGroup",
+    "app_with_client",
     "default_app_dir",
     "free_port",
     "identity_node_config",
@@ -495,14 +504,20 @@ class LocalFlower:
 
     # ------------------------------------------------------------------ runs
     def run(self, run_config: Mapping[str, Any], *, app_dir: Path | None = None,
-            num_supernodes: int | None = None, timeout_s: float = 600.0) -> dict[str, Any]:
+            num_supernodes: int | None = None, timeout_s: float = 600.0,
+            client_app: Path | None = None) -> dict[str, Any]:
         """``flwr run APP ghofl --stream`` with ``run_config``; return the parsed results.
 
         ``run_config`` must hold ``out-dir``. The result is ``results.json`` plus ``wall_s``
-        (submission to exit of ``flwr run``).
+        (submission to exit of ``flwr run``). With ``client_app`` (a Python file whose ``app``
+        is a ``flwr.clientapp.ClientApp``) the run submits a copy of the app folder whose
+        ClientApp is that one (:func:`app_with_client`).
 
         Raises
         ------
+        ConfigError
+            ``client_app`` is not a Python file, or the app's ``pyproject.toml`` names no
+            ClientApp component.
         FlowerRunError
             ``flwr run`` timed out or no ``results.json`` was written.
         """
@@ -516,8 +531,11 @@ class LocalFlower:
         cfg_file = self.workdir / f"run-{n}.toml"
         cfg_file.write_text("".join(f"{json.dumps(str(k))} = {_toml(v)}\n"
                                     for k, v in {**run_config, "out-dir": str(out_dir)}.items()))
-        cmd = [self._bin("flwr"), "run", str(Path(app_dir or default_app_dir()).resolve()),
-               FEDERATION, "--stream", "--run-config", str(cfg_file)]
+        app = Path(app_dir or default_app_dir()).resolve()
+        if client_app is not None:
+            app = app_with_client(app, Path(client_app), self.workdir / f"app-{n}")
+        cmd = [self._bin("flwr"), "run", str(app), FEDERATION, "--stream", "--run-config",
+               str(cfg_file)]
         if self.engine == "simulation":
             nodes = int(num_supernodes or 2)
             cmd += ["--federation-config",
@@ -542,6 +560,49 @@ class LocalFlower:
         out: dict[str, Any] = json.loads(results.read_text())
         out["wall_s"] = wall
         return out
+
+
+#: Suffixes of the files a Flower app bundle (FAB) holds, as ``flwr build`` includes them.
+_FAB_SUFFIXES = (".py", ".toml", ".md", ".yaml", ".yml", ".json", ".jsonl")
+_CLIENTAPP_LINE = re.compile(r"^(\s*clientapp\s*=\s*).*$", re.MULTILINE)
+
+
+def app_with_client(app_dir: Path, client_app: Path, dest: Path) -> Path:
+    """A copy of the Flower app ``app_dir`` in ``dest`` whose ClientApp is ``client_app``'s.
+
+    ``dest`` is emptied first; it receives the app's bundle files (the suffixes of
+    :data:`_FAB_SUFFIXES`, outside hidden folders and ``__pycache__``) and the Python file
+    ``client_app``, and its ``pyproject.toml`` names ``<module>:app`` as the ``clientapp``
+    component (``<module>``: the file's name without ``.py``). Returns ``dest``.
+
+    Raises
+    ------
+    ConfigError
+        ``client_app`` is not a Python file, or ``app_dir/pyproject.toml`` has no
+        ``[tool.flwr.app.components]`` ``clientapp``.
+    """
+    app_dir, client_app = Path(app_dir), Path(client_app)
+    if client_app.suffix != ".py" or not client_app.is_file():
+        raise ConfigError(f"client_app must be a Python file whose 'app' is the ClientApp; "
+                          f"got {client_app}")
+    text = (app_dir / "pyproject.toml").read_text()
+    components = tomllib.loads(text).get("tool", {}).get("flwr", {}).get("app", {}).get(
+        "components", {})
+    if "clientapp" not in components or len(_CLIENTAPP_LINE.findall(text)) != 1:
+        raise ConfigError(f"{app_dir / 'pyproject.toml'} names no ClientApp (one line "
+                          "'clientapp = ...' under [tool.flwr.app.components]); give the "
+                          "folder of a Flower app")
+    shutil.rmtree(dest, ignore_errors=True)
+    for path in sorted(app_dir.rglob("*")):
+        rel = path.relative_to(app_dir)
+        hidden = any(part.startswith(".") or part == "__pycache__" for part in rel.parts)
+        if path.is_file() and path.suffix in _FAB_SUFFIXES and not hidden:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest / rel)
+    shutil.copyfile(client_app, dest / client_app.name)
+    (dest / "pyproject.toml").write_text(_CLIENTAPP_LINE.sub(
+        lambda m: f"{m.group(1)}{json.dumps(f'{client_app.stem}:app')}", text))
+    return dest
 
 
 def make_identities(folder: Path, nodes: int) -> Path:

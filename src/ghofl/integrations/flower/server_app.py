@@ -2,21 +2,23 @@
 
 Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented defaults):
 
-* ``protocol``: ``"secure"`` or ``"plain"``;
-* the secure round: ``threshold`` (0 = the default), ``neighbours`` (0 = default),
-  ``max-samples``, ``limbs``, the threat model it is sized for (``corrupt-fraction``,
-  ``dropout-fraction``, ``exposure-bits``, ``abort-bits``; each node accepts only rounds at
-  least as strict as its own node config keys of the same names ask); its clipping bound is
-  the client job's ``clip_norm``;
-* the :class:`~ghofl.client.job.ClientJob` keys (``classes``, ``mode``, ``clip_norm``,
-  ``holdout_fraction``, ``holdout_seed``, ``transport_dtype``, ...; float32 transport only with
-  the plain protocol) and the :class:`~ghofl.server.job.ServerJob` keys (``heads``,
+* the plan (:func:`~ghofl.server.config.plan_from_config`): every key of
+  :data:`~ghofl.server.fields.FIELDS` (``docs/file-formats.md``), spelt with underscores (a
+  hyphenated spelling such as ``dp-epsilon`` is refused). ``protocol``: ``"plain"`` (the
+  default) or ``"secure"``; the secure round: ``threshold`` (0 = the default), ``neighbours``
+  (0 = default), ``max_samples``, ``limbs``, the threat model it is sized for
+  (``corrupt_fraction``, ``dropout_fraction``, ``exposure_bits``, ``abort_bits``; each node
+  accepts only rounds at least as strict as its own node config keys of the same names ask);
+  its clipping bound is the client job's ``clip_norm``; the
+  :class:`~ghofl.client.job.ClientJob` keys (``classes``, ``mode``, ``clip_norm``,
+  ``holdout_fraction``, ``holdout_seed``, ``transport_dtype``, ...; float32 transport only
+  with the plain protocol) and the :class:`~ghofl.server.job.ServerJob` keys (``heads``,
   ``head_params``, ``seed``, ``preset``, ...);
-* differential privacy: ``dp-epsilon`` (0 = none), ``dp-delta``, ``dp-mode`` (``central``:
+* differential privacy: ``dp_epsilon`` (0 = none), ``dp_delta``, ``dp_mode`` (``central``:
   the server noises the total; ``distributed``: every client adds a noise share, needs the
-  secure protocol) and ``min-class-count`` (0 = 5 with DP, a threshold on the noised counts
-  at the server; else off); the spent (ε, δ) is recorded in the model directory's manifest
-  (``privacy``) and in ``results.json``;
+  secure protocol), ``dp_split``, ``dp_expected_samples`` and ``min_class_count`` (0 = 5 with
+  DP, a threshold on the noised counts at the server; else off); the spent (ε, δ) is recorded
+  in the model directory's manifest (``privacy``) and in ``results.json``;
 * ``roster`` (secure protocol): the federation's roster file (``ghofl roster build``); the
   server first binds every node to its roster identity (a signed answer to a fresh
   challenge; it waits up to ``wait-timeout-s`` for every connected node to answer, since this

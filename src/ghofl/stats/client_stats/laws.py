@@ -86,7 +86,7 @@ class Magnitude:
 
 # ---------------------------------------------------------------------- validation
 def validate(s: ClientStats, residue: Magnitude | None = None,
-              check_symmetry: bool = True, arrays_checked: bool = False) -> None:
+             check_symmetry: bool = True, arrays_checked: bool = False) -> None:
     """Check shapes, dtypes and the laws that sums of samples obey.
 
     ``residue``: magnitudes of the values the difference ``s`` was computed from, whose
@@ -253,7 +253,7 @@ def _check_symmetric(name: str, m: F64, atol: float = 0.0) -> None:
 _SAFE_MAGNITUDE = float(np.finfo(np.float64).max) / 4.0
 
 def check_arrays_addable(arrays: dict[str, Any], n_clipped: int, magnitude: Magnitude,
-                   b: ClientStats) -> None:
+                         b: ClientStats) -> None:
     """Refuse ``a + b`` (``a`` given by its arrays) when it would overflow.
 
     That is, when its int64 counts would wrap or its floats overflow to inf; checked before

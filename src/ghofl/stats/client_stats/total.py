@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from ghofl.errors import IncompatibleStatsError, StatsOverflowError, StatsValidationError
-from ghofl.stats.client_stats.laws import _check_addable, _Magnitude
-from ghofl.stats.client_stats.value import ClientStats, _check_compatible
+from ghofl.stats.client_stats.laws import Magnitude, check_arrays_addable
+from ghofl.stats.client_stats.value import ClientStats, check_combinable
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import schema_for
 
@@ -66,7 +66,7 @@ class StatsTotal:
         self._meta: StatsMeta | None = None
         self._arrays: dict[str, Any] = {}
         self._n_clipped = 0
-        self._magnitude = _Magnitude(0.0, 0.0)
+        self._magnitude = Magnitude(0.0, 0.0)
         self._holdout: StatsTotal | None = None
         self._result: ClientStats | None = None  # shares the arrays: copy them before an add
 
@@ -92,7 +92,7 @@ class StatsTotal:
         """
         i = self._count
         try:
-            _check_compatible(self._meta, stats)
+            check_combinable(self._meta, stats)
         except IncompatibleStatsError as exc:
             raise IncompatibleStatsError(f"payload #{i} (0-based): {exc}") from exc
         if self._meta is None:
@@ -142,7 +142,7 @@ class StatsTotal:
             self._holdout._start(s.holdout)
 
     def _check_addable(self, s: ClientStats) -> None:
-        _check_addable(self._arrays, self._n_clipped, self._magnitude, s)
+        check_arrays_addable(self._arrays, self._n_clipped, self._magnitude, s)
         if self._holdout is not None and s.holdout is not None:
             self._holdout._check_addable(s.holdout)
 
@@ -172,8 +172,8 @@ def check_addable(total: ClientStats, other: ClientStats) -> None:
     StatsOverflowError
         The sum would overflow the int64 counts or the float64 sums.
     """
-    _check_compatible(total.meta, other)
+    check_combinable(total.meta, other)
     arrays = {name: getattr(total, name) for name in schema_for(total.mode).names}
-    _check_addable(arrays, total.n_clipped, total._magnitude, other)
+    check_arrays_addable(arrays, total.n_clipped, total._magnitude, other)
     if total.holdout is not None and other.holdout is not None:
         check_addable(total.holdout, other.holdout)

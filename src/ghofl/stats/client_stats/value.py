@@ -42,7 +42,7 @@ from ghofl.stats.client_stats.laws import (
 from ghofl.stats.meta import Mode, StatsMeta
 from ghofl.stats.schema import ARRAY_NAMES, schema_for
 
-__all__ = ["ClientStats"]
+__all__ = ["ClientStats", "check_combinable"]
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
@@ -314,7 +314,7 @@ class ClientStats:
     # ------------------------------------------------------------------ algebra
     def check_compatible(self, other: ClientStats) -> None:
         """Raise :class:`IncompatibleStatsError` naming every field in which ``other`` differs."""
-        _check_compatible(self.meta, other)
+        check_combinable(self.meta, other)
 
     def __add__(self, other: ClientStats) -> ClientStats:
         self.check_compatible(other)
@@ -437,11 +437,11 @@ class ClientStats:
             f"n={self.n_samples}{held})"
         )
 
-def _check_compatible(meta: StatsMeta | None, other: object) -> None:
-    """Raise :class:`IncompatibleStatsError` unless ``other`` is compatible with ``meta``.
+def check_combinable(meta: StatsMeta | None, other: object) -> None:
+    """Raise :class:`IncompatibleStatsError` unless ``other`` can be combined with ``meta``.
 
-    ``other`` must be :class:`ClientStats` with metadata ``meta``; the error names every field
-    in which it differs.
+    ``other`` must be :class:`ClientStats` with metadata ``meta`` (any metadata when ``meta``
+    is None, e.g. for an empty total); the error names every field in which it differs.
     """
     if not isinstance(other, ClientStats):
         raise IncompatibleStatsError(
