@@ -31,8 +31,9 @@ import typer.main
 from ghofl.cli._options import aggregation_options, server_options, upload_options
 from ghofl.cli.flower_cmds import flower_run
 from ghofl.cli.main import build_command
+from ghofl.cli.model_cmds import fit
 from ghofl.cli.simulate import simulate
-from ghofl.cli.stats_cmds import client_stats
+from ghofl.cli.stats_cmds import aggregate, client_stats
 from ghofl.client.job import ClientJob
 from ghofl.errors import ConfigError, FieldError
 from ghofl.privacy import DEFAULT_MIN_CLASS_COUNT, DPConfig
@@ -68,24 +69,87 @@ def _owner(spec: FieldSpec) -> type:
 
 
 # ---------------------------------------------------------------------- types and defaults
+#: The flags that switch DP on in the front ends that produce the plans below.
+DP_FLAGS = ["--clip", "5", "--dp-epsilon", "1"]
+DP_KEYS = {"clip_norm": 5.0, "dp_epsilon": 1.0}
+N_TRAIN = 40  # rows of _npz: ghofl simulate's default dp_expected_samples
+
+
+def _produced(tmp_path: Path, flags: list[str], keys: dict[str, Any]
+              ) -> dict[str, FederationPlan]:
+    """The plan each front end builds from no option but ``flags`` (``keys``): a run config,
+    and the commands simulate and flower-run (when flwr is installed), run to their plan."""
+    from ghofl.cli import flower_cmds
+    from ghofl.cli import simulate as simulate_module
+
+    def capture(plan: Any, *_: Any) -> Any:
+        raise _Captured(plan)
+
+    npz = _npz(tmp_path)
+    args = {"simulate": ["--train", str(npz), "--test", str(npz), "--clients", "2",
+                         "--alpha", "1"],
+            "flower-run": ["--data-template", "p-{partition_id}.npz", "--out",
+                           str(tmp_path / "o"), "--classes", "2"]}
+    plans = {"run config": plan_from_config({"classes": "a,b", **keys})}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(simulate_module, "simulate_plan", capture)
+        mp.setattr(flower_cmds, "_run_config", capture)
+        for name in (n for n in args if n != "flower-run" or HAS_FLOWER):
+            with pytest.raises(_Captured) as got:
+                build_command().main([name, *args[name], *flags], standalone_mode=False)
+            plans[name] = got.value.plan
+    return plans
+
+
+@pytest.fixture(scope="module")
+def produced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, FederationPlan]:
+    return _produced(tmp_path_factory.mktemp("plain"), [], {})
+
+
+@pytest.fixture(scope="module")
+def produced_dp(tmp_path_factory: pytest.TempPathFactory) -> dict[str, FederationPlan]:
+    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    return _produced(tmp_path_factory.mktemp("dp"), DP_FLAGS, DP_KEYS)
+
+
 @pytest.mark.parametrize("path", sorted(FIELDS))
-def test_each_field_has_the_type_and_the_one_default_of_its_dataclass(path: str) -> None:
+def test_each_field_has_the_type_and_the_one_default_of_its_dataclass(
+        path: str, request: pytest.FixtureRequest) -> None:
+    """The table's default is the dataclass's, and the value every front end produces when
+    the option is not given: a run config and the commands, run to the plan they build (DP
+    fields: with DP switched on, so that they are read from the plan's DPConfig)."""
     spec = FIELDS[path]
     owner = _owner(spec)
     hint = typing.get_type_hints(owner, localns={"DPConfig": DPConfig})[spec.attr]
     default = _default(owner, spec.attr)
+    dp = spec.within == "dp" and path != "aggregation.dp_epsilon"
+    plans = request.getfixturevalue("produced_dp" if dp else "produced")
+    want = {name: spec.default for name in plans}
+    if path == "client.classes":
+        assert default is REQUIRED and spec.default is REQUIRED and spec.type == hint
+        return
     if path == "client.min_class_count":  # derived: ClientJob's without DP, 5 with it
         assert spec.default is None
         assert spec.unset == f"{DEFAULT_MIN_CLASS_COUNT} with DP, else {default}"
         assert spec.type == hint
-        return
-    if path == "aggregation.dp_epsilon":  # DPConfig requires it; no DP without it
+        want = {name: default for name in plans}
+        with_dp = request.getfixturevalue("produced_dp")
+        assert {n: spec.value(p) for n, p in with_dp.items()} == \
+            {n: DEFAULT_MIN_CLASS_COUNT for n in with_dp}
+    elif path == "aggregation.dp_epsilon":  # DPConfig requires it; no DP without it
         assert default is REQUIRED and spec.default is None and spec.type == hint | None
-        return
-    assert spec.type == hint
-    assert spec.default == default and type(spec.default) is type(default)
+    else:
+        assert spec.type == hint
+        assert spec.default == default and type(spec.default) is type(default)
     if spec.secure_only and spec.name in {f.name for f in dataclasses.fields(SecAggConfig)}:
         assert spec.default == _default(SecAggConfig, spec.name)  # read from the secure round
+    if path == "aggregation.dp_expected_samples":  # simulate: its training set's size
+        want["simulate"] = N_TRAIN
+    got = {name: spec.value(plan) for name, plan in plans.items()}
+    assert got == want
+    assert all(type(got[n]) is type(want[n]) for n in got), got
+    if spec.key:  # the run config written from the produced plan holds the default
+        assert plan_to_config(plans["run config"])[spec.key] == spec.to_config(want["run config"])
 
 
 def test_the_docs_show_the_real_defaults() -> None:
@@ -114,7 +178,7 @@ DP = {"aggregation.dp_epsilon": 2.0, "client.clip_norm": 2.0}
 #: A value other than the default for every field with a config key, with what it needs.
 SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
     "client.classes": (("x", "y", "z"), {}),
-    "client.mode": ("pooled", {}),
+    "client.mode": ("pooled", {"server.heads": ("nb", "lda")}),  # QDA needs mode full
     "client.encoder": ("efficientnet-lite0", {}),
     "client.encoder_name": ("mine", {}),
     "client.resolution": (128, {}),
@@ -157,13 +221,21 @@ def _sample_plan(path: str) -> FederationPlan:
     return plan_from_values({"client.classes": CLASSES, **needs, path: value})
 
 
+def _skip_without_privacy(path: str) -> None:
+    """Skip a sample with DP (its noise is calibrated when its plan is built) without the
+    privacy extra; every other sample runs."""
+    needs = SAMPLES[path][1]
+    if "aggregation.dp_epsilon" in {path, *needs}:
+        pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+
+
 def test_the_samples_cover_every_field_of_the_run_config() -> None:
     assert set(SAMPLES) == {p for p, s in FIELDS.items() if s.key}
 
 
 @pytest.mark.parametrize("path", sorted(SAMPLES))
 def test_every_field_survives_plan_config_plan(path: str) -> None:
-    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    _skip_without_privacy(path)
     spec, value = FIELDS[path], SAMPLES[path][0]
     plan = _sample_plan(path)
     assert spec.value(plan) == value and value != spec.default
@@ -177,7 +249,7 @@ def test_every_field_survives_plan_config_plan(path: str) -> None:
 
 @pytest.mark.parametrize("path", sorted(SAMPLES))
 def test_describe_has_every_field(path: str) -> None:
-    pytest.importorskip("dp_accounting", reason="the privacy extra is not installed")
+    _skip_without_privacy(path)
     described = _sample_plan(path).describe()
     assert {f"{part}.{name}" for part, names in described.items() for name in names} == set(FIELDS)
     spec, value = FIELDS[path], SAMPLES[path][0]
@@ -225,8 +297,9 @@ def test_a_node_refuses_an_old_spelling_of_its_policy_keys() -> None:
 
 # ---------------------------------------------------------------------- the commands
 COMMANDS: dict[str, Callable[..., Any]] = {
-    "simulate": simulate, "flower-run": flower_run, "client-stats": client_stats}
-#: The parts each command sets, and the fields of them it does not take.
+    "simulate": simulate, "flower-run": flower_run, "client-stats": client_stats, "fit": fit,
+    "aggregate": aggregate}
+#: The parts whose generated options each command takes, and the fields of them it does not.
 TAKES: dict[str, tuple[set[str], set[str]]] = {
     "simulate": ({"client", "aggregation", "server"}, {"aggregation.store"}),
     "flower-run": ({"client", "aggregation", "server"},
@@ -234,6 +307,14 @@ TAKES: dict[str, tuple[set[str], set[str]]] = {
                     "client.projection_basis", "client.min_class_count", "aggregation.store",
                     "aggregation.drops"}),
     "client-stats": ({"client"}, {"client.min_class_count"}),
+    "fit": ({"server"}, set()),
+    "aggregate": (set(), set()),
+}
+#: The fields each command declares itself under the table's flag, with help of its own.
+OWN: dict[str, set[str]] = {
+    "client-stats": {"client.classes", "client.encoder", "client.encoder_name",
+                     "client.resolution", "client.backend"},
+    "aggregate": {"aggregation.store"},
 }
 _CLICK_TYPES = {int: "integer", float: "float", str: "text", bool: "boolean"}
 
@@ -243,11 +324,26 @@ def _options_of(command: click.Command) -> dict[str, click.Option]:
             for opt in (*p.opts, *p.secondary_opts)}
 
 
+def _own_default(spec: FieldSpec) -> Any:
+    """The default of a field a command declares itself: the table's, or not given (None)
+    where the table's is none (required, derived or empty)."""
+    if spec.default is REQUIRED or spec.default is None or spec.default == "":
+        return None
+    return spec.to_config(spec.default)
+
+
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_each_command_takes_its_fields_with_the_tables_flag_default_and_help(name: str) -> None:
     options = _options_of(build_command().commands[name])  # type: ignore[attr-defined]
     parts, excluded = TAKES[name]
+    own = OWN.get(name, set())
     for spec in FIELDS.values():
+        if spec.path in own:
+            param = options[spec.flag]
+            assert (param.name, param.default) == (spec.name, _own_default(spec)), \
+                (name, spec.flag)
+            assert param.help and param.help != spec.help, (name, spec.flag)  # its own
+            continue
         if spec.cli is None:
             continue
         if spec.part not in parts or spec.path in excluded:
@@ -266,6 +362,7 @@ def test_each_command_takes_its_fields_with_the_tables_flag_default_and_help(nam
             assert param.type.name == _CLICK_TYPES[spec.scalar], (name, spec.flag)
     if "server" in parts:
         assert options["--heads"].default == ",".join(FIELDS["server.heads"].default)
+    if "aggregation" in parts:
         assert options["--secure"].default is False  # the plain protocol
 
 

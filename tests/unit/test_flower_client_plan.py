@@ -18,13 +18,13 @@ pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[fl
 
 from flwr.app import Context, RecordDict
 
+import ghofl.privacy
 from ghofl.client.job import ClientJob
 from ghofl.errors import ConfigError, ProtocolError
 from ghofl.integrations.flower import client_app
 from ghofl.integrations.flower._config import job_meta
 from ghofl.integrations.flower.client_app import (
     FEDERATION_SIZE_KEY,
-    RunSetup,
     handle_query,
     run_setup,
 )
@@ -50,7 +50,7 @@ DIM = 4
 
 
 def _run_config(mode: str, **agg: Any) -> dict[str, Any]:
-    """A secure run config with DP in ``mode``; min-class-count 0 (the DP default, 5)."""
+    """A secure run config with DP in ``mode``; ``min_class_count`` 0 (the default: 5 under DP)."""
     plan = FederationPlan(ClientJob(CLASSES, clip_norm=CLIP),
                           AggregationSpec("secure", dp=DPConfig(4.0, 1e-5, mode), **agg),  # type: ignore[arg-type]
                           ServerJob(("nb",)))
@@ -107,39 +107,36 @@ def _round(server: FederationServer, folder: Path, run_id: int,
     return server.aggregate(InMemoryTransport(nodes), noise_rng=np.random.default_rng(0)), nodes
 
 
-def test_one_run_builds_its_plan_and_noise_plan_once_over_every_stage_message(
+def test_one_run_builds_its_plan_and_calibrates_its_noise_once_over_every_stage_message(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A distributed-DP round: every stage message of every node of the run reuses the setup
-    its first message built; a second run builds its own."""
+    its first message built (one plan, one noise calibration); a second run builds its own."""
     _node_data(tmp_path)
     cfg = _run_config("distributed")
     servers = [_server(cfg), _server(cfg)]  # the server's own plans are not counted
     monkeypatch.setattr(client_app, "_RUNS", {})
     calls = {"plan": 0, "noise": 0}
-    noise_plan, build = FederationPlan.noise_plan, plan_from_config
+    calibrate, build = ghofl.privacy.plan_noise, plan_from_config
 
-    def counted_noise(self: FederationPlan) -> Any:
+    def counted_noise(*args: Any, **kw: Any) -> Any:
         calls["noise"] += 1
-        return noise_plan(self)
+        return calibrate(*args, **kw)
 
     def counted_build(run_cfg: Any) -> FederationPlan:
         calls["plan"] += 1
         return build(run_cfg)
 
-    monkeypatch.setattr(FederationPlan, "noise_plan", counted_noise)
+    monkeypatch.setattr(ghofl.privacy, "plan_noise", counted_noise)
     monkeypatch.setattr(client_app, "plan_from_config", counted_build)
-    RunSetup.from_run_config(cfg)
-    per_run = dict(calls)  # what one build of the client half costs
-    assert per_run["plan"] == 1 and per_run["noise"] >= 1
 
     result, nodes = _round(servers[0], tmp_path, 11, cfg)
     assert sorted(result.report.survivors) == [n.client_id for n in nodes]
     assert all(n.messages >= 5 for n in nodes)  # advertise ... unmask: one setup for them all
-    assert calls == {k: 2 * v for k, v in per_run.items()}
+    assert calls == {"plan": 1, "noise": 1}
     assert result.privacy is not None and result.privacy["dp_mode"] == "distributed"
 
     _round(servers[1], tmp_path, 12, cfg)  # another run id: its own setup, once
-    assert calls == {k: 3 * v for k, v in per_run.items()}
+    assert calls == {"plan": 2, "noise": 2}
 
 
 def test_the_node_runs_the_plans_clients_job(tmp_path: Path,

@@ -176,7 +176,7 @@ ERRORS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("torchscript:{float}", {}, ConfigError,
      r"does not accept the input its contract describes \(a uint8 tensor of shape "
      r"\(2, 224, 224, 3\), NHWC\): .*; fix the input contract"),
-    ("torchscript:{raw}", {"mean": [0.5, 0.5, 0.5]}, ConfigError,
+    ("torchscript:{raw}", {"mean": [0.5, 0.5, 0.5], "dtype": "uint8"}, ConfigError,
      r"a uint8 input takes the raw pixels, so mean cannot apply"),
     ("torchscript:{raw}", {"input": "x"}, ConfigError,
      r"does not accept the option\(s\) input"),

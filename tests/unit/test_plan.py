@@ -213,7 +213,7 @@ def test_plan_from_a_run_config() -> None:
 
 @pytest.mark.parametrize("plan", [
     FederationPlan(ClientJob(("a", "b"))),
-    FederationPlan(ClientJob(("a", "b", "c"), mode="diag", clip_norm=3.0, min_class_count=4,
+    FederationPlan(ClientJob(("a", "b", "c"), mode="pooled", clip_norm=3.0, min_class_count=4,
                              holdout_fraction=0.2, holdout_seed=7, transport_dtype="float32",
                              feature_transform="sqrt", projection_dim=2, projection_seed=9),
                    AggregationSpec(store="s.db"),

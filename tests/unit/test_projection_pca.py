@@ -146,9 +146,11 @@ def test_client_job_carries_the_basis(basis_dir: Path) -> None:
     _, fp = save_basis(pca_basis(_public(6), 5))
     job = ClientJob(classes=("a", "b"), mode="pooled", projection_dim=3, projection_basis=fp)
     from ghofl.server.config import plan_from_config, plan_to_config
+    from ghofl.server.job import ServerJob
     from ghofl.server.plan import FederationPlan
 
-    assert plan_from_config(plan_to_config(FederationPlan(job))).client == job
+    plan = FederationPlan(job, server=ServerJob(("lda",)))  # heads the pooled mode supports
+    assert plan_from_config(plan_to_config(plan)).client == job
     assert job.projection(10) == ProjectionSpec(0, 10, 3, PCA_GENERATOR, fp)
     with pytest.raises(ConfigError, match="projection_basis must be '' or the 16-hex-digit"):
         ClientJob(classes=("a", "b"), projection_dim=3, projection_basis="zz")

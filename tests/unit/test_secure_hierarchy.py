@@ -298,6 +298,7 @@ def test_simulate_refuses_more_regions_than_pairs_of_clients(
 def test_run_configs_carry_regions_and_the_flat_entry_point_refuses_them() -> None:
     from ghofl.client.job import ClientJob
     from ghofl.server.config import plan_from_config, plan_to_config
+    from ghofl.server.job import ServerJob
     from ghofl.server.plan import AggregationSpec, FederationPlan
     from ghofl.server.run import FederationServer
 
@@ -309,7 +310,7 @@ def test_run_configs_carry_regions_and_the_flat_entry_point_refuses_them() -> No
         plan_from_config({"classes": json.dumps(["a", "b"]), "heads": "nb", "clip_norm": 2.0,
                           "protocol": "secure", "regions": 1})
     plan = FederationPlan(ClientJob(("a", "b", "c"), "pooled", clip_norm=CLIP),
-                          AggregationSpec("secure", regions=2))
+                          AggregationSpec("secure", regions=2), ServerJob(("lda",)))
     payloads = _payloads(4)
     server = FederationServer(plan, list(payloads), next(iter(payloads.values())).meta)
     assert [len(r.clients) for r in server.regions] == [2, 2]

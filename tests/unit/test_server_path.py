@@ -23,7 +23,7 @@ import ghofl.server.simulation
 from ghofl.cli.main import main
 from ghofl.client.job import ClientJob, client_statistics
 from ghofl.client.transforms import apply_feature_transform
-from ghofl.errors import ConfigError, InputError
+from ghofl.errors import ConfigError, InputError, UnsupportedModeError
 from ghofl.model.directory import FittedModel, load_model
 from ghofl.privacy import DPConfig
 from ghofl.secure import PlainServer, run_aggregation
@@ -204,6 +204,45 @@ def test_a_simulated_run_builds_its_heads_and_calibrates_its_noise_once(
     result = simulate(plan, (x[:300], y[:300]), (x[300:], y[300:]), Population(5, 1.0))
     assert result.privacy is not None and set(result.heads) == {"nb", "lda"}
     assert counts == {"heads": 1, "noise": 1}
+
+
+def test_ghofl_simulate_with_dp_calibrates_its_noise_once_without_a_sample_hint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI tells the plan the training set's size before building it (no second plan)."""
+    from tests.helpers_cli import write_npz
+
+    monkeypatch.chdir(tmp_path)
+    x, y = gaussian_mixture(3, 3, D, n=400)
+    write_npz(tmp_path / "tr.npz", x[:300], y[:300])
+    write_npz(tmp_path / "te.npz", x[300:], y[300:])
+    calibrations: list[Any] = []
+    calibrate = ghofl.privacy.plan_noise
+
+    def counted(dp: Any, *args: Any, **kw: Any) -> Any:
+        calibrations.append(dp.expected_samples)
+        return calibrate(dp, *args, **kw)
+
+    monkeypatch.setattr(ghofl.privacy, "plan_noise", counted)
+    rc, _, err = _cli(["simulate", "--train", "tr.npz", "--test", "te.npz", "--clients", "3",
+                       "--alpha", "1", "--heads", "nb,lda", "--clip", str(R),
+                       "--dp-epsilon", "4"], capsys)
+    assert rc == 0, err
+    assert calibrations == [300]
+
+
+def test_a_plan_refuses_heads_its_upload_mode_cannot_fit_before_any_client_works() -> None:
+    with pytest.raises(UnsupportedModeError, match=r"^head 'qda' needs upload mode 'full' or "
+                       r"richer \(full\), but the statistics are mode 'pooled'; compute the "
+                       r"client statistics with mode 'full' \(--mode full\) or drop 'qda'"):
+        FederationPlan(ClientJob(CLASSES, "pooled"), server=ServerJob(("lda", "qda")))
+
+
+def test_run_server_job_checks_the_mode_of_heads_built_elsewhere() -> None:
+    total = sum_stats(_payloads(2, "pooled"))
+    heads = ghofl.heads.build.build_heads(["qda"])
+    with pytest.raises(UnsupportedModeError, match=r"^head 'qda' needs upload mode 'full'"):
+        run_server_job(total, ServerJob(("qda",)), heads=heads)
 
 
 # ---------------------------------------------------------------------- the fitted model

@@ -12,8 +12,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 #: What only the server role builds or runs, by the name it is called under.
@@ -75,11 +73,6 @@ def violations() -> list[str]:
 def test_the_scanner_finds_calls_by_name_and_attribute() -> None:
     src = "import x\nx.PlainServer(1)\nSecAggServer(cfg)\nprint(run_server_job)\n"
     assert server_calls(src) == [(2, "PlainServer"), (3, "SecAggServer")]
-
-
-@pytest.mark.parametrize("name", sorted(SERVER_ONLY))
-def test_every_server_only_name_has_its_allowed_places(name: str) -> None:
-    assert ALLOWED[name] and all(p.endswith(".") for p in ALLOWED[name])
 
 
 def test_servers_releases_and_fits_are_built_only_in_the_server_role() -> None:

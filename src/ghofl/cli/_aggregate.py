@@ -3,8 +3,10 @@
 The command runs the one server path (:class:`~ghofl.server.run.FederationServer`): the
 payload files answer the plain server's requests through a
 :class:`~ghofl.server.files.FilesTransport`, and the server checks every payload and records
-it in the store (``--store``). This module checks the inputs before anything is read and words
-the server's refusals in terms of files.
+it in the store (``--store``), after checking the store (a store whose parts disagree is refused
+before anything is added). Every payload added prints the store's new head digest and count,
+evidence against a store later rolled back (``ghofl store verify --expect``). This module checks
+the inputs before anything is read and words the server's refusals in terms of files.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ghofl.errors import (
 )
 from ghofl.server.fields import FIELDS
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.codec import save_stats
+from ghofl.stats.codec import read_stats_header, save_stats
 from ghofl.stats.meta import StatsMeta
 from ghofl.store import AggregationStore
 
@@ -116,6 +118,7 @@ def check_aggregate_inputs(
                 f"payload '{path}' is given twice (also as '{twin}'); it would be counted "
                 "twice; pass each payload once"
             )
+        read_stats_header(path)  # a payload whose header breaks its schema: refused unread
         sha = file_sha256(path)
         if sha in digests:
             twin = files[digests.index(sha)]
@@ -161,9 +164,10 @@ def aggregate_files(files: Sequence[Path], digests: Sequence[str], *, out: Path 
 
     def on_record(client: str, stats: ClientStats, result: AddResult) -> None:
         cid, path, digest = store_id(client), paths[client], sha[client][:12]
-        if result.added:
+        if result.added:  # the new head: evidence against a rolled-back store, to keep
             typer.echo(f"added {cid!r} from {path}: n={stats.n_samples} samples, "
                        f"SHA-256 {digest}…")
+            typer.echo(f"  store {result.head}")
         else:
             typer.echo(f"{cid!r} already present with the same payload ({path}, SHA-256 "
                        f"{digest}…); not counted again")
@@ -191,11 +195,11 @@ def aggregate_files(files: Sequence[Path], digests: Sequence[str], *, out: Path 
         )
         return
     with AggregationStore(store) as db:
-        stored = db.total()
+        stored, head = db.total(), db.head
         typer.echo(
-            f"store {store}: {len(db)} contributions, n={stored.n_samples} samples, "
+            f"store {store}: {head.count} contributions, n={stored.n_samples} samples, "
             f"{stored.num_classes} classes, mode {stored.mode}, dim {stored.dim} "
-            f"(exact total: {db.exact_path})"
+            f"(exact total: {db.exact_path}); head {head.digest}"
         )
     if out is not None:
         size = save_stats(stored, out)

@@ -8,7 +8,8 @@ their values as one :class:`UploadOptions`, :class:`AggregationOptions` or
 :class:`ServerOptions`, which builds the plan's part (:func:`federation` builds the whole
 plan). So a new option needs only its declaration in FIELDS, its dataclass field and its use.
 A field a command sets in its own way (``--classes``, read from the archives in one command,
-a number in another) is declared with :func:`field_option`, which takes its flag from FIELDS.
+a number in another), or the one field of a part a command takes (``aggregate``'s
+``--store``), is declared with :func:`field_option`, which takes its flag from FIELDS.
 The plan checks the options; its errors name the field, and :func:`cli_plan` renders them
 with the flags of FIELDS.
 
@@ -20,9 +21,11 @@ Wiring a command (e.g. ``ghofl fit``, ``ghofl aggregate``)::
         job = server.job()                                   # the ServerJob, errors by flag
 
     @app.command("aggregate")
-    @aggregation_options(only=("aggregation.store",))        # --store
-    def aggregate(files: ..., *, aggregation: AggregationOptions) -> None:
-        store = aggregation["store"]                         # "" (the default): none
+    def aggregate(
+        files: ...,
+        store: Annotated[Path | None, field_option(          # --store, the command's own help
+            "aggregation.store", help="Aggregation store ...")] = None,   # None: no store
+    ) -> None: ...
 
 The decorators go below ``@app.command(...)``; the body declares its ``upload``,
 ``aggregation`` or ``server`` parameter where the options go in its ``--help`` (keyword-only,
@@ -176,7 +179,7 @@ class UploadOptions(FieldOptions):
             A value is invalid, or float32 transport is asked of the secure protocol.
         """
         UploadOptions({k: v for k, v in self.values.items() if k not in skip}).job(("0",))
-        dtype = self.values.get("transport_dtype") or "float64"
+        dtype = self.values.get("transport_dtype") or FIELDS["client.transport_dtype"].default
         cli_plan(lambda: check_transport_dtype(dtype, "secure" if secure else "plain"))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +10,8 @@ import typer
 
 from ghofl.cli._encoder_file import EncoderFileOption
 from ghofl.cli.app import app
+from ghofl.cli.predict import AllowUnsignedModelOption
+from ghofl.model.directory import UnsignedModelWarning
 
 
 @app.command("export")
@@ -24,6 +27,7 @@ def export(
         "encoder's resolution); only the batch axis is dynamic.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
     encoder_file: EncoderFileOption = None,
+    allow_unsigned_model: AllowUnsignedModelOption = False,
 ) -> None:
     """Export a head as one ONNX graph.
 
@@ -47,11 +51,16 @@ def export(
         raise InputError("--encoder-file applies to the full graph only; drop it with "
                          "--head-only")
     path = export_model(model_dir, head, out, head_only=head_only, force=force,
-                        image_size=size, encoder_file=encoder_file)
+                        image_size=size, encoder_file=encoder_file,
+                        allow_unsigned=allow_unsigned_model)
     kind = "head-only graph (input: embeddings)" if head_only else "encoder + head graph"
-    from ghofl.model.export_text import is_text_model, tokenizer_path
+    from ghofl.model.directory import load_model
+    from ghofl.model.export_text import is_text_encoder, tokenizer_path
 
-    text = not head_only and is_text_model(model_dir, head)
+    with warnings.catch_warnings():  # export_model warned once about an unsigned model
+        warnings.simplefilter("ignore", UnsignedModelWarning)
+        model = load_model(model_dir, allow_unsigned=allow_unsigned_model)
+    text = not head_only and is_text_encoder(model.head(head).meta_.encoder)
     kind = "text encoder + head graph (inputs: input_ids, attention_mask)" if text else kind
     typer.echo(f"wrote {path} ({kind}, head {head})")
     if text:

@@ -101,19 +101,26 @@ def read_stats(path: Path) -> ClientStats:
         raise StatsValidationError(f"'{path}' holds invalid statistics: {exc}") from exc
 
 
-def read_total_arg(path: Path) -> ClientStats:
-    """A total for the server side: a statistics file or an aggregation store.
+def read_total_arg(path: Path) -> tuple[ClientStats, dict[str, Any]]:
+    """A total for the server side (a statistics file or a store) and what a model records of it.
 
-    Stores are read with :func:`ghofl.store.read_total`; validation errors name the path.
+    Stores are checked and read with :func:`ghofl.store.read_total_and_head` (one whose parts
+    disagree is refused); validation errors name the path. The record (for the manifest's
+    ``stats`` entry) is ``{"source": path}``, plus for a store the head digest and count of
+    the contributions the total sums (``store_head``, ``contributions``).
     """
-    from ghofl.store import is_store, read_total
+    from ghofl.store import is_store, read_total_and_head
 
+    recorded: dict[str, Any] = {"source": str(path)}
     if not is_store(path):
-        return read_stats(path)
+        return read_stats(path), recorded
     try:
-        return read_total(path)
+        total, head = read_total_and_head(path)
     except StatsValidationError as exc:
         raise StatsValidationError(f"'{path}' holds invalid statistics: {exc}") from exc
+    if head is not None:
+        recorded.update(store_head=head.digest, contributions=head.count)
+    return total, recorded
 
 
 def check_mode(mode: str) -> Mode:

@@ -35,9 +35,11 @@ from ghofl.cli.io import (
     table,
     write_json,
 )
+from ghofl.cli.predict import AllowUnsignedModelOption, check_embeddings_encoder
 from ghofl.client.transforms import transformed_dim
 from ghofl.data.by_path import DatasetSpec
 from ghofl.data.embeddings import check_labelled_embeddings, load_embeddings
+from ghofl.data.items import EmbeddingRows
 from ghofl.errors import ConfigError, InputError
 from ghofl.heads.build import head_defaults, to_jsonable
 from ghofl.heads.registry import available_heads, head_class
@@ -63,9 +65,9 @@ def fit(
     """
     job = server.job()  # the preset is merged by the job (ServerJob.resolved_params)
     check_output_dir(out)
-    stats = read_total_arg(total)
+    stats, source = read_total_arg(total)  # a store: checked; its head goes in the manifest
     fed = FederationServer.from_total(job, stats.meta)
-    result = fed.fit(stats, out_dir=out, extra={"stats": {"source": str(total)}},
+    result = fed.fit(stats, out_dir=out, extra={"stats": source},
                      log=_stderr if job.progress else None, option="--out",
                      command=_fit_command(total, out, job, server))
     typer.echo(table(["head", "fit_seconds", "file"],
@@ -75,7 +77,7 @@ def fit(
 def _fit_command(total: Path, out: Path, job: ServerJob, server: ServerOptions) -> str:
     """The ``ghofl fit`` command line that reproduces this model (for its model card).
 
-    The heads always; every other server option only as the user gave it.
+    The heads always; every other server option only where it differs from its default.
     """
     args = ["ghofl", "fit", str(total), FIELDS["server.heads"].flag, ",".join(job.heads)]
     for p in server["head_params"] or []:
@@ -83,8 +85,9 @@ def _fit_command(total: Path, out: Path, job: ServerJob, server: ServerOptions) 
     preset = server["preset"]
     if preset is not None and preset != FIELDS["server.preset"].default:
         args += [FIELDS["server.preset"].flag, preset]
-    if server["seed"] is not None:
-        args += [FIELDS["server.seed"].flag, str(server["seed"])]
+    seed = server["seed"]
+    if seed is not None and seed != FIELDS["server.seed"].default:
+        args += [FIELDS["server.seed"].flag, str(seed)]
     return shlex.join([*args, "--out", str(out)])
 
 
@@ -94,7 +97,8 @@ def _stderr(message: str) -> None:
 
 @app.command("evaluate")
 def evaluate(
-    model_dir: Annotated[Path, typer.Argument(help="Model directory written by `ghofl fit`.")],
+    model_dir: Annotated[Path | None, typer.Argument(
+        help="Model directory written by `ghofl fit` (not with --report).")] = None,
     embeddings: Annotated[Path | None, typer.Option(
         "--embeddings", help="Test NPZ with x (n, d) and y (n,).")] = None,
     data: Annotated[Path | None, typer.Option(
@@ -110,6 +114,15 @@ def evaluate(
     batch_size: DataBatchSizeOption = 64,
     backend: DataBackendOption = "onnx",
     encoder_file: EncoderFileOption = None,
+    allow_unsigned_model: AllowUnsignedModelOption = False,
+    local: Annotated[bool, typer.Option(
+        "--local", help="Federated evaluation on a client: write only the sums of this "
+        "client's scores (confusion counts, log-loss, reliability bins) to --out.")] = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="With --local: the evaluation file (.ghe) to write.")] = None,
+    report: Annotated[Path | None, typer.Option(
+        "--report", help="Print the metrics of a total evaluation file (ghofl aggregate-eval) "
+        "instead; no model or data.")] = None,
 ) -> None:
     """Score every head of a model directory on labelled test data.
 
@@ -119,11 +132,22 @@ def evaluate(
     """
     if json_out is not None and json_out.is_dir():
         raise InputError(f"--json '{json_out}' is a directory; give a file path")
+    if report is not None:  # federated evaluation: the server's report of the clients' sums
+        from ghofl.cli.federated_cmds import print_report
+
+        if model_dir is not None or embeddings is not None or data is not None or local:
+            raise ConfigError("--report prints a total evaluation file alone; drop the model, "
+                              "--embeddings, --data and --local")
+        return print_report(report, json_out)
     check_feature_transform_option(feature_transform)
     if (embeddings is None) == (data is None):
         raise ConfigError("give exactly one of --embeddings (an .npz of labelled embeddings) "
                           "and --data (labelled raw images or texts)")
-    model = load_model(model_dir)
+    if model_dir is None:
+        raise ConfigError("give the model directory to evaluate (or --report TOTAL.ghe)")
+    if out is not None and not local:
+        raise ConfigError("--out writes a client's evaluation sums with --local; add --local")
+    model = load_model(model_dir, allow_unsigned=allow_unsigned_model)
     transform: str | None = None  # raw data: the model applies the transform it records
     if data is not None:
         if feature_transform != "none":
@@ -142,6 +166,11 @@ def evaluate(
         source, transform = embeddings, feature_transform
     if y.size == 0:
         raise InputError(f"'{source}' holds no samples; accuracy needs at least one")
+    if local:
+        from ghofl.cli.federated_cmds import write_local_evaluation
+
+        return write_local_evaluation(model, x, y, transform=transform, out=out,
+                                      source=f"'{source}'")
     scores = model.evaluate(x, y, what=f"'{source}'", transform=transform)
     results = {name: score.to_dict() for name, score in scores.items()}
     if json_out is not None:
@@ -159,6 +188,8 @@ def _labelled_embeddings(embeddings: Path, model: FittedModel, model_dir: Path,
     """
     classes, want = model.classes, model.head().n_features_in_
     emb = load_embeddings(embeddings, "--embeddings")
+    check_embeddings_encoder(EmbeddingRows(embeddings).encoder, embeddings, model, model.head(),
+                             model_dir, feature_transform)
     if emb.classes is not None and emb.classes != classes:
         raise InputError(
             f"'{embeddings}' stores the class names {_short(emb.classes)}, which differ from the "

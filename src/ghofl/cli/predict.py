@@ -33,9 +33,16 @@ from ghofl.files import atomic_write
 from ghofl.heads.base import Head
 from ghofl.heads.ood import MahalanobisOOD
 from ghofl.model.directory import FittedModel, load_model, load_ood
+from ghofl.model.export import check_new_output
 from ghofl.stats.meta import EncoderInfo
 
-__all__ = ["predict"]
+__all__ = ["AllowUnsignedModelOption", "check_embeddings_encoder", "predict"]
+
+#: ``allow_unsigned_model: AllowUnsignedModelOption = False`` in the signature of a command
+#: that reads a model directory (predict, evaluate, export).
+AllowUnsignedModelOption = Annotated[bool, typer.Option(
+    "--allow-unsigned-model", help="Read a legacy model whose manifest.json lacks its digest "
+    "or a file's sha256 (refused otherwise), with a warning naming what is unchecked.")]
 
 DATA_HELP = ("Items to classify: an embeddings .npz (x (n, d); y optional), an image file, a "
              "folder of images (searched recursively, class folders too) or a .zip of images, "
@@ -91,20 +98,47 @@ def _raw_batches(
     return items, encoder
 
 
+def check_embeddings_encoder(record: dict[str, Any] | None, data: Path, model: FittedModel,
+                             head: Head, model_dir: Path, feature_transform: str) -> None:
+    """Refuse embeddings that ``ghofl embed`` wrote with another encoder than the model's.
+
+    Parameters
+    ----------
+    record : dict or None
+        The archive's ``encoder`` record (:attr:`~ghofl.data.items.EmbeddingRows.encoder`);
+        ``None`` (embeddings from elsewhere) or a model without a recorded encoder: no check.
+    data : Path
+        The archive, for messages.
+    model, head, model_dir
+        The model, the head used and its directory.
+    feature_transform : str
+        ``--feature-transform``: raw ``ghofl embed`` output needs the clients' transform.
+
+    Raises
+    ------
+    InputError
+        The archive's encoder fingerprint differs from the model's (after its feature
+        transform), or ``feature_transform`` is not the one the clients applied.
+    """
+    recorded = head.meta_.encoder
+    if record is None or recorded is None:
+        return
+    info = EncoderInfo.from_dict(record)
+    check_encoder_fingerprint(info, recorded, f"'{model_dir}'")
+    done = model.transform
+    if feature_transform != done:
+        raise InputError(
+            f"'{data}' holds raw {info.name} embeddings (written by ghofl embed) and the "
+            f"clients applied --feature-transform {done}; pass --feature-transform {done}"
+        )
+
+
 def _embedding_rows(
     data: Path, model: FittedModel, head: Head, model_dir: Path, feature_transform: str,
 ) -> EmbeddingRows:
     rows = EmbeddingRows(data)
-    recorded = head.meta_.encoder
+    check_embeddings_encoder(rows.encoder, data, model, head, model_dir, feature_transform)
     done = model.transform
-    if rows.encoder is not None and recorded is not None:
-        info = EncoderInfo.from_dict(rows.encoder)
-        check_encoder_fingerprint(info, recorded, f"'{model_dir}'")
-        if feature_transform != done:
-            raise InputError(
-                f"'{data}' holds raw {info.name} embeddings (written by ghofl embed) and the "
-                f"clients applied --feature-transform {done}; pass --feature-transform {done}"
-            )
     dim = transformed_dim(rows.dim, feature_transform) if rows.dim else 0
     if dim != head.n_features_in_:
         hint = ("embed the items with the clients' encoder" if done == feature_transform
@@ -234,6 +268,8 @@ def predict(
         "--ood-threshold", help="Flag ood above this ood_score instead of the model's "
         "threshold (e.g. a quantile of the scores of labelled in-distribution data of your "
         "own: the model's threshold, from the Gaussian model alone, flags more).")] = None,
+    allow_unsigned_model: AllowUnsignedModelOption = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
 ) -> None:
     """Classify new items with a fitted model: one row per item, streamed to --out.
 
@@ -245,19 +281,20 @@ def predict(
     the model's recorded encoder, rebuilt locally and refused when its fingerprint differs
     (an onnx:/torchscript: encoder's file: --encoder-file, else looked up by its name).
     The file is written atomically: on an error (e.g. a corrupt image without
-    --skip-unreadable) nothing is written.
+    --skip-unreadable) nothing is written. An existing --out is replaced only with --force.
     """
     fmt = output_format(out)
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1; got {batch_size}")
     if out.is_dir():
         raise InputError(f"--out '{out}' is a directory; give a file path")
+    check_new_output(out, force)
     check_feature_transform_option(feature_transform)
     kind = data_kind(data)
-    model = load_model(model_dir)
+    model = load_model(model_dir, allow_unsigned=allow_unsigned_model)
     name, head = _pick_head(model.heads, head_name, model_dir)
-    predictor_ood = _with_threshold(load_ood(model_dir, model.manifest), ood_threshold,
-                                    model_dir)
+    ood = load_ood(model_dir, model.manifest, allow_unsigned=allow_unsigned_model)
+    predictor_ood = _with_threshold(ood, ood_threshold, model_dir)
     top_k = _check_top_k(top_k, len(head.meta_.classes))
     skipped: list[str] = []
     total, transform, batches = _feature_batches(

@@ -28,12 +28,19 @@ The JSON written by ``--json`` is :meth:`ghofl.server.simulation.SimulationResul
                          "client_sent_bytes_max": ..., "client_received_bytes_mean": ...,
                          "client_received_bytes_max": ..., "replies": 10},
                          "share": {...}, "mask": {...}, "unmask": {...}}},
+     "federated_evaluation": null | {"eval_fraction": 0.2, "clients": 10, "n": 1000,
+                                     "aggregation": "plain sum in process",
+                                     "heads": {"lda": {"accuracy", "balanced_accuracy",
+                                               "macro_f1", "log_loss", "ece",
+                                               "client_accuracy_mean",
+                                               "client_accuracy_std", "n", "clients"}}},
      "ghofl_version": "0.1.0"}
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -80,6 +87,14 @@ _MinPerClientOption = Annotated[int, typer.Option(
     "--min-per-client", help="Redraw the partition until every client has this many.")]
 _JsonOption = Annotated[Path | None, typer.Option(
     "--json", help="Write the full result as JSON here.")]
+_FederatedEvalOption = Annotated[bool, typer.Option(
+    "--federated-eval", help="Every client holds out a seeded fraction of its rows, scores the "
+    "fitted heads on them and sends only sums; report the federated metrics too.")]
+_EvalFractionOption = Annotated[float | None, typer.Option(
+    "--eval-fraction", help="Fraction of its rows each client holds out with "
+    "--federated-eval (default 0.2); its statistics come from the rest.")]
+#: Fraction of its rows a client holds out under --federated-eval when none is given.
+DEFAULT_EVAL_FRACTION = 0.2
 
 
 @app.command("simulate")
@@ -99,13 +114,17 @@ def simulate(
     aggregation: AggregationOptions,
     upload: UploadOptions,
     json_out: _JsonOption = None,
+    federated_eval: _FederatedEvalOption = False,
+    eval_fraction: _EvalFractionOption = None,
 ) -> None:
     """Simulate a Dirichlet-partitioned one-shot federation and report accuracy per head.
 
     Every client computes statistics from its own rows only; the clients and the server run
     the plain sum or, with --secure, the secure aggregation protocol; the server fits each
-    head from the total and scores it on the test set.
+    head from the total and scores it on the test set. With --federated-eval every client also
+    scores the heads on its own held-out rows and the sums of these scores are reported.
     """
+    fraction = _eval_fraction(federated_eval, eval_fraction)
     m = check_mode(upload["mode"])
     dim, seed_, basis_name = (upload[k] for k in ("projection_dim", "projection_seed",
                                                   "projection_basis"))
@@ -122,13 +141,30 @@ def simulate(
     basis = projection_basis_option(basis_name, dim, seed_, read_npz_encoder_info(train)
                                     if basis_name == "default" else None,
                                     upload["feature_transform"])
+    if agg.dp is not None and agg.dp.expected_samples is None and agg.dp.fractions is None:
+        # the simulated federation's size is public: it steers the auto budget split
+        agg = replace(agg, dp=replace(agg.dp, expected_samples=len(tr.y)))
     plan = federation(tuple(class_names), upload, agg, server_job, mode=m,
                       projection_basis=basis,
                       hint=lambda exc: _clip_hint(tr.x) if exc.field == "client.clip_norm"
                       else "")
     result = simulate_plan(plan, (tr.x, tr.y), (te.x, te.y),
-                           Population(clients, alpha, min_per_client))
+                           Population(clients, alpha, min_per_client,
+                                      eval_fraction=fraction))
     _report(result, json_out)
+
+
+def _eval_fraction(federated_eval: bool, eval_fraction: float | None) -> float:
+    """The fraction each client holds out (0.0 without --federated-eval)."""
+    if not federated_eval:
+        if eval_fraction is not None:
+            raise ConfigError("--eval-fraction applies with --federated-eval only; add "
+                              "--federated-eval or drop --eval-fraction")
+        return 0.0
+    fraction = DEFAULT_EVAL_FRACTION if eval_fraction is None else eval_fraction
+    if not 0.0 < fraction < 1.0:
+        raise ConfigError(f"--eval-fraction must be between 0 and 1 (e.g. 0.2); got {fraction:g}")
+    return fraction
 
 
 def _check_min_class_count(min_class_count: int | None) -> None:
@@ -147,8 +183,20 @@ def _report(result: SimulationResult, json_out: Path | None) -> None:
     )
     _echo_aggregation(result)
     _echo_privacy(result)
-    typer.echo(table(["head", "accuracy", "fit_seconds"],
-                     [[n, r.accuracy, r.fit_seconds] for n, r in result.heads.items()]))
+    fed = result.federated_evaluation
+    if fed is None:
+        typer.echo(table(["head", "accuracy", "fit_seconds"],
+                         [[n, r.accuracy, r.fit_seconds] for n, r in result.heads.items()]))
+        return
+    typer.echo(f"federated evaluation: {fed['clients']} clients held out {fed['n']} rows "
+               f"(fraction {fed['eval_fraction']:g}), {fed['aggregation']}")
+    typer.echo(table(
+        ["head", "test_accuracy", "fed_accuracy", "fed_balanced", "fed_macro_f1",
+         "fed_log_loss", "fed_ece", "client_acc_mean", "client_acc_std"],
+        [[n, r.accuracy, *(fed["heads"][n][k] for k in (
+            "accuracy", "balanced_accuracy", "macro_f1", "log_loss", "ece",
+            "client_accuracy_mean", "client_accuracy_std"))]
+         for n, r in result.heads.items()]))
 
 
 def _echo_privacy(result: SimulationResult) -> None:

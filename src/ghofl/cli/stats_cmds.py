@@ -70,8 +70,9 @@ def client_stats(
                                                  + ENCODER_HELP)] = None,
     split: DataSplitOption = None,
     resolution: Annotated[int, field_option(
-        "client.resolution", help="With --data: input resolution of image encoders.")] = 224,
-    backend: DataBackendOption = "onnx",
+        "client.resolution", help="With --data: input resolution of image encoders.")]
+        = FIELDS["client.resolution"].default,
+    backend: DataBackendOption = FIELDS["client.backend"].default,
     batch_size: DataBatchSizeOption = 64,
     progress: Annotated[bool, typer.Option(
         "--progress", help="With --data: show a progress bar.")] = False,

@@ -83,7 +83,8 @@ class ClientJob:
         Minimum-count rule: the client drops every class of which it holds fewer than this
         many samples before computing its statistics (with N_c = 1 the class sum would be a
         raw embedding). 1 keeps every class, so payloads are unchanged by default; ``ghofl
-        simulate`` and the Flower apps default to 5 (docs/privacy.md).
+        simulate`` and the Flower apps default to 5 with differential privacy, else to 1
+        (docs/privacy.md).
     holdout_fraction : float, default 0.0
         Fraction f in (0, 0.5] of its samples each client holds out: its payload carries,
         besides the sums over all samples, those of the held-out samples (the held-out

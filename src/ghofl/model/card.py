@@ -9,7 +9,9 @@ digest, and loading a model never reads it.
 Manifest keys read (each optional; what is absent is said to be unrecorded): ``ghofl_version``;
 ``stats`` (the statistics metadata: ``encoder``, ``projection``, ``classes``, ``mode``,
 ``clip_norm``, ``holdout_fraction``, and the writer's ``n_samples``, ``counts``, ``n_clipped``,
-``source``); ``heads`` (``head``, ``params``, ``fit_seconds``); ``aggregation`` (``protocol``,
+``source``, and for a total read from an aggregation store ``contributions`` and
+``store_head``, the store's head digest, evidence of which copy of the store it was);
+``heads`` (``head``, ``params``, ``fit_seconds``); ``aggregation`` (``protocol``,
 ``clients``, ``threshold``); ``source`` (when ``stats`` has none); ``privacy`` (a DP
 release: ``epsilon``/``epsilon_spent``, ``delta``/``delta_spent``, ``dp_mode``,
 ``min_class_count``, ``min_class_count_rule``).
@@ -108,9 +110,16 @@ def _data_lines(stats: Mapping[str, Any], aggregation: Mapping[str, Any],
     classes = [str(c) for c in stats.get("classes", [])]
     counts = stats.get("counts")
     clients = aggregation.get("clients")
+    stored = stats.get("contributions")
+    if clients is None and stored is not None:
+        clients = f"{stored} (contributions recorded in the aggregation store)"
     lines = [f"- Clients: {clients}" if clients is not None else
              "- Clients: not recorded (the aggregate statistics hold sums, not client "
              "identities)"]
+    if stats.get("store_head"):
+        lines.append(f"- Fitted from: {stored if stored is not None else 'unrecorded'} "
+                     f"contributions, store head digest {stats['store_head']} (check a "
+                     "store against it: `ghofl store verify DB --expect DIGEST`)")
     n = stats.get("n_samples")
     noised = privacy is not None
     note = " (differentially private release: noised and post-processed counts)" if noised \
@@ -187,6 +196,29 @@ def _score_lines(heads: Mapping[str, Any],
     return lines
 
 
+def _personalised_lines(record: Any) -> list[str]:
+    """The card's section on a client's personalisation (``ghofl personalize``), if any."""
+    if not isinstance(record, Mapping):
+        return []
+    heads = record.get("heads") or {}
+    done = [f"`{h}` ({', '.join(parts)})" for h, parts in heads.items() if parts]
+    lines = ["## Personalisation", "",
+             "This model is a client's own version of a global model, made on the client from "
+             "its own statistics; nothing of it left the client.", "",
+             f"- From model: {_fmt(record.get('from_model'))}",
+             f"- From statistics: {_fmt(record.get('from_stats'))} "
+             f"({_fmt(record.get('local_samples'))} local samples)",
+             f"- Priors: {_fmt(record.get('priors'))} (pseudocount "
+             f"{_fmt(record.get('prior_pseudocount'))})",
+             "- Class Gaussians: " + (
+                 f"local, shrunk to the global ({_fmt(record.get('kappa_rule'))}, kappa = "
+                 f"{_fmt(record.get('kappa'))})" if record.get("moments") else "global"),
+             f"- Heads personalised: {', '.join(done) if done else 'none'}"]
+    for head, why in (record.get("skipped") or {}).items():
+        lines.append(f"- Not personalised, {head}: {_fmt(why)}")
+    return [*lines, ""]
+
+
 def model_card(
     manifest: Mapping[str, Any],
     *,
@@ -228,6 +260,7 @@ def model_card(
            "## Encoder and statistics", "", *_encoder_lines(stats), *_statistics_lines(stats),
            "", "## Training data", "", *_data_lines(stats, aggregation, privacy), "",
            "## Protocol and privacy", "", *_protocol_lines(aggregation, privacy), "",
+           *_personalised_lines(manifest.get("personalised")),
            "## Heads", "", *_head_lines(heads, chosen or {}), "",
            "## Evaluation", "", *_score_lines(heads, scores), "",
            "## Reproduce", ""]

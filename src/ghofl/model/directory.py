@@ -29,8 +29,13 @@ JSON (sorted keys, no spaces) without the digest. Loading refuses a manifest tha
 match its digest (edited or corrupt), a head file whose bytes differ from the entry's
 ``sha256``, a head file whose own record differs from the entry's ``head``, and an entry named
 after a registered head (``lda``) whose file holds another head (``qda.ghh``) — the last two
-even when the manifest was edited and its digests recomputed. Manifests written before these
-fields existed are read with the checks their fields allow.
+even when the manifest was edited and its digests recomputed.
+
+A manifest without its ``digest``, or with a head or ``ood`` entry without its ``sha256``
+(written before these fields existed, or stripped of them), is refused before any file is
+read: removing the checks would otherwise turn them off. ``load_model(...,
+allow_unsigned=True)`` (``--allow-unsigned-model`` on the CLI) reads such a legacy model with
+the checks its fields allow, with an :class:`UnsignedModelWarning` naming what is unchecked.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import hashlib
 import json
 import os
 import stat
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -52,7 +58,7 @@ from ghofl.client.transforms import (
     check_feature_transform,
     recorded_feature_transform,
 )
-from ghofl.errors import ConfigError, GhoflError, InputError, StatsFormatError
+from ghofl.errors import ConfigError, GhoflError, GhoflWarning, InputError, StatsFormatError
 from ghofl.evaluation.metrics import HeadScore, evaluate_heads
 from ghofl.files import atomic_directory
 from ghofl.heads.base import Head
@@ -69,7 +75,9 @@ __all__ = [
     "MODEL_FORMAT_VERSION",
     "OOD_FILE",
     "FittedModel",
+    "UnsignedModelWarning",
     "check_model_target",
+    "check_signed",
     "load_model",
     "load_ood",
     "save_model",
@@ -81,6 +89,12 @@ MODEL_FORMAT_VERSION = 1
 OOD_FILE = "ood.npz"
 _RESERVED = frozenset({"format", "format_version", "ghofl_version", "heads", "digest", "ood"})
 _FIX = "write it with `ghofl fit` (or ghofl.model.directory.save_model)"
+_UNSIGNED_FIX = ("re-create the model with `ghofl fit`, or, for a legacy model you trust, "
+                 "pass --allow-unsigned-model (Python: load_model(..., allow_unsigned=True))")
+
+
+class UnsignedModelWarning(GhoflWarning):
+    """A model directory was loaded without the checks its manifest lacks (legacy model)."""
 
 
 def check_model_target(path: Path, option: str = "out_dir") -> None:
@@ -220,16 +234,19 @@ def _write_ood(path: Path, ood: MahalanobisOOD, meta: StatsMeta) -> dict[str, An
             "rule": OOD_RULE, **scalars}
 
 
-def load_ood(model_dir: Path, manifest: Mapping[str, Any]) -> MahalanobisOOD | None:
+def load_ood(model_dir: Path, manifest: Mapping[str, Any], *,
+             allow_unsigned: bool = False) -> MahalanobisOOD | None:
     """The out-of-distribution score of a model directory read by :func:`load_model`.
 
     ``None`` when its manifest has no ``ood`` entry: a model written before it existed.
+    ``allow_unsigned``: as for :func:`load_model` (an entry without ``sha256`` is read
+    unchecked; :func:`load_model` warned about it).
 
     Raises
     ------
     InputError
-        The ``ood.npz`` file is missing, differs from the SHA-256 the manifest records, or is
-        malformed.
+        The ``ood.npz`` file is missing, differs from the SHA-256 the manifest records (or
+        the entry records none, without ``allow_unsigned``), or is malformed.
     """
     entry = manifest.get("ood")
     if entry is None:
@@ -239,7 +256,10 @@ def load_ood(model_dir: Path, manifest: Mapping[str, Any]) -> MahalanobisOOD | N
         raise InputError(f"'{Path(model_dir) / MANIFEST}' has a malformed ood entry; {_FIX}")
     if not path.is_file():
         raise InputError(f"'{path}' is missing; copy the whole model directory, or {_FIX}")
-    if entry.get("sha256") != file_sha256(path):
+    if entry.get("sha256") is None and not allow_unsigned:
+        raise InputError(f"'{Path(model_dir) / MANIFEST}' lacks the SHA-256 of {OOD_FILE}, so "
+                         f"its bytes cannot be checked; {_UNSIGNED_FIX}")
+    if entry.get("sha256") is not None and entry.get("sha256") != file_sha256(path):
         raise InputError(
             f"'{path}' is not the one the manifest was written with (its SHA-256 differs); "
             f"copy the whole model directory again, or {_FIX}"
@@ -408,13 +428,17 @@ class FittedModel(NamedTuple):
         return evaluate_heads(self.heads, self.features(x, transform), y, what=what)
 
 
-def load_model(model_dir: Path) -> FittedModel:
+def load_model(model_dir: Path, *, allow_unsigned: bool = False) -> FittedModel:
     """Read a model directory written by :func:`save_model`.
 
     Parameters
     ----------
     model_dir : Path
         The directory.
+    allow_unsigned : bool, default False
+        Read a legacy model whose manifest lacks its ``digest`` or a file's ``sha256``, with
+        the checks its fields allow and an :class:`UnsignedModelWarning` naming what is
+        unchecked (``--allow-unsigned-model``). Without it such a model is refused.
 
     Returns
     -------
@@ -425,8 +449,9 @@ def load_model(model_dir: Path) -> FittedModel:
     Raises
     ------
     InputError
-        Not a directory, no or invalid manifest, a newer format version, or a head entry
-        without a valid file name.
+        Not a directory, no or invalid manifest, a newer format version, a head entry
+        without a valid file name, or (without ``allow_unsigned``) a manifest without its
+        digest or a file's SHA-256.
     StatsFormatError
         A head file is missing or corrupt.
     """
@@ -457,11 +482,16 @@ def load_model(model_dir: Path) -> FittedModel:
         expected = StatsMeta.from_dict(stats)
     except GhoflError as exc:
         raise InputError(f"'{path}' has a malformed stats section ({exc}); {_FIX}") from exc
-    heads: dict[str, Head] = {}
+    files: dict[str, str] = {}
     for name, entry in manifest["heads"].items():
         file = entry.get("file") if isinstance(entry, dict) else None
         if not isinstance(file, str) or not file or Path(file).name != file:
             raise InputError(f"'{path}' lists head {name!r} without a valid file name; {_FIX}")
+        files[name] = file
+    check_signed(manifest, path, allow_unsigned)  # before any file is read
+    heads: dict[str, Head] = {}
+    for name, entry in manifest["heads"].items():
+        file = files[name]
         head = load_head(model_dir / file)
         diffs = [d for d in head.meta_.differences(expected) if not d.startswith("mode ")]
         if diffs:
@@ -476,10 +506,62 @@ def load_model(model_dir: Path) -> FittedModel:
     return FittedModel(heads, manifest)
 
 
+def _unsigned_parts(manifest: Mapping[str, Any]) -> list[str]:
+    """What a manifest lacks of its checks: ``"digest"`` and the files without a ``sha256``.
+
+    The files are named as the manifest lists them (head files in manifest order, then the
+    ``ood`` file); an empty list for a manifest that carries every check.
+    """
+    missing = ["digest"] if manifest.get("digest") is None else []
+    entries = [*dict(manifest.get("heads") or {}).values(), manifest.get("ood")]
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("sha256") is None:
+            missing.append(str(entry.get("file"))[:80])
+    return missing
+
+
+def check_signed(manifest: Mapping[str, Any], path: Path, allow_unsigned: bool = False) -> None:
+    """Refuse a manifest without its digest or a file's SHA-256, unless ``allow_unsigned``.
+
+    With ``allow_unsigned`` such a manifest gives an :class:`UnsignedModelWarning` naming
+    what is unchecked.
+
+    Raises
+    ------
+    InputError
+        The manifest lacks its ``digest`` or the ``sha256`` of a file it lists, and
+        ``allow_unsigned`` is false.
+    """
+    missing = _unsigned_parts(manifest)
+    if not missing:
+        return
+    files = missing[1:] if missing[0] == "digest" else missing
+    if len(files) > 4:
+        files = [*files[:3], f"{len(files) - 3} more files"]
+    parts = ["its digest"] if missing[0] == "digest" else []
+    if files:
+        parts.append(f"the SHA-256 of {', '.join(files)}")
+    if not allow_unsigned:
+        raise InputError(
+            f"'{path}' lacks {' and '.join(parts)}, so the model cannot be checked against "
+            f"what was fitted (a legacy or stripped manifest); {_UNSIGNED_FIX}"
+        )
+    unchecked = ["the manifest itself (no digest)"] if missing[0] == "digest" else []
+    if files:
+        unchecked.append(f"the bytes of {', '.join(files)} (no sha256)")
+    warnings.warn(
+        f"loading the unsigned model in '{path.parent}' (--allow-unsigned-model): "
+        f"{' and '.join(unchecked)} are unchecked; re-create it with `ghofl fit` to restore "
+        "the checks",
+        UnsignedModelWarning,
+        stacklevel=3,
+    )
+
+
 def _check_digest(manifest: dict[str, Any], path: Path) -> None:
     digest = manifest.get("digest")
     if digest is None:
-        return  # written before manifests carried a digest
+        return  # a legacy manifest, loaded with allow_unsigned (check_signed)
     try:
         expected = manifest_digest(manifest)
     except (TypeError, ValueError):  # not JSON-encodable back (cannot happen for parsed JSON)
@@ -507,7 +589,7 @@ def _check_binding(name: str, entry: dict[str, Any], head: Head, file: Path,
             f"the manifest was edited, {_FIX}"
         )
     sha = entry.get("sha256")
-    if sha is not None and sha != file_sha256(file):
+    if sha is not None and sha != file_sha256(file):  # None: allowed unsigned (check_signed)
         raise InputError(
             f"head file '{file}' is not the one '{path}' was written with (its SHA-256 "
             f"differs); copy the whole model directory again, or {_FIX}"

@@ -36,7 +36,8 @@ from ghofl.stats.meta import EncoderInfo
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["IMAGE_INPUT", "export_model", "full_graph", "image_encoder_for", "parse_image_size"]
+__all__ = ["IMAGE_INPUT", "check_new_output", "export_model", "full_graph", "image_encoder_for",
+           "parse_image_size"]
 
 #: Input of the full graph: decoded uint8 RGB images (N, H, W, 3).
 IMAGE_INPUT = "images"
@@ -53,6 +54,19 @@ def parse_image_size(text: str) -> tuple[int, int]:
     if len(vals) not in (1, 2) or min(vals) < 1:
         raise ConfigError(f"invalid image size {text!r}; give H or HxW in pixels, e.g. 32x32")
     return (vals[0], vals[-1])
+
+
+def check_new_output(out: Path, force: bool) -> None:
+    """Refuse to replace an existing output file ``out`` unless ``force`` (``--force``).
+
+    Raises
+    ------
+    InputError
+        ``out`` exists and ``force`` is False.
+    """
+    if out.exists() and not force:
+        raise InputError(f"--out '{out}' already exists; pass --force to replace it, or "
+                         "choose another path")
 
 
 def image_encoder_for(info: EncoderInfo | None, cache_dir: str | os.PathLike[str] | None = None
@@ -194,14 +208,19 @@ def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
 def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool = False,
                  force: bool = False, image_size: tuple[int, int] | None = None,
                  cache_dir: str | os.PathLike[str] | None = None,
-                 encoder_file: str | os.PathLike[str] | None = None) -> Path:
+                 encoder_file: str | os.PathLike[str] | None = None,
+                 allow_unsigned: bool = False) -> Path:
     """Write head ``head_name`` of ``model_dir`` to the ONNX file ``out``, atomically.
+
+    ``allow_unsigned`` reads a legacy model directory whose manifest lacks its checks (see
+    :func:`~ghofl.model.directory.load_model`).
 
     Raises
     ------
     InputError
         ``out`` does not end in ``.onnx``, is a directory, or exists without ``force``; the
-        model directory has no head ``head_name`` (the message lists its heads).
+        model directory has no head ``head_name`` (the message lists its heads), or is
+        refused by :func:`~ghofl.model.directory.load_model`.
     ConfigError
         Full graph asked for an encoder without an ONNX path (see :func:`full_graph`).
     """
@@ -213,10 +232,8 @@ def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool 
                          f"{out.with_suffix('.onnx').name}")
     if out.is_dir():
         raise InputError(f"--out '{out}' is a directory; give a file path ending in .onnx")
-    if out.exists() and not force:
-        raise InputError(f"--out '{out}' already exists; pass --force to replace it, or "
-                         "choose another path")
-    heads, _ = load_model(model_dir)
+    check_new_output(out, force)
+    heads, _ = load_model(model_dir, allow_unsigned=allow_unsigned)
     if head_name not in heads:
         raise InputError(f"the model in '{model_dir}' has no head {head_name!r}; its heads: "
                          f"{', '.join(heads)}")

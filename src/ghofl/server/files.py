@@ -24,7 +24,7 @@ from ghofl.secure.transport import StageTraffic
 from ghofl.server.plan import AggregationSpec, FederationPlan
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import load_stats
-from ghofl.stats.meta import StatsMeta
+from ghofl.stats.meta import Mode, StatsMeta
 
 if TYPE_CHECKING:
     from ghofl.server.job import ServerJob
@@ -138,7 +138,7 @@ def payload_plan(meta: StatsMeta, *, store: str | Path | None = None,
     store : path, optional
         Aggregation store recording every accepted payload (``aggregation.store``).
     server : ServerJob, optional
-        The heads to fit (default: the plan's default job).
+        The heads to fit (default: the default job's heads that ``meta.mode`` can fit).
 
     Returns
     -------
@@ -147,6 +147,16 @@ def payload_plan(meta: StatsMeta, *, store: str | Path | None = None,
     """
     client = ClientJob(meta.classes, meta.mode, clip_norm=meta.clip_norm)
     aggregation = AggregationSpec("plain", store="" if store is None else str(store))
-    if server is None:
-        return FederationPlan(client, aggregation)
-    return FederationPlan(client, aggregation, server)
+    return FederationPlan(client, aggregation,
+                          server if server is not None else _heads_for(meta.mode))
+
+
+def _heads_for(mode: Mode) -> ServerJob:
+    """The default job's heads that payloads of ``mode`` can fit (``ncm`` fits every mode)."""
+    from ghofl.heads.registry import head_class
+    from ghofl.server.job import ServerJob  # the heads' modules, on first use
+    from ghofl.stats.schema import mode_supports
+
+    default = ServerJob()
+    heads = tuple(h for h in default.heads if mode_supports(mode, head_class(h).min_mode))
+    return ServerJob(heads or ("ncm",))

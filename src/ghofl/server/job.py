@@ -98,7 +98,9 @@ class ServerJob:
         """The job's heads, unfitted, in the order of :attr:`heads`.
 
         The first call hands over the heads that construction built to check the job (so a
-        run builds them once); a later call builds new ones.
+        run builds them once); a later call builds new ones. Not thread-safe: two threads
+        running one job at once must each build their own (:func:`~ghofl.heads.build.
+        build_heads`).
 
         Parameters
         ----------
@@ -233,6 +235,8 @@ def run_server_job(
     if heads is not None and list(heads) != list(job.heads):
         raise ConfigError(f"heads {list(heads)} are not the job's heads {list(job.heads)}; "
                           "build them from the job (ghofl.heads.build.build_heads)")
+    if heads is not None:
+        check_heads_mode(job.heads, total.mode)
     models = dict(heads) if heads is not None else job.build_heads(total.mode)
     if test is not None:
         _check_test(test, total)

@@ -281,6 +281,8 @@ class FederationPlan:
         out of range: γ or δ outside [0, 1), γ + δ >= 1, σ or η not > 0).
     ConfigError
         The secure round's parameters are invalid.
+    UnsupportedModeError
+        A head needs a richer upload mode than the clients compute.
     """
 
     client: ClientJob
@@ -295,6 +297,9 @@ class FederationPlan:
         if agg.protocol == "secure":
             assert self.client.clip_norm is not None
             agg.secagg_config(self.client.clip_norm)
+        from ghofl.heads.build import check_heads_mode
+
+        check_heads_mode(self.server.heads, self.client.mode)  # before any client works
         self.noise_plan()  # calibrate once: a budget it cannot meet fails here
 
     @property

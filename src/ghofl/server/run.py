@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ghofl.heads.base import Head
     from ghofl.privacy import NoisyDecoder
     from ghofl.server.job import ServerJob
-    from ghofl.store import AggregationStore
+    from ghofl.store import AggregationStore, StoreHead
     from ghofl.store.records import AddResult
 
 __all__ = ["Aggregated", "FederationServer"]
@@ -112,6 +112,10 @@ class FederationServer:
         failed run); not set with regions.
     regions : tuple of Region
         With regions: the public partition of ``clients`` (empty otherwise).
+    store_head : StoreHead or None
+        With a store: its head digest and contribution count, as checked when it was opened
+        (:func:`~ghofl.store.verify.check_store`: a store whose parts disagree is refused
+        before anything is added) and after each payload recorded; ``None`` without a store.
     """
 
     def __init__(self, plan: FederationPlan, clients: Sequence[str], meta: StatsMeta, *,
@@ -125,6 +129,7 @@ class FederationServer:
         self._noise = plan.noise_plan()
         self._decoder: NoisyDecoder | None = None
         self._store: AggregationStore | None = None
+        self.store_head: StoreHead | None = None
         self.half: SecAggServer | PlainServer
         ids = [str(c) for c in clients]
         self.regions: tuple[Region, ...] = ()
@@ -143,13 +148,19 @@ class FederationServer:
             self.half = SecAggServer(plan.secagg_config(), meta, ids, decode=decode,
                                      roster=roster)
         elif plan.aggregation.store:
-            from ghofl.store import AggregationStore
+            from ghofl.store import AggregationStore, check_store
 
             store = self._store = AggregationStore(Path(plan.aggregation.store))
+            try:
+                self.store_head = check_store(store)
+            except BaseException:
+                store.close()
+                raise
             name, sha = store_id or str, payload_sha256 or (lambda c: None)
 
             def record(client: str, stats: ClientStats) -> None:
                 result = store.add(name(client), stats, payload_sha256=sha(client))
+                self.store_head = result.head
                 if on_record is not None:
                     on_record(client, stats, result)
 

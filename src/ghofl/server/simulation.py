@@ -32,7 +32,8 @@ from ghofl.client.job import client_statistics
 from ghofl.client.transforms import apply_feature_transform, transformed_dim, transformed_info
 from ghofl.data.embeddings import check_labelled_embeddings
 from ghofl.data.partition import dirichlet_partition
-from ghofl.errors import InputError
+from ghofl.errors import ConfigError, InputError
+from ghofl.evaluation.federated import local_evaluation, report
 from ghofl.heads.build import build_heads, head_defaults, to_jsonable
 from ghofl.privacy import noise_share_encoder
 from ghofl.secure import InMemoryTransport, PlainClient, SecAggClient, SecAggConfig
@@ -140,6 +141,11 @@ class SimulationResult:
     feature_transform : str
         Elementwise transform the clients applied before the statistics (``"none"``,
         ``"sqrt"``, ``"x+sqrt"``).
+    federated_evaluation : dict or None
+        With :attr:`Population.eval_fraction` > 0: ``{"eval_fraction", "clients", "n",
+        "aggregation", "heads": {NAME: metrics}}``, the metrics of
+        :func:`ghofl.evaluation.federated.report` of the sums of every client's evaluation on
+        its own held-out rows (``None`` without).
     predictions : dict of str to ndarray of int64, shape (n_test,)
         Test predictions per head (not part of :meth:`to_dict`).
     """
@@ -168,6 +174,7 @@ class SimulationResult:
     holdout_fraction: float = 0.0
     transport_dtype: str = "float64"
     feature_transform: str = "none"
+    federated_evaluation: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary: every attribute but ``predictions``, plus ``ghofl_version``.
@@ -200,6 +207,7 @@ class SimulationResult:
             "holdout_fraction": self.holdout_fraction,
             "transport_dtype": self.transport_dtype,
             "feature_transform": self.feature_transform,
+            "federated_evaluation": self.federated_evaluation,
             "aggregation": dict(self.aggregation),
             "ghofl_version": __version__,
         }
@@ -219,12 +227,17 @@ class Population:
         Redraw the partition until every client holds at least this many samples.
     encoder : EncoderInfo, optional
         Encoder fingerprint stored in the payloads.
+    eval_fraction : float, default 0.0
+        Fraction of its rows every client holds out (seeded by the server job's seed) and
+        scores the fitted heads on (federated evaluation); its statistics come from the
+        rest. 0.0: no federated evaluation.
     """
 
     clients: int
     alpha: float
     min_per_client: int = 0
     encoder: EncoderInfo | None = None
+    eval_fraction: float = 0.0
 
 
 def _aggregate(plan: FederationPlan, ids: list[str], makers: list[Callable[[], ClientStats]],
@@ -287,6 +300,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     t0 = time.perf_counter()
     parts = dirichlet_partition(ytr, clients, population.alpha, server_job.seed,
                                 min_per_client=population.min_per_client)
+    parts, held = _held_out(parts, population.eval_fraction, server_job.seed)
     stages["partition"] = time.perf_counter() - t0
 
     ids = [f"client-{i:0{len(str(max(clients - 1, 1)))}d}" for i in range(clients)]
@@ -315,6 +329,13 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     fitted = server.fit(out.total, test=(xte, yte), heads=heads)
     scores = fitted.scores or {}
     results = _head_results(fitted, scores, stages)
+    federated = None
+    if population.eval_fraction > 0:
+        t0 = time.perf_counter()
+        federated = _federated_evaluation(fitted.heads, apply_feature_transform(
+            xtr, job.feature_transform), ytr, held, plan.secure)
+        federated["eval_fraction"] = population.eval_fraction
+        stages["federated_evaluation"] = time.perf_counter() - t0
     return SimulationResult(
         heads=results,
         clients=int(clients),
@@ -325,7 +346,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
         projection_seed=None if job.projection_dim is None else job.projection_seed,
         upload_bytes_per_client=schema_for(job.mode).nbytes(
             c, meta.dim, holdout=meta.has_holdout, float_dtype=job.transport_dtype),
-        n_train=int(ytr.size),
+        n_train=int(sum(p.size for p in parts)),
         n_test=int(yte.size),
         num_classes=c,
         classes=list(class_names),
@@ -342,7 +363,45 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
         holdout_fraction=job.holdout_fraction,
         transport_dtype=job.transport_dtype,
         feature_transform=job.feature_transform,
+        federated_evaluation=federated,
     )
+
+
+def _held_out(parts: list[I64], fraction: float, seed: int) -> tuple[list[I64], list[I64]]:
+    """Every client's rows split into (training rows, held-out rows), seeded by ``seed``.
+
+    A client holds out floor(fraction · n) of its n rows, at least 1 when n >= 2, and keeps
+    at least one for its statistics.
+    """
+    if not (0.0 <= fraction < 1.0) or isinstance(fraction, bool):
+        raise ConfigError(f"the evaluation fraction must be in [0, 1) (e.g. 0.2); got "
+                          f"{fraction!r}")
+    if fraction == 0.0:
+        return parts, [np.zeros(0, dtype=np.int64) for _ in parts]
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xE7A1]))
+    train, held = [], []
+    for idx in parts:
+        k = min(max(int(np.floor(fraction * idx.size)), 1), idx.size - 1)
+        perm = rng.permutation(idx)
+        held.append(np.sort(perm[:max(k, 0)]))
+        train.append(np.sort(perm[max(k, 0):]))
+    return train, held
+
+
+def _federated_evaluation(heads: Mapping[str, Any], x: F64, y: I64, held: Sequence[I64],
+                          secure: bool) -> dict[str, Any]:
+    """Every client's evaluation sums on its held-out rows, added; their report per head."""
+    sums = [local_evaluation(heads, x[idx], y[idx], what="held-out") for idx in held
+            if idx.size]
+    if not sums:
+        raise InputError("no client holds a held-out row; give clients at least 2 rows or a "
+                         "larger evaluation fraction")
+    total = sum(sums[1:], sums[0])
+    return {"clients": total.clients, "n": int(sum(idx.size for idx in held)),
+            "aggregation": "plain sum in process" + (
+                " (the evaluation sums do not go through the secure protocol yet)"
+                if secure else ""),
+            "heads": report(total)}
 
 
 def _with_expected_samples(plan: FederationPlan, n: int) -> FederationPlan:

@@ -47,8 +47,10 @@ Reading never trusts the file: it must be a regular file (FIFOs, devices and dir
 refused before opening for reading data); the header length, the header JSON (size, nesting
 depth, no NaN/Infinity, no duplicate keys, bounded numbers), every tensor's dtype (an
 allow-list), shape and byte span (contiguous, non-overlapping, covering exactly the rest of
-the file) and the expected tensor names and shapes are checked before any tensor byte is
-read, so a header that declares huge sizes is refused without allocating them.
+the file) and the expected tensor names, dtypes and shapes (the schema of the declared mode,
+C, d and held-out section) are checked before any tensor byte is read or hashed, so a header
+that declares huge sizes or an extra tensor is refused at the cost of the header, without
+allocating or hashing them; :func:`read_stats_header` runs these checks alone.
 
 Writes are atomic (:func:`ghofl.files.atomic_write`: a temporary file in the target folder,
 then ``os.replace``); ``atomic_write`` is re-exported here for older imports, as are the names of
@@ -79,22 +81,22 @@ from ghofl.stats._json import (
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.container import (
     DIGEST_KEY,
-    DTYPE_NAMES,
     DTYPES,
     STATS_DTYPES,
     HeaderCheck,
     TensorInfo,
     header_digest,
     read_container,
+    read_header,
     tensor_views,
     write_safetensors,
 )
 from ghofl.stats.header import FORMAT, StatsHeader, check_envelope, meta_from_entries
 from ghofl.stats.meta import MIN_SCHEMA_VERSION, SCHEMA_VERSION, StatsMeta
-from ghofl.stats.schema import pack_upper, schema_for, unpack_upper
+from ghofl.stats.schema import pack_upper, unpack_upper
 from ghofl.stats.transport import (
-    TRANSPORT_DTYPES,
-    check_array_names,
+    DeclaredArray,
+    check_declared_arrays,
     expected_payload_nbytes,
     payload_nbytes,
     rounding_name,
@@ -119,6 +121,7 @@ __all__ = [
     "payload_nbytes",
     "read_safetensors",
     "read_stats_file",
+    "read_stats_header",
     "rounding_name",
     "save_stats",
     "stats_from_tensors",
@@ -227,19 +230,7 @@ def read_safetensors_into(
         data digest mismatch) or of an unsupported version.
     """
     p = Path(path)
-
-    def checked(header: dict[str, str], table: dict[str, TensorInfo]) -> None:
-        _check_header(header, p, expected_format, what)
-        unknown = sorted(k for k in header if keys is not None and k not in keys | {DIGEST_KEY})
-        if unknown:
-            raise StatsFormatError(
-                f"{str(p)!r} has the unknown header key {unknown[0][:40]!r} (a ghofl {what} file "
-                f"holds {', '.join(sorted(keys or ()))} and {DIGEST_KEY}); it is corrupt, "
-                "re-create it with ghofl"
-            )
-        if check is not None:
-            check(header, table)
-
+    checked = _header_check(p, expected_format, what, check, keys)
     header, table, data = read_container(p, what, dtypes, checked)
     expected = header.get(DIGEST_KEY)
     if expected is None:
@@ -265,6 +256,25 @@ def read_safetensors_into(
         hashed.result()
     _check_digest(h.hexdigest(), expected, p)
     return header, built
+
+
+def _header_check(p: Path, expected_format: str, what: str, check: HeaderCheck | None,
+                  keys: frozenset[str] | None) -> HeaderCheck:
+    """The checks of a ghofl file's header: envelope, digest syntax, keys, then ``check``."""
+
+    def checked(header: dict[str, str], table: dict[str, TensorInfo]) -> None:
+        _check_header(header, p, expected_format, what)
+        unknown = sorted(k for k in header if keys is not None and k not in keys | {DIGEST_KEY})
+        if unknown:
+            raise StatsFormatError(
+                f"{str(p)!r} has the unknown header key {unknown[0][:40]!r} (a ghofl {what} file "
+                f"holds {', '.join(sorted(keys or ()))} and {DIGEST_KEY}); it is corrupt, "
+                "re-create it with ghofl"
+            )
+        if check is not None:
+            check(header, table)
+
+    return checked
 
 
 def _check_digest(actual: str, expected: str, p: Path) -> None:
@@ -305,20 +315,48 @@ def load_stats(path: str | os.PathLike[str]) -> ClientStats:
     return read_stats_file(path)[0]
 
 
-def read_stats_file(path: str | os.PathLike[str]) -> tuple[ClientStats, str]:
-    """:func:`load_stats`, also returning the file's transport dtype.
+def read_stats_header(path: str | os.PathLike[str]) -> StatsHeader:
+    """The header of a statistics file, checked against its schema; no data byte is read.
 
-    ``"float64"`` or ``"float32"``.
+    Everything :func:`load_stats` checks before reading data: a regular file, the header's
+    structure, format, version and keys, and the declared tensors (names, dtypes, shapes
+    and byte ranges) against the schema of the declared mode, C, d and held-out section.
+    What a command runs before it reads or hashes a payload's bytes, so that a file
+    declaring a huge extra tensor is refused at the cost of its header.
+
+    Raises
+    ------
+    StatsFormatError
+        As :func:`load_stats` for a header that does not match its schema.
     """
-    state: dict[str, Any] = {}
+    state: dict[str, StatsHeader] = {}
+    p = Path(path)
+    read_header(p, "statistics", STATS_DTYPES,
+                _header_check(p, FORMAT, "statistics", _stats_check(path, state), STATS_KEYS))
+    return state["header"]
+
+
+def _stats_check(path: str | os.PathLike[str], state: dict[str, StatsHeader]) -> HeaderCheck:
+    """The statistics header check: parse it into ``state["header"]``, then its layout."""
 
     def check(header: dict[str, str], table: dict[str, TensorInfo]) -> None:
         parsed = StatsHeader.from_entries(header, "file", repr(str(path)))
         state["header"] = parsed
         _check_stats_layout(parsed.meta, table, path, parsed.transport_dtype)
 
+    return check
+
+
+def read_stats_file(path: str | os.PathLike[str]) -> tuple[ClientStats, str]:
+    """:func:`load_stats`, also returning the file's transport dtype.
+
+    ``"float64"`` or ``"float32"``.
+    """
+    state: dict[str, StatsHeader] = {}
+    check = _stats_check(path, state)
+
     def build(_: dict[str, str], tensors: dict[str, NDArray[Any]]) -> ClientStats:
-        header: StatsHeader = state["header"]
+        header = state["header"]
         try:
             return header.stats_from(tensors)
         except StatsFormatError as exc:
@@ -326,32 +364,14 @@ def read_stats_file(path: str | os.PathLike[str]) -> tuple[ClientStats, str]:
 
     _, stats = read_safetensors_into(path, FORMAT, "statistics", build, check, STATS_KEYS,
                                      STATS_DTYPES)
-    header: StatsHeader = state["header"]
-    return stats, header.transport_dtype
+    return stats, state["header"].transport_dtype
 
 
 def _check_stats_layout(
     meta: StatsMeta, table: dict[str, TensorInfo], path: str | os.PathLike[str],
     transport: str = "float64",
 ) -> None:
-    where = f"{str(path)!r} holds malformed statistics"
-    check_array_names(meta, table, f"{where}: ")
-    for _, name, spec in schema_for(meta.mode).stored_arrays(meta.has_holdout):
-        t = table[name]
-        dtype = TRANSPORT_DTYPES[transport] if spec.dtype.kind == "f" else spec.dtype
-        want = DTYPE_NAMES[dtype.newbyteorder("<")]
-        if t.dtype != want:
-            note = (f" (header transport_dtype {transport})"
-                    if spec.dtype.kind == "f" and transport != "float64" else "")
-            raise StatsFormatError(
-                f"{where}: array {name!r} has dtype {t.dtype} but must be {want}{note}; the "
-                "payload is corrupt (integers are never read as floats or back)"
-            )
-        expected = spec.packed_shape(meta.num_classes, meta.dim)
-        if t.shape != expected:
-            how = " (row-major upper triangles)" if spec.symmetric else ""
-            raise StatsFormatError(
-                f"{where}: array {name!r} must have shape {expected}{how} for "
-                f"C={meta.num_classes} classes and d={meta.dim}; got {t.shape}; the payload is "
-                "corrupt or was written for another class list or dimension"
-            )
+    """The declared tensors against the mode's schema (:func:`check_declared_arrays`)."""
+    declared = {name: DeclaredArray(t.dtype, t.shape) for name, t in table.items()}
+    check_declared_arrays(meta, declared, transport=transport, dtypes=STATS_DTYPES,
+                          where=f"{str(path)!r} holds malformed statistics: ")

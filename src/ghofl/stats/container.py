@@ -34,6 +34,7 @@ __all__ = [
     "TensorInfo",
     "header_digest",
     "read_container",
+    "read_header",
     "tensor_views",
     "write_safetensors",
 ]
@@ -189,6 +190,35 @@ def read_container(
     return metadata, table, data
 
 
+def read_header(
+    p: Path, what: str, dtypes: Mapping[str, np.dtype[Any]], check: HeaderCheck
+) -> tuple[dict[str, str], dict[str, TensorInfo]]:
+    """The checked header of a safetensors file; no byte of the data section is read.
+
+    :func:`read_container` without the data: the same structural checks, then ``check``.
+    What a reader runs before hashing or reading a file whose header may declare sizes
+    that its format's schema does not allow.
+
+    Returns
+    -------
+    metadata : dict of str to str
+        The ``__metadata__`` section.
+    tensors : dict of str to TensorInfo
+        The declared tensors.
+
+    Raises
+    ------
+    StatsFormatError
+        As :func:`read_container` (and whatever ``check`` raises).
+    """
+    fd = _open_regular(p, what)
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        metadata, table, _ = _read_header(f, p, size, what, dtypes)
+    check(metadata, table)
+    return metadata, table
+
+
 def _tensor(data: NDArray[np.uint8], t: TensorInfo) -> NDArray[Any]:
     dtype = STATS_DTYPES[t.dtype]
     n = _prod(t.shape)
@@ -241,20 +271,10 @@ def _corrupt(p: Path, what: str, reason: str) -> StatsFormatError:
     )
 
 
-def _read_exact(f: Any, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = f.read(min(n - len(out), _CHUNK))
-        if not chunk:
-            break
-        out += chunk
-    return bytes(out)
-
-
 def _read_header(
     f: Any, p: Path, size: int, what: str, dtypes: Mapping[str, np.dtype[Any]] = DTYPES
 ) -> tuple[dict[str, str], dict[str, TensorInfo], int]:
-    prefix = _read_exact(f, 8)
+    prefix = f.read(8)
     if len(prefix) < 8:
         raise _corrupt(p, what, f"the file is {size} bytes long, shorter than the 8-byte "
                        "header length")
@@ -265,15 +285,7 @@ def _read_header(
     if 8 + n > size:
         raise _corrupt(p, what, f"the header declares {n} bytes but the file holds only "
                        f"{size - 8} after the length")
-    raw = _read_exact(f, n)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _corrupt(p, what, f"the header is not UTF-8 ({exc.reason})") from None
-    try:
-        doc = parse_json(text, "the header", "re-create it with ghofl")
-    except StatsFormatError as exc:
-        raise _corrupt(p, what, str(exc).split(";")[0]) from None
+    doc = _parse_header(f, n, p, what)
     if not isinstance(doc, dict):
         raise _corrupt(p, what, f"the header is a JSON {type(doc).__name__}, not an object")
     meta = doc.pop("__metadata__", {})
@@ -291,6 +303,27 @@ def _read_header(
         raise _corrupt(p, what, f"the tensors declare {end} bytes of data but the file holds "
                        f"{data_size}")
     return meta, table, 8 + n
+
+
+def _parse_header(f: Any, n: int, p: Path, what: str) -> Any:
+    """The JSON of the ``n``-byte header at ``f``'s position, in about twice ``n`` of memory.
+
+    The bytes are read into one buffer (no chunks joined), decoded, and dropped before the
+    JSON is parsed: at most the bytes and their text, then the text and what it parses to,
+    are alive at once.
+    """
+    raw = f.read(n)  # one allocation of n bytes
+    if len(raw) != n:
+        raise _corrupt(p, what, f"the header ended after {len(raw)} of {n} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _corrupt(p, what, f"the header is not UTF-8 ({exc.reason})") from None
+    del raw
+    try:
+        return parse_json(text, "the header", "re-create it with ghofl")
+    except StatsFormatError as exc:
+        raise _corrupt(p, what, str(exc).split(";")[0]) from None
 
 
 def _tensor_info(

@@ -8,8 +8,8 @@ around them is :mod:`ghofl.stats.codec`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -20,9 +20,12 @@ from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import HOLDOUT_PREFIX, schema_for
 
 __all__ = [
+    "NUMPY_DTYPES",
     "TRANSPORT_DTYPES",
     "TRANSPORT_ROUNDING",
+    "DeclaredArray",
     "check_array_names",
+    "check_declared_arrays",
     "expected_payload_nbytes",
     "payload_nbytes",
     "rounding_name",
@@ -39,6 +42,10 @@ TRANSPORT_DTYPES: dict[str, np.dtype[Any]] = {
 }
 #: Largest relative rounding error per entry of each transport dtype (unit roundoff).
 TRANSPORT_ROUNDING: dict[str, float] = {"float64": 0.0, "float32": 2.0**-24}
+#: Dtypes of the arrays of statistics by their numpy names (the Flower records' spelling).
+NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
+    "float64": np.dtype("<f8"), "float32": np.dtype("<f4"), "int64": np.dtype("<i8"),
+}
 
 
 def rounding_name(rounding: float) -> str:
@@ -235,6 +242,91 @@ def check_array_names(meta: StatsMeta, names: Iterable[str], where: str = "") ->
             f"{', '.join(stored)}, so it is corrupt or its metadata names the wrong mode or "
             "held-out fraction"
         )
+
+
+class DeclaredArray(NamedTuple):
+    """One array of a payload as its header declares it, before any of its bytes is read.
+
+    Attributes
+    ----------
+    dtype : str
+        Its dtype in the payload's spelling (``"F64"`` in files, ``"float64"`` in records).
+    shape : tuple of int
+        Its declared shape.
+    nbytes : int or None, default None
+        The bytes the payload carries for it (``None``: checked by the container already).
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int | None = None
+
+
+def check_declared_arrays(
+    meta: StatsMeta,
+    declared: Mapping[str, DeclaredArray],
+    *,
+    transport: str = "float64",
+    dtypes: Mapping[str, np.dtype[Any]] = NUMPY_DTYPES,
+    where: str = "",
+    overhead: int = 0,
+) -> None:
+    """Refuse a payload whose declared arrays are not those the schema of ``meta`` implies.
+
+    Runs on the header alone, before any array byte is read or hashed: the names must be
+    exactly the stored arrays of the mode (:func:`check_array_names`), each dtype that of
+    the schema (float arrays in ``transport``), each shape the packed shape for C classes
+    in dimension d, and each array's bytes at most its shape's plus ``overhead``.
+
+    Parameters
+    ----------
+    meta : StatsMeta
+        The payload's declared metadata (mode, C, d, held-out section).
+    declared : mapping of str to DeclaredArray
+        The arrays by stored name.
+    transport : {"float64", "float32"}, default "float64"
+        The declared transport dtype of the float arrays.
+    dtypes : mapping of str to dtype, default :data:`NUMPY_DTYPES`
+        The payload's dtype names (e.g. the safetensors ``F64``) to little-endian dtypes.
+    where : str, default ""
+        Prefix of the messages, naming the payload.
+    overhead : int, default 0
+        Bytes an array may carry beyond its data (e.g. an ``.npy`` header).
+
+    Raises
+    ------
+    StatsFormatError
+        An array is missing or unexpected, or of another dtype, shape or size; one line
+        naming the array, what it must be and why the payload is refused.
+    """
+    check_array_names(meta, declared, where)
+    names = {dtype: name for name, dtype in dtypes.items()}
+    tdtype = TRANSPORT_DTYPES[transport_dtype_name(transport)]
+    for _, name, spec in schema_for(meta.mode).stored_arrays(meta.has_holdout):
+        t = declared[name]
+        want_dtype = (tdtype if spec.dtype.kind == "f" else spec.dtype).newbyteorder("<")
+        want = names.get(want_dtype, want_dtype.name)
+        if t.dtype != want:
+            note = (f" (header transport_dtype {transport})"
+                    if spec.dtype.kind == "f" and transport != "float64" else "")
+            raise StatsFormatError(
+                f"{where}array {name!r} has dtype {str(t.dtype)[:20]} but must be {want}{note}; "
+                "the payload is corrupt (integers are never read as floats or back)"
+            )
+        expected = spec.packed_shape(meta.num_classes, meta.dim)
+        if tuple(t.shape) != expected:
+            how = " (row-major upper triangles)" if spec.symmetric else ""
+            raise StatsFormatError(
+                f"{where}array {name!r} must have shape {expected}{how} for "
+                f"C={meta.num_classes} classes and d={meta.dim}; got {str(tuple(t.shape))[:60]}; "
+                "the payload is corrupt or was written for another class list or dimension"
+            )
+        limit = spec.packed_size(meta.num_classes, meta.dim) * want_dtype.itemsize + overhead
+        if t.nbytes is not None and t.nbytes > limit:
+            raise StatsFormatError(
+                f"{where}array {name!r} carries {t.nbytes} bytes, more than the {limit} its "
+                f"shape {expected} needs; the payload is corrupt or hostile"
+            )
 
 
 def _with_holdout(meta: StatsMeta) -> str:

@@ -11,7 +11,9 @@ from ghofl.store.aggregation import (
     ExactPath,
     content_sha256,
 )
-from ghofl.store.read import is_store, read_total
+from ghofl.store.read import is_store, read_total, read_total_and_head
+from ghofl.store.records import StoreHead
+from ghofl.store.verify import check_store
 
 __all__ = [
     "DEFAULT_MAX_CONTRIBUTIONS",
@@ -19,7 +21,10 @@ __all__ = [
     "AggregationStore",
     "ContributionInfo",
     "ExactPath",
+    "StoreHead",
+    "check_store",
     "content_sha256",
     "is_store",
     "read_total",
+    "read_total_and_head",
 ]

@@ -17,6 +17,13 @@ total digest
     ``words``/``ints``/``floats`` BLOBs.
 settings digest
     Every other setting (key and value, sorted by key).
+head
+    A hash chain over the row digests in the order the rows were added: ``HEAD_EMPTY`` for no
+    row, then ``SHA-256(tag, previous head, row digest)`` per row. It names the list of
+    contributions a store holds (with their count): the settings record it at every change,
+    and an operator who keeps the printed head elsewhere detects a store rolled back to an
+    older copy (``ghofl store verify --expect``). Unlike ``members`` it is a collision-resistant
+    digest of the list, so no other list of rows has the same head.
 
 The digests guard against corruption (bit rot, torn media, editing by hand), not against an
 adversary who can write the file: such a writer can recompute them.
@@ -29,8 +36,11 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "HEAD_EMPTY",
     "MEMBERS_EMPTY",
     "add_member",
+    "chain",
+    "head_of",
     "members_of",
     "row_digest",
     "settings_digest",
@@ -40,9 +50,12 @@ __all__ = [
 _ROW_TAG = b"ghofl.store.row.v2"
 _TOTAL_TAG = b"ghofl.store.total.v2"
 _SETTINGS_TAG = b"ghofl.store.settings.v2"
+_HEAD_TAG = b"ghofl.store.head.v1"
 _MOD = 1 << 256
 #: ``members`` of a store without contributions.
 MEMBERS_EMPTY = "0" * 64
+#: ``head`` of a store without contributions.
+HEAD_EMPTY = "0" * 64
 
 
 def _update(h: Any, value: object) -> None:
@@ -105,4 +118,17 @@ def members_of(digests: list[str]) -> str:
     out = MEMBERS_EMPTY
     for d in digests:
         out = add_member(out, d, +1)
+    return out
+
+
+def chain(head: str, digest: str) -> str:
+    """The head after appending the row of ``digest`` to a list whose head is ``head``."""
+    return _digest(_HEAD_TAG, head, digest)
+
+
+def head_of(digests: list[str]) -> str:
+    """``head`` of a list of rows, from their digests in the order they were added."""
+    out = HEAD_EMPTY
+    for d in digests:
+        out = chain(out, d)
     return out

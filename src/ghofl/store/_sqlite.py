@@ -18,6 +18,9 @@ Tables (version 2)
                    first contribution), ``max_contributions``, ``max_samples``, ``generation``
                    (bumped by every change), ``rounding`` (unit roundoff of the coarsest
                    transport of any contribution added, e.g. 2^-24 after float32; absent: 0),
+                   ``head`` and ``n_contributions`` (the hash chain over the rows in the order
+                   they were added and their count, recorded by every change; absent in
+                   stores written before them, which then record them at their next change),
                    and ``digest`` (of all the others, :mod:`ghofl.store._integrity`).
 ``contributions``  one row per recorded contribution: ``client_id`` and ``sha256`` (both
                    unique), ``n_samples``, ``n_clipped``, ``added_at`` (ISO 8601, UTC), the
@@ -41,7 +44,7 @@ import os
 import sqlite3
 import tempfile
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -201,9 +204,9 @@ def _create(path: Path) -> None:
             with transaction(con):
                 for statement in _TABLES:  # one at a time: executescript would commit
                     con.execute(statement)
-                for key, value in (("format", FORMAT), ("version", str(VERSION)),
-                                   ("generation", "0")):
-                    put_setting(con, key, value)
+                put_settings(con, {"format": FORMAT, "version": str(VERSION),
+                                   "generation": "0", "head": integrity.HEAD_EMPTY,
+                                   "n_contributions": "0"})
                 con.execute(
                     "INSERT INTO total (id, generation, members, digest) VALUES (1, -1, ?, ?)",
                     (integrity.MEMBERS_EMPTY,
@@ -279,8 +282,9 @@ def _migrate_v1(con: sqlite3.Connection) -> None:
 def transaction(con: sqlite3.Connection, write: bool = True) -> Iterator[sqlite3.Connection]:
     """One transaction: ``BEGIN IMMEDIATE`` (write) or ``BEGIN`` (a consistent read).
 
-    Then ``COMMIT``, or ``ROLLBACK`` when the body raises. A write to a store still in WAL mode
-    (held open elsewhere when it was opened) is checkpointed into the database file.
+    Then ``COMMIT``, or ``ROLLBACK`` when the body or the ``COMMIT`` raises. A write to a
+    store still in WAL mode (held open elsewhere when it was opened) is checkpointed into the
+    database file.
     """
     con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
     try:
@@ -289,7 +293,12 @@ def transaction(con: sqlite3.Connection, write: bool = True) -> Iterator[sqlite3
         if con.in_transaction:  # SQLite may have rolled back already (disk full)
             con.execute("ROLLBACK")
         raise
-    con.execute("COMMIT")
+    try:
+        con.execute("COMMIT")
+    except BaseException:  # a failed COMMIT (busy, I/O) may leave the transaction open
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
     if write and str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # acknowledged: in the database file
 
@@ -327,24 +336,54 @@ def setting(con: sqlite3.Connection, key: str, check: bool = True) -> str | None
 
 def put_setting(con: sqlite3.Connection, key: str, value: str) -> None:
     """Set one setting and re-seal the settings digest (inside the caller's transaction)."""
-    con.execute(
-        "INSERT INTO settings (key, value) VALUES (?, ?) "
-        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (key, value),
-    )
-    values = {str(k): str(v) for k, v in con.execute("SELECT key, value FROM settings")}
+    put_settings(con, {key: value})
+
+
+def put_settings(con: sqlite3.Connection, values: Mapping[str, str]) -> None:
+    """Set several settings and re-seal the settings digest once (in the caller's transaction)."""
+    for key, value in values.items():
+        con.execute(
+            "INSERT INTO settings (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+    stored = {str(k): str(v) for k, v in con.execute("SELECT key, value FROM settings")}
     con.execute(
         "INSERT INTO settings (key, value) VALUES ('digest', ?) "
         "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (integrity.settings_digest(values),),
+        (integrity.settings_digest(stored),),
     )
 
 
-def bump_generation(con: sqlite3.Connection) -> int:
-    """Count one more change; return the new generation."""
+def record_change(con: sqlite3.Connection, head: str, count: int) -> int:
+    """Count one more change and record the new ``head`` and ``count``; return the generation."""
     gen = int(setting(con, "generation") or "0") + 1
-    put_setting(con, "generation", str(gen))
+    put_settings(con, {"generation": str(gen), "head": head, "n_contributions": str(count)})
     return gen
+
+
+def head_claim(con: sqlite3.Connection) -> tuple[str, int] | None:
+    """The head and contribution count the settings record (``None`` when not recorded).
+
+    Raises
+    ------
+    StoreError
+        The settings fail their digest, or record a count that is not a number.
+    """
+    values = settings(con)
+    head, count = values.get("head"), values.get("n_contributions")
+    if head is None or count is None:
+        return None
+    if not count.isdigit():
+        raise StoreError(f"the store setting 'n_contributions' is {count!r:.40}, not a count; "
+                         "the store is corrupt")
+    return head, int(count)
+
+
+def row_head(con: sqlite3.Connection) -> tuple[str, int]:
+    """The head and count of the rows as stored (their recorded digests, in the order added)."""
+    digests = [str(r[0]) for r in con.execute("SELECT digest FROM contributions ORDER BY seq")]
+    return integrity.head_of(digests), len(digests)
 
 
 def to_blob(arr: NDArray[Any]) -> bytes:

@@ -66,6 +66,7 @@ from ghofl.store.records import (
     AddResult,
     AddStatus,
     ContributionInfo,
+    StoreHead,
     check_client_id,
     check_conflicts,
     check_payload_sha256,
@@ -192,6 +193,17 @@ class AggregationStore:
         """M, the most samples one contribution may hold (fixed when the store was created)."""
         return self._max_samples
 
+    @property
+    def head(self) -> StoreHead:
+        """The head digest and contribution count the store recorded at its last change.
+
+        Computed from the rows as stored for a store written before heads were recorded. This
+        is the store's claim; :func:`ghofl.store.verify.check_store` checks it against the
+        rows.
+        """
+        with db.transaction(self.con, write=False) as con:
+            return self._head(con)
+
     def __len__(self) -> int:
         return int(self.con.execute("SELECT COUNT(*) FROM contributions").fetchone()[0])
 
@@ -295,14 +307,17 @@ class AggregationStore:
                    db.to_blob(ints), db.to_blob(floats),
                    None if words is None else db.to_blob(words))
             digest = integrity.row_digest(*row)
+            claim = db.head_claim(con)
             con.execute(
                 f"INSERT INTO contributions ({db.ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (*row, digest),
             )
-            self._move_total(con, total, words, digest, +1)
+            head = StoreHead(*db.row_head(con)) if claim is None else \
+                StoreHead(integrity.chain(claim[0], digest), claim[1] + 1)
+            self._move_total(con, total, words, digest, +1, head)
             info = ContributionInfo(client_id, sha, stats.n_samples, stats.n_clipped,
                                     meta.clip_norm, now)
-            return self._result("added", info, con)
+            return self._result("added", info, con, head)
 
     def remove(self, client_id: str) -> ContributionInfo:
         """Remove the contribution of ``client_id`` and return what was removed.
@@ -326,7 +341,7 @@ class AggregationStore:
             total = self._load_total(con)
             con.execute("DELETE FROM contributions WHERE client_id = ?", (client_id,))
             words = None if row[7] is None else db.from_blob(row[7], "<u8")
-            self._move_total(con, total, words, str(row[8]), -1)
+            self._move_total(con, total, words, str(row[8]), -1, StoreHead(*db.row_head(con)))
             return contribution_info(row, meta)
 
     # ------------------------------------------------------------------ the total
@@ -424,9 +439,13 @@ class AggregationStore:
         return meta
 
     def _move_total(self, con: sqlite3.Connection, total: _Total,
-                    words: NDArray[np.uint64] | None, digest: str, sign: int) -> None:
-        """Apply one added (+1) or removed (-1) row to the checked ``total`` and save it."""
-        gen = db.bump_generation(con)
+                    words: NDArray[np.uint64] | None, digest: str, sign: int,
+                    head: StoreHead) -> None:
+        """Apply one added (+1) or removed (-1) row to the checked ``total`` and save it.
+
+        The settings record the change and the store's new ``head``.
+        """
+        gen = db.record_change(con, head.digest, head.count)
         members = integrity.add_member(total.members, digest, sign)
         if words is None:  # recompute path: the cached total is stale from this generation on
             _write_total(con, _Total(total.generation, None, total.ints, total.floats,
@@ -512,11 +531,16 @@ class AggregationStore:
             )
 
     def _result(self, status: AddStatus, info: ContributionInfo,
-                con: sqlite3.Connection) -> AddResult:
+                con: sqlite3.Connection, head: StoreHead | None = None) -> AddResult:
         count, samples = con.execute(
             "SELECT COUNT(*), COALESCE(SUM(n_samples), 0) FROM contributions"
         ).fetchone()
-        return AddResult(status, info, int(count), int(samples))
+        return AddResult(status, info, int(count), int(samples), head or self._head(con))
+
+    @staticmethod
+    def _head(con: sqlite3.Connection) -> StoreHead:
+        claim = db.head_claim(con)
+        return StoreHead(*(db.row_head(con) if claim is None else claim))
 
     def _require_meta(self) -> StatsMeta:
         meta = self.meta

@@ -17,6 +17,7 @@ __all__ = [
     "AddResult",
     "AddStatus",
     "ContributionInfo",
+    "StoreHead",
     "check_client_id",
     "check_conflicts",
     "check_payload_sha256",
@@ -54,6 +55,27 @@ class ContributionInfo:
 
 
 @dataclass(frozen=True)
+class StoreHead:
+    """What a store holds, named for evidence kept outside it (against a rolled-back copy).
+
+    Attributes
+    ----------
+    digest : str
+        The head: a hash chain over the digests of the contribution rows in the order they
+        were added (64 lowercase hex digits; :mod:`ghofl.store._integrity`). Every add and
+        remove changes it; an older copy of the store has another head.
+    count : int
+        Contributions recorded.
+    """
+
+    digest: str
+    count: int
+
+    def __str__(self) -> str:
+        return f"head {self.digest} ({self.count} contribution{'' if self.count == 1 else 's'})"
+
+
+@dataclass(frozen=True)
 class AddResult:
     """Outcome of :meth:`AggregationStore.add`.
 
@@ -68,12 +90,15 @@ class AddResult:
         Contributions recorded after this call.
     total_samples : int
         Samples in the total after this call.
+    head : StoreHead
+        The store's head after this call (unchanged when already present).
     """
 
     status: AddStatus
     contribution: ContributionInfo
     n_contributions: int
     total_samples: int
+    head: StoreHead
 
     @property
     def added(self) -> bool:

@@ -26,8 +26,8 @@ resize    "bilinear" or "none"         how images reach ``size`` (bilinear when 
                                        set); ``none``: images must already have it
 layout    "NCHW" or "NHWC"             tensor layout (the model's, else NCHW for float and
                                        NHWC for uint8)
-dtype     "float32", "float16",        tensor dtype (the model's; TorchScript: uint8)
-          "uint8"
+dtype     "float32", "float16",        tensor dtype (the model's; TorchScript: float32
+          "uint8"                      when scale, mean or std is set, else uint8)
 scale     float                        factor applied to the pixel values first (1/255)
 mean      [r, g, b]                    subtracted after scaling ([0, 0, 0])
 std       [r, g, b]                    divisor after the mean (positive; [1, 1, 1])

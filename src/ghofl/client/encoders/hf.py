@@ -11,9 +11,10 @@
   first token's), L2-normalised by default (``normalize=False`` keeps the raw pooled vector).
   Inputs longer than ``max_length`` tokens are truncated (default: the tokenizer's limit, capped
   by the model's ``max_position_embeddings``).
-* A **hub id** is looked up in the local Hugging Face cache and, with network, downloaded there
-  once (config, tokenizer and weight files only). With ``HF_HUB_OFFLINE=1`` or without network,
-  an id that is not cached fails with an error naming the fix.
+* A **hub id** is looked up in the local Hugging Face cache (a cached snapshot is used as it is,
+  without network) and, when it is not there, downloaded there once (config, tokenizer and
+  weight files only). With ``HF_HUB_OFFLINE=1`` or when the hub does not answer, an id that is
+  not cached fails with one line naming the fix (:mod:`ghofl.client.encoders.hub`).
 
 The fingerprint (:class:`~ghofl.stats.meta.EncoderInfo`) covers the content of the folder's
 model files (weights, config, tokenizer, sentence-transformers module configs; not READMEs nor
@@ -114,30 +115,27 @@ def _check_model_folder(folder: Path) -> None:
             "model into it with model.save_pretrained(DIR)")
 
 
-def _offline() -> bool:
-    from huggingface_hub import constants
-
-    flags = [os.environ.get(k, "") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
-    return bool(constants.HF_HUB_OFFLINE) or any(
-        f.strip().lower() in {"1", "true", "yes", "on"} for f in flags)
-
-
 def _hub_snapshot(repo_id: str) -> Path:
-    """The cached snapshot folder of hub model ``repo_id``, downloaded once when online."""
+    """The cached snapshot folder of hub model ``repo_id``, downloaded once when online.
+
+    The local cache first; a download only when the snapshot is not cached, downloads are on
+    and the hub answers (:func:`~ghofl.client.encoders.hub.cache_first`).
+    """
     require_extra("huggingface_hub", "text")
     from huggingface_hub import snapshot_download
 
-    offline = _offline()
-    try:
-        return Path(snapshot_download(repo_id, local_files_only=offline,
+    from ghofl.client.encoders.hub import cache_first
+
+    def download(local_only: bool) -> Path:
+        return Path(snapshot_download(repo_id, local_files_only=local_only,
                                       allow_patterns=HUB_PATTERNS))
+
+    try:
+        return cache_first(download, f"Hugging Face hub model '{repo_id}' is", _FIX,
+                           download=f"hf download {repo_id}")
+    except DataError:
+        raise
     except Exception as exc:
-        if offline:
-            raise DataError(
-                f"Hugging Face hub model '{repo_id}' is not in the local cache and downloads "
-                "are off (HF_HUB_OFFLINE=1), and no local folder of that name exists; download "
-                f"it once with network (unset HF_HUB_OFFLINE; e.g. hf download {repo_id}), or "
-                f"{_FIX}") from exc
         raise DataError(
             f"could not get Hugging Face hub model '{repo_id}' ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); check the id and the "

@@ -2,14 +2,22 @@
 
 ``timm:NAME[@WEIGHTS_FILE]`` (``timm`` extra) builds ``timm.create_model(NAME, pretrained=True,
 num_classes=0)``: the network with its classifier removed, so it returns its pooled features.
-The pretrained weights come as timm provides them (downloaded once into the Hugging Face cache;
-offline they must be cached already); ``@WEIGHTS_FILE`` (or the ``weights`` option) loads a
-local ``.safetensors``/``.pth`` file instead, through timm's ``pretrained_cfg_overlay``.
+The pretrained weights come as timm provides them: from the Hugging Face cache when they are
+there (no network used), else downloaded once into it; when they are not cached and cannot be
+downloaded (``HF_HUB_OFFLINE`` set, or the hub does not answer) the error is one line naming
+the fix, without the hub's retries (:mod:`ghofl.client.encoders.hub`). ``@WEIGHTS_FILE`` (or
+the ``weights`` option) loads a local ``.safetensors``/``.pth`` file instead, through timm's
+``pretrained_cfg_overlay``.
 
 ``open_clip:MODEL@TAG`` (``open_clip`` extra) builds ``open_clip.create_model_and_transforms(
 MODEL, pretrained=TAG)`` and embeds with ``encode_image`` (not normalised). ``TAG`` is a
 pretrained tag (``open_clip.list_pretrained_tags_by_model(MODEL)``, e.g. ``laion2b_s34b_b79k``)
-or a local weights file; ``open_clip:hf-hub:ORG/NAME`` needs none.
+or a local weights file; ``open_clip:hf-hub:ORG/NAME`` needs none. Pretrained weights are
+looked up as timm's are (the Hugging Face cache first).
+
+A vision transformer's attention layers (``torch.nn.MultiheadAttention``) export to ONNX
+through their composite path (:func:`~ghofl.client.encoders.onnx_backend.mha_slow_path`), so
+ViT models run on the default ONNX backend and export with their head.
 
 Preprocessing comes from the library's own data config: timm's ``resolve_data_config``
 (``input_size``, ``crop_pct``, ``crop_mode``, ``interpolation``, ``mean``, ``std``), or the
@@ -35,9 +43,9 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ghofl.errors import ConfigError, DataError, require_extra
 from ghofl.stats.meta import EncoderInfo
@@ -49,6 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["open_clip_encoder", "split_spec", "timm_encoder"]
 
+T = TypeVar("T")
 _WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
 _PIL_MODES = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 _MODES = ("nearest", "bilinear", "bicubic")
@@ -151,9 +160,32 @@ def _weights_error(kind: str, model: str, source: str, exc: BaseException) -> Da
     first = str(exc).splitlines()[0][:200] if str(exc) else ""
     return DataError(
         f"the {source} weights of {kind} model '{model}' could not be loaded "
-        f"({type(exc).__name__}: {first}); with network they are downloaded once into the "
-        f"Hugging Face cache (unset HF_HUB_OFFLINE), or give a local weights file: "
-        f"--encoder {kind}:{model}@/path/to/weights.safetensors")
+        f"({type(exc).__name__}: {first}); {_local_weights_fix(kind, model)}")
+
+
+def _local_weights_fix(kind: str, model: str) -> str:
+    return f"give a local weights file: --encoder {kind}:{model}@/path/to/weights.safetensors"
+
+
+def _load_pretrained(kind: str, model: str, source: str, build: Callable[[], T]) -> T:
+    """``build()`` with hub weights from the cache first (:func:`~.hub.cache_first`).
+
+    Raises
+    ------
+    DataError
+        The weights are not cached and cannot be downloaded (offline, or the hub does not
+        answer), or they cannot be loaded; one line naming the fix.
+    """
+    from ghofl.client.encoders.hub import cache_first
+
+    try:
+        return cache_first(lambda _local_only: build(),
+                           f"the {source} weights of {kind} model '{model}' are",
+                           _local_weights_fix(kind, model))
+    except DataError:
+        raise
+    except Exception as exc:
+        raise _weights_error(kind, model, source, exc) from exc
 
 
 def _timm_preprocess(cfg: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int], str,
@@ -208,10 +240,14 @@ def timm_encoder(spec: str, backend: str = "onnx", *, weights: str | None = None
     kwargs: dict[str, Any] = {"pretrained": True, "num_classes": 0}
     if path is not None:
         kwargs["pretrained_cfg_overlay"] = {"file": str(path)}
-    try:
-        net = timm.create_model(model_name, **kwargs)
-    except Exception as exc:
-        raise _weights_error("timm", model_name, "local" if path else "pretrained", exc) from exc
+    if path is not None:
+        try:
+            net = timm.create_model(model_name, **kwargs)
+        except Exception as exc:
+            raise _weights_error("timm", model_name, "local", exc) from exc
+    else:
+        net = _load_pretrained("timm", model_name, "pretrained",
+                               lambda: timm.create_model(model_name, **kwargs))
     resize, crop, mode, mean, std = _timm_preprocess(
         dict(timm.data.resolve_data_config({}, model=net)))
     name = f"timm:{model_name}" + (f"@{path.name}" if path is not None else "")
@@ -284,12 +320,19 @@ def open_clip_encoder(spec: str, backend: str = "onnx", *, weights: str | None =
         raise ConfigError(f"unknown open_clip model {model_name!r}; list the names with "
                           "open_clip.list_models() (e.g. open_clip:ViT-B-32@laion2b_s34b_b79k)")
     path = _weights_file("open_clip", given, required=False) if given else None
-    try:
-        net, _, transform = open_clip.create_model_and_transforms(
-            model_name, pretrained=str(path) if path is not None else (given or None))
-    except Exception as exc:
-        raise _weights_error("open_clip", model_name, "local" if path else f"'{given}'",
-                             exc) from exc
+    pretrained = str(path) if path is not None else (given or None)
+
+    def create() -> Any:
+        return open_clip.create_model_and_transforms(model_name, pretrained=pretrained)
+
+    if path is not None:
+        try:
+            net, _, transform = create()
+        except Exception as exc:
+            raise _weights_error("open_clip", model_name, "local", exc) from exc
+    else:
+        net, _, transform = _load_pretrained("open_clip", model_name, f"'{given or model_name}'",
+                                             create)
     resize, crop, mode, mean, std = _clip_preprocess(transform, f"open_clip:{model_name}")
     tag = path.name if path is not None else given
     name = f"open_clip:{model_name}" + (f"@{tag}" if tag else "")

@@ -6,15 +6,23 @@ pooling), so the session is fed the decoded uint8 images directly. The file is c
 default ``~/.cache/ghofl``); the input height/width are part of the key because only the batch
 axis is dynamic. Features match eager PyTorch to ~1e-5, so the encoder keeps the same
 :class:`~ghofl.stats.meta.EncoderInfo` (and fingerprint) as the torch backend.
+
+Attention layers (``torch.nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``, as in
+open_clip's and torchvision's vision transformers) are exported through their composite path:
+in eval mode without gradients PyTorch would call its fused kernel
+``aten::_native_multi_head_attention``, which the TorchScript-based exporter cannot convert, so
+the fused "fast path" is switched off while the module is traced (:func:`mha_slow_path`). Both
+paths compute the same attention; eager runs keep the fused kernel.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +36,29 @@ from ghofl.stats.meta import EncoderInfo
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["OnnxEncoder", "export_onnx"]
+__all__ = ["OnnxEncoder", "export_onnx", "mha_slow_path"]
 
 OPSET = 17
+
+
+@contextlib.contextmanager
+def mha_slow_path() -> Iterator[None]:
+    """Within the block, attention layers use their exportable composite path.
+
+    Switches off ``torch.backends.mha`` fast path (the fused
+    ``aten::_native_multi_head_attention`` / ``_transformer_encoder_layer_fwd`` kernels that
+    ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` call in eval mode) and
+    restores the previous setting on exit.
+    """
+    import torch
+
+    mha = torch.backends.mha
+    before = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(before)
 
 
 def export_onnx(module: torch.nn.Module, example: NDArray[Any], path: Path) -> Path:
@@ -47,7 +75,7 @@ def export_onnx(module: torch.nn.Module, example: NDArray[Any], path: Path) -> P
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        with warnings.catch_warnings(), torch.inference_mode():
+        with warnings.catch_warnings(), torch.inference_mode(), mha_slow_path():
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 module.eval(),

@@ -5,8 +5,10 @@ The module is loaded on the CPU with ``torch.jit.load`` and called in eval mode 
 (:mod:`ghofl.client.encoders.contract`); without one it takes the decoded images as ghofl's
 image loader gives them: a uint8 tensor (b, H, W, 3), so the module does its own conversion,
 resizing and normalisation. A contract with ``dtype`` float32 makes it a float NCHW tensor,
-resized to ``size`` (default the ``resolution`` argument) and normalised. The output must be
-(b, d).
+resized to ``size`` (default the ``resolution`` argument) and normalised. A contract that
+normalises (``scale``, ``mean`` or ``std``) without a ``dtype`` means float32, since a uint8
+input takes the raw pixels: ``{"size": 224, "mean": [...], "std": [...]}`` is a float32 NCHW
+input. The output must be (b, d).
 
 Save a model for it with ``torch.jit.save(torch.jit.script(model.eval()), "model.pt")`` (or
 ``torch.jit.trace``).
@@ -25,6 +27,11 @@ from ghofl.client.encoders.model_file import ImageFileEncoder
 from ghofl.errors import ConfigError, require_extra
 
 __all__ = ["TorchScriptEncoder"]
+
+
+def _default_dtype(values: dict[str, Any]) -> str:
+    """``float32`` when the contract normalises (``scale``, ``mean`` or ``std``), else ``uint8``."""
+    return "float32" if any(k in values for k in ("scale", "mean", "std")) else "uint8"
 
 
 class TorchScriptEncoder(ImageFileEncoder):
@@ -63,7 +70,7 @@ class TorchScriptEncoder(ImageFileEncoder):
 
     def _resolve(self, values: dict[str, Any], resolution: int) -> InputContract:
         self.model  # noqa: B018 - load now, so a bad file fails before the contract
-        dtype = values.get("dtype", "uint8")
+        dtype = values.get("dtype", _default_dtype(values))
         layout = values.get("layout", "NHWC" if dtype == "uint8" else "NCHW")
         return resolve_contract({**values, "dtype": dtype, "layout": layout}, resolution,
                                 f"input contract of {self._where()}")

@@ -18,8 +18,10 @@ the job :attr:`~ghofl.server.plan.FederationPlan.clients_job` (its ``holdout_fra
 with float32 sums), under distributed DP the noise shares of the plan's
 :meth:`~ghofl.server.plan.FederationPlan.noise_plan`, and with regions the federation's
 fixed-point codec of its :meth:`~ghofl.server.plan.FederationPlan.secagg_config`. The plan and
-its noise plan are built once per run and kept for the run's later messages
-(:func:`run_setup`). With the node config key ``stats-cache`` (a folder
+its noise plan are built once per run in each ClientApp process and kept for the run's later
+messages that process handles (:func:`run_setup`: all of them on the simulation engine; on the
+deployment engine each message may start a fresh process, which then builds them once).
+With the node config key ``stats-cache`` (a folder
 on the node's own disk) the statistics are computed once per data file and job and read back
 in later rounds and runs (:mod:`ghofl.client.stats_cache`). Each reply also carries the node's
 ``partition-id``, the seconds it took and, at the stage that computed statistics, whether they
@@ -489,7 +491,8 @@ def run_setup(run_id: int, run_cfg: Mapping[str, Any]) -> RunSetup:
     """The :class:`RunSetup` of run ``run_id``: built on its first message, then kept.
 
     Every later message of the run reaching this process reuses it, so the plan is checked
-    and its noise plan calibrated once per run, not once per stage. The key holds the run
+    and its noise plan calibrated once per run and process, not once per stage (a deployment
+    that starts a process per message builds it once in each). The key holds the run
     config as well as the run id (a run id names one run config; the key stays right where
     one is reused). The :data:`_KEPT_RUNS` most recent runs are kept; a setup that fails is
     not.

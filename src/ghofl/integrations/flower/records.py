@@ -64,6 +64,7 @@ from ghofl.secure.messages import (
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import stats_tensors, transport_dtype_name
 from ghofl.stats.header import StatsHeader
+from ghofl.stats.transport import DeclaredArray, check_declared_arrays
 
 if TYPE_CHECKING:  # pragma: no cover
     from flwr.app import RecordDict
@@ -87,6 +88,8 @@ STATS_ARRAYS = "ghofl-stats"
 STATS_META = "ghofl-stats-meta"
 _STAGES = ("hello", *SECURE_STAGES, "input")
 _STATS_WHERE = "the ghofl statistics record"
+#: Bytes an array of the statistics record may carry beyond its data (its ``.npy`` header).
+_NPY_HEADER_BYTES = 4096
 
 # Field kinds: bytes, int, str, strs (tuple of str), str_pairs (tuple of (str, str)),
 # str_bytes (tuple of (str, bytes)), str_int_bytes (tuple of (str, int, bytes)), bytess (tuple
@@ -172,7 +175,11 @@ def stats_from_record(rd: Any) -> ClientStats:
         header = StatsHeader.from_entries(cfg, "records", _STATS_WHERE)
     except GhoflError as exc:  # the message names the record and the key
         raise ProtocolError(str(exc)) from exc
-    try:
+    try:  # declared names, dtypes, shapes and sizes first: no array is decoded before
+        declared = {name: DeclaredArray(str(a.dtype), tuple(int(n) for n in a.shape),
+                                        len(a.data)) for name, a in arrays.items()}
+        check_declared_arrays(header.meta, declared, transport=header.transport_dtype,
+                              overhead=_NPY_HEADER_BYTES)
         tensors = {name: arrays[name].numpy() for name in arrays}
         return header.stats_from(tensors)
     except (GhoflError, ValueError, TypeError) as exc:

@@ -182,6 +182,9 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
             problems={c: w for t in transports for c, w in t.problems.items()},
         )
     report = out.report
+    if server.store_head is not None:  # evidence against a rolled-back store (verify --expect)
+        state.update(store_head=server.store_head.digest,
+                     store_contributions=server.store_head.count)
     agg = report.to_dict()
     if out.hierarchy is not None:
         state.update(hierarchy=out.hierarchy.to_dict(), dropped=dict(report.dropped),
