@@ -78,6 +78,7 @@ bench: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) benchmarks/bench_peers.py --datasets trec,cifar10
 	$(PY) benchmarks/bench_cifar10c.py
 	$(PY) benchmarks/bench_predict.py
+	$(PY) benchmarks/bench_ood.py
 	$(PY) benchmarks/bench_clip_norms.py
 	$(PY) benchmarks/bench_fedavg.py --train-per-class 2000 --test-per-class 500
 	$(PY) benchmarks/bench_dp.py

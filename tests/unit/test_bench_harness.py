@@ -36,7 +36,9 @@ SCRIPTS = ("bench_ablation_cifar10.py", "bench_accuracy_bytes.py", "bench_c1000.
            "bench_validation.py")
 #: Ported scripts whose committed section is not what their committed results render to;
 #: each moves to SCRIPTS once its section is rewritten (the strict xfail then reports it).
-STALE: dict[str, str] = {}
+STALE: dict[str, str] = {
+    "bench_ood.py": "new: its results and section land with its first full run (make bench)",
+}
 
 
 def _script(name: str) -> ModuleType:

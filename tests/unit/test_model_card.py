@@ -38,7 +38,8 @@ def test_save_model_writes_a_card_naming_what_the_model_is(
         model: tuple[Path, dict[str, Any], Any]) -> None:
     out, manifest, heads = model
     card = (out / CARD_FILE).read_text()
-    assert card.startswith("# Model card\n")
+    assert card.startswith("---\nlibrary_name: ghofl\n")
+    assert "\n---\n\n# Model card\n" in card
     assert f"fingerprint `{heads['lda'].meta_.encoder.fingerprint()}`" in card
     assert "`toy-encoder`, d = 4" in card and "Input resolution: 32 px" in card
     counts = manifest["stats"]["counts"]
@@ -71,7 +72,8 @@ def test_card_is_not_part_of_the_manifest_and_loading_ignores_it(
 def test_card_reports_protocol_privacy_and_scores(
         model: tuple[Path, dict[str, Any], Any]) -> None:
     _, manifest, _ = model
-    rich = {**manifest,
+    assert manifest["command"] == "ghofl fit total.ghs --heads lda,qda --out m"
+    rich = {**{k: v for k, v in manifest.items() if k != "command"},
             "aggregation": {"protocol": "secure", "clients": 7, "threshold": 5},
             "privacy": {"epsilon": 4.0, "delta": 1e-6, "epsilon_spent": 3.97,
                         "delta_spent": 1e-6, "dp_mode": "central", "min_class_count": 5,
@@ -112,3 +114,76 @@ def test_run_server_job_puts_the_test_accuracy_in_the_card(tmp_path: Path) -> No
         assert f"| {name} | {score.accuracy:.4f} | {score.n} |" in card
     assert np.isclose(result.scores["lda"].accuracy,
                       result.heads["lda"].score(x[150:], y[150:]))
+
+
+# ---------------------------------------------------------------------- issue 45
+def _front_matter(card: str) -> dict[str, Any]:
+    """The card's metadata: huggingface_hub's parser when importable, else PyYAML's."""
+    try:
+        from huggingface_hub import ModelCard
+    except ImportError:
+        yaml = pytest.importorskip("yaml", reason="needs huggingface_hub or PyYAML")
+        return dict(yaml.safe_load(card.split("---\n")[1]))
+    return dict(ModelCard(card).data.to_dict())
+
+
+EVALUATION = {"data": "test.npz", "kind": "test", "n": 30, "clients": None,
+              "heads": {"lda": {"accuracy": 0.9, "balanced_accuracy": 0.85, "macro_f1": 0.8,
+                                "log_loss": 0.31, "ece": 0.04, "n": 30}}}
+
+
+def test_front_matter_has_library_licence_tags_and_metrics(
+        model: tuple[Path, dict[str, Any], Any]) -> None:
+    _, manifest, _ = model
+    plain = _front_matter(model_card(manifest))
+    assert plain["library_name"] == "ghofl" and plain["license"] == "other"
+    assert "ghofl" in plain["tags"] and "image-classification" in plain["tags"]
+    assert "model-index" not in plain
+    card = model_card({**manifest, "license": "apache-2.0", "evaluations": [EVALUATION]})
+    data = _front_matter(card)
+    assert data["license"] == "apache-2.0"
+    (result,) = data["model-index"][0]["results"]
+    assert result["dataset"]["name"] == "test.npz"
+    got = {m["name"]: m["value"] for m in result["metrics"]}
+    assert got == {"accuracy (lda)": 0.9, "balanced accuracy (lda)": 0.85,
+                   "macro-F1 (lda)": 0.8, "log-loss (lda)": 0.31, "ECE (lda)": 0.04}
+    assert "| lda | 0.9000 | 0.8500 | 0.8000 | 0.3100 | 0.0400 |" in card
+    assert "Test data `test.npz` (`ghofl evaluate`), 30 items:" in card
+    assert "No test data was given" not in card
+    assert "- License: `apache-2.0`" in card
+    assert "not set (`other`); set it with `ghofl fit --license SPDX-ID`" in model_card(manifest)
+
+
+def test_federated_evaluation_is_labelled_so() -> None:
+    ev = {**EVALUATION, "kind": "federated", "clients": 3, "data": "total.ghe"}
+    card = model_card({"heads": {"lda": {}}, "evaluations": [ev]})
+    assert "Federated evaluation (sums of 3 clients' held-out rows, `ghofl evaluate " \
+        "--report`): `total.ghe`, 30 items:" in card
+    assert _front_matter(card)["model-index"][0]["results"][0]["dataset"]["name"] == \
+        "federated total.ghe"
+
+
+def test_synthetic_validation_accuracy_is_labelled_as_such() -> None:
+    card = model_card({"heads": {"fishermix": {"head": "fishermix"}}},
+                      chosen={"fishermix": {"val_accuracy_": 0.918, "epochs_run_": 3}})
+    assert ("val_accuracy=0.918 (validation accuracy on synthetic samples, not on real data)"
+            in card)
+    assert "epochs_run=3" in card
+
+
+def test_card_states_the_default_head_usage_and_the_ood_score() -> None:
+    manifest = {"heads": {"nb": {}, "lda": {}}, "default_head": "lda",
+                "default_head_rule": "lda is fitted (the upload has no held-out section)",
+                "ood": {"threshold": 12.5, "calibration": "conformal", "fpr": 0.05,
+                        "n_calibration": 200, "score": "squared Mahalanobis distance"}}
+    card = model_card(manifest)
+    assert ("- Default head: `lda` (used by `ghofl predict` and `ghofl export` without "
+            "`--head`), chosen by: lda is fitted (the upload has no held-out section)") in card
+    assert "ghofl predict MODEL_DIR --data images/ --out predictions.csv" in card
+    assert "ghofl export MODEL_DIR --out model.onnx" in card
+    assert ("flags `ood` above the threshold 12.5, calibrated on 200 held-out "
+            "in-distribution items at a false-positive rate of 0.05") in card
+    assert "near-OOD" in card
+    legacy = model_card({"heads": {"nb": {}, "lda": {}}})
+    assert "- Default head: `nb`" in legacy and "written before the rule existed" in legacy
+    assert "holds no out-of-distribution score" in legacy

@@ -134,7 +134,9 @@ def test_the_written_directory_loads_and_predicts(tmp_path: Path) -> None:
     total = compute_stats(x, y, CLASSES, mode="full")
     heads = {"nb": NBDiagHead().fit_from_stats(total), "lda": LDAHead().fit_from_stats(total)}
     save_model(tmp_path / "global", heads, stats_meta=total.meta,
-               extra={"stats": {"n_samples": total.n_samples, "counts": total.counts.tolist()}})
+               extra={"stats": {"n_samples": total.n_samples, "counts": total.counts.tolist()},
+                      "default_head": "lda", "default_head_rule": "test rule",
+                      "license": "MIT"})
     model = load_model(tmp_path / "global")
     local = compute_stats(x[y < 2], y[y < 2], CLASSES, mode="full")
     save_personalized(tmp_path / "mine", model, tmp_path / "global", local, "client.ghs",
@@ -144,6 +146,7 @@ def test_the_written_directory_loads_and_predicts(tmp_path: Path) -> None:
     assert rec["from_stats"] == "client.ghs" and rec["priors"] == "local"
     assert rec["heads"] == {"nb": ["priors", "moments"], "lda": ["priors"]}
     assert rec["local_counts"] == local.counts.tolist()
+    assert (mine.default_head, mine.manifest["license"]) == ("lda", "MIT")
     card = (tmp_path / "mine" / "MODEL_CARD.md").read_text()
     assert "## Personalisation" in card and "- From statistics: client.ghs" in card
     assert "- Heads personalised: `nb` (priors, moments), `lda` (priors)" in card

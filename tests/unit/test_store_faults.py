@@ -22,31 +22,12 @@ import pytest
 
 from ghofl.cli.main import EXPECTED_ERRORS, describe_error, main
 from ghofl.errors import GhoflWarning, StoreError
-from ghofl.stats import ClientStats, compute_stats, save_stats
+from ghofl.stats import ClientStats, save_stats
 from ghofl.store import AggregationStore
 from ghofl.store import _sqlite as db_module
 from ghofl.store.verify import verify_store
-
-C, D = 3, 4
-
-
-def _payloads(seed: int, k: int, clip: float | None) -> list[ClientStats]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(k):
-        m = int(rng.integers(5, 30))
-        x = rng.normal(size=(m, D)) + rng.normal(scale=2, size=D)
-        out.append(compute_stats(x, rng.integers(0, C, m), C, "full", clip_norm=clip))
-    return out
-
-
-def _same(a: ClientStats, b: ClientStats) -> bool:
-    if a.meta.differences(b.meta) or a.n_clipped != b.n_clipped or a.n_samples != b.n_samples:
-        return False
-    return all(
-        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
-        for x, y in zip(a.arrays().values(), b.arrays().values(), strict=True)
-    )
+from tests.helpers_store import same_stats as _same
+from tests.helpers_store import store_payloads as _payloads
 
 
 def _store(path: Path, items: list[ClientStats]) -> ClientStats:

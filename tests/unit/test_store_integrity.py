@@ -20,7 +20,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from ghofl.cli.main import main
@@ -29,37 +28,19 @@ from ghofl.model.card import CARD_FILE, model_card
 from ghofl.model.directory import MANIFEST
 from ghofl.server.files import payload_plan
 from ghofl.server.run import FederationServer
-from ghofl.stats import ClientStats, compute_stats, save_stats
+from ghofl.stats import ClientStats, save_stats
 from ghofl.store import AggregationStore, StoreHead, check_store, read_total
 from ghofl.store import _integrity as integrity
 from ghofl.store import _sqlite as db_module
 from ghofl.store.repair import repair_store
 from ghofl.store.verify import inspect_store
+from tests.helpers_store import same_stats as _same
+from tests.helpers_store import store_payloads as _payloads
 
-C, D = 3, 4
 SPLICED = (r"failed its integrity check: its settings record 6 contributions \(head [0-9a-f]{12}…"
            r"\) but it holds 12 rows \(head [0-9a-f]{12}…\): the rows and the settings come "
            r"from different copies; its total sums another set of contributions than the 12 "
            r"rows it holds .*; repair it with 'ghofl store verify --repair .*s\.db'")
-
-
-def _payloads(seed: int, k: int, clip: float | None) -> list[ClientStats]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(k):
-        m = int(rng.integers(5, 30))
-        x = rng.normal(size=(m, D)) + rng.normal(scale=2, size=D)
-        out.append(compute_stats(x, rng.integers(0, C, m), C, "full", clip_norm=clip))
-    return out
-
-
-def _same(a: ClientStats, b: ClientStats) -> bool:
-    if a.meta.differences(b.meta) or a.n_clipped != b.n_clipped or a.n_samples != b.n_samples:
-        return False
-    return all(
-        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
-        for x, y in zip(a.arrays().values(), b.arrays().values(), strict=True)
-    )
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:

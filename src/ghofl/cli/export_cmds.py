@@ -10,14 +10,15 @@ import typer
 
 from ghofl.cli._encoder_file import EncoderFileOption
 from ghofl.cli.app import app
-from ghofl.cli.predict import AllowUnsignedModelOption
+from ghofl.cli.predict import HEAD_HELP, AllowUnsignedModelOption, pick_head
 from ghofl.model.directory import UnsignedModelWarning
 
 
 @app.command("export")
 def export(
     model_dir: Annotated[Path, typer.Argument(help="Model directory written by `ghofl fit`.")],
-    head: Annotated[str, typer.Option("--head", help="The head to export, e.g. lda.")],
+    head: Annotated[str | None, typer.Option("--head", help=HEAD_HELP)] = None,
+    *,
     out: Annotated[Path, typer.Option("--out", help="ONNX file to write (FILE.onnx).")],
     head_only: Annotated[bool, typer.Option(
         "--head-only", help="Export the head alone: input 'embeddings' float32 (N, d), the "
@@ -50,6 +51,14 @@ def export(
     if head_only and encoder_file is not None:
         raise InputError("--encoder-file applies to the full graph only; drop it with "
                          "--head-only")
+    why = None
+    if head is None:
+        from ghofl.model.directory import load_model as load
+
+        with warnings.catch_warnings():  # export_model warns once about an unsigned model
+            warnings.simplefilter("ignore", UnsignedModelWarning)
+            head, _, why = pick_head(load(model_dir, allow_unsigned=allow_unsigned_model,
+                                          missing_ok=True), None, model_dir)
     path = export_model(model_dir, head, out, head_only=head_only, force=force,
                         image_size=size, encoder_file=encoder_file,
                         allow_unsigned=allow_unsigned_model)
@@ -63,5 +72,7 @@ def export(
     text = not head_only and is_text_encoder(model.head(head).meta_.encoder)
     kind = "text encoder + head graph (inputs: input_ids, attention_mask)" if text else kind
     typer.echo(f"wrote {path} ({kind}, head {head})")
+    if why is not None:
+        typer.echo(why, err=True)
     if text:
         typer.echo(f"wrote {tokenizer_path(path)} (its tokenizer, for tokenizers.Tokenizer)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -41,9 +42,14 @@ from ghofl.data.by_path import DatasetSpec
 from ghofl.data.embeddings import check_labelled_embeddings, load_embeddings
 from ghofl.data.items import EmbeddingRows
 from ghofl.errors import ConfigError, InputError
+from ghofl.evaluation import evaluate_heads
+from ghofl.evaluation.federated import load_evaluation, local_evaluation
+from ghofl.heads.base import Head
 from ghofl.heads.build import head_defaults, to_jsonable
 from ghofl.heads.registry import available_heads, head_class
+from ghofl.model.card_update import evaluation_entry, record_evaluation
 from ghofl.model.directory import FittedModel, load_model
+from ghofl.server.default_head import DEFAULT_HEAD_RULE
 from ghofl.server.fields import FIELDS
 from ghofl.server.job import ServerJob
 from ghofl.server.run import FederationServer
@@ -57,21 +63,53 @@ def fit(
     out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
     *,
     server: ServerOptions,
+    license_id: Annotated[str | None, typer.Option(
+        "--license", help="SPDX licence identifier of the model (e.g. apache-2.0, mit, "
+        "cc-by-4.0), recorded in the manifest and the card's front matter [default: unset, "
+        "stated as 'other'].")] = None,
 ) -> None:
     """Fit heads from aggregated statistics; write one HEAD.ghh per head and manifest.json.
 
     The directory is written atomically: an existing model directory is replaced only after
-    every head was fitted and saved.
+    every head was fitted and saved. The default head (used by predict and export without
+    --head) is chosen by this rule, recorded in the manifest and the card: {rule}.
     """
     job = server.job()  # the preset is merged by the job (ServerJob.resolved_params)
     check_output_dir(out)
+    lic = _check_license(license_id)
     stats, source = read_total_arg(total)  # a store: checked; its head goes in the manifest
     fed = FederationServer.from_total(job, stats.meta)
-    result = fed.fit(stats, out_dir=out, extra={"stats": source},
+    extra: dict[str, Any] = {"stats": source, **({"license": lic} if lic else {})}
+    result = fed.fit(stats, out_dir=out, extra=extra,
                      log=_stderr if job.progress else None, option="--out",
                      command=_fit_command(total, out, job, server))
     typer.echo(table(["head", "fit_seconds", "file"],
                      [[n, s, str(out / f"{n}.ghh")] for n, s in result.fit_seconds.items()]))
+    _announce_default(out)
+
+
+fit.__doc__ = (fit.__doc__ or "").replace("{rule}", DEFAULT_HEAD_RULE)
+_SPDX = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*")
+
+
+def _check_license(value: str | None) -> str | None:
+    """``--license``: an SPDX identifier or expression (``MIT OR Apache-2.0``), or None."""
+    if value is None:
+        return None
+    words = value.split()
+    ok = bool(words) and all(_SPDX.fullmatch(w) for w in words[::2]) and all(
+        w in ("AND", "OR", "WITH") for w in words[1::2]) and len(words) % 2 == 1
+    if not ok:
+        raise ConfigError(f"--license {value!r} is not an SPDX licence identifier; give one "
+                          "such as apache-2.0, mit or cc-by-4.0 (https://spdx.org/licenses/)")
+    return value
+
+
+def _announce_default(out: Path) -> None:
+    """One stderr line: the default head recorded in the model just written, and why."""
+    manifest = load_model(out).manifest
+    typer.echo(f"default head: {manifest.get('default_head')} "
+               f"({manifest.get('default_head_rule')})", err=True)
 
 
 def _fit_command(total: Path, out: Path, job: ServerJob, server: ServerOptions) -> str:
@@ -122,7 +160,22 @@ def evaluate(
         "--out", help="With --local: the evaluation file (.ghe) to write.")] = None,
     report: Annotated[Path | None, typer.Option(
         "--report", help="Print the metrics of a total evaluation file (ghofl aggregate-eval) "
-        "instead; no model or data.")] = None,
+        "instead; no data (a model only with --update-card).")] = None,
+    update_card: Annotated[bool, typer.Option(
+        "--update-card", help="Record the evaluation (data set, items, accuracy, balanced "
+        "accuracy, macro-F1, log-loss, ECE per head) in the model's manifest and "
+        "MODEL_CARD.md, re-signed; with --report: the federated evaluation, labelled so.")]
+        = False,
+    head_name: Annotated[str | None, typer.Option(
+        "--head", help="Score this head only (default: every head whose file is present).")]
+        = None,
+    calibrate_ood: Annotated[bool, typer.Option(
+        "--calibrate-ood", help="Also set the model's OOD threshold from these in-distribution "
+        "rows (conformal rule: a new row like them is flagged with probability <= --ood-fpr) "
+        "and record it in the manifest. Use held-out data, not the rows you then measure.")
+    ] = False,
+    ood_fpr: Annotated[float | None, typer.Option(
+        "--ood-fpr", help="False-positive rate of --calibrate-ood [default: 0.05].")] = None,
 ) -> None:
     """Score every head of a model directory on labelled test data.
 
@@ -133,12 +186,8 @@ def evaluate(
     if json_out is not None and json_out.is_dir():
         raise InputError(f"--json '{json_out}' is a directory; give a file path")
     if report is not None:  # federated evaluation: the server's report of the clients' sums
-        from ghofl.cli.federated_cmds import print_report
-
-        if model_dir is not None or embeddings is not None or data is not None or local:
-            raise ConfigError("--report prints a total evaluation file alone; drop the model, "
-                              "--embeddings, --data and --local")
-        return print_report(report, json_out)
+        others = embeddings is not None or data is not None or local or head_name is not None
+        return _report(report, model_dir, update_card, json_out, allow_unsigned_model, others)
     check_feature_transform_option(feature_transform)
     if (embeddings is None) == (data is None):
         raise ConfigError("give exactly one of --embeddings (an .npz of labelled embeddings) "
@@ -147,37 +196,142 @@ def evaluate(
         raise ConfigError("give the model directory to evaluate (or --report TOTAL.ghe)")
     if out is not None and not local:
         raise ConfigError("--out writes a client's evaluation sums with --local; add --local")
-    model = load_model(model_dir, allow_unsigned=allow_unsigned_model)
-    transform: str | None = None  # raw data: the model applies the transform it records
-    if data is not None:
-        if feature_transform != "none":
-            raise ConfigError("--feature-transform applies to --embeddings only; raw data gets "
-                              "the transform the model records")
-        spec = data_spec(data, fmt, label_column, text_columns)
-        x, y = _raw_labelled(spec, model, model_dir, split=split, batch_size=batch_size,
-                             backend=backend, encoder_file=encoder_file)
-        source = data
-    else:
-        assert embeddings is not None
-        if encoder_file is not None:
-            raise ConfigError("--encoder-file encodes raw --data; --embeddings need no "
-                              "encoder, so drop it")
-        x, y = _labelled_embeddings(embeddings, model, model_dir, feature_transform)
-        source, transform = embeddings, feature_transform
+    if update_card and local:
+        raise ConfigError("--update-card records this evaluation in the model; a client's "
+                          "--local sums are recorded by the server (evaluate --report "
+                          "TOTAL.ghe --update-card MODEL_DIR): drop one of them")
+    model = _loadable_heads(model_dir, allow_unsigned_model, head_name)
+    spec = None if data is None else data_spec(data, fmt, label_column, text_columns)
+    x, y, source, transform = _test_rows(model, model_dir, embeddings, spec, feature_transform,
+                                         split, batch_size, backend, encoder_file)
     if y.size == 0:
         raise InputError(f"'{source}' holds no samples; accuracy needs at least one")
+    _calibrate_ood(model_dir, model, (x, transform), ood_fpr, calibrate_ood,
+                   allow_unsigned_model)
     if local:
         from ghofl.cli.federated_cmds import write_local_evaluation
 
         return write_local_evaluation(model, x, y, transform=transform, out=out,
                                       source=f"'{source}'")
-    scores = model.evaluate(x, y, what=f"'{source}'", transform=transform)
+    heads = {head_name: model.head(head_name)} if head_name is not None else model.heads
+    z = model.features(x, transform)
+    _score(heads, z, y, source, "data" if data is not None else "embeddings", model_dir,
+           json_out, update_card, allow_unsigned_model)
+
+
+def _score(heads: dict[str, Head], z: Any, y: Any, source: Path, key: str, model_dir: Path,
+           json_out: Path | None, update_card: bool, allow_unsigned: bool) -> None:
+    """Print (and write to --json) the heads' accuracies on z (n, d), y (n,); --update-card."""
+    scores = evaluate_heads(heads, z, y, what=f"'{source}'")
     results = {name: score.to_dict() for name, score in scores.items()}
     if json_out is not None:
-        write_json(json_out, {"heads": results, "model_dir": str(model_dir),
-                              ("data" if data is not None else "embeddings"): str(source)})
+        write_json(json_out, {"heads": results, "model_dir": str(model_dir), key: str(source)})
     typer.echo(table(["head", "accuracy", "n"],
                      [[n, r["accuracy"], r["n"]] for n, r in results.items()]))
+    if update_card:
+        sums = local_evaluation(heads, z, y, what=f"'{source}'")
+        card = record_evaluation(model_dir, evaluation_entry(str(source), "test", sums),
+                                 allow_unsigned=allow_unsigned)
+        typer.echo(f"recorded the evaluation on '{source}' in '{card}' and the manifest",
+                   err=True)
+
+
+def _test_rows(model: FittedModel, model_dir: Path, embeddings: Path | None,
+               spec: DatasetSpec | None, feature_transform: str, split: str | None,
+               batch_size: int, backend: str,
+               encoder_file: Path | None) -> tuple[Any, Any, Path, str | None]:
+    """``(x (n, d), y (n,), source, transform)`` of evaluate's --embeddings or --data.
+
+    ``transform`` is None for raw data (the model applies the transform it records).
+    """
+    if spec is not None:
+        if feature_transform != "none":
+            raise ConfigError("--feature-transform applies to --embeddings only; raw data gets "
+                              "the transform the model records")
+        x, y = _raw_labelled(spec, model, model_dir, split=split, batch_size=batch_size,
+                             backend=backend, encoder_file=encoder_file)
+        return x, y, Path(spec.path), None
+    assert embeddings is not None
+    if encoder_file is not None:
+        raise ConfigError("--encoder-file encodes raw --data; --embeddings need no "
+                          "encoder, so drop it")
+    x, y = _labelled_embeddings(embeddings, model, model_dir, feature_transform)
+    return x, y, embeddings, feature_transform
+
+
+def _report(report: Path, model_dir: Path | None, update_card: bool, json_out: Path | None,
+            allow_unsigned: bool, others: bool) -> None:
+    """``evaluate --report TOTAL.ghe [--update-card MODEL_DIR]``: print (and record) it."""
+    from ghofl.cli.federated_cmds import print_report
+
+    if others or (model_dir is not None and not update_card):
+        raise ConfigError("--report prints a total evaluation file alone; drop the model, "
+                          "--embeddings, --data, --local and --head (a model directory only "
+                          "with --update-card, to record the federated evaluation in it)")
+    if update_card and model_dir is None:
+        raise ConfigError("--report --update-card records the federated evaluation in a "
+                          "model: give its directory (evaluate --report TOTAL.ghe "
+                          "--update-card MODEL_DIR)")
+    print_report(report, json_out)
+    if model_dir is not None:
+        _record_federated(report, model_dir, allow_unsigned)
+
+
+def _loadable_heads(model_dir: Path, allow_unsigned: bool, head_name: str | None) -> FittedModel:
+    """The model with the heads whose file is present; one stderr line per missing head.
+
+    Raises
+    ------
+    InputError
+        ``head_name`` is the head whose file is missing.
+    ConfigError
+        The model holds no head ``head_name``.
+    """
+    model = load_model(model_dir, allow_unsigned=allow_unsigned, missing_ok=True)
+    if head_name is not None:
+        model.head(head_name)  # names the missing file, or the heads held
+        return model
+    for name in model.missing:
+        file = model.manifest["heads"][name]["file"]
+        typer.echo(f"ghofl: warning: head {name!r} not evaluated: its file {file!r} is missing "
+                   f"from '{model_dir}'; evaluating {', '.join(model.heads)}", err=True)
+    return model
+
+
+def _record_federated(report: Path, model_dir: Path, allow_unsigned: bool) -> None:
+    """``evaluate --report TOTAL.ghe --update-card MODEL_DIR``: record the federated sums."""
+    sums = load_evaluation(report)
+    model = load_model(model_dir, allow_unsigned=allow_unsigned, missing_ok=True)
+    if sums.classes != model.classes:
+        raise InputError(f"'{report}' holds sums over other classes than the model in "
+                         f"'{model_dir}'; record the federated evaluation of this model")
+    card = record_evaluation(model_dir, evaluation_entry(str(report), "federated", sums),
+                             allow_unsigned=allow_unsigned)
+    typer.echo(f"recorded the federated evaluation '{report}' ({sums.clients} clients) in "
+               f"'{card}' and the manifest", err=True)
+
+
+def _calibrate_ood(model_dir: Path, model: FittedModel, rows: tuple[Any, str | None],
+                   fpr: float | None, calibrate: bool, allow: bool) -> None:
+    """``evaluate --calibrate-ood``: the conformal OOD threshold of ``rows`` (x, transform)."""
+    from ghofl.heads.ood import DEFAULT_FPR
+    from ghofl.model.directory import load_ood, update_ood
+
+    if not calibrate and fpr is None:
+        return
+    if not calibrate:
+        raise ConfigError("--ood-fpr is the rate of --calibrate-ood; add --calibrate-ood")
+    ood = load_ood(model_dir, model.manifest, allow_unsigned=allow)
+    if ood is None:
+        raise InputError(f"the model in '{model_dir}' has no OOD score to calibrate; fit it "
+                         "again with `ghofl fit`")
+    z = model.features(*rows)
+    proj = next(iter(model.heads.values())).meta_.projection
+    ood.calibrate(proj.apply(z) if proj is not None else z, DEFAULT_FPR if fpr is None else fpr)
+    update_ood(model_dir, ood, allow_unsigned=allow)
+    typer.echo(f"OOD threshold {ood.threshold_:.6g} from {ood.n_calibration_} in-distribution "
+               f"rows at false-positive rate {ood.fpr_} (conformal rule), recorded in "
+               f"'{model_dir}'")
 
 
 def _labelled_embeddings(embeddings: Path, model: FittedModel, model_dir: Path,

@@ -34,9 +34,11 @@ from ghofl.heads.base import Head
 from ghofl.heads.ood import MahalanobisOOD
 from ghofl.model.directory import FittedModel, load_model, load_ood
 from ghofl.model.export import check_new_output
+from ghofl.server.default_head import DEFAULT_HEAD_RULE
 from ghofl.stats.meta import EncoderInfo
 
-__all__ = ["AllowUnsignedModelOption", "check_embeddings_encoder", "predict"]
+__all__ = ["HEAD_HELP", "AllowUnsignedModelOption", "check_embeddings_encoder", "pick_head",
+           "predict"]
 
 #: ``allow_unsigned_model: AllowUnsignedModelOption = False`` in the signature of a command
 #: that reads a model directory (predict, evaluate, export).
@@ -60,14 +62,35 @@ def data_kind(data: Path) -> str:
     return "embeddings" if data.suffix.lower() == ".npz" else "text"
 
 
-def _pick_head(models: dict[str, Head], name: str | None, model_dir: Path) -> tuple[str, Head]:
-    if name is None:
-        return next(iter(models.items()))
-    if name not in models:
-        raise ConfigError(
-            f"--head {name!r} is not in the model '{model_dir}'; it holds {', '.join(models)}"
-        )
-    return name, models[name]
+HEAD_HELP = ("Head of the model to use (default: the model's default head, chosen at fit "
+             f"time as {DEFAULT_HEAD_RULE}; recorded in manifest.json as default_head; a model "
+             "written before it: the first head of its manifest).")
+
+
+def pick_head(model: FittedModel, name: str | None,
+              model_dir: Path) -> tuple[str, Head, str | None]:
+    """``(name, head, why)``: ``--head`` when given (``why`` None), else the default head.
+
+    ``why``: the line to print on stderr, once the command succeeded, saying which head was
+    used and why.
+
+    Raises
+    ------
+    ConfigError
+        The model holds no head ``name``.
+    InputError
+        The head's file is missing from the model directory.
+    """
+    if name is not None and name not in model.manifest["heads"]:
+        raise ConfigError(f"--head {name!r} is not in the model '{model_dir}'; it holds "
+                          f"{', '.join(map(str, model.manifest['heads']))}")
+    if name is not None:
+        return name, model.head(name), None
+    name = model.default_head
+    rule = model.manifest.get("default_head_rule") or (
+        "the first head of a manifest written before ghofl recorded a default head")
+    return name, model.head(name), (f"used head {name!r}, the model's default head ({rule}); "
+                                    "choose another with --head")
 
 
 def _check_top_k(top_k: int | None, num_classes: int) -> int | None:
@@ -245,8 +268,7 @@ def predict(
     data: Annotated[Path, typer.Option("--data", help=DATA_HELP)],
     out: Annotated[Path, typer.Option(
         "--out", help="Predictions file: .csv or .jsonl (JSON Lines, the same keys).")],
-    head_name: Annotated[str | None, typer.Option(
-        "--head", help="Head of the model to use (default: the first in its manifest).")] = None,
+    head_name: Annotated[str | None, typer.Option("--head", help=HEAD_HELP)] = None,
     top_k: Annotated[int | None, typer.Option(
         "--top-k", help="Report the K most probable classes (top1, p_top1, ...) instead of "
         "one p_<class> column per class.")] = None,
@@ -291,8 +313,8 @@ def predict(
     check_new_output(out, force)
     check_feature_transform_option(feature_transform)
     kind = data_kind(data)
-    model = load_model(model_dir, allow_unsigned=allow_unsigned_model)
-    name, head = _pick_head(model.heads, head_name, model_dir)
+    model = load_model(model_dir, allow_unsigned=allow_unsigned_model, missing_ok=True)
+    name, head, why = pick_head(model, head_name, model_dir)
     ood = load_ood(model_dir, model.manifest, allow_unsigned=allow_unsigned_model)
     predictor_ood = _with_threshold(ood, ood_threshold, model_dir)
     top_k = _check_top_k(top_k, len(head.meta_.classes))
@@ -313,6 +335,8 @@ def predict(
                f"{predictor_ood.threshold_:.4g})" if predictor_ood is not None else "")
     left = f", {len(skipped)} unreadable item(s) skipped" if skipped else ""
     typer.echo(f"wrote {out}: {counts['rows']} predictions with head {name!r}{flagged}{left}")
+    if why is not None:
+        typer.echo(why, err=True)
 
 
 def _stream(f: IO[str], fmt: str, predictor: Predictor,

@@ -19,11 +19,32 @@ chi-square g·χ²_h (Satterthwaite): g = tr(M²)/tr(M), h = tr(M)²/tr(M²). Th
 ``quantile`` (default 0.99) of g·χ²_h; with no shrinkage (M = I) this is exactly the
 chi-square quantile with k degrees of freedom. The nearest-class distance is at most the
 own-class distance, so under that model at most 1 − ``quantile`` of in-distribution inputs are
-flagged; real embeddings are not Gaussian, so the observed rate differs.
+flagged; real embeddings are not Gaussian, so the observed rate differs (it can be far higher:
+heavy-tailed embeddings put most in-distribution inputs above this threshold). This is the
+threshold ``fit_from_moments`` sets; it is recorded as calibration ``"gaussian"``.
+
+Calibrated on data (:meth:`MahalanobisOOD.calibrate`, ``ghofl evaluate --calibrate-ood``).
+From n held-out in-distribution rows with scores s_(1) ≤ … ≤ s_(n) and a target false-positive
+rate α (default 0.05), the threshold is the order statistic s_(r) with r = ⌈(n + 1)(1 − α)⌉
+(split-conformal rule). For a new row exchangeable with the calibration rows, P(score > s_(r))
+≤ 1 − r/(n + 1) ≤ α, whatever the distribution of the embeddings; the rule needs r ≤ n, i.e.
+n ≥ (1 − α)/α rows (19 at α = 0.05). It is recorded as calibration ``"conformal"`` with α and n.
+The guarantee holds for data distributed like the calibration rows: calibrate on held-out data
+from the deployment's distribution, not on the rows the rate is then measured on.
+
+Why not from the clients' holdout statistics. The holdout section of an upload carries per
+class the count, the sum and the second-moment sums of the held-out rows. They give the mean of
+the own-class distance of a held-out row, E[(x − μ_c)ᵀΣ⁻¹(x − μ_c)] = (tr(Σ⁻¹S_c) −
+2μ_cᵀΣ⁻¹s_c + n_cμ_cᵀΣ⁻¹μ_c)/n_c, but neither its variance (a fourth moment of x) nor the
+distribution of the nearest-class minimum, so no quantile and no moment-matched distribution
+beyond the Gaussian one above follow from them. The threshold is therefore calibrated from rows
+(held-out embeddings or raw data), not from the holdout statistics.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any, Self
 
 import numpy as np
@@ -35,7 +56,9 @@ from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import rblw_shrinkage, shrink
 
 __all__ = [
+    "DEFAULT_FPR",
     "MahalanobisOOD",
+    "conformal_rank",
     "nearest_mahalanobis",
     "pooled_covariance_of",
     "scaled_chi2_threshold",
@@ -47,6 +70,34 @@ F64 = NDArray[np.float64]
 OOD_SCORE = "squared Mahalanobis distance to the nearest class mean (shrunk pooled covariance)"
 OOD_RULE = ("quantile of the scaled chi-square g*chi2_h matching the mean and variance of the "
             "own-class distance under the Gaussian model (chi2_k when unshrunk)")
+#: Default false-positive rate of :meth:`MahalanobisOOD.calibrate`.
+DEFAULT_FPR = 0.05
+_CALIBRATIONS = ("gaussian", "conformal")
+
+
+def conformal_rank(n: int, fpr: float) -> int:
+    """Rank r = ⌈(n + 1)(1 − fpr)⌉ of the order statistic of n scores bounding the FPR by fpr.
+
+    Raises
+    ------
+    ConfigError
+        ``fpr`` outside (0, 1).
+    InputError
+        r > n: fewer than (1 − fpr)/fpr rows.
+    """
+    if isinstance(fpr, bool) or not isinstance(fpr, int | float) or not 0.0 < float(fpr) < 1.0:
+        raise ConfigError(f"the OOD false-positive rate must lie in (0, 1), e.g. 0.05; got "
+                          f"{fpr!r}")
+    # the small tolerance keeps (n + 1)(1 − fpr) from rounding up past an exact integer
+    rank = math.ceil((n + 1) * (1.0 - float(fpr)) - 1e-9)
+    if rank > n:
+        need = math.ceil((1.0 - float(fpr)) / float(fpr) - 1e-9)
+        raise InputError(
+            f"calibrating the OOD threshold at false-positive rate {fpr} needs at least {need} "
+            f"in-distribution rows; got {n}; give more held-out rows or a larger rate "
+            "(--ood-fpr)"
+        )
+    return max(rank, 1)
 
 
 def pooled_covariance_of(moments: Moments) -> F64:
@@ -150,10 +201,19 @@ class MahalanobisOOD:
     chol_ : ndarray, shape (k, k)
         Lower Cholesky factor of the shrunk pooled covariance.
     threshold_, shrinkage_, scale_, dof_ : float
+    calibration_ : {"gaussian", "conformal"}
+        How ``threshold_`` was set (module docstring).
+    fpr_ : float or None
+        Target false-positive rate of a ``"conformal"`` threshold.
+    n_calibration_ : int or None
+        Number of rows a ``"conformal"`` threshold was calibrated on.
     """
 
     fitted_arrays = ("means_", "chol_")
     fitted_scalars = ("threshold_", "shrinkage_", "scale_", "dof_", "quantile")
+    calibration_: str
+    fpr_: float | None
+    n_calibration_: int | None
 
     def __init__(self, quantile: float = 0.99) -> None:
         if not 0.0 < float(quantile) < 1.0:
@@ -173,7 +233,50 @@ class MahalanobisOOD:
         self.shrinkage_ = float(a)
         self.threshold_, self.scale_, self.dof_ = scaled_chi2_threshold(
             self.chol_, cov, self.quantile)
+        self.calibration_, self.fpr_, self.n_calibration_ = "gaussian", None, None
         return self
+
+    def calibrate(self, x_in: NDArray[Any], fpr: float = DEFAULT_FPR) -> Self:
+        """Set ``threshold_`` from in-distribution rows at false-positive rate ``fpr``.
+
+        The threshold is the r-th smallest score, r = ⌈(n + 1)(1 − fpr)⌉
+        (:func:`conformal_rank`): a new row exchangeable with ``x_in`` is flagged with
+        probability at most ``fpr``.
+
+        Parameters
+        ----------
+        x_in : ndarray, shape (n, k)
+            Held-out in-distribution rows in the statistics space (as :meth:`score` takes
+            them), not used to fit the model's statistics.
+        fpr : float in (0, 1), default 0.05
+
+        Raises
+        ------
+        ConfigError
+            ``fpr`` outside (0, 1).
+        InputError
+            Wrong shape, non-finite rows, or fewer than (1 − fpr)/fpr rows.
+        """
+        rows = np.asarray(x_in, dtype=np.float64)
+        if not np.all(np.isfinite(rows)):
+            raise InputError("the OOD calibration rows hold NaN or infinite values; drop or "
+                             "fix those rows")
+        scores = self.score(rows)
+        rank = conformal_rank(int(scores.shape[0]), fpr)
+        self.threshold_ = float(np.partition(scores, rank - 1)[rank - 1])
+        self.calibration_, self.fpr_ = "conformal", float(fpr)
+        self.n_calibration_ = int(scores.shape[0])
+        return self
+
+    @property
+    def rule(self) -> str:
+        """How ``threshold_`` was set, in words (recorded in the model manifest)."""
+        if getattr(self, "calibration_", "gaussian") == "conformal":
+            return (f"conformal: the ceil((n+1)(1-fpr))-th smallest score of n="
+                    f"{self.n_calibration_} held-out in-distribution rows, fpr={self.fpr_} (a "
+                    "new in-distribution row exchangeable with them is flagged with "
+                    "probability <= fpr)")
+        return OOD_RULE
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "chol_"):
@@ -194,15 +297,22 @@ class MahalanobisOOD:
         self._check_fitted()
         return np.asarray(scores) > self.threshold_
 
-    def get_state(self) -> tuple[dict[str, F64], dict[str, float]]:
+    def get_state(self) -> tuple[dict[str, F64], dict[str, Any]]:
         """Fitted arrays and scalars: what the model directory stores.
 
         Arrays ``means_``, ``chol_``; scalars ``threshold``, ``shrinkage``,
-        ``scale``, ``dof``, ``quantile``.
+        ``scale``, ``dof``, ``quantile``, ``calibration``, ``rule`` and, for a
+        ``"conformal"`` threshold, ``fpr`` and ``n_calibration``.
         """
         self._check_fitted()
+        scalars: dict[str, Any] = {k.rstrip("_"): float(getattr(self, k))
+                                   for k in self.fitted_scalars}
+        scalars["calibration"] = getattr(self, "calibration_", "gaussian")
+        scalars["rule"] = self.rule
+        if scalars["calibration"] == "conformal":
+            scalars["fpr"], scalars["n_calibration"] = self.fpr_, self.n_calibration_
         return ({k: np.ascontiguousarray(getattr(self, k)) for k in self.fitted_arrays},
-                {k.rstrip("_"): float(getattr(self, k)) for k in self.fitted_scalars})
+                scalars)
 
     @classmethod
     def from_state(cls, arrays: dict[str, NDArray[Any]], scalars: dict[str, Any],
@@ -238,4 +348,21 @@ class MahalanobisOOD:
                     or not np.isfinite(value) or value < 0:
                 raise bad(f"{key} must be a finite non-negative number; got {value!r}")
             setattr(out, key + "_", float(value))
+        out._set_calibration(scalars, bad)
         return out
+
+    def _set_calibration(self, scalars: dict[str, Any],
+                         bad: Callable[[str], InputError]) -> None:
+        """``calibration_``, ``fpr_``, ``n_calibration_`` from stored scalars (default gaussian)."""
+        kind = scalars.get("calibration", "gaussian")
+        if kind not in _CALIBRATIONS:
+            raise bad(f"calibration must be one of {', '.join(_CALIBRATIONS)}; got {kind!r}")
+        self.calibration_, self.fpr_, self.n_calibration_ = kind, None, None
+        if kind == "gaussian":
+            return
+        fpr, n = scalars.get("fpr"), scalars.get("n_calibration")
+        if isinstance(fpr, bool) or not isinstance(fpr, int | float) or not 0.0 < fpr < 1.0:
+            raise bad(f"fpr must lie in (0, 1); got {fpr!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise bad(f"n_calibration must be a positive integer; got {n!r}")
+        self.fpr_, self.n_calibration_ = float(fpr), n

@@ -14,18 +14,38 @@ Manifest keys read (each optional; what is absent is said to be unrecorded): ``g
 ``heads`` (``head``, ``params``, ``fit_seconds``); ``aggregation`` (``protocol``,
 ``clients``, ``threshold``); ``source`` (when ``stats`` has none); ``privacy`` (a DP
 release: ``epsilon``/``epsilon_spent``, ``delta``/``delta_spent``, ``dp_mode``,
-``min_class_count``, ``min_class_count_rule``).
+``min_class_count``, ``min_class_count_rule``); ``default_head`` and ``default_head_rule``
+(the head ``predict`` and ``export`` use without ``--head``, and why); ``license`` (an SPDX
+identifier, ``ghofl fit --license``); ``command`` (the fit command); ``ood`` (``threshold``,
+``calibration``, ``fpr``, ``n_calibration``); ``evaluations`` (``ghofl evaluate
+--update-card``: per data set ``data``, ``kind`` (``"test"`` or ``"federated"``), ``n``,
+``clients`` and per head ``accuracy``, ``balanced_accuracy``, ``macro_f1``, ``log_loss``,
+``ece``, as :func:`ghofl.evaluation.federated.report` defines them).
+
+The card starts with YAML front matter in the Hugging Face model card format
+(``library_name``, ``license``, ``tags`` and a ``model-index`` holding the evaluation table),
+which ``huggingface_hub.ModelCard`` parses.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CARD_FILE", "model_card"]
+from ghofl.evaluation.federated import DEFAULT_BINS
+
+__all__ = ["CARD_FILE", "EVAL_METRICS", "model_card"]
 
 CARD_FILE = "MODEL_CARD.md"
+#: The evaluation table's metrics: manifest key, column title, Hugging Face metric type.
+EVAL_METRICS = (("accuracy", "accuracy", "accuracy"),
+                ("balanced_accuracy", "balanced accuracy", "balanced_accuracy"),
+                ("macro_f1", "macro-F1", "f1"), ("log_loss", "log-loss", "log_loss"),
+                ("ece", "ECE", "ece"))
+#: What the training heads' ``val_accuracy_`` measures (FisherMix, Proto-Hyper).
+SYNTHETIC_VAL = "validation accuracy on synthetic samples, not on real data"
 #: Classes listed one per row at most (a larger model lists the first ones and the count).
 MAX_CLASS_ROWS = 50
 
@@ -173,8 +193,8 @@ def _head_lines(heads: Mapping[str, Any], chosen: Mapping[str, Mapping[str, Any]
         entry = entry if isinstance(entry, Mapping) else {}
         params = entry.get("params") or {}
         given = ", ".join(f"{k}={_fmt(v)}" for k, v in params.items()) or "-"
-        picked = ", ".join(f"{k.rstrip('_')}={_fmt(v)}" for k, v in
-                           (chosen.get(name) or {}).items() if k != "fit_seconds_") or "-"
+        picked = ", ".join(_chosen(k, v) for k, v in (chosen.get(name) or {}).items()
+                           if k != "fit_seconds_") or "-"
         secs = entry.get("fit_seconds")
         lines.append(f"| {_cell(str(name))} | {_cell(str(entry.get('head', name)))} | "
                      f"{_cell(given)} | {_cell(picked)} | "
@@ -182,18 +202,163 @@ def _head_lines(heads: Mapping[str, Any], chosen: Mapping[str, Mapping[str, Any]
     return lines
 
 
-def _score_lines(heads: Mapping[str, Any],
-                 scores: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+def _chosen(key: str, value: Any) -> str:
+    """One fitted value of a head; the synthetic validation figures say what they measure."""
+    name = key.rstrip("_")
+    if name in ("val_accuracy", "base_val_accuracy"):
+        return f"{name}={_fmt(value)} ({SYNTHETIC_VAL})"
+    return f"{name}={_fmt(value)}"
+
+
+def _score_lines(heads: Mapping[str, Any], scores: Mapping[str, Mapping[str, Any]] | None,
+                 evaluated: bool = False) -> list[str]:
+    if not scores and evaluated:
+        return []
     if not scores:
         return ["No test data was given when the model was fitted, so no accuracy is "
-                "recorded; measure it with `ghofl evaluate MODEL_DIR --embeddings TEST.npz` "
-                "on labelled test embeddings from the same encoder."]
+                "recorded; measure it with `ghofl evaluate MODEL_DIR --embeddings TEST.npz "
+                "--update-card` on labelled test embeddings from the same encoder."]
     lines = ["| head | test accuracy | test samples |", "|---|---|---|"]
     for name in heads:
         s = scores.get(name)
         if s is not None:
             lines.append(f"| {_cell(str(name))} | {float(s['accuracy']):.4f} | {s.get('n')} |")
     return lines
+
+
+def _metric(value: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return f"{float(value):.4f}"
+    return "-"
+
+
+def _evaluation_lines(evaluations: Any) -> list[str]:
+    """The evaluation table of ``ghofl evaluate --update-card`` (one block per data set)."""
+    if not isinstance(evaluations, list) or not evaluations:
+        return []
+    lines: list[str] = []
+    for ev in evaluations:
+        if not isinstance(ev, Mapping):
+            continue
+        if ev.get("kind") == "federated":
+            what = (f"Federated evaluation (sums of {ev.get('clients')} clients' held-out rows, "
+                    f"`ghofl evaluate --report`): `{_cell(str(ev.get('data')))}`")
+        else:
+            what = f"Test data `{_cell(str(ev.get('data')))}` (`ghofl evaluate`)"
+        lines += [f"{what}, {ev.get('n')} items:", "",
+                  "| head | " + " | ".join(t for _, t, _ in EVAL_METRICS) + " |",
+                  "|---|" + "---|" * len(EVAL_METRICS)]
+        for head, m in dict(ev.get("heads") or {}).items():
+            m = m if isinstance(m, Mapping) else {}
+            lines.append(f"| {_cell(str(head))} | "
+                         + " | ".join(_metric(m.get(k)) for k, _, _ in EVAL_METRICS) + " |")
+        lines.append("")
+    if lines:
+        lines.append("Balanced accuracy is the mean recall over the classes present, macro-F1 "
+                     "the mean F1 over the classes true or predicted, ECE the expected "
+                     f"calibration error over {DEFAULT_BINS} equal-width confidence bins.")
+    return lines
+
+
+def _yaml(value: Any) -> str:
+    """A YAML scalar: JSON strings and numbers are valid YAML flow scalars."""
+    return json.dumps(value)
+
+
+def _model_index(manifest: Mapping[str, Any], task: str) -> list[str]:
+    """``model-index`` lines: one result per evaluation, one metric per head and measure."""
+    results: list[str] = []
+    for ev in manifest.get("evaluations") or []:
+        if not isinstance(ev, Mapping):
+            continue
+        metrics = []
+        for head, m in dict(ev.get("heads") or {}).items():
+            for key, title, kind in EVAL_METRICS:
+                v = dict(m).get(key) if isinstance(m, Mapping) else None
+                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                    metrics += [f"    - type: {kind}", f"      value: {float(v)!r}",
+                                f"      name: {_yaml(f'{title} ({head})')}"]
+        if not metrics:
+            continue
+        data = str(ev.get("data"))
+        label = "federated " if ev.get("kind") == "federated" else ""
+        results += ["  - task:", f"      type: {task}", "    dataset:",
+                    f"      name: {_yaml(label + data)}", f"      type: {_yaml(data)}",
+                    "    metrics:", *metrics]
+    if not results:
+        return []
+    return ["model-index:", f"- name: {_yaml(_model_name(manifest))}", "  results:", *results]
+
+
+def _model_name(manifest: Mapping[str, Any]) -> str:
+    enc = dict(manifest.get("stats") or {}).get("encoder")
+    name = enc.get("name") if isinstance(enc, Mapping) else None
+    return f"ghofl-{name}" if name else "ghofl-model"
+
+
+def _task(manifest: Mapping[str, Any]) -> str:
+    enc = dict(manifest.get("stats") or {}).get("encoder")
+    if not isinstance(enc, Mapping):
+        return "tabular-classification"
+    return "image-classification" if enc.get("resolution") else "text-classification"
+
+
+def front_matter(manifest: Mapping[str, Any]) -> list[str]:
+    """The card's YAML front matter (Hugging Face model card metadata), with its fences.
+
+    ``license`` is the manifest's (``ghofl fit --license``), ``other`` when unset; ``tags``
+    name the library, the method and the task; ``model-index`` holds the evaluations.
+    """
+    task = _task(manifest)
+    lic = manifest.get("license")
+    tags = ["ghofl", "federated-learning", "one-shot-federated-learning", task]
+    return ["---", "library_name: ghofl", f"license: {_yaml(lic if lic else 'other')}",
+            "tags:", *(f"- {t}" for t in tags), f"pipeline_tag: {task}",
+            *_model_index(manifest, task), "---"]
+
+
+def _usage_lines(manifest: Mapping[str, Any], heads: Mapping[str, Any]) -> list[str]:
+    default = manifest.get("default_head")
+    default = default if isinstance(default, str) and default in heads else next(iter(heads),
+                                                                                  "lda")
+    rule = manifest.get("default_head_rule") or ("not recorded (a model written before the "
+                                                 "rule existed: the first head of the manifest)")
+    lic = manifest.get("license")
+    return [f"- Default head: `{default}` (used by `ghofl predict` and `ghofl export` without "
+            f"`--head`), chosen by: {rule}",
+            "- License: " + (f"`{lic}`" if lic else "not set (`other`); set it with "
+                             "`ghofl fit --license SPDX-ID`"), "",
+            "```bash",
+            "# one row per item: label, p_<class> per class, ood_score, ood",
+            "ghofl predict MODEL_DIR --data images/ --out predictions.csv",
+            "# the default head as one ONNX graph (encoder + feature transform + head)",
+            "ghofl export MODEL_DIR --out model.onnx",
+            "```", "",
+            "```python",
+            "import onnxruntime as ort",
+            "session = ort.InferenceSession(\"model.onnx\")",
+            "outputs = session.run(None, {session.get_inputs()[0].name: batch})  # uint8 images",
+            "```", "",
+            "In Python, `ghofl.model.directory.load_model(MODEL_DIR)` returns the heads; their "
+            "`predict_proba` takes raw embeddings of the encoder above."]
+
+
+def _ood_lines(ood: Any) -> list[str]:
+    if not isinstance(ood, Mapping):
+        return ["This model holds no out-of-distribution score (fitted before ghofl wrote one, "
+                "or from too few samples)."]
+    how = (f"calibrated on {ood.get('n_calibration')} held-out in-distribution items at a "
+           f"false-positive rate of {_fmt(ood.get('fpr'))}"
+           if ood.get("calibration") == "conformal" else
+           "set from the Gaussian model alone (not calibrated on data)")
+    return [f"`predict` writes `ood_score`, the {ood.get('score', 'out-of-distribution score')},"
+            f" and flags `ood` above the threshold {_fmt(ood.get('threshold'))}, {how}.", "",
+            "Limits: the score measures distance in the encoder's feature space only. It "
+            "separates inputs far from every class (far-OOD) better than near-OOD inputs that "
+            "the encoder maps close to a class; differences of resolution or preprocessing "
+            "move the score as much as content does. A threshold from the Gaussian model "
+            "flags far more in-distribution inputs than its nominal rate when the features "
+            "are not Gaussian; calibrate it on held-out in-distribution data of your own."]
 
 
 def _personalised_lines(record: Any) -> list[str]:
@@ -251,8 +416,7 @@ def model_card(
     heads = manifest.get("heads") or {}
     aggregation = manifest.get("aggregation") or {}
     privacy = manifest.get("privacy") if isinstance(manifest.get("privacy"), Mapping) else None
-    first = next(iter(heads), "lda")
-    out = ["# Model card", "",
+    out = [*front_matter(manifest), "", "# Model card", "",
            f"A ghofl model directory: {len(heads)} classification head(s) ("
            f"{', '.join(f'`{h}`' for h in heads)}) fitted in one shot from aggregated client "
            "statistics (per-class sums of encoder features), never from raw data.", "",
@@ -262,15 +426,18 @@ def model_card(
            "## Protocol and privacy", "", *_protocol_lines(aggregation, privacy), "",
            *_personalised_lines(manifest.get("personalised")),
            "## Heads", "", *_head_lines(heads, chosen or {}), "",
-           "## Evaluation", "", *_score_lines(heads, scores), "",
+           "## Evaluation", "", *_evaluation_lines(manifest.get("evaluations")),
+           *_score_lines(heads, scores or manifest.get("test_scores"),
+                         bool(manifest.get("evaluations"))), "",
+           "## How to use", "", *_usage_lines(manifest, heads), "",
+           "## Out-of-distribution score", "", *_ood_lines(manifest.get("ood")), "",
            "## Reproduce", ""]
+    command = command or manifest.get("command")
     if command:
         out += ["```", command, "```"]
     else:
         out.append("The command that made this model was not recorded.")
     out += ["", "## Intended use", "",
-            "Classifying new inputs from the same encoder into the classes above: "
-            f"`ghofl evaluate` on labelled embeddings, `ghofl export MODEL_DIR --head {first} "
-            "--out model.onnx` for an ONNX graph, or `ghofl.model.directory.load_model` in "
-            "Python.", "", "## Known limits", "", *(f"- {t}" for t in _LIMITS)]
+            "Classifying new inputs from the same encoder into the classes above (see How to "
+            "use).", "", "## Known limits", "", *(f"- {t}" for t in _LIMITS)]
     return "\n".join(out) + "\n"

@@ -10,6 +10,10 @@ Layout::
                                  e.g. n_samples, counts, source},
                                  "ood": {"file": "ood.npz", "sha256": ..., "threshold": ...,
                                  "quantile": ..., "score": ..., "rule": ..., ...} (optional),
+                                 "default_head": NAME, "default_head_rule": TEXT (optional),
+                                 "license": SPDX (optional), "command": the fit command
+                                 (optional), "evaluations": [...] (``ghofl evaluate
+                                 --update-card``, :mod:`ghofl.model.card_update`),
                                  ...extra keys, "digest": SHA-256 of the rest}
     <model_dir>/<NAME>.ghh      one head per file (:func:`ghofl.heads.registry.save_head`)
     <model_dir>/ood.npz         class means and covariance factor of the out-of-distribution
@@ -31,6 +35,10 @@ match its digest (edited or corrupt), a head file whose bytes differ from the en
 after a registered head (``lda``) whose file holds another head (``qda.ghh``) — the last two
 even when the manifest was edited and its digests recomputed.
 
+A head whose file is absent is an error for that head only: ``load_model(...,
+missing_ok=True)`` loads the other heads (the digest and every present file still checked),
+and :meth:`FittedModel.head` names the missing file when the absent head is asked for.
+
 A manifest without its ``digest``, or with a head or ``ood`` entry without its ``sha256``
 (written before these fields existed, or stripped of them), is refused before any file is
 read: removing the checks would otherwise turn them off. ``load_model(...,
@@ -40,11 +48,8 @@ the checks its fields allow, with an :class:`UnsignedModelWarning` naming what i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import stat
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -58,7 +63,7 @@ from ghofl.client.transforms import (
     check_feature_transform,
     recorded_feature_transform,
 )
-from ghofl.errors import ConfigError, GhoflError, GhoflWarning, InputError, StatsFormatError
+from ghofl.errors import ConfigError, GhoflError, InputError, StatsFormatError
 from ghofl.evaluation.metrics import HeadScore, evaluate_heads
 from ghofl.files import atomic_directory
 from ghofl.heads.base import Head
@@ -66,7 +71,17 @@ from ghofl.heads.build import to_jsonable
 from ghofl.heads.ood import OOD_RULE, OOD_SCORE, MahalanobisOOD
 from ghofl.heads.registry import available_heads, load_head, save_head
 from ghofl.model.card import CARD_FILE, model_card
-from ghofl.stats.codec import parse_json
+from ghofl.model.manifest import (
+    MANIFEST,
+    MODEL_FIX,
+    UNSIGNED_FIX,
+    UnsignedModelWarning,
+    check_digest,
+    check_signed,
+    file_sha256,
+    manifest_digest,
+    read_manifest,
+)
 from ghofl.stats.meta import StatsMeta
 
 __all__ = [
@@ -81,20 +96,14 @@ __all__ = [
     "load_model",
     "load_ood",
     "save_model",
+    "update_ood",
 ]
 
-MANIFEST = "manifest.json"
 MODEL_FORMAT = "ghofl.model"
 MODEL_FORMAT_VERSION = 1
 OOD_FILE = "ood.npz"
-_RESERVED = frozenset({"format", "format_version", "ghofl_version", "heads", "digest", "ood"})
-_FIX = "write it with `ghofl fit` (or ghofl.model.directory.save_model)"
-_UNSIGNED_FIX = ("re-create the model with `ghofl fit`, or, for a legacy model you trust, "
-                 "pass --allow-unsigned-model (Python: load_model(..., allow_unsigned=True))")
-
-
-class UnsignedModelWarning(GhoflWarning):
-    """A model directory was loaded without the checks its manifest lacks (legacy model)."""
+_RESERVED = frozenset({"format", "format_version", "ghofl_version", "heads", "digest", "ood",
+                       "command", "evaluations", "test_scores"})
 
 
 def check_model_target(path: Path, option: str = "out_dir") -> None:
@@ -155,7 +164,8 @@ def save_model(
         Fitted out-of-distribution score (statistics space of ``stats_meta``), written to
         ``ood.npz`` and described under the manifest's ``ood`` (with the file's SHA-256).
     scores : mapping of head name to ``{"accuracy", "n"}``, optional
-        Test scores, reported in the model card (not in the manifest).
+        Test scores, reported in the model card and recorded as the manifest's
+        ``test_scores``.
     command : str, optional
         The command line that reproduces the model, for the model card.
 
@@ -189,6 +199,10 @@ def save_model(
             f"save_model extra['stats'] must be a mapping merged into the manifest's stats; "
             f"got {type(stats_extra).__name__}"
         )
+    default = extras.get("default_head")
+    if default is not None and default not in heads:
+        raise ConfigError(f"save_model extra['default_head'] {default!r} is not one of the "
+                          f"heads saved ({', '.join(heads)}); name a saved head")
     check_model_target(out_dir, option)
     from ghofl import __version__
 
@@ -199,6 +213,8 @@ def save_model(
         "heads": entries,
         "stats": {**stats_meta.to_dict(), **dict(stats_extra)},
         **extras,
+        **({"command": command} if command else {}),
+        **({"test_scores": {k: dict(v) for k, v in scores.items()}} if scores else {}),
     }
     for name, seconds in (fit_seconds or {}).items():
         if name in entries:
@@ -218,6 +234,43 @@ def save_model(
         card = model_card(manifest, chosen=chosen, scores=scores, command=command)
         (tmp / CARD_FILE).write_text(card, encoding="utf-8")
     return out_dir
+
+
+def rewrite_manifest(model_dir: Path, manifest: Mapping[str, Any], card: str) -> None:
+    """Replace a model directory's manifest and card at once, re-signing the manifest.
+
+    The head and ``ood`` files are hard-linked (copied where links fail) into a temporary
+    directory beside ``model_dir``, the new ``manifest.json`` and ``MODEL_CARD.md`` written
+    there, and the temporary swapped for ``model_dir`` (:func:`ghofl.files.atomic_directory`):
+    a reader sees the old model or the new one, never a mix. A manifest with a ``digest`` gets
+    the digest of its new content; an unsigned (legacy) one stays unsigned, so that it is
+    still read only with ``allow_unsigned``.
+
+    Parameters
+    ----------
+    model_dir : Path
+        A model directory that :func:`load_model` read (the caller checked it).
+    manifest : mapping
+        Its new manifest (without a valid digest: it is recomputed here).
+    card : str
+        Its new model card.
+    """
+    import shutil
+
+    model_dir = Path(model_dir)
+    body = dict(manifest)
+    if body.get("digest") is not None:
+        body["digest"] = manifest_digest(body)
+    with atomic_directory(model_dir) as tmp:
+        for src in model_dir.iterdir():
+            if src.name in (MANIFEST, CARD_FILE) or not src.is_file():
+                continue
+            try:
+                os.link(src, tmp / src.name)
+            except OSError:
+                shutil.copy2(src, tmp / src.name)
+        (tmp / MANIFEST).write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+        (tmp / CARD_FILE).write_text(card, encoding="utf-8")
 
 
 def _write_ood(path: Path, ood: MahalanobisOOD, meta: StatsMeta) -> dict[str, Any]:
@@ -253,38 +306,62 @@ def load_ood(model_dir: Path, manifest: Mapping[str, Any], *,
         return None
     path = Path(model_dir) / OOD_FILE
     if not isinstance(entry, dict) or entry.get("file") != OOD_FILE:
-        raise InputError(f"'{Path(model_dir) / MANIFEST}' has a malformed ood entry; {_FIX}")
+        raise InputError(f"'{Path(model_dir) / MANIFEST}' has a malformed ood entry; {MODEL_FIX}")
     if not path.is_file():
-        raise InputError(f"'{path}' is missing; copy the whole model directory, or {_FIX}")
+        raise InputError(f"'{path}' is missing; copy the whole model directory, or {MODEL_FIX}")
     if entry.get("sha256") is None and not allow_unsigned:
         raise InputError(f"'{Path(model_dir) / MANIFEST}' lacks the SHA-256 of {OOD_FILE}, so "
-                         f"its bytes cannot be checked; {_UNSIGNED_FIX}")
+                         f"its bytes cannot be checked; {UNSIGNED_FIX}")
     if entry.get("sha256") is not None and entry.get("sha256") != file_sha256(path):
         raise InputError(
             f"'{path}' is not the one the manifest was written with (its SHA-256 differs); "
-            f"copy the whole model directory again, or {_FIX}"
+            f"copy the whole model directory again, or {MODEL_FIX}"
         )
     meta = StatsMeta.from_dict(manifest["stats"])
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in MahalanobisOOD.fitted_arrays if k in z.files}
     except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"'{path}' is not a readable .npz archive ({exc}); {_FIX}") from exc
+        raise InputError(f"'{path}' is not a readable .npz archive ({exc}); {MODEL_FIX}") from exc
     return MahalanobisOOD.from_state(arrays, entry, meta.num_classes, meta.dim, f"'{path}'")
 
 
-def manifest_digest(manifest: Mapping[str, Any]) -> str:
-    """SHA-256 of a manifest's canonical JSON (sorted keys, compact) without ``digest``."""
-    body = {k: v for k, v in manifest.items() if k != "digest"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+def update_ood(model_dir: Path, ood: MahalanobisOOD, *,
+               allow_unsigned: bool = False) -> dict[str, Any]:
+    """Record the threshold of ``ood`` (e.g. :meth:`MahalanobisOOD.calibrate`) in the manifest.
 
+    Only the manifest's ``ood`` entry (threshold, calibration, rule, fpr) and its ``digest``
+    change, with the model card that states them, written together atomically
+    (:func:`rewrite_manifest`); ``ood.npz`` is unchanged, and ``ood`` must hold its arrays.
+    Returns the new ``ood`` entry.
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in chunks."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    Raises
+    ------
+    InputError
+        The model directory is refused by :func:`load_model`, has no OOD score, or ``ood`` was
+        not read from it (its class means or covariance factor differ from ``ood.npz``).
+    """
+    import warnings
+
+    model_dir = Path(model_dir)
+    with warnings.catch_warnings():  # the caller loaded the model already and was warned
+        warnings.simplefilter("ignore", UnsignedModelWarning)
+        model = load_model(model_dir, allow_unsigned=allow_unsigned, missing_ok=True)
+    manifest = dict(model.manifest)
+    stored = load_ood(model_dir, manifest, allow_unsigned=allow_unsigned)
+    if stored is None:
+        raise InputError(f"the model in '{model_dir}' has no OOD score ({OOD_FILE}); fit it "
+                         "again with `ghofl fit` to get one")
+    arrays, scalars = ood.get_state()
+    if any(not np.array_equal(arrays[k], getattr(stored, k)) for k in stored.fitted_arrays):
+        raise InputError(f"the OOD score given differs from '{model_dir / OOD_FILE}'; calibrate "
+                         "the one load_ood reads from this model directory")
+    old = {k: v for k, v in manifest["ood"].items() if k not in ("fpr", "n_calibration")}
+    manifest["ood"] = entry = {**old, **scalars}
+    chosen = {name: head.get_state()[1] for name, head in model.heads.items()}
+    # manifest and card together (the card states the threshold), re-signed if signed
+    rewrite_manifest(model_dir, manifest, model_card(manifest, chosen=chosen))
+    return entry
 
 
 def _check_heads(heads: Mapping[str, Head], meta: StatsMeta) -> dict[str, dict[str, Any]]:
@@ -354,19 +431,44 @@ class FittedModel(NamedTuple):
         """The class names; predictions index into them."""
         return tuple(self.head().meta_.classes)
 
+    @property
+    def missing(self) -> list[str]:
+        """Heads the manifest lists whose file was absent (``load_model(missing_ok=True)``)."""
+        return [str(n) for n in self.manifest["heads"] if n not in self.heads]
+
+    @property
+    def default_head(self) -> str:
+        """The head used when none is named: the manifest's ``default_head`` when recorded.
+
+        A model written before ``default_head`` existed uses the first head of its manifest.
+        """
+        recorded = self.manifest.get("default_head")
+        if isinstance(recorded, str) and recorded in self.manifest["heads"]:
+            return recorded
+        return str(next(iter(self.manifest["heads"])))
+
     def head(self, name: str | None = None) -> Head:
-        """Head ``name`` (default: the first of the manifest).
+        """Head ``name`` (default: :attr:`default_head` when loaded, else the first loaded).
 
         Raises
         ------
         ConfigError
             The model holds no head ``name``.
+        InputError
+            Head ``name`` is listed in the manifest, but its file was absent.
         """
         if name is None:
-            return next(iter(self.heads.values()))
+            return self.heads.get(self.default_head) or next(iter(self.heads.values()))
+        if name in self.missing:
+            entry = self.manifest["heads"][name]
+            raise InputError(
+                f"head {name!r} is listed in the manifest, but its file {entry['file']!r} is "
+                f"missing from the model directory; copy the whole model directory again, or "
+                f"use one of the heads present ({', '.join(self.heads)})"
+            )
         if name not in self.heads:
             raise ConfigError(f"the model holds no head {name!r}; it holds "
-                              f"{', '.join(self.heads)}")
+                              f"{', '.join(map(str, self.manifest['heads']))}")
         return self.heads[name]
 
     def features(self, x: NDArray[Any], transform: str | None = None) -> F64:
@@ -428,7 +530,8 @@ class FittedModel(NamedTuple):
         return evaluate_heads(self.heads, self.features(x, transform), y, what=what)
 
 
-def load_model(model_dir: Path, *, allow_unsigned: bool = False) -> FittedModel:
+def load_model(model_dir: Path, *, allow_unsigned: bool = False,
+               missing_ok: bool = False) -> FittedModel:
     """Read a model directory written by :func:`save_model`.
 
     Parameters
@@ -439,6 +542,10 @@ def load_model(model_dir: Path, *, allow_unsigned: bool = False) -> FittedModel:
         Read a legacy model whose manifest lacks its ``digest`` or a file's ``sha256``, with
         the checks its fields allow and an :class:`UnsignedModelWarning` naming what is
         unchecked (``--allow-unsigned-model``). Without it such a model is refused.
+    missing_ok : bool, default False
+        Load the heads whose file is present and leave out those whose file is absent
+        (:attr:`FittedModel.missing`; :meth:`FittedModel.head` names the file when one is
+        asked for). At least one head must be present. Without it an absent file is an error.
 
     Returns
     -------
@@ -453,22 +560,22 @@ def load_model(model_dir: Path, *, allow_unsigned: bool = False) -> FittedModel:
         without a valid file name, or (without ``allow_unsigned``) a manifest without its
         digest or a file's SHA-256.
     StatsFormatError
-        A head file is missing or corrupt.
+        A head file is missing (without ``missing_ok``, or every head's) or corrupt.
     """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise InputError(
-            f"model directory '{model_dir}' does not exist or is not a directory; {_FIX}"
+            f"model directory '{model_dir}' does not exist or is not a directory; {MODEL_FIX}"
         )
     path = model_dir / MANIFEST
-    manifest = _read_manifest(model_dir, path)
+    manifest = read_manifest(model_dir, path)
     if not isinstance(manifest, dict) or manifest.get("format") != MODEL_FORMAT \
             or not isinstance(manifest.get("heads"), dict) or not manifest["heads"]:
-        raise InputError(f"'{path}' is not a ghofl model manifest; {_FIX}")
+        raise InputError(f"'{path}' is not a ghofl model manifest; {MODEL_FIX}")
     version = manifest.get("format_version", 0)
     if isinstance(version, bool) or not isinstance(version, int):
         raise InputError(
-            f"'{path}' has format_version {version!r}; expected an integer; {_FIX}"
+            f"'{path}' has format_version {version!r}; expected an integer; {MODEL_FIX}"
         )
     if version > MODEL_FORMAT_VERSION:
         raise InputError(
@@ -477,100 +584,39 @@ def load_model(model_dir: Path, *, allow_unsigned: bool = False) -> FittedModel:
         )
     stats = manifest.get("stats")
     if not isinstance(stats, dict):
-        raise InputError(f"'{path}' has no stats section describing the statistics; {_FIX}")
+        raise InputError(f"'{path}' has no stats section describing the statistics; {MODEL_FIX}")
     try:
         expected = StatsMeta.from_dict(stats)
     except GhoflError as exc:
-        raise InputError(f"'{path}' has a malformed stats section ({exc}); {_FIX}") from exc
+        raise InputError(f"'{path}' has a malformed stats section ({exc}); {MODEL_FIX}") from exc
     files: dict[str, str] = {}
     for name, entry in manifest["heads"].items():
         file = entry.get("file") if isinstance(entry, dict) else None
         if not isinstance(file, str) or not file or Path(file).name != file:
-            raise InputError(f"'{path}' lists head {name!r} without a valid file name; {_FIX}")
+            raise InputError(f"'{path}' lists head {name!r} without a valid file name; {MODEL_FIX}")
         files[name] = file
     check_signed(manifest, path, allow_unsigned)  # before any file is read
     heads: dict[str, Head] = {}
     for name, entry in manifest["heads"].items():
         file = files[name]
+        if missing_ok and not (model_dir / file).exists():
+            continue
         head = load_head(model_dir / file)
         diffs = [d for d in head.meta_.differences(expected) if not d.startswith("mode ")]
         if diffs:
             raise InputError(
                 f"head file '{model_dir / file}' does not belong to this model: it was fitted "
                 f"on statistics that differ from the manifest's in {'; '.join(diffs)}; copy "
-                f"the whole model directory, or {_FIX}"
+                f"the whole model directory, or {MODEL_FIX}"
             )
         _check_binding(str(name), entry, head, model_dir / file, path)
         heads[name] = head
-    _check_digest(manifest, path)  # last: a specific fault gets its specific message
+    if not heads:
+        raise StatsFormatError(f"'{model_dir}' holds none of the head files its manifest lists "
+                               f"({', '.join(files.values())}); copy the whole model directory "
+                               "again")
+    check_digest(manifest, path)  # last: a specific fault gets its specific message
     return FittedModel(heads, manifest)
-
-
-def _unsigned_parts(manifest: Mapping[str, Any]) -> list[str]:
-    """What a manifest lacks of its checks: ``"digest"`` and the files without a ``sha256``.
-
-    The files are named as the manifest lists them (head files in manifest order, then the
-    ``ood`` file); an empty list for a manifest that carries every check.
-    """
-    missing = ["digest"] if manifest.get("digest") is None else []
-    entries = [*dict(manifest.get("heads") or {}).values(), manifest.get("ood")]
-    for entry in entries:
-        if isinstance(entry, dict) and entry.get("sha256") is None:
-            missing.append(str(entry.get("file"))[:80])
-    return missing
-
-
-def check_signed(manifest: Mapping[str, Any], path: Path, allow_unsigned: bool = False) -> None:
-    """Refuse a manifest without its digest or a file's SHA-256, unless ``allow_unsigned``.
-
-    With ``allow_unsigned`` such a manifest gives an :class:`UnsignedModelWarning` naming
-    what is unchecked.
-
-    Raises
-    ------
-    InputError
-        The manifest lacks its ``digest`` or the ``sha256`` of a file it lists, and
-        ``allow_unsigned`` is false.
-    """
-    missing = _unsigned_parts(manifest)
-    if not missing:
-        return
-    files = missing[1:] if missing[0] == "digest" else missing
-    if len(files) > 4:
-        files = [*files[:3], f"{len(files) - 3} more files"]
-    parts = ["its digest"] if missing[0] == "digest" else []
-    if files:
-        parts.append(f"the SHA-256 of {', '.join(files)}")
-    if not allow_unsigned:
-        raise InputError(
-            f"'{path}' lacks {' and '.join(parts)}, so the model cannot be checked against "
-            f"what was fitted (a legacy or stripped manifest); {_UNSIGNED_FIX}"
-        )
-    unchecked = ["the manifest itself (no digest)"] if missing[0] == "digest" else []
-    if files:
-        unchecked.append(f"the bytes of {', '.join(files)} (no sha256)")
-    warnings.warn(
-        f"loading the unsigned model in '{path.parent}' (--allow-unsigned-model): "
-        f"{' and '.join(unchecked)} are unchecked; re-create it with `ghofl fit` to restore "
-        "the checks",
-        UnsignedModelWarning,
-        stacklevel=3,
-    )
-
-
-def _check_digest(manifest: dict[str, Any], path: Path) -> None:
-    digest = manifest.get("digest")
-    if digest is None:
-        return  # a legacy manifest, loaded with allow_unsigned (check_signed)
-    try:
-        expected = manifest_digest(manifest)
-    except (TypeError, ValueError):  # not JSON-encodable back (cannot happen for parsed JSON)
-        expected = ""
-    if digest != expected:
-        raise InputError(
-            f"'{path}' does not match its digest: the manifest was edited or is corrupt; "
-            f"copy the whole model directory again, or {_FIX}"
-        )
 
 
 def _check_binding(name: str, entry: dict[str, Any], head: Head, file: Path,
@@ -581,46 +627,19 @@ def _check_binding(name: str, entry: dict[str, Any], head: Head, file: Path,
     if recorded is not None and recorded != kind:
         raise InputError(
             f"'{path}' lists head {name!r} as a {str(recorded)[:40]!r} head, but '{file}' "
-            f"records that it holds a {kind!r} head; the manifest was edited, {_FIX}"
+            f"records that it holds a {kind!r} head; the manifest was edited, {MODEL_FIX}"
         )
     if name in available_heads() and name != kind:
         raise InputError(
             f"'{path}' points head {name!r} at '{file.name}', which holds a {kind!r} head; "
-            f"the manifest was edited, {_FIX}"
+            f"the manifest was edited, {MODEL_FIX}"
         )
     sha = entry.get("sha256")
     if sha is not None and sha != file_sha256(file):  # None: allowed unsigned (check_signed)
         raise InputError(
             f"head file '{file}' is not the one '{path}' was written with (its SHA-256 "
-            f"differs); copy the whole model directory again, or {_FIX}"
+            f"differs); copy the whole model directory again, or {MODEL_FIX}"
         )
-
-
-#: Largest manifest read.
-MAX_MANIFEST_BYTES = 64 * 1024 * 1024
-
-
-def _read_manifest(model_dir: Path, path: Path) -> Any:
-    """Parse ``manifest.json`` defensively (regular file, bounded size and nesting)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"'{model_dir}' has no {MANIFEST}, so it is not a ghofl model "
-                         f"directory; {_FIX}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"'{path}' is not a regular file (a directory, FIFO or device); {_FIX}")
-    if st.st_size > MAX_MANIFEST_BYTES:
-        raise InputError(f"'{path}' is {st.st_size} bytes, more than the {MAX_MANIFEST_BYTES} "
-                         f"a manifest may hold; {_FIX}")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise InputError(f"'{path}' is not a regular file; {_FIX}")
-        raw = f.read(MAX_MANIFEST_BYTES + 1)
-    try:
-        return parse_json(raw.decode("utf-8"), f"'{path}'", _FIX)
-    except (StatsFormatError, UnicodeDecodeError) as exc:
-        raise InputError(f"'{path}' is not valid JSON ({exc}); {_FIX}") from exc
 
 
 def check_fitted_head(name: str, head: Head) -> None:

@@ -16,7 +16,10 @@
   ``input_ids``/``attention_mask`` int64 (N, L), the tokenizer written beside the file.
 
 Both record the head's metadata (:func:`~ghofl.model.onnx_graph.head_metadata`) in the file's
-``metadata_props``; the full graph adds ``ghofl.image_size``.
+``metadata_props``; the full graph adds ``ghofl.image_size``. When the model directory holds an
+OOD score (``ood.npz``), the head-only graph and the full graph of a built-in or ``timm:`` /
+``open_clip:`` image encoder also output ``ood_score`` float64 (N,) and ``ood`` bool (N,) at the
+threshold the manifest records (e.g. calibrated by ``ghofl evaluate --calibrate-ood``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from ghofl.stats.meta import EncoderInfo
 
 if TYPE_CHECKING:
     import onnx
+
+    from ghofl.heads.ood import MahalanobisOOD
 
 __all__ = ["IMAGE_INPUT", "check_new_output", "export_model", "full_graph", "image_encoder_for",
            "parse_image_size"]
@@ -133,7 +138,8 @@ def checked_onnx_encoder(encoder: Any, info: EncoderInfo) -> Any:
 def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
                cache_dir: str | os.PathLike[str] | None = None,
                encoder_file: str | os.PathLike[str] | None = None,
-               model_dir: Path | None = None) -> onnx.ModelProto:
+               model_dir: Path | None = None,
+               ood: MahalanobisOOD | None = None) -> onnx.ModelProto:
     """Encoder + head as one ONNX model (module docstring).
 
     Parameters
@@ -152,6 +158,9 @@ def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
         recorded name, :mod:`ghofl.client.encoders.recorded`).
     model_dir : Path, optional
         The model directory (messages, and where the model file is looked up).
+    ood : MahalanobisOOD, optional
+        The model's OOD score: outputs ``ood_score`` and ``ood`` (built-in and library image
+        encoders; a model file's graph has none).
     """
     require_extra("onnx", "torch")
     import onnx
@@ -184,7 +193,7 @@ def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
     enc = onnx.load(str(encoder.onnx_path(h, w)))
     enc_in = enc.graph.input[0].name
     (enc_out,) = [o.name for o in enc.graph.output]
-    head_model = head_graph(head, name)
+    head_model = head_graph(head, name, ood)
     head_model.ir_version = enc.ir_version
     enc = compose.add_prefix(enc, "encoder/")
     merged = compose.merge_models(
@@ -224,7 +233,7 @@ def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool 
     ConfigError
         Full graph asked for an encoder without an ONNX path (see :func:`full_graph`).
     """
-    from ghofl.model.directory import load_model
+    from ghofl.model.directory import load_model, load_ood
 
     out = Path(out)
     if out.suffix.lower() != ".onnx":
@@ -233,21 +242,24 @@ def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool 
     if out.is_dir():
         raise InputError(f"--out '{out}' is a directory; give a file path ending in .onnx")
     check_new_output(out, force)
-    heads, _ = load_model(model_dir, allow_unsigned=allow_unsigned)
-    if head_name not in heads:
+    model = load_model(model_dir, allow_unsigned=allow_unsigned, missing_ok=True)
+    heads, manifest = model
+    if head_name not in heads and head_name not in model.missing:
         raise InputError(f"the model in '{model_dir}' has no head {head_name!r}; its heads: "
-                         f"{', '.join(heads)}")
-    head = heads[head_name]
+                         f"{', '.join(manifest['heads'])}")
+    head = model.head(head_name)  # one line naming its file when it is missing
     from ghofl.model.export_text import export_text_model, is_text_encoder
 
     if not head_only and is_text_encoder(head.meta_.encoder):  # token ids in, tokenizer beside
         encoder = _text_encoder(head.meta_.encoder, f"'{model_dir}'", encoder_file, model_dir)
         return export_text_model(head, head_name, out, force=force, image_size=image_size,
                                  encoder=encoder)[0]
+    ood = load_ood(model_dir, manifest, allow_unsigned=allow_unsigned)
     if head_only:
-        model = head_graph(head, head_name)
+        model = head_graph(head, head_name, ood)
     else:
-        model = full_graph(head, head_name, image_size, cache_dir, encoder_file, model_dir)
+        model = full_graph(head, head_name, image_size, cache_dir, encoder_file, model_dir,
+                           ood)
     blob = model.SerializeToString()
     atomic_write(out, lambda tmp: Path(tmp).write_bytes(blob))
     return out

@@ -8,6 +8,10 @@ raw encoder output::
     embeddings  float32 (N, d)   the encoder's output, before any feature transform
     probabilities float32 (N, C) softmax of the head's log-scores
     label       int64 (N,)       arg-max of the log-scores (index into the classes)
+    ood_score   float64 (N,)     with the model's OOD score (:mod:`ghofl.heads.ood`): squared
+                                 Mahalanobis distance to the nearest class mean, as
+                                 ``ghofl predict`` reports it (float64: scores reach 1e4)
+    ood         bool (N,)        ood_score > the model's threshold (with ``ood_score``)
 
 The recorded feature transform runs in float32 (as :func:`~ghofl.client.transforms.
 apply_feature_transform` does on float32 embeddings); the projection and the head's scores run
@@ -36,11 +40,15 @@ from ghofl.heads.base import Head
 if TYPE_CHECKING:
     import onnx
 
+    from ghofl.heads.ood import MahalanobisOOD
+
 __all__ = [
     "CONVERTERS",
     "INPUT_NAME",
     "LABEL_NAME",
     "NEG_SCORE",
+    "OOD_FLAG_NAME",
+    "OOD_SCORE_NAME",
     "OPSET",
     "PROBA_NAME",
     "GraphBuilder",
@@ -54,6 +62,8 @@ OPSET = 17
 INPUT_NAME = "embeddings"
 PROBA_NAME = "probabilities"
 LABEL_NAME = "label"
+OOD_SCORE_NAME = "ood_score"
+OOD_FLAG_NAME = "ood"
 #: Score given to classes whose log prior is −∞ (no samples): exp(NEG_SCORE − max) is 0.
 NEG_SCORE = -1e30
 
@@ -278,9 +288,22 @@ def _feature_transform(g: GraphBuilder, x: str, name: str) -> str:
     return g.op("Concat", *parts, axis=1)
 
 
+def _ood_nodes(g: GraphBuilder, z: str, ood: MahalanobisOOD) -> str:
+    """min_c ‖L⁻¹(z − μ_c)‖², (N,), expanded as :func:`~ghofl.heads.ood.nearest_mahalanobis`."""
+    from scipy.linalg import solve_triangular
+
+    k = ood.chol_.shape[0]
+    inv_t = solve_triangular(ood.chol_, np.eye(k), lower=True).T  # L⁻ᵀ: u = z L⁻ᵀ
+    m = ood.means_ @ inv_t  # (C, k)
+    u = g.matmul(z, inv_t)
+    d2 = g.op("Add", g.row_sq_norm(u), g.affine(u, -2.0 * m.T, np.einsum("ij,ij->i", m, m)))
+    nearest = g.op("ReduceMin", d2, axes=[1], keepdims=0)
+    return g.op("Max", nearest, g.const(0.0, "zero"))
+
+
 def head_metadata(head: Head, name: str, input_dim: int,
-                  transform: str) -> dict[str, str]:
-    """The ``metadata_props`` of an exported head.
+                  transform: str, ood: MahalanobisOOD | None = None) -> dict[str, str]:
+    """The ``metadata_props`` of an exported head (with ``ood``: its score, threshold, rule).
 
     Every value is a string; JSON where structured.
     """
@@ -288,13 +311,17 @@ def head_metadata(head: Head, name: str, input_dim: int,
 
     meta = head.meta_
     enc = meta.encoder
+    outputs: dict[str, list[Any]] = {PROBA_NAME: ["N", meta.num_classes], LABEL_NAME: ["N"]}
+    if ood is not None:
+        outputs.update({OOD_SCORE_NAME: ["N"], OOD_FLAG_NAME: ["N"]})
     contract = {
         "input": INPUT_NAME, "dtype": "float32", "shape": ["N", input_dim],
         "feature_transform": transform,
         "projection": None if meta.projection is None else meta.projection.to_dict(),
-        "outputs": {PROBA_NAME: ["N", meta.num_classes], LABEL_NAME: ["N"]},
+        "outputs": outputs,
     }
-    return {
+    props = _ood_metadata(ood) if ood is not None else {}
+    return {**props,
         "ghofl.version": __version__,
         "ghofl.classes": json.dumps(list(meta.classes)),
         "ghofl.head": name,
@@ -307,7 +334,16 @@ def head_metadata(head: Head, name: str, input_dim: int,
     }
 
 
-def head_graph(head: Head, name: str | None = None) -> onnx.ModelProto:
+def _ood_metadata(ood: MahalanobisOOD) -> dict[str, str]:
+    from ghofl.heads.ood import OOD_SCORE
+
+    return {"ghofl.ood_score": OOD_SCORE, "ghofl.ood_threshold": repr(float(ood.threshold_)),
+            "ghofl.ood_rule": ood.rule,
+            "ghofl.ood_fpr": "" if ood.fpr_ is None else repr(float(ood.fpr_))}
+
+
+def head_graph(head: Head, name: str | None = None,
+               ood: MahalanobisOOD | None = None) -> onnx.ModelProto:
     """The head-only ONNX model of a fitted head (module docstring).
 
     Parameters
@@ -316,12 +352,17 @@ def head_graph(head: Head, name: str | None = None) -> onnx.ModelProto:
         A fitted head (from statistics or a model directory).
     name : str, optional
         Name recorded in the metadata (default: the head's registered name).
+    ood : MahalanobisOOD, optional
+        The model's OOD score (:func:`~ghofl.model.directory.load_ood`), fitted in the head's
+        statistics space: adds the outputs ``ood_score`` float64 (N,) and ``ood`` bool (N,)
+        (score above its ``threshold_``).
 
     Returns
     -------
     onnx.ModelProto
         Checked with ``onnx.checker``; input ``embeddings`` float32 (N, d) with d the raw
-        encoder dimension, outputs ``probabilities`` float32 (N, C) and ``label`` int64 (N,).
+        encoder dimension, outputs ``probabilities`` float32 (N, C) and ``label`` int64 (N,)
+        (and ``ood_score``, ``ood``).
 
     Raises
     ------
@@ -348,12 +389,21 @@ def head_graph(head: Head, name: str | None = None) -> onnx.ModelProto:
     g.nodes.append(helper.make_node("Cast", ["proba64"], [PROBA_NAME], to=TensorProto.FLOAT))
     g.nodes.append(helper.make_node("ArgMax", [scores], [LABEL_NAME], axis=1, keepdims=0))
     c = meta.num_classes
+    outputs = [helper.make_tensor_value_info(PROBA_NAME, TensorProto.FLOAT, ["N", c]),
+               helper.make_tensor_value_info(LABEL_NAME, TensorProto.INT64, ["N"])]
+    if ood is not None:
+        _check_ood(ood, head)
+        score = _ood_nodes(g, z, ood)
+        g.nodes.append(helper.make_node("Identity", [score], [OOD_SCORE_NAME]))
+        g.nodes.append(helper.make_node(
+            "Greater", [OOD_SCORE_NAME, g.const(float(ood.threshold_), "threshold")],
+            [OOD_FLAG_NAME]))
+        outputs += [helper.make_tensor_value_info(OOD_SCORE_NAME, TensorProto.DOUBLE, ["N"]),
+                    helper.make_tensor_value_info(OOD_FLAG_NAME, TensorProto.BOOL, ["N"])]
     graph = helper.make_graph(
         g.nodes, f"ghofl_{name or head.name}",
         [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["N", d])],
-        [helper.make_tensor_value_info(PROBA_NAME, TensorProto.FLOAT, ["N", c]),
-         helper.make_tensor_value_info(LABEL_NAME, TensorProto.INT64, ["N"])],
-        g.initializers,
+        outputs, g.initializers,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="ghofl")
@@ -361,9 +411,21 @@ def head_graph(head: Head, name: str | None = None) -> onnx.ModelProto:
     from ghofl import __version__
 
     model.producer_version = __version__
-    helper.set_model_props(model, head_metadata(head, name or head.name, d, transform))
+    helper.set_model_props(model, head_metadata(head, name or head.name, d, transform, ood))
     onnx.checker.check_model(model)
     return model
+
+
+def _check_ood(ood: MahalanobisOOD, head: Head) -> None:
+    """Refuse an OOD score fitted in another space than the head's statistics space."""
+    ood._check_fitted()
+    meta = head.meta_
+    if ood.means_.shape != (meta.num_classes, meta.dim):
+        raise ConfigError(
+            f"the OOD score has class means of shape {ood.means_.shape}, but the head was "
+            f"fitted on {meta.num_classes} classes in dimension {meta.dim}; export the OOD "
+            "score of the head's own model directory"
+        )
 
 
 def rename_input(model: onnx.ModelProto, old: str, new: str) -> None:

@@ -340,6 +340,9 @@ def save_personalized(out_dir: Path, model: FittedModel, model_dir: Path, local:
              "personalised": {**record.to_dict(), "from_model": str(model_dir),
                               "from_model_digest": manifest.get("digest"),
                               "from_stats": stats_source}}
+    for key in ("default_head", "default_head_rule", "license"):  # the global model's choices
+        if key in manifest:
+            extra[key] = manifest[key]
     fit_seconds = {n: e.get("fit_seconds", 0.0) for n, e in manifest["heads"].items()}
     save_model(out_dir, heads, stats_meta=meta, extra=extra, fit_seconds=fit_seconds,
                option="--out", ood=ood)

@@ -28,6 +28,7 @@ from ghofl.heads.presets import check_preset, merge_preset
 from ghofl.heads.registry import parse_head_list
 from ghofl.model.directory import check_model_target, save_model
 from ghofl.moments.core import compute_moments
+from ghofl.server.default_head import choose_default_head
 from ghofl.server.fields import FIELDS
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import Mode
@@ -201,7 +202,9 @@ def run_server_job(
         before any projection).
     extra : mapping, optional
         Extra manifest entries (see :func:`~ghofl.model.directory.save_model`); the manifest's
-        ``stats`` always records ``n_samples`` and ``counts`` of ``total``.
+        ``stats`` always records ``n_samples`` and ``counts`` of ``total``, and the manifest
+        the default head (:func:`~ghofl.server.default_head.choose_default_head`) unless
+        ``extra`` names one.
     log : callable, optional
         Receives a line before each head is fitted (e.g. ``"fitting lda..."``).
     option : str, default "out_dir"
@@ -259,6 +262,9 @@ def run_server_job(
                  "n_clipped": total.n_clipped}
         extras = dict(extra or {})
         given = extras.pop("stats", None) or {}
+        if "default_head" not in extras:
+            extras["default_head"], extras["default_head_rule"] = choose_default_head(
+                total, models, job.resolved_params(), job.seed)
         model_dir = save_model(Path(out_dir), models, stats_meta=total.meta,
                                extra={"stats": {**stats, **dict(given)}, **extras},
                                fit_seconds=fit_seconds, option=option, ood=_fit_ood(total),
