@@ -409,8 +409,14 @@ def test_a_writer_killed_at_random_moments_leaves_a_whole_model_and_no_leftover(
     rng = np.random.default_rng(25)
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path])}
-    left_behind = 0
-    for i in range(6):
+    left_behind, i = 0, 0
+
+    def writing() -> bool:
+        return any(p.name.startswith(".m.") for p in tmp_path.iterdir())
+
+    # six kills at seeded random moments; then, until one has landed mid-write (a loaded
+    # machine may land all six between writes), kills as soon as a write is seen under way
+    while i < 6 or (left_behind == 0 and i < 40):
         ready = tmp_path / f"ready{i}"
         proc = subprocess.Popen([sys.executable, "-c", _SAVING_FOREVER, str(target),
                                  str(ready)], env=env)
@@ -419,7 +425,11 @@ def test_a_writer_killed_at_random_moments_leaves_a_whole_model_and_no_leftover(
             while not ready.exists():
                 assert proc.poll() is None and time.monotonic() < deadline, "writer died"
                 time.sleep(0.02)
-            time.sleep(float(rng.uniform(0.0, 0.3)))
+            if i < 6:
+                time.sleep(float(rng.uniform(0.0, 0.3)))
+            else:
+                while not writing():
+                    assert proc.poll() is None and time.monotonic() < deadline, "writer died"
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -429,4 +439,5 @@ def test_a_writer_killed_at_random_moments_leaves_a_whole_model_and_no_leftover(
         save_model(target, heads, stats_meta=stats.meta)
         assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".m.")]
         assert set(load_model(target)[0]) == {"nb", "lda"}
+        i += 1
     assert left_behind > 0  # the kills did land mid-write (else the test proves nothing)
