@@ -15,6 +15,9 @@ import pytest
 
 from ghofl.bench.synthetic import SyntheticSplit, gaussian_classes, offset_classes
 
+#: SIGTERM tears fixtures down (and so stops the processes they started) as Ctrl-C does.
+pytest_plugins = ["tests.sigterm_plugin"]
+
 
 @pytest.fixture(params=[0, 1, 2], ids=lambda s: f"seed{s}")
 def synthetic_gaussian(request: pytest.FixtureRequest) -> SyntheticSplit:
