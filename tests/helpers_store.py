@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
+from typing import Any
+
 import numpy as np
 
 from ghofl.stats import compute_stats
@@ -30,3 +33,20 @@ def same_stats(a: ClientStats, b: ClientStats) -> bool:
         (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
         for x, y in zip(a.arrays().values(), b.arrays().values(), strict=True)
     )
+
+
+class FaultyConnection:
+    """A connection whose ``fail_at``-th statement (counted in ``counter[0]``) fails as a full
+    disk does."""
+
+    def __init__(self, con: sqlite3.Connection, counter: list[int], fail_at: int) -> None:
+        self._con, self._counter, self._fail_at = con, counter, fail_at
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        self._counter[0] += 1
+        if self._counter[0] == self._fail_at:
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._con.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)

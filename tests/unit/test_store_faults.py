@@ -26,6 +26,7 @@ from ghofl.stats import ClientStats, save_stats
 from ghofl.store import AggregationStore
 from ghofl.store import _sqlite as db_module
 from ghofl.store.verify import verify_store
+from tests.helpers_store import FaultyConnection as _FaultyConnection
 from tests.helpers_store import same_stats as _same
 from tests.helpers_store import store_payloads as _payloads
 
@@ -73,22 +74,6 @@ def clip(request: pytest.FixtureRequest) -> float | None:
 
 
 # ---------------------------------------------------------------------- full disk
-class _FaultyConnection:
-    """A connection whose ``n``-th statement fails as a full disk does."""
-
-    def __init__(self, con: sqlite3.Connection, counter: list[int], fail_at: int) -> None:
-        self._con, self._counter, self._fail_at = con, counter, fail_at
-
-    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
-        self._counter[0] += 1
-        if self._counter[0] == self._fail_at:
-            raise sqlite3.OperationalError("database or disk is full")
-        return self._con.execute(sql, *args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._con, name)
-
-
 def _count_and_fail(monkeypatch: pytest.MonkeyPatch, fail_at: int) -> list[int]:
     counter = [0]
     real = sqlite3.connect

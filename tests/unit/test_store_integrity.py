@@ -34,6 +34,7 @@ from ghofl.store import _integrity as integrity
 from ghofl.store import _sqlite as db_module
 from ghofl.store.repair import repair_store
 from ghofl.store.verify import inspect_store
+from tests.helpers_store import FaultyConnection as _FaultyConnection
 from tests.helpers_store import same_stats as _same
 from tests.helpers_store import store_payloads as _payloads
 
@@ -225,22 +226,6 @@ def test_repair_drops_and_lists_the_rows_that_fail_their_digests(
             fresh.add(f"c{i}", items[i])
         assert _same(read_total(path), fresh.total())
     assert _cli(capsys, "store", "verify", path)[0] == 0
-
-
-class _FaultyConnection:
-    """A connection whose ``n``-th statement fails as a full disk does."""
-
-    def __init__(self, con: sqlite3.Connection, counter: list[int], fail_at: int) -> None:
-        self._con, self._counter, self._fail_at = con, counter, fail_at
-
-    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
-        self._counter[0] += 1
-        if self._counter[0] == self._fail_at:
-            raise sqlite3.OperationalError("database or disk is full")
-        return self._con.execute(sql, *args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._con, name)
 
 
 def test_a_repair_that_fails_at_any_statement_leaves_the_old_store(
