@@ -344,6 +344,7 @@ BENCH = harness.Benchmark(
     description=__doc__ or "",
     sections=(harness.Section(SECTION, RESULTS.name, render),),
     measure=measure,
+    timings=True,
     add_arguments=add_arguments,
 )
 

@@ -202,6 +202,7 @@ BENCH = harness.Benchmark(
     description=__doc__ or "",
     sections=(harness.Section("core", "core.json", render),),
     measure=measure,
+    timings=True,
     add_arguments=add_arguments,
 )
 

@@ -35,6 +35,7 @@ from scipy.stats import chi2
 
 from ghofl.bench import harness
 from ghofl.bench.config import config_from_dict
+from ghofl.bench.decide import within
 from ghofl.bench.features import load_features
 from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.encoders import default_clip_norm
@@ -178,12 +179,12 @@ def _gaps(grid: list[dict[str, Any]]) -> list[list[str]]:
         per_seed = [[100 * statistics.fmean(row["accuracy"][h][i] for h in GAP_HEADS)
                      for i in range(len(row["accuracy"][GAP_HEADS[0]]))]
                     for row in (r, central[key])]
-        se = math.sqrt(sum(statistics.variance(p) / len(p) for p in per_seed))
+        cmp = within(per_seed[0], per_seed[1], 0.5, scale=1.0)
         kept = r.get("kept_variance")
         rows.append([str(key[0]), f"{r['epsilon']:g}",
                      "-" if kept is None else f"{kept:.4f}",
-                     *(f"{gap[h]:+.1f}" for h in HEADS), f"{mean:+.2f} ± {se:.2f}",
-                     "yes" if abs(mean) <= 0.5 else "NO"])
+                     *(f"{gap[h]:+.1f}" for h in HEADS), f"{mean:+.2f} ± {cmp.se:.2f}",
+                     "undecided" if cmp.passed is None else "yes" if cmp.passed else "NO"])
     return rows
 
 
@@ -229,7 +230,9 @@ def render(result: dict[str, Any]) -> str:
         "variance left in the distributed sum, in units of the central σ²). Target: within "
         f"0.5 points, read on the mean over {', '.join(GAP_HEADS)} (nb and qda vary by 2-12 "
         "points between seeds at these ε), ± its standard error over the seeds: the two modes "
-        "draw different noise of the same law, so the gap is a difference of two seed means.",
+        "draw different noise of the same law, so the gap is a difference of two seed means. "
+        "Decided by `ghofl.bench.decide.within` (the rule of every DP section): within when "
+        "|gap| ≤ max(0.5, 2 standard errors of the gap).",
         "",
         markdown_table(["clients", "ε", "kept σ²", *HEADS, "mean (target heads)",
                         "within 0.5"], _gaps(grid)),

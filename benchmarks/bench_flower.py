@@ -269,6 +269,7 @@ BENCH = harness.Benchmark(
     description=__doc__ or "",
     sections=(harness.Section("flower", "flower.json", render),),
     measure=measure,
+    timings=True,
     add_arguments=add_arguments,
 )
 

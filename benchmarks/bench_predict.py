@@ -362,6 +362,7 @@ BENCH = harness.Benchmark(
         harness.Section("predict_ood", "predict_ood.json", render_ood),
     ),
     measure=measure,
+    timings=True,
     add_arguments=_add_arguments,
 )
 

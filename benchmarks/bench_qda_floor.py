@@ -23,7 +23,8 @@ the choice). Target: default ≤ 2× fixed.
 
 Writes benchmarks/results/qda_floor.json and selection_cost.json and those sections of
 BENCHMARKS.md. Run: ``.venv/bin/python benchmarks/bench_qda_floor.py [--repeats 3]``
-(about 15 minutes on 2 cores; peak memory about 8 GB).
+(about 15 minutes on 2 cores; peak memory about 8 GB); ``--parts selection`` (or ``floor``)
+runs one section only.
 """
 
 from __future__ import annotations
@@ -318,6 +319,7 @@ BENCH = harness.Benchmark(
               harness.Section("selection_cost", "selection_cost.json", render_selection,
                               states_machine=True)),
     measure=measure,
+    timings=True,
     add_arguments=add_arguments,
 )
 

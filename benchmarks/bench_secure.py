@@ -393,6 +393,7 @@ BENCH = harness.Benchmark(
     description=__doc__ or "",
     sections=(harness.Section("secure", "secure.json", render),),
     measure=measure,
+    timings=True,
     add_arguments=add_arguments,
 )
 

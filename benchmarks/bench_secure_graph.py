@@ -510,6 +510,7 @@ BENCH = harness.Benchmark(
     sections=(harness.Section(SECTION, "secure_graph.json", render),
               harness.Section(RELAYED, "secure_graph_relayed.json", render_relayed)),
     measure=measure,
+    timings=True,
     add_arguments=add_arguments,
 )
 

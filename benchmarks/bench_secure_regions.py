@@ -290,6 +290,7 @@ BENCH = harness.Benchmark(
     description=__doc__ or "",
     sections=(harness.Section(SECTION, "secure_regions.json", render, states_machine=True),),
     measure=measure,
+    timings=True,
     add_arguments=add_arguments,
 )
 

@@ -640,6 +640,7 @@ BENCH = harness.Benchmark(
     description=__doc__ or "",
     sections=(harness.Section(SECTION, RESULTS.name, render_section),),
     measure=measure,
+    timings=True,
     add_arguments=add_arguments,
     report_aliases=("--render",),
 )

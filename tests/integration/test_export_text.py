@@ -155,7 +155,7 @@ def test_dynamic_batch_and_length_and_metadata(model: Path, tmp_path: Path,
     assert long_ids.shape == (1, 12)  # truncated to the model's max_seq_length
     m = onnx.load(str(out))
     assert [i.name for i in m.graph.input] == ["input_ids", "attention_mask"]
-    assert [o.name for o in m.graph.output] == ["probabilities", "label"]
+    assert [o.name for o in m.graph.output] == ["probabilities", "label", "ood_score"]
     props = {p.key: p.value for p in m.metadata_props}
     assert json.loads(props["ghofl.classes"]) == list(CLASSES)
     assert props["ghofl.tokenizer"] == tok_file.name
@@ -164,9 +164,48 @@ def test_dynamic_batch_and_length_and_metadata(model: Path, tmp_path: Path,
     assert contract["tokenizer_file"] == tok_file.name and contract["max_length"] == 12
     assert contract["lowercase"] is True and contract["pooling"] == "mean"
     assert contract["inputs"]["input_ids"] == {"dtype": "int64", "shape": ["N", "L"]}
-    assert contract["outputs"] == {"label": ["N"], "probabilities": ["N", 3]}
+    assert contract["outputs"] == {"label": ["N"], "probabilities": ["N", 3],
+                                   "ood_score": ["N"]}  # no calibrated threshold: no ood
     enc = json.loads(props["ghofl.encoder"])
     assert enc["name"] == TINY and props["ghofl.encoder_fingerprint"]
+
+
+def test_exported_text_graph_ood_score_and_flag_match_predict(
+        model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The full text graph outputs ``ood_score`` as ``ghofl predict`` writes it, and ``ood``
+    once the model's threshold is calibrated."""
+    import shutil
+
+    from ghofl.model.directory import load_model, load_ood, update_ood
+
+    copy = tmp_path / "model"
+    shutil.copytree(model, copy)
+    for calibrated in (False, True):
+        rows_file, out = tmp_path / f"p{calibrated}.jsonl", tmp_path / f"m{calibrated}.onnx"
+        _ok(["predict", copy, "--data", model.parent / "new.txt", "--out", rows_file], capsys)
+        rows = [json.loads(line) for line in rows_file.read_text(encoding="utf-8").splitlines()]
+        _ok(["export", copy, "--head", "lda", "--out", out], capsys)
+        sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        got = dict(zip(names, sess.run(None, _ids(tmp_path / f"m{calibrated}.tokenizer.json",
+                                                  NEW)), strict=True))
+        np.testing.assert_allclose(got["ood_score"], [r["ood_score"] for r in rows], atol=1e-4,
+                                   rtol=1e-6)
+        assert ("ood" in names) is calibrated and ("ood" in rows[0]) is calibrated
+        if calibrated:
+            assert got["ood"].tolist() == [r["ood"] for r in rows]
+            assert 0 < int(got["ood"].sum()) < len(rows)
+        else:  # calibrate on rows around the class means, at a median of the new scores
+            _, manifest = load_model(copy)
+            ood = load_ood(copy, manifest)
+            assert ood is not None and ood.threshold_ is None
+            mid = float(np.median([r["ood_score"] for r in rows]))
+            rng = np.random.default_rng(0)
+            means = ood.means_[rng.integers(0, len(CLASSES), size=199)]
+            cal = means + rng.standard_normal(means.shape) * 1e-3
+            ood.calibrate(cal, 0.5)
+            ood.threshold_ = mid  # a threshold within the new rows' scores
+            update_ood(copy, ood)
 
 
 def test_feature_transform_is_in_the_graph(state: dict[str, Any], tmp_path: Path,

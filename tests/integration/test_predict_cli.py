@@ -108,14 +108,18 @@ def test_images_folder_csv_and_jsonl_identical_and_equal_to_the_head(
     files = _images(3, seed=7)
     files["zz/odd size.png"] = np.full((9, 5, 3), 200, dtype=np.uint8)  # another size
     new = make_image_folder(tmp_path / "new", files)
-    msg = _ok(["predict", model, "--data", new, "--out", tmp_path / "p.csv", "--batch-size",
-               "4"], capsys)
-    assert "wrote" in msg and "10 predictions with head 'lda'" in msg
+    rc, msg, err = _run(["predict", model, "--data", new, "--out", tmp_path / "p.csv",
+                         "--batch-size", "4"], capsys)
+    assert rc == 0 and "wrote" in msg and "10 predictions with head 'lda'" in msg
+    assert "flagged" not in msg  # a model fitted from statistics alone has no threshold
+    assert f"the model in '{model}' has no calibrated OOD threshold, " \
+        "so the rows have ood_score but no ood flag; calibrate it on held-out " \
+        "in-distribution rows: `ghofl evaluate MODEL --embeddings HELD_OUT.npz " \
+        "--calibrate-ood`" in err
     _ok(["predict", model, "--data", new, "--out", tmp_path / "p.jsonl"], capsys)
     rows_csv, rows_jsonl = _read(tmp_path / "p.csv"), _read(tmp_path / "p.jsonl")
     assert rows_csv == rows_jsonl
-    assert list(rows_jsonl[0]) == ["id", "label", "p_blue", "p_green", "p_red", "ood_score",
-                                   "ood"]
+    assert list(rows_jsonl[0]) == ["id", "label", "p_blue", "p_green", "p_red", "ood_score"]
     ids = sorted(files)
     assert [r["id"] for r in rows_jsonl] == ids
     heads, manifest = load_model(model)
@@ -128,8 +132,7 @@ def test_images_folder_csv_and_jsonl_identical_and_equal_to_the_head(
     ood = load_ood(model, manifest)
     assert ood is not None
     np.testing.assert_allclose([r["ood_score"] for r in rows_jsonl], ood.score(x), rtol=1e-10)
-    assert [r["ood"] for r in rows_jsonl] == (ood.score(x) > ood.threshold_).tolist()
-    assert rows_jsonl[-1]["ood"] is True  # the grey image is far from every colour class
+    assert ood.threshold_ is None and ood.calibration_ == "none"
 
     # --ood-threshold: the user's own threshold (here the median score) sets the flag
     scores = ood.score(x)
@@ -137,7 +140,9 @@ def test_images_folder_csv_and_jsonl_identical_and_equal_to_the_head(
     msg = _ok(["predict", model, "--data", new, "--out", tmp_path / "q.jsonl",
                "--ood-threshold", mid], capsys)
     flagged = _read(tmp_path / "q.jsonl")
+    assert list(flagged[0])[-2:] == ["ood_score", "ood"]
     assert [r["ood"] for r in flagged] == (scores > mid).tolist()
+    assert flagged[-1]["ood"] is True  # the grey image is far from every colour class
     assert f"{int(np.sum(scores > mid))} flagged out of distribution (ood_score > {mid:.4g})" in msg
 
 
@@ -151,8 +156,7 @@ def test_zip_single_file_top_k_and_head(
          "--head", "nb"], capsys)
     rows = _read(tmp_path / "z.jsonl")
     assert [r["id"] for r in rows] == [f"batch/{k}" for k in sorted(files)]
-    assert list(rows[0]) == ["id", "label", "top1", "p_top1", "top2", "p_top2", "ood_score",
-                             "ood"]
+    assert list(rows[0]) == ["id", "label", "top1", "p_top1", "top2", "p_top2", "ood_score"]
     heads, _ = load_model(model)
     x = np.stack([files[k].astype(np.float32).mean(axis=(0, 1)) for k in sorted(files)])
     proba = heads["nb"].predict_proba(x)

@@ -149,6 +149,20 @@ def test_second_call_is_served_from_the_cache(tmp_path: Path, counter: _Counter)
     assert meta["fingerprint"] == info.fingerprint() and meta["x_shape"] == [6, 3]
 
 
+def test_a_source_whose_length_changed_is_embedded_again(tmp_path: Path) -> None:
+    """A source keyed by its name alone: an entry of another length is replaced, not served."""
+    enc = _mean_rgb()
+    images = random_images(10, (4, 4), seed=3)
+    small = ArrayImageSource(images[:4], np.arange(4) % 2, ("a", "b"), name="grows")
+    big = ArrayImageSource(images, np.arange(10) % 2, ("a", "b"), name="grows")
+    x4, _ = embed_dataset_cached(small, "test", enc, None, cache_dir=tmp_path)
+    x10, y10 = embed_dataset_cached(big, "test", enc, None, cache_dir=tmp_path)
+    assert x4.shape == (4, 3) and x10.shape == (10, 3) and len(y10) == 10
+    np.testing.assert_array_equal(x10, embed_dataset(big, enc)[0])
+    x10b, _ = embed_dataset_cached(big, "test", enc, None, cache_dir=tmp_path)
+    np.testing.assert_array_equal(x10b, x10)
+
+
 def _corrupt_npz(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:100])
 

@@ -88,12 +88,18 @@ def test_shrunk_threshold_matches_the_mean_and_variance_of_the_quadratic_form() 
     assert 2 * scale**2 * dof == pytest.approx(2 * np.trace(m @ m))  # variance 2g²h = 2 tr M²
 
 
-def test_in_distribution_rarely_flagged_far_points_always() -> None:
+def test_gaussian_reference_value_holds_on_gaussian_data_but_is_not_the_flag() -> None:
     xa, ya = gaussian_mixture(5, num_classes=4, dim=8, n=8000, sep=3.0, class_cov=False)
     x, y = xa[:4000], ya[:4000]
     ood = MahalanobisOOD(0.99).fit_from_moments(compute_moments(compute_stats(x, y, 4, "full")))
-    rate = float(np.mean(ood.flag(ood.score(xa[4000:]))))
+    assert ood.threshold_ is None and not ood.has_threshold and ood.calibration_ == "none"
+    assert ood.gaussian_threshold_ is not None
+    rate = float(np.mean(ood.score(xa[4000:]) > ood.gaussian_threshold_))
     assert 0.002 <= rate <= 0.02  # the Gaussian model holds here: about 1 % of fresh samples
+    with pytest.raises(InputError, match=r"this OOD score has no calibrated threshold, so "
+                       r"nothing can be flagged; calibrate it on held-out in-distribution rows"):
+        ood.flag(ood.score(x[:5]))
+    ood.calibrate(xa[4000:6000], 0.01)
     far = x.mean(axis=0) + 50 * np.random.default_rng(0).standard_normal((50, 8))
     assert ood.flag(ood.score(far)).all()
 
@@ -114,8 +120,18 @@ def test_errors() -> None:
     with pytest.raises(InputError, match=r"'here' is malformed \(chol_ must be finite floats of "
                        r"shape \(4, 4\); got \(3, 3\)\)"):
         MahalanobisOOD.from_state({**arrays, "chol_": np.eye(3)}, scalars, 3, 4, "'here'")
+    with pytest.raises(InputError, match=r"gaussian_threshold must be a finite non-negative"):
+        MahalanobisOOD.from_state(arrays, {**scalars, "gaussian_threshold": float("nan")}, 3,
+                                  4, "'x'")
+    with pytest.raises(InputError, match=r"'x' is malformed \(calibration 'none' with "
+                       r"threshold 3.0: a threshold is recorded exactly when it was calibrated"):
+        MahalanobisOOD.from_state(arrays, {**scalars, "threshold": 3.0}, 3, 4, "'x'")
+    ood.calibrate(x, 0.1)
+    arrays, scalars = ood.get_state()
     with pytest.raises(InputError, match=r"threshold must be a finite non-negative number"):
         MahalanobisOOD.from_state(arrays, {**scalars, "threshold": float("nan")}, 3, 4, "'x'")
+    with pytest.raises(InputError, match=r"calibration 'conformal' with threshold None"):
+        MahalanobisOOD.from_state(arrays, {**scalars, "threshold": None}, 3, 4, "'x'")
 
 
 @pytest.fixture
@@ -132,10 +148,13 @@ def test_model_directory_round_trip_and_digest(model: Path) -> None:
     heads, manifest = load_model(model)
     assert list(heads) == ["lda"]
     entry = manifest["ood"]
-    assert entry["file"] == OOD_FILE and entry["quantile"] == 0.99 and "chi-square" in \
-        entry["rule"] and entry["threshold"] > 0
+    assert entry["file"] == OOD_FILE and entry["quantile"] == 0.99
+    assert entry["calibration"] == "none" and entry["threshold"] is None
+    assert entry["rule"].startswith("none: no threshold, so no ood flag") and \
+        "--calibrate-ood" in entry["rule"] and entry["gaussian_threshold"] > 0
     ood = load_ood(model, manifest)
-    assert ood is not None and ood.threshold_ == entry["threshold"]
+    assert ood is not None and ood.threshold_ is None
+    assert ood.gaussian_threshold_ == entry["gaussian_threshold"]
     z = np.random.default_rng(0).standard_normal((5, 4))
     assert ood.score(z).shape == (5,)
     with np.load(model / OOD_FILE) as f:

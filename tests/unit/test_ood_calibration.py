@@ -56,12 +56,13 @@ def test_empirical_fpr_within_binomial_tolerance_on_fresh_data() -> None:
         x, y = _heavy_tailed(seed, 26000)
         ood = _fitted(x[:4000], y[:4000])
         fresh = ood.score(x[6000:])
-        gaussian.append(float(np.mean(ood.flag(fresh))))  # the chi-square threshold
+        assert ood.gaussian_threshold_ is not None
+        gaussian.append(float(np.mean(fresh > ood.gaussian_threshold_)))  # the chi-square value
         ood.calibrate(x[4000:6000], fpr=0.05)
         rates.append(float(np.mean(ood.flag(fresh))))
     assert all(abs(r - 0.05) <= 0.021 for r in rates), rates  # 4 sd of one draw
     assert abs(float(np.mean(rates)) - 0.05) <= 0.0095, rates  # 4 sd of the mean of five
-    assert min(gaussian) > 0.03, gaussian  # heavy tails: the Gaussian 1 % rule over-flags
+    assert min(gaussian) > 0.03, gaussian  # heavy tails: the Gaussian 1 % value over-flags
 
 
 def test_refusals_one_line() -> None:
@@ -95,8 +96,8 @@ def model(tmp_path: Path) -> Path:
 def test_manifest_records_rule_and_fpr_and_stays_signed(model: Path) -> None:
     _, manifest = load_model(model)
     ood = load_ood(model, manifest)
-    assert ood is not None and manifest["ood"]["calibration"] == "gaussian"
-    assert "fpr" not in manifest["ood"]
+    assert ood is not None and manifest["ood"]["calibration"] == "none"
+    assert "fpr" not in manifest["ood"] and manifest["ood"]["threshold"] is None
     x, _ = gaussian_mixture(2, num_classes=3, dim=4, n=300, sep=2.0)
     ood.calibrate(x, fpr=0.1)
     entry = update_ood(model, ood)
@@ -109,10 +110,10 @@ def test_manifest_records_rule_and_fpr_and_stays_signed(model: Path) -> None:
     again = load_ood(model, manifest)
     assert again is not None and again.threshold_ == ood.threshold_
     assert (again.calibration_, again.fpr_, again.n_calibration_) == ("conformal", 0.1, 300)
-    # back to the Gaussian rule: fpr and n_calibration leave the entry
+    # back to no threshold: fpr and n_calibration leave the entry
     entry = update_ood(model, _fitted(*gaussian_mixture(1, num_classes=3, dim=4, n=300,
                                                         sep=2.0), 3))
-    assert entry["calibration"] == "gaussian" and "fpr" not in entry
+    assert entry["calibration"] == "none" and "fpr" not in entry and entry["threshold"] is None
 
 
 def test_update_and_state_refusals(model: Path, tmp_path: Path) -> None:
@@ -127,8 +128,8 @@ def test_update_and_state_refusals(model: Path, tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"has no OOD score \(ood\.npz\); fit it again"):
         update_ood(tmp_path / "plain", other)
     arrays, scalars = other.calibrate(x, 0.05).get_state()
-    for key, value, what in [("calibration", "beta", r"calibration must be one of gaussian, "
-                              r"conformal; got 'beta'"),
+    for key, value, what in [("calibration", "beta", r"calibration must be one of none, "
+                              r"conformal, federated; got 'beta'"),
                              ("fpr", 2.0, r"fpr must lie in \(0, 1\); got 2.0"),
                              ("n_calibration", 0, r"n_calibration must be a positive integer")]:
         with pytest.raises(InputError, match=r"'here' is malformed \(" + what):

@@ -68,12 +68,19 @@ def test_no_cache_dir_computes(tmp_path: Path) -> None:
 
 def test_client_app_reports_the_cache_hit(tmp_path: Path) -> None:
     pytest.importorskip("flwr")
-    from ghofl.integrations.flower.client_app import _input_dim, _lazy, npz_shape
+    from ghofl.integrations.flower.client_app import RunSetup, _input_dim, _lazy, npz_shape
+    from ghofl.server.plan import FederationPlan
 
-    src, job = _data(tmp_path / "d.npz"), ClientJob(CLASSES, "pooled", clip_norm=3.0)
+    src, job = _data(tmp_path / "d.npz"), ClientJob(CLASSES, "full", clip_norm=3.0)
+    setup = RunSetup(FederationPlan(job), job, None, None, None)  # no evaluation stage
     infos: list[dict[str, object]] = [{}, {}]
     for info in infos:
-        _lazy(src, job, str(tmp_path / "cache"), info)()
+        _lazy(src, setup, str(tmp_path / "cache"), info, 0)()
     assert [i["stats-cached"] for i in infos] == [False, True]
+    # with the evaluation stage: the training part only, never from the cache
+    evaluating = RunSetup(FederationPlan(job), job, None, None, None, {"federated-eval": 0.25})
+    info: dict[str, object] = {}
+    part = _lazy(src, evaluating, str(tmp_path / "cache"), info, 0)()
+    assert info["stats-cached"] is False and 0 < part.n_samples < 40
     assert npz_shape(src, "x") == (40, 6) and npz_shape(src, "nope") is None
     assert _input_dim(src) == 6

@@ -28,6 +28,8 @@ Example (every key except ``datasets`` has a default)::
     preset = "default"                    # head hyperparameters: "default" (from the data) or
                                           # "paper" (fixed values); head_params override them
     transport_dtype = ["float64"]         # or "float32": dtype of the float sums uploaded
+    invariance_check = false              # benchmarks/bench_experiments.py: also run other
+                                          # partitions and report the heads' accuracy spread
 
     [head_params.fishermix]
     epochs = 40
@@ -104,6 +106,7 @@ class ExperimentConfig:
     clip: float = 0.0
     holdout: tuple[float, ...] = (0.0,)
     transport_dtype: tuple[str, ...] = ("float64",)
+    invariance_check: bool = False
 
     def __post_init__(self) -> None:
         _nonempty(self, *(k for k in _LIST_KEYS if k != "references"))
@@ -131,6 +134,9 @@ class ExperimentConfig:
                 raise ConfigError(f"modes must be among {', '.join(SCHEMAS)}; got {m!r}")
         if not isinstance(self.secure, bool):
             raise ConfigError(f"secure must be true or false; got {self.secure!r}")
+        if not isinstance(self.invariance_check, bool):
+            raise ConfigError(f"invariance_check must be true or false (measure the partition "
+                              f"invariance on this config); got {self.invariance_check!r}")
         if (isinstance(self.clip, bool) or not isinstance(self.clip, int | float)
                 or not self.clip >= 0 or self.clip == float("inf")):
             raise ConfigError(

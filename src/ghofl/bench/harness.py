@@ -6,7 +6,11 @@ results to markdown), the flags of its own, and ``measure``, which runs its rows
 the results per section. :func:`main` owns the rest: argument parsing with the common flags
 (``--report-only`` rebuilds every section from the saved results without measuring,
 ``--no-write`` prints instead of writing, ``--out`` names the markdown file), the results
-files, the section writer and the terminal. :func:`find_data_dir`, :func:`median_times` (the
+files, the section writer and the terminal. A benchmark that reports timings
+(``timings=True``) also gets :data:`ALLOW_BUSY_FLAG`: it refuses to measure on a busy
+machine (:func:`check_quiet`) unless given that flag, and the load at its start and end is
+recorded beside its timings, under ``machine_load`` in each section's results
+(:func:`load_sentence` states it). :func:`find_data_dir`, :func:`median_times` (the
 medians of side-by-side repeats), :func:`run_rows` (a grid whose finished rows survive an
 interrupted run) and :func:`stated_machine` (the machine and date lines of results saved
 before they were recorded) are the shared pieces a ``measure`` uses; :func:`in_order` gives a
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ghofl.bench.quiet import MachineLoad, machine_load
 from ghofl.bench.report import machine_summary, read_section, replace_section, write_json
 from ghofl.errors import GhoflError
 from ghofl.files import atomic_write
@@ -36,8 +41,10 @@ __all__ = [
     "BenchmarkError",
     "Context",
     "Section",
+    "check_quiet",
     "find_data_dir",
     "in_order",
+    "load_sentence",
     "machine_summary",
     "main",
     "median_times",
@@ -51,6 +58,11 @@ V = TypeVar("V")
 
 #: Flags every benchmark script understands.
 COMMON_FLAGS = ("--report-only", "--no-write", "--out")
+#: The flag with which a timing benchmark measures on a busy machine.
+ALLOW_BUSY_FLAG = "--allow-busy"
+#: Set while a benchmark that passed :func:`check_quiet` runs: the processes it starts (its
+#: workers, whose parent is busy measuring) do not check again.
+_CHECKED_ENV = "GHOFL_BENCH_QUIET_CHECKED"
 
 _MACHINE = re.compile(r"Machine: (?P<machine>.+?)\.(?= )")
 _DATE = re.compile(r"Measured (?P<date>\d{4}-\d{2}-\d{2})")
@@ -158,6 +170,9 @@ class Benchmark:
         Adds the benchmark's own flags to the parser.
     report_aliases : tuple of str
         Older spellings of ``--report-only`` that scripts keep accepting.
+    timings : bool
+        It reports timings: it takes :data:`ALLOW_BUSY_FLAG`, refuses a busy machine
+        without it, and its results record the machine's load.
     """
 
     script: str
@@ -166,6 +181,7 @@ class Benchmark:
     measure: Callable[[Context], Mapping[str, Any] | None]
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
     report_aliases: tuple[str, ...] = ()
+    timings: bool = False
     _by_marker: dict[str, Section] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -205,9 +221,98 @@ class Benchmark:
                         help="print the sections; write neither results nor BENCHMARKS.md")
         ap.add_argument("--out", type=Path, default=self.root / "BENCHMARKS.md",
                         help="the markdown file whose sections are rewritten")
+        if self.timings:
+            ap.add_argument(ALLOW_BUSY_FLAG, dest="allow_busy", action="store_true",
+                            help="measure even when the machine is busy (load average above "
+                            "1.5 per core, or other processes using more than half a core); "
+                            "the load is recorded beside the timings either way")
         if self.add_arguments is not None:
             self.add_arguments(ap)
         return ap
+
+
+def check_quiet(force: bool, load: MachineLoad | None = None) -> MachineLoad:
+    """The machine's load, or a refusal to time anything when it is busy.
+
+    Parameters
+    ----------
+    force : bool
+        Measure on a busy machine anyway (:data:`ALLOW_BUSY_FLAG`).
+    load : MachineLoad, optional
+        The load to judge (default :func:`ghofl.bench.quiet.machine_load`, which samples
+        the other processes' CPU for half a second).
+
+    Returns
+    -------
+    MachineLoad
+        The load, to record beside the timings.
+
+    Raises
+    ------
+    BenchmarkError
+        The machine is busy and not ``force``: one line naming the load and the flag.
+    """
+    now = machine_load() if load is None else load
+    reasons = now.busy_reasons()
+    if reasons and not force:
+        raise BenchmarkError(
+            f"The machine is busy ({'; '.join(reasons)}): timings measured now would not be "
+            f"worth writing down; run again when it is quiet, or pass {ALLOW_BUSY_FLAG} to "
+            "measure anyway (the load is recorded beside the timings)."
+        )
+    return now
+
+
+def load_sentence(results: Mapping[str, Any]) -> str:
+    """The sentence a section states about the load it was measured under.
+
+    Parameters
+    ----------
+    results : mapping
+        A section's results, with the ``machine_load`` a timing benchmark records.
+
+    Returns
+    -------
+    str
+        E.g. "1-minute load average 0.42 at the start (2 cores; other processes 0.03
+        cores), 0.95 at the end." (with "measured on a busy machine" when forced); ``""``
+        for results saved without it.
+    """
+    rec = results.get("machine_load")
+    if not rec:
+        return ""
+    start, end = rec["start"], rec["end"]
+    other = start.get("other_cores")
+    used = "" if other is None else f"; other processes {other:.2f} cores"
+    busy = ", measured on a busy machine" if rec.get("forced") else ""
+    return (f"1-minute load average {start['load_average'][0]:.2f} at the start "
+            f"({start['cores']} cores{used}{busy}), {end['load_average'][0]:.2f} at the end.")
+
+
+def _with_load(measured: Mapping[str, Any], start: MachineLoad,
+               forced: bool) -> dict[str, Any]:
+    """``measured`` (marker -> results) with the load recorded in each mapping of results."""
+    end = MachineLoad(os.getloadavg(), start.cores, None)
+    rec = {"start": start.to_dict(), "end": end.to_dict(), "forced": forced}
+    return {marker: {**data, "machine_load": rec} if isinstance(data, Mapping) else data
+            for marker, data in measured.items()}
+
+
+def _measure(bench: Benchmark, ctx: Context) -> Mapping[str, Any] | None:
+    """``bench.measure(ctx)``, behind :func:`check_quiet` for a timing benchmark.
+
+    Not checked again in a process a checked benchmark started (its worker).
+    """
+    if not bench.timings or os.environ.get(_CHECKED_ENV):
+        return bench.measure(ctx)
+    start = check_quiet(bool(ctx.args.allow_busy))
+    forced = bool(start.busy_reasons())
+    os.environ[_CHECKED_ENV] = "1"
+    try:
+        measured = bench.measure(ctx)
+    finally:
+        del os.environ[_CHECKED_ENV]
+    return None if measured is None else _with_load(measured, start, forced)
 
 
 def find_data_dir(root: Path, required: bool = True) -> Path | None:
@@ -437,7 +542,7 @@ def main(bench: Benchmark, argv: Sequence[str] | None = None) -> None:
     try:
         measured: Mapping[str, Any] | None = None
         if not args.report_only:
-            measured = bench.measure(ctx)
+            measured = _measure(bench, ctx)
             if measured is None:
                 return
             for marker, data in measured.items():

@@ -15,12 +15,14 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from ghofl.cli.io import read_stats
+from ghofl.cli._options import AggregationOptions, ServerOptions, cli_plan
+from ghofl.cli.io import check_output_dir, read_stats, table
 from ghofl.errors import (
     AggregationAbortedError,
     ConfigError,
@@ -31,7 +33,9 @@ from ghofl.errors import (
     StatsValidationError,
     StoreConflictError,
 )
-from ghofl.server.fields import FIELDS
+from ghofl.moments.estimated import EstimatedStats
+from ghofl.server.fields import CLI, FIELDS
+from ghofl.server.plan import FederationPlan
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import read_stats_header, save_stats
 from ghofl.stats.meta import StatsMeta
@@ -39,6 +43,8 @@ from ghofl.store import AggregationStore
 
 if TYPE_CHECKING:
     from ghofl.server.files import FilesTransport
+    from ghofl.server.job import ServerJob
+    from ghofl.server.run import FederationServer
     from ghofl.store.records import AddResult
 
 _CHUNK = 1 << 20
@@ -63,7 +69,8 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def check_aggregate_inputs(
-    files: Sequence[Path], out: Path | None, store: Path | None, client_id: str | None
+    files: Sequence[Path], out: Path | None, store: Path | None, client_id: str | None, *,
+    model: Path | None = None,
 ) -> list[str]:
     """Refuse inputs that would lose or double-count data; return every payload's SHA-256.
 
@@ -72,15 +79,15 @@ def check_aggregate_inputs(
     Raises
     ------
     ConfigError
-        ``--out`` missing without ``--store``, ``--client-id`` without ``--store`` or with
-        several payloads.
+        ``--out`` missing without ``--store`` or ``--model``, ``--client-id`` without
+        ``--store`` or with several payloads.
     StatsFormatError
         A payload is missing or a directory.
     InputError
         A payload is passed twice (same file or same bytes), or ``--out`` would
         overwrite a payload or the store.
     """
-    if store is None and out is None:
+    if store is None and out is None and model is None:
         raise ConfigError("aggregate needs --out FILE (the total to write) or --store DB")
     if client_id is not None and store is None:
         raise ConfigError("--client-id names a payload in a store; use it with --store DB")
@@ -99,7 +106,8 @@ def check_aggregate_inputs(
                 f"statistics path '{path}' is not a regular file (a FIFO, device or socket); "
                 "give a file written by ghofl"
             )
-    for target, option in ((out, "--out"), (store, FIELDS["aggregation.store"].flag)):
+    for target, option in ((out, "--out"), (store, FIELDS["aggregation.store"].flag),
+                           (model, "--model")):
         if target is None or not target.exists():
             continue
         hit = next((p for p in files if _same_file(p, target)), None)
@@ -131,7 +139,8 @@ def check_aggregate_inputs(
 
 
 def aggregate_files(files: Sequence[Path], digests: Sequence[str], *, out: Path | None,
-                    store: Path | None, client_id: str | None) -> None:
+                    store: Path | None, client_id: str | None,
+                    fedcof: FedCOFFit | None = None) -> None:
     """Run the server of the plain protocol over the payload files; write or record the total.
 
     :class:`~ghofl.server.run.FederationServer` runs the plan of the payloads
@@ -139,7 +148,8 @@ def aggregate_files(files: Sequence[Path], digests: Sequence[str], *, out: Path 
     :class:`~ghofl.server.files.FilesTransport` that reads one file at a time. The round
     stops at the first payload the server refuses. With a store it prints one line per
     payload and a summary, and ``out`` receives the store's total; without, ``out`` receives
-    the sum of the files.
+    the sum of the files. With ``fedcof`` the server also builds FedCOF's estimate from the
+    files' class counts and sums and fits its heads from it (:class:`FedCOFFit`).
 
     Raises
     ------
@@ -174,20 +184,25 @@ def aggregate_files(files: Sequence[Path], digests: Sequence[str], *, out: Path 
 
     transport = FilesTransport(paths, read=read_stats)
     meta = transport.first_meta()
-    server = FederationServer(payload_plan(meta, store=store), ids, meta, store_id=store_id,
-                              payload_sha256=sha.get, on_record=on_record)
+    plan = payload_plan(meta, store=store)
+    server = FederationServer(plan if fedcof is None else fedcof.plan(plan), ids, meta,
+                              store_id=store_id, payload_sha256=sha.get, on_record=on_record)
     transport.halt = lambda: bool(server.half.excluded)
     refusal = _Refusal(paths, store, store_id, transport)
     try:
-        total = server.aggregate(transport).total
+        aggregated = server.aggregate(transport)
     except (StoreConflictError, IncompatibleStatsError) as exc:  # from the store
         raise refusal.error(transport.delivered[-1], str(exc), type(exc)) from exc
     except AggregationAbortedError:
         refusal.check(server.half.excluded, meta)
         raise
     refusal.check(server.half.excluded, meta)
+    total = aggregated.report.total  # the exact sum
+    if fedcof is not None:
+        fedcof.fit(server, aggregated.total, len(files))
     if store is None:
-        assert out is not None  # check_aggregate_inputs requires --out without --store
+        if out is None:  # with --model only
+            return
         size = save_stats(total, out)
         typer.echo(
             f"aggregated {len(files)} files into {out}: n={total.n_samples} samples, "
@@ -238,3 +253,75 @@ class _Refusal:
         before = f"; the {i} payload(s) before it were recorded" if i else ""
         return kind(f"cannot record '{path}' as client {self.store_id(client)!r} in store "
                     f"'{self.store}': {reason}{before}")
+
+
+@dataclass(frozen=True)
+class FedCOFFit:
+    """``ghofl aggregate --estimate fedcof``: the heads to fit from FedCOF's estimate, and where.
+
+    The estimate is fitted where it is made: its degrees of freedom (the clients per class,
+    :class:`~ghofl.moments.estimated.EstimatedStats`) are not in the statistics file format,
+    so a total written with ``--out`` is always the exact sum of the files.
+
+    Attributes
+    ----------
+    job : ServerJob
+        The heads and their hyperparameters (``--heads``, ``--param``, ...).
+    model : Path
+        The model directory to write (``--model``).
+    """
+
+    job: ServerJob
+    model: Path
+
+    @classmethod
+    def of(cls, aggregation: AggregationOptions, server: ServerOptions, model: Path | None,
+           store: Path | None) -> FedCOFFit | None:
+        """The fit the options ask for (``None``: the plain sum), checked before any file is read.
+
+        Raises
+        ------
+        ConfigError
+            ``--estimate fedcof`` without ``--model`` or with ``--store``, ``--model``
+            without ``--estimate fedcof``, or an invalid ``--estimate`` or server option.
+        """
+        spec = aggregation.spec(**({} if store is None else {"store": str(store)}))
+        fedcof = CLI.setting("aggregation.estimate", "fedcof")
+        if spec.estimate == "sum":
+            if model is not None:
+                raise ConfigError(f"--model writes the heads fitted from FedCOF's estimate; "
+                                  f"add {fedcof}, or write the sum with --out and fit it with "
+                                  "ghofl fit")
+            return None
+        if model is None:
+            raise ConfigError(f"{fedcof} fits the heads from FedCOF's estimate, which no "
+                              "statistics file can hold (its degrees of freedom are not in the "
+                              "format); give --model DIR for the model directory")
+        check_output_dir(model, "--model")
+        return cls(server.job(), model)
+
+    def plan(self, plan: FederationPlan) -> FederationPlan:
+        """``plan`` (the payloads' plain plan) with FedCOF's estimate and this fit's heads.
+
+        Raises
+        ------
+        ConfigError
+            A rule of the plan is broken (e.g. a head the estimate cannot serve).
+        """
+        aggregation = replace(plan.aggregation, estimate="fedcof")
+        return cli_plan(lambda: FederationPlan(plan.client, aggregation, self.job))
+
+    def fit(self, server: FederationServer, estimate: ClientStats, uploads: int) -> None:
+        """Fit the heads from ``estimate`` into :attr:`model`; print what was fitted."""
+        lonely = (int((estimate.class_dof == 0).sum())
+                  if isinstance(estimate, EstimatedStats) and estimate.class_dof is not None
+                  else 0)
+        typer.echo(f"FedCOF's estimate from {uploads} uploads: n={estimate.n_samples} samples, "
+                   f"{estimate.num_classes} classes, mode {estimate.mode}")
+        if lonely:
+            typer.echo(f"  {lonely} classes are held by one client only: their covariance "
+                       "estimate is 0 (the heads lean on their shrinkage there)")
+        result = server.fit(estimate, out_dir=self.model, option="--model")
+        typer.echo(table(["head", "fit_seconds", "file"],
+                         [[n, t, str(self.model / f"{n}.ghh")]
+                          for n, t in result.fit_seconds.items()]))

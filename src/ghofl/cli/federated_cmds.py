@@ -19,7 +19,7 @@ import typer
 
 from ghofl.cli.app import app
 from ghofl.cli.io import check_output_dir, check_output_file, read_stats, table, write_json
-from ghofl.cli.predict import AllowUnsignedModelOption
+from ghofl.cli.predict import AllowUnsignedModelOption, PriorPseudocountOption
 from ghofl.errors import ConfigError, InputError
 from ghofl.evaluation.federated import (
     EvaluationSums,
@@ -36,7 +36,7 @@ _METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "log_loss", "ece",
 
 
 def write_local_evaluation(model: Any, x: Any, y: Any, *, transform: str | None,
-                           out: Path | None, source: str) -> None:
+                           out: Path | None, source: str, ood: Any = None) -> None:
     """``ghofl evaluate --local``: this client's evaluation sums, written to ``out``.
 
     Parameters
@@ -51,11 +51,13 @@ def write_local_evaluation(model: Any, x: Any, y: Any, *, transform: str | None,
         The ``.ghe`` file (required).
     source : str
         The data, as messages name it.
+    ood : MahalanobisOOD, optional
+        The model's OOD score: the sums also count the rows' scores in its public bins.
     """
     if out is None:
         raise ConfigError("--local writes the client's evaluation sums to a file; give --out "
                           "client.ghe")
-    sums = local_evaluation(model, x, y, transform=transform, what=source)
+    sums = local_evaluation(model, x, y, transform=transform, what=source, ood=ood)
     save_evaluation(out, sums)
     typer.echo(f"wrote {out}: evaluation sums of {len(sums.heads)} head(s) on "
                f"{next(iter(sums.heads.values())).n} held-out rows (no prediction leaves "
@@ -120,8 +122,7 @@ def personalize(
         "n_c/(n_c + κ) (heads nb and qda).")] = False,
     kappa: Annotated[float | None, typer.Option(
         "--kappa", help="κ of the weight n_c/(n_c + κ) with --moments (default 50).")] = None,
-    pseudocount: Annotated[float | None, typer.Option(
-        "--prior-pseudocount", help="λ of the local priors (default 1: Laplace).")] = None,
+    pseudocount: PriorPseudocountOption = None,
     allow_unsigned_model: AllowUnsignedModelOption = False,
 ) -> None:
     """Write this client's own model: the global one with its priors and, optionally, moments.

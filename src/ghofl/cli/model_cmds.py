@@ -48,7 +48,7 @@ from ghofl.heads.base import Head
 from ghofl.heads.build import head_defaults, to_jsonable
 from ghofl.heads.registry import available_heads, head_class
 from ghofl.model.card_update import evaluation_entry, record_evaluation
-from ghofl.model.directory import FittedModel, load_model
+from ghofl.model.directory import FittedModel, load_model, load_ood
 from ghofl.server.default_head import DEFAULT_HEAD_RULE
 from ghofl.server.fields import FIELDS
 from ghofl.server.job import ServerJob
@@ -175,7 +175,8 @@ def evaluate(
         "and record it in the manifest. Use held-out data, not the rows you then measure.")
     ] = False,
     ood_fpr: Annotated[float | None, typer.Option(
-        "--ood-fpr", help="False-positive rate of --calibrate-ood [default: 0.05].")] = None,
+        "--ood-fpr", help="False-positive rate of --calibrate-ood, or of the threshold "
+        "--report --update-card sets from the clients' histogram [default: 0.05].")] = None,
 ) -> None:
     """Score every head of a model directory on labelled test data.
 
@@ -187,7 +188,8 @@ def evaluate(
         raise InputError(f"--json '{json_out}' is a directory; give a file path")
     if report is not None:  # federated evaluation: the server's report of the clients' sums
         others = embeddings is not None or data is not None or local or head_name is not None
-        return _report(report, model_dir, update_card, json_out, allow_unsigned_model, others)
+        return _report(report, model_dir, update_card, json_out, allow_unsigned_model, others,
+                       (ood_fpr, calibrate_ood))
     check_feature_transform_option(feature_transform)
     if (embeddings is None) == (data is None):
         raise ConfigError("give exactly one of --embeddings (an .npz of labelled embeddings) "
@@ -211,8 +213,9 @@ def evaluate(
     if local:
         from ghofl.cli.federated_cmds import write_local_evaluation
 
+        ood = load_ood(model_dir, model.manifest, allow_unsigned=allow_unsigned_model)
         return write_local_evaluation(model, x, y, transform=transform, out=out,
-                                      source=f"'{source}'")
+                                      source=f"'{source}'", ood=ood)
     heads = {head_name: model.head(head_name)} if head_name is not None else model.heads
     z = model.features(x, transform)
     _score(heads, z, y, source, "data" if data is not None else "embeddings", model_dir,
@@ -260,8 +263,18 @@ def _test_rows(model: FittedModel, model_dir: Path, embeddings: Path | None,
 
 
 def _report(report: Path, model_dir: Path | None, update_card: bool, json_out: Path | None,
-            allow_unsigned: bool, others: bool) -> None:
-    """``evaluate --report TOTAL.ghe [--update-card MODEL_DIR]``: print (and record) it."""
+            allow_unsigned: bool, others: bool,
+            ood: tuple[float | None, bool] = (None, False)) -> None:
+    """``evaluate --report TOTAL.ghe [--update-card MODEL_DIR]``: print (and record) it.
+
+    ``ood``: (--ood-fpr, --calibrate-ood); with --update-card the OOD threshold is set from the
+    total's histogram at that rate.
+    """
+    fpr, calibrate = ood
+    if calibrate:
+        raise ConfigError("--calibrate-ood calibrates on --embeddings or --data rows; with "
+                          "--report, --update-card sets the OOD threshold from the clients' "
+                          "histogram: drop --calibrate-ood")
     from ghofl.cli.federated_cmds import print_report
 
     if others or (model_dir is not None and not update_card):
@@ -272,9 +285,12 @@ def _report(report: Path, model_dir: Path | None, update_card: bool, json_out: P
         raise ConfigError("--report --update-card records the federated evaluation in a "
                           "model: give its directory (evaluate --report TOTAL.ghe "
                           "--update-card MODEL_DIR)")
+    if fpr is not None and not update_card:
+        raise ConfigError("with --report, --ood-fpr is the rate of the OOD threshold that "
+                          "--update-card sets; add --update-card MODEL_DIR")
     print_report(report, json_out)
     if model_dir is not None:
-        _record_federated(report, model_dir, allow_unsigned)
+        _record_federated(report, model_dir, allow_unsigned, fpr)
 
 
 def _loadable_heads(model_dir: Path, allow_unsigned: bool, head_name: str | None) -> FittedModel:
@@ -298,15 +314,29 @@ def _loadable_heads(model_dir: Path, allow_unsigned: bool, head_name: str | None
     return model
 
 
-def _record_federated(report: Path, model_dir: Path, allow_unsigned: bool) -> None:
-    """``evaluate --report TOTAL.ghe --update-card MODEL_DIR``: record the federated sums."""
+def _record_federated(report: Path, model_dir: Path, allow_unsigned: bool,
+                      fpr: float | None = None) -> None:
+    """``evaluate --report TOTAL.ghe --update-card MODEL_DIR``: record the federated sums.
+
+    With the clients' OOD histogram in the total, also the calibrated OOD threshold.
+    """
+    from ghofl.model.card_update import federated_ood_threshold
+    from ghofl.model.directory import update_ood
+
     sums = load_evaluation(report)
     model = load_model(model_dir, allow_unsigned=allow_unsigned, missing_ok=True)
     if sums.classes != model.classes:
         raise InputError(f"'{report}' holds sums over other classes than the model in "
                          f"'{model_dir}'; record the federated evaluation of this model")
+    ood = federated_ood_threshold(model_dir, model.manifest, sums, fpr,
+                                  allow_unsigned=allow_unsigned)  # refusals before any write
     card = record_evaluation(model_dir, evaluation_entry(str(report), "federated", sums),
                              allow_unsigned=allow_unsigned)
+    if ood is not None:
+        update_ood(model_dir, ood, allow_unsigned=allow_unsigned)
+        typer.echo(f"OOD threshold {ood.threshold_:.6g} from {ood.n_calibration_} held-out "
+                   f"rows of {sums.clients} clients at false-positive rate {ood.fpr_} "
+                   f"(federated histogram), recorded in '{model_dir}'", err=True)
     typer.echo(f"recorded the federated evaluation '{report}' ({sums.clients} clients) in "
                f"'{card}' and the manifest", err=True)
 

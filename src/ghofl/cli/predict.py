@@ -31,9 +31,10 @@ from ghofl.evaluation.predict import (
 )
 from ghofl.files import atomic_write
 from ghofl.heads.base import Head
-from ghofl.heads.ood import MahalanobisOOD
+from ghofl.heads.ood import CALIBRATE_HINT, MahalanobisOOD
 from ghofl.model.directory import FittedModel, load_model, load_ood
 from ghofl.model.export import check_new_output
+from ghofl.model.personalize import apply_prior_option
 from ghofl.server.default_head import DEFAULT_HEAD_RULE
 from ghofl.stats.meta import EncoderInfo
 
@@ -45,6 +46,10 @@ __all__ = ["HEAD_HELP", "AllowUnsignedModelOption", "check_embeddings_encoder", 
 AllowUnsignedModelOption = Annotated[bool, typer.Option(
     "--allow-unsigned-model", help="Read a legacy model whose manifest.json lacks its digest "
     "or a file's sha256 (refused otherwise), with a warning naming what is unchecked.")]
+PriorPseudocountOption = Annotated[float | None, typer.Option(
+    "--prior-pseudocount", help="λ of the local priors (n_c + λ)/Σ(n_k + λ) (default 1: "
+    "Laplace; 0: a class this client never held is never predicted, the better choice under "
+    "strong label skew when its data keeps the classes it holds).")]
 
 DATA_HELP = ("Items to classify: an embeddings .npz (x (n, d); y optional), an image file, a "
              "folder of images (searched recursively, class folders too) or a .zip of images, "
@@ -288,8 +293,16 @@ def predict(
     encoder_file: EncoderFileOption = None,
     ood_threshold: Annotated[float | None, typer.Option(
         "--ood-threshold", help="Flag ood above this ood_score instead of the model's "
-        "threshold (e.g. a quantile of the scores of labelled in-distribution data of your "
-        "own: the model's threshold, from the Gaussian model alone, flags more).")] = None,
+        "calibrated threshold (e.g. a quantile of the scores of in-distribution data of your "
+        "own); a model without a calibrated threshold flags nothing without it.")] = None,
+    prior: Annotated[str, typer.Option(
+        "--prior", help="'global': the model's class priors; 'local': this client's own, "
+        "(n_c + λ)/Σ(n_k + λ) of the class counts in --stats (nothing else changes).")]
+        = "global",
+    pseudocount: PriorPseudocountOption = None,
+    stats: Annotated[Path | None, typer.Option(
+        "--stats", help="With --prior local: this client's own statistics (.ghs), as it "
+        "uploaded them.")] = None,
     allow_unsigned_model: AllowUnsignedModelOption = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
 ) -> None:
@@ -297,11 +310,12 @@ def predict(
 
     Columns: id (file path relative to --data, line number, or row index), label (class
     name), p_<class> per class (or top<i>, p_top<i> with --top-k), then ood_score (squared
-    Mahalanobis distance to the nearest class mean under the model's pooled covariance) and
-    ood (true when ood_score exceeds the threshold the manifest records, the 0.99 quantile of
-    the in-distribution score under the Gaussian model). Raw images and texts are encoded by
-    the model's recorded encoder, rebuilt locally and refused when its fingerprint differs
-    (an onnx:/torchscript: encoder's file: --encoder-file, else looked up by its name).
+    Mahalanobis distance to the nearest class mean under the model's pooled covariance) and,
+    once the model's OOD threshold is calibrated on data (evaluate --calibrate-ood, or
+    evaluate --report TOTAL.ghe --update-card), ood (true when ood_score exceeds it). Raw
+    images and texts are encoded by the model's recorded encoder, rebuilt locally and refused
+    when its fingerprint differs (an onnx:/torchscript: encoder's file: --encoder-file, else
+    looked up by its name).
     The file is written atomically: on an error (e.g. a corrupt image without
     --skip-unreadable) nothing is written. An existing --out is replaced only with --force.
     """
@@ -315,6 +329,8 @@ def predict(
     kind = data_kind(data)
     model = load_model(model_dir, allow_unsigned=allow_unsigned_model, missing_ok=True)
     name, head, why = pick_head(model, head_name, model_dir)
+    model = apply_prior_option(model, name, prior, stats, model_dir, pseudocount)
+    head = model.head(name)
     ood = load_ood(model_dir, model.manifest, allow_unsigned=allow_unsigned_model)
     predictor_ood = _with_threshold(ood, ood_threshold, model_dir)
     top_k = _check_top_k(top_k, len(head.meta_.classes))
@@ -332,9 +348,16 @@ def predict(
 
     atomic_write(out, write)
     flagged = (f", {counts['ood']} flagged out of distribution (ood_score > "
-               f"{predictor_ood.threshold_:.4g})" if predictor_ood is not None else "")
+               f"{predictor_ood.threshold_:.4g})"
+               if predictor_ood is not None and predictor_ood.threshold_ is not None else "")
     left = f", {len(skipped)} unreadable item(s) skipped" if skipped else ""
-    typer.echo(f"wrote {out}: {counts['rows']} predictions with head {name!r}{flagged}{left}")
+    local = " and this client's priors" if prior == "local" else ""
+    typer.echo(f"wrote {out}: {counts['rows']} predictions with head {name!r}{local}{flagged}"
+               f"{left}")
+    if predictor_ood is not None and predictor_ood.threshold_ is None:
+        typer.echo(f"the model in '{model_dir}' has no calibrated OOD threshold, so the rows "
+                   f"have ood_score but no ood flag; {CALIBRATE_HINT} (or pass "
+                   "--ood-threshold)", err=True)
     if why is not None:
         typer.echo(why, err=True)
 
@@ -343,7 +366,9 @@ def _stream(f: IO[str], fmt: str, predictor: Predictor,
             batches: Iterator[tuple[list[str], np.ndarray]], top_k: int | None, total: int,
             progress: bool | None, counts: dict[str, int]) -> None:
     ood = predictor.ood
-    writer = RowWriter(f, fmt, output_columns(predictor.classes, top_k, ood is not None))
+    threshold = None if ood is None else ood.threshold_
+    writer = RowWriter(f, fmt, output_columns(predictor.classes, top_k, ood is not None,
+                                              threshold is not None))
     bar = _progress(total, progress)
     try:
         for ids, x in batches:
@@ -356,9 +381,8 @@ def _stream(f: IO[str], fmt: str, predictor: Predictor,
                 )
             proba, scores = predictor.predict(x)
             writer.write(prediction_rows(ids, proba, predictor.classes, top_k=top_k,
-                                         ood_score=scores,
-                                         threshold=None if ood is None else ood.threshold_))
-            if scores is not None and ood is not None:
+                                         ood_score=scores, threshold=threshold))
+            if scores is not None and ood is not None and threshold is not None:
                 counts["ood"] += int(np.sum(ood.flag(scores)))
             if bar is not None:
                 bar.update(len(ids))

@@ -16,7 +16,9 @@ The JSON written by ``--json`` is :meth:`ghofl.server.simulation.SimulationResul
                         "epsilon_spent": 1.0, "delta_spent": 1e-05, "noise_multiplier": 3.73,
                         "sensitivity": {"counts": 1.0, "sums": R, ...},
                         "sigma": {"counts": ..., ...}, "fractions": {...},
-                        "postprocessing": ["...", ...], ...},
+                        "postprocessing": ["...", ...],
+                        "epsilon_total": 1.9, "delta_total": 1e-05,  # with --federated-eval:
+                        "evaluation": {"noise_multiplier": ..., "sigma": {...}, ...}, ...},
      "aggregation": {"protocol": "plain" | "secure", "seconds": ..., "survivors": 10,
                      "survivor_ids": [...], "dropped": {"client-3": "mask"},
                      "excluded": {"client-5": "<stage>: <reason>"}, "notes": [...],
@@ -29,11 +31,15 @@ The JSON written by ``--json`` is :meth:`ghofl.server.simulation.SimulationResul
                          "client_received_bytes_max": ..., "replies": 10},
                          "share": {...}, "mask": {...}, "unmask": {...}}},
      "federated_evaluation": null | {"eval_fraction": 0.2, "clients": 10, "n": 1000,
-                                     "aggregation": "plain sum in process",
+                                     "aggregation": "plain sum in process" | "secure ...",
+                                     "protocol": {"protocol": "plain" | "secure",
+                                                  "survivors": 10, "dropped": {...}, ...},
                                      "heads": {"lda": {"accuracy", "balanced_accuracy",
                                                "macro_f1", "log_loss", "ece",
                                                "client_accuracy_mean",
-                                               "client_accuracy_std", "n", "clients"}}},
+                                               "client_accuracy_std", "n", "clients"}},
+                                     "ood": null | {"calibration": "federated", "threshold",
+                                                    "fpr", "n", "held_out_flagged"}},
      "ghofl_version": "0.1.0"}
 """
 
@@ -122,7 +128,8 @@ def simulate(
     Every client computes statistics from its own rows only; the clients and the server run
     the plain sum or, with --secure, the secure aggregation protocol; the server fits each
     head from the total and scores it on the test set. With --federated-eval every client also
-    scores the heads on its own held-out rows and the sums of these scores are reported.
+    scores the heads on its own held-out rows and the sums of these scores go through the same
+    protocol (noised and charged to the privacy budget under DP) and are reported.
     """
     fraction = _eval_fraction(federated_eval, eval_fraction)
     m = check_mode(upload["mode"])
@@ -197,6 +204,13 @@ def _report(result: SimulationResult, json_out: Path | None) -> None:
             "accuracy", "balanced_accuracy", "macro_f1", "log_loss", "ece",
             "client_accuracy_mean", "client_accuracy_std"))]
          for n, r in result.heads.items()]))
+    ood = fed.get("ood")
+    if ood is not None:
+        typer.echo(f"OOD threshold {ood['threshold']:.6g} calibrated from the clients' score "
+                   f"histograms ({ood['n']} held-out rows, false-positive rate {ood['fpr']}; "
+                   f"{100 * ood['held_out_flagged']:.1f} % of them flagged)"
+                   if ood["calibration"] == "federated" else
+                   f"OOD threshold not calibrated: {ood['reason']}")
 
 
 def _echo_privacy(result: SimulationResult) -> None:
@@ -213,6 +227,10 @@ def _echo_privacy(result: SimulationResult) -> None:
                f"sigma per block: {sigma}")
     for note in p["postprocessing"]:
         typer.echo(f"  post-processing: {note}")
+    if "epsilon_total" in p:
+        typer.echo(f"  with the federated evaluation release (noise multiplier "
+                   f"{p['evaluation']['noise_multiplier']:.4g}): total epsilon="
+                   f"{p['epsilon_total']:g}, delta={p['delta_total']:.3g}")
 
 
 def _clip_hint(x: np.ndarray) -> str:

@@ -13,10 +13,14 @@ from typing import Annotated, Any
 import typer
 
 from ghofl.cli._options import (
+    AggregationOptions,
     FeatureTransformOption,
+    ServerOptions,
     UploadOptions,
+    aggregation_options,
     check_feature_transform_option,
     field_option,
+    server_options,
     upload_options,
 )
 from ghofl.cli.app import app
@@ -253,6 +257,8 @@ def _client_embeddings(
 
 
 @app.command("aggregate")
+@aggregation_options(only=("aggregation.estimate",))
+@server_options()
 def aggregate(
     files: Annotated[list[Path], typer.Argument(help="Client statistics files (.ghs).")],
     out: Annotated[Path | None, typer.Option(
@@ -264,20 +270,29 @@ def aggregate(
     client_id: Annotated[str | None, typer.Option(
         "--client-id", help="Client id of the payload in the store (default: the file name "
         "without extension); only with --store and one payload.")] = None,
+    model: Annotated[Path | None, typer.Option(
+        "--model", help="Model directory to write: the heads (--heads, --param, ...) fitted "
+        "from FedCOF's estimate (with --estimate fedcof, which needs it).")] = None,
+    *,
+    aggregation: AggregationOptions,
+    server: ServerOptions,
 ) -> None:
     """Sum client statistics files into one total, reading one file at a time.
 
     Memory use does not depend on the number of files. All files must share the encoder,
     projection, class list and mode. With --store the payloads are recorded in a durable store
-    (one transaction each) and --out, if given, receives the store's total.
+    (one transaction each) and --out, if given, receives the store's total. With --estimate
+    fedcof the server also keeps each file's class counts and sums, builds FedCOF's estimate of
+    the class covariances from them and fits the heads from it into --model.
     """
-    from ghofl.cli._aggregate import aggregate_files, check_aggregate_inputs
+    from ghofl.cli._aggregate import FedCOFFit, aggregate_files, check_aggregate_inputs
 
     for target, option in ((out, "--out"), (store, FIELDS["aggregation.store"].flag)):
         if target is not None:
             check_output_file(target, option)
-    digests = check_aggregate_inputs(files, out, store, client_id)
-    aggregate_files(files, digests, out=out, store=store, client_id=client_id)
+    fedcof = FedCOFFit.of(aggregation, server, model, store)
+    digests = check_aggregate_inputs(files, out, store, client_id, model=model)
+    aggregate_files(files, digests, out=out, store=store, client_id=client_id, fedcof=fedcof)
 
 
 @app.command("projection-basis")

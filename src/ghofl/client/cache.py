@@ -155,6 +155,7 @@ def cached_embeddings(
     indices_key: NDArray[np.integer[Any]] | Sequence[int] | str | None,
     compute_fn: Callable[[], tuple[NDArray[Any], NDArray[Any]]],
     cache_dir: str | os.PathLike[str] | None = None,
+    rows: int | None = None,
 ) -> EmbeddingArrays:
     """Return cached embeddings for the key, or compute, store and return them.
 
@@ -173,6 +174,10 @@ def cached_embeddings(
         ``() -> (x (n, d), y (n,))``, called only on a miss (or a corrupt entry).
     cache_dir : str or os.PathLike or None
         Root of the cache; ``None`` uses ``GHOFL_CACHE_DIR`` or ``~/.cache/ghofl``.
+    rows : int, optional
+        The number of rows the entry must hold (the length of the source when ``indices_key`` is
+        ``None``): an entry of another length (a source of the same name that grew or shrank)
+        is recomputed and replaced, never returned.
 
     Returns
     -------
@@ -182,7 +187,7 @@ def cached_embeddings(
     info = _info(encoder)
     path = embedding_cache_path(dataset_key, split, info, indices_key, cache_dir)
     hit = load_cached_embeddings(path, info)
-    if hit is not None:
+    if hit is not None and (rows is None or len(hit[1]) == rows):
         return hit
     if indices_key is not None and not isinstance(indices_key, str):
         # A subset of a split whose full embeddings are cached is a slice of them: no encoding.

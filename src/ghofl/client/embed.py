@@ -192,4 +192,7 @@ def embed_dataset_cached(
             source = dataset
         return embed_dataset(source, encoder, indices, batch_size=batch_size, progress=progress)
 
-    return cached_embeddings(cache_key, split, encoder, indices, compute, cache_dir=cache_dir)
+    rows = (len(indices) if indices is not None
+            else None if isinstance(dataset, str | os.PathLike) else len(dataset))
+    return cached_embeddings(cache_key, split, encoder, indices, compute, cache_dir=cache_dir,
+                             rows=rows)

@@ -307,8 +307,7 @@ def client_statistics(
             raise InputError(
                 f"an in-memory client source must be a pair (x, y); got {len(source)} items"
             )
-        x, y = check_labelled_embeddings(source[0], source[1], len(job.classes), "client",
-                                         range_hint=hint)
+        x, y = _checked_pair(source[0], source[1], len(job.classes), "client", hint)
         ids = None
         if sample_ids is not None:
             ids = np.asarray(sample_ids)
@@ -317,13 +316,13 @@ def client_statistics(
                     f"sample_ids must have shape ({x.shape[0]},) to match the client's "
                     f"embeddings; got {ids.shape}"
                 )
-        return _embeddings_stats(x, y, job, encoder_info, ids)
+        return _embeddings_stats(x, y, job, encoder_info, ids, what="client", hint=hint)
     if isinstance(source, Embeddings) or _is_npz(source):
         emb = source if isinstance(source, Embeddings) else load_embeddings(Path(source))
         what = f"'{emb.path}'"
         labels = align_labels(emb.y, emb.classes, job.classes, what)
-        x, y = check_labelled_embeddings(emb.x, labels, len(job.classes), what, range_hint=hint)
-        return _embeddings_stats(x, y, job, encoder_info)
+        x, y = _checked_pair(emb.x, labels, len(job.classes), what, hint)
+        return _embeddings_stats(x, y, job, encoder_info, what=what, hint=hint)
     return _raw_stats(Path(source), job, cache_dir, split, batch_size, progress)
 
 
@@ -331,7 +330,49 @@ def _is_npz(source: str | os.PathLike[str]) -> bool:
     return Path(source).suffix.lower() == ".npz"
 
 
+def _checked_pair(
+    x: Any, y: Any, num_classes: int, what: str, hint: str
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """Embeddings (n, d) as float64 and labels (n,) as int64, checked except for finiteness.
+
+    Shapes, dtypes and labels are checked by
+    :func:`~ghofl.data.embeddings.check_labelled_embeddings` on a zero-width view of the
+    embeddings (the same messages, without its pass over every entry); whether the entries
+    are finite is read from the class sums afterwards (:func:`_embeddings_stats`).
+    """
+    xa = np.asarray(x)
+    _, y64 = check_labelled_embeddings(xa[:, :0] if xa.ndim == 2 else xa, y, num_classes,
+                                       what, range_hint=hint)
+    return np.asarray(xa, dtype=np.float64), y64
+
+
 def _embeddings_stats(
+    x: NDArray[np.float64], y: NDArray[np.int64], job: ClientJob, info: EncoderInfo | None,
+    sample_ids: NDArray[Any] | None = None, *, what: str, hint: str,
+) -> ClientStats:
+    """The statistics of embeddings ``x`` (n, d) checked by :func:`_checked_pair`.
+
+    The entries of ``x`` are finite exactly when the class sums of the statistics are (a NaN
+    or an infinity stays non-finite through the projection, clipping and every sum), so they
+    are checked in O(C·d) there, and the pass of
+    :func:`~ghofl.data.embeddings.check_labelled_embeddings` over ``x``, which names the first
+    bad row, runs only when a sum is not finite (or overflowed). A feature transform can map
+    an infinity to a finite value and the minimum-count rule drops rows, so with either the
+    pass runs first.
+    """
+    deferred = job.feature_transform == "none" and (
+        job.min_class_count == 1 or _kept_rows(y, len(job.classes), job.min_class_count) is None
+    )
+    if not deferred:
+        check_labelled_embeddings(x, y, len(job.classes), what, range_hint=hint)
+    with np.errstate(invalid="ignore"):  # a bad entry's NaNs are reported just below
+        stats = _transformed_stats(x, y, job, info, sample_ids)
+    if deferred and not np.isfinite(stats.sums).all():
+        check_labelled_embeddings(x, y, len(job.classes), what, range_hint=hint)
+    return stats
+
+
+def _transformed_stats(
     x: NDArray[np.float64], y: NDArray[np.int64], job: ClientJob, info: EncoderInfo | None,
     sample_ids: NDArray[Any] | None = None,
 ) -> ClientStats:

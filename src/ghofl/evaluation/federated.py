@@ -13,6 +13,13 @@ held-out split, only additive quantities (:class:`HeadSums`):
 * the client's accuracy a and its square a², so that the server learns the mean and the spread
   of accuracy over clients without any one client's accuracy.
 
+Once per evaluation (not per head), when the model holds an OOD score (:mod:`ghofl.heads.ood`):
+the histogram ``ood_counts`` (int64, :data:`~ghofl.heads.ood.HIST_BINS` bins) of the OOD scores
+of the held-out rows over the public edges :func:`~ghofl.heads.ood.score_bin_edges` (log-spaced
+multiples of the statistics dimension k). Its total calibrates the model's OOD threshold
+(:func:`calibrate_ood`, :meth:`~ghofl.heads.ood.MahalanobisOOD.calibrate_from_histogram`)
+without any row or score leaving its client.
+
 :class:`EvaluationSums` holds these per head plus the number of clients; ``+`` (and
 :func:`sum`) adds them, and :func:`report` turns a total into per-head metrics: accuracy,
 balanced accuracy (mean recall over the classes with held-out rows), macro-F1 (mean over the
@@ -21,17 +28,19 @@ log-loss, expected calibration error ECE = Σ_b |correct_b − confidence_b| / n
 standard deviation (population, ddof = 0) of client accuracy. Every metric but the client
 spread depends on the union of the held-out rows only, not on how they are split into clients.
 
-Files (``.ghe``) are JSON: ``{"format": "ghofl.evaluation", "format_version": 1, "classes",
+Files (``.ghe``) are JSON: ``{"format": "ghofl.evaluation", "format_version": 2, "classes",
 "bins", "clients", "heads": {NAME: {"confusion", "log_loss_sum", "bin_counts",
 "bin_confidence_sum", "bin_correct", "client_accuracy_sum", "client_accuracy_sq_sum"}},
-"digest"}``; floats are written with Python's shortest round-tripping repr, so a file reads
-back bit for bit. ``digest`` is the SHA-256 of the canonical JSON (sorted keys, compact)
-without the digest; a file that fails it, or holds values no client could produce, is refused.
+"ood_counts": [...] or null, "digest"}``; a version-1 file (written before ``ood_counts``)
+reads as sums without the histogram. Floats are written with Python's shortest round-tripping
+repr, so a file reads back bit for bit. ``digest`` is the SHA-256 of the canonical JSON
+(sorted keys, compact) without the digest; a file that fails it, or holds values no client
+could produce, is refused.
 
 For secure aggregation the sums flatten to one int64 vector and one float64 vector
 (:meth:`EvaluationSums.to_vectors`), each entry of one client bounded by public values
 (:func:`vector_bounds`: M samples per client give counts ≤ M, log-loss sum ≤ M·(−log ε),
-confidence sums ≤ M, accuracy and its square ≤ 1).
+confidence sums ≤ M, accuracy and its square ≤ 1, OOD histogram counts ≤ M).
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ from ghofl.data.embeddings import check_labelled_embeddings
 from ghofl.errors import InputError
 from ghofl.files import atomic_write
 from ghofl.heads.base import Head
+from ghofl.heads.ood import DEFAULT_FPR, HIST_BINS, MahalanobisOOD, score_histogram
 
 __all__ = [
     "DEFAULT_BINS",
@@ -61,6 +71,8 @@ __all__ = [
     "LOG_LOSS_CAP",
     "EvaluationSums",
     "HeadSums",
+    "calibrate_ood",
+    "federated_ood_report",
     "load_evaluation",
     "local_evaluation",
     "report",
@@ -74,7 +86,8 @@ I64 = NDArray[np.int64]
 #: Public number of equal-width confidence bins of the reliability histogram.
 DEFAULT_BINS = 15
 EVAL_FORMAT = "ghofl.evaluation"
-EVAL_FORMAT_VERSION = 1
+EVAL_FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, EVAL_FORMAT_VERSION)  # version 1: no ood_counts
 _EPS = float(np.finfo(np.float64).eps)
 _TINY = float(np.finfo(np.float64).tiny)
 #: Largest per-row log-loss: −log ε once the probability is clipped to [ε, 1 − ε].
@@ -184,12 +197,16 @@ class EvaluationSums:
         Number of clients whose held-out rows are in the sums.
     bins : int, default :data:`DEFAULT_BINS`
         Number of confidence bins (public, the same for every client).
+    ood_counts : ndarray of int64, shape (HIST_BINS,), optional
+        Held-out rows per OOD score bin (:func:`~ghofl.heads.ood.score_histogram`); ``None``
+        when the model holds no OOD score.
     """
 
     classes: tuple[str, ...]
     heads: dict[str, HeadSums] = field(repr=False)
     clients: int
     bins: int = DEFAULT_BINS
+    ood_counts: I64 | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.bins, int) or self.bins < 1:
@@ -202,6 +219,20 @@ class EvaluationSums:
             raise InputError("evaluation sums need at least one head; got none")
         for name, sums in self.heads.items():
             sums.check(len(self.classes), self.bins, self.clients, f"the sums of head {name!r}")
+        self._check_ood_counts()
+
+    def _check_ood_counts(self) -> None:
+        h = self.ood_counts
+        if h is None:
+            return
+        n = next(iter(self.heads.values())).n
+        if not isinstance(h, np.ndarray) or h.shape != (HIST_BINS,) or h.dtype.kind not in "iu" \
+                or bool(np.any(h < 0)) or int(h.sum()) != n:
+            got = (f"{h.dtype} of shape {h.shape} summing to {int(h.sum())}"
+                   if isinstance(h, np.ndarray) else type(h).__name__)
+            raise InputError(f"the OOD score histogram must be {HIST_BINS} non-negative integer "
+                             f"counts summing to the {n} rows scored; got {got}; the file is "
+                             "corrupt or was edited")
 
     def __add__(self, other: EvaluationSums) -> EvaluationSums:
         if not isinstance(other, EvaluationSums):
@@ -217,9 +248,15 @@ class EvaluationSums:
                 f"cannot add evaluation sums of heads {', '.join(self.heads)} and "
                 f"{', '.join(other.heads)}; evaluate every client with the same model"
             )
+        if (self.ood_counts is None) != (other.ood_counts is None):
+            raise InputError("cannot add evaluation sums with and without an OOD score "
+                             "histogram; evaluate every client with the same model directory "
+                             "(evaluate --local, which counts the scores when the model has one)")
+        ood = None if self.ood_counts is None or other.ood_counts is None \
+            else self.ood_counts + other.ood_counts
         return EvaluationSums(self.classes,
                               {k: v + other.heads[k] for k, v in self.heads.items()},
-                              self.clients + other.clients, self.bins)
+                              self.clients + other.clients, self.bins, ood)
 
     def __radd__(self, other: object) -> EvaluationSums:
         if isinstance(other, int) and other == 0:  # sum() starts from 0
@@ -230,17 +267,21 @@ class EvaluationSums:
         """The file's content without the digest."""
         return {"format": EVAL_FORMAT, "format_version": EVAL_FORMAT_VERSION,
                 "classes": list(self.classes), "bins": self.bins, "clients": self.clients,
-                "heads": {k: v.to_dict() for k, v in self.heads.items()}}
+                "heads": {k: v.to_dict() for k, v in self.heads.items()},
+                "ood_counts": None if self.ood_counts is None else self.ood_counts.tolist()}
 
     def to_vectors(self) -> tuple[I64, F64]:
         """The sums as one int64 and one float64 vector (secure aggregation's input).
 
         Per head, in order: ints = confusion (C·C), bin_counts (B), bin_correct (B); floats =
         log_loss_sum, bin_confidence_sum (B), client_accuracy_sum, client_accuracy_sq_sum.
-        The ints end with ``clients``. :meth:`from_vectors` inverts it.
+        After the heads' ints come the ``ood_counts`` (HIST_BINS) when present; the ints end
+        with ``clients``. :meth:`from_vectors` inverts it.
         """
         ints = [np.concatenate([h.confusion.ravel(), h.bin_counts, h.bin_correct])
                 for h in self.heads.values()]
+        if self.ood_counts is not None:
+            ints.append(self.ood_counts)
         floats = [np.concatenate([[h.log_loss_sum], h.bin_confidence_sum,
                                   [h.client_accuracy_sum, h.client_accuracy_sq_sum]])
                   for h in self.heads.values()]
@@ -250,19 +291,25 @@ class EvaluationSums:
     @classmethod
     def from_vectors(cls, classes: tuple[str, ...], heads: tuple[str, ...], bins: int,
                      ints: I64, floats: F64) -> EvaluationSums:
-        """Inverse of :meth:`to_vectors` (the layout is fixed by classes, heads and bins)."""
+        """Inverse of :meth:`to_vectors` (the layout is fixed by classes, heads and bins).
+
+        The OOD histogram is there when ``ints`` is HIST_BINS longer than the heads' layout.
+        """
         c, b = len(classes), bins
         ni, nf = c * c + 2 * b, b + 3
-        if ints.shape != (ni * len(heads) + 1,) or floats.shape != (nf * len(heads),):
+        base = ni * len(heads) + 1
+        if ints.shape not in ((base,), (base + HIST_BINS,)) or floats.shape != (nf * len(heads),):
             raise InputError(f"evaluation vectors of shapes {ints.shape} and {floats.shape} do "
-                             f"not match {len(heads)} heads, {c} classes and {b} bins")
+                             f"not match {len(heads)} heads, {c} classes and {b} bins (with or "
+                             f"without the {HIST_BINS} OOD score bins)")
+        ood = ints[base - 1:-1].astype(np.int64) if ints.shape[0] > base else None
         out: dict[str, HeadSums] = {}
         for k, name in enumerate(heads):
             i, f = ints[k * ni:(k + 1) * ni].astype(np.int64), floats[k * nf:(k + 1) * nf]
             out[name] = HeadSums(i[:c * c].reshape(c, c).copy(), float(f[0]),
                                  i[c * c:c * c + b].copy(), f[1:1 + b].astype(np.float64),
                                  i[c * c + b:].copy(), float(f[b + 1]), float(f[b + 2]))
-        return cls(tuple(classes), out, int(ints[-1]), bins)
+        return cls(tuple(classes), out, int(ints[-1]), bins, ood)
 
 
 def vector_bounds(sums: EvaluationSums, max_samples: int) -> tuple[I64, F64]:
@@ -286,7 +333,8 @@ def vector_bounds(sums: EvaluationSums, max_samples: int) -> tuple[I64, F64]:
     per_float = np.concatenate([[max_samples * LOG_LOSS_CAP], np.full(b, float(max_samples)),
                                 [1.0, 1.0]])
     k = len(sums.heads)
-    return (np.concatenate([np.tile(per_int, k), [1]]).astype(np.int64),
+    hist = np.full(0 if sums.ood_counts is None else HIST_BINS, max_samples, dtype=np.int64)
+    return (np.concatenate([np.tile(per_int, k), hist, [1]]).astype(np.int64),
             np.tile(per_float, k).astype(np.float64))
 
 
@@ -301,7 +349,8 @@ class _ScoresHeads(Protocol):
 
 def local_evaluation(model_or_heads: Mapping[str, Head] | _ScoresHeads, x: NDArray[Any],
                      y: NDArray[Any], *, bins: int = DEFAULT_BINS,
-                     transform: str | None = None, what: str = "held-out") -> EvaluationSums:
+                     transform: str | None = None, what: str = "held-out",
+                     ood: MahalanobisOOD | None = None) -> EvaluationSums:
     """One client's evaluation sums of every head on its held-out rows.
 
     Parameters
@@ -317,6 +366,9 @@ def local_evaluation(model_or_heads: Mapping[str, Head] | _ScoresHeads, x: NDArr
         With a model: the transform to apply instead of the recorded one.
     what : str
         The data, as messages name it.
+    ood : MahalanobisOOD, optional
+        The model's OOD score (:func:`~ghofl.model.directory.load_ood`): the sums carry the
+        histogram of the rows' scores (after the heads' projection, as ``predict`` scores).
 
     Returns
     -------
@@ -350,7 +402,31 @@ def local_evaluation(model_or_heads: Mapping[str, Head] | _ScoresHeads, x: NDArr
         raise InputError(f"the {what} set is empty; a client's evaluation needs at least one "
                          "held-out row")
     out = {name: _head_sums(head, zz, yy, bins) for name, head in heads.items()}
-    return EvaluationSums(classes, out, 1, bins)
+    hist = None
+    if ood is not None:
+        proj = first.meta_.projection
+        hist = score_histogram(ood.score(proj.apply(zz) if proj is not None else zz),
+                               ood.bin_edges())
+    return EvaluationSums(classes, out, 1, bins, hist)
+
+
+def calibrate_ood(total: EvaluationSums, ood: MahalanobisOOD,
+                  fpr: float = DEFAULT_FPR) -> MahalanobisOOD:
+    """Set the threshold of ``ood`` from the OOD histogram of ``total`` (calibration "federated").
+
+    :meth:`~ghofl.heads.ood.MahalanobisOOD.calibrate_from_histogram` of ``total.ood_counts``
+    over ``ood``'s public edges; ``ood`` must be the score the clients evaluated with.
+
+    Raises
+    ------
+    InputError
+        ``total`` carries no histogram, or too few rows for ``fpr``.
+    """
+    if total.ood_counts is None:
+        raise InputError("these evaluation sums carry no OOD score histogram (the clients "
+                         "evaluated a model without an OOD score, or wrote them with an older "
+                         "ghofl); have every client run `ghofl evaluate MODEL --local` again")
+    return ood.calibrate_from_histogram(total.ood_counts, ood.bin_edges(), fpr)
 
 
 def _head_sums(head: Head, z: F64, y: I64, bins: int) -> HeadSums:
@@ -410,6 +486,31 @@ def _metrics(h: HeadSums, clients: int) -> dict[str, Any]:
             "client_accuracy_mean": mean, "client_accuracy_std": std}
 
 
+def federated_ood_report(total: EvaluationSums, ood: MahalanobisOOD | None,
+                         fpr: float = DEFAULT_FPR) -> dict[str, Any] | None:
+    """The OOD threshold calibrated from ``total``'s histogram, as a report (sets ``ood``'s).
+
+    Returns
+    -------
+    dict or None
+        ``None`` without an OOD score; else ``calibration`` (``"federated"``), ``threshold``,
+        ``fpr``, ``n`` and ``held_out_flagged`` (share of the held-out rows in the bins above
+        the threshold, at most ``fpr``), or, when the rows do not suffice for the rate,
+        ``calibration`` ``"none"`` and ``reason``.
+    """
+    if ood is None:
+        return None
+    try:
+        calibrate_ood(total, ood, fpr)
+    except InputError as exc:
+        return {"calibration": "none", "fpr": fpr, "reason": str(exc)}
+    assert total.ood_counts is not None and ood.threshold_ is not None
+    above = int(np.searchsorted(ood.bin_edges(), ood.threshold_, side="right"))
+    n = int(total.ood_counts.sum())
+    return {"calibration": "federated", "threshold": ood.threshold_, "fpr": fpr, "n": n,
+            "held_out_flagged": int(total.ood_counts[above:].sum()) / n}
+
+
 # ---------------------------------------------------------------------- files
 def _digest(body: Mapping[str, Any]) -> str:
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
@@ -443,17 +544,20 @@ def load_evaluation(path: str | os.PathLike[str]) -> EvaluationSums:
     if not isinstance(raw, dict) or raw.get("format") != EVAL_FORMAT:
         raise InputError(f"{where} is not a ghofl evaluation file (no format "
                          f"{EVAL_FORMAT!r}); {_FIX}")
-    if raw.get("format_version") != EVAL_FORMAT_VERSION:
-        raise InputError(f"{where} has evaluation format version {raw.get('format_version')!r};"
-                         f" this ghofl reads version {EVAL_FORMAT_VERSION}; {_FIX}")
+    version = raw.get("format_version")
+    if isinstance(version, bool) or version not in _READABLE_VERSIONS:
+        raise InputError(f"{where} has evaluation format version {version!r}; this ghofl reads "
+                         f"versions {', '.join(map(str, _READABLE_VERSIONS))}; {_FIX}")
     body = {k: v for k, v in raw.items() if k != "digest"}
     if raw.get("digest") != _digest(body):
         raise InputError(f"{where} does not match its digest: it was edited or is corrupt; "
                          f"{_FIX}")
     try:
         heads = {str(k): _head_from_dict(v) for k, v in raw["heads"].items()}
+        hist = None if version == 1 or raw["ood_counts"] is None \
+            else _int_array(raw["ood_counts"], "ood_counts")
         return EvaluationSums(tuple(str(c) for c in raw["classes"]), heads,
-                              raw["clients"], raw["bins"])
+                              raw["clients"], raw["bins"], hist)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, InputError):
             raise InputError(f"{where}: {exc}") from exc
@@ -461,12 +565,16 @@ def load_evaluation(path: str | os.PathLike[str]) -> EvaluationSums:
                          f"{_FIX}") from exc
 
 
+def _int_array(value: Any, key: str) -> I64:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{key} holds non-integers")
+    return arr.astype(np.int64)
+
+
 def _head_from_dict(d: Mapping[str, Any]) -> HeadSums:
     def ints(key: str) -> I64:
-        arr = np.asarray(d[key])
-        if arr.dtype.kind not in "iu":
-            raise ValueError(f"{key} holds non-integers")
-        return arr.astype(np.int64)
+        return _int_array(d[key], key)
 
     def number(key: str) -> float:
         v = d[key]

@@ -9,8 +9,9 @@ transform the caller names (as ``evaluate --feature-transform``).
 
 Every batch gives one row per item: ``id``, ``label`` (class name), ``p_<class>`` per class
 (or, with ``top_k``, ``top<i>`` and ``p_top<i>`` for the K most probable classes), then
-``ood_score`` (:mod:`ghofl.heads.ood`) and ``ood`` (score above the model's threshold) when
-the model holds the score. Only one batch of embeddings is in memory at a time.
+``ood_score`` (:mod:`ghofl.heads.ood`) when the model holds the score, and ``ood`` (score above
+the model's threshold) only when that threshold was calibrated on data. Only one batch of
+embeddings is in memory at a time.
 """
 
 from __future__ import annotations
@@ -259,7 +260,8 @@ def prediction_rows(
         Report the K most probable classes (``top1``, ``p_top1``, ...) instead of every class.
     ood_score : ndarray, shape (b,), optional
     threshold : float, optional
-        The model's OOD threshold (``ood`` = score > threshold).
+        The model's calibrated OOD threshold (``ood`` = score > threshold); without it the rows
+        carry ``ood_score`` alone.
     """
     best = np.argmax(proba, axis=1)
     order = np.argsort(-proba, axis=1, kind="stable")[:, :top_k] if top_k else None
@@ -272,22 +274,28 @@ def prediction_rows(
             for r, j in enumerate(order[i], start=1):
                 row[f"top{r}"] = classes[int(j)]
                 row[f"p_top{r}"] = float(proba[i, j])
-        if ood_score is not None and threshold is not None:
+        if ood_score is not None:
             row["ood_score"] = float(ood_score[i])
-            row["ood"] = bool(ood_score[i] > threshold)
+            if threshold is not None:
+                row["ood"] = bool(ood_score[i] > threshold)
         rows.append(row)
     return rows
 
 
-def output_columns(classes: tuple[str, ...], top_k: int | None, with_ood: bool) -> list[str]:
-    """The CSV header: the keys of :func:`prediction_rows`, in order."""
+def output_columns(classes: tuple[str, ...], top_k: int | None, with_ood: bool,
+                   with_flag: bool | None = None) -> list[str]:
+    """The CSV header: the keys of :func:`prediction_rows`, in order.
+
+    ``with_ood``: the ``ood_score`` column; ``with_flag`` (default ``with_ood``): ``ood`` too.
+    """
     cols = ["id", "label"]
     if top_k:
         for r in range(1, top_k + 1):
             cols += [f"top{r}", f"p_top{r}"]
     else:
         cols += [f"p_{c}" for c in classes]
-    return cols + (["ood_score", "ood"] if with_ood else [])
+    flag = with_ood if with_flag is None else with_flag
+    return cols + (["ood_score"] if with_ood else []) + (["ood"] if with_ood and flag else [])
 
 
 def _text(value: Any) -> str:

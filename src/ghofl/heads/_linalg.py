@@ -20,11 +20,13 @@ F64 = NDArray[np.float64]
 R = TypeVar("R")
 
 
-def stable_cholesky(cov: F64, what: str) -> tuple[F64, float]:
+def stable_cholesky(cov: F64, what: str, release_gil: bool = False) -> tuple[F64, float]:
     """Lower Cholesky factor of ``cov`` (d, d), adding the smallest diagonal jitter needed.
 
     The jitter that makes it positive definite starts at 1e-10·tr(Σ)/d, ×10 per try,
-    at most 1e-2·tr(Σ)/d.
+    at most 1e-2·tr(Σ)/d. ``release_gil``: factorise with ``numpy.linalg.cholesky``, which
+    releases the GIL (SciPy's LAPACK wrappers hold it), for factorisations run in a thread
+    pool (:func:`class_map`); it reads the lower triangle.
 
     Returns ``(L, jitter)``; a non-zero jitter is reported with a :class:`GhoflWarning`.
     """
@@ -40,10 +42,13 @@ def stable_cholesky(cov: F64, what: str) -> tuple[F64, float]:
     for step in range(10):
         try:
             m = cov if jitter == 0.0 else cov + jitter * np.eye(d)
-            L: F64 = cholesky(m, lower=True, check_finite=False)
+            # numpy's upper factor U = Lᵀ (C order) is L in Fortran order: no copy
+            L: F64 = np.asarray(np.linalg.cholesky(m, upper=True).T if release_gil
+                                else cholesky(m, lower=True, check_finite=False),
+                                dtype=np.float64)
             if not np.all(np.isfinite(L)):
                 raise LinAlgError("non-finite factor")
-        except LinAlgError:
+        except (LinAlgError, np.linalg.LinAlgError):
             jitter = scale * 10.0 ** (step - 10)
             continue
         if jitter:
@@ -111,8 +116,9 @@ def one_blas_thread() -> AbstractContextManager[object]:
 def class_map(fn: Callable[[int], R], n: int) -> list[R]:
     """``[fn(0), ..., fn(n − 1)]`` with one BLAS thread per call, the calls in a thread pool.
 
-    For loops of independent per-class factorisations of size d ≈ 10³: LAPACK releases the
-    GIL, so :func:`worker_count` single-threaded calls use every core, where one call at a time
+    For loops of independent per-class factorisations of size d ≈ 10³: numpy's LAPACK calls
+    release the GIL (SciPy's wrappers hold it: prefer ``numpy.linalg`` in ``fn``), so
+    :func:`worker_count` single-threaded calls use every core, where one call at a time
     with multi-threaded BLAS synchronises its threads at every block, which a loaded machine
     makes far slower.
     The first exception, in class order, is raised.

@@ -20,7 +20,8 @@ from ghofl.heads.registry import available_heads, head_class, head_defaults, mak
 from ghofl.stats.meta import Mode
 from ghofl.stats.schema import mode_supports, modes_supporting
 
-__all__ = ["build_heads", "head_defaults", "to_jsonable"]
+__all__ = ["ESTIMATES", "build_heads", "check_heads_mode", "estimate_mode", "head_defaults",
+           "to_jsonable"]
 
 
 def build_heads(
@@ -98,16 +99,49 @@ def build_heads(
     return out
 
 
-def check_heads_mode(names: Sequence[str], mode: Mode) -> None:
-    """Raise :class:`UnsupportedModeError` when a head of ``names`` needs more than ``mode``."""
+#: What the heads are fitted from: the total of the uploads, or FedCOF's estimate.
+ESTIMATES: tuple[str, ...] = ("sum", "fedcof")
+
+
+def estimate_mode(names: Sequence[str], mode: Mode, estimate: str = "sum") -> Mode:
+    """The mode of the statistics ``names`` are fitted from, under ``estimate``.
+
+    ``"sum"``: the upload mode ``mode``. ``"fedcof"``: FedCOF's estimate of the second moments
+    from each client's class means and counts (:func:`~ghofl.moments.fedcof.fedcof_statistics`,
+    which reads counts and sums, so any upload mode serves), built in mode ``pooled`` (O(d²)
+    memory), or ``full`` (every class scatter, O(C d²)) when a head of ``names`` needs it.
+
+    Raises
+    ------
+    ConfigError
+        ``estimate`` is not one of :data:`ESTIMATES`.
+    """
+    if estimate not in ESTIMATES:
+        raise ConfigError(f"estimate must be one of {', '.join(ESTIMATES)}; got {estimate!r}")
+    if estimate == "sum":
+        return mode
+    pooled = all(mode_supports("pooled", head_class(n).min_mode) for n in names)
+    return "pooled" if pooled else "full"
+
+
+def check_heads_mode(names: Sequence[str], mode: Mode, *, estimate: str = "sum") -> None:
+    """Raise :class:`UnsupportedModeError` when a head of ``names`` needs more than ``mode``.
+
+    With ``estimate="fedcof"`` the heads are fitted from FedCOF's estimate
+    (:func:`estimate_mode`), which every head can read.
+    """
+    fitted_from = estimate_mode(names, mode, estimate)
     for name in names:
         cls = head_class(name)
-        if not mode_supports(mode, cls.min_mode):
+        if not mode_supports(fitted_from, cls.min_mode):
+            fedcof = (" or, on plain uploads, fit it from FedCOF's covariance estimate of the "
+                      "clients' class means (--estimate fedcof)"
+                      if mode_supports("pooled", cls.min_mode) else "")
             raise UnsupportedModeError(
                 f"head {name!r} needs upload mode {cls.min_mode!r} or richer "
                 f"({modes_supporting(cls.min_mode)}), but the statistics "
                 f"are mode {mode!r}; compute the client statistics with mode {cls.min_mode!r} "
-                f"(--mode {cls.min_mode}) or drop {name!r} from the heads"
+                f"(--mode {cls.min_mode}){fedcof} or drop {name!r} from the heads"
             )
 
 

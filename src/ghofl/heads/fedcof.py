@@ -10,7 +10,9 @@ statistics carry), with a shrinkage γ added to every class covariance:
 replaced by the global mean's; with exact covariances G therefore differs from Fed3R's ΦᵀΦ).
 In moments, Σ_c (N_c − 1) Σ_c is the within-class scatter W = B − Σ_c A_c A_cᵀ/N_c, so the
 head needs a ``pooled`` upload or FedCOF's estimated statistics
-(:func:`~ghofl.moments.fedcof.fedcof_statistics`) from ``means`` uploads. The class weights are
+(:func:`~ghofl.moments.fedcof.fedcof_statistics`) from ``means`` uploads, which the server
+builds with ``aggregation.estimate = "fedcof"`` (``--estimate fedcof`` of ``ghofl simulate``,
+``ghofl aggregate`` and ``ghofl flower-run``; plain protocol only). The class weights are
 normalised as in FedCOF's evaluation (``normalize=False`` keeps the raw solution).
 """
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
+import numpy as np
+
 from ghofl.heads._linalg import F64, linear_discriminant, safe_log
 from ghofl.heads._params import Constraint, Options, ShrinkageParam
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
 from ghofl.moments.selection import ShrinkageChoice, choose_pooled_shrinkage
 from ghofl.moments.shrinkage import Shrinkage, shrink
+from ghofl.moments.spectral import shrunk_solve
 from ghofl.stats.meta import StatsMeta
 
 Shape = tuple[int, ...]
@@ -37,6 +40,29 @@ def lda_covariance(
     """
     cov, choice = lda_covariance_choice(moments, shrinkage, divisor)
     return cov, choice.value
+
+
+def _spectral_discriminant(
+    moments: Moments, choice: ShrinkageChoice, divisor: str
+) -> tuple[F64, F64, float] | None:
+    """:func:`linear_discriminant` from the reduction the choice was computed on, if any.
+
+    W = shrink(Σ_pool, a)⁻¹ μᵀ by tridiagonal solves (:func:`ghofl.moments.spectral.
+    shrunk_solve`): the reduction is of the N − C covariance, the ``"n"`` divisor a factor
+    (N − C)/N of it. None when there is no reduction or the shrunk matrix is ill-conditioned.
+    Returns ``(coef (C, d), intercept (C,), jitter 0.0)``.
+    """
+    tri = choice.spectrum
+    if tri is None:
+        return None
+    n, c = moments.n_samples, moments.num_classes
+    scale = 1.0 if divisor == "n-c" else (n - c) / n
+    tau = max(tri.trace, 0.0) / tri.dim
+    w = shrunk_solve(tri, choice.value, tau, moments.means.T, scale)
+    if w is None or not np.all(np.isfinite(w)):
+        return None
+    intercept = -0.5 * np.einsum("cd,dc->c", moments.means, w) + safe_log(moments.priors)
+    return np.ascontiguousarray(w.T), intercept, 0.0
 
 
 class LDAHead(Head):
@@ -80,11 +106,14 @@ class LDAHead(Head):
 
     def _fit(self, moments: Moments) -> None:
         p = self.params_
-        cov, choice = lda_covariance_choice(moments, p["shrinkage"], p["covariance_divisor"])
+        choice = choose_pooled_shrinkage(moments, p["shrinkage"], divisor=p["covariance_divisor"])
         self.means_ = moments.means.copy()
-        self.coef_, self.intercept_, self.jitter_ = linear_discriminant(
-            moments.means, cov, safe_log(moments.priors), "the LDA pooled covariance"
-        )
+        fitted = _spectral_discriminant(moments, choice, p["covariance_divisor"])
+        if fitted is None:  # a fixed coefficient, or no reusable reduction: one Cholesky
+            cov = shrink(moments.pooled_covariance(p["covariance_divisor"]), choice.value)
+            fitted = linear_discriminant(moments.means, cov, safe_log(moments.priors),
+                                         "the LDA pooled covariance")
+        self.coef_, self.intercept_, self.jitter_ = fitted
         self.shrinkage_ = choice.value
         self.shrinkage_method_ = choice.method
 

@@ -10,20 +10,22 @@ that Σ is invertible when k is large against N)::
 
     ood_score(z) = min_c (z − μ_c)ᵀ Σ⁻¹ (z − μ_c)          (squared Mahalanobis distance)
 
-Threshold: how it is chosen
----------------------------
-Without any data beyond the statistics. Under the Gaussian model the heads assume (class c:
-N(μ_c, Σ̂)), the distance of an in-distribution sample to its own class mean is a quadratic
-form whose mean is tr(M) and variance 2·tr(M²), with M = Σ⁻¹Σ̂. It is matched by a scaled
-chi-square g·χ²_h (Satterthwaite): g = tr(M²)/tr(M), h = tr(M)²/tr(M²). The threshold is the
-``quantile`` (default 0.99) of g·χ²_h; with no shrinkage (M = I) this is exactly the
-chi-square quantile with k degrees of freedom. The nearest-class distance is at most the
-own-class distance, so under that model at most 1 − ``quantile`` of in-distribution inputs are
-flagged; real embeddings are not Gaussian, so the observed rate differs (it can be far higher:
-heavy-tailed embeddings put most in-distribution inputs above this threshold). This is the
-threshold ``fit_from_moments`` sets; it is recorded as calibration ``"gaussian"``.
+Threshold: only from data
+-------------------------
+A model fitted from statistics alone has no threshold (``threshold_`` is ``None``, calibration
+``"none"``): ``ood_score`` is computed and reported everywhere, the flag ``ood`` is absent until
+the threshold is calibrated on in-distribution rows (:data:`CALIBRATE_HINT`). The threshold is
+never set from an assumption on the distribution of the embeddings.
 
-Calibrated on data (:meth:`MahalanobisOOD.calibrate`, ``ghofl evaluate --calibrate-ood``).
+Gaussian reference value (``gaussian_threshold_``, never the flag). Under the Gaussian model the
+heads assume (class c: N(μ_c, Σ̂)), the distance of an in-distribution sample to its own class
+mean is a quadratic form whose mean is tr(M) and variance 2·tr(M²), with M = Σ⁻¹Σ̂. It is
+matched by a scaled chi-square g·χ²_h (Satterthwaite): g = tr(M²)/tr(M), h = tr(M)²/tr(M²);
+``gaussian_threshold_`` is its ``quantile`` (default 0.99), exactly the chi-square quantile with
+k degrees of freedom when M = I. Real embeddings are not Gaussian, and on heavy-tailed
+embeddings most in-distribution inputs lie above this value, so it is kept as a reference only.
+
+Calibrated on rows (:meth:`MahalanobisOOD.calibrate`, ``ghofl evaluate --calibrate-ood``).
 From n held-out in-distribution rows with scores s_(1) ≤ … ≤ s_(n) and a target false-positive
 rate α (default 0.05), the threshold is the order statistic s_(r) with r = ⌈(n + 1)(1 − α)⌉
 (split-conformal rule). For a new row exchangeable with the calibration rows, P(score > s_(r))
@@ -32,13 +34,28 @@ n ≥ (1 − α)/α rows (19 at α = 0.05). It is recorded as calibration ``"con
 The guarantee holds for data distributed like the calibration rows: calibrate on held-out data
 from the deployment's distribution, not on the rows the rate is then measured on.
 
+Calibrated from the clients' held-out rows, without rows leaving them
+(:meth:`MahalanobisOOD.calibrate_from_histogram`, federated evaluation). Every client counts the
+scores of its held-out rows in public bins (:func:`score_bin_edges`, :func:`score_histogram`);
+the counts add over clients. The edges are k·2^e·(1 + j/32) for the octaves e from
+:data:`HIST_OCTAVES` and j = 0..31 (k the statistics dimension: in-distribution scores are of
+the order of k): 32 bins per octave, each at most 1/32 of its lower edge wide, exact in binary
+floating point so that every client and the server compute the same edges bit for bit. Bin 0
+holds the scores below the first edge, bin i the scores in [edge_{i−1}, edge_i), the last bin
+the scores at or above the last edge. The threshold is the upper edge of the bin that holds the
+conformal order statistic s_(r) (the smallest bin i whose cumulative count reaches r). It is
+at least s_(r), so the conformal guarantee above holds unchanged, and it exceeds s_(r) by less
+than one bin (a factor below 1 + 1/32); the calibration rows above it all lie in higher bins, at
+most n − r ≤ α·n of them, so the empirical false-positive rate on the calibration rows is at
+most α too. It is recorded as calibration ``"federated"`` with α and n.
+
 Why not from the clients' holdout statistics. The holdout section of an upload carries per
 class the count, the sum and the second-moment sums of the held-out rows. They give the mean of
 the own-class distance of a held-out row, E[(x − μ_c)ᵀΣ⁻¹(x − μ_c)] = (tr(Σ⁻¹S_c) −
 2μ_cᵀΣ⁻¹s_c + n_cμ_cᵀΣ⁻¹μ_c)/n_c, but neither its variance (a fourth moment of x) nor the
-distribution of the nearest-class minimum, so no quantile and no moment-matched distribution
-beyond the Gaussian one above follow from them. The threshold is therefore calibrated from rows
-(held-out embeddings or raw data), not from the holdout statistics.
+distribution of the nearest-class minimum, so no quantile follows from them. The threshold is
+therefore calibrated from rows (held-out embeddings, or the clients' histograms of their scores),
+not from the holdout statistics.
 """
 
 from __future__ import annotations
@@ -52,27 +69,75 @@ from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 
 from ghofl.errors import ConfigError, InputError, NotFittedError, StatsValidationError
-from ghofl.moments.core import Moments
+from ghofl.moments.core import Moments, compute_moments
 from ghofl.moments.shrinkage import rblw_shrinkage, shrink
+from ghofl.stats.client_stats import ClientStats
 
 __all__ = [
+    "CALIBRATE_HINT",
     "DEFAULT_FPR",
+    "HIST_BINS",
     "MahalanobisOOD",
     "conformal_rank",
     "nearest_mahalanobis",
+    "ood_or_none",
     "pooled_covariance_of",
     "scaled_chi2_threshold",
+    "score_bin_edges",
+    "score_histogram",
 ]
 
 F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
 
 #: Name of the score, recorded in the model manifest.
 OOD_SCORE = "squared Mahalanobis distance to the nearest class mean (shrunk pooled covariance)"
-OOD_RULE = ("quantile of the scaled chi-square g*chi2_h matching the mean and variance of the "
-            "own-class distance under the Gaussian model (chi2_k when unshrunk)")
+#: How to give a model its threshold, in one line (manifest, card, ``ghofl predict``).
+CALIBRATE_HINT = ("calibrate it on held-out in-distribution rows: `ghofl evaluate MODEL "
+                  "--embeddings HELD_OUT.npz --calibrate-ood`, or from the clients' federated "
+                  "evaluation: `ghofl evaluate --report TOTAL.ghe --update-card MODEL`")
+#: The rule of a model without threshold (calibration ``"none"``), recorded in the manifest.
+OOD_RULE = ("none: no threshold, so no ood flag (the Gaussian quantile, gaussian_threshold, is "
+            "a reference value only: real embeddings are not Gaussian); " + CALIBRATE_HINT)
 #: Default false-positive rate of :meth:`MahalanobisOOD.calibrate`.
 DEFAULT_FPR = 0.05
-_CALIBRATIONS = ("gaussian", "conformal")
+_CALIBRATIONS = ("none", "conformal", "federated")
+#: Octaves 2^e, e in [HIST_OCTAVES[0], HIST_OCTAVES[1]), of score/k that the histogram edges span.
+HIST_OCTAVES = (-12, 13)
+_PER_OCTAVE = 32
+#: Number of bins of :func:`score_histogram` (the edges plus one).
+HIST_BINS = (HIST_OCTAVES[1] - HIST_OCTAVES[0]) * _PER_OCTAVE + 2
+
+
+def score_bin_edges(dim: int) -> F64:
+    """Public edges of the score histogram of a k-dimensional model (module docstring).
+
+    Parameters
+    ----------
+    dim : int
+        k, the statistics dimension (the OOD score's input dimension).
+
+    Returns
+    -------
+    ndarray, shape (HIST_BINS - 1,)
+        k·2^e·(1 + j/32), increasing, identical bit for bit on every machine.
+    """
+    e0, e1 = HIST_OCTAVES
+    mant = 1.0 + np.arange(_PER_OCTAVE, dtype=np.float64) / _PER_OCTAVE
+    rel = np.concatenate([np.ldexp(mant, e) for e in range(e0, e1)] + [np.ldexp([1.0], e1)])
+    out: F64 = float(dim) * rel
+    return out
+
+
+def score_histogram(scores: NDArray[Any], edges: F64) -> I64:
+    """Counts of ``scores`` (n,) in the bins of ``edges`` (B − 1,): shape (B,), int64.
+
+    Bin 0: scores below ``edges[0]``; bin i: [edges[i−1], edges[i]); bin B − 1: at or above
+    ``edges[-1]``.
+    """
+    which = np.searchsorted(edges, np.asarray(scores, dtype=np.float64), side="right")
+    out: I64 = np.bincount(which, minlength=edges.size + 1).astype(np.int64)
+    return out
 
 
 def conformal_rank(n: int, fpr: float) -> int:
@@ -193,24 +258,31 @@ class MahalanobisOOD:
     Parameters
     ----------
     quantile : float in (0, 1), default 0.99
-        Quantile of the in-distribution score model that sets ``threshold_``.
+        Quantile of the Gaussian score model that sets the reference ``gaussian_threshold_``.
 
     Attributes
     ----------
     means_ : ndarray, shape (C, k)
     chol_ : ndarray, shape (k, k)
         Lower Cholesky factor of the shrunk pooled covariance.
-    threshold_, shrinkage_, scale_, dof_ : float
-    calibration_ : {"gaussian", "conformal"}
+    threshold_ : float or None
+        ``ood`` = ``ood_score > threshold_``; ``None`` until calibrated on data.
+    gaussian_threshold_ : float or None
+        The ``quantile`` of the Gaussian score model: a reference value, never the flag
+        (``None`` when read from a manifest that did not record it).
+    shrinkage_, scale_, dof_ : float
+    calibration_ : {"none", "conformal", "federated"}
         How ``threshold_`` was set (module docstring).
     fpr_ : float or None
-        Target false-positive rate of a ``"conformal"`` threshold.
+        Target false-positive rate of a calibrated threshold.
     n_calibration_ : int or None
-        Number of rows a ``"conformal"`` threshold was calibrated on.
+        Number of rows a calibrated threshold was calibrated on.
     """
 
     fitted_arrays = ("means_", "chol_")
-    fitted_scalars = ("threshold_", "shrinkage_", "scale_", "dof_", "quantile")
+    fitted_scalars = ("shrinkage_", "scale_", "dof_", "quantile")
+    threshold_: float | None
+    gaussian_threshold_: float | None
     calibration_: str
     fpr_: float | None
     n_calibration_: int | None
@@ -221,7 +293,7 @@ class MahalanobisOOD:
         self.quantile = float(quantile)
 
     def fit_from_moments(self, moments: Moments) -> Self:
-        """Fit from the moments of the aggregate (statistics space)."""
+        """Fit from the moments of the aggregate (statistics space); no threshold yet."""
         cov = pooled_covariance_of(moments)
         a = 0.0
         if moments.within_scatter is not None:
@@ -231,10 +303,19 @@ class MahalanobisOOD:
         self.means_ = np.asarray(moments.means, dtype=np.float64)
         self.chol_ = _cholesky(scoring)
         self.shrinkage_ = float(a)
-        self.threshold_, self.scale_, self.dof_ = scaled_chi2_threshold(
+        self.gaussian_threshold_, self.scale_, self.dof_ = scaled_chi2_threshold(
             self.chol_, cov, self.quantile)
-        self.calibration_, self.fpr_, self.n_calibration_ = "gaussian", None, None
+        self._uncalibrated()
         return self
+
+    def _uncalibrated(self) -> None:
+        self.threshold_, self.calibration_ = None, "none"
+        self.fpr_, self.n_calibration_ = None, None
+
+    @property
+    def has_threshold(self) -> bool:
+        """Whether a threshold was calibrated on data (else there is no ``ood`` flag)."""
+        return getattr(self, "threshold_", None) is not None
 
     def calibrate(self, x_in: NDArray[Any], fpr: float = DEFAULT_FPR) -> Self:
         """Set ``threshold_`` from in-distribution rows at false-positive rate ``fpr``.
@@ -268,14 +349,71 @@ class MahalanobisOOD:
         self.n_calibration_ = int(scores.shape[0])
         return self
 
+    def calibrate_from_histogram(self, counts: NDArray[Any], edges: NDArray[Any],
+                                 fpr: float = DEFAULT_FPR) -> Self:
+        """Set ``threshold_`` from a histogram of in-distribution scores (module docstring).
+
+        With n = Σ counts and r = ⌈(n + 1)(1 − fpr)⌉ (:func:`conformal_rank`), the threshold is
+        the upper edge of the first bin whose cumulative count reaches r: the conformal
+        threshold s_(r) of the rows rounded up to a bin edge. It is ≥ s_(r), so a new row
+        exchangeable with the counted rows is flagged with probability at most ``fpr``; the
+        counted rows above it lie in later bins, at most n − r ≤ fpr·n of them (the empirical
+        false-positive rate on them is at most ``fpr``); it is conservative by at most one bin.
+
+        Parameters
+        ----------
+        counts : ndarray of int, shape (B,)
+            Rows per bin, as :func:`score_histogram` counts them (summed over clients).
+        edges : ndarray, shape (B − 1,)
+            The bin edges, :func:`score_bin_edges` of the model's dimension.
+        fpr : float in (0, 1), default 0.05
+
+        Raises
+        ------
+        ConfigError
+            ``fpr`` outside (0, 1).
+        InputError
+            Counts and edges that do not fit (shapes, negative or non-integer counts,
+            decreasing edges), fewer than (1 − fpr)/fpr rows, or a rank that falls in the last
+            bin (no finite upper edge).
+        """
+        self._check_fitted()
+        c, e = np.asarray(counts), np.asarray(edges, dtype=np.float64)
+        if c.ndim != 1 or e.shape != (c.size - 1,) or c.dtype.kind not in "iu" \
+                or bool(np.any(c < 0)) or not bool(np.all(np.diff(e) > 0)):
+            raise InputError(
+                f"an OOD score histogram needs B >= 2 non-negative integer counts and B - 1 "
+                f"increasing edges; got counts {c.dtype} of shape {c.shape} and edges of shape "
+                f"{e.shape}; count the scores with score_histogram(scores, score_bin_edges(k))"
+            )
+        n = int(c.sum())
+        rank = conformal_rank(n, fpr)
+        i = int(np.searchsorted(np.cumsum(c), rank, side="left"))
+        if i >= e.size:
+            raise InputError(
+                f"the OOD score quantile of these {n} rows lies beyond the histogram's last "
+                f"edge ({e[-1]:.6g}), so it has no finite upper edge; calibrate on the rows "
+                "themselves with `ghofl evaluate MODEL --embeddings HELD_OUT.npz --calibrate-ood`"
+            )
+        self.threshold_ = float(e[i])
+        self.calibration_, self.fpr_, self.n_calibration_ = "federated", float(fpr), n
+        return self
+
     @property
     def rule(self) -> str:
         """How ``threshold_`` was set, in words (recorded in the model manifest)."""
-        if getattr(self, "calibration_", "gaussian") == "conformal":
+        kind = getattr(self, "calibration_", "none")
+        if kind == "conformal":
             return (f"conformal: the ceil((n+1)(1-fpr))-th smallest score of n="
                     f"{self.n_calibration_} held-out in-distribution rows, fpr={self.fpr_} (a "
                     "new in-distribution row exchangeable with them is flagged with "
                     "probability <= fpr)")
+        if kind == "federated":
+            return (f"federated: the ceil((n+1)(1-fpr))-th smallest score of n="
+                    f"{self.n_calibration_} clients' held-out in-distribution rows, rounded "
+                    f"up to the upper edge of its histogram bin, fpr={self.fpr_} (no row left "
+                    "its client; a new row exchangeable with them is flagged with probability "
+                    "<= fpr)")
         return OOD_RULE
 
     def _check_fitted(self) -> None:
@@ -292,24 +430,41 @@ class MahalanobisOOD:
             )
         return nearest_mahalanobis(Z, self.means_, self.chol_)[0]
 
-    def flag(self, scores: F64) -> NDArray[np.bool_]:
-        """``scores > threshold_``."""
+    def bin_edges(self) -> F64:
+        """:func:`score_bin_edges` of this model's dimension k; shape (HIST_BINS − 1,)."""
         self._check_fitted()
+        return score_bin_edges(int(self.chol_.shape[0]))
+
+    def flag(self, scores: F64) -> NDArray[np.bool_]:
+        """``scores > threshold_``, shape as ``scores``.
+
+        Raises
+        ------
+        InputError
+            No threshold was calibrated (``threshold_`` is ``None``).
+        """
+        self._check_fitted()
+        if self.threshold_ is None:
+            raise InputError(f"this OOD score has no calibrated threshold, so nothing can be "
+                             f"flagged; {CALIBRATE_HINT} (or MahalanobisOOD.calibrate)")
         return np.asarray(scores) > self.threshold_
 
     def get_state(self) -> tuple[dict[str, F64], dict[str, Any]]:
         """Fitted arrays and scalars: what the model directory stores.
 
-        Arrays ``means_``, ``chol_``; scalars ``threshold``, ``shrinkage``,
-        ``scale``, ``dof``, ``quantile``, ``calibration``, ``rule`` and, for a
-        ``"conformal"`` threshold, ``fpr`` and ``n_calibration``.
+        Arrays ``means_``, ``chol_``; scalars ``threshold`` (``None`` without calibration),
+        ``gaussian_threshold`` (reference only), ``shrinkage``, ``scale``, ``dof``,
+        ``quantile``, ``calibration``, ``rule`` and, for a calibrated threshold, ``fpr`` and
+        ``n_calibration``.
         """
         self._check_fitted()
         scalars: dict[str, Any] = {k.rstrip("_"): float(getattr(self, k))
                                    for k in self.fitted_scalars}
-        scalars["calibration"] = getattr(self, "calibration_", "gaussian")
+        scalars["threshold"] = self.threshold_
+        scalars["gaussian_threshold"] = self.gaussian_threshold_
+        scalars["calibration"] = getattr(self, "calibration_", "none")
         scalars["rule"] = self.rule
-        if scalars["calibration"] == "conformal":
+        if scalars["calibration"] != "none":
             scalars["fpr"], scalars["n_calibration"] = self.fpr_, self.n_calibration_
         return ({k: np.ascontiguousarray(getattr(self, k)) for k in self.fitted_arrays},
                 scalars)
@@ -318,6 +473,10 @@ class MahalanobisOOD:
     def from_state(cls, arrays: dict[str, NDArray[Any]], scalars: dict[str, Any],
                    num_classes: int, dim: int, where: str) -> MahalanobisOOD:
         """Rebuild from :meth:`get_state`, checking shapes against the model's C and k.
+
+        A manifest written when the Gaussian quantile was the flag (calibration
+        ``"gaussian"`` or none recorded) reads as calibration ``"none"``: its threshold
+        becomes ``gaussian_threshold_``, and there is no flag until calibrated.
 
         Raises
         ------
@@ -342,23 +501,33 @@ class MahalanobisOOD:
             setattr(out, key, np.asarray(arr, dtype=np.float64))
         if np.any(np.diag(out.chol_) <= 0):
             raise bad("chol_ is not a Cholesky factor (non-positive diagonal)")
-        for key in ("threshold", "shrinkage", "scale", "dof"):
-            value = scalars.get(key)
+        values = dict(scalars)
+        if values.get("calibration", "gaussian") == "gaussian":  # written before "none"
+            values.update(calibration="none", gaussian_threshold=values.get("threshold"),
+                          threshold=None)
+        for key in ("threshold", "gaussian_threshold", "shrinkage", "scale", "dof"):
+            value = values.get(key)
+            if value is None and key in ("threshold", "gaussian_threshold"):
+                setattr(out, key + "_", None)
+                continue
             if isinstance(value, bool) or not isinstance(value, int | float) \
                     or not np.isfinite(value) or value < 0:
                 raise bad(f"{key} must be a finite non-negative number; got {value!r}")
             setattr(out, key + "_", float(value))
-        out._set_calibration(scalars, bad)
+        out._set_calibration(values, bad)
         return out
 
     def _set_calibration(self, scalars: dict[str, Any],
                          bad: Callable[[str], InputError]) -> None:
-        """``calibration_``, ``fpr_``, ``n_calibration_`` from stored scalars (default gaussian)."""
-        kind = scalars.get("calibration", "gaussian")
+        """``calibration_``, ``fpr_``, ``n_calibration_`` from stored scalars."""
+        kind = scalars.get("calibration")
         if kind not in _CALIBRATIONS:
             raise bad(f"calibration must be one of {', '.join(_CALIBRATIONS)}; got {kind!r}")
         self.calibration_, self.fpr_, self.n_calibration_ = kind, None, None
-        if kind == "gaussian":
+        if (kind == "none") != (self.threshold_ is None):
+            raise bad(f"calibration {kind!r} with threshold {self.threshold_!r}: a threshold "
+                      "is recorded exactly when it was calibrated")
+        if kind == "none":
             return
         fpr, n = scalars.get("fpr"), scalars.get("n_calibration")
         if isinstance(fpr, bool) or not isinstance(fpr, int | float) or not 0.0 < fpr < 1.0:
@@ -366,3 +535,15 @@ class MahalanobisOOD:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise bad(f"n_calibration must be a positive integer; got {n!r}")
         self.fpr_, self.n_calibration_ = float(fpr), n
+
+
+def ood_or_none(stats: Moments | ClientStats) -> MahalanobisOOD | None:
+    """The uncalibrated OOD score of aggregate ``stats`` (or their moments), else ``None``.
+
+    They give none with no more samples than classes, or a degenerate covariance.
+    """
+    try:
+        moments = stats if isinstance(stats, Moments) else compute_moments(stats)
+        return MahalanobisOOD().fit_from_moments(moments)
+    except StatsValidationError:
+        return None

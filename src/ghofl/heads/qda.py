@@ -28,6 +28,7 @@ from ghofl.moments.selection import (
     choose_qda_shrinkage,
     evidence_loglik,
     pooled_center,
+    pooled_center_choice,
     refine_grid,
     support_basis,
 )
@@ -69,9 +70,14 @@ def qda_params(
     matrices per worker.
     """
     c_num, d = moments.num_classes, moments.dim
-    center = pooled_center(moments, pooled_shrinkage) if target == "pooled" else None
+    center, within = None, None
+    if target == "pooled":
+        center, choice = pooled_center_choice(moments, pooled_shrinkage)
+        if choice.spectrum is not None:
+            within = choice.spectrum.eigvals * (moments.n_samples - c_num)
     coefs, method = qda_shrinkage(moments, shrinkage, divisor=divisor, target=target,
-                                  center=center, pooled_shrinkage=pooled_shrinkage)
+                                  center=center, pooled_shrinkage=pooled_shrinkage,
+                                  within_eigvals=within)
     center_inv = None
     if center is not None:
         Lb, _ = stable_cholesky(center, "the pooled covariance QDA shrinks toward")
@@ -87,29 +93,38 @@ def qda_params(
         if center is not None and center_inv is not None:
             with np.errstate(over="ignore", invalid="ignore"):
                 scale = max(float(np.vdot(center_inv, cov)), 0.0) / d  # t_c = tr(B⁻¹Σ_c)/d
-                shrunk = (1.0 - coefs[c]) * (0.5 * (cov + cov.T)) + (coefs[c] * scale) * center
+                shrunk = cov  # symmetric (class_covariance): scaled in place
+                shrunk *= 1.0 - coefs[c]
+                shrunk += (coefs[c] * scale) * center
         else:
             shrunk = shrink(cov, coefs[c], target)  # type: ignore[arg-type]
         del cov
         L, _ = stable_cholesky(
-            shrunk, f"the QDA covariance of class {moments.meta.classes[c]!r}",
+            shrunk, f"the QDA covariance of class {moments.meta.classes[c]!r}", release_gil=True,
         )
         del shrunk
-        prec[c] = _lower_inverse(L).T
         half_logdet[c] = float(np.sum(np.log(np.diag(L))))
+        prec[c] = _lower_inverse(L, overwrite=True).T  # C-ordered: a plain copy
 
     class_map(factor, c_num)  # classes in parallel, one BLAS thread each
     return prec, half_logdet, safe_log(moments.priors), coefs, method
 
 
-def _lower_inverse(L: F64) -> F64:
+def _lower_inverse(L: F64, overwrite: bool = False) -> F64:
     """L⁻¹ of a lower-triangular factor with a positive diagonal.
 
     LAPACK ``dtrtri``: d³/3 flops, a third of a triangular solve against the identity.
+    ``overwrite``: ``L`` is a Fortran-ordered factor with zeros above the diagonal (as
+    :func:`~ghofl.heads._linalg.stable_cholesky` returns with ``release_gil``), inverted in
+    place.
     """
-    inv, info = dtrtri(L, lower=1)
+    in_place = overwrite and L.flags.f_contiguous
+    inv, info = dtrtri(L, lower=1, overwrite_c=int(in_place))
     if info != 0:  # pragma: no cover - a Cholesky factor has a positive diagonal
         raise np.linalg.LinAlgError(f"triangular inverse failed (LAPACK info {info})")
+    if in_place:  # dtrtri leaves the zero upper triangle as it is
+        res: F64 = inv
+        return res
     out: F64 = np.tril(inv)
     return out
 
@@ -122,13 +137,16 @@ def qda_shrinkage(
     target: QDATarget = "pooled",
     center: F64 | None = None,
     pooled_shrinkage: Shrinkage = "auto",
+    within_eigvals: F64 | None = None,
 ) -> tuple[list[float], str]:
     """The QDA coefficients: :func:`~ghofl.moments.selection.choose_qda_shrinkage`, mostly.
 
     Except that the inverse-Wishart evidence rule (``"evidence"``, and ``"auto"`` on statistics
     without a held-out part) runs through :func:`qda_evidence_shrinkage`, which gives the same
     coefficient from eigenvalues alone (O(d²) memory instead of C eigenbases). ``center`` (d, d):
-    the ``"pooled"`` target's centre when the caller already has it.
+    the ``"pooled"`` target's centre when the caller already has it; ``within_eigvals`` (d,):
+    the eigenvalues of the within-class scatter when known
+    (:func:`~ghofl.moments.selection.support_basis`).
     """
     rule = check_shrinkage("shrinkage", shrinkage)
     lean = rule == "evidence" or (
@@ -137,13 +155,14 @@ def qda_shrinkage(
     if lean:
         if target == "pooled" and center is None:
             center = pooled_center(moments, pooled_shrinkage)
-        return qda_evidence_shrinkage(moments, target, center)
+        return qda_evidence_shrinkage(moments, target, center, within_eigvals)
     return choose_qda_shrinkage(moments, shrinkage, divisor=divisor, target=target,
                                 pooled_shrinkage=pooled_shrinkage)
 
 
 def qda_evidence_shrinkage(
-    moments: Moments, target: QDATarget = "pooled", center: F64 | None = None
+    moments: Moments, target: QDATarget = "pooled", center: F64 | None = None,
+    within_eigvals: F64 | None = None,
 ) -> tuple[list[float], str]:
     """One coefficient for every class: the maximum of the summed inverse-Wishart evidence.
 
@@ -156,7 +175,10 @@ def qda_evidence_shrinkage(
     numbers. With the ``"pooled"`` target (``center`` B, (d, d), required) they are the
     eigenvalues of L⁻¹Σ_cL⁻ᵀ, B = LLᵀ (one Cholesky factor for all classes, the reduction by
     LAPACK ``dsygst``), and the prior of class c is centred on t_c·B. The classes run in a
-    thread pool with one BLAS thread each (:func:`~ghofl.heads._linalg.class_map`).
+    thread pool with one BLAS thread each (:func:`~ghofl.heads._linalg.class_map`), the
+    eigenvalues by ``numpy.linalg.eigvalsh``, which releases the GIL. ``within_eigvals`` (d,):
+    the eigenvalues of the within-class scatter when known
+    (:func:`~ghofl.moments.selection.support_basis`).
 
     Returns
     -------
@@ -168,7 +190,7 @@ def qda_evidence_shrinkage(
     usable = [c for c in range(c_num) if moments.counts[c] >= 2 and moments.class_dof(c) >= 1]
     if not usable:
         return [1.0] * c_num, "single-sample"
-    support = support_basis(moments)
+    support = support_basis(moments, within_eigvals)
     metric = None if support is None else support.T @ support
     chol_q = None
     if target == "pooled":
@@ -184,12 +206,14 @@ def qda_evidence_shrinkage(
         if chol_q is not None:
             p = cov if support is None else support.T @ cov @ support
             del cov
+            if support is not None:
+                p = 0.5 * (p + p.T)
             wc = _whiten(p, chol_q)
             t = max(float(np.trace(wc)), 0.0) / d
-            w = eigvalsh(wc, lower=True, check_finite=False, overwrite_a=True)
+            w = np.linalg.eigvalsh(wc, UPLO="L")  # releases the GIL, unlike scipy's
         elif support is None:
             t = max(float(np.trace(cov)), 0.0) / d if target == "scaled_identity" else 1.0
-            w = eigvalsh(cov, check_finite=False, overwrite_a=True)
+            w = np.linalg.eigvalsh(cov, UPLO="L")
         else:
             t = max(float(np.trace(cov)), 0.0) / d if target == "scaled_identity" else 1.0
             p = support.T @ cov @ support
@@ -216,10 +240,12 @@ def qda_evidence_shrinkage(
 def _whiten(p: F64, chol_q: F64) -> F64:
     """L⁻¹ P L⁻ᵀ (its lower triangle; the strict upper one is not meaningful), Q = L Lᵀ.
 
+    ``p`` (d, d) symmetric, overwritten.
+
     LAPACK ``dsygst`` (the reduction of the pencil (P, Q) to standard form): d³ flops, where
     two triangular products with L⁻¹ take 2d³ and the inverse d³/3 more.
     """
-    sym = np.asfortranarray(0.5 * (p + p.T))
+    sym = p.T if p.flags.c_contiguous else np.asfortranarray(p)  # p symmetric: no copy
     out, info = dsygst(sym, chol_q, itype=1, lower=1, overwrite_a=1)
     if info != 0:  # pragma: no cover - the arguments are checked above
         raise np.linalg.LinAlgError(f"reduction to standard form failed (LAPACK info {info})")

@@ -58,6 +58,7 @@ from ghofl.heads._params import Constraint, Integer, RealOrAuto
 from ghofl.heads.base import Head, scalar_positive
 from ghofl.moments.core import Moments
 from ghofl.moments.shrinkage import shrink
+from ghofl.moments.spectral import MAX_CONDITION, Tridiagonal, shrunk_solve, tridiagonal
 from ghofl.stats.meta import StatsMeta
 
 Shape = tuple[int, ...]
@@ -125,6 +126,13 @@ def ridge_solution(moments: Moments, alphas: list[float]) -> list[tuple[F64, F64
             raise _singular(a)
         coef = u @ ((1.0 - a) * ug / den[:, None])
         out.append((coef, moments.priors - m @ coef))
+    return out
+
+
+def _cross_covariance(moments: Moments) -> F64:
+    """G/(N − 1), shape (d, C): column c is (A_c − N_c m)/(N − 1) (module docstring)."""
+    out: F64 = (moments.stats.sums.T - np.outer(moments.global_mean, moments.counts)) / (
+        moments.n_samples - 1)
     return out
 
 
@@ -196,14 +204,70 @@ def gcv_scores(moments: Moments, alphas: list[float]) -> F64:
     return out
 
 
+def gcv_scores_tridiagonal(
+    moments: Moments, alphas: list[float]
+) -> tuple[F64, Tridiagonal] | None:
+    """:func:`gcv_scores` from one tridiagonal reduction of Σ_tot, and the reduction.
+
+    With Σ_tot = Q T Qᵀ (:mod:`ghofl.moments.spectral`), y = QᵀG/(N − 1) and
+    M = (1 − a)T + aτI: Σ_j s_j‖g_j‖² = (1 − a)·tr(yᵀM⁻¹y) and
+    Σ_j w_j s_j²‖g_j‖² = (1 − a)²·tr(xᵀTx), x = M⁻¹y; df from the eigenvalues of T. None when
+    N < 2, d < 2, or a scored candidate is too ill-conditioned for the tridiagonal solves
+    (:data:`~ghofl.moments.spectral.MAX_CONDITION`): :func:`gcv_scores` then decides.
+
+    Returns
+    -------
+    (ndarray of shape (len(alphas),), Tridiagonal) or None
+    """
+    n = moments.n_samples
+    if n < 2:
+        return None
+    scatter = moments._require_scatter(moments.total_scatter, "the ridge head")
+    tri = tridiagonal(scatter / (n - 1), overwrite=True)
+    if tri is None:
+        return None
+    d = tri.dim
+    tau = max(tri.trace, 0.0) / d
+    w = np.maximum(tri.eigvals, 0.0)
+    g = (moments.stats.sums.T - np.outer(moments.global_mean, moments.counts)) / (n - 1)
+    y = tri.project(g)
+    c0 = n * (1.0 - float(moments.priors @ moments.priors))
+    n_eff = moments.pooled_dof() + moments.num_classes if moments.is_estimated else float(n)
+    out = np.full(len(alphas), np.inf)
+    for i, a in enumerate(alphas):
+        den = (1.0 - a) * w + a * tau
+        if np.min(den, initial=np.inf) <= 1e-12 * max(tau, np.finfo(float).tiny):
+            continue
+        if tri.condition(1.0 - a, a * tau) > MAX_CONDITION:
+            return None
+        x = tri.solve(1.0 - a, a * tau, y)
+        if x is None:
+            return None
+        proj = (1.0 - a) * float(np.sum(y * x))  # Σ_j s_j ‖g_j‖²
+        curv = (1.0 - a) ** 2 * float(np.sum(x * tri.times(x)))  # Σ_j w_j s_j² ‖g_j‖²
+        rss = c0 - 2.0 * (n - 1) * proj + (n - 1) * curv
+        df = float(w @ ((1.0 - a) / den))
+        out[i] = (rss / n) / max(1.0 - (df + 1.0) / n_eff, 1e-12) ** 2
+    return out, tri
+
+
 def choose_alpha(moments: Moments, alpha: float | str) -> tuple[float, str]:
     """The shrinkage a and how it was chosen (``"fixed"``, ``"heldout"`` or ``"gcv"``)."""
+    a, rule, _ = _choose_alpha(moments, alpha)
+    return a, rule
+
+
+def _choose_alpha(moments: Moments, alpha: float | str) -> tuple[float, str, Tridiagonal | None]:
+    """:func:`choose_alpha`, with the reduction of Σ_tot that GCV used (None otherwise)."""
     if not isinstance(alpha, str):
-        return float(alpha), "fixed"
+        return float(alpha), "fixed", None
     split = moments.validation_split()
     if split is None or np.any(split[0].counts == 0):
         cands = list(CANDIDATES)
-        return cands[int(np.argmin(gcv_scores(moments, cands)))], "gcv"
+        fast = gcv_scores_tridiagonal(moments, cands)
+        if fast is not None and np.any(np.isfinite(fast[0])):
+            return cands[int(np.argmin(fast[0]))], "gcv", fast[1]
+        return cands[int(np.argmin(gcv_scores(moments, cands)))], "gcv", None
     fit, held = split
     cands = list(CANDIDATES)
     try:
@@ -212,7 +276,7 @@ def choose_alpha(moments: Moments, alpha: float | str) -> tuple[float, str]:
         cands = [a for a in cands if a > 0]
         sols = ridge_solution(fit, cands)
     errs = heldout_squared_error(fit, held, sols)
-    return cands[int(np.argmin(errs))], "heldout"
+    return cands[int(np.argmin(errs))], "heldout", None
 
 
 #: Calibration rows across all classes at most (per class: ``n_calibration``, lowered above
@@ -325,8 +389,14 @@ class RidgeHead(Head):
 
     def _fit(self, moments: Moments) -> None:
         p = self.params_
-        a, rule = choose_alpha(moments, p["alpha"])
-        ((coef, intercept),) = ridge_solution(moments, [a])
+        a, rule, tri = _choose_alpha(moments, p["alpha"])
+        coef = None if tri is None else shrunk_solve(tri, a, max(tri.trace, 0.0) / tri.dim,
+                                                     _cross_covariance(moments))
+        if coef is not None and np.all(np.isfinite(coef)):  # the reduction GCV used
+            coef = (1.0 - a) * coef
+            intercept = moments.priors - moments.global_mean @ coef
+        else:  # a fixed or held-out coefficient: one Cholesky
+            ((coef, intercept),) = ridge_solution(moments, [a])
         t = 1.0
         if p["n_calibration"] > 0:
             t = synthetic_temperature(moments, coef, intercept, p["n_calibration"], p["seed"])
@@ -346,6 +416,7 @@ __all__ = [
     "RidgeHead",
     "choose_alpha",
     "gcv_scores",
+    "gcv_scores_tridiagonal",
     "heldout_squared_error",
     "ridge_solution",
     "synthetic_temperature",

@@ -17,10 +17,11 @@ release: ``epsilon``/``epsilon_spent``, ``delta``/``delta_spent``, ``dp_mode``,
 ``min_class_count``, ``min_class_count_rule``); ``default_head`` and ``default_head_rule``
 (the head ``predict`` and ``export`` use without ``--head``, and why); ``license`` (an SPDX
 identifier, ``ghofl fit --license``); ``command`` (the fit command); ``ood`` (``threshold``,
-``calibration``, ``fpr``, ``n_calibration``); ``evaluations`` (``ghofl evaluate
---update-card``: per data set ``data``, ``kind`` (``"test"`` or ``"federated"``), ``n``,
-``clients`` and per head ``accuracy``, ``balanced_accuracy``, ``macro_f1``, ``log_loss``,
-``ece``, as :func:`ghofl.evaluation.federated.report` defines them).
+``calibration``: ``"none"``, ``"conformal"`` or ``"federated"``, ``fpr``,
+``n_calibration``); ``evaluations`` (``ghofl evaluate --update-card``: per data set
+``data``, ``kind`` (``"test"`` or ``"federated"``), ``n``, ``clients`` and per head
+``accuracy``, ``balanced_accuracy``, ``macro_f1``, ``log_loss``, ``ece``, as
+:func:`ghofl.evaluation.federated.report` defines them).
 
 The card starts with YAML front matter in the Hugging Face model card format
 (``library_name``, ``license``, ``tags`` and a ``model-index`` holding the evaluation table),
@@ -35,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ghofl.evaluation.federated import DEFAULT_BINS
+from ghofl.heads.ood import CALIBRATE_HINT
 
 __all__ = ["CARD_FILE", "EVAL_METRICS", "model_card"]
 
@@ -329,7 +331,8 @@ def _usage_lines(manifest: Mapping[str, Any], heads: Mapping[str, Any]) -> list[
             "- License: " + (f"`{lic}`" if lic else "not set (`other`); set it with "
                              "`ghofl fit --license SPDX-ID`"), "",
             "```bash",
-            "# one row per item: label, p_<class> per class, ood_score, ood",
+            "# one row per item: label, p_<class> per class, ood_score (and ood once the OOD "
+            "threshold is calibrated)",
             "ghofl predict MODEL_DIR --data images/ --out predictions.csv",
             "# the default head as one ONNX graph (encoder + feature transform + head)",
             "ghofl export MODEL_DIR --out model.onnx",
@@ -347,18 +350,26 @@ def _ood_lines(ood: Any) -> list[str]:
     if not isinstance(ood, Mapping):
         return ["This model holds no out-of-distribution score (fitted before ghofl wrote one, "
                 "or from too few samples)."]
-    how = (f"calibrated on {ood.get('n_calibration')} held-out in-distribution items at a "
-           f"false-positive rate of {_fmt(ood.get('fpr'))}"
-           if ood.get("calibration") == "conformal" else
-           "set from the Gaussian model alone (not calibrated on data)")
-    return [f"`predict` writes `ood_score`, the {ood.get('score', 'out-of-distribution score')},"
-            f" and flags `ood` above the threshold {_fmt(ood.get('threshold'))}, {how}.", "",
+    kind = ood.get("calibration")
+    where = {"conformal": "held-out in-distribution items",
+             "federated": "held-out in-distribution items of the clients (federated "
+                          "evaluation: histogram counts of their scores, no item left its "
+                          "client)"}
+    score = f"`predict` writes `ood_score`, the {ood.get('score', 'out-of-distribution score')}"
+    if kind in where and ood.get("threshold") is not None:
+        first = (f"{score}, and flags `ood` above the threshold {_fmt(ood.get('threshold'))}, "
+                 f"calibrated on {ood.get('n_calibration')} {where[kind]} at a false-positive "
+                 f"rate of {_fmt(ood.get('fpr'))}.")
+    else:
+        first = (f"{score}, but no `ood` flag: this model has no OOD threshold (calibration "
+                 "`none`), since a threshold from an assumption on the features (Gaussian) "
+                 f"would not mean what it says. To set one, {CALIBRATE_HINT}.")
+    return [first, "",
             "Limits: the score measures distance in the encoder's feature space only. It "
             "separates inputs far from every class (far-OOD) better than near-OOD inputs that "
             "the encoder maps close to a class; differences of resolution or preprocessing "
-            "move the score as much as content does. A threshold from the Gaussian model "
-            "flags far more in-distribution inputs than its nominal rate when the features "
-            "are not Gaussian; calibrate it on held-out in-distribution data of your own."]
+            "move the score as much as content does. A calibrated threshold keeps its "
+            "false-positive rate on data distributed like the calibration items only."]
 
 
 def _personalised_lines(record: Any) -> list[str]:

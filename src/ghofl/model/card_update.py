@@ -11,6 +11,11 @@ its entry) in ``evaluations``: ``{"data", "kind": "test" | "federated", "n", "cl
 "heads": {NAME: {"accuracy", "balanced_accuracy", "macro_f1", "log_loss", "ece", "n"}}}``.
 The manifest and the card are replaced together, atomically, and a signed manifest is
 re-signed (:func:`~ghofl.model.directory.rewrite_manifest`).
+
+A federated total also carries the histogram of the clients' OOD scores (when the model holds
+an OOD score): :func:`federated_ood_threshold` turns it into the model's calibrated threshold
+(calibration ``"federated"``), which :func:`~ghofl.model.directory.update_ood` records with the
+card that states it, as ``ghofl evaluate --calibrate-ood`` records a conformal one.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from ghofl.errors import InputError
-from ghofl.evaluation.federated import EvaluationSums, report
+from ghofl.evaluation.federated import EvaluationSums, calibrate_ood, report
+from ghofl.heads.ood import DEFAULT_FPR, MahalanobisOOD
 from ghofl.model.card import CARD_FILE, EVAL_METRICS, model_card
-from ghofl.model.directory import UnsignedModelWarning, load_model, rewrite_manifest
+from ghofl.model.directory import UnsignedModelWarning, load_model, load_ood, rewrite_manifest
 
-__all__ = ["evaluation_entry", "record_evaluation"]
+__all__ = ["evaluation_entry", "federated_ood_threshold", "record_evaluation"]
 
 _KINDS = ("test", "federated")
 
@@ -95,3 +101,43 @@ def record_evaluation(model_dir: Path, entry: Mapping[str, Any], *,
     card = model_card(manifest, chosen=chosen)
     rewrite_manifest(model_dir, manifest, card)
     return model_dir / CARD_FILE
+
+
+def federated_ood_threshold(model_dir: Path, manifest: Mapping[str, Any], total: EvaluationSums,
+                            fpr: float | None = None, *, allow_unsigned: bool = False
+                            ) -> MahalanobisOOD | None:
+    """The model's OOD score with its threshold calibrated from ``total``'s histogram.
+
+    Nothing is written (:func:`~ghofl.model.directory.update_ood` records the result).
+
+    Parameters
+    ----------
+    model_dir : Path
+    manifest : mapping
+        The model's manifest, as :func:`load_model` read it.
+    total : EvaluationSums
+        The clients' total (``ghofl aggregate-eval``), of this model.
+    fpr : float, optional
+        The false-positive rate; given, the calibration is required.
+
+    Returns
+    -------
+    MahalanobisOOD or None
+        ``None`` when ``fpr`` is not given and the model holds no OOD score or ``total`` no
+        histogram (nothing to calibrate).
+
+    Raises
+    ------
+    InputError
+        ``fpr`` given and nothing to calibrate; too few rows for the rate
+        (:meth:`~ghofl.heads.ood.MahalanobisOOD.calibrate_from_histogram`).
+    ConfigError
+        ``fpr`` outside (0, 1).
+    """
+    ood = load_ood(Path(model_dir), manifest, allow_unsigned=allow_unsigned)
+    if ood is None and fpr is not None:
+        raise InputError(f"the model in '{model_dir}' has no OOD score to calibrate; drop "
+                         "--ood-fpr, or fit the model again with `ghofl fit`")
+    if ood is None or (total.ood_counts is None and fpr is None):
+        return None
+    return calibrate_ood(total, ood, DEFAULT_FPR if fpr is None else fpr)

@@ -17,9 +17,11 @@
 
 Both record the head's metadata (:func:`~ghofl.model.onnx_graph.head_metadata`) in the file's
 ``metadata_props``; the full graph adds ``ghofl.image_size``. When the model directory holds an
-OOD score (``ood.npz``), the head-only graph and the full graph of a built-in or ``timm:`` /
-``open_clip:`` image encoder also output ``ood_score`` float64 (N,) and ``ood`` bool (N,) at the
-threshold the manifest records (e.g. calibrated by ``ghofl evaluate --calibrate-ood``).
+OOD score (``ood.npz``), every graph (head-only, and the full graph of every encoder kind: built-
+in, ``timm:`` / ``open_clip:``, ``onnx:`` / ``torchscript:`` model files, text) also outputs
+``ood_score`` float64 (N,), and ``ood`` bool (N,) only when the manifest records a threshold
+calibrated on data (``ghofl evaluate --calibrate-ood``, or ``--report TOTAL.ghe --update-card``
+from the clients' federated evaluation); a model without one has no ``ood`` output.
 """
 
 from __future__ import annotations
@@ -159,8 +161,8 @@ def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
     model_dir : Path, optional
         The model directory (messages, and where the model file is looked up).
     ood : MahalanobisOOD, optional
-        The model's OOD score: outputs ``ood_score`` and ``ood`` (built-in and library image
-        encoders; a model file's graph has none).
+        The model's OOD score: outputs ``ood_score``, and ``ood`` when its threshold is
+        calibrated (every encoder kind).
     """
     require_extra("onnx", "torch")
     import onnx
@@ -175,7 +177,7 @@ def full_graph(head: Head, name: str, image_size: tuple[int, int] | None = None,
     if model_file_kind(head.meta_.encoder) is not None:
         from ghofl.model.export_file import model_file_full_graph
 
-        return model_file_full_graph(head, name, image_size, encoder_file, model_dir)
+        return model_file_full_graph(head, name, image_size, encoder_file, model_dir, ood)
     info = head.meta_.encoder
     if is_library_encoder(info):  # timm: / open_clip: (their ONNX export), checked
         assert info is not None
@@ -250,11 +252,11 @@ def export_model(model_dir: Path, head_name: str, out: Path, *, head_only: bool 
     head = model.head(head_name)  # one line naming its file when it is missing
     from ghofl.model.export_text import export_text_model, is_text_encoder
 
+    ood = load_ood(model_dir, manifest, allow_unsigned=allow_unsigned)
     if not head_only and is_text_encoder(head.meta_.encoder):  # token ids in, tokenizer beside
         encoder = _text_encoder(head.meta_.encoder, f"'{model_dir}'", encoder_file, model_dir)
         return export_text_model(head, head_name, out, force=force, image_size=image_size,
-                                 encoder=encoder)[0]
-    ood = load_ood(model_dir, manifest, allow_unsigned=allow_unsigned)
+                                 encoder=encoder, ood=ood)[0]
     if head_only:
         model = head_graph(head, head_name, ood)
     else:

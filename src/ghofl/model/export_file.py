@@ -11,7 +11,8 @@ One ONNX graph from the decoded images to the head's outputs::
                    TorchScript module converted by ``torch.onnx.export`` (``dynamo=False``)
     head           the head graph (:func:`~ghofl.model.onnx_graph.head_graph`): recorded
                    feature transform, projection, scores; ``probabilities`` float32 (N, C)
-                   and ``label`` int64 (N,)
+                   and ``label`` int64 (N,); with the model's OOD score ``ood_score``
+                   float64 (N,), and ``ood`` bool (N,) once its threshold is calibrated
 
 The encoder is rebuilt from the file (:mod:`ghofl.client.encoders.recorded`; ``--encoder-file``
 or the recorded name) and must have the recorded fingerprint. The image size H×W is the
@@ -33,12 +34,13 @@ import numpy as np
 from ghofl.client.encoders.contract import InputContract, resize_matrix
 from ghofl.errors import ConfigError, require_extra
 from ghofl.heads.base import Head
-from ghofl.model.onnx_graph import INPUT_NAME, LABEL_NAME, OPSET, PROBA_NAME, GraphBuilder
+from ghofl.model.onnx_graph import INPUT_NAME, OPSET, GraphBuilder, head_outputs
 
 if TYPE_CHECKING:
     import onnx
 
     from ghofl.client.encoders.model_file import ImageFileEncoder
+    from ghofl.heads.ood import MahalanobisOOD
 
 __all__ = ["PREPARED", "model_file_full_graph", "preprocess_graph"]
 
@@ -203,6 +205,7 @@ def _encoder_model(encoder: ImageFileEncoder, image_size: tuple[int, int] | None
 def model_file_full_graph(
     head: Head, name: str, image_size: tuple[int, int] | None = None,
     encoder_file: str | os.PathLike[str] | None = None, model_dir: Path | None = None,
+    ood: MahalanobisOOD | None = None,
 ) -> onnx.ModelProto:
     """Preprocessing + the user's model + the head as one ONNX model (module docstring).
 
@@ -218,6 +221,8 @@ def model_file_full_graph(
         The model file (default: looked up by the recorded name).
     model_dir : Path, optional
         The model directory (for messages and the file lookup).
+    ood : MahalanobisOOD, optional
+        The model's OOD score: outputs ``ood_score`` (and ``ood`` when calibrated).
 
     Raises
     ------
@@ -239,14 +244,14 @@ def model_file_full_graph(
     size = _image_size(encoder.contract, image_size)
     enc, enc_in, enc_out = _encoder_model(encoder, size)
     ir = max(8, int(enc.ir_version))
-    parts = [preprocess_graph(encoder.contract, size), enc, head_graph(head, name)]
+    parts = [preprocess_graph(encoder.contract, size), enc, head_graph(head, name, ood)]
     for part in parts:
         part.ir_version = ir
     try:
         merged = compose.merge_models(parts[0], parts[1], io_map=[(PREPARED, enc_in)],
                                       outputs=[enc_out])
         merged = compose.merge_models(
-            merged, parts[2], io_map=[(enc_out, INPUT_NAME)], outputs=[PROBA_NAME, LABEL_NAME],
+            merged, parts[2], io_map=[(enc_out, INPUT_NAME)], outputs=head_outputs(ood),
             producer_name="ghofl", producer_version=parts[2].producer_version)
     except Exception as exc:
         raise ConfigError(f"the model '{encoder.path}' cannot be joined to the head graph "

@@ -9,6 +9,8 @@ and L2 normalisation (:mod:`ghofl.client.encoders.text_onnx`) and composed with 
     attention_mask  int64 (N, L)   1 for tokens, 0 for padding
     probabilities   float32 (N, C)
     label           int64 (N,)
+    ood_score       float64 (N,)   with the model's OOD score (:mod:`ghofl.heads.ood`)
+    ood             bool (N,)      with it, once its threshold is calibrated on data
 
 The tokenizer goes beside the ONNX file as ``FILE.tokenizer.json`` (:func:`tokenizer_path`),
 a ``tokenizers`` file with the encoder's truncation length and padding set, so that::
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     import onnx
 
     from ghofl.client.encoders.text_onnx import TextGraphSpec
+    from ghofl.heads.ood import MahalanobisOOD
 
 __all__ = [
     "TOKENIZER_SUFFIX",
@@ -151,7 +154,7 @@ def _contract(spec: TextGraphSpec, encoder: Encoder, tokenizer_file: str,
 
 
 def text_full_graph(head: Head, name: str, spec: TextGraphSpec, encoder: Encoder,
-                    tokenizer_file: str) -> onnx.ModelProto:
+                    tokenizer_file: str, ood: MahalanobisOOD | None = None) -> onnx.ModelProto:
     """Text encoder + head as one ONNX model (module docstring), checked on probe texts.
 
     Parameters
@@ -167,6 +170,8 @@ def text_full_graph(head: Head, name: str, spec: TextGraphSpec, encoder: Encoder
         The encoder itself, to check the export against.
     tokenizer_file : str
         File name of the tokenizer written beside the model (recorded in the metadata).
+    ood : MahalanobisOOD, optional
+        The model's OOD score: outputs ``ood_score`` (and ``ood`` when calibrated).
     """
     require_extra("onnx", "torch")
     import onnx
@@ -181,7 +186,7 @@ def text_full_graph(head: Head, name: str, spec: TextGraphSpec, encoder: Encoder
 
     enc = text_encoder_onnx(spec)
     check_text_export(enc, spec, encoder)
-    head_model = head_graph(head, name)
+    head_model = head_graph(head, name, ood)
     enc = compose.add_prefix(enc, "encoder/")
     head_model.ir_version = enc.ir_version
     merged = compose.merge_models(
@@ -203,7 +208,8 @@ def text_full_graph(head: Head, name: str, spec: TextGraphSpec, encoder: Encoder
 
 def export_text_model(head: Head, name: str, out: Path, *, force: bool = False,
                       image_size: tuple[int, int] | None = None,
-                      encoder: Encoder | None = None) -> tuple[Path, Path]:
+                      encoder: Encoder | None = None,
+                      ood: MahalanobisOOD | None = None) -> tuple[Path, Path]:
     """Write the full text graph to ``out`` and its tokenizer beside it, atomically each.
 
     Parameters
@@ -219,6 +225,9 @@ def export_text_model(head: Head, name: str, out: Path, *, force: bool = False,
     encoder : Encoder, optional
         The text encoder, already built (e.g. from ``--encoder-file``); default: rebuilt
         from the recorded name (:func:`text_encoder_for`). Its fingerprint is checked.
+    ood : MahalanobisOOD, optional
+        The model's OOD score (:func:`~ghofl.model.directory.load_ood`): outputs
+        ``ood_score``, and ``ood`` when its threshold is calibrated.
 
     Returns
     -------
@@ -252,7 +261,7 @@ def export_text_model(head: Head, name: str, out: Path, *, force: bool = False,
     else:
         check_text_fingerprint(encoder, info)
     spec = text_graph_spec(encoder)
-    model = text_full_graph(head, name, spec, encoder, tok_path.name)
+    model = text_full_graph(head, name, spec, encoder, tok_path.name, ood)
     tok_text = spec.tokenizer.to_str(pretty=True)
     props = {p.key: p.value for p in model.metadata_props}
     props["ghofl.tokenizer_sha256"] = hashlib.sha256(tok_text.encode("utf-8")).hexdigest()

@@ -11,7 +11,9 @@ raw encoder output::
     ood_score   float64 (N,)     with the model's OOD score (:mod:`ghofl.heads.ood`): squared
                                  Mahalanobis distance to the nearest class mean, as
                                  ``ghofl predict`` reports it (float64: scores reach 1e4)
-    ood         bool (N,)        ood_score > the model's threshold (with ``ood_score``)
+    ood         bool (N,)        ood_score > the model's threshold, only when the threshold
+                                 was calibrated on data (:mod:`ghofl.heads.ood`: a model
+                                 without one outputs ``ood_score`` alone)
 
 The recorded feature transform runs in float32 (as :func:`~ghofl.client.transforms.
 apply_feature_transform` does on float32 embeddings); the projection and the head's scores run
@@ -54,6 +56,7 @@ __all__ = [
     "GraphBuilder",
     "head_graph",
     "head_metadata",
+    "head_outputs",
     "register_onnx_converter",
     "rename_input",
 ]
@@ -301,6 +304,16 @@ def _ood_nodes(g: GraphBuilder, z: str, ood: MahalanobisOOD) -> str:
     return g.op("Max", nearest, g.const(0.0, "zero"))
 
 
+def head_outputs(ood: MahalanobisOOD | None = None) -> list[str]:
+    """Names of the head graph's outputs, in order, with the model's OOD score ``ood``."""
+    names = [PROBA_NAME, LABEL_NAME]
+    if ood is not None:
+        names.append(OOD_SCORE_NAME)
+        if ood.has_threshold:
+            names.append(OOD_FLAG_NAME)
+    return names
+
+
 def head_metadata(head: Head, name: str, input_dim: int,
                   transform: str, ood: MahalanobisOOD | None = None) -> dict[str, str]:
     """The ``metadata_props`` of an exported head (with ``ood``: its score, threshold, rule).
@@ -313,7 +326,9 @@ def head_metadata(head: Head, name: str, input_dim: int,
     enc = meta.encoder
     outputs: dict[str, list[Any]] = {PROBA_NAME: ["N", meta.num_classes], LABEL_NAME: ["N"]}
     if ood is not None:
-        outputs.update({OOD_SCORE_NAME: ["N"], OOD_FLAG_NAME: ["N"]})
+        outputs[OOD_SCORE_NAME] = ["N"]
+        if ood.has_threshold:
+            outputs[OOD_FLAG_NAME] = ["N"]
     contract = {
         "input": INPUT_NAME, "dtype": "float32", "shape": ["N", input_dim],
         "feature_transform": transform,
@@ -337,8 +352,9 @@ def head_metadata(head: Head, name: str, input_dim: int,
 def _ood_metadata(ood: MahalanobisOOD) -> dict[str, str]:
     from ghofl.heads.ood import OOD_SCORE
 
-    return {"ghofl.ood_score": OOD_SCORE, "ghofl.ood_threshold": repr(float(ood.threshold_)),
-            "ghofl.ood_rule": ood.rule,
+    return {"ghofl.ood_score": OOD_SCORE,
+            "ghofl.ood_threshold": "" if ood.threshold_ is None else repr(float(ood.threshold_)),
+            "ghofl.ood_calibration": ood.calibration_, "ghofl.ood_rule": ood.rule,
             "ghofl.ood_fpr": "" if ood.fpr_ is None else repr(float(ood.fpr_))}
 
 
@@ -354,15 +370,15 @@ def head_graph(head: Head, name: str | None = None,
         Name recorded in the metadata (default: the head's registered name).
     ood : MahalanobisOOD, optional
         The model's OOD score (:func:`~ghofl.model.directory.load_ood`), fitted in the head's
-        statistics space: adds the outputs ``ood_score`` float64 (N,) and ``ood`` bool (N,)
-        (score above its ``threshold_``).
+        statistics space: adds the output ``ood_score`` float64 (N,) and, when its threshold
+        was calibrated (``threshold_`` not ``None``), ``ood`` bool (N,) (score above it).
 
     Returns
     -------
     onnx.ModelProto
         Checked with ``onnx.checker``; input ``embeddings`` float32 (N, d) with d the raw
         encoder dimension, outputs ``probabilities`` float32 (N, C) and ``label`` int64 (N,)
-        (and ``ood_score``, ``ood``).
+        (and ``ood_score``, ``ood``: see ``ood``).
 
     Raises
     ------
@@ -395,11 +411,13 @@ def head_graph(head: Head, name: str | None = None,
         _check_ood(ood, head)
         score = _ood_nodes(g, z, ood)
         g.nodes.append(helper.make_node("Identity", [score], [OOD_SCORE_NAME]))
-        g.nodes.append(helper.make_node(
-            "Greater", [OOD_SCORE_NAME, g.const(float(ood.threshold_), "threshold")],
-            [OOD_FLAG_NAME]))
-        outputs += [helper.make_tensor_value_info(OOD_SCORE_NAME, TensorProto.DOUBLE, ["N"]),
-                    helper.make_tensor_value_info(OOD_FLAG_NAME, TensorProto.BOOL, ["N"])]
+        outputs.append(helper.make_tensor_value_info(OOD_SCORE_NAME, TensorProto.DOUBLE, ["N"]))
+        if ood.threshold_ is not None:
+            g.nodes.append(helper.make_node(
+                "Greater", [OOD_SCORE_NAME, g.const(float(ood.threshold_), "threshold")],
+                [OOD_FLAG_NAME]))
+            outputs.append(helper.make_tensor_value_info(OOD_FLAG_NAME, TensorProto.BOOL,
+                                                         ["N"]))
     graph = helper.make_graph(
         g.nodes, f"ghofl_{name or head.name}",
         [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["N", d])],

@@ -41,21 +41,25 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.linalg import lapack
 
 from ghofl.errors import ConfigError, InputError
 from ghofl.heads.base import Head
 from ghofl.heads.ood import MahalanobisOOD
 from ghofl.model.directory import FittedModel, load_ood, save_model
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.codec import load_stats
 from ghofl.stats.meta import StatsMeta
 
 __all__ = [
     "DEFAULT_KAPPA",
     "PRIOR_PSEUDOCOUNT",
     "Personalisation",
+    "apply_prior_option",
     "local_priors",
     "personalize_heads",
     "save_personalized",
+    "with_local_priors",
 ]
 
 F64 = NDArray[np.float64]
@@ -179,9 +183,36 @@ def _local_gaussians(stats: ClientStats, diagonal: bool) -> tuple[F64, F64] | No
     return mu, 0.5 * (cov + np.transpose(cov, (0, 2, 1)))
 
 
+def _inverse(m: F64, *, lower: bool, triangular: bool = False) -> F64:
+    """The inverse of a (d, d) matrix ``m`` (triangular inverse when it is triangular).
+
+    LAPACK's triangular inverse when ``m`` is triangular on the stated side (``triangular``:
+    known to be, unchecked), else a general inverse.
+    """
+    if triangular or not np.any(np.triu(m, 1) if lower else np.tril(m, -1)):
+        inv, info = lapack.dtrtri(m, lower=int(lower))
+        if info == 0:
+            out: F64 = np.tril(inv) if lower else np.triu(inv)
+            return out
+    general: F64 = np.asarray(np.linalg.inv(m), dtype=np.float64)
+    return general
+
+
+def _global_cov(prec: F64, c: int, covs: dict[int, F64]) -> F64:
+    """Σ_c = P_c⁻ᵀ P_c⁻¹ of QDA's ``precision_chol_`` P (C, d, d), kept in ``covs``."""
+    if c not in covs:
+        p_inv = _inverse(prec[c], lower=False)  # P = L⁻ᵀ, so Σ = P⁻ᵀ P⁻¹
+        covs[c] = p_inv.T @ p_inv
+    return covs[c]
+
+
 def _mix_moments(head: Head, arrays: dict[str, F64], local: ClientStats,
-                 kappa: float) -> str | None:
-    """The client-weighted class Gaussians into ``arrays`` of ``head``; why not, if not."""
+                 kappa: float, covs: dict[int, F64]) -> str | None:
+    """The client-weighted class Gaussians into ``arrays`` of ``head``; why not, if not.
+
+    ``covs``: the global class covariances of a ``qda`` head computed so far (class -> (d, d)),
+    filled as they are needed.
+    """
     if head.name not in _MOMENT_HEADS:
         return "its fitted arrays do not hold the class Gaussians (nb and qda do)"
     diagonal = head.name == "nb"
@@ -204,11 +235,10 @@ def _mix_moments(head: Head, arrays: dict[str, F64], local: ClientStats,
     prec = np.array(arrays["precision_chol_"])
     half = np.array(arrays["half_log_det_"])
     for c in np.flatnonzero(w > 0):
-        p_inv = np.linalg.inv(prec[c])  # P = L⁻ᵀ, so Σ = P⁻ᵀ P⁻¹
-        cov = (w[c] * var_l[c] + (1 - w[c]) * (p_inv.T @ p_inv)
+        cov = (w[c] * var_l[c] + (1 - w[c]) * _global_cov(prec, int(c), covs)
                + w[c] * (1 - w[c]) * np.outer(delta[c], delta[c]))
         chol = np.linalg.cholesky(0.5 * (cov + cov.T))
-        prec[c] = np.linalg.inv(chol).T
+        prec[c] = _inverse(chol, lower=True, triangular=True).T
         half[c] = float(np.sum(np.log(np.diag(chol))))
     _put(arrays, "precision_chol_", prec)
     _put(arrays, "half_log_det_", half)
@@ -236,7 +266,8 @@ def _check_local(local: ClientStats, meta: StatsMeta) -> None:
 def personalize_heads(heads: Mapping[str, Head], global_counts: NDArray[Any],
                       local: ClientStats, *, priors: bool = True, moments: bool = False,
                       kappa: float = DEFAULT_KAPPA,
-                      pseudocount: float = PRIOR_PSEUDOCOUNT
+                      pseudocount: float = PRIOR_PSEUDOCOUNT,
+                      cache: dict[str, Any] | None = None
                       ) -> tuple[dict[str, Head], Personalisation]:
     """Copies of the global ``heads`` with the client's priors and/or class Gaussians.
 
@@ -252,6 +283,10 @@ def personalize_heads(heads: Mapping[str, Head], global_counts: NDArray[Any],
         What to personalise (module docstring).
     kappa : float, default :data:`DEFAULT_KAPPA`
     pseudocount : float, default :data:`PRIOR_PSEUDOCOUNT`
+    cache : dict, optional
+        Keeps the global class covariances of ``qda`` heads between calls on the same global
+        ``heads`` (many clients personalised from one model, as a benchmark does); a client
+        personalising once needs none.
 
     Returns
     -------
@@ -287,7 +322,9 @@ def personalize_heads(heads: Mapping[str, Head], global_counts: NDArray[Any],
         arrays, scalars = head.get_state()
         arrays = {k: np.array(v) for k, v in arrays.items()}
         reasons = {"priors": _shift_priors(head, arrays, log_local, log_global)
-                   if priors else "", "moments": _mix_moments(head, arrays, local, kappa)
+                   if priors else "", "moments": _mix_moments(
+                       head, arrays, local, kappa,
+                       ({} if cache is None else cache).setdefault(f"{name}:{id(head)}", {}))
                    if moments else ""}
         done = [part for part, why in reasons.items() if why is None]
         record.skipped.update({f"{name}/{part}": why for part, why in reasons.items() if why})
@@ -295,6 +332,119 @@ def personalize_heads(heads: Mapping[str, Head], global_counts: NDArray[Any],
         mine = copy.deepcopy(head)
         out[name] = mine.set_state(head.meta_, arrays, scalars)
     return out, record
+
+
+def _global_counts(model: FittedModel, model_dir: Path) -> I64:
+    """N_c (C,) the global model records; refused for a personalised model or none recorded."""
+    if "personalised" in model.manifest:
+        raise InputError(f"the model in '{model_dir}' is already personalised; personalise "
+                         "the global model (the one `ghofl fit` wrote) instead")
+    counts = model.manifest.get("stats", {}).get("counts")
+    if counts is None:
+        raise InputError(f"the model in '{model_dir}' records no class counts, so its global "
+                         "priors are unknown; fit it again with `ghofl fit`")
+    out: I64 = np.asarray(counts, dtype=np.int64)
+    return out
+
+
+def with_local_priors(model: FittedModel, head_name: str, local: ClientStats,
+                      model_dir: Path, pseudocount: float = PRIOR_PSEUDOCOUNT) -> FittedModel:
+    """``model`` whose head ``head_name`` predicts with the client's priors (``--prior local``).
+
+    The head is :func:`personalize_heads` with ``priors=True`` alone: log π_c becomes
+    log π̂_c = log((n_c + λ) / Σ_k (n_k + λ)) of the client's counts n_c, λ =
+    ``pseudocount`` (with λ > 0 a class the client has not seen keeps a finite prior
+    λ / Σ_k (n_k + λ); with λ = 0 it gets prior 0 and is never predicted); its means and
+    covariances stay the global ones. Nothing is written.
+
+    Parameters
+    ----------
+    model : FittedModel
+        The global model.
+    head_name : str
+        The head that predicts.
+    local : ClientStats
+        The client's own statistics (its class counts are what is used).
+    model_dir : Path
+        Where ``model`` was read from, for messages.
+    pseudocount : float, default :data:`PRIOR_PSEUDOCOUNT`
+        λ; 0 gives the classes the client never held prior 0 (never predicted).
+
+    Returns
+    -------
+    FittedModel
+        ``model`` with that one head replaced (the manifest unchanged).
+
+    Raises
+    ------
+    InputError
+        The model is personalised already or records no class counts, or ``local`` is not in
+        its statistics space (other classes, encoder, dimension or projection).
+    ConfigError
+        The head scores without class priors.
+    """
+    heads, record = personalize_heads({head_name: model.head(head_name)},
+                                      _global_counts(model, model_dir), local, priors=True,
+                                      pseudocount=pseudocount)
+    why = record.skipped.get(f"{head_name}/priors")
+    if why:
+        raise ConfigError(f"--prior local cannot change head {head_name!r}: {why}; choose a "
+                          "head that scores with class priors (lda, qda, nb, fedcgs) with "
+                          "--head, or drop --prior local")
+    return model._replace(heads={**model.heads, head_name: heads[head_name]})
+
+
+def apply_prior_option(model: FittedModel, head_name: str, prior: str, stats: Path | None,
+                       model_dir: Path, pseudocount: float | None = None) -> FittedModel:
+    """``ghofl predict --prior {global,local} [--stats CLIENT.ghs]``: the model to predict with.
+
+    Parameters
+    ----------
+    model : FittedModel
+    head_name : str
+        The head that predicts.
+    prior : str
+        ``"global"``: ``model`` as it is; ``"local"``: :func:`with_local_priors` with the
+        class counts of ``stats``.
+    stats : Path or None
+        The client's own statistics file (``.ghs``, as it uploaded it); only with ``local``.
+    model_dir : Path
+        Where ``model`` was read from, for messages.
+    pseudocount : float, optional
+        λ of the local priors (``--prior-pseudocount``; default :data:`PRIOR_PSEUDOCOUNT`;
+        0: classes the client never held are never predicted); only with ``local``.
+
+    Returns
+    -------
+    FittedModel
+
+    Raises
+    ------
+    ConfigError
+        ``prior`` is neither, ``--stats`` is missing for ``local`` or given for ``global``,
+        ``pseudocount`` is given for ``global`` or is negative (:func:`local_priors`), or the
+        head scores without class priors.
+    InputError
+        As :func:`with_local_priors`.
+    StatsFormatError, StatsValidationError
+        ``stats`` is no statistics file, or holds invalid statistics
+        (:func:`~ghofl.stats.load_stats`).
+    """
+    if prior not in ("global", "local"):
+        raise ConfigError(f"--prior must be 'global' or 'local'; got {prior!r}")
+    if prior == "global":
+        if stats is not None:
+            raise ConfigError("--stats gives the client's class counts for --prior local; add "
+                              "--prior local or drop --stats")
+        if pseudocount is not None:
+            raise ConfigError("--prior-pseudocount sets λ of the local priors; add --prior "
+                              "local or drop --prior-pseudocount")
+        return model
+    if stats is None:
+        raise ConfigError("--prior local needs this client's class counts: give --stats "
+                          "client.ghs (the statistics file it computed and uploaded)")
+    lam = PRIOR_PSEUDOCOUNT if pseudocount is None else float(pseudocount)
+    return with_local_priors(model, head_name, load_stats(stats), model_dir, lam)
 
 
 def save_personalized(out_dir: Path, model: FittedModel, model_dir: Path, local: ClientStats,
@@ -326,14 +476,8 @@ def save_personalized(out_dir: Path, model: FittedModel, model_dir: Path, local:
         The model is itself personalised, or records no class counts.
     """
     manifest = model.manifest
-    if "personalised" in manifest:
-        raise InputError(f"the model in '{model_dir}' is already personalised; personalise "
-                         "the global model (the one `ghofl fit` wrote) instead")
-    counts = manifest.get("stats", {}).get("counts")
-    if counts is None:
-        raise InputError(f"the model in '{model_dir}' records no class counts, so its global "
-                         "priors are unknown; fit it again with `ghofl fit`")
-    heads, record = personalize_heads(model.heads, np.asarray(counts), local, **options)
+    heads, record = personalize_heads(model.heads, _global_counts(model, model_dir), local,
+                                      **options)
     meta = next(iter(heads.values())).meta_
     ood: MahalanobisOOD | None = load_ood(model_dir, manifest)
     extra = {"stats": dict(manifest["stats"]),

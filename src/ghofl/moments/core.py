@@ -165,8 +165,12 @@ class Moments:
             )
             return self.pooled_covariance()
         mu = self.means[c]
-        cov = (s[c] - n_c * np.outer(mu, mu)) / (n_c - 1 if divisor == "n-1" else n_c)
-        out: F64 = 0.5 * (cov + cov.T)
+        cov = np.outer(mu, mu)  # s_c − n_c·μμᵀ, in place (the same values)
+        cov *= -float(n_c)
+        cov += s[c]
+        cov /= n_c - 1 if divisor == "n-1" else n_c
+        out: F64 = cov + cov.T
+        out *= 0.5
         return out
 
     def validation_split(self) -> tuple[Moments, Moments] | None:

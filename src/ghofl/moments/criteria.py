@@ -387,13 +387,58 @@ def analytic_error(
     ndarray, shape (len(candidates),)
         Estimated error rates in [0, 1] (1 where C(a) is singular or df(a) >= max_df·n).
     """
+    keep = counts > 0
+    mu = means[keep] @ family.basis  # (C', k): rows Uᵀμ̂_c
+    return analytic_error_grams(family, basis_grams(family, mu), n, counts, log_priors,
+                                candidates, max_df)
+
+
+def basis_grams(family: ShrinkageFamily, mu: F64) -> Callable[[float, F64], tuple[F64, F64]]:
+    """The grams of :func:`analytic_error_grams` from the eigenbasis of the family.
+
+    ``mu`` (m, k): the vectors in the eigenbasis, rows Uᵀμ_c. For a candidate with eigenvalues
+    D: (μ_cᵀ H μ_j) and (μ_cᵀ H P H μ_j), H = C(a)⁻¹, both (m, m).
+    """
+
+    def grams(a: float, dvals: F64) -> tuple[F64, F64]:
+        w_hat = mu / dvals  # rows: Uᵀ H μ̂_c
+        return mu @ w_hat.T, (w_hat * family.eigvals) @ w_hat.T
+
+    return grams
+
+
+def analytic_error_grams(
+    family: ShrinkageFamily,
+    grams: Callable[[float, F64], tuple[F64, F64]],
+    n: float,
+    counts: NDArray[np.int64],
+    log_priors: F64,
+    candidates: Sequence[float],
+    max_df: float = 1.0,
+) -> F64:
+    """:func:`analytic_error` given how to form the candidates' grams of the class means.
+
+    Parameters
+    ----------
+    family : ShrinkageFamily
+        Its eigenvalues and target (the basis is not read).
+    grams : callable
+        ``grams(a, D)`` → ((μ̂_cᵀ H μ̂_j), (μ̂_cᵀ H P H μ̂_j)), both (C', C') over the classes
+        with samples (:func:`basis_grams`, or
+        :func:`ghofl.moments.spectral.tridiagonal_grams`).
+    n, counts, log_priors, candidates, max_df
+        As :func:`analytic_error`.
+
+    Returns
+    -------
+    ndarray, shape (len(candidates),)
+    """
     w = family.eigvals
     keep = counts > 0
     cnt = counts[keep].astype(np.float64)
-    mu = means[keep] @ family.basis  # (C', k): rows Uᵀμ̂_c
     lp = np.where(np.isfinite(log_priors[keep]), log_priors[keep], -1e300)
     priors = cnt / float(np.sum(cnt))
-    c_num = mu.shape[0]
+    c_num = cnt.shape[0]
     diag_idx = np.arange(c_num)
     out = np.ones(len(candidates))
     if c_num < 2:
@@ -407,11 +452,10 @@ def analytic_error(
             continue
         inflate = 1.0 / (1.0 - df / n)
         trace_h_sigma = df * inflate / (1.0 - a)
-        w_hat = mu / dvals  # rows: Uᵀ H μ̂_c
-        gram_h = mu @ w_hat.T  # μ̂_cᵀ H μ̂_j
+        gram_h, gram_p = grams(a, dvals)  # μ̂_cᵀ H μ̂_j, (Hμ̂_c)ᵀ P (Hμ̂_j)
         score = gram_h + (lp - 0.5 * np.diag(gram_h))[None, :]
         score[diag_idx, diag_idx] -= trace_h_sigma / cnt
-        gram = (w_hat * w) @ w_hat.T * inflate**2  # (Hμ̂_c)ᵀ Σ (Hμ̂_j)
+        gram = gram_p * inflate**2  # (Hμ̂_c)ᵀ Σ (Hμ̂_j)
         g = np.diag(gram)
         var = g[:, None] + g[None, :] - 2.0 * gram
         margin = np.diag(score)[:, None] - score
@@ -422,18 +466,27 @@ def analytic_error(
     return out
 
 
+#: The analytic error's coarse grid: 49 log-spaced points from 1e-6 to 0.99.
+ANALYTIC_GRID: tuple[float, ...] = tuple(float(v) for v in np.geomspace(1e-6, 0.99, 49))
+
+
 def analytic_error_shrinkage(family: ShrinkageFamily, n: float, means: F64,
                              counts: NDArray[np.int64], log_priors: F64,
-                             max_df: float = 1.0) -> float:
-    """The coefficient minimising :func:`analytic_error` over a log grid 1e-6 … 0.99.
+                             max_df: float = 1.0,
+                             grams: Callable[[float, F64], tuple[F64, F64]] | None = None,
+                             ) -> float:
+    """The coefficient minimising :func:`analytic_error` over :data:`ANALYTIC_GRID`.
 
     Refined between the neighbours of the best point (ties go to the smallest coefficient).
-    With ``max_df < 1``, when no candidate is trusted the largest one is returned.
+    With ``max_df < 1``, when no candidate is trusted the largest one is returned. ``grams``
+    (see :func:`analytic_error_grams`) replaces the family's basis, which is then not read.
     """
-    grid = [float(v) for v in np.geomspace(1e-6, 0.99, 49)]
+    grid = list(ANALYTIC_GRID)
+    if grams is None:
+        grams = basis_grams(family, means[counts > 0] @ family.basis)
 
     def score(cands: list[float]) -> F64:
-        return -analytic_error(family, n, means, counts, log_priors, cands, max_df)
+        return -analytic_error_grams(family, grams, n, counts, log_priors, cands, max_df)
 
     first = score(grid)
     if max_df < 1.0 and np.all(first <= -1.0):

@@ -50,13 +50,19 @@ held-out error of the quadratic rule (:func:`heldout_qda_error`, :data:`QDA_CRIT
 score differences are quadratic in x, and their held-out mean and variance, under Gaussian
 held-out classes, again need only the held-out counts, means and second moments.
 
+Without a held-out part, the analytic error of the pooled covariance on the whole space reads
+one tridiagonal reduction instead of an eigenbasis (:mod:`ghofl.moments.spectral`: the same
+criterion from tridiagonal solves, and the fitted LDA solution from the same reduction,
+:attr:`ShrinkageChoice.spectrum`); the eigenbasis remains for subspaces and ill-conditioned
+candidates.
+
 Ledoit–Wolf's estimator is not offered: its variance term needs Σ_i ‖x_i x_iᵀ − S‖², a fourth
 moment of the data that no upload mode holds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -65,6 +71,7 @@ from scipy.linalg import cholesky, eigh, solve_triangular
 from ghofl.errors import ConfigError, StatsValidationError
 from ghofl.moments.core import Moments
 from ghofl.moments.criteria import (
+    ANALYTIC_GRID,
     EVIDENCE_GRID,
     SHRINKAGE_CANDIDATES,
     ShrinkageFamily,
@@ -88,6 +95,13 @@ from ghofl.moments.shrinkage import (
     check_shrinkage,
     resolve_shrinkage,
     shrink,
+)
+from ghofl.moments.spectral import (
+    MAX_CONDITION,
+    Tridiagonal,
+    grid_condition,
+    tridiagonal,
+    tridiagonal_grams,
 )
 
 F64 = NDArray[np.float64]
@@ -127,10 +141,15 @@ class ShrinkageChoice:
         the covariance alone), ``"analytic-error"`` (:func:`analytic_error`, from the pooled
         covariance and the class means), or ``"heldout-loglik"`` / ``"heldout-error"`` (chosen
         on the held-out part of the statistics with that criterion).
+    spectrum : Tridiagonal or None
+        The tridiagonal reduction of the pooled (N − C) covariance the choice was computed
+        from, when it was (the analytic error on the whole space), so that a fit can reuse it
+        (:func:`ghofl.moments.spectral.shrunk_solve`); not compared.
     """
 
     value: float
     method: str
+    spectrum: Tridiagonal | None = field(default=None, compare=False, repr=False)
 
 
 #: Held-out criterion of the pooled covariance, chosen from benchmarks/bench_defaults.py: the
@@ -177,14 +196,21 @@ def holdout_parts(moments: Moments) -> tuple[Moments, Moments] | None:
 SUPPORT_RTOL = 1e-12
 
 
-def support_basis(moments: Moments) -> F64 | None:
+def support_basis(moments: Moments, within_eigvals: F64 | None = None) -> F64 | None:
     """Orthonormal basis (d, r) of the support of the data, or None when it is the whole space.
 
     The eigenvectors of the total covariance whose eigenvalue exceeds
     :data:`SUPPORT_RTOL` times the largest. None for estimated second moments, whose rank is
     the estimate's (e.g. FedCOF's Σ_c (K_c − 1) + C), not the data's.
+
+    ``within_eigvals`` (d,): the eigenvalues of the within-class scatter when known; they
+    certify full support for free when the smallest clears the test of :func:`full_support`
+    (the total scatter is the within-class one plus a positive semi-definite between-class
+    part) with room for the rounding of both.
     """
     if moments.total_scatter is None or moments.is_estimated:
+        return None
+    if within_eigvals is not None and _certified(moments, within_eigvals):
         return None
     sym = 0.5 * (moments.total_scatter + moments.total_scatter.T)
     if full_support(sym):
@@ -220,6 +246,23 @@ def full_support(scatter: F64) -> bool:
     except np.linalg.LinAlgError:
         return False
     return True
+
+
+def _certified(moments: Moments, within_eigvals: F64) -> bool:
+    """Whether the within-class eigenvalues certify a total scatter of full support."""
+    total = moments.total_scatter
+    if total is None or within_eigvals.size == 0:
+        return False
+    d = total.shape[0]
+    m = moments.global_mean
+    tr_total = float(np.trace(total))
+    tr_raw = tr_total + moments.n_samples * float(m @ m)  # tr(B) = tr(T) + N‖m‖²
+    if not (np.isfinite(tr_total) and np.isfinite(tr_raw)) or tr_total <= 0.0:
+        return False
+    # rounding of W, T (computed from B by cancellation) and of the eigenvalues
+    slack = 8.0 * d * np.finfo(float).eps * abs(tr_raw)
+    delta = SUPPORT_MARGIN * SUPPORT_RTOL * tr_total
+    return bool(float(np.min(within_eigvals)) > 2.0 * delta + slack)
 
 
 def _project(m: F64, basis: F64 | None) -> F64:
@@ -298,6 +341,10 @@ def choose_pooled_shrinkage(
     if not isinstance(rule, str):
         return ShrinkageChoice(float(rule), "fixed")
     parts = holdout_parts(moments) if rule in ("auto", "heldout") else None
+    if parts is None and rule == "auto" and POOLED_ANALYTIC == "error" and basis is None:
+        fast = _pooled_error_spectral(moments)
+        if fast is not None:
+            return fast
     if basis is None and rule not in ("oas", "rblw"):
         basis = support_basis(moments)
     if parts is None:
@@ -346,6 +393,37 @@ def _pooled_error_choice(moments: Moments, basis: F64 | None) -> float:
     return analytic_error_shrinkage(fam, n, _rows(moments.means, basis), moments.counts,
                                     np.log(np.maximum(moments.priors, 1e-300)),
                                     ESTIMATED_MAX_DF if moments.is_estimated else 1.0)
+
+
+def _pooled_error_spectral(moments: Moments) -> ShrinkageChoice | None:
+    """:func:`_pooled_error_choice` on the whole space from one tridiagonal reduction.
+
+    The same criterion and grids, its grams from tridiagonal solves
+    (:mod:`ghofl.moments.spectral`). None (the caller takes the eigendecomposition path) when
+    the data may not span the whole space, or when some candidate is too ill-conditioned for
+    the solves (:data:`ghofl.moments.spectral.MAX_CONDITION`).
+    """
+    n = _dof_pooled(moments, "n-c")
+    if n <= 0 or moments.within_scatter is None:
+        return None
+    cov = moments.pooled_covariance("n-c")
+    d = cov.shape[0]
+    tau = max(float(np.trace(cov)), 0.0) / d
+    tri = tridiagonal(cov, overwrite=True) if tau > 0.0 else None
+    del cov
+    if tri is None:
+        return None
+    within = tri.eigvals * (moments.n_samples - moments.num_classes)
+    if not moments.is_estimated and not _certified(moments, within):
+        return None
+    if grid_condition(tri, tau, [ANALYTIC_GRID[0]]) > MAX_CONDITION:
+        return None
+    fam = ShrinkageFamily(np.maximum(tri.eigvals, 0.0), np.empty((0, 0)), tau, 0.0)
+    grams = tridiagonal_grams(tri, tau, moments.means[moments.counts > 0])
+    a = analytic_error_shrinkage(fam, n, moments.means, moments.counts,
+                                 np.log(np.maximum(moments.priors, 1e-300)),
+                                 ESTIMATED_MAX_DF if moments.is_estimated else 1.0, grams)
+    return ShrinkageChoice(a, "analytic-error", tri)
 
 
 def _class_scatter(m: Moments, c: int) -> F64:
@@ -428,8 +506,14 @@ def pooled_center(moments: Moments, shrinkage: Shrinkage = "auto") -> F64:
     -------
     ndarray, shape (d, d), symmetric positive definite whenever a > 0 or Σ_pool is.
     """
-    a = choose_pooled_shrinkage(moments, shrinkage).value
-    return shrink(moments.pooled_covariance("n-c"), a)
+    return pooled_center_choice(moments, shrinkage)[0]
+
+
+def pooled_center_choice(moments: Moments,
+                         shrinkage: Shrinkage = "auto") -> tuple[F64, ShrinkageChoice]:
+    """:func:`pooled_center` (d, d) and the choice of its coefficient."""
+    choice = choose_pooled_shrinkage(moments, shrinkage)
+    return shrink(moments.pooled_covariance("n-c"), choice.value), choice
 
 
 def center_scale(cov: F64, center: F64) -> float:
@@ -618,6 +702,7 @@ __all__ = [
     "heldout_qda_error",
     "holdout_parts",
     "pooled_center",
+    "pooled_center_choice",
     "refine_grid",
     "rescale_for_total",
     "residual_scatter",

@@ -14,6 +14,11 @@ Two protocols share one interface, so every caller can run either:
   default: a round id is used once, and no second round over the same data);
 * the plain protocol (:class:`PlainClient` / :class:`PlainServer`): one stage, in the clear.
 
+Both secure halves sum either client statistics (a :class:`~ghofl.stats.meta.StatsMeta`) or
+any vectors of public shape and public per-entry bounds (a :class:`VectorMeta` with one
+:class:`VectorPayload` per client; :mod:`ghofl.secure.vectors`): the server's
+:meth:`SecAggServer.vector_result` is then their exact total.
+
 :func:`run_aggregation` drives a server half over a :class:`Transport`;
 :class:`InMemoryTransport` runs the clients in process (``ghofl simulate`` and the tests).
 
@@ -43,6 +48,7 @@ from ghofl.secure.policy import ClientPolicy
 from ghofl.secure.protocol import AggregationReport, ServerHalf, StageReport, run_aggregation
 from ghofl.secure.server import SecAggServer
 from ghofl.secure.transport import ClientHalf, InMemoryTransport, Transport, parse_drops
+from ghofl.secure.vectors import VectorMeta, VectorPayload
 
 __all__ = [
     "DEFAULT_MAX_SAMPLES",
@@ -63,6 +69,8 @@ __all__ = [
     "SessionParams",
     "StageReport",
     "Transport",
+    "VectorMeta",
+    "VectorPayload",
     "default_neighbours",
     "default_threshold",
     "parse_drops",

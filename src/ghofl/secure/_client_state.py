@@ -18,6 +18,7 @@ from ghofl.secure.config import SessionParams
 from ghofl.secure.identity import IdentityKey, Roster
 from ghofl.secure.messages import PROTOCOL_VERSION, RosterEntry
 from ghofl.secure.policy import ClientPolicy
+from ghofl.secure.vectors import VECTOR_FORMAT, VectorMeta, VectorPayload
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 
@@ -28,8 +29,10 @@ __all__ = ["STATES", "StateValue", "StatsSource", "load_state", "save_state"]
 
 #: The states of a client, in protocol order (see :mod:`ghofl.secure.client`).
 STATES = ("ready", "advertised", "revealed", "shared", "masked", "signed", "done", "failed")
-#: The statistics of a client, or a function computing them when the masked input is due.
-StatsSource = ClientStats | Callable[[], ClientStats]
+#: The statistics (or the vectors of a vector round) of a client, or a function computing
+#: them when the masked input is due.
+StatsSource = (ClientStats | VectorPayload | Callable[[], ClientStats]
+               | Callable[[], VectorPayload])
 #: A value of a saved client state.
 StateValue = bytes | str | int | list[str] | list[bytes]
 
@@ -67,6 +70,14 @@ def save_state(client: SecAggClient) -> dict[str, StateValue]:
     return out
 
 
+def _load_meta(text: Any) -> StatsMeta | VectorMeta:
+    """The saved description of the client's payload: vectors or statistics metadata."""
+    data = json.loads(text)
+    if isinstance(data, dict) and data.get("format") == VECTOR_FORMAT:
+        return VectorMeta.from_dict(data)
+    return StatsMeta.from_dict(data)
+
+
 def load_state(cls: type[SecAggClient], state: dict[str, Any], stats: StatsSource,
                identity: IdentityKey | None, roster: Roster | None,
                policy: ClientPolicy | None, allow_unauthenticated: bool) -> SecAggClient:
@@ -74,10 +85,10 @@ def load_state(cls: type[SecAggClient], state: dict[str, Any], stats: StatsSourc
     try:
         if state["version"] != PROTOCOL_VERSION:
             raise ValueError(f"protocol version {state['version']!r}")
-        meta = StatsMeta.from_dict(json.loads(state["meta"]))
+        meta = _load_meta(state["meta"])
         client = cls(str(state["client_id"]), stats, meta=meta, identity=identity,
-                              roster=roster, policy=policy, ledger=None,
-                              allow_unauthenticated=allow_unauthenticated)
+                     roster=roster, policy=policy, ledger=None,
+                     allow_unauthenticated=allow_unauthenticated)
         client.state = state["state"]
         client._round = bytes(state["round"])
         client._seed = bytes(state["seed"])

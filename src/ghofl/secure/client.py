@@ -34,6 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import GhoflError, ProtocolError
+from ghofl.secure import _client_payload as cp
 from ghofl.secure import primitives as cr
 from ghofl.secure import shamir
 from ghofl.secure._client_state import StateValue, StatsSource, load_state, save_state
@@ -53,7 +54,7 @@ from ghofl.secure._common import (
 )
 from ghofl.secure.config import SessionParams
 from ghofl.secure.identity import IdentityKey, Roster, verify_signature
-from ghofl.secure.ledger import RoundLedger, default_ledger_path, stats_digest
+from ghofl.secure.ledger import RoundLedger
 from ghofl.secure.levels import LevelNoise, level_commitment, released_levels
 from ghofl.secure.messages import (
     PROTOCOL_VERSION,
@@ -75,6 +76,7 @@ from ghofl.secure.messages import (
     UnmaskShares,
 )
 from ghofl.secure.policy import ClientPolicy
+from ghofl.secure.vectors import VectorMeta, VectorPayload
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 
@@ -94,14 +96,18 @@ class SecAggClient:
     ----------
     client_id : str
         The identity the transport knows this client by.
-    stats : ClientStats or callable returning ClientStats
+    stats : ClientStats, VectorPayload or callable returning one
         The client's statistics, or a function computing them when the masked input is due
-        (so a simulation need not hold every client's statistics at once).
-    meta : StatsMeta, optional
-        Metadata of the statistics; required when ``stats`` is a callable.
+        (so a simulation need not hold every client's statistics at once); or the vectors of
+        a vector round (:mod:`ghofl.secure.vectors`: refused before masking when an entry
+        exceeds its public bound).
+    meta : StatsMeta or VectorMeta, optional
+        Metadata of the statistics (or description of the vectors); required when ``stats``
+        is a callable.
     encode : callable (ClientStats, SessionParams) -> ndarray of uint64, optional
         How the statistics become the masked words (default: the round's fixed-point codec);
-        its output must have the codec's length. Not saved by :meth:`to_state`.
+        its output must have the codec's length. Not saved by :meth:`to_state`. Statistics
+        only.
     identity : IdentityKey, optional
         This client's long-term identity key (required with ``roster``).
     roster : Roster, optional
@@ -132,7 +138,8 @@ class SecAggClient:
         Shares that failed checks at the mask stage: (sender, reason).
     """
 
-    def __init__(self, client_id: str, stats: StatsSource, meta: StatsMeta | None = None,
+    def __init__(self, client_id: str, stats: cp.PayloadSource,
+                 meta: StatsMeta | VectorMeta | None = None,
                  encode: PayloadEncoder | None = None, *, identity: IdentityKey | None = None,
                  roster: Roster | None = None, policy: ClientPolicy | None = None,
                  ledger: RoundLedger | Literal["default"] | None = "default",
@@ -156,11 +163,14 @@ class SecAggClient:
                     "this client's public key"
                 )
         if meta is None:
-            if not isinstance(stats, ClientStats):
+            if not isinstance(stats, ClientStats | VectorPayload):
                 raise ProtocolError(
                     f"client {client_id!r}: give meta= when stats is computed lazily"
                 )
             meta = stats.meta
+        if isinstance(meta, VectorMeta) and encode is not None:
+            raise ProtocolError(f"client {client_id!r}: encode= applies to statistics; a "
+                                f"{meta.name!r} vector payload is encoded by the round's codec")
         self.client_id = str(client_id)
         self.meta = meta
         self.state: ClientState = "ready"
@@ -187,7 +197,7 @@ class SecAggClient:
             self.policy = dataclasses.replace(self.policy, allow_unauthenticated=True)
         self._roster_fp = b""
         self._signed: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-        self.ledger = _resolve_ledger(ledger, self.client_id)
+        self.ledger = cp.resolve_ledger(ledger, self.client_id)
         self.privacy_cost = privacy_cost
 
     # ------------------------------------------------------------------ persistence
@@ -220,7 +230,7 @@ class SecAggClient:
         """
         client = load_state(cls, state, stats, identity, roster, policy, allow_unauthenticated)
         client._encode = encode
-        client.ledger = _resolve_ledger(ledger, client.client_id)
+        client.ledger = cp.resolve_ledger(ledger, client.client_id)
         client.privacy_cost = privacy_cost
         return client
 
@@ -283,7 +293,7 @@ class SecAggClient:
         problem = self.policy.problem(self._params, self.roster, req.roster_fingerprint)
         if problem is not None:
             raise self._refuse(f"{problem} (outside this client's policy)")
-        if self.meta.clip_norm != self._params.clip_norm:
+        if isinstance(self.meta, StatsMeta) and self.meta.clip_norm != self._params.clip_norm:
             got = "no clipping" if self.meta.clip_norm is None else f"R={self.meta.clip_norm:g}"
             raise self._refuse(
                 f"a round with clipping bound R={self._params.clip_norm:g}: its statistics were "
@@ -457,23 +467,23 @@ class SecAggClient:
         if len(missing) > tolerated:
             raise self._refuse(
                 f"to send its masked input: {len(missing)} share boxes of its neighbours are "
-                f"missing or unverifiable ({_names(missing)}), more than the {tolerated} its "
+                f"missing or unverifiable ({cp.names(missing)}), more than the {tolerated} its "
                 "policy tolerates (a server or relay withholding or altering shares; nothing "
                 "was revealed)"
             )
         self.complaints_ = tuple(sorted(complaints.items()))
         stats = self._stats() if callable(self._stats) else self._stats
-        if stats.meta.differences(self.meta):
+        if cp.payload_differs(stats, self.meta):
             raise self._refuse(
                 "to mask statistics whose metadata differs from what it advertised"
             )
-        digest = stats_digest(stats) if self.ledger is not None else ""
+        digest = cp.payload_digest(stats) if self.ledger is not None else ""
         if self.ledger is not None:
             try:
                 self.ledger.check(digest, self._round)
             except ProtocolError as exc:
                 raise self._refuse(str(exc)) from None
-        if self._encode is None:
+        if self._encode is None or not isinstance(stats, ClientStats):
             vector = self._params.codec.encode(stats)
         else:
             vector = np.asarray(self._encode(stats, self._params))
@@ -481,7 +491,7 @@ class SecAggClient:
             if vector.dtype != np.uint64 or vector.shape != (length,):
                 raise self._refuse(f"an encoder output other than {length} uint64 words")
         if self._levels:  # the removable noise of the dropout levels (ghofl.secure.levels)
-            assert isinstance(self._encode, LevelNoise)
+            assert isinstance(self._encode, LevelNoise) and isinstance(self.meta, StatsMeta)
             for j, e in enumerate(self._levels):
                 vector += self._encode.expand(self._params, self.meta, j, e)
         del stats
@@ -495,7 +505,7 @@ class SecAggClient:
                 vector -= words
         if self.ledger is not None:  # before the masked input leaves the client
             self.ledger.record(digest, self._round, *self.privacy_cost)
-        self._stats = _spent
+        self._stats = cp.spent
         self.state = "masked"
         return MaskedInput(**self._header("mask"),  # type: ignore[arg-type]
                            vector=vector, complaints=self.complaints_,
@@ -639,19 +649,3 @@ class SecAggClient:
                 f"shown, below the threshold {self._params.threshold} (the server may be "
                 "showing different clients different sets)"
             )
-
-
-def _resolve_ledger(ledger: RoundLedger | Literal["default"] | None,
-                    client_id: str) -> RoundLedger | None:
-    """``ledger``, with ``"default"`` made the client's default ledger file."""
-    return RoundLedger(default_ledger_path(client_id)) if ledger == "default" else ledger
-
-
-def _spent() -> ClientStats:
-    raise ProtocolError("this client's statistics were already masked and sent once")
-
-
-
-def _names(clients: list[str], most: int = 5) -> str:
-    shown = ", ".join(repr(c) for c in clients[:most])
-    return shown + (f" and {len(clients) - most} more" if len(clients) > most else "")

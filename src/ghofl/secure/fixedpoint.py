@@ -32,6 +32,12 @@ so each segment keeps the bound of its kind and the total's held-out section is 
 same way. Float32 transport (:func:`ghofl.stats.save_stats`) does not apply here: the words
 are this fixed-point encoding of the float64 sums, whatever dtype the client would have used
 to send them in the clear.
+
+A vector payload (:class:`~ghofl.secure.vectors.VectorPayload` of a public
+:class:`~ghofl.secure.vectors.VectorMeta`) is encoded the same way with the bound of each
+float entry given by its description instead of M·R^k: its integer words, then the hi limbs,
+then the lo limbs, with per-entry exponents (:meth:`FixedPointCodec.vector_exponents`) and
+per-entry error bounds (:meth:`FixedPointCodec.vector_error_bounds`); integers are exact.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from numpy.typing import NDArray
 
 from ghofl.errors import ConfigError, InputError
 from ghofl.secure.bounds import refuse_client_stats
+from ghofl.secure.vectors import VectorMeta, VectorPayload, refuse_client_vector
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.meta import StatsMeta
@@ -119,8 +126,10 @@ class FixedPointCodec:
         bits = e1 + (e2 if self.limbs == 2 else 0) + 1
         return float(self.num_clients) * math.ldexp(1.0, -bits)
 
-    def length(self, meta: StatsMeta) -> int:
+    def length(self, meta: StatsMeta | VectorMeta) -> int:
         """Number of uint64 words of an encoded payload of ``meta``."""
+        if isinstance(meta, VectorMeta):
+            return meta.n_int + self.limbs * meta.n_float
         sch = schema_for(meta.mode)
         c, d, ho = meta.num_classes, meta.dim, meta.has_holdout
         n_int = sum(s.size for s in sch.int_layout(c, d, ho))
@@ -128,8 +137,10 @@ class FixedPointCodec:
         return n_int + self.limbs * n_float
 
     # ------------------------------------------------------------------ encode
-    def encode(self, stats: ClientStats) -> NDArray[np.uint64]:
+    def encode(self, stats: ClientStats | VectorPayload) -> NDArray[np.uint64]:
         """Encode one client's statistics as uint64 words (integers, then hi limbs, then lo).
+
+        A :class:`~ghofl.secure.vectors.VectorPayload` is encoded by :meth:`encode_payload`.
 
         Raises
         ------
@@ -138,6 +149,8 @@ class FixedPointCodec:
             than M samples, or values that clipping to R cannot produce: the checks of
             :func:`ghofl.secure.bounds.check_bounds`, per class, not only per entry).
         """
+        if isinstance(stats, VectorPayload):
+            return self.encode_payload(stats)
         meta = stats.meta
         if meta.clip_norm is None or not math.isclose(meta.clip_norm, self.clip_norm,
                                                       rel_tol=0.0, abs_tol=0.0):
@@ -254,6 +267,79 @@ class FixedPointCodec:
                 value = value + np.ldexp(lo[sl].astype(np.float64), -e2)
             floats[sl] = np.ldexp(value, -e1)
         return ints, floats
+
+    # ------------------------------------------------------------------ vector payloads
+    def vector_exponents(self, meta: VectorMeta) -> tuple[NDArray[np.int64], int]:
+        """(e1, e2) of a vector payload: e1 per float entry, shape (F,), e2 shared.
+
+        Raises
+        ------
+        ConfigError
+            K times an integer bound does not fit in 62 bits (the sum could wrap).
+        """
+        if meta.int_bounds and self.num_clients * max(meta.int_bounds) >= 2**HEADROOM_BITS:
+            raise ConfigError(
+                f"num_clients × the largest integer bound of {meta.name!r} = "
+                f"{self.num_clients * max(meta.int_bounds)} does not fit in 62 bits, so the "
+                "integer sums could wrap; lower the bounds (max_samples)"
+            )
+        _, fb = meta.bound_arrays()
+        total = self.num_clients * fb * (1.0 + _RELATIVE_SLACK)
+        e1 = np.floor(HEADROOM_BITS - np.log2(total)).astype(np.int64)
+        e2 = HEADROOM_BITS - math.ceil(math.log2(max(self.num_clients, 2)))
+        return e1, e2
+
+    def vector_error_bounds(self, meta: VectorMeta) -> NDArray[np.float64]:
+        """Largest absolute error of each decoded float entry of a total, shape (F,)."""
+        e1, e2 = self.vector_exponents(meta)
+        bits = e1 + (e2 if self.limbs == 2 else 0) + 1
+        out: NDArray[np.float64] = np.ldexp(np.full(e1.shape, float(self.num_clients)), -bits)
+        return out
+
+    def encode_payload(self, payload: VectorPayload) -> NDArray[np.uint64]:
+        """Encode one client's vectors as uint64 words: integers, hi limbs, then lo limbs.
+
+        Raises
+        ------
+        InputError
+            An entry lies beyond its public bound
+            (:func:`~ghofl.secure.vectors.refuse_client_vector`); nothing is encoded.
+        """
+        refuse_client_vector(payload)
+        e1, e2 = self.vector_exponents(payload.meta)
+        scaled = np.ldexp(payload.floats, e1)
+        high = np.rint(scaled)
+        words = [payload.ints.astype(np.int64), high.astype(np.int64)]
+        if self.limbs == 2:
+            words.append(np.rint(np.ldexp(scaled - high, e2)).astype(np.int64))
+        return np.concatenate(words).view(np.uint64)
+
+    def decode_payload(self, meta: VectorMeta, total: NDArray[np.uint64]) -> VectorPayload:
+        """Decode the modular sum of encoded vector payloads, without checking bounds.
+
+        Parameters
+        ----------
+        meta : VectorMeta
+        total : ndarray of uint64, shape (length(meta),)
+
+        Returns
+        -------
+        VectorPayload
+            The summed integers (exact) and floats (within :meth:`vector_error_bounds`).
+        """
+        expected = self.length(meta)
+        if total.shape != (expected,) or total.dtype != np.uint64:
+            raise InputError(
+                f"the aggregated vector must be uint64 of length {expected} for the "
+                f"{meta.name!r} vectors; got {total.dtype} of shape {total.shape}"
+            )
+        signed = total.view(np.int64)
+        n_i, n_f = meta.n_int, meta.n_float
+        e1, e2 = self.vector_exponents(meta)
+        value = signed[n_i:n_i + n_f].astype(np.float64)
+        if self.limbs == 2:
+            value = value + np.ldexp(signed[n_i + n_f:].astype(np.float64), -e2)
+        return VectorPayload(meta, np.array(signed[:n_i]), np.ldexp(value, -e1))
 
     def to_dict(self) -> dict[str, Any]:
         """The codec's public parameters as JSON-ready fields."""

@@ -19,7 +19,8 @@ from ghofl.secure.messages import ClientMessage, ServerMessage, Stage
 from ghofl.secure.transport import InMemoryTransport, StageTraffic, Transport
 from ghofl.stats.client_stats import ClientStats
 
-__all__ = ["AggregationReport", "ServerHalf", "StageReport", "run_aggregation"]
+__all__ = ["AggregationReport", "CountedReplies", "ServerHalf", "StageReport", "run_aggregation",
+           "stage_report"]
 
 
 class ServerHalf(Protocol):
@@ -147,10 +148,10 @@ def run_aggregation(server: ServerHalf, transport: Transport) -> AggregationRepo
     for stage in server.stages:
         t0 = time.perf_counter()
         requests = server.requests()
-        replies = _Counted(transport.exchange(stage, requests))
+        replies = CountedReplies(transport.exchange(stage, requests))
         server.receive(replies)
         wall = time.perf_counter() - t0
-        reports[stage] = _stage_report(stage, transport, requests, replies, wall)
+        reports[stage] = stage_report(stage, transport, requests, replies, wall)
     total = server.result()
     params = getattr(server, "params", None)
     traffic = getattr(transport, "traffic", {})
@@ -170,8 +171,19 @@ def run_aggregation(server: ServerHalf, transport: Transport) -> AggregationRepo
     )
 
 
-class _Counted:
-    """Wraps the reply iterator to time the clients when the transport does not."""
+class CountedReplies:
+    """The replies of one stage, counted as the server half consumes them.
+
+    Parameters
+    ----------
+    it : iterator of (str, ClientMessage)
+        The transport's replies of the stage.
+
+    Attributes
+    ----------
+    count : int
+        Replies consumed so far.
+    """
 
     def __init__(self, it: Iterator[tuple[str, ClientMessage]]) -> None:
         self._it = it
@@ -183,8 +195,23 @@ class _Counted:
             yield item
 
 
-def _stage_report(stage: str, transport: Transport, requests: dict[str, ServerMessage],
-                  replies: _Counted, wall: float) -> StageReport:
+def stage_report(stage: str, transport: Transport, requests: dict[str, ServerMessage],
+                 replies: CountedReplies, wall: float) -> StageReport:
+    """The cost of one stage from the transport's traffic record and the wall time.
+
+    Parameters
+    ----------
+    stage : str
+    transport : Transport
+        Its ``traffic`` (when it keeps one) gives the bytes and client seconds; otherwise the
+        request sizes are measured here.
+    requests : dict of str to ServerMessage
+        What the server sent in the stage.
+    replies : CountedReplies
+        The stage's replies, already consumed.
+    wall : float
+        Seconds the stage took end to end (server time is this minus the client seconds).
+    """
     from ghofl.secure.messages import message_nbytes
 
     if isinstance(transport, InMemoryTransport):

@@ -22,7 +22,6 @@ another sender, or contradicts an earlier stage excludes its sender, with the re
 
 from __future__ import annotations
 
-import itertools
 import json
 import secrets
 from collections.abc import Callable, Iterable, Sequence
@@ -33,7 +32,6 @@ from numpy.typing import NDArray
 
 from ghofl.errors import AggregationAbortedError, ConfigError, StatsFormatError
 from ghofl.secure import primitives as cr
-from ghofl.secure import shamir
 from ghofl.secure._common import (
     Topology,
     advert_transcript,
@@ -42,10 +40,10 @@ from ghofl.secure._common import (
     nonce_commitment,
     seed_commitment,
     session_id,
-    share_aad,
     share_plaintext_bytes,
     share_transcript,
 )
+from ghofl.secure._server_checks import first_valid, header_problem, level_seed, opens
 from ghofl.secure.bounds import BoundedDecoder
 from ghofl.secure.config import SecAggConfig, SessionParams
 from ghofl.secure.identity import Roster, verify_signature
@@ -71,6 +69,12 @@ from ghofl.secure.messages import (
     UnmaskRequest,
     UnmaskShares,
 )
+from ghofl.secure.vectors import (
+    VectorMeta,
+    VectorPayload,
+    decode_vector_total,
+    vector_meta_difference,
+)
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 
@@ -81,7 +85,6 @@ ServerState = Literal["advertise", "reveal", "share", "mask", "consistency", "un
 #: Turns the unmasked sum of words into the total (default: ``params.codec.decode(meta, words)``;
 #: :mod:`ghofl.privacy` decodes noisy sums and post-processes them into valid statistics).
 PayloadDecoder = Callable[[SessionParams, StatsMeta, NDArray[np.uint64]], ClientStats]
-_MAX_RECONSTRUCTION_TRIES = 64
 
 
 class SecAggServer:
@@ -91,9 +94,11 @@ class SecAggServer:
     ----------
     config : SecAggConfig
         Threshold, neighbours and fixed-point bounds.
-    meta : StatsMeta
+    meta : StatsMeta or VectorMeta
         The statistics every client must hold (mode, dim, classes, encoder, projection,
-        clipping bound); a client advertising other metadata is excluded.
+        clipping bound), or the public vectors of a vector round
+        (:mod:`ghofl.secure.vectors`: the total is then :meth:`vector_result`); a client
+        advertising other metadata is excluded.
     clients : sequence of str, optional
         The clients invited to the round (default: the roster's; with a roster, exactly its
         clients: clients check the round's size against their roster).
@@ -105,7 +110,8 @@ class SecAggServer:
         How the unmasked sum becomes the total (default:
         :class:`~ghofl.secure.bounds.BoundedDecoder`, the round's fixed-point codec after
         checking the total against what clipping allows); a ``ValueError`` it raises aborts
-        the round.
+        the round. Statistics rounds only (a vector round checks its total against
+        :class:`~ghofl.secure.vectors.VectorMeta`'s bounds).
     roster : Roster, optional
         The federation's roster: signatures are checked and the round is bound to its
         fingerprint. Without it the round is unauthenticated (clients take part only when
@@ -132,7 +138,7 @@ class SecAggServer:
 
     stages: tuple[Stage, ...] = SECURE_STAGES
 
-    def __init__(self, config: SecAggConfig, meta: StatsMeta,
+    def __init__(self, config: SecAggConfig, meta: StatsMeta | VectorMeta,
                  clients: Sequence[str] | None = None, *, round_id: bytes | None = None,
                  record_view: bool = False, decode: PayloadDecoder | None = None,
                  roster: Roster | None = None) -> None:
@@ -153,7 +159,11 @@ class SecAggServer:
             )
         self.roster = roster
         self._roster_fp = roster.fingerprint() if roster is not None else b""
-        if meta.clip_norm is None or float(meta.clip_norm) != float(config.clip_norm):
+        if isinstance(meta, VectorMeta):
+            if decode is not None:
+                raise ConfigError(f"decode= applies to statistics rounds; the {meta.name!r} "
+                                  "vector round decodes with its public bounds (leave it out)")
+        elif meta.clip_norm is None or float(meta.clip_norm) != float(config.clip_norm):
             raise ConfigError(
                 f"the statistics metadata must carry the round's clipping bound "
                 f"R={config.clip_norm:g}; it has {meta.clip_norm!r}"
@@ -186,7 +196,7 @@ class SecAggServer:
         self._gone: tuple[str, ...] = ()
         self._signers: dict[str, bytes] = {}
         self.levels_removed: dict[str, tuple[int, ...]] = {}
-        self._result: ClientStats | None = None
+        self._result: ClientStats | VectorPayload | None = None
         self._decode = decode
 
     # ------------------------------------------------------------------ requests
@@ -246,7 +256,7 @@ class SecAggServer:
             if client not in asked:
                 self.ignored.append(f"{stage}: unsolicited reply from {client!r}")
                 continue
-            reason = _header_problem(msg, expected_type, stage, client, self.round_id)
+            reason = header_problem(msg, expected_type, stage, client, self.round_id)
             if reason is None and client in accepted:
                 reason = f"sent two replies in stage {stage!r}"
             if reason is None:
@@ -296,7 +306,8 @@ class SecAggServer:
         if not isinstance(msg.nonce_commitment, bytes) or len(msg.nonce_commitment) != 32:
             return "advertised a malformed nonce commitment (not 32 bytes)"
         if msg.meta != self._meta_json:
-            return _meta_difference(msg.meta, self.meta)
+            return (vector_meta_difference(msg.meta, self.meta) if isinstance(
+                self.meta, VectorMeta) else _meta_difference(msg.meta, self.meta))
         if not isinstance(msg.signature, bytes):
             return "sent a malformed signature"
         if self.roster is not None and not verify_signature(
@@ -441,7 +452,7 @@ class SecAggServer:
                 for c, other in ((accused, accuser), (accuser, accused)):
                     self._exclude(c, f"disagrees with {other!r} on their pair key (one of the "
                                   "two lies; neither is trusted)", "mask")
-            elif _opens(key, box, self.session, self._plaintext_bytes):
+            elif opens(key, box, self.session, self._plaintext_bytes):
                 self._exclude(accuser, f"falsely reported {accused!r} (the share the server "
                               "relayed opens correctly)", "mask")
             else:
@@ -511,9 +522,13 @@ class SecAggServer:
                 else:
                     total += words
         self._remove_levels(total, accepted)
-        decode = self._decode or BoundedDecoder(lambda: len(self._survivors))
         try:
-            self._result = decode(self.params, self.meta, total)
+            if isinstance(self.meta, VectorMeta):
+                self._result = decode_vector_total(self.params, self.meta, total,
+                                                   len(self._survivors))
+            else:
+                decode = self._decode or BoundedDecoder(lambda: len(self._survivors))
+                self._result = decode(self.params, self.meta, total)
         except AggregationAbortedError:  # a total beyond what clipping allows, named
             self.state = "aborted"
             raise
@@ -529,7 +544,7 @@ class SecAggServer:
                  valid: Any) -> bytes:
         assert self._topology is not None
         t_s = self._topology.share_threshold
-        secret = _first_valid(points, t_s, valid)
+        secret = first_valid(points, t_s, valid)
         if secret is not None:
             return secret
         self.state = "aborted"
@@ -556,6 +571,7 @@ class SecAggServer:
         if not released:
             return
         assert self._topology is not None and isinstance(self._decode, LevelNoise)
+        assert isinstance(self.meta, StatsMeta)
         topo, t_s = self._topology, self._topology.share_threshold
         points: dict[str, dict[int, dict[int, bytes]]] = {}  # owner -> level -> x -> share
         alive = frozenset(self._survivors)
@@ -574,7 +590,7 @@ class SecAggServer:
             for level in released:
                 pts = points.get(owner, {}).get(level, {})
                 commit = self._shares[owner].level_commitments[level]
-                seed = _level_seed(pts, t_s, weights, lambda e, c=owner, j=level, h=commit:
+                seed = level_seed(pts, t_s, weights, lambda e, c=owner, j=level, h=commit:
                                    level_commitment(self.round_id, c, j, e) == h)
                 if seed is None:
                     self.ignored.append(f"unmask: level {level} of {owner!r} cannot be "
@@ -587,66 +603,28 @@ class SecAggServer:
     # ------------------------------------------------------------------ result
     def result(self) -> ClientStats:
         """The total over the surviving clients (after the unmask stage)."""
-        if self._result is None:
+        if isinstance(self.meta, VectorMeta):
+            raise AggregationAbortedError(
+                f"the round sums {self.meta.name!r} vectors, not statistics; read its total "
+                "with vector_result()")
+        if not isinstance(self._result, ClientStats):
             raise AggregationAbortedError(
                 f"the round has no result (state {self.state!r}); run every stage first"
             )
+        return self._result
+
+    def vector_result(self) -> VectorPayload:
+        """The total of a vector round over the surviving clients (after the unmask stage)."""
+        if not isinstance(self._result, VectorPayload):
+            raise AggregationAbortedError(
+                f"the round has no vector total (state {self.state!r}); run every stage of a "
+                "round over a VectorMeta first")
         return self._result
 
     @property
     def survivors(self) -> tuple[str, ...]:
         """Clients whose statistics are in the sum."""
         return self._survivors
-
-
-def _level_seed(points: dict[int, bytes], t_s: int, weights: dict[tuple[int, ...], list[int]],
-                valid: Any) -> bytes | None:
-    """A level seed from its shares (point → share): the first ``t_s`` points first.
-
-    Their Lagrange weights are cached in ``weights`` (every level of an owner, and usually
-    every owner, has the same holders); other subsets are tried when that one fails ``valid``.
-    """
-    xs = tuple(sorted(points)[:t_s])
-    if len(xs) == t_s:
-        if xs not in weights:
-            weights[xs] = shamir.lagrange_weights(xs)
-        seed = shamir.reconstruct_with(weights[xs], [points[x] for x in xs])
-        if seed is not None and valid(seed):
-            return seed
-    return _first_valid(sorted(points.items()), t_s, valid)
-
-
-def _first_valid(points: list[tuple[int, bytes]], t_s: int, valid: Any) -> bytes | None:
-    """The first secret of ``t_s`` of ``points`` that passes ``valid`` (bounded tries)."""
-    for tries, subset in enumerate(itertools.combinations(points, t_s)):
-        if tries >= _MAX_RECONSTRUCTION_TRIES:
-            break
-        secret = shamir.reconstruct(subset, t_s)
-        if secret is not None and valid(secret):
-            return secret
-    return None
-
-
-def _opens(key: bytes, box: SealedShare, session: bytes, plaintext_bytes: int) -> bool:
-    """Whether ``box`` opens under its pair key (the complaint check)."""
-    plain = cr.aead_decrypt(key, box.sealed, share_aad(session, box.sender, box.recipient))
-    return plain is not None and len(plain) == plaintext_bytes
-
-
-def _header_problem(msg: Any, expected: type, stage: str, client: str,
-                    round_id: bytes) -> str | None:
-    if not isinstance(msg, ClientMessage):
-        return f"sent a {type(msg).__name__}, not a protocol message (malformed)"
-    if msg.version != PROTOCOL_VERSION:
-        return f"speaks protocol version {msg.version!r}, not {PROTOCOL_VERSION}"
-    if msg.round_id != round_id:
-        return "sent a message from another round (replayed)"
-    if msg.stage != stage or not isinstance(msg, expected):
-        return (f"sent a {type(msg).__name__} for stage {msg.stage!r} during stage {stage!r} "
-                "(replayed or reordered)")
-    if msg.sender != client:
-        return f"sent a message claiming to come from {msg.sender!r}"
-    return None
 
 
 def _meta_difference(text: str, meta: StatsMeta) -> str:

@@ -537,6 +537,16 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
               "durable store recording every accepted contribution (plain protocol)",
               cli=CliOption("Aggregation store (SQLite file, created if absent) recording each "
                             "accepted contribution durably (plain protocol).")),
+    FieldSpec("aggregation.estimate", "estimate", "--estimate", Literal["sum", "fedcof"], "sum",
+              "what the heads are fitted from: sum (the total of the uploads) or fedcof "
+              "(FedCOF's class covariances from each client's class means and counts; plain "
+              "protocol without DP or store)", choices=("sum", "fedcof"),
+              cli=CliOption("What the server fits the heads from: 'sum' (the total of the "
+                            "uploads) or 'fedcof' (FedCOF's estimate of the class covariances "
+                            "from each client's class means and counts, so that lda, ridge, "
+                            "fedcof and every head of second moments fit from 'means' uploads; "
+                            "it reads each client's own upload: plain protocol only, without "
+                            "DP or a store).")),
     FieldSpec("aggregation.drops", "", "--drop", Mapping[str, int], {},
               "simulation only: STAGE=COUNT clients vanish at STAGE",
               cli=CliOption("STAGE=COUNT: COUNT clients vanish at STAGE (secure: advertise, "

@@ -27,6 +27,7 @@ from ghofl.server.fields import FIELDS, part_fields
 if TYPE_CHECKING:
     from ghofl.privacy import DPConfig, NoisePlan
     from ghofl.server.job import ServerJob
+    from ghofl.stats.meta import Mode
 
 __all__ = [
     "PROTOCOLS",
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 Protocol = Literal["plain", "secure"]
+Estimate = Literal["sum", "fedcof"]
 PROTOCOLS: tuple[str, ...] = ("plain", "secure")
 
 
@@ -146,6 +148,32 @@ def _check_regions(agg: AggregationSpec) -> None:
             f"{n.setting('aggregation.dp_mode', 'central')}, or leave regions unset"))
 
 
+def _check_estimate(agg: AggregationSpec) -> None:
+    """FedCOF's estimate reads each client's own upload: plain protocol, no DP, no store."""
+    if agg.estimate == "sum":
+        return
+    if agg.estimate != "fedcof":
+        raise PlanError("aggregation.estimate", lambda n: (
+            f"{n.name('aggregation.estimate')} must be 'sum' or 'fedcof'; got "
+            f"{agg.estimate!r}"))
+    fedcof = "aggregation.estimate", "fedcof"
+    if agg.protocol == "secure":
+        raise PlanError("aggregation.estimate", lambda n: (
+            f"{n.setting(*fedcof)} needs each client's own class means, which secure "
+            "aggregation hides by design (the server learns only their sum); "
+            + n.reset((("aggregation.estimate", "sum"), ("aggregation.protocol", "plain")))))
+    if agg.dp is not None:
+        raise PlanError("aggregation.estimate", lambda n: (
+            f"{n.setting(*fedcof)} reads each client's own class means, which differential "
+            "privacy does not cover (it noises only the total); "
+            + n.reset((("aggregation.estimate", "sum"), ("aggregation.dp_epsilon", 0.0)))))
+    if agg.store:
+        raise PlanError("aggregation.estimate", lambda n: (
+            f"{n.setting(*fedcof)} is computed from the payloads of one round, while "
+            f"{n.name('aggregation.store')} holds the total of every round; "
+            + n.reset((("aggregation.estimate", "sum"), ("aggregation.store", "")))))
+
+
 def _secure_only_text(path: str) -> Callable[[Naming], str]:
     def text(n: Naming) -> str:
         return (f"{n.name(path)} only applies to the secure protocol; add "
@@ -219,6 +247,10 @@ class AggregationSpec:
         Secure, in process: split the clients into this many public regions, each running
         the secure protocol, then one secure round over the regional sums
         (:mod:`ghofl.secure.hierarchy`); ``None``: one flat round.
+    estimate : {"sum", "fedcof"}
+        What the heads are fitted from: the total, or FedCOF's estimate of the second moments
+        from each client's class means and counts (:mod:`ghofl.moments.fedcof`; plain
+        protocol without DP or store).
     """
 
     protocol: Protocol = field(default=FIELDS["aggregation.protocol"].default)
@@ -235,6 +267,7 @@ class AggregationSpec:
     drops: Mapping[str, int] = field(
         default_factory=lambda: dict(FIELDS["aggregation.drops"].default))
     regions: int | None = field(default=FIELDS["aggregation.regions"].default)
+    estimate: Estimate = field(default=FIELDS["aggregation.estimate"].default)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -246,6 +279,7 @@ class AggregationSpec:
         _check_secure_only(self)
         _check_distributed(self)
         _check_regions(self)
+        _check_estimate(self)
         if self.store and self.protocol == "secure":
             raise PlanError("aggregation.store", lambda n: (
                 f"{n.name('aggregation.store')} records each client's contribution, which "
@@ -299,13 +333,25 @@ class FederationPlan:
             agg.secagg_config(self.client.clip_norm)
         from ghofl.heads.build import check_heads_mode
 
-        check_heads_mode(self.server.heads, self.client.mode)  # before any client works
+        check_heads_mode(self.server.heads, self.client.mode,  # before any client works
+                         estimate=agg.estimate)
         self.noise_plan()  # calibrate once: a budget it cannot meet fails here
 
     @property
     def secure(self) -> bool:
         """Whether the plan aggregates with the secure protocol."""
         return self.aggregation.protocol == "secure"
+
+    @property
+    def fit_mode(self) -> Mode:
+        """The mode of what the heads are fitted from: the upload mode, or that of the estimate.
+
+        FedCOF's estimate (``aggregation.estimate = "fedcof"``) is built in mode ``pooled``,
+        or ``full`` when a head needs it (:func:`~ghofl.heads.build.estimate_mode`).
+        """
+        from ghofl.heads.build import estimate_mode
+
+        return estimate_mode(self.server.heads, self.client.mode, self.aggregation.estimate)
 
     @property
     def distributed_dp(self) -> bool:

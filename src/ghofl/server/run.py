@@ -50,6 +50,7 @@ from ghofl.stats.meta import StatsMeta
 if TYPE_CHECKING:
     from ghofl.heads.base import Head
     from ghofl.privacy import NoisyDecoder
+    from ghofl.server.estimate import FedCOFEstimate
     from ghofl.server.job import ServerJob
     from ghofl.store import AggregationStore, StoreHead
     from ghofl.store.records import AddResult
@@ -129,6 +130,7 @@ class FederationServer:
         self._noise = plan.noise_plan()
         self._decoder: NoisyDecoder | None = None
         self._store: AggregationStore | None = None
+        self._fedcof: FedCOFEstimate | None = None
         self.store_head: StoreHead | None = None
         self.half: SecAggServer | PlainServer
         ids = [str(c) for c in clients]
@@ -166,7 +168,12 @@ class FederationServer:
 
             self.half = PlainServer(ids, meta, on_accept=record)
         else:
-            self.half = PlainServer(ids, meta)
+            if plan.aggregation.estimate == "fedcof":  # the plan allows it on plain rounds only
+                from ghofl.server.estimate import FedCOFEstimate
+
+                self._fedcof = FedCOFEstimate(plan.fit_mode)
+            self.half = PlainServer(ids, meta, on_accept=None if self._fedcof is None
+                                    else self._fedcof.add)
 
     def aggregate(self, transport: Transport, *,
                   noise_rng: np.random.Generator | None = None) -> Aggregated:
@@ -238,8 +245,10 @@ class FederationServer:
 
     def _release(self, report: AggregationReport, seconds: float,
                  noise_rng: np.random.Generator | None) -> Aggregated:
-        """The exact total, or its DP release."""
+        """The exact total, its DP release, or FedCOF's estimate (the plan's estimate)."""
         total, privacy = report.total, None
+        if self._fedcof is not None:
+            total = self._fedcof.estimate(report.total)
         if self._noise is not None:
             from ghofl.privacy import release_central
 

@@ -33,13 +33,16 @@ from ghofl.client.transforms import apply_feature_transform, transformed_dim, tr
 from ghofl.data.embeddings import check_labelled_embeddings
 from ghofl.data.partition import dirichlet_partition
 from ghofl.errors import ConfigError, InputError
-from ghofl.evaluation.federated import local_evaluation, report
+from ghofl.evaluation.federated import federated_ood_report, local_evaluation, report
 from ghofl.heads.build import build_heads, head_defaults, to_jsonable
+from ghofl.heads.ood import MahalanobisOOD, ood_or_none
 from ghofl.privacy import noise_share_encoder
 from ghofl.secure import InMemoryTransport, PlainClient, SecAggClient, SecAggConfig
 from ghofl.secure.hierarchy import Region, TopRound, region_codec, region_encoder
 from ghofl.secure.identity import IdentityKey, Roster
 from ghofl.secure.policy import ClientPolicy
+from ghofl.server.eval_privacy import charge_evaluation, release_evaluation
+from ghofl.server.federated_eval import aggregate_evaluation
 from ghofl.server.plan import FederationPlan
 from ghofl.server.run import Aggregated, FederationServer
 from ghofl.stats.client_stats import ClientStats
@@ -133,7 +136,10 @@ class SimulationResult:
         dropped}`` (none under DP; the release's notes name the classes the server dropped).
     privacy : dict or None
         :meth:`~ghofl.privacy.PrivateRelease.to_dict` of a DP run (spent ε and δ, σ per block,
-        sensitivities, post-processing notes); ``None`` without DP.
+        sensitivities, post-processing notes); with a federated evaluation also
+        ``evaluation`` (its noise) and ``epsilon_total``, ``delta_total`` covering the fit and
+        the evaluation (:func:`ghofl.server.eval_privacy.charge_evaluation`); ``None`` without
+        DP.
     holdout_fraction : float
         Fraction of its samples every client held out (held-out section; 0.0: none).
     transport_dtype : str
@@ -143,9 +149,12 @@ class SimulationResult:
         ``"sqrt"``, ``"x+sqrt"``).
     federated_evaluation : dict or None
         With :attr:`Population.eval_fraction` > 0: ``{"eval_fraction", "clients", "n",
-        "aggregation", "heads": {NAME: metrics}}``, the metrics of
-        :func:`ghofl.evaluation.federated.report` of the sums of every client's evaluation on
-        its own held-out rows (``None`` without).
+        "aggregation", "protocol", "heads": {NAME: metrics}, "ood"}``, the metrics of
+        :func:`ghofl.evaluation.federated.report` of the total of every client's evaluation
+        sums on its own held-out rows, aggregated with the plan's protocol (``protocol``: the
+        round's report, :func:`ghofl.server.federated_eval.aggregate_evaluation`) and, under
+        DP, noised (by the server; under distributed DP in shares by the clients) and charged
+        to ``privacy`` (``None`` without).
     predictions : dict of str to ndarray of int64, shape (n_test,)
         Test predictions per head (not part of :meth:`to_dict`).
     """
@@ -241,18 +250,24 @@ class Population:
 
 
 def _aggregate(plan: FederationPlan, ids: list[str], makers: list[Callable[[], ClientStats]],
-               meta: Any, noise_seeds: list[np.random.SeedSequence]) -> tuple[Any, Any]:
-    """The plan's server and its aggregate of the simulated clients (flat or in regions)."""
+               meta: Any, noise_seeds: list[np.random.SeedSequence]
+               ) -> tuple[Any, Any, dict[str, IdentityKey]]:
+    """The plan's server, its aggregate of the simulated clients and their identity keys.
+
+    Flat or in regions; the identity keys (secure protocol; empty with the plain one) serve
+    the federated evaluation round too.
+    """
     noise_rng = np.random.default_rng(noise_seeds[-1])
+    identities = {cid: IdentityKey.generate() for cid in ids} if plan.secure else {}
     if plan.aggregation.regions is None:
-        roster, halves = _client_halves(plan, ids, makers, meta, noise_seeds)
+        roster, halves = _client_halves(plan, ids, makers, meta, noise_seeds, identities)
         server = FederationServer(plan, ids, meta, roster=roster)
         out = server.aggregate(InMemoryTransport(halves, plan.aggregation.drops,
                                                  seed=plan.server.seed), noise_rng=noise_rng)
-        return server, out
+        return server, out, identities
     server = FederationServer(plan, ids, meta)
     return server, _aggregate_regions(server, dict(zip(ids, makers, strict=True)), meta,
-                                      noise_rng)
+                                      noise_rng, identities), identities
 
 
 def _head_results(fitted: Any, scores: Mapping[str, Any], stages: dict[str, float]
@@ -290,7 +305,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     """
     plan = _with_expected_samples(plan, len(train[1]))
     job, server_job, clients_job = plan.client, plan.server, plan.clients_job
-    heads = server_job.build_heads(job.mode)  # checked before work; fitted below
+    heads = server_job.build_heads(plan.fit_mode)  # checked before work; fitted below
     class_names, c = job.classes, len(job.classes)
     xtr, ytr = check_labelled_embeddings(train[0], train[1], c, "training")
     xte, yte = _check_test(test, c, xtr.shape[1], population.encoder)
@@ -321,7 +336,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     xte = apply_feature_transform(xte, job.feature_transform)
     noise_seeds = np.random.SeedSequence([server_job.seed, 0x0D1FF]).spawn(clients + 1)
     makers = [stats_of(idx) for idx in parts]
-    server, out = _aggregate(plan, ids, makers, meta, noise_seeds)
+    server, out, identities = _aggregate(plan, ids, makers, meta, noise_seeds)
     stages["client_stats"] = float(sum(client_seconds))
     stages["client_stats_max"] = max(client_seconds, default=0.0)
     stages["aggregate"] = max(out.seconds - stages["client_stats"], 0.0)
@@ -329,11 +344,12 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     fitted = server.fit(out.total, test=(xte, yte), heads=heads)
     scores = fitted.scores or {}
     results = _head_results(fitted, scores, stages)
-    federated = None
+    federated, privacy = None, out.privacy
     if population.eval_fraction > 0:
         t0 = time.perf_counter()
-        federated = _federated_evaluation(fitted.heads, apply_feature_transform(
-            xtr, job.feature_transform), ytr, held, plan.secure)
+        federated, privacy = _federated_evaluation(
+            fitted.heads, apply_feature_transform(xtr, job.feature_transform), ytr, held,
+            plan, identities or ids, privacy, ood_or_none(out.total))
         federated["eval_fraction"] = population.eval_fraction
         stages["federated_evaluation"] = time.perf_counter() - t0
     return SimulationResult(
@@ -358,7 +374,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
         n_clipped=out.total.n_clipped,
         min_class_count=job.min_class_count,
         suppressed=_suppressed(ytr, parts, c, clients_job.min_class_count),
-        privacy=out.privacy,
+        privacy=privacy,
         predictions={name: score.predictions for name, score in scores.items()},
         holdout_fraction=job.holdout_fraction,
         transport_dtype=job.transport_dtype,
@@ -389,19 +405,51 @@ def _held_out(parts: list[I64], fraction: float, seed: int) -> tuple[list[I64], 
 
 
 def _federated_evaluation(heads: Mapping[str, Any], x: F64, y: I64, held: Sequence[I64],
-                          secure: bool) -> dict[str, Any]:
-    """Every client's evaluation sums on its held-out rows, added; their report per head."""
-    sums = [local_evaluation(heads, x[idx], y[idx], what="held-out") for idx in held
-            if idx.size]
-    if not sums:
-        raise InputError("no client holds a held-out row; give clients at least 2 rows or a "
-                         "larger evaluation fraction")
-    total = sum(sums[1:], sums[0])
+                          plan: FederationPlan, clients: Mapping[str, IdentityKey] | Sequence[str],
+                          privacy: dict[str, Any] | None, ood: MahalanobisOOD | None = None
+                          ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Every client's evaluation sums on its held-out rows, aggregated; their report per head.
+
+    The sums travel with the plan's protocol (:func:`~ghofl.server.federated_eval.
+    aggregate_evaluation`: with the secure one, the statistics round's identity keys
+    ``clients``, its configuration, policy and simulated drops). Under central DP the server
+    noises the total (:func:`~ghofl.server.eval_privacy.release_evaluation`, the fit's noise
+    multiplier); under distributed DP the clients add noise shares before masking and the
+    server only post-processes; either release is charged to ``privacy`` (returned with
+    ``epsilon_total``). With the
+    model's OOD score ``ood``: its threshold calibrated from the total of the clients' score
+    histograms (``"ood"``, :func:`federated_ood_report`).
+    """
+    sums = {cid: local_evaluation(heads, x[idx], y[idx], what="held-out", ood=ood)
+            if idx.size else None for cid, idx in zip(clients, held, strict=True)}
+    noise = plan.noise_plan()
+    shares = noise is not None and privacy is not None and plan.distributed_dp
+    if plan.secure:
+        assert isinstance(clients, Mapping)
+        cfg = plan.secagg_config()
+        rnd = aggregate_evaluation(sums, config=cfg, identities=clients,
+                                   roster=Roster.from_identities(clients), policy=_policy(cfg),
+                                   drops=plan.aggregation.drops, seed=plan.server.seed,
+                                   noise_multiplier=noise.noise_multiplier if (
+                                       shares and noise is not None) else None,
+                                   noise_seed=plan.server.seed)
+        how = (f"secure aggregation: {rnd.aggregation['survivors']} of {len(sums)} clients' "
+               "evaluation sums in the total")
+    else:
+        rnd = aggregate_evaluation(sums)
+        how = "plain sum in process"
+    total = rnd.total
+    if rnd.release is not None and privacy is not None:
+        privacy = charge_evaluation(privacy, rnd.release)
+        how += ", Gaussian noise added in shares by the clients (distributed DP)"
+    elif noise is not None and privacy is not None:
+        rng = np.random.default_rng(np.random.SeedSequence([plan.server.seed, 0xE7A2]))
+        release = release_evaluation(total, noise.noise_multiplier, rng)
+        total, privacy = release.sums, charge_evaluation(privacy, release)
+        how += ", Gaussian noise added by the server (DP)"
     return {"clients": total.clients, "n": int(sum(idx.size for idx in held)),
-            "aggregation": "plain sum in process" + (
-                " (the evaluation sums do not go through the secure protocol yet)"
-                if secure else ""),
-            "heads": report(total)}
+            "aggregation": how, "protocol": rnd.aggregation,
+            "heads": report(total), "ood": federated_ood_report(total, ood)}, privacy
 
 
 def _with_expected_samples(plan: FederationPlan, n: int) -> FederationPlan:
@@ -419,7 +467,8 @@ def _with_expected_samples(plan: FederationPlan, n: int) -> FederationPlan:
 
 def _client_halves(plan: FederationPlan, ids: Sequence[str],
                    stats: Sequence[Callable[[], ClientStats]], meta: StatsMeta,
-                   noise_seeds: Sequence[np.random.SeedSequence]
+                   noise_seeds: Sequence[np.random.SeedSequence],
+                   identities: Mapping[str, IdentityKey] | None = None
                    ) -> tuple[Roster | None, list[SecAggClient] | list[PlainClient]]:
     """The federation's roster and the clients' protocol halves.
 
@@ -429,7 +478,8 @@ def _client_halves(plan: FederationPlan, ids: Sequence[str],
     """
     if not plan.secure:
         return None, [PlainClient(cid, make) for cid, make in zip(ids, stats, strict=True)]
-    identities = {cid: IdentityKey.generate() for cid in ids}
+    if not identities:
+        identities = {cid: IdentityKey.generate() for cid in ids}
     roster = Roster.from_identities(identities)
     policy = _policy(plan.secagg_config())
     noise = plan.noise_plan() if plan.distributed_dp else None
@@ -448,7 +498,8 @@ def _policy(cfg: SecAggConfig) -> ClientPolicy:
 
 
 def _aggregate_regions(server: FederationServer, stats: Mapping[str, Callable[[], ClientStats]],
-                       meta: StatsMeta, noise_rng: np.random.Generator) -> Aggregated:
+                       meta: StatsMeta, noise_rng: np.random.Generator,
+                       identities: Mapping[str, IdentityKey] | None = None) -> Aggregated:
     """The plan's regions, each a secure round in process, then the top round.
 
     Every client gets a fresh identity key on its region's roster and encodes with the
@@ -459,7 +510,8 @@ def _aggregate_regions(server: FederationServer, stats: Mapping[str, Callable[[]
     cfg, seed = plan.secagg_config(), plan.server.seed
     encode = region_encoder(region_codec(cfg, len(stats)))
     policy = _policy(cfg)
-    identities = {c: IdentityKey.generate() for c in stats}
+    if not identities:
+        identities = {c: IdentityKey.generate() for c in stats}
     rosters = {r.name: Roster.from_identities({c: identities[c] for c in r.clients})
                for r in server.regions}
     index = {r.name: i for i, r in enumerate(server.regions)}

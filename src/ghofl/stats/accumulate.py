@@ -1,8 +1,10 @@
 """Incremental client-side accumulation of :class:`ClientStats` from batches of embeddings.
 
-Per-class accumulation sorts each batch by label once and issues one symmetric rank-k update
-(BLAS ``dsyrk``) per class present, so the cost is one pass of Σ_c n_c d² flops, i.e. the
-cost of a single ``xᵀx`` with half the work skipped by symmetry. No Python loop runs per sample.
+Per-class second moments S_c: each batch is sorted by label once and one symmetric rank-k
+update (BLAS ``dsyrk``) runs per class present, so the cost is one pass of Σ_c n_c d² flops,
+i.e. the cost of a single ``xᵀx`` with half the work skipped by symmetry. The modes without
+S_c take B in one rank-k update of the rows in order and, for up to 32 classes, the class sums
+as one-hot products (no gather by class). No Python loop runs per sample.
 
 With a clipping bound R every accumulated row z (after the projection, if any) is replaced by
 z·min(1, R/‖z‖), so each sample adds at most 1 to a count, R to a first-moment entry and R² to
@@ -33,6 +35,10 @@ from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import EncoderInfo, Mode, StatsMeta, check_holdout_fraction
 from ghofl.stats.projection import ProjectionSpec
 from ghofl.stats.schema import mirror_lower, schema_for
+
+#: Up to this many classes, the modes without S_c add the class sums as one-hot products of
+#: row slices (2·C·d flops a row); with more, the rows are gathered by class.
+_ONEHOT_CLASSES = 32
 
 #: Clipped rows get norm R·_CLIP_SAFETY: a margin of a few float64 ulps against rounding.
 _CLIP_SAFETY = 1.0 - 2.0**-48
@@ -193,10 +199,13 @@ class StatsAccumulator:
         self._cs_fresh = np.ones(c, dtype=bool)
         self._b_fresh = True
         self._buf: NDArray[np.float64] | None = None
+        self._sq_buf: NDArray[np.float64] | None = None  # squares of a slice of rows
         self._cs_taken: NDArray[np.float64] | None = None
         # Rows per BLAS call: large enough for an efficient rank-k update, small enough
         # (8 MB) for the chunk to stay in cache.
         self._chunk = max(256, (8 << 20) // (8 * out_dim))
+        # Rows per one-hot product of the class sums (2 MB: the slice stays in L2).
+        self._sum_rows = max(16, (2 << 20) // (8 * out_dim))
 
     def update(
         self, x: NDArray[Any], y: NDArray[Any], sample_ids: NDArray[Any] | None = None,
@@ -247,14 +256,59 @@ class StatsAccumulator:
             xin = self.meta.projection.apply(xin)
         counts = np.bincount(yy, minlength=self.meta.num_classes)
         self._counts += counts
-        self._add_by_class(xin, yy, counts)
+        if self._cs is None and self.meta.num_classes <= _ONEHOT_CLASSES:
+            self._add_by_rows(xin, yy)
+        else:
+            self._add_by_class(xin, yy, counts)
+
+    def _add_by_rows(self, xin: NDArray[Any], yy: NDArray[np.int64]) -> None:
+        """Add a batch in row order (the modes without S_c, few classes): no gather by class.
+
+        B takes the batch in one rank-k update when it is float64 C-ordered and unclipped (a
+        view, no copy), else a converted or clipped chunk at a time in the reused buffer. The
+        class sums A_c (and D_c) are one-hot products Yᵀ X of row slices small enough to stay
+        in cache (:meth:`_add_onehot_sums`), at 2·C·k flops a row, a few percent of B's k².
+        """
+        clip = self.meta.clip_norm
+        n = xin.shape[0]
+        view = clip is None and xin.dtype == np.float64 and xin.flags.c_contiguous
+        step = n if view else self._chunk
+        for start in range(0, n, step):
+            stop = min(start + step, n)
+            block = self._rows(xin, start, stop, copy=clip is not None)
+            if clip is not None:
+                self._n_clipped += clip_rows(block, clip)
+            if self._b is not None:
+                self._add_to_b(block)
+            self._add_onehot_sums(block, yy[start:stop])
+
+    def _add_onehot_sums(self, block: NDArray[np.float64], labels: NDArray[np.int64]) -> None:
+        """Add rows ``block`` (m, k) with labels ``labels`` (m,) to A_c, and to D_c if held.
+
+        BLAS ``dgemm`` of the same library as the rank-k updates (two BLAS thread pools
+        taking turns would compete for the cores), on slices of ``_sum_rows`` rows.
+        """
+        dgemm = _dgemm()
+        c, k = self.meta.num_classes, block.shape[1]
+        if self._sq is not None and self._sq_buf is None:
+            self._sq_buf = np.empty((self._sum_rows, k))
+        for start in range(0, block.shape[0], self._sum_rows):
+            part = block[start : start + self._sum_rows]
+            m = part.shape[0]
+            onehot = np.zeros((m, c), order="F")
+            onehot[np.arange(m), labels[start : start + m]] = 1.0
+            # A_cᵀ (k, C), F-ordered: the transposed C-ordered sums, updated in place.
+            dgemm(1.0, part.T, onehot, beta=1.0, c=self._sums.T, overwrite_c=1)
+            if self._sq is not None and self._sq_buf is not None:
+                sq = np.multiply(part, part, out=self._sq_buf[:m])
+                dgemm(1.0, sq.T, onehot, beta=1.0, c=self._sq.T, overwrite_c=1)
 
     def _add_by_class(self, xin: NDArray[Any], yy: NDArray[np.int64],
                       counts: NDArray[np.int64]) -> None:
         """Add a batch class by class: rows sorted by label once, gathered a chunk at a time.
 
-        (One-hot products Yᵀ X for A_c and D_c instead of the gather would cost C times the
-        flops of the per-class sums.)
+        The path of the modes with S_c. (One-hot products Yᵀ X for A_c instead of the gather
+        would cost C times the flops of the per-class sums.)
         """
         order = np.argsort(yy, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -274,13 +328,14 @@ class StatsAccumulator:
                 block = self._rows(xin, start, min(start + self._chunk, xin.shape[0]))
                 self._add_to_b(block)
 
-    def _rows(self, xin: NDArray[Any], start: int, stop: int) -> NDArray[np.float64]:
-        """Rows ``start:stop`` of ``xin`` as float64.
+    def _rows(self, xin: NDArray[Any], start: int, stop: int,
+              copy: bool = False) -> NDArray[np.float64]:
+        """Rows ``start:stop`` of ``xin`` as float64, shape (stop - start, k).
 
-        A view of float64 C-ordered input; other input is copied (converted) into the reused
-        buffer.
+        A view of float64 C-ordered input unless ``copy``; other input, or any with ``copy``,
+        is copied (converted) into the reused buffer.
         """
-        if xin.dtype == np.float64 and xin.flags.c_contiguous:
+        if xin.dtype == np.float64 and xin.flags.c_contiguous and not copy:
             return xin[start:stop]  # type: ignore[no-any-return]
         if self._buf is None:
             self._buf = np.empty((self._chunk, xin.shape[1]))
@@ -477,6 +532,13 @@ def clip_rows(z: NDArray[np.float64], clip_norm: float) -> int:
     if over.size:
         z[over] *= ((clip_norm * _CLIP_SAFETY) / np.sqrt(sq[over]))[:, None]
     return int(over.size)
+
+
+def _dgemm() -> Any:
+    """BLAS ``dgemm`` of SciPy (the library of :func:`_dsyrk`), imported on first use."""
+    from scipy.linalg.blas import dgemm
+
+    return dgemm
 
 
 def _dsyrk() -> Any:

@@ -54,6 +54,12 @@ its entry to its node config (:func:`effective_node_config`); ``ghofl flower-run
 for its simulated nodes. The variable is the node side's (the environment of the processes that
 run the nodes), never the server's run config.
 
+Evaluation stage (run config key ``federated-eval``,
+:mod:`ghofl.integrations.flower.evaluation`): the node's statistics come from the rows it does
+not hold out; the model message is answered by scoring the model on the held-out rows
+(:func:`~ghofl.integrations.flower.eval_node.answer_model`), and the secure vector round that
+follows (recognised by its advertised vector description) masks those sums.
+
 A request the client refuses (out of order, other statistics, unreadable data, a run config
 that is no valid plan) is answered with the reason instead of a protocol reply.
 """
@@ -65,7 +71,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +88,17 @@ from ghofl.data.cache_dir import safe_name  # noqa: E402
 from ghofl.errors import ConfigError, GhoflError, ProtocolError  # noqa: E402
 from ghofl.integrations.flower import QUERY_ACTION, SIM_NODE_CONFIG_ENV  # noqa: E402
 from ghofl.integrations.flower._config import job_meta, node_policy  # noqa: E402
+from ghofl.integrations.flower.eval_node import (  # noqa: E402
+    answer_model,
+    node_statistics,
+    round_payload,
+    saved_payload,
+)
+from ghofl.integrations.flower.evaluation import (  # noqa: E402
+    MODEL_RECORD,
+    is_vector_meta,
+    split_key,
+)
 from ghofl.integrations.flower.records import (  # noqa: E402
     message_from_record,
     message_to_record,
@@ -154,15 +171,23 @@ def handle_query(content: RecordDict, context: Context) -> RecordDict:
     info: dict[str, Any] = {"partition-id": partition}
     try:
         node_cfg = effective_node_config(context.node_config)
+        me = NodeIdentity.from_node_config(node_cfg, context.node_id)
+        if MODEL_RECORD in content:  # the evaluation stage's model (flower.evaluation)
+            setup = run_setup(context.run_id, run_cfg)
+            rd = answer_model(content, context, setup, data_source(node_cfg, run_cfg),
+                              partition, me.client_id)
+            info["seconds"] = time.perf_counter() - t0
+            rd[CLIENT_INFO] = ConfigRecord(info)
+            return rd
         request = message_from_record(content, ServerMessage)
         assert isinstance(request, ServerMessage)
-        me = NodeIdentity.from_node_config(node_cfg, context.node_id)
         if isinstance(request, HelloRequest):
             return _answered(me.hello(request), info, t0)
         setup = run_setup(context.run_id, run_cfg)
         job = setup.job
         source = data_source(node_cfg, run_cfg)
-        stats = _lazy(source, job, node_cfg.get(STATS_CACHE_KEY), info)
+        stats = _lazy(source, setup, node_cfg.get(STATS_CACHE_KEY), info,
+                      split_key(partition, me.client_id))
         if isinstance(request, PlainRequest):
             reply = PlainClient(me.client_id, stats).handle(request)
         else:
@@ -380,14 +405,22 @@ def data_source(node_cfg: Mapping[str, Any], run_cfg: Mapping[str, Any]) -> Path
     return Path(template.format(partition_id=part))
 
 
-def _lazy(source: Path, job: ClientJob, cache: object,
-          info: dict[str, Any]) -> Callable[[], ClientStats]:
-    """The statistics, computed (or read from the node's cache) only when called."""
+def _lazy(source: Path, setup: RunSetup, cache: object, info: dict[str, Any],
+          key: int) -> Callable[[], ClientStats]:
+    """The statistics, computed (or read from the node's cache) only when called.
+
+    With the run's evaluation stage, of the node's training part only (never cached: the
+    cache is keyed by the whole file).
+    """
     def make() -> ClientStats:
         from ghofl.client.stats_cache import cached_statistics
 
+        part = node_statistics(source, setup, setup.run_config, key)
+        if part is not None:
+            info["stats-cached"] = False
+            return part
         stats, info["stats-cached"] = cached_statistics(
-            source, job, str(cache) if isinstance(cache, str) and cache else None)
+            source, setup.job, str(cache) if isinstance(cache, str) and cache else None)
         return stats
     return make
 
@@ -400,6 +433,9 @@ def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, s
     kw: dict[str, Any] = {"identity": me.identity, "roster": me.roster, "policy": me.policy,
                           "ledger": ledger, "allow_unauthenticated": me.insecure_keys}
     if isinstance(request, AdvertiseRequest):  # a new round: forget any earlier one
+        if is_vector_meta(request.meta):  # the evaluation stage's vector round
+            return SecAggClient(client_id, round_payload(context, setup, request.meta,
+                                                         request.params), **kw)
         return SecAggClient(client_id, stats, meta=job_meta(setup.job, _input_dim(source)),
                             encode=encode, **kw)
     saved = context.state.get(STATE_KEY)
@@ -408,6 +444,8 @@ def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, s
             f"client {client_id!r} received a {request.stage} request but holds no state of "
             "this round (it missed the advertise stage)"
         )
+    if is_vector_meta(str(saved.get("meta", ""))):
+        return SecAggClient.from_state(dict(saved), saved_payload(context), **kw)
     return SecAggClient.from_state(dict(saved), stats, encode=encode, **kw)
 
 
@@ -434,6 +472,9 @@ class RunSetup:
     federation_size : int or None
         With regions: the federation's size (the run config key :data:`FEDERATION_SIZE_KEY`),
         the K of every region's fixed-point codec; ``None`` for one flat round.
+    run_config : dict
+        The run config itself (its evaluation stage key,
+        :data:`~ghofl.integrations.flower.evaluation.EVAL_KEY`).
     """
 
     plan: FederationPlan
@@ -441,6 +482,7 @@ class RunSetup:
     secagg: SecAggConfig | None
     noise: NoisePlan | None
     federation_size: int | None
+    run_config: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_run_config(cls, run_cfg: Mapping[str, Any]) -> RunSetup:
@@ -462,7 +504,7 @@ class RunSetup:
                     f"a run with regions must give the run config key {FEDERATION_SIZE_KEY!r} "
                     "(the federation's size, which sizes every region's codec)")
         return cls(plan, plan.clients_job, plan.secagg_config() if plan.secure else None,
-                   plan.noise_plan() if plan.distributed_dp else None, size)
+                   plan.noise_plan() if plan.distributed_dp else None, size, dict(run_cfg))
 
     def encoder(self) -> PayloadEncoder | None:
         """The secure client's payload encoder for one round (``None``: the default codec).

@@ -28,6 +28,10 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
   ``node-<id>`` clients and prints a warning: every node refuses it, naming the fixes, unless
   its node config says ``insecure-keys=true``;
 * ``dim``: embedding dimension (0 = from the test set or the encoder);
+* ``federated-eval``: after the fit, every node scores the model on a held-out fraction of
+  its rows (its statistics then come from the rest) and the total of their evaluation sums
+  is aggregated with the run's protocol (:mod:`ghofl.integrations.flower.evaluation`):
+  ``results.json`` then holds ``federated_evaluation`` and the model card its metrics;
 * ``expected-nodes``, ``wait-timeout-s``, ``stage-timeout-s``;
 * ``out-dir`` (required): receives ``model/`` (the model directory, written atomically),
   ``total.ghs`` (the aggregate the heads were fitted from) and ``results.json``;
@@ -58,9 +62,10 @@ from flwr.serverapp import Grid, ServerApp  # noqa: E402
 from ghofl.client.job import ClientJob  # noqa: E402
 from ghofl.client.transforms import apply_feature_transform  # noqa: E402
 from ghofl.data.embeddings import align_labels, load_embeddings  # noqa: E402
-from ghofl.errors import ConfigError  # noqa: E402
+from ghofl.errors import ConfigError, GhoflError  # noqa: E402
 from ghofl.files import write_json_atomic  # noqa: E402
 from ghofl.integrations.flower._config import job_meta  # noqa: E402
+from ghofl.integrations.flower.evaluation import eval_fraction  # noqa: E402
 from ghofl.integrations.flower.transport import FlowerTransport  # noqa: E402
 from ghofl.secure.binding import bind_addresses, hello_request  # noqa: E402
 from ghofl.secure.hierarchy import Region, TopRound  # noqa: E402
@@ -204,11 +209,46 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
     t_fit = time.perf_counter()
     result = server.fit(total, out_dir=out_dir / "model", test=test, extra=extra)
     state["fit_seconds"] = time.perf_counter() - t_fit
+    if eval_fraction(cfg) > 0:
+        _evaluate(grid, plan, out_dir / "model", ids, roster, timeout, eval_fraction(cfg),
+                  state)
     server_summary = result.to_dict()
     accuracy = {name: h["accuracy"] for name, h in server_summary["heads"].items()
                 if "accuracy" in h}
     return {"status": "ok", **state, "accuracy": accuracy, "server": server_summary,
             "n_samples": total.n_samples, "n_clipped": total.n_clipped}
+
+
+def _evaluate(grid: Any, plan: Any, model_dir: Path, ids: Mapping[str, int],
+              roster: Roster | None, timeout: float, fraction: float,
+              state: dict[str, Any]) -> None:
+    """The evaluation stage (:mod:`ghofl.integrations.flower.evaluation`), into ``state``.
+
+    Its report goes to ``state["federated_evaluation"]`` (``results.json``), the privacy
+    report charged with it to ``state["privacy"]``, and the metrics to the model card. A
+    failed stage leaves the fitted model as it is: ``federated_evaluation`` then holds
+    ``status: "failed"`` and the error.
+    """
+    from ghofl.integrations.flower.eval_server import run_evaluation
+    from ghofl.model.card import CARD_FILE
+    from ghofl.model.card_update import evaluation_entry, record_evaluation
+
+    try:
+        fed, privacy = run_evaluation(grid, plan, model_dir, ids, roster, timeout, fraction,
+                                      state.get("privacy"))
+    except GhoflError as exc:
+        state["federated_evaluation"] = {"status": "failed",
+                                         "error": f"{type(exc).__name__}: {exc}"}
+        return
+    fed["status"] = "ok"
+    total = fed.pop("total")
+    state["federated_evaluation"] = fed
+    if privacy is not None:
+        state["privacy"] = privacy
+    if (model_dir / CARD_FILE).is_file():
+        record_evaluation(model_dir, evaluation_entry("flower federated evaluation",
+                                                      "federated", total))
+        fed["card"] = str(model_dir / CARD_FILE)
 
 
 def _aggregate(server: FederationServer, grid: Any, ids: Mapping[str, int], timeout: float,

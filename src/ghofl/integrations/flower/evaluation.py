@@ -1,0 +1,204 @@
+"""The Flower evaluation stage: the nodes score the fitted model on their held-out rows.
+
+With the run config key :data:`EVAL_KEY` (``federated-eval``, a fraction f in (0, 1); 0 or
+absent: no stage), every node holds out a seeded fraction of its rows (:func:`held_out_rows`,
+the count rule of ``ghofl simulate --federated-eval``: ⌊f·n⌋ rows, at least 1 and at most
+n − 1, chosen by a permutation seeded by the plan's seed and the node's partition id) and
+computes its statistics from the rest (:func:`node_statistics`). After the fit, the ServerApp
+(:func:`run_evaluation`):
+
+1. sends every node the model directory's files (one message per node: an ``ArrayRecord``
+   :data:`MODEL_RECORD` of uint8 arrays and a ``ConfigRecord`` :data:`EVAL_INFO` naming them;
+   at most :data:`MAX_MODEL_BYTES`, below Flower's gRPC message limit). The node loads the
+   model, scores it on its held-out rows (:func:`~ghofl.evaluation.federated.local_evaluation`)
+   and keeps its :class:`~ghofl.evaluation.federated.EvaluationSums` in ``context.state``
+   (:data:`EVAL_STATE`); with the plain protocol it returns them (:data:`EVAL_SUMS`);
+2. secure protocol: runs one vector round (:mod:`ghofl.secure.vectors`) over the nodes that
+   answered, with the statistics round's identities, roster, node policy and ledger; the node
+   recognises the round by its advertised :class:`~ghofl.secure.VectorMeta` and masks the
+   sums it kept (under distributed DP first adding its noise share,
+   :func:`~ghofl.server.eval_privacy.evaluation_noise_share`, for the round's threshold);
+3. releases the total (central DP: noised by the server; distributed: post-processed only),
+   charges it to the run's privacy report and returns the report of
+   :func:`~ghofl.evaluation.federated.report`, which the ServerApp writes to ``results.json``
+   (``federated_evaluation``) and records in the model card
+   (:func:`~ghofl.model.card_update.record_evaluation`).
+
+The OOD score histogram is not collected on Flower (the nodes score the heads only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ghofl.errors import ConfigError, ProtocolError
+from ghofl.evaluation.federated import DEFAULT_BINS, EvaluationSums, local_evaluation
+from ghofl.secure import VectorMeta, VectorPayload
+from ghofl.secure.config import SessionParams
+from ghofl.secure.vectors import VECTOR_FORMAT
+from ghofl.server.eval_privacy import (
+    NOISY_EVALUATION_VECTORS,
+    evaluation_noise_share,
+    noisy_evaluation_meta,
+)
+from ghofl.server.federated_eval import evaluation_meta
+
+__all__ = ["EVAL_INFO", "EVAL_KEY", "EVAL_STATE", "EVAL_SUMS", "MAX_MODEL_BYTES", "MODEL_RECORD",
+           "eval_fraction", "evaluation_payload", "held_out_rows", "is_vector_meta",
+           "layout_of", "model_files", "score_model", "split_key"]
+
+#: Run config key: the fraction of its rows every node holds out for the evaluation stage.
+EVAL_KEY = "federated-eval"
+#: ArrayRecord of the model files (uint8 arrays ``f0``, ``f1``, ...) in the model message.
+MODEL_RECORD = "ghofl-eval-model"
+#: ConfigRecord of the model message (``files``: the relative names of ``f0``, ...) and of
+#: the node's reply (``held``: its held-out rows).
+EVAL_INFO = "ghofl-eval"
+#: ArrayRecord of a node's evaluation vectors (``ints``, ``floats``), plain protocol.
+EVAL_SUMS = "ghofl-eval-sums"
+#: Key of the node's kept evaluation sums (and the payload it masks) in ``context.state``.
+EVAL_STATE = "ghofl-eval-state"
+#: Largest model the stage sends (Flower's gRPC messages stop at 512 MiB).
+MAX_MODEL_BYTES = 256 * 2**20
+_SPLIT_TAG = 0xE7A1  # as the simulation's held-out split
+
+
+def eval_fraction(run_cfg: Mapping[str, Any]) -> float:
+    """The run config's :data:`EVAL_KEY` (0.0 when absent).
+
+    Raises
+    ------
+    ConfigError
+        Not a number in [0, 1).
+    """
+    value = run_cfg.get(EVAL_KEY, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            0.0 <= float(value) < 1.0):
+        raise ConfigError(f"run config key {EVAL_KEY!r} must be a fraction in [0, 1) of each "
+                          f"node's rows to hold out (e.g. 0.2; 0: no evaluation); got {value!r}")
+    return float(value)
+
+
+def held_out_rows(n: int, fraction: float, seed: int, key: int
+                  ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """(training rows, held-out rows) of a node's n rows, sorted.
+
+    ⌊fraction·n⌋ rows held out, at least 1 when n ≥ 2, at most n − 1; which ones by a
+    permutation seeded by (``seed``, ``key``), ``key`` the node's partition id.
+    """
+    if fraction <= 0.0 or n < 2:
+        return np.arange(n, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    k = min(max(math.floor(fraction * n), 1), n - 1)
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), _SPLIT_TAG, int(key)]))
+    perm = rng.permutation(n).astype(np.int64)
+    return np.sort(perm[k:]), np.sort(perm[:k])
+
+
+def split_key(partition: int, client_id: str) -> int:
+    """The key of a node's held-out split: its partition id, else a hash of its client id."""
+    if partition >= 0:
+        return int(partition)
+    return int.from_bytes(hashlib.sha256(client_id.encode()).digest()[:8], "big")
+
+
+def model_files(model_dir: Path) -> dict[str, bytes]:
+    """Every file of a model directory by its relative name (the model message's content).
+
+    Raises
+    ------
+    ConfigError
+        The files exceed :data:`MAX_MODEL_BYTES`.
+    """
+    files = {p.relative_to(model_dir).as_posix(): p.read_bytes()
+             for p in sorted(Path(model_dir).rglob("*")) if p.is_file()}
+    size = sum(len(b) for b in files.values())
+    if size > MAX_MODEL_BYTES:
+        raise ConfigError(f"the model directory holds {size} bytes, more than the "
+                          f"{MAX_MODEL_BYTES} one Flower message carries; fit fewer or smaller "
+                          f"heads, or leave out the run config key {EVAL_KEY!r}")
+    return files
+
+
+def layout_of(classes: tuple[str, ...], heads: tuple[str, ...],
+              bins: int = DEFAULT_BINS) -> EvaluationSums:
+    """Zero sums of these classes, heads and bins (the layout both sides agree on)."""
+    c, h = len(classes), len(heads)
+    return EvaluationSums.from_vectors(classes, heads, bins,
+                                       np.zeros(h * (c * c + 2 * bins) + 1, dtype=np.int64),
+                                       np.zeros(h * (bins + 3), dtype=np.float64))
+
+
+def score_model(files: Mapping[str, bytes], x: NDArray[Any], y: NDArray[np.int64]
+                ) -> EvaluationSums | None:
+    """A node's sums of the model in ``files`` on its held-out raw embeddings (None: no row).
+
+    Raises
+    ------
+    ProtocolError
+        A file name that leaves the model directory.
+    InputError
+        The model or the rows are refused (:func:`~ghofl.model.directory.load_model`).
+    """
+    from ghofl.model.directory import load_model
+
+    if y.size == 0:
+        return None
+    with tempfile.TemporaryDirectory(prefix="ghofl-eval-") as tmp:
+        root = Path(tmp)
+        for name, data in files.items():
+            path = (root / name).resolve()
+            if root.resolve() not in path.parents:
+                raise ProtocolError(f"the model message names a file {name!r} outside the "
+                                    "model directory; the server is not ghofl's")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        model = load_model(root)
+        return local_evaluation(model, x, y, what="held-out")
+
+
+def is_vector_meta(text: str) -> bool:
+    """Whether an advertised or saved description is a vector payload's."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == VECTOR_FORMAT
+
+
+def evaluation_payload(sums: EvaluationSums, meta_text: str, params: SessionParams,
+                       max_samples: int, noise_multiplier: float | None) -> VectorPayload:
+    """What a node masks in the evaluation round it was advertised.
+
+    The exact vectors of its ``sums``, or (distributed DP, the round's description is the
+    noised one) its sums plus a noise share for the round's threshold, from OS entropy.
+
+    Raises
+    ------
+    ProtocolError
+        The advertised description is not the one these sums, M and the node's plan give.
+    """
+    meta = VectorMeta.from_dict(json.loads(meta_text))
+    if meta.name == NOISY_EVALUATION_VECTORS:
+        if noise_multiplier is None:
+            raise ProtocolError("the server advertised noised evaluation vectors but this "
+                                "node's plan has no distributed DP")
+        mine = noisy_evaluation_meta(sums, max_samples, noise_multiplier, params.threshold)
+        if mine.differences(meta):
+            raise ProtocolError("the advertised noised evaluation vectors differ from this "
+                                f"node's ({'; '.join(mine.differences(meta))})")
+        return evaluation_noise_share(sums, mine, noise_multiplier, params.threshold,
+                                      np.random.default_rng())
+    mine = evaluation_meta(sums, max_samples)
+    if mine.differences(meta) or noise_multiplier is not None:
+        raise ProtocolError("the advertised evaluation vectors differ from this node's ("
+                            f"{'; '.join(mine.differences(meta)) or 'no noise share'})")
+    return VectorPayload(mine, *sums.to_vectors())

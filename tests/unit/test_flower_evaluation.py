@@ -1,0 +1,199 @@
+"""The Flower evaluation stage, in process: ServerApp and ClientApp handlers over a fake grid.
+
+The grid delivers every message to ghofl's ClientApp handler with one persistent Context per
+node (as a SuperNode keeps ``context.state`` across a run's messages).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")
+
+from flwr.app import Context, RecordDict
+
+from ghofl.data.partition import dirichlet_partition
+from ghofl.errors import ConfigError, ProtocolError
+from ghofl.evaluation.federated import EvaluationSums, local_evaluation
+from ghofl.integrations.flower import server_app
+from ghofl.integrations.flower.client_app import handle_query
+from ghofl.integrations.flower.evaluation import (
+    EVAL_KEY,
+    eval_fraction,
+    held_out_rows,
+    model_files,
+)
+from ghofl.integrations.flower.records import message_from_record, message_to_record
+from ghofl.integrations.flower.runner import identity_node_config, make_identities
+from ghofl.model.directory import load_model
+from ghofl.secure import SecAggClient, SecAggConfig, SecAggServer, VectorMeta, VectorPayload
+from ghofl.secure.messages import ClientMessage, ServerMessage
+from tests.helpers import gaussian_mixture
+
+CLIP, SEED, NODES, FRACTION = 30.0, 3, 4, 0.25
+CLASSES = ("0", "1", "2")
+
+
+class _Grid:
+    """Nodes 0..n-1 answering through ghofl's ClientApp handler, each with its own Context."""
+
+    def __init__(self, node_cfgs: list[dict[str, Any]], run_cfg: dict[str, Any]) -> None:
+        self.contexts = [Context(1, i, cfg, RecordDict(), run_cfg)  # type: ignore[arg-type]
+                         for i, cfg in enumerate(node_cfgs)]
+        self.pushed: dict[str, tuple[int, Any]] = {}
+
+    def get_node_ids(self) -> list[int]:
+        return list(range(len(self.contexts)))
+
+    def push_messages(self, messages: list[Any]) -> list[str]:
+        ids = []
+        for m in messages:
+            mid = f"m{len(self.pushed)}"
+            self.pushed[mid] = (int(m.metadata.dst_node_id), m.content)
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, ids: set[str]) -> list[Any]:
+        out = []
+        for mid in sorted(ids):
+            node, content = self.pushed.pop(mid)
+            out.append(SimpleNamespace(
+                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=mid),
+                has_error=lambda: False, content=handle_query(content, self.contexts[node])))
+        return out
+
+
+@pytest.fixture
+def federation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for attr in ("_run_id", "_node_id", "_task_id"):  # what a ServerApp process has set
+        monkeypatch.setattr(TaskIdentity, attr, 1)
+    x, y = gaussian_mixture(2, num_classes=3, dim=6, n=480, sep=1.2)
+    parts = dirichlet_partition(y, NODES, 1.0, SEED, min_per_client=20)
+    (tmp_path / "parts").mkdir()
+    for i, idx in enumerate(parts):
+        np.savez(tmp_path / "parts" / f"client-{i}.npz", x=x[idx], y=y[idx])
+    ids = make_identities(tmp_path / "ids", NODES)
+    node_cfgs = [{**identity_node_config(ids, i), "partition-id": i} for i in range(NODES)]
+    return {"x": x, "y": y, "parts": parts, "root": tmp_path, "node_cfgs": node_cfgs,
+            "cfg": {"classes": json.dumps(list(CLASSES)), "clip_norm": CLIP, "heads": "nb,lda",
+                    "seed": SEED, "dim": 6, "expected-nodes": NODES, "stage-timeout-s": 30.0,
+                    "wait-timeout-s": 30.0, EVAL_KEY: FRACTION,
+                    "data-template": str(tmp_path / "parts" / "client-{partition_id}.npz")}}
+
+
+def _run(fed: dict[str, Any], out: str, **extra: Any) -> dict[str, Any]:
+    cfg = {**fed["cfg"], "out-dir": str(fed["root"] / out), **extra}
+    node_cfgs = fed["node_cfgs"] if "roster" in extra else [  # plain: no identities
+        {"partition-id": i} for i in range(NODES)]
+    return server_app.run_federation(_Grid(node_cfgs, cfg), cfg, fed["root"] / out, {})
+
+
+def _expected(fed: dict[str, Any], model_dir: Path) -> tuple[EvaluationSums, int]:
+    """Σ over the nodes of local_evaluation on each node's held-out rows; training rows."""
+    model = load_model(model_dir)
+    sums, train_rows = [], 0
+    for i, idx in enumerate(fed["parts"]):
+        train, held = held_out_rows(idx.size, FRACTION, SEED, i)
+        train_rows += train.size
+        sums.append(local_evaluation(model, fed["x"][idx][held], fed["y"][idx][held]))
+    return sum(sums[1:], sums[0]), train_rows
+
+
+def test_secure_evaluation_stage_equals_the_nodes_local_evaluations(
+        federation: dict[str, Any]) -> None:
+    roster = str(federation["root"] / "ids" / "roster.json")
+    res = _run(federation, "secure", protocol="secure", roster=roster)
+    model_dir = federation["root"] / "secure" / "model"
+    want, train_rows = _expected(federation, model_dir)
+    fed = res["federated_evaluation"]
+    assert res["n_samples"] == train_rows  # the statistics come from the other rows
+    assert fed["protocol"]["protocol"] == "secure"
+    assert sorted(fed["protocol"]["survivor_ids"]) == [f"site-{i}" for i in range(NODES)]
+    assert fed["clients"] == NODES and fed["problems"] == {} and fed["status"] == "ok"
+    assert fed["n"] == sum(held_out_rows(p.size, FRACTION, SEED, i)[1].size
+                           for i, p in enumerate(federation["parts"]))
+    ints, floats = want.to_vectors()
+    np.testing.assert_array_equal(fed["sums"]["ints"], ints)  # counts exact
+    np.testing.assert_allclose(fed["sums"]["floats"], floats, rtol=1e-12, atol=1e-12)
+    from ghofl.evaluation.federated import report
+
+    for head, metrics in report(want).items():
+        for k, v in metrics.items():
+            assert fed["heads"][head][k] == pytest.approx(v, rel=1e-12, abs=1e-12), (head, k)
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    (entry,) = [e for e in manifest["evaluations"] if e["kind"] == "federated"]
+    assert entry["clients"] == NODES and entry["n"] == fed["n"]
+    assert "flower federated evaluation" in (model_dir / "MODEL_CARD.md").read_text()
+
+
+def test_plain_evaluation_stage_and_distributed_dp(federation: dict[str, Any]) -> None:
+    res = _run(federation, "plain")
+    want, _ = _expected(federation, federation["root"] / "plain" / "model")
+    fed = res["federated_evaluation"]
+    assert fed["protocol"]["protocol"] == "plain" and fed["clients"] == NODES
+    np.testing.assert_array_equal(fed["sums"]["ints"], want.to_vectors()[0])
+    roster = str(federation["root"] / "ids" / "roster.json")
+    dp = _run(federation, "dp", protocol="secure", roster=roster, dp_epsilon=4.0,
+              dp_mode="distributed", max_samples=400)
+    priv = dp["privacy"]
+    assert "every client added a share" in priv["evaluation"]["noise"]
+    assert priv["epsilon_spent"] < priv["epsilon_total"]
+
+
+def test_a_failed_evaluation_stage_keeps_the_fitted_model(
+        federation: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    import ghofl.integrations.flower.evaluation as ev
+
+    monkeypatch.setattr(ev, "MAX_MODEL_BYTES", 10)
+    res = _run(federation, "big")
+    assert res["status"] == "ok" and res["federated_evaluation"]["status"] == "failed"
+    assert "one Flower message carries" in res["federated_evaluation"]["error"]
+    assert (federation["root"] / "big" / "model" / "manifest.json").is_file()
+
+
+def test_vector_round_messages_survive_the_records_codec() -> None:
+    meta = VectorMeta("evaluation", (5, 1), (2.0,))
+    payloads = {c: VectorPayload(meta, np.array([i, 1]), np.array([0.5 * i]))
+                for i, c in enumerate("abc")}
+    server = SecAggServer(SecAggConfig(clip_norm=1.0, threshold=2), meta, list(payloads))
+    clients = {c: SecAggClient(c, p, allow_unauthenticated=True) for c, p in payloads.items()}
+    for _ in server.stages:
+        replies = []
+        for c, request in server.requests().items():
+            req = message_from_record(message_to_record(request), ServerMessage)
+            assert isinstance(req, ServerMessage)
+            rep = message_from_record(message_to_record(clients[c].handle(req)), ClientMessage)
+            assert isinstance(rep, ClientMessage)
+            replies.append((c, rep))
+        server.receive(replies)
+    np.testing.assert_array_equal(server.vector_result().ints, [3, 3])
+
+
+def test_evaluation_options_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="must be a fraction in"):
+        eval_fraction({EVAL_KEY: 1.5})
+    assert eval_fraction({}) == 0.0
+    train, held = held_out_rows(10, 0.25, 1, 2)
+    assert held.size == 2 and np.union1d(train, held).tolist() == list(range(10))
+    assert held_out_rows(1, 0.5, 1, 2)[1].size == 0
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "big.bin").write_bytes(b"0")
+    import ghofl.integrations.flower.evaluation as ev
+
+    small = pytest.MonkeyPatch()
+    small.setattr(ev, "MAX_MODEL_BYTES", 0)
+    try:
+        with pytest.raises(ConfigError, match="more than the 0 one Flower message carries"):
+            model_files(tmp_path / "m")
+    finally:
+        small.undo()
+    with pytest.raises(ProtocolError, match="outside the model directory"):
+        ev.score_model({"../x": b""}, np.zeros((1, 2)), np.zeros(1, dtype=np.int64))
