@@ -295,7 +295,7 @@ def render_selection(results: dict[str, Any]) -> str:
     body = [[row["head"], f"{row['auto_s']:.2f}", f"{row['fixed_s']:.2f}",
              f"{row['ratio']:.2f}x", f"{row['auto_1thread_s']:.2f}",
              f"{row['fixed_1thread_s']:.2f}", f"{row['ratio_1thread']:.2f}x",
-             ", ".join(f"{k} {v:.4g}" for k, v in row["chosen"].items()),
+             ", ".join(f"{k} {v:.4g}" for k, v in sorted(row["chosen"].items())),
              f"{_verdict(row['ratio'] <= SELECTION_TARGET)} / "
              f"{_verdict(row['ratio_1thread'] <= SELECTION_TARGET)}"] for row in r["rows"]]
     lines.append(markdown_table(

@@ -107,6 +107,19 @@ class InputError(GhoflError, ValueError):
     """Embeddings or labels given to a client, a head or the CLI are invalid."""
 
 
+class ClientRefusalError(InputError):
+    """A client refuses to send its payload: it lies beyond the round's public bounds.
+
+    Its message (``str``) names only public facts (the check that failed, where, the public
+    bound), since a node returns it to the server; :attr:`local_detail` adds the client's own
+    values, for the client's log only: never send it.
+    """
+
+    def __init__(self, message: str, local_detail: str = "") -> None:
+        super().__init__(message)
+        self.local_detail = local_detail
+
+
 class DataError(GhoflError, ValueError):
     """A dataset could not be found or read."""
 

@@ -95,3 +95,32 @@ def test_flower_run_secure_is_authenticated_by_default_and_can_run_again(
     assert sorted(p.name for p in (out / "flower" / "ledgers").iterdir()) == [
         "node-0.json", "node-1.json"]
     assert not list((ws / "parts").glob(".ghofl-ledger-*"))
+
+
+def test_flower_run_federated_eval_through_the_secure_round(ws: Path, tmp_path: Path) -> None:
+    """``flower-run --secure --federated-eval``: after the fit every node scores the model on a
+    share of its rows held out from its statistics, and the sums go through a secure round
+    with the same identities and roster; results.json reports them per head."""
+    out = tmp_path / "run"
+    r = run_cli("flower-run", "--engine", "simulation", "--nodes", "2", "--secure", "--clip",
+                "30", "--data-template", ws / "parts" / "client-{partition_id}.npz",
+                "--test", ws / "test.npz", "--heads", "nb,lda", "--out", out,
+                "--federated-eval", "--eval-fraction", "0.25", "--json", cwd=tmp_path,
+                timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout)
+    fed = res["federated_evaluation"]
+    assert res["status"] == "ok" and fed["eval_fraction"] == 0.25
+    assert set(fed["heads"]) == {"nb", "lda"}
+    for metrics in fed["heads"].values():
+        assert 0 < metrics["n"] < 300 and 0.0 <= metrics["accuracy"] <= 1.0
+    total, _ = read_stats_file(out / "total.ghs")
+    assert total.n_samples + next(iter(fed["heads"].values()))["n"] == 300  # disjoint rows
+
+
+def test_flower_run_eval_fraction_needs_federated_eval(ws: Path, tmp_path: Path) -> None:
+    r = run_cli("flower-run", "--nodes", "2", "--data-template",
+                ws / "parts" / "client-{partition_id}.npz", "--out", tmp_path / "o",
+                "--eval-fraction", "0.3", cwd=tmp_path, timeout=120)
+    assert r.returncode == 2
+    assert "--eval-fraction applies with --federated-eval only" in r.stderr

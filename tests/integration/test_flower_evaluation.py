@@ -45,8 +45,8 @@ def test_secure_evaluation_stage_equals_the_nodes_local_evaluations(tmp_path: Pa
     model_dir = tmp_path / "out" / "model"
     model = load_model(model_dir)
     sums, train_rows = [], 0
-    for i, idx in enumerate(data["parts"]):
-        train, held = held_out_rows(idx.size, FRACTION, SEED, i)
+    for idx in data["parts"]:
+        train, held = held_out_rows(data["xtr"][idx], data["ytr"][idx], FRACTION, SEED)
         train_rows += train.size
         sums.append(local_evaluation(model, data["xtr"][idx][held], data["ytr"][idx][held]))
     want = sum(sums[1:], sums[0])

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 #: Scripts ported onto the harness so far (the others keep their own entry points).
 SCRIPTS = ("bench_ablation_cifar10.py", "bench_accuracy_bytes.py", "bench_c1000.py",
-           "bench_cifar10c.py", "bench_clip_norms.py", "bench_core.py",
+           "bench_cifar10c.py", "bench_client_stats.py", "bench_clip_norms.py", "bench_core.py",
            "bench_defaults.py", "bench_defaults_cv.py", "bench_demo.py", "bench_dp.py",
            "bench_dp_anchors.py", "bench_dp_synthetic.py",
            "bench_encoders.py", "bench_experiments.py", "bench_fedavg.py", "bench_flower.py",
@@ -37,8 +37,6 @@ SCRIPTS = ("bench_ablation_cifar10.py", "bench_accuracy_bytes.py", "bench_c1000.
 #: Ported scripts whose committed section is not what their committed results render to;
 #: each moves to SCRIPTS once its section is rewritten (the strict xfail then reports it).
 STALE: dict[str, str] = {
-    "bench_client_stats.py": "per-mode BLAS floors (issue 40): results land with its next run "
-                             "on a quiet machine",
 }
 
 

@@ -124,7 +124,8 @@ def test_the_server_decodes_only_a_noisy_total_of_calibrated_variance(
 def test_charging_a_distributed_release(sums: dict[str, EvaluationSums]) -> None:
     rnd = _round(sums, 5, None)
     assert rnd.release is not None
-    charged = charge_evaluation({"epsilon_spent": 1.0, "delta_spent": 1e-5, "delta": 1e-5},
+    charged = charge_evaluation({"epsilon_spent": 1.0, "delta_spent": 1e-5, "delta": 1e-5,
+                                 "noise_multiplier": 4.0},
                                 rnd.release)
     assert "every client added a share" in charged["evaluation"]["noise"]
     assert charged["evaluation"]["survivors"] == K

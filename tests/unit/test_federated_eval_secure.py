@@ -167,7 +167,8 @@ def test_simulate_sends_the_evaluation_sums_securely() -> None:
     assert priv["epsilon_spent"] < priv["epsilon_total"] < 2 * priv["epsilon_spent"] + 1e-3  # type: ignore[index]
     assert priv["evaluation"]["noise_multiplier"] > 0  # type: ignore[index]
     assert "noise added by the server" in dp["fed"]["aggregation"]  # type: ignore[index]
-    charged = charge_evaluation({"epsilon_spent": 2.0, "delta_spent": 2e-5, "delta": 1e-5},
+    charged = charge_evaluation({"epsilon_spent": 2.0, "delta_spent": 2e-5, "delta": 1e-5,
+                                 "noise_multiplier": 2.5},
                                 release_evaluation(_tiny(), 1.0, np.random.default_rng(1)))
     assert charged["delta_total"] == pytest.approx(2e-5)
 

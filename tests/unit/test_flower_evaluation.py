@@ -24,7 +24,9 @@ from ghofl.evaluation.federated import EvaluationSums, local_evaluation
 from ghofl.integrations.flower import server_app
 from ghofl.integrations.flower.client_app import handle_query
 from ghofl.integrations.flower.evaluation import (
+    EVAL_INFO,
     EVAL_KEY,
+    MODEL_RECORD,
     eval_fraction,
     held_out_rows,
     model_files,
@@ -100,8 +102,8 @@ def _expected(fed: dict[str, Any], model_dir: Path) -> tuple[EvaluationSums, int
     """Σ over the nodes of local_evaluation on each node's held-out rows; training rows."""
     model = load_model(model_dir)
     sums, train_rows = [], 0
-    for i, idx in enumerate(fed["parts"]):
-        train, held = held_out_rows(idx.size, FRACTION, SEED, i)
+    for idx in fed["parts"]:
+        train, held = held_out_rows(fed["x"][idx], fed["y"][idx], FRACTION, SEED)
         train_rows += train.size
         sums.append(local_evaluation(model, fed["x"][idx][held], fed["y"][idx][held]))
     return sum(sums[1:], sums[0]), train_rows
@@ -118,8 +120,8 @@ def test_secure_evaluation_stage_equals_the_nodes_local_evaluations(
     assert fed["protocol"]["protocol"] == "secure"
     assert sorted(fed["protocol"]["survivor_ids"]) == [f"site-{i}" for i in range(NODES)]
     assert fed["clients"] == NODES and fed["problems"] == {} and fed["status"] == "ok"
-    assert fed["n"] == sum(held_out_rows(p.size, FRACTION, SEED, i)[1].size
-                           for i, p in enumerate(federation["parts"]))
+    assert fed["n"] == sum(held_out_rows(federation["x"][p], federation["y"][p], FRACTION,
+                                         SEED)[1].size for p in federation["parts"])
     ints, floats = want.to_vectors()
     np.testing.assert_array_equal(fed["sums"]["ints"], ints)  # counts exact
     np.testing.assert_allclose(fed["sums"]["floats"], floats, rtol=1e-12, atol=1e-12)
@@ -132,6 +134,47 @@ def test_secure_evaluation_stage_equals_the_nodes_local_evaluations(
     (entry,) = [e for e in manifest["evaluations"] if e["kind"] == "federated"]
     assert entry["clients"] == NODES and entry["n"] == fed["n"]
     assert "flower federated evaluation" in (model_dir / "MODEL_CARD.md").read_text()
+
+
+class _Silent(_Grid):
+    """A grid whose node 3 fails on the model message (it scores nothing); the replies kept."""
+
+    def __init__(self, node_cfgs: list[dict[str, Any]], run_cfg: dict[str, Any]) -> None:
+        super().__init__(node_cfgs, run_cfg)
+        self.held: list[Any] = []
+
+    def pull_messages(self, ids: set[str]) -> list[Any]:
+        out = []
+        for mid in sorted(ids):
+            node, content = self.pushed[mid]
+            if MODEL_RECORD in content and node == 3:
+                del self.pushed[mid]
+                out.append(SimpleNamespace(
+                    metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=mid),
+                    has_error=lambda: True, error=SimpleNamespace(code=0, reason="down")))
+                continue
+            (reply,) = super().pull_messages({mid})
+            if MODEL_RECORD in content:
+                self.held.append(reply.content[EVAL_INFO]["held"])
+            out.append(reply)
+        return out
+
+
+def test_a_roster_round_counts_a_node_that_scored_nothing_as_a_dropout(
+        federation: dict[str, Any]) -> None:
+    roster = str(federation["root"] / "ids" / "roster.json")
+    cfg = {**federation["cfg"], "out-dir": str(federation["root"] / "r"), "protocol": "secure",
+           "roster": roster}
+    grid = _Silent(federation["node_cfgs"], cfg)
+    res = server_app.run_federation(grid, cfg, federation["root"] / "r", {})
+    fed = res["federated_evaluation"]
+    assert fed["status"] == "ok", fed
+    assert sorted(fed["protocol"]["survivor_ids"]) == [f"site-{i}" for i in range(3)]
+    assert "site-3" in fed["protocol"]["dropped"] and "site-3" in fed["problems"]
+    assert grid.held == [True] * 3  # a node says whether it holds rows, never how many
+    assert fed["n"] == sum(
+        held_out_rows(federation["x"][p], federation["y"][p], FRACTION, SEED)[1].size
+        for p in federation["parts"][:3])
 
 
 def test_plain_evaluation_stage_and_distributed_dp(federation: dict[str, Any]) -> None:
@@ -181,9 +224,10 @@ def test_evaluation_options_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="must be a fraction in"):
         eval_fraction({EVAL_KEY: 1.5})
     assert eval_fraction({}) == 0.0
-    train, held = held_out_rows(10, 0.25, 1, 2)
-    assert held.size == 2 and np.union1d(train, held).tolist() == list(range(10))
-    assert held_out_rows(1, 0.5, 1, 2)[1].size == 0
+    x = np.arange(20.0).reshape(10, 2)
+    train, held = held_out_rows(x, np.zeros(10, dtype=np.int64), 0.25, 1)
+    assert np.union1d(train, held).tolist() == list(range(10))
+    assert np.intersect1d(train, held).size == 0
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "big.bin").write_bytes(b"0")
     import ghofl.integrations.flower.evaluation as ev

@@ -268,7 +268,7 @@ def test_fixed_point_refuses_statistics_beyond_the_public_bounds() -> None:
         codec.encode(compute_stats(x, y, 3, "full"))
     with pytest.raises(InputError, match=r"computed with R=5; recompute them with --clip 6"):
         codec.encode(compute_stats(x, y, 3, "full", clip_norm=5.0))
-    with pytest.raises(InputError, match=r"this client holds 40 samples, more than the public "
+    with pytest.raises(InputError, match=r"this client holds more samples than the public "
                        r"maximum M=10 per client"):
         FixedPointCodec(3, 10, 6.0).encode(compute_stats(x, y, 3, "full", clip_norm=6.0))
     with pytest.raises(InputError, match=r"the aggregated vector must be uint64 of length"):
@@ -283,6 +283,6 @@ def test_fixed_point_refuses_values_that_clipping_cannot_produce() -> None:
     from ghofl.stats.client_stats import ClientStats
     forged = ClientStats(replace(s.meta, clip_norm=1.0), s.counts, s.sums, sq_sums=s.sq_sums)
     with pytest.raises(InputError, match=r"these statistics are not what clipping at R=1 .* "
-                       r"first moment \(class '0'\): ‖A‖ = [\d.]+ > R·N = \d+; .* recompute "
+                       r"first moment \(class '0'\); .* recompute "
                        r"them from the embeddings with clipping at R=1"):
         FixedPointCodec(3, 1000, 1.0).encode(forged)

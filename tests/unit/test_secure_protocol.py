@@ -542,8 +542,9 @@ def test_a_client_beyond_the_public_bounds_drops_out_with_its_reason() -> None:
     report, _ = _run([*payloads, big], config=SecAggConfig(clip_norm=CLIP, max_samples=100))
     assert report.dropped == {"site-04": "mask"}
     assert report.refused["site-04"].startswith(
-        "client 'site-04' cannot take part: this client holds 120 samples, more than the public "
+        "client 'site-04' cannot take part: this client holds more samples than the public "
         "maximum M=100 per client")
+    assert "120" not in report.refused["site-04"]  # the server never learns the count
     _assert_exact(report.total, sum_stats(payloads))
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from ghofl.errors import (
     AggregationAbortedError,
+    ClientRefusalError,
     ConfigError,
     InputError,
     ProtocolError,
@@ -106,10 +107,12 @@ def test_codec_sums_exactly_within_its_error_bound(limbs: int) -> None:
 
 def test_a_client_vector_beyond_its_bounds_is_refused() -> None:
     ints = np.array([0, 0, 0, 101, 0, 0])
-    with pytest.raises(InputError, match=r"integer entry 3 is 101, outside \[0, 100\]"):
+    with pytest.raises(ClientRefusalError, match=r"integer entry 3 is not finite or lies outside "
+                       r"\[0, 100\]") as info:
         refuse_client_vector(VectorPayload(META, ints, np.zeros(5)))
+    assert "101" not in str(info.value) and "value is 101" in info.value.local_detail
     floats = np.array([0.0, 0.0, -1.0, 0.0, 0.0])
-    with pytest.raises(InputError, match="float entry 2 is -1"):
+    with pytest.raises(InputError, match="float entry 2 is not finite or lies outside"):
         FixedPointCodec(K, 100, 1.0).encode(VectorPayload(META, np.zeros(6, np.int64), floats))
     signed = VectorMeta("s", (5,), (1.0,), nonnegative=False)
     refuse_client_vector(VectorPayload(signed, np.array([-5]), np.array([-1.0])))
@@ -154,7 +157,8 @@ def test_a_client_over_its_bounds_refuses_before_masking() -> None:
     server, transport = _round([bad, *pays[1:]])
     out = run_vector_sum(server, transport)
     assert "site-00" not in out.summary["survivor_ids"]
-    assert "float entry 1 is 1e+06" in out.summary["refused"]["site-00"]
+    assert "float entry 1 is not finite or lies outside" in out.summary["refused"]["site-00"]
+    assert "1e+06" not in out.summary["refused"]["site-00"]  # the server never sees the value
     assert out.summary["dropped"]["site-00"] == "mask"
 
 

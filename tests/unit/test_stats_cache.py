@@ -75,12 +75,12 @@ def test_client_app_reports_the_cache_hit(tmp_path: Path) -> None:
     setup = RunSetup(FederationPlan(job), job, None, None, None)  # no evaluation stage
     infos: list[dict[str, object]] = [{}, {}]
     for info in infos:
-        _lazy(src, setup, str(tmp_path / "cache"), info, 0)()
+        _lazy(src, setup, str(tmp_path / "cache"), info)()
     assert [i["stats-cached"] for i in infos] == [False, True]
     # with the evaluation stage: the training part only, never from the cache
     evaluating = RunSetup(FederationPlan(job), job, None, None, None, {"federated-eval": 0.25})
     info: dict[str, object] = {}
-    part = _lazy(src, evaluating, str(tmp_path / "cache"), info, 0)()
+    part = _lazy(src, evaluating, str(tmp_path / "cache"), info)()
     assert info["stats-cached"] is False and 0 < part.n_samples < 40
     assert npz_shape(src, "x") == (40, 6) and npz_shape(src, "nope") is None
     assert _input_dim(src) == 6

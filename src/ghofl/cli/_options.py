@@ -399,3 +399,27 @@ def check_feature_transform_option(name: str) -> str:
     from ghofl.client.transforms import check_feature_transform
 
     return cli_plan(lambda: check_feature_transform(name))
+
+
+FederatedEvalOption = Annotated[bool, typer.Option(
+    "--federated-eval", help="Every client holds out a seeded fraction of its rows, scores the "
+    "fitted heads on them and sends only sums; report the federated metrics too.")]
+EvalFractionOption = Annotated[float | None, typer.Option(
+    "--eval-fraction", help="Fraction of its rows each client holds out with "
+    "--federated-eval (default 0.2); its statistics come from the rest.")]
+
+#: Fraction of its rows a client holds out under --federated-eval when none is given.
+DEFAULT_EVAL_FRACTION = 0.2
+
+
+def eval_fraction_of(federated_eval: bool, eval_fraction: float | None) -> float:
+    """The fraction each client holds out (0.0 without --federated-eval)."""
+    if not federated_eval:
+        if eval_fraction is not None:
+            raise ConfigError("--eval-fraction applies with --federated-eval only; add "
+                              "--federated-eval or drop --eval-fraction")
+        return 0.0
+    fraction = DEFAULT_EVAL_FRACTION if eval_fraction is None else eval_fraction
+    if not 0.0 < fraction < 1.0:
+        raise ConfigError(f"--eval-fraction must be between 0 and 1 (e.g. 0.2); got {fraction:g}")
+    return fraction

@@ -26,9 +26,12 @@ import typer
 
 from ghofl.cli._options import (
     AggregationOptions,
+    EvalFractionOption,
+    FederatedEvalOption,
     ServerOptions,
     UploadOptions,
     aggregation_options,
+    eval_fraction_of,
     federation,
     field_option,
     server_options,
@@ -94,6 +97,8 @@ def flower_run(
         = None,
     identities: _IdentitiesOption = None,
     insecure_keys: _InsecureKeysOption = False,
+    federated_eval: FederatedEvalOption = False,
+    eval_fraction: EvalFractionOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print results.json.")] = False,
 ) -> None:
     """Run a local Flower federation of ghofl clients and print the results.
@@ -101,8 +106,10 @@ def flower_run(
     The clients compute their statistics (with --holdout and --transport-dtype); the server
     aggregates them, with --secure authenticated by default (fresh identities and roster
     unless --identities or --insecure-keys), releases them under --dp-epsilon, and fits the
-    heads (with --preset and --param). Exit status 2 with one line when the run failed (read
-    from results.json).
+    heads (with --preset and --param). With --federated-eval every node then scores the model
+    on --eval-fraction of its rows (held out from its statistics) and the sums are added with
+    the run's protocol (results.json "federated_evaluation", the model card). Exit status 2
+    with one line when the run failed (read from results.json).
     """
     require_extra("flwr", "flower")
     from ghofl.integrations.flower.runner import run_local
@@ -111,6 +118,7 @@ def flower_run(
         raise ConfigError(f"--engine must be 'simulation' or 'deployment'; got {engine!r}")
     if nodes < 1:
         raise ConfigError(f"--nodes must be at least 1; got {nodes}")
+    fraction = eval_fraction_of(federated_eval, eval_fraction)
     server_job, agg = server.job(), aggregation.spec()
 
     def plan_for(names: tuple[str, ...]) -> FederationPlan:
@@ -123,7 +131,8 @@ def flower_run(
         Path.cwd() / data_template)
     cfg = _run_config(plan)
     cfg.update({"out-dir": str(out), "test-path": str(test.resolve()) if test else "",
-                "stage-timeout-s": float(stage_timeout), "data-template": template})
+                "stage-timeout-s": float(stage_timeout), "data-template": template,
+                "federated-eval": fraction})
     if test is None:
         cfg["dim"] = _dim(template)
     node_extra = _node_configs(out / "flower", plan, nodes, cfg, identities=identities,

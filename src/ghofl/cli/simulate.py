@@ -55,9 +55,12 @@ import typer
 
 from ghofl.cli._options import (
     AggregationOptions,
+    EvalFractionOption,
+    FederatedEvalOption,
     ServerOptions,
     UploadOptions,
     aggregation_options,
+    eval_fraction_of,
     federation,
     field_option,
     server_options,
@@ -93,14 +96,6 @@ _MinPerClientOption = Annotated[int, typer.Option(
     "--min-per-client", help="Redraw the partition until every client has this many.")]
 _JsonOption = Annotated[Path | None, typer.Option(
     "--json", help="Write the full result as JSON here.")]
-_FederatedEvalOption = Annotated[bool, typer.Option(
-    "--federated-eval", help="Every client holds out a seeded fraction of its rows, scores the "
-    "fitted heads on them and sends only sums; report the federated metrics too.")]
-_EvalFractionOption = Annotated[float | None, typer.Option(
-    "--eval-fraction", help="Fraction of its rows each client holds out with "
-    "--federated-eval (default 0.2); its statistics come from the rest.")]
-#: Fraction of its rows a client holds out under --federated-eval when none is given.
-DEFAULT_EVAL_FRACTION = 0.2
 
 
 @app.command("simulate")
@@ -120,8 +115,8 @@ def simulate(
     aggregation: AggregationOptions,
     upload: UploadOptions,
     json_out: _JsonOption = None,
-    federated_eval: _FederatedEvalOption = False,
-    eval_fraction: _EvalFractionOption = None,
+    federated_eval: FederatedEvalOption = False,
+    eval_fraction: EvalFractionOption = None,
 ) -> None:
     """Simulate a Dirichlet-partitioned one-shot federation and report accuracy per head.
 
@@ -131,7 +126,7 @@ def simulate(
     scores the heads on its own held-out rows and the sums of these scores go through the same
     protocol (noised and charged to the privacy budget under DP) and are reported.
     """
-    fraction = _eval_fraction(federated_eval, eval_fraction)
+    fraction = eval_fraction_of(federated_eval, eval_fraction)
     m = check_mode(upload["mode"])
     dim, seed_, basis_name = (upload[k] for k in ("projection_dim", "projection_seed",
                                                   "projection_basis"))
@@ -159,19 +154,6 @@ def simulate(
                            Population(clients, alpha, min_per_client,
                                       eval_fraction=fraction))
     _report(result, json_out)
-
-
-def _eval_fraction(federated_eval: bool, eval_fraction: float | None) -> float:
-    """The fraction each client holds out (0.0 without --federated-eval)."""
-    if not federated_eval:
-        if eval_fraction is not None:
-            raise ConfigError("--eval-fraction applies with --federated-eval only; add "
-                              "--federated-eval or drop --eval-fraction")
-        return 0.0
-    fraction = DEFAULT_EVAL_FRACTION if eval_fraction is None else eval_fraction
-    if not 0.0 < fraction < 1.0:
-        raise ConfigError(f"--eval-fraction must be between 0 and 1 (e.g. 0.2); got {fraction:g}")
-    return fraction
 
 
 def _check_min_class_count(min_class_count: int | None) -> None:

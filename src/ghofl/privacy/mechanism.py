@@ -348,9 +348,16 @@ class PrivateRelease:
     noise: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan's fields, the budget spent, the notes and (distributed) the noise kept."""
+        """The plan's fields, the budget spent, the notes and (distributed) the noise kept.
+
+        ``noise_multiplier_released`` is the multiplier of the Gaussian mechanism the release
+        was (central: the plan's; distributed: the kept z·√κ), which a later release composes
+        with (:func:`ghofl.server.eval_privacy.charge_evaluation`).
+        """
+        z = float(self.noise.get("noise_multiplier_kept", self.plan.noise_multiplier))
         out = {**self.plan.to_dict(), "epsilon_spent": self.epsilon_spent,
-               "delta_spent": self.delta_spent, "postprocessing": list(self.notes)}
+               "delta_spent": self.delta_spent, "noise_multiplier_released": z,
+               "postprocessing": list(self.notes)}
         if self.noise:
             out["distributed_noise"] = dict(self.noise)
         return out

@@ -33,8 +33,14 @@ def payload_differs(payload: ClientStats | VectorPayload, meta: StatsMeta | Vect
 
 
 def payload_digest(payload: ClientStats | VectorPayload) -> str:
-    """Hex SHA-256 of a payload, for the client's round ledger."""
-    return payload.digest() if isinstance(payload, VectorPayload) else stats_digest(payload)
+    """What the client's round ledger records of a payload.
+
+    Statistics: their SHA-256. Vectors: the digest of the data they came from when the
+    payload names it (:meth:`~ghofl.secure.vectors.VectorPayload.ledger_key`), so that a
+    second round over the same rows is a repeat even though the model scored or the noise
+    share differs.
+    """
+    return payload.ledger_key() if isinstance(payload, VectorPayload) else stats_digest(payload)
 
 
 def resolve_ledger(ledger: RoundLedger | Literal["default"] | None,

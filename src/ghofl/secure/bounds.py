@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import InputError, StatsValidationError, TotalOutOfBoundsError
+from ghofl.errors import ClientRefusalError, StatsValidationError, TotalOutOfBoundsError
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.meta import StatsMeta
@@ -180,9 +180,14 @@ class BoundFailure:
         return f"{self.check} ({self.where}): {self.detail}"
 
 
-def bounds_message(failures: tuple[BoundFailure, ...], shown: int = 3) -> str:
-    """The first ``shown`` failures in words, and how many more there are."""
-    text = "; ".join(str(f) for f in failures[:shown])
+def bounds_message(failures: tuple[BoundFailure, ...], shown: int = 3,
+                   public: bool = False) -> str:
+    """The first ``shown`` failures in words, and how many more there are.
+
+    ``public``: only each check's name and where it failed (a class name, public), without
+    the numbers of the values checked (a client's refusal, which leaves the client).
+    """
+    text = "; ".join(f"{f.check} ({f.where})" if public else str(f) for f in failures[:shown])
     more = len(failures) - shown
     return text + (f"; and {more} more" if more > 0 else "")
 
@@ -474,8 +479,10 @@ def refuse_client_stats(stats: ClientStats, max_samples: int,
 
     Raises
     ------
-    InputError
-        Naming the failed checks and the fix (recompute with clipping at R).
+    ClientRefusalError
+        Naming the failed checks, where (the class), the public limits and the fix
+        (recompute with clipping at R); never a number of the statistics, since a node
+        returns the message to the server. The numbers are in its ``local_detail``.
     """
     r = stats.meta.clip_norm
     if r is None:
@@ -484,11 +491,11 @@ def refuse_client_stats(stats: ClientStats, max_samples: int,
     ints, floats = schema_for(stats.mode).flatten(stats) if flat is None else flat
     failures = check_bounds(stats.meta, ints, floats, limits, psd=False)
     if failures:
-        raise InputError(
+        raise ClientRefusalError(
             f"these statistics are not what {limits.describe()} can produce: "
-            f"{bounds_message(failures)}; recompute them from the embeddings with clipping at "
-            f"R={r:g} (--clip {r:g}) instead of editing or merging them by hand"
-        )
+            f"{bounds_message(failures, public=True)}; recompute them from the embeddings with "
+            f"clipping at R={r:g} (--clip {r:g}) instead of editing or merging them by hand",
+            local_detail=bounds_message(failures, shown=len(failures)))
 
 
 def refuse_total(failures: tuple[BoundFailure, ...], limits: TotalLimits, what: str) -> None:

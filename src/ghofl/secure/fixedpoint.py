@@ -37,7 +37,14 @@ A vector payload (:class:`~ghofl.secure.vectors.VectorPayload` of a public
 :class:`~ghofl.secure.vectors.VectorMeta`) is encoded the same way with the bound of each
 float entry given by its description instead of M·R^k: its integer words, then the hi limbs,
 then the lo limbs, with per-entry exponents (:meth:`FixedPointCodec.vector_exponents`) and
-per-entry error bounds (:meth:`FixedPointCodec.vector_error_bounds`); integers are exact.
+per-entry error bounds (:meth:`FixedPointCodec.vector_error_bounds`); integers are exact. A
+decoded float total is within K·2^−(e1_j+e2+1) (``limbs=2``; K·2^−(e1_j+1) with ``limbs=1``)
+plus K·b_j·2^−51 of the exact sum of the clients' float64 values: the first term is the
+rounding of the lo limbs, the second the float64 arithmetic of the decoding (the hi and lo
+totals made float64 and added: a few roundings relative to the total, which is at most
+K·b_j). :meth:`FixedPointCodec.vector_exponents` refuses descriptions the words cannot carry:
+K times an integer bound of 2^62 or more, or K·b_j not finite or outside
+[2^−898, 2^1022] (the exponents and the error bound must stay normal float64 numbers).
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import ConfigError, InputError
+from ghofl.errors import ClientRefusalError, ConfigError, InputError
 from ghofl.secure.bounds import refuse_client_stats
 from ghofl.secure.vectors import VectorMeta, VectorPayload, refuse_client_vector
 from ghofl.stats.client_stats import ClientStats
@@ -64,6 +71,8 @@ DEFAULT_MAX_SAMPLES = 1_000_000
 #: Bits a summed integer word may use (of its 64): totals below 2^this cannot wrap.
 HEADROOM_BITS = 62
 _RELATIVE_SLACK = 1e-9  # accumulation rounding may exceed an exact bound by a few ulps
+#: The range of log2(K·b_j) a vector payload's float bound may take (see the module docstring).
+_LOG2_RANGE = (-898.0, 1022.0)
 
 
 @dataclass(frozen=True)
@@ -161,11 +170,11 @@ class FixedPointCodec:
                 f"--clip {self.clip_norm:g}"
             )
         if stats.n_samples > self.max_samples:
-            raise InputError(
-                f"this client holds {stats.n_samples} samples, more than the public maximum "
-                f"M={self.max_samples} per client that bounds the fixed-point encoding; raise "
-                "max_samples (--max-samples) for the whole federation"
-            )
+            raise ClientRefusalError(
+                f"this client holds more samples than the public maximum M={self.max_samples} "
+                "per client that bounds the fixed-point encoding; raise max_samples "
+                "(--max-samples) for the whole federation",
+                local_detail=f"the client holds {stats.n_samples} samples")
         ints, floats = schema_for(meta.mode).flatten(stats)
         refuse_client_stats(stats, self.max_samples, (ints, floats))
         return self.encode_vectors(meta, ints, floats)
@@ -275,7 +284,8 @@ class FixedPointCodec:
         Raises
         ------
         ConfigError
-            K times an integer bound does not fit in 62 bits (the sum could wrap).
+            K times an integer bound does not fit in 62 bits (the sum could wrap), or K times
+            a float bound is not finite or outside [2^−898, 2^1022].
         """
         if meta.int_bounds and self.num_clients * max(meta.int_bounds) >= 2**HEADROOM_BITS:
             raise ConfigError(
@@ -284,16 +294,35 @@ class FixedPointCodec:
                 "integer sums could wrap; lower the bounds (max_samples)"
             )
         _, fb = meta.bound_arrays()
-        total = self.num_clients * fb * (1.0 + _RELATIVE_SLACK)
-        e1 = np.floor(HEADROOM_BITS - np.log2(total)).astype(np.int64)
+        with np.errstate(over="ignore", divide="ignore"):
+            total = self.num_clients * fb * (1.0 + _RELATIVE_SLACK)
+            log = np.log2(total)
+        low, high = _LOG2_RANGE
+        bad = ~np.isfinite(log) | (log < low) | (log > high)
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise ConfigError(
+                f"num_clients × the float bound of entry {j} of {meta.name!r} = "
+                f"{self.num_clients} × {float(fb[j])!r} = {total[j]:.6g} is not within "
+                f"[2^{low:g}, 2^{high:g}], so the 64-bit fixed-point words cannot carry it; give "
+                "float bounds of a realistic magnitude")
+        e1 = np.floor(HEADROOM_BITS - log).astype(np.int64)
         e2 = HEADROOM_BITS - math.ceil(math.log2(max(self.num_clients, 2)))
         return e1, e2
 
     def vector_error_bounds(self, meta: VectorMeta) -> NDArray[np.float64]:
-        """Largest absolute error of each decoded float entry of a total, shape (F,)."""
+        """Largest absolute error of each decoded float entry of a total, shape (F,).
+
+        K·2^−(e1_j + e2 + 1) (``limbs=1``: K·2^−(e1_j + 1)), the rounding of the lo limbs,
+        plus K·b_j·2^−51, the float64 rounding of the decoding (see the module docstring),
+        against the exact sum of the clients' float64 entries.
+        """
         e1, e2 = self.vector_exponents(meta)
         bits = e1 + (e2 if self.limbs == 2 else 0) + 1
-        out: NDArray[np.float64] = np.ldexp(np.full(e1.shape, float(self.num_clients)), -bits)
+        k = float(self.num_clients)
+        _, fb = meta.bound_arrays()
+        out: NDArray[np.float64] = (np.ldexp(np.full(e1.shape, k), -bits)
+                                    + k * fb * (1.0 + _RELATIVE_SLACK) * 2.0**-51)
         return out
 
     def encode_payload(self, payload: VectorPayload) -> NDArray[np.uint64]:
@@ -351,9 +380,8 @@ def _check_bound(values: NDArray[np.float64], bound: float, name: str) -> None:
     if values.size == 0:
         return
     peak = float(np.max(np.abs(values)))
-    if peak > bound * (1.0 + _RELATIVE_SLACK):
-        raise InputError(
-            f"{name} holds a value of magnitude {peak:.6g}, above the public bound {bound:.6g} "
-            "that clipping to R with at most M samples guarantees; the client did not clip its "
-            "embeddings to R before computing statistics"
-        )
+    if not peak <= bound * (1.0 + _RELATIVE_SLACK):
+        raise ClientRefusalError(  # the message leaves the client: no value of its data
+            f"{name} holds a value above the public bound {bound:.6g} that clipping to R with "
+            "at most M samples guarantees; the client did not clip its embeddings to R before "
+            "computing statistics", local_detail=f"{name}: largest magnitude {peak!r}")

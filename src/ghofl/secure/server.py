@@ -97,8 +97,9 @@ class SecAggServer:
     meta : StatsMeta or VectorMeta
         The statistics every client must hold (mode, dim, classes, encoder, projection,
         clipping bound), or the public vectors of a vector round
-        (:mod:`ghofl.secure.vectors`: the total is then :meth:`vector_result`); a client
-        advertising other metadata is excluded.
+        (:mod:`ghofl.secure.vectors`: the total is then :meth:`vector_result`; bounds the
+        codec cannot carry raise ``ConfigError`` here, :meth:`FixedPointCodec.vector_exponents`);
+        a client advertising other metadata is excluded.
     clients : sequence of str, optional
         The clients invited to the round (default: the roster's; with a roster, exactly its
         clients: clients check the round's size against their roster).
@@ -169,6 +170,8 @@ class SecAggServer:
                 f"R={config.clip_norm:g}; it has {meta.clip_norm!r}"
             )
         self.params: SessionParams = config.for_clients(len(ids))
+        if isinstance(meta, VectorMeta):  # bounds the words cannot carry: refused up front
+            self.params.codec.vector_exponents(meta)
         if self.params.release_points and not isinstance(decode, LevelNoise):
             raise ConfigError(
                 "a round with dropout levels (SecAggConfig(noise_levels=...)) needs a decoder "

@@ -13,13 +13,16 @@ Encoding (:meth:`~ghofl.secure.fixedpoint.FixedPointCodec.encode`): the integer 
 as 64-bit words as they are; float entry j with bound b_j travels as the codec's limbs with the
 exponents of the statistics codec taken per entry (e1_j the largest exponent with
 K·b_j·2^e1_j ≤ 2^62, e2 = 62 − ⌈log2 K⌉), so no sum of K clients wraps and the decoded total
-is exact for integers and within K·2^−(e1_j + e2 + 1) (``limbs=2``; K·2^−(e1_j + 1) with
-``limbs=1``) of the float64 sum for floats
+is exact for integers and, for floats, within K·2^−(e1_j + e2 + 1) (``limbs=2``;
+K·2^−(e1_j + 1) with ``limbs=1``) plus K·b_j·2^−52 (the rounding of the result to float64)
+of the exact sum of the clients' float64 values
 (:meth:`~ghofl.secure.fixedpoint.FixedPointCodec.vector_error_bounds`).
 
 Checks. A client refuses, before masking, a payload with an entry beyond its public bound
-(:func:`refuse_client_vector`); the server refuses a decoded total beyond n times the bounds for
-its n contributors (:func:`refuse_vector_total`), so a lying client cannot blow the total up.
+(:func:`refuse_client_vector`: its message names the entry and the bound, never the value,
+since a node returns it to the server); the server refuses a decoded total beyond n times the
+bounds for its n contributors (:func:`refuse_vector_total`), so a lying client cannot blow the
+total up.
 """
 
 from __future__ import annotations
@@ -33,7 +36,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import ConfigError, InputError, StatsFormatError, TotalOutOfBoundsError
+from ghofl.errors import (
+    ClientRefusalError,
+    ConfigError,
+    InputError,
+    StatsFormatError,
+    TotalOutOfBoundsError,
+)
 
 if TYPE_CHECKING:  # fixedpoint imports this module
     from ghofl.secure.config import SessionParams
@@ -65,15 +74,21 @@ def _runs(values: tuple[float, ...] | tuple[int, ...]) -> list[list[Any]]:
     return out
 
 
-def _unruns(runs: Any, kind: type) -> tuple[Any, ...]:
+def _unruns(runs: Any, kind: type, limit: int | None = None) -> tuple[Any, ...]:
+    """Inverse of :func:`_runs`; refuses more than ``limit`` entries before expanding them."""
     if not isinstance(runs, list) or not all(isinstance(r, list) and len(r) == 2 for r in runs):
         raise ValueError("bounds must be a list of [value, count] runs")
-    out: list[Any] = []
+    total = 0
     for value, count in runs:
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"a run count must be a positive integer; got {count!r}")
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"a bound must be a number; got {value!r}")
+        total += count
+        if limit is not None and total > limit:
+            raise ValueError(f"the runs hold more than the {limit} entries expected")
+    out: list[Any] = []
+    for value, count in runs:
         out.extend([kind(value)] * count)
     return tuple(out)
 
@@ -133,8 +148,16 @@ class VectorMeta:
                 "int_bounds": _runs(self.int_bounds), "float_bounds": _runs(self.float_bounds)}
 
     @classmethod
-    def from_dict(cls, d: Any) -> VectorMeta:
+    def from_dict(cls, d: Any, limit: tuple[int, int] | None = None) -> VectorMeta:
         """Inverse of :meth:`to_dict`.
+
+        Parameters
+        ----------
+        d : dict
+            Fields of :meth:`to_dict` (e.g. another party's, not trusted).
+        limit : (int, int), optional
+            The most integer and float entries accepted: bounds describing more are refused
+            before they are expanded (a description from another party cannot exhaust memory).
 
         Raises
         ------
@@ -144,8 +167,9 @@ class VectorMeta:
         try:
             if not isinstance(d, dict) or d.get("format") != VECTOR_FORMAT:
                 raise ValueError(f"no format {VECTOR_FORMAT!r}")
-            return cls(str(d["name"]), _unruns(d["int_bounds"], int),
-                       _unruns(d["float_bounds"], float), bool(d["nonnegative"]))
+            n_int, n_float = (None, None) if limit is None else limit
+            return cls(str(d["name"]), _unruns(d["int_bounds"], int, n_int),
+                       _unruns(d["float_bounds"], float, n_float), bool(d["nonnegative"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise StatsFormatError(f"not a vector payload description ({exc})") from exc
 
@@ -176,11 +200,17 @@ class VectorPayload:
     meta : VectorMeta
     ints : ndarray of int64, shape (I,)
     floats : ndarray of float64, shape (F,)
+    source : str, default ""
+        Hex digest of the data the vectors were computed from (e.g. the held-out rows,
+        :func:`ghofl.evaluation.split.rows_digest`), or "" (none given). A client's round
+        ledger keys on it rather than on the vectors, which change with the model scored and
+        with a fresh noise share while the data does not (:meth:`ledger_key`).
     """
 
     meta: VectorMeta
     ints: NDArray[np.int64]
     floats: NDArray[np.float64]
+    source: str = ""
 
     def __post_init__(self) -> None:
         ints, floats = np.asarray(self.ints), np.asarray(self.floats)
@@ -201,6 +231,10 @@ class VectorPayload:
         h.update(self.floats.tobytes())
         return h.hexdigest()
 
+    def ledger_key(self) -> str:
+        """What a client's round ledger records: ``data:<source>``, else :meth:`digest`."""
+        return f"data:{self.source}" if self.source else self.digest()
+
 
 def _first_out(values: NDArray[Any], low: NDArray[Any], high: NDArray[Any]
                ) -> tuple[int, float, float, float] | None:
@@ -214,11 +248,13 @@ def _first_out(values: NDArray[Any], low: NDArray[Any], high: NDArray[Any]
 
 
 def _out_of_bounds(meta: VectorMeta, ints: NDArray[np.int64], floats: NDArray[np.float64],
-                   clients: int, float_slack: NDArray[np.float64]) -> str | None:
-    """The first entry beyond ``clients`` times the bounds, in words (None: all within).
+                   clients: int, float_slack: NDArray[np.float64]) -> tuple[str, str] | None:
+    """The first entry beyond ``clients`` times the bounds (None: all within).
 
-    Integers are compared exactly (int64: the codec keeps K·bound below 2^62); floats with a
-    relative slack of 1e-9 plus ``float_slack`` (the decoding error).
+    Returns (where, value): ``where`` names the entry and its public interval only,
+    ``value`` is the entry's value (the payload's, not public). Integers are compared exactly
+    (int64: the codec keeps K·bound below 2^62); floats with a relative slack of 1e-9 plus
+    ``float_slack`` (the decoding error).
     """
     ib, fb = meta.bound_arrays()
     hi_i = ib * np.int64(clients)
@@ -229,27 +265,32 @@ def _out_of_bounds(meta: VectorMeta, ints: NDArray[np.int64], floats: NDArray[np
         hit = _first_out(vals, low, high)
         if hit is not None:
             j, v, lo, up = hit
-            return f"{kind} entry {j} is {v:.6g}, outside [{lo:.6g}, {up:.6g}]"
+            return f"{kind} entry {j} is not finite or lies outside [{lo:.6g}, {up:.6g}]", \
+                f"{v!r}"
     return None
 
 
 def refuse_client_vector(payload: VectorPayload) -> None:
     """Client side: refuse a payload with an entry beyond its public bound (before masking).
 
+    The message names the entry and its public bound, never its value: a node returns the
+    message to the server (with a public bound of one row, a value would tell the server
+    about that row). The value is kept in the error's ``local_detail``.
+
     Raises
     ------
-    InputError
-        Naming the entry, its value and its bound.
+    ClientRefusalError
+        Naming the entry and its public bound.
     """
     meta = payload.meta
     problem = _out_of_bounds(meta, payload.ints, payload.floats, 1,
                              np.zeros(meta.n_float, dtype=np.float64))
     if problem is not None:
-        raise InputError(
+        where, value = problem
+        raise ClientRefusalError(
             f"the {meta.name!r} vectors exceed the public per-client bounds agreed for the "
-            f"round: {problem}; compute them again from at most the public maximum of rows "
-            "instead of editing them"
-        )
+            f"round: {where}; compute them again from at most the public maximum of rows "
+            "instead of editing them", local_detail=f"{where}: the value is {value}")
 
 
 def refuse_vector_total(meta: VectorMeta, ints: NDArray[np.int64], floats: NDArray[np.float64],
@@ -275,7 +316,8 @@ def refuse_vector_total(meta: VectorMeta, ints: NDArray[np.int64], floats: NDArr
     if problem is not None:
         raise TotalOutOfBoundsError(
             f"secure aggregation aborted: the {meta.name!r} total of {contributors} clients "
-            f"exceeds {contributors} times the public per-client bounds ({problem}); a client "
+            f"exceeds {contributors} times the public per-client bounds ({problem[0]}: the "
+            f"total is {problem[1]}); a client "
             "sent vectors beyond the public bounds (poisoned or corrupt), so nothing is released"
         )
 
@@ -308,7 +350,7 @@ def decode_vector_total(params: SessionParams, meta: VectorMeta, words: NDArray[
 def vector_meta_difference(text: str, meta: VectorMeta) -> str:
     """Why a client's advertised description ``text`` differs from the round's ``meta``."""
     try:
-        theirs = VectorMeta.from_dict(json.loads(text))
+        theirs = VectorMeta.from_dict(json.loads(text), (meta.n_int, meta.n_float))
     except (ValueError, TypeError, ConfigError, StatsFormatError) as exc:
         return f"advertised a malformed vector description ({exc})"
     diffs = meta.differences(theirs) or ["their canonical form"]

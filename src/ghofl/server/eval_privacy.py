@@ -64,7 +64,6 @@ from ghofl.evaluation.federated import LOG_LOSS_CAP, EvaluationSums, vector_boun
 from ghofl.heads.ood import HIST_BINS
 from ghofl.privacy import (
     NOISE_CLAMP_SIGMAS,
-    calibrate_noise_multiplier,
     check_epsilon_delta,
     truncation_probability,
 )
@@ -415,18 +414,18 @@ def composed_epsilon(noise_multipliers: Sequence[float], delta: float) -> float:
 def charge_evaluation(privacy: dict[str, Any], release: EvaluationRelease) -> dict[str, Any]:
     """A run's privacy report with the evaluation release charged to it.
 
-    The fit is accounted as the Gaussian mechanism whose single release spends the fit's
-    ``epsilon_spent`` at the run's δ (:func:`~ghofl.privacy.calibrate_noise_multiplier`, the
-    smallest such multiplier, so never less loss than the fit had); composed with the
-    evaluation's Gaussian mechanism at the same δ. Any extra δ of the fit (the clamping term of
-    distributed mode) is added to the total δ, and so is the evaluation's own clamping term
-    (1 + e^ε)·p of distributed mode (ε the composed one, which bounds the evaluation's).
+    The fit is accounted as the Gaussian mechanism it was, of the multiplier the report
+    carries (``noise_multiplier_released``, else the plan's ``noise_multiplier``, which is
+    never larger); composed with the evaluation's Gaussian mechanism at the run's δ. Any
+    extra δ of the fit (the clamping term of distributed mode) is added to the total δ, and
+    so is the evaluation's own clamping term (1 + e^ε)·p of distributed mode (ε the composed
+    one, which bounds the evaluation's).
 
     Parameters
     ----------
     privacy : dict
-        :meth:`~ghofl.privacy.PrivateRelease.to_dict` of the fit (``epsilon_spent``,
-        ``delta_spent``, ``delta``).
+        :meth:`~ghofl.privacy.PrivateRelease.to_dict` of the fit (``noise_multiplier_released``
+        or ``noise_multiplier``, ``delta_spent``, ``delta``).
     release : EvaluationRelease
 
     Returns
@@ -434,10 +433,19 @@ def charge_evaluation(privacy: dict[str, Any], release: EvaluationRelease) -> di
     dict
         ``privacy`` plus ``evaluation`` (noise multiplier, σ per block, sensitivity, what
         added the noise) and ``epsilon_total``, ``delta_total`` covering fit and evaluation.
+
+    Raises
+    ------
+    ConfigError
+        ``privacy`` names no noise multiplier of the fit.
     """
     delta = float(privacy["delta"])
-    z_fit = calibrate_noise_multiplier(float(privacy["epsilon_spent"]), delta)
-    eps = composed_epsilon((z_fit, release.noise_multiplier), delta)
+    z_fit = privacy.get("noise_multiplier_released", privacy.get("noise_multiplier"))
+    if isinstance(z_fit, bool) or not isinstance(z_fit, int | float):
+        raise ConfigError("the fit's privacy report names no noise multiplier "
+                          "(noise_multiplier_released or noise_multiplier), so the evaluation "
+                          "cannot be composed with it; pass PrivateRelease.to_dict() of the fit")
+    eps = composed_epsilon((float(z_fit), release.noise_multiplier), delta)
     sens, scale = evaluation_sensitivity(release.sums)
     return {**privacy, "epsilon_total": eps,
             "delta_total": (delta + max(float(privacy["delta_spent"]) - delta, 0.0)

@@ -13,7 +13,9 @@ them with the protocol of the statistics round:
   travel as exact fixed-point words (counts exact, floats to within the codec's error bound),
   a client whose sums exceed the bounds refuses before masking, dropouts after the key
   exchange are tolerated as in the statistics round, and the decoded total is checked against
-  the bounds of its number of contributors;
+  the bounds of its number of contributors, and a total within the bounds whose sums are
+  inconsistent (e.g. bin counts that do not add up to the confusion counts) aborts the round
+  (:func:`total_sums`);
 * secure with distributed DP (``noise_multiplier``): every client adds its share of the
   Gaussian noise to its sums before masking (:func:`~ghofl.server.eval_privacy.
   evaluation_noise_share`), so the server decodes only a noisy total, which it post-processes
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ghofl.errors import ConfigError, InputError
+from ghofl.errors import AggregationAbortedError, ConfigError, InputError
 from ghofl.evaluation.federated import EvaluationSums, vector_bounds
 from ghofl.secure import (
     DEFAULT_MAX_SAMPLES,
@@ -54,7 +56,7 @@ from ghofl.server.eval_privacy import (
 )
 
 __all__ = ["EVALUATION_VECTORS", "EvaluationRound", "aggregate_evaluation", "evaluation_meta",
-           "secure_evaluation_round"]
+           "secure_evaluation_round", "total_sums"]
 
 #: The name of the evaluation vectors in a round's public description.
 EVALUATION_VECTORS = "evaluation"
@@ -95,6 +97,26 @@ def evaluation_meta(layout: EvaluationSums, max_samples: int) -> VectorMeta:
     ib, fb = vector_bounds(layout, max_samples)
     return VectorMeta(EVALUATION_VECTORS, tuple(int(v) for v in ib),
                       tuple(float(v) for v in fb))
+
+
+def total_sums(layout: EvaluationSums, total: VectorPayload) -> EvaluationSums:
+    """The decoded exact total of a secure round as sums of ``layout``'s classes and heads.
+
+    Raises
+    ------
+    AggregationAbortedError
+        The total lies within the public bounds but no honest clients' sums add up to it
+        (e.g. bin counts that do not add up to the confusion counts): a client sent
+        inconsistent sums (poisoned), so nothing is released.
+    """
+    try:
+        return EvaluationSums.from_vectors(layout.classes, tuple(layout.heads), layout.bins,
+                                           total.ints, total.floats)
+    except InputError as exc:
+        raise AggregationAbortedError(
+            "secure aggregation aborted: the evaluation total is within the public bounds but "
+            "inconsistent (its sums do not fit together as honest clients' sums do): a client "
+            f"sent inconsistent sums (poisoned), so nothing is released ({exc})") from None
 
 
 def _zeros(layout: EvaluationSums) -> EvaluationSums:
@@ -148,7 +170,7 @@ def aggregate_evaluation(sums: Mapping[str, EvaluationSums | None], *,
     """
     present = [s for s in sums.values() if s is not None]
     if not present:
-        raise InputError("no client holds a held-out row; give clients at least 2 rows or a "
+        raise InputError("no client holds a held-out row; give clients more rows or a "
                          "larger evaluation fraction")
     layout = present[0]
     if max_samples is None:
@@ -173,9 +195,7 @@ def aggregate_evaluation(sums: Mapping[str, EvaluationSums | None], *,
                     for (c, s), r in zip(filled.items(), rngs, strict=True)}
     out, server = _secure(payloads, config, identities, roster, policy, drops, seed)
     if noise_multiplier is None:
-        return EvaluationRound(EvaluationSums.from_vectors(
-            layout.classes, tuple(layout.heads), layout.bins, out.total.ints, out.total.floats),
-            out.summary)
+        return EvaluationRound(total_sums(layout, out.total), out.summary)
     release = release_noisy_total(layout, out.total, noise_multiplier, server.params,
                                   len(server.survivors))
     return EvaluationRound(release.sums, out.summary, release)
@@ -232,7 +252,8 @@ def secure_evaluation_round(config: SecAggConfig, layout: EvaluationSums, client
     layout : EvaluationSums
         Any value of the round's shape (classes, heads, bins, histogram); its values unused.
     clients : list of str
-        The round's clients (with a roster: exactly the roster's ids).
+        The round's invited clients (with a roster: exactly the roster's ids; the transport
+        may reach only some of them, the others are the round's dropouts).
     roster : Roster or None
     transport : object
         A :class:`~ghofl.secure.transport.Transport` reaching the clients (e.g. Flower's).
@@ -256,9 +277,7 @@ def secure_evaluation_round(config: SecAggConfig, layout: EvaluationSums, client
     server = SecAggServer(config, meta, list(clients), roster=roster)
     out = run_vector_sum(server, transport)
     if noise_multiplier is None:
-        return (EvaluationSums.from_vectors(layout.classes, tuple(layout.heads), layout.bins,
-                                            out.total.ints, out.total.floats),
-                dict(out.summary), None)
+        return total_sums(layout, out.total), dict(out.summary), None
     release = release_noisy_total(layout, out.total, noise_multiplier, server.params,
                                   len(server.survivors))
     return release.sums, dict(out.summary), release

@@ -32,8 +32,9 @@ from ghofl.client.job import client_statistics
 from ghofl.client.transforms import apply_feature_transform, transformed_dim, transformed_info
 from ghofl.data.embeddings import check_labelled_embeddings
 from ghofl.data.partition import dirichlet_partition
-from ghofl.errors import ConfigError, InputError
+from ghofl.errors import InputError
 from ghofl.evaluation.federated import federated_ood_report, local_evaluation, report
+from ghofl.evaluation.split import held_out_mask
 from ghofl.heads.build import build_heads, head_defaults, to_jsonable
 from ghofl.heads.ood import MahalanobisOOD, ood_or_none
 from ghofl.privacy import noise_share_encoder
@@ -237,9 +238,10 @@ class Population:
     encoder : EncoderInfo, optional
         Encoder fingerprint stored in the payloads.
     eval_fraction : float, default 0.0
-        Fraction of its rows every client holds out (seeded by the server job's seed) and
-        scores the fitted heads on (federated evaluation); its statistics come from the
-        rest. 0.0: no federated evaluation.
+        Probability with which every client holds out each of its rows (a hash of the row
+        keyed by the server job's seed, :mod:`ghofl.evaluation.split`) and scores the fitted
+        heads on them (federated evaluation); its statistics come from the rest. 0.0: no
+        federated evaluation.
     """
 
     clients: int
@@ -315,7 +317,7 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     t0 = time.perf_counter()
     parts = dirichlet_partition(ytr, clients, population.alpha, server_job.seed,
                                 min_per_client=population.min_per_client)
-    parts, held = _held_out(parts, population.eval_fraction, server_job.seed)
+    parts, held = _held_out(parts, xtr, ytr, population.eval_fraction, server_job.seed)
     stages["partition"] = time.perf_counter() - t0
 
     ids = [f"client-{i:0{len(str(max(clients - 1, 1)))}d}" for i in range(clients)]
@@ -383,24 +385,19 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     )
 
 
-def _held_out(parts: list[I64], fraction: float, seed: int) -> tuple[list[I64], list[I64]]:
-    """Every client's rows split into (training rows, held-out rows), seeded by ``seed``.
+def _held_out(parts: list[I64], x: F64, y: I64, fraction: float, seed: int
+              ) -> tuple[list[I64], list[I64]]:
+    """Every client's rows split into (training rows, held-out rows).
 
-    A client holds out floor(fraction · n) of its n rows, at least 1 when n >= 2, and keeps
-    at least one for its statistics.
+    Row by row (:func:`~ghofl.evaluation.split.held_out_mask`, keyed by ``seed``, the rule of
+    the Flower nodes): whether a row is held out depends on that row only, never on how many
+    rows its client holds; a client may hold out none (it then sends zero sums).
     """
-    if not (0.0 <= fraction < 1.0) or isinstance(fraction, bool):
-        raise ConfigError(f"the evaluation fraction must be in [0, 1) (e.g. 0.2); got "
-                          f"{fraction!r}")
-    if fraction == 0.0:
-        return parts, [np.zeros(0, dtype=np.int64) for _ in parts]
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xE7A1]))
     train, held = [], []
     for idx in parts:
-        k = min(max(int(np.floor(fraction * idx.size)), 1), idx.size - 1)
-        perm = rng.permutation(idx)
-        held.append(np.sort(perm[:max(k, 0)]))
-        train.append(np.sort(perm[max(k, 0):]))
+        mask = held_out_mask(x[idx], y[idx], fraction, seed)
+        held.append(idx[mask])
+        train.append(idx[~mask])
     return train, held
 
 
@@ -416,7 +413,11 @@ def _federated_evaluation(heads: Mapping[str, Any], x: F64, y: I64, held: Sequen
     noises the total (:func:`~ghofl.server.eval_privacy.release_evaluation`, the fit's noise
     multiplier); under distributed DP the clients add noise shares before masking and the
     server only post-processes; either release is charged to ``privacy`` (returned with
-    ``epsilon_total``). With the
+    ``epsilon_total``). The noise (of the shares and of the central release) is drawn from
+    the plan's seed, as the simulated statistics round's is: reproducible, which a
+    simulation wants, and no secret from whoever knows the plan (a simulation property;
+    deployments, :mod:`ghofl.integrations.flower`, draw noise from OS entropy). ``n`` is the
+    released total's number of rows (noised under DP). With the
     model's OOD score ``ood``: its threshold calibrated from the total of the clients' score
     histograms (``"ood"``, :func:`federated_ood_report`).
     """
@@ -447,7 +448,7 @@ def _federated_evaluation(heads: Mapping[str, Any], x: F64, y: I64, held: Sequen
         release = release_evaluation(total, noise.noise_multiplier, rng)
         total, privacy = release.sums, charge_evaluation(privacy, release)
         how += ", Gaussian noise added by the server (DP)"
-    return {"clients": total.clients, "n": int(sum(idx.size for idx in held)),
+    return {"clients": total.clients, "n": next(iter(total.heads.values())).n,
             "aggregation": how, "protocol": rnd.aggregation,
             "heads": report(total), "ood": federated_ood_report(total, ood)}, privacy
 

@@ -45,7 +45,10 @@ Ledger (secure protocol): the node keeps the rounds its data entered in a round 
 its data file (:func:`node_ledger`: ``<name>`` is its roster id, else ``partition-<partition
 id>``); the node config key ``ledger`` names another file, or ``ledger="none"`` keeps none. The
 node refuses a round id it has seen and a second round over the same data unless
-``allow-repeat-rounds=true``.
+``allow-repeat-rounds=true``: for the evaluation stage, a second round over the same held-out
+rows, whatever the model scored or the noise share (the ledger records the digest of the
+rows, :mod:`ghofl.integrations.flower.eval_node`). Every entry records the plan's (ε, δ)
+(:meth:`RunSetup.privacy_cost`; 0 without DP).
 
 Simulation: the simulation engine gives its nodes only ``partition-id`` and ``num-partitions``.
 When the environment variable :data:`SIM_NODE_CONFIG_ENV` names a JSON file mapping partition
@@ -97,7 +100,6 @@ from ghofl.integrations.flower.eval_node import (  # noqa: E402
 from ghofl.integrations.flower.evaluation import (  # noqa: E402
     MODEL_RECORD,
     is_vector_meta,
-    split_key,
 )
 from ghofl.integrations.flower.records import (  # noqa: E402
     message_from_record,
@@ -174,8 +176,7 @@ def handle_query(content: RecordDict, context: Context) -> RecordDict:
         me = NodeIdentity.from_node_config(node_cfg, context.node_id)
         if MODEL_RECORD in content:  # the evaluation stage's model (flower.evaluation)
             setup = run_setup(context.run_id, run_cfg)
-            rd = answer_model(content, context, setup, data_source(node_cfg, run_cfg),
-                              partition, me.client_id)
+            rd = answer_model(content, context, setup, data_source(node_cfg, run_cfg))
             info["seconds"] = time.perf_counter() - t0
             rd[CLIENT_INFO] = ConfigRecord(info)
             return rd
@@ -186,8 +187,7 @@ def handle_query(content: RecordDict, context: Context) -> RecordDict:
         setup = run_setup(context.run_id, run_cfg)
         job = setup.job
         source = data_source(node_cfg, run_cfg)
-        stats = _lazy(source, setup, node_cfg.get(STATS_CACHE_KEY), info,
-                      split_key(partition, me.client_id))
+        stats = _lazy(source, setup, node_cfg.get(STATS_CACHE_KEY), info)
         if isinstance(request, PlainRequest):
             reply = PlainClient(me.client_id, stats).handle(request)
         else:
@@ -405,8 +405,8 @@ def data_source(node_cfg: Mapping[str, Any], run_cfg: Mapping[str, Any]) -> Path
     return Path(template.format(partition_id=part))
 
 
-def _lazy(source: Path, setup: RunSetup, cache: object, info: dict[str, Any],
-          key: int) -> Callable[[], ClientStats]:
+def _lazy(source: Path, setup: RunSetup, cache: object, info: dict[str, Any]
+          ) -> Callable[[], ClientStats]:
     """The statistics, computed (or read from the node's cache) only when called.
 
     With the run's evaluation stage, of the node's training part only (never cached: the
@@ -415,7 +415,7 @@ def _lazy(source: Path, setup: RunSetup, cache: object, info: dict[str, Any],
     def make() -> ClientStats:
         from ghofl.client.stats_cache import cached_statistics
 
-        part = node_statistics(source, setup, setup.run_config, key)
+        part = node_statistics(source, setup, setup.run_config)
         if part is not None:
             info["stats-cached"] = False
             return part
@@ -431,7 +431,8 @@ def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, s
     encode = setup.encoder()
     client_id = me.client_id
     kw: dict[str, Any] = {"identity": me.identity, "roster": me.roster, "policy": me.policy,
-                          "ledger": ledger, "allow_unauthenticated": me.insecure_keys}
+                          "ledger": ledger, "allow_unauthenticated": me.insecure_keys,
+                          "privacy_cost": setup.privacy_cost()}
     if isinstance(request, AdvertiseRequest):  # a new round: forget any earlier one
         if is_vector_meta(request.meta):  # the evaluation stage's vector round
             return SecAggClient(client_id, round_payload(context, setup, request.meta,
@@ -505,6 +506,15 @@ class RunSetup:
                     "(the federation's size, which sizes every region's codec)")
         return cls(plan, plan.clients_job, plan.secagg_config() if plan.secure else None,
                    plan.noise_plan() if plan.distributed_dp else None, size, dict(run_cfg))
+
+    def privacy_cost(self) -> tuple[float, float]:
+        """(ε, δ) one round spends on the node's data, for its ledger: the plan's DP budget.
+
+        The statistics release and the evaluation release (the same noise multiplier) each
+        spend at most the plan's (ε, δ); (0, 0) without DP.
+        """
+        dp = self.plan.aggregation.dp
+        return (0.0, 0.0) if dp is None else (float(dp.epsilon), float(dp.delta))
 
     def encoder(self) -> PayloadEncoder | None:
         """The secure client's payload encoder for one round (``None``: the default codec).

@@ -2,12 +2,15 @@
 
 The node scores the model the server sent on its held-out rows, keeps the sums in
 ``context.state`` and (plain protocol) returns them; in the secure vector round that follows,
-it masks those kept sums (:func:`round_payload`). Its statistics come from the rest of its
-rows (:func:`node_statistics`).
+it masks those kept sums (:func:`round_payload`), naming the digest of its held-out rows as
+the payload's source (what its round ledger records: one evaluation round per held-out set).
+It tells the server only whether it holds held-out rows, never how many. Its statistics come
+from the rest of its rows (:func:`node_statistics`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +20,7 @@ import numpy as np
 from ghofl.data.embeddings import Embeddings, align_labels, load_embeddings
 from ghofl.errors import InputError, ProtocolError
 from ghofl.evaluation.federated import EvaluationSums
+from ghofl.evaluation.split import rows_digest
 from ghofl.integrations.flower.evaluation import (
     EVAL_INFO,
     EVAL_STATE,
@@ -26,7 +30,6 @@ from ghofl.integrations.flower.evaluation import (
     evaluation_payload,
     held_out_rows,
     score_model,
-    split_key,
 )
 from ghofl.secure import VectorMeta, VectorPayload
 from ghofl.secure.config import SessionParams
@@ -42,7 +45,7 @@ RunSetup = Any
 __all__ = ["answer_model", "node_rows", "node_statistics", "round_payload", "saved_payload"]
 
 
-def node_rows(source: Path, setup: RunSetup, fraction: float, key: int
+def node_rows(source: Path, setup: RunSetup, fraction: float
               ) -> tuple[Embeddings, Embeddings]:
     """The node's embeddings split into (training part, held-out part).
 
@@ -55,26 +58,28 @@ def node_rows(source: Path, setup: RunSetup, fraction: float, key: int
         raise InputError(f"the evaluation stage scores embeddings archives (.npz); this "
                          f"node's data is '{source}': embed it first (ghofl embed)")
     emb = load_embeddings(source, "data-path")
-    train, held = held_out_rows(int(emb.y.shape[0]), fraction, setup.plan.server.seed, key)
+    train, held = held_out_rows(emb.x, emb.y, fraction, setup.plan.server.seed)
     return (Embeddings(emb.path, emb.x[train], emb.y[train], emb.classes),
             Embeddings(emb.path, emb.x[held], emb.y[held], emb.classes))
 
 
-def node_statistics(source: Path, setup: RunSetup, run_cfg: dict[str, Any],
-                    key: int) -> ClientStats | None:
+def node_statistics(source: Path, setup: RunSetup, run_cfg: dict[str, Any]
+                    ) -> ClientStats | None:
     """The node's statistics of its training part when the run evaluates (else None)."""
     from ghofl.client.job import client_statistics
 
     fraction = eval_fraction(run_cfg)
     if fraction <= 0.0:
         return None
-    train, _ = node_rows(source, setup, fraction, key)
+    train, _ = node_rows(source, setup, fraction)
     return client_statistics(train, setup.job)
 
 
-def answer_model(content: Any, context: Context, setup: RunSetup, source: Path,
-                 partition: int, client_id: str) -> RecordDict:
+def answer_model(content: Any, context: Context, setup: RunSetup, source: Path) -> RecordDict:
     """Score the model in the message on the node's held-out rows; keep (and return) the sums.
+
+    The reply's :data:`EVAL_INFO` says only whether the node holds held-out rows (``held``,
+    a bool): their number would tell the server the node's size.
 
     Raises
     ------
@@ -95,16 +100,17 @@ def answer_model(content: Any, context: Context, setup: RunSetup, source: Path,
                  for i, n in enumerate(names)}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProtocolError(f"the model message is malformed ({exc!r})") from exc
-    _, held = node_rows(source, setup, fraction, split_key(partition, client_id))
+    _, held = node_rows(source, setup, fraction)
     y = align_labels(held.y, held.classes, setup.job.classes, f"'{source}'")
     sums = score_model(files, held.x, y)
     reply = RecordDict()
-    reply[EVAL_INFO] = ConfigRecord({"held": int(y.size)})
+    reply[EVAL_INFO] = ConfigRecord({"held": bool(y.size)})
     if sums is not None:
         ints, floats = sums.to_vectors()
         context.state[EVAL_STATE] = ConfigRecord({
             "classes": json.dumps(list(sums.classes)), "heads": json.dumps(list(sums.heads)),
-            "bins": int(sums.bins), "ints": ints.tobytes(), "floats": floats.tobytes()})
+            "bins": int(sums.bins), "ints": ints.tobytes(), "floats": floats.tobytes(),
+            "rows": rows_digest(held.x, y)})
         if setup.secagg is None:
             from flwr.app import Array
 
@@ -124,7 +130,11 @@ def _kept(context: Context) -> dict[str, Any]:
 
 def round_payload(context: Context, setup: RunSetup, meta_text: str,
                   params: tuple[tuple[str, str], ...]) -> VectorPayload:
-    """At the advertise stage: the payload the node masks (saved for the later stages)."""
+    """At the advertise stage: the payload the node masks (saved for the later stages).
+
+    Its source is the digest of the held-out rows the sums were computed from (the key of
+    the node's round ledger, whatever the model or the noise share).
+    """
     kept = _kept(context)
     sums = EvaluationSums.from_vectors(
         tuple(json.loads(kept["classes"])), tuple(json.loads(kept["heads"])), int(kept["bins"]),
@@ -134,6 +144,7 @@ def round_payload(context: Context, setup: RunSetup, meta_text: str,
     payload = evaluation_payload(sums, meta_text, SessionParams.from_items(params),
                                  setup.secagg.max_samples,
                                  None if setup.noise is None else setup.noise.noise_multiplier)
+    payload = dataclasses.replace(payload, source=str(kept["rows"]))
     from flwr.app import ConfigRecord
 
     context.state[EVAL_STATE] = ConfigRecord({
@@ -150,4 +161,5 @@ def saved_payload(context: Context) -> VectorPayload:
                             "the advertise stage)")
     return VectorPayload(VectorMeta.from_dict(json.loads(kept["payload-meta"])),
                          np.frombuffer(bytes(kept["payload-ints"]), dtype=np.int64).copy(),
-                         np.frombuffer(bytes(kept["payload-floats"]), dtype=np.float64).copy())
+                         np.frombuffer(bytes(kept["payload-floats"]), dtype=np.float64).copy(),
+                         source=str(kept["rows"]))

@@ -1,26 +1,33 @@
 """The Flower evaluation stage: the nodes score the fitted model on their held-out rows.
 
 With the run config key :data:`EVAL_KEY` (``federated-eval``, a fraction f in (0, 1); 0 or
-absent: no stage), every node holds out a seeded fraction of its rows (:func:`held_out_rows`,
-the count rule of ``ghofl simulate --federated-eval``: ⌊f·n⌋ rows, at least 1 and at most
-n − 1, chosen by a permutation seeded by the plan's seed and the node's partition id) and
-computes its statistics from the rest (:func:`node_statistics`). After the fit, the ServerApp
-(:func:`run_evaluation`):
+absent: no stage), every node holds out each of its rows with probability f
+(:func:`held_out_rows`, the rule of ``ghofl simulate --federated-eval``: a keyed hash of the
+row and its label under the plan's seed decides, whatever the node's other rows,
+:mod:`ghofl.evaluation.split`) and computes its statistics from the rest
+(:func:`~ghofl.integrations.flower.eval_node.node_statistics`). After the fit, the ServerApp
+(:func:`~ghofl.integrations.flower.eval_server.run_evaluation`):
 
 1. sends every node the model directory's files (one message per node: an ``ArrayRecord``
    :data:`MODEL_RECORD` of uint8 arrays and a ``ConfigRecord`` :data:`EVAL_INFO` naming them;
    at most :data:`MAX_MODEL_BYTES`, below Flower's gRPC message limit). The node loads the
    model, scores it on its held-out rows (:func:`~ghofl.evaluation.federated.local_evaluation`)
    and keeps its :class:`~ghofl.evaluation.federated.EvaluationSums` in ``context.state``
-   (:data:`EVAL_STATE`); with the plain protocol it returns them (:data:`EVAL_SUMS`);
-2. secure protocol: runs one vector round (:mod:`ghofl.secure.vectors`) over the nodes that
-   answered, with the statistics round's identities, roster, node policy and ledger; the node
-   recognises the round by its advertised :class:`~ghofl.secure.VectorMeta` and masks the
-   sums it kept (under distributed DP first adding its noise share,
-   :func:`~ghofl.server.eval_privacy.evaluation_noise_share`, for the round's threshold);
+   (:data:`EVAL_STATE`); it answers only whether it holds held-out rows (never how many);
+   with the plain protocol it returns its sums (:data:`EVAL_SUMS`);
+2. secure protocol: runs one vector round (:mod:`ghofl.secure.vectors`) with the statistics
+   round's identities, roster (every roster client is invited; those that scored nothing
+   are its dropouts), node policy and ledger; the node recognises the round by its
+   advertised :class:`~ghofl.secure.VectorMeta` and masks the sums it kept (under
+   distributed DP first adding its noise share,
+   :func:`~ghofl.server.eval_privacy.evaluation_noise_share`, for the round's threshold).
+   Its ledger records the digest of its held-out rows (:func:`~ghofl.evaluation.split.
+   rows_digest`) with the round's privacy cost, so it refuses a second evaluation round
+   over the same rows unless its node config says ``allow-repeat-rounds=true``;
 3. releases the total (central DP: noised by the server; distributed: post-processed only),
    charges it to the run's privacy report and returns the report of
-   :func:`~ghofl.evaluation.federated.report`, which the ServerApp writes to ``results.json``
+   :func:`~ghofl.evaluation.federated.report` (its row count ``n`` read from the released
+   total), which the ServerApp writes to ``results.json``
    (``federated_evaluation``) and records in the model card
    (:func:`~ghofl.model.card_update.record_evaluation`).
 
@@ -29,9 +36,7 @@ The OOD score histogram is not collected on Flower (the nodes score the heads on
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,6 +47,7 @@ from numpy.typing import NDArray
 
 from ghofl.errors import ConfigError, ProtocolError
 from ghofl.evaluation.federated import DEFAULT_BINS, EvaluationSums, local_evaluation
+from ghofl.evaluation.split import split_rows
 from ghofl.secure import VectorMeta, VectorPayload
 from ghofl.secure.config import SessionParams
 from ghofl.secure.vectors import VECTOR_FORMAT
@@ -54,14 +60,14 @@ from ghofl.server.federated_eval import evaluation_meta
 
 __all__ = ["EVAL_INFO", "EVAL_KEY", "EVAL_STATE", "EVAL_SUMS", "MAX_MODEL_BYTES", "MODEL_RECORD",
            "eval_fraction", "evaluation_payload", "held_out_rows", "is_vector_meta",
-           "layout_of", "model_files", "score_model", "split_key"]
+           "layout_of", "model_files", "score_model"]
 
 #: Run config key: the fraction of its rows every node holds out for the evaluation stage.
 EVAL_KEY = "federated-eval"
 #: ArrayRecord of the model files (uint8 arrays ``f0``, ``f1``, ...) in the model message.
 MODEL_RECORD = "ghofl-eval-model"
 #: ConfigRecord of the model message (``files``: the relative names of ``f0``, ...) and of
-#: the node's reply (``held``: its held-out rows).
+#: the node's reply (``held``: whether it holds held-out rows, a bool).
 EVAL_INFO = "ghofl-eval"
 #: ArrayRecord of a node's evaluation vectors (``ints``, ``floats``), plain protocol.
 EVAL_SUMS = "ghofl-eval-sums"
@@ -69,7 +75,6 @@ EVAL_SUMS = "ghofl-eval-sums"
 EVAL_STATE = "ghofl-eval-state"
 #: Largest model the stage sends (Flower's gRPC messages stop at 512 MiB).
 MAX_MODEL_BYTES = 256 * 2**20
-_SPLIT_TAG = 0xE7A1  # as the simulation's held-out split
 
 
 def eval_fraction(run_cfg: Mapping[str, Any]) -> float:
@@ -88,26 +93,14 @@ def eval_fraction(run_cfg: Mapping[str, Any]) -> float:
     return float(value)
 
 
-def held_out_rows(n: int, fraction: float, seed: int, key: int
+def held_out_rows(x: NDArray[Any], y: NDArray[Any], fraction: float, seed: int
                   ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """(training rows, held-out rows) of a node's n rows, sorted.
+    """(training rows, held-out rows) of a node's rows ``x`` (n, d) labelled ``y`` (n,), sorted.
 
-    ⌊fraction·n⌋ rows held out, at least 1 when n ≥ 2, at most n − 1; which ones by a
-    permutation seeded by (``seed``, ``key``), ``key`` the node's partition id.
+    Each row is held out by :func:`~ghofl.evaluation.split.held_out_mask` under ``seed`` (the
+    plan's), independently of the node's other rows and of n.
     """
-    if fraction <= 0.0 or n < 2:
-        return np.arange(n, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    k = min(max(math.floor(fraction * n), 1), n - 1)
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), _SPLIT_TAG, int(key)]))
-    perm = rng.permutation(n).astype(np.int64)
-    return np.sort(perm[k:]), np.sort(perm[:k])
-
-
-def split_key(partition: int, client_id: str) -> int:
-    """The key of a node's held-out split: its partition id, else a hash of its client id."""
-    if partition >= 0:
-        return int(partition)
-    return int.from_bytes(hashlib.sha256(client_id.encode()).digest()[:8], "big")
+    return split_rows(x, y, fraction, seed)
 
 
 def model_files(model_dir: Path) -> dict[str, bytes]:
@@ -186,7 +179,9 @@ def evaluation_payload(sums: EvaluationSums, meta_text: str, params: SessionPara
     ProtocolError
         The advertised description is not the one these sums, M and the node's plan give.
     """
-    meta = VectorMeta.from_dict(json.loads(meta_text))
+    ints, floats = sums.to_vectors()  # no description longer than the node's own is expanded
+    entries = ints.size + floats.size
+    meta = VectorMeta.from_dict(json.loads(meta_text), (entries, entries))
     if meta.name == NOISY_EVALUATION_VECTORS:
         if noise_multiplier is None:
             raise ProtocolError("the server advertised noised evaluation vectors but this "
@@ -201,4 +196,4 @@ def evaluation_payload(sums: EvaluationSums, meta_text: str, params: SessionPara
     if mine.differences(meta) or noise_multiplier is not None:
         raise ProtocolError("the advertised evaluation vectors differ from this node's ("
                             f"{'; '.join(mine.differences(meta)) or 'no noise share'})")
-    return VectorPayload(mine, *sums.to_vectors())
+    return VectorPayload(mine, ints, floats)
