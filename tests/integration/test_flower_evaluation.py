@@ -19,8 +19,9 @@ import pytest
 pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")
 
 from ghofl.evaluation.federated import local_evaluation, report
+from ghofl.heads.ood import DEFAULT_FPR
 from ghofl.integrations.flower.evaluation import EVAL_KEY, held_out_rows
-from ghofl.model.directory import load_model
+from ghofl.model.directory import load_model, load_ood
 from tests.integration.test_flower import APP, _closed, _config, _data, _simulated
 
 pytestmark = pytest.mark.slow
@@ -44,11 +45,14 @@ def test_secure_evaluation_stage_equals_the_nodes_local_evaluations(tmp_path: Pa
     assert sorted(fed["protocol"]["survivor_ids"]) == [f"site-{i}" for i in range(NODES)]
     model_dir = tmp_path / "out" / "model"
     model = load_model(model_dir)
+    ood = load_ood(model_dir, model.manifest)
+    assert ood is not None
     sums, train_rows = [], 0
     for idx in data["parts"]:
         train, held = held_out_rows(data["xtr"][idx], data["ytr"][idx], FRACTION, SEED)
         train_rows += train.size
-        sums.append(local_evaluation(model, data["xtr"][idx][held], data["ytr"][idx][held]))
+        sums.append(local_evaluation(model, data["xtr"][idx][held], data["ytr"][idx][held],
+                                     ood=ood))
     want = sum(sums[1:], sums[0])
     ints, floats = want.to_vectors()
     np.testing.assert_array_equal(fed["sums"]["ints"], ints)  # counts exact
@@ -60,3 +64,9 @@ def test_secure_evaluation_stage_equals_the_nodes_local_evaluations(tmp_path: Pa
     assert fed["clients"] == NODES and fed["n"] == int(ints[:9].sum())
     manifest = json.loads((model_dir / "manifest.json").read_text())
     assert [e["kind"] for e in manifest["evaluations"]] == ["federated"]
+    assert want.ood_counts is not None  # the histogram travelled with the sums
+    threshold = ood.calibrate_from_histogram(want.ood_counts, ood.bin_edges(),
+                                             DEFAULT_FPR).threshold_
+    assert fed["ood"]["calibration"] == "federated" and fed["ood"]["threshold"] == threshold
+    assert manifest["ood"]["calibration"] == "federated"
+    assert manifest["ood"]["threshold"] == threshold

@@ -21,11 +21,14 @@ from flwr.app import Context, RecordDict
 from ghofl.data.partition import dirichlet_partition
 from ghofl.errors import ConfigError, ProtocolError
 from ghofl.evaluation.federated import EvaluationSums, local_evaluation
+from ghofl.heads.ood import DEFAULT_FPR, HIST_BINS
 from ghofl.integrations.flower import server_app
 from ghofl.integrations.flower.client_app import handle_query
+from ghofl.integrations.flower.eval_server import record_ood_threshold
 from ghofl.integrations.flower.evaluation import (
     EVAL_INFO,
     EVAL_KEY,
+    EVAL_SUMS,
     MODEL_RECORD,
     eval_fraction,
     held_out_rows,
@@ -33,7 +36,7 @@ from ghofl.integrations.flower.evaluation import (
 )
 from ghofl.integrations.flower.records import message_from_record, message_to_record
 from ghofl.integrations.flower.runner import identity_node_config, make_identities
-from ghofl.model.directory import load_model
+from ghofl.model.directory import load_model, load_ood
 from ghofl.secure import SecAggClient, SecAggConfig, SecAggServer, VectorMeta, VectorPayload
 from ghofl.secure.messages import ClientMessage, ServerMessage
 from tests.helpers import gaussian_mixture
@@ -98,15 +101,42 @@ def _run(fed: dict[str, Any], out: str, **extra: Any) -> dict[str, Any]:
     return server_app.run_federation(_Grid(node_cfgs, cfg), cfg, fed["root"] / out, {})
 
 
-def _expected(fed: dict[str, Any], model_dir: Path) -> tuple[EvaluationSums, int]:
-    """Σ over the nodes of local_evaluation on each node's held-out rows; training rows."""
+def _expected(fed: dict[str, Any], model_dir: Path, nodes: int = NODES
+               ) -> tuple[EvaluationSums, int]:
+    """Σ over the first nodes of local_evaluation (with the model's OOD score) on each node's
+    held-out rows; their training rows."""
     model = load_model(model_dir)
+    ood = load_ood(model_dir, model.manifest)
+    assert ood is not None  # the fit gives the model an OOD score
     sums, train_rows = [], 0
-    for idx in fed["parts"]:
+    for idx in fed["parts"][:nodes]:
         train, held = held_out_rows(fed["x"][idx], fed["y"][idx], FRACTION, SEED)
         train_rows += train.size
-        sums.append(local_evaluation(model, fed["x"][idx][held], fed["y"][idx][held]))
+        sums.append(local_evaluation(model, fed["x"][idx][held], fed["y"][idx][held], ood=ood))
     return sum(sums[1:], sums[0]), train_rows
+
+
+def _check_ood(fed: dict[str, Any], want: EvaluationSums, model_dir: Path) -> None:
+    """The released histogram is Σ of the nodes' and the recorded threshold calibrates it."""
+    assert want.ood_counts is not None and want.ood_counts.shape == (HIST_BINS,)
+    assert int(want.ood_counts.sum()) == fed["n"] > 0
+    total = EvaluationSums.from_vectors(want.classes, tuple(want.heads), want.bins,
+                                        np.asarray(fed["sums"]["ints"], dtype=np.int64),
+                                        np.asarray(fed["sums"]["floats"]))
+    assert total.ood_counts is not None
+    np.testing.assert_array_equal(total.ood_counts, want.ood_counts)
+    model = load_model(model_dir)
+    fresh = load_ood(model_dir, model.manifest)
+    assert fresh is not None
+    threshold = fresh.calibrate_from_histogram(want.ood_counts, fresh.bin_edges(),
+                                               DEFAULT_FPR).threshold_
+    rep = fed["ood"]
+    assert rep["calibration"] == "federated" and rep["fpr"] == DEFAULT_FPR
+    assert rep["threshold"] == threshold and rep["n"] == fed["n"]
+    assert 0.0 <= rep["held_out_flagged"] <= DEFAULT_FPR
+    entry = model.manifest["ood"]
+    assert entry["calibration"] == "federated" and entry["threshold"] == threshold
+    assert entry["fpr"] == DEFAULT_FPR and entry["n_calibration"] == fed["n"]
 
 
 def test_secure_evaluation_stage_equals_the_nodes_local_evaluations(
@@ -130,7 +160,9 @@ def test_secure_evaluation_stage_equals_the_nodes_local_evaluations(
     for head, metrics in report(want).items():
         for k, v in metrics.items():
             assert fed["heads"][head][k] == pytest.approx(v, rel=1e-12, abs=1e-12), (head, k)
+    _check_ood(fed, want, model_dir)
     manifest = json.loads((model_dir / "manifest.json").read_text())
+    assert manifest["ood"]["calibration"] == "federated"
     (entry,) = [e for e in manifest["evaluations"] if e["kind"] == "federated"]
     assert entry["clients"] == NODES and entry["n"] == fed["n"]
     assert "flower federated evaluation" in (model_dir / "MODEL_CARD.md").read_text()
@@ -175,6 +207,8 @@ def test_a_roster_round_counts_a_node_that_scored_nothing_as_a_dropout(
     assert fed["n"] == sum(
         held_out_rows(federation["x"][p], federation["y"][p], FRACTION, SEED)[1].size
         for p in federation["parts"][:3])
+    want, _ = _expected(federation, federation["root"] / "r" / "model", nodes=3)
+    _check_ood(fed, want, federation["root"] / "r" / "model")
 
 
 def test_plain_evaluation_stage_and_distributed_dp(federation: dict[str, Any]) -> None:
@@ -183,9 +217,12 @@ def test_plain_evaluation_stage_and_distributed_dp(federation: dict[str, Any]) -
     fed = res["federated_evaluation"]
     assert fed["protocol"]["protocol"] == "plain" and fed["clients"] == NODES
     np.testing.assert_array_equal(fed["sums"]["ints"], want.to_vectors()[0])
+    _check_ood(fed, want, federation["root"] / "plain" / "model")
     roster = str(federation["root"] / "ids" / "roster.json")
     dp = _run(federation, "dp", protocol="secure", roster=roster, dp_epsilon=4.0,
               dp_mode="distributed", max_samples=400)
+    assert dp["federated_evaluation"]["status"] == "ok"
+    assert dp["federated_evaluation"]["ood"]["fpr"] == DEFAULT_FPR  # from the noised histogram
     priv = dp["privacy"]
     assert "every client added a share" in priv["evaluation"]["noise"]
     assert priv["epsilon_spent"] < priv["epsilon_total"]
@@ -241,3 +278,46 @@ def test_evaluation_options_are_checked(tmp_path: Path) -> None:
         small.undo()
     with pytest.raises(ProtocolError, match="outside the model directory"):
         ev.score_model({"../x": b""}, np.zeros((1, 2)), np.zeros(1, dtype=np.int64))
+
+
+class _NoHistogram(_Grid):
+    """A plain grid whose node 0 returns its sums without the OOD score histogram."""
+
+    def pull_messages(self, ids: set[str]) -> list[Any]:
+        from flwr.app import Array, ArrayRecord
+
+        out = super().pull_messages(ids)
+        for reply in out:
+            sums = reply.content.get(EVAL_SUMS)
+            if sums is not None and reply.metadata.src_node_id == 0:
+                ints = sums["ints"].numpy()
+                cut = np.concatenate([ints[:-1 - HIST_BINS], ints[-1:]])
+                reply.content[EVAL_SUMS] = ArrayRecord({"ints": Array(cut),
+                                                        "floats": sums["floats"]})
+        return out
+
+
+def test_a_node_without_the_histogram_is_left_out(federation: dict[str, Any]) -> None:
+    cfg = {**federation["cfg"], "out-dir": str(federation["root"] / "nh")}
+    grid = _NoHistogram([{"partition-id": i} for i in range(NODES)], cfg)
+    fed = server_app.run_federation(grid, cfg, federation["root"] / "nh", {})[
+        "federated_evaluation"]
+    assert fed["status"] == "ok" and fed["clients"] == NODES - 1
+    (problem,) = fed["problems"].values()
+    assert "not the" in problem and "layout (its OOD score histogram included" in problem
+    assert fed["ood"]["calibration"] == "federated"
+
+
+def test_too_few_held_out_rows_leave_the_threshold_uncalibrated(
+        federation: dict[str, Any]) -> None:
+    _run(federation, "few", **{EVAL_KEY: 0.0})
+    model_dir = federation["root"] / "few" / "model"
+    model = load_model(model_dir)
+    ood = load_ood(model_dir, model.manifest)
+    assert ood is not None
+    x, y = federation["x"][:5], federation["y"][:5]
+    rep = record_ood_threshold(model_dir, local_evaluation(model, x, y, ood=ood), ood)
+    assert rep is not None and rep["calibration"] == "none" and rep["fpr"] == DEFAULT_FPR
+    assert "needs at least" in rep["reason"] and "got 5" in rep["reason"]
+    assert load_model(model_dir).manifest["ood"]["calibration"] == "none"
+    assert record_ood_threshold(model_dir, local_evaluation(model, x, y), None) is None

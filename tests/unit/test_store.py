@@ -125,7 +125,7 @@ def test_bad_ids_digests_and_bounds(tmp_path: Path) -> None:
         AggregationStore(tmp_path / "s.db", max_contributions=2)
     with AggregationStore(tmp_path / "m.db", max_samples=10) as store, \
             pytest.raises(StoreError, match=r"cannot add the contribution of client 'a'.*more "
-                          "than the public maximum M=10"):
+                          "samples than the public maximum M=10"):
         store.add("a", a)
 
 

@@ -5,6 +5,9 @@ the statistics round's protocol (plain: each node's sums; secure: one vector rou
 same identities and roster, every roster client invited), releases the total under the run's
 DP and returns its report. A node tells the server only whether it holds held-out rows; the
 report's row count is read from the released total (noised under DP), never from the nodes.
+When the model holds an OOD score, the nodes' sums carry its score histogram and the
+threshold calibrated from the released total's is recorded in the model directory
+(:func:`record_ood_threshold`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from ghofl.errors import AggregationAbortedError, InputError
-from ghofl.evaluation.federated import EvaluationSums, report
+from ghofl.evaluation.federated import EvaluationSums, federated_ood_report, report
+from ghofl.heads.ood import DEFAULT_FPR, MahalanobisOOD
 from ghofl.integrations.flower import MESSAGE_TYPE
 from ghofl.integrations.flower.evaluation import (
     EVAL_INFO,
@@ -39,7 +43,7 @@ from ghofl.server.federated_eval import (
 )
 from ghofl.server.plan import FederationPlan
 
-__all__ = ["run_evaluation"]
+__all__ = ["record_ood_threshold", "run_evaluation"]
 
 
 def _model_messages(model_dir: Path, ids: Mapping[str, int]) -> list[Any]:
@@ -64,6 +68,7 @@ def _scored(grid: Any, model_dir: Path, ids: Mapping[str, int], timeout: float,
     client_of = {n: c for c, n in ids.items()}
     answered: dict[str, EvaluationSums | None] = {}
     held = False
+    want = layout.to_vectors()[0].shape
     for reply in send_and_receive(grid, _model_messages(model_dir, ids), timeout):
         client = client_of.get(int(reply.metadata.src_node_id))
         if client is None or client in answered:
@@ -79,9 +84,13 @@ def _scored(grid: Any, model_dir: Path, ids: Mapping[str, int], timeout: float,
         has_rows = (reply.content.get(EVAL_INFO) or {}).get("held", False)
         arrays = reply.content.get(EVAL_SUMS)
         try:
-            answered[client] = None if arrays is None else EvaluationSums.from_vectors(
-                layout.classes, tuple(layout.heads), layout.bins,
-                arrays["ints"].numpy().astype(np.int64), arrays["floats"].numpy())
+            ints = None if arrays is None else arrays["ints"].numpy().astype(np.int64)
+            if ints is not None and ints.shape != want:
+                raise ValueError(f"{ints.size} int entries, not the {want[0]} of this model's "
+                                 "layout (its OOD score histogram included when it has one)")
+            answered[client] = None if ints is None else EvaluationSums.from_vectors(
+                layout.classes, tuple(layout.heads), layout.bins, ints,
+                arrays["floats"].numpy())
         except (InputError, KeyError, TypeError, ValueError) as exc:
             problems[client] = f"model: sent sums no evaluation can produce ({exc})"
             continue
@@ -102,20 +111,24 @@ def run_evaluation(grid: Any, plan: FederationPlan, model_dir: Path, ids: Mappin
     report), ``problems`` (nodes that did not score the model), ``heads``
     (:func:`~ghofl.evaluation.federated.report`), ``sums`` (the released total's
     :meth:`EvaluationSums.to_vectors` as lists), ``seconds``, ``noise`` (who noised the
-    release under DP, else None) and ``total`` (the :class:`EvaluationSums` itself, for the
-    model card; not JSON).
+    release under DP, else None), ``ood`` (:func:`record_ood_threshold`: the OOD threshold
+    calibrated from the total's histogram and recorded in ``model_dir``; None without an OOD
+    score) and ``total`` (the :class:`EvaluationSums` itself, for the model card; not JSON).
 
     Raises
     ------
     AggregationAbortedError
         No node holds a held-out row, or the secure round aborted (a total inconsistent
         within the bounds included: a client sent inconsistent sums).
+    InputError
+        The model directory or its OOD score is refused (``load_model``, ``load_ood``).
     """
-    from ghofl.model.directory import load_model
+    from ghofl.model.directory import load_model, load_ood
 
     t0 = time.perf_counter()
     model = load_model(model_dir)
-    layout = layout_of(tuple(plan.client.classes), tuple(model.heads))
+    ood = load_ood(model_dir, model.manifest)
+    layout = layout_of(tuple(plan.client.classes), tuple(model.heads), ood=ood is not None)
     problems: dict[str, str] = {}
     sums, held = _scored(grid, model_dir, ids, timeout, layout, problems)
     if not sums or not held:
@@ -139,7 +152,34 @@ def run_evaluation(grid: Any, plan: FederationPlan, model_dir: Path, ids: Mappin
             "protocol": agg, "problems": problems, "heads": report(total),
             "sums": {"ints": ints.tolist(), "floats": floats.tolist()},
             "seconds": time.perf_counter() - t0, "noise": None if release is None
-            else release.noise, "total": total}, privacy
+            else release.noise, "ood": record_ood_threshold(model_dir, total, ood),
+            "total": total}, privacy
+
+
+def record_ood_threshold(model_dir: Path, total: EvaluationSums, ood: MahalanobisOOD | None,
+                         fpr: float = DEFAULT_FPR) -> dict[str, Any] | None:
+    """Calibrate ``ood`` from ``total``'s score histogram; record a threshold in ``model_dir``.
+
+    :func:`~ghofl.evaluation.federated.federated_ood_report` (as ``ghofl simulate
+    --federated-eval`` reports it), and, when the rows suffice for ``fpr``, the threshold
+    written with :func:`~ghofl.model.directory.update_ood` (manifest ``ood`` entry, calibration
+    ``"federated"``, and the card), as ``ghofl evaluate --report TOTAL.ghe --update-card``
+    records it. ``ood`` must be the score :func:`~ghofl.model.directory.load_ood` read from
+    ``model_dir``; None: nothing to calibrate (returns None).
+
+    Returns
+    -------
+    dict or None
+        The report: ``calibration`` (``"federated"``), ``threshold``, ``fpr``, ``n`` and
+        ``held_out_flagged``, or ``calibration`` ``"none"``, ``fpr`` and ``reason`` (nothing
+        written).
+    """
+    from ghofl.model.directory import update_ood
+
+    out = federated_ood_report(total, ood, fpr)
+    if ood is not None and out is not None and out["calibration"] == "federated":
+        update_ood(model_dir, ood)
+    return out
 
 
 def _secure_round(grid: Any, plan: FederationPlan, layout: EvaluationSums,

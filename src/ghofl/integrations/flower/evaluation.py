@@ -31,7 +31,16 @@ row and its label under the plan's seed decides, whatever the node's other rows,
    (``federated_evaluation``) and records in the model card
    (:func:`~ghofl.model.card_update.record_evaluation`).
 
-The OOD score histogram is not collected on Flower (the nodes score the heads only).
+When the model holds an OOD score (``ood.npz``, among the files sent), the node also counts
+its held-out rows' scores in the public bins (:func:`~ghofl.heads.ood.score_bin_edges`): the
+sums carry ``ood_counts`` (as ``ghofl evaluate --local`` writes them), the round's layout
+(:func:`layout_of`) includes the histogram on both sides, and the ServerApp calibrates the
+model's threshold from the released total's histogram at :data:`~ghofl.heads.ood.DEFAULT_FPR`
+(:func:`~ghofl.evaluation.federated.federated_ood_report`), records it in the model
+directory (:func:`~ghofl.model.directory.update_ood`, calibration ``"federated"``, as
+``ghofl evaluate --report TOTAL.ghe --update-card MODEL`` does) and reports it as
+``federated_evaluation.ood`` (calibration ``"none"`` and the reason when the rows do not
+suffice for the rate).
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from numpy.typing import NDArray
 from ghofl.errors import ConfigError, ProtocolError
 from ghofl.evaluation.federated import DEFAULT_BINS, EvaluationSums, local_evaluation
 from ghofl.evaluation.split import split_rows
+from ghofl.heads.ood import HIST_BINS
 from ghofl.secure import VectorMeta, VectorPayload
 from ghofl.secure.config import SessionParams
 from ghofl.secure.vectors import VECTOR_FORMAT
@@ -122,11 +132,17 @@ def model_files(model_dir: Path) -> dict[str, bytes]:
 
 
 def layout_of(classes: tuple[str, ...], heads: tuple[str, ...],
-              bins: int = DEFAULT_BINS) -> EvaluationSums:
-    """Zero sums of these classes, heads and bins (the layout both sides agree on)."""
+              bins: int = DEFAULT_BINS, ood: bool = False) -> EvaluationSums:
+    """Zero sums of these classes, heads and bins (the layout both sides agree on).
+
+    With ``ood`` (the model holds an OOD score) the sums carry the OOD score histogram
+    (:data:`~ghofl.heads.ood.HIST_BINS` more int entries), as the nodes' sums then do.
+    """
     c, h = len(classes), len(heads)
+    hist = HIST_BINS if ood else 0
     return EvaluationSums.from_vectors(classes, heads, bins,
-                                       np.zeros(h * (c * c + 2 * bins) + 1, dtype=np.int64),
+                                       np.zeros(h * (c * c + 2 * bins) + hist + 1,
+                                                dtype=np.int64),
                                        np.zeros(h * (bins + 3), dtype=np.float64))
 
 
@@ -134,14 +150,18 @@ def score_model(files: Mapping[str, bytes], x: NDArray[Any], y: NDArray[np.int64
                 ) -> EvaluationSums | None:
     """A node's sums of the model in ``files`` on its held-out raw embeddings (None: no row).
 
+    ``x`` (n, d) and ``y`` (n,). With the model's OOD score (``ood.npz`` among the files,
+    :func:`~ghofl.model.directory.load_ood`) the sums carry its score histogram.
+
     Raises
     ------
     ProtocolError
         A file name that leaves the model directory.
     InputError
-        The model or the rows are refused (:func:`~ghofl.model.directory.load_model`).
+        The model, its OOD score or the rows are refused (``load_model``, ``load_ood`` of
+        :mod:`ghofl.model.directory`).
     """
-    from ghofl.model.directory import load_model
+    from ghofl.model.directory import load_model, load_ood
 
     if y.size == 0:
         return None
@@ -155,7 +175,8 @@ def score_model(files: Mapping[str, bytes], x: NDArray[Any], y: NDArray[np.int64
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         model = load_model(root)
-        return local_evaluation(model, x, y, what="held-out")
+        ood = load_ood(root, model.manifest)
+        return local_evaluation(model, x, y, what="held-out", ood=ood)
 
 
 def is_vector_meta(text: str) -> bool:
