@@ -31,7 +31,9 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
 * ``federated-eval``: after the fit, every node scores the model on a held-out fraction of
   its rows (its statistics then come from the rest) and the total of their evaluation sums
   is aggregated with the run's protocol (:mod:`ghofl.integrations.flower.evaluation`):
-  ``results.json`` then holds ``federated_evaluation`` and the model card its metrics;
+  ``results.json`` then holds ``federated_evaluation`` and the model card its metrics; when
+  the model has an OOD score, the nodes' histograms of their held-out rows' scores set its
+  threshold (calibration ``"federated"``, ``federated_evaluation.ood``);
 * ``expected-nodes``, ``wait-timeout-s``, ``stage-timeout-s``;
 * ``out-dir`` (required): receives ``model/`` (the model directory, written atomically),
   ``total.ghs`` (the aggregate the heads were fitted from) and ``results.json``;
