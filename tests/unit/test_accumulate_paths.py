@@ -66,3 +66,35 @@ def test_chunked_finiteness_finds_a_bad_entry_in_any_chunk() -> None:
     assert acc_mod._all_finite(x)
     x[9_999, 1] = np.inf
     assert not acc_mod._all_finite(x)
+
+
+
+@pytest.mark.parametrize("mode", ["pooled", "diag"])
+@pytest.mark.parametrize("kind", ["view", "float32", "clipped", "strided"])
+@pytest.mark.parametrize(("sum_rows", "chunk"), [(5, 10_000), (7, 30), (1_000, 10_000)])
+def test_row_order_accumulation_matches_the_sums(
+    mode: str, kind: str, sum_rows: int, chunk: int
+) -> None:
+    """The row-order path (few classes, no S_c): B in row chunks, the class sums in one-hot
+    slices (several, a last partial one), for every kind of input, clipped or not."""
+    rng = np.random.default_rng(sum_rows + chunk)
+    x = rng.standard_normal((613, 9))
+    y = rng.integers(0, 4, 613)
+    clip = 2.5 if kind == "clipped" else None
+    acc = StatsAccumulator(4, 9, mode=mode, clip_norm=clip)  # type: ignore[arg-type]
+    acc._sum_rows, acc._chunk = sum_rows, chunk
+    inputs: dict[str, np.ndarray] = {"view": x, "float32": x.astype(np.float32),
+                                     "clipped": x, "strided": np.asfortranarray(x)}
+    data = inputs[kind]
+    acc.update(data, y)
+    s = acc.result()
+    z = data.astype(np.float64)
+    if clip is not None:
+        norms = np.linalg.norm(z, axis=1)
+        z = z * np.minimum(1.0, clip * acc_mod._CLIP_SAFETY / norms)[:, None]
+        assert s.n_clipped == int(np.sum(norms > clip)) > 0
+    want = _oracle(z, y, 4)
+    if mode == "diag":
+        del want["scatter"]
+    for name, value in want.items():
+        np.testing.assert_allclose(getattr(s, name), value, rtol=1e-12, atol=1e-12)

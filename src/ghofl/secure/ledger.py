@@ -4,8 +4,9 @@ Two rounds over the same data give the server two sums that differ by what chang
 them: a server that runs a second round without one client (or with one client's data
 changed) learns that client's statistics by differencing the totals. A client therefore keeps
 a ledger of the secure rounds its statistics were masked in, keyed by a digest of the
-statistics, and refuses a second round over the same statistics unless its user allows it
-explicitly. Under differential privacy each entry also records the (ε, δ) the round spent, and
+statistics (or, for evaluation rounds, of the held-out rows the vectors came from), and
+refuses a second round over the same statistics or rows unless its user allows it explicitly.
+Under differential privacy each entry also records the (ε, δ) the round spent, and
 :meth:`RoundLedger.spent` composes them (basic composition: the sums, an upper bound).
 
 The ledger is a small JSON file, rewritten atomically on every entry.
@@ -32,6 +33,7 @@ __all__ = ["LedgerEntry", "RoundLedger", "default_ledger_path", "stats_digest"]
 _FORMAT = "ghofl-round-ledger"
 _VERSION = 2  # 2 added the stage of an entry (1's entries are all masked inputs)
 _READABLE = (1, 2)
+_DATA_KEY = "data:"  # prefix of the ledger keys of vectors computed from held-out rows
 
 
 def default_ledger_path(client_id: str) -> Path:
@@ -58,6 +60,24 @@ def stats_digest(stats: ClientStats) -> str:
         h.update(f"|{name}|{a.dtype.str}|{a.shape}|".encode())
         h.update(a.tobytes())
     return h.hexdigest()
+
+
+def _repeated_what(digest: str) -> str:
+    """What a ledger key stands for, in words: ``data:`` keys name held-out evaluation rows.
+
+    Parameters
+    ----------
+    digest : str
+        A ledger key: a :func:`stats_digest`, or ``data:<digest of the rows>``, the key of
+        vectors computed from held-out rows
+        (:meth:`~ghofl.secure.vectors.VectorPayload.ledger_key`).
+
+    Returns
+    -------
+    str
+        ``"held-out evaluation rows"`` or ``"statistics"``.
+    """
+    return "held-out evaluation rows" if digest.startswith(_DATA_KEY) else "statistics"
 
 
 @dataclass(frozen=True)
@@ -147,10 +167,14 @@ class RoundLedger:
     def check(self, digest: str, round_id: bytes) -> None:
         """Refuse a round over statistics that already entered another round.
 
+        ``digest`` is a :func:`stats_digest`, or ``data:<digest>`` for vectors computed
+        from held-out evaluation rows; the refusal names which of the two was repeated
+        (:func:`_repeated_what`).
+
         Raises
         ------
         ProtocolError
-            The statistics entered another round and repeats are not allowed.
+            The statistics (or rows) entered another round and repeats are not allowed.
         """
         if self.allow_repeat:
             return
@@ -160,7 +184,7 @@ class RoundLedger:
         if earlier:
             when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(earlier[-1].at))
             raise ProtocolError(
-                f"a second round over the same statistics (they entered round "
+                f"a second round over the same {_repeated_what(digest)} (they entered round "
                 f"{earlier[-1].round_id[:16]} at {when}): the server could difference the two "
                 "totals; allow repeated rounds explicitly to take part"
             )
