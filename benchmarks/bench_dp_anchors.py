@@ -359,6 +359,8 @@ def render(data: dict[str, Any]) -> str:
 
 def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str:
     first: dict[str, Any] = next(iter(parts.values()), {})
+    # every machine the parts were measured on (sorted: the same text from any part order)
+    machines = sorted({str(p["machine"]) for p in parts.values() if p.get("machine")})
     grid = ", ".join(f"(clip {g['clip']:g}, lr {g['lr']:g}, {g['epochs']} ep, batch "
                      f"{g['batch']})" for g in first.get("grid", [vars(g) for g in GRID]))
     uploads = sorted({p.get("upload", "?") for p in parts.values()})
@@ -394,7 +396,7 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
         "standard errors); fewer than 2 seeds: undecided.",
         "",
         *(b + "\n" for b in blocks),
-        f"Machine: {first.get('machine', '–')}. Measured {', '.join(dates)}"
+        f"Machine: {'; '.join(machines) or '–'}. Measured {', '.join(dates)}"
         f"{' (--quick)' if data.get('quick') else ''}: {len(parts)} parts, "
         f"{total / 60:.0f} min in all, the slowest part {slowest / 60:.1f} min.",
     ])
