@@ -346,14 +346,8 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
     fitted = server.fit(out.total, test=(xte, yte), heads=heads)
     scores = fitted.scores or {}
     results = _head_results(fitted, scores, stages)
-    federated, privacy = None, out.privacy
-    if population.eval_fraction > 0:
-        t0 = time.perf_counter()
-        federated, privacy = _federated_evaluation(
-            fitted.heads, apply_feature_transform(xtr, job.feature_transform), ytr, held,
-            plan, identities or ids, privacy, ood_or_none(out.total))
-        federated["eval_fraction"] = population.eval_fraction
-        stages["federated_evaluation"] = time.perf_counter() - t0
+    federated, privacy = _evaluate_if_asked(plan, population, fitted.heads, (xtr, ytr), held,
+                                            identities or ids, out, stages)
     return SimulationResult(
         heads=results,
         clients=int(clients),
@@ -383,6 +377,27 @@ def simulate(plan: FederationPlan, train: tuple[NDArray[Any], NDArray[Any]],
         feature_transform=job.feature_transform,
         federated_evaluation=federated,
     )
+
+
+def _evaluate_if_asked(plan: FederationPlan, population: Population, heads: Mapping[str, Any],
+                       train: tuple[F64, I64], held: Sequence[I64],
+                       clients: Mapping[str, IdentityKey] | Sequence[str],
+                       out: Any, stages: dict[str, float]
+                       ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The federated evaluation when ``population.eval_fraction`` > 0 (else ``None``).
+
+    Returns the report and the privacy record (the aggregation's, charged for the evaluation
+    under DP); records the stage's seconds in ``stages``.
+    """
+    if population.eval_fraction <= 0:
+        return None, out.privacy
+    t0 = time.perf_counter()
+    federated, privacy = _federated_evaluation(
+        heads, apply_feature_transform(train[0], plan.client.feature_transform), train[1],
+        held, plan, clients, out.privacy, ood_or_none(out.total))
+    federated["eval_fraction"] = population.eval_fraction
+    stages["federated_evaluation"] = time.perf_counter() - t0
+    return federated, privacy
 
 
 def _held_out(parts: list[I64], x: F64, y: I64, fraction: float, seed: int
