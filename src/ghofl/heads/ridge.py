@@ -170,6 +170,26 @@ def heldout_squared_error(fit: Moments, held: Moments, solutions: list[tuple[F64
     return np.asarray(errs) / n_h
 
 
+def _gcv_terms(moments: Moments) -> tuple[F64, float, float]:
+    """The spectrum-free terms of the GCV criterion (module docstring).
+
+    Returns
+    -------
+    g : ndarray, shape (d, C)
+        Class sums centred on the global mean, over N − 1.
+    c0 : float
+        N (1 − Σ_c π_c²).
+    n_eff : float
+        The samples' worth of the scatter: N, or for an estimate its within-class degrees of
+        freedom plus the C class means.
+    """
+    n = moments.n_samples
+    g = (moments.stats.sums.T - np.outer(moments.global_mean, moments.counts)) / (n - 1)
+    c0 = n * (1.0 - float(moments.priors @ moments.priors))
+    n_eff = moments.pooled_dof() + moments.num_classes if moments.is_estimated else float(n)
+    return g, c0, n_eff
+
+
 def gcv_scores(moments: Moments, alphas: list[float]) -> F64:
     """Generalised cross-validation score of each shrinkage, from the total's moments alone.
 
@@ -186,12 +206,8 @@ def gcv_scores(moments: Moments, alphas: list[float]) -> F64:
     tau = max(float(np.trace(cov)), 0.0) / d
     w, u = eigh(0.5 * (cov + cov.T), check_finite=False)
     w = np.maximum(w, 0.0)
-    g = (moments.stats.sums.T - np.outer(moments.global_mean, moments.counts)) / (n - 1)
+    g, c0, n_eff = _gcv_terms(moments)
     g2 = np.sum((u.T @ g) ** 2, axis=1)
-    c0 = n * (1.0 - float(moments.priors @ moments.priors))
-    # samples' worth of the scatter: N, or for an estimate its within-class degrees of freedom
-    # plus the C class means (module docstring)
-    n_eff = moments.pooled_dof() + moments.num_classes if moments.is_estimated else float(n)
     out = np.full(len(alphas), np.inf)
     for i, a in enumerate(alphas):
         den = (1.0 - a) * w + a * tau
@@ -229,10 +245,8 @@ def gcv_scores_tridiagonal(
     d = tri.dim
     tau = max(tri.trace, 0.0) / d
     w = np.maximum(tri.eigvals, 0.0)
-    g = (moments.stats.sums.T - np.outer(moments.global_mean, moments.counts)) / (n - 1)
+    g, c0, n_eff = _gcv_terms(moments)
     y = tri.project(g)
-    c0 = n * (1.0 - float(moments.priors @ moments.priors))
-    n_eff = moments.pooled_dof() + moments.num_classes if moments.is_estimated else float(n)
     out = np.full(len(alphas), np.inf)
     for i, a in enumerate(alphas):
         den = (1.0 - a) * w + a * tau
