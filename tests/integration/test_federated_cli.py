@@ -37,6 +37,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
         write_npz(w / f"held{i}.npz", rest[idx], yrest[idx])
     parts = dirichlet_partition(ytr, 3, 0.1, seed=2, min_per_client=10)
     save_stats(compute_stats(xtr[parts[0]], ytr[parts[0]], C, "full"), w / "client0.ghs")
+    write_npz(w / "client0.npz", xtr[parts[0]], ytr[parts[0]])
     save_stats(compute_stats(xtr[:20], ytr[:20], 4, "full"), w / "other.ghs")
     return w
 
@@ -127,8 +128,34 @@ def test_personalize_writes_a_model_that_predicts(ws: Path, tmp_path: Path,
     _fails(["personalize", ws / "model", "--stats", ws / "other.ghs", "--out",
             tmp_path / "x"], capsys, "not the model's")
     _fails(["personalize", ws / "model", "--stats", ws / "client0.ghs", "--out",
+            tmp_path / "t", "--tau", "5"], capsys, "add --embeddings or drop --tau")
+    _fails(["personalize", ws / "model", "--stats", ws / "client0.ghs", "--out",
             tmp_path / "y", "--prior", "global"], capsys, "nothing to personalise")
     _fails(["personalize", ws / "model", "--stats", ws / "client0.ghs", "--out",
             tmp_path / "z", "--kappa", "3"], capsys, "add --moments or drop --kappa")
     _fails(["personalize", ws / "model", "--stats", ws / "client0.ghs", "--out",
             tmp_path / "z", "--prior", "mine"], capsys, "--prior must be 'local' or 'global'")
+
+
+def test_personalize_fine_tunes_the_linear_heads_on_the_clients_embeddings(
+        ws: Path, tmp_path: Path, capsys: Any) -> None:
+    out = main_ok(["personalize", ws / "model", "--stats", ws / "client0.ghs", "--out",
+                   tmp_path / "tuned", "--embeddings", ws / "client0.npz", "--tau", "30"],
+                  capsys)
+    assert "priors, fine-tuned" in out
+    mine = load_model(tmp_path / "tuned")
+    rec = mine.manifest["personalised"]
+    held = np.load(ws / "client0.npz")["y"]
+    ft = rec["fine_tune"]
+    assert ft["tau"] == 30.0 and ft["rows"] == held.size
+    assert ft["classes_held"] == np.unique(held).size
+    assert ft["from_embeddings"] == str(ws / "client0.npz")
+    assert rec["heads"] == {"nb": ["priors"], "lda": ["priors", "fine-tuned"]}
+    card = (tmp_path / "tuned" / "MODEL_CARD.md").read_text()
+    assert "- Fine-tuned on the client's own embeddings:" in card and "tau = 30" in card
+    x = np.load(ws / "test.npz")["x"]
+    assert set(np.unique(mine.predict(x, head="lda"))) <= set(np.unique(held).tolist())
+    main_ok(["evaluate", tmp_path / "tuned", "--embeddings", ws / "test.npz"], capsys)
+    write_npz(tmp_path / "named.npz", x[:5], np.zeros(5, dtype=int), classes=["nope"])
+    _fails(["personalize", ws / "model", "--stats", ws / "client0.ghs", "--out",
+            tmp_path / "u", "--embeddings", tmp_path / "named.npz"], capsys, "nope")

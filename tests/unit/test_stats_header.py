@@ -76,9 +76,10 @@ def test_the_declaration_matches_the_dataclass() -> None:
     assert [f.name for f in dataclasses.fields(StatsHeader)] == [s.name for s in HEADER_FIELDS]
     assert StatsHeader.keys("file") == STATS_KEYS == {
         "format", "schema_version", "meta", "n_clipped", "holdout_n_clipped",
-        "transport_dtype", "rounded_to"}
+        "transport_dtype", "rounded_to", "noise_sigma"}
     assert StatsHeader.keys("records") == {
-        "meta", "n_clipped", "holdout-n_clipped", "transport-dtype", "rounded-to"}
+        "meta", "n_clipped", "holdout-n_clipped", "transport-dtype", "rounded-to",
+        "noise-sigma"}
 
 
 @pytest.mark.parametrize("name", list(OLD_FILE_HEADERS))

@@ -123,15 +123,24 @@ def personalize(
     kappa: Annotated[float | None, typer.Option(
         "--kappa", help="κ of the weight n_c/(n_c + κ) with --moments (default 50).")] = None,
     pseudocount: PriorPseudocountOption = None,
+    embeddings: Annotated[Path | None, typer.Option(
+        "--embeddings", help="This client's own labelled embeddings (.npz from `ghofl embed`): "
+        "the linear heads (lda, fedcgs) are fine-tuned on them over the classes it holds, "
+        "pulled towards the global head (--tau).")] = None,
+    tau: Annotated[float | None, typer.Option(
+        "--tau", help="Strength of the pull towards the global head with --embeddings, in "
+        "rows (default 100).")] = None,
     allow_unsigned_model: AllowUnsignedModelOption = False,
 ) -> None:
     """Write this client's own model: the global one with its priors and, optionally, moments.
 
     Nothing is sent: the client's counts (and with --moments its class sums) come from its own
-    statistics file. The new directory loads, predicts and exports as any model; its manifest
-    records under ``personalised`` what was changed and from what.
+    statistics file, and with --embeddings its linear heads are fine-tuned on its own rows
+    (:mod:`ghofl.model.fine_tune`). The new directory loads, predicts and exports as any
+    model; its manifest records under ``personalised`` what was changed and from what.
     """
     from ghofl.model.directory import load_model
+    from ghofl.model.fine_tune import DEFAULT_TAU
     from ghofl.model.personalize import (
         DEFAULT_KAPPA,
         PRIOR_PSEUDOCOUNT,
@@ -142,15 +151,39 @@ def personalize(
         raise ConfigError(f"--prior must be 'local' or 'global'; got {prior!r}")
     if kappa is not None and not moments:
         raise ConfigError("--kappa weighs the client's moments; add --moments or drop --kappa")
+    if tau is not None and embeddings is None:
+        raise ConfigError("--tau sets the pull of the fine-tuning on the client's embeddings; "
+                          "add --embeddings or drop --tau")
     check_output_dir(out)
     model = load_model(model_dir, allow_unsigned=allow_unsigned_model)
     local = read_stats(stats)
+    rows = None if embeddings is None else _local_rows(model, model_dir, embeddings)
     _, record = save_personalized(
         out, model, model_dir, local, str(stats), priors=prior == "local", moments=moments,
         kappa=DEFAULT_KAPPA if kappa is None else kappa,
-        pseudocount=PRIOR_PSEUDOCOUNT if pseudocount is None else pseudocount)
+        pseudocount=PRIOR_PSEUDOCOUNT if pseudocount is None else pseudocount,
+        fine_tune=rows, tau=DEFAULT_TAU if tau is None else tau)
     typer.echo(table(["head", "personalised"],
                      [[n, ", ".join(parts) or "nothing"] for n, parts in record.heads.items()]))
     for where, why in record.skipped.items():
         typer.echo(f"  {where} kept global: {why}")
     typer.echo(f"wrote {out} from {record.to_dict()['local_samples']} local samples")
+
+
+def _local_rows(model: Any, model_dir: Path, path: Path) -> tuple[Any, Any, str]:
+    """The client's embeddings archive → (rows in the heads' input space, labels, source).
+
+    The archive's encoder fingerprint must be the model's (when both record one); its labels
+    are mapped to the model's classes by name; the model's feature transform is applied.
+    """
+    from ghofl.client.local_data import read_npz_encoder_info
+    from ghofl.data.embeddings import align_labels, load_embeddings
+    from ghofl.evaluation.predict import check_encoder_fingerprint
+
+    emb = load_embeddings(path, "--embeddings")
+    info = read_npz_encoder_info(path)
+    recorded = model.head().meta_.encoder
+    if info is not None and recorded is not None:
+        check_encoder_fingerprint(info, recorded, f"'{model_dir}'")
+    y = align_labels(emb.y, emb.classes, model.classes, f"'{path}'")
+    return model.features(emb.x), y, str(path)

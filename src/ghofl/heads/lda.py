@@ -75,7 +75,8 @@ class LDAHead(Head):
         set: on the held-out part of the statistics when the clients uploaded one (held-out
         Gaussian error estimate), else by minimising an analytic estimate of the test error
         computed from the moments (random-matrix corrected; ``shrinkage_method_`` records
-        ``"analytic-error"``);
+        ``"analytic-error"``, or ``"analytic-error+dp-noise"`` when it weighed the public
+        noise of a differentially private release);
         ``"heldout"``, ``"oas"``, ``"rblw"``, ``"evidence"`` name one rule
         (:mod:`ghofl.moments.shrinkage`). The paper fixed a = 0.05 (``preset="paper"``).
     covariance_divisor : {"n-c", "n"}, default "n-c"

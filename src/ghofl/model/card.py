@@ -390,6 +390,13 @@ def _personalised_lines(record: Any) -> list[str]:
                  f"local, shrunk to the global ({_fmt(record.get('kappa_rule'))}, kappa = "
                  f"{_fmt(record.get('kappa'))})" if record.get("moments") else "global"),
              f"- Heads personalised: {', '.join(done) if done else 'none'}"]
+    tuned = record.get("fine_tune")
+    if isinstance(tuned, Mapping):
+        lines.append(f"- Fine-tuned on the client's own embeddings: "
+                     f"{_fmt(tuned.get('from_embeddings'))} ({_fmt(tuned.get('rows'))} rows, "
+                     f"{_fmt(tuned.get('classes_held'))} classes held; only these are "
+                     f"predicted), pulled towards the global head with tau = "
+                     f"{_fmt(tuned.get('tau'))}")
     for head, why in (record.get("skipped") or {}).items():
         lines.append(f"- Not personalised, {head}: {_fmt(why)}")
     return [*lines, ""]

@@ -47,6 +47,7 @@ from ghofl.errors import ConfigError, InputError
 from ghofl.heads.base import Head
 from ghofl.heads.ood import MahalanobisOOD
 from ghofl.model.directory import FittedModel, load_ood, save_model
+from ghofl.model.fine_tune import DEFAULT_TAU, LINEAR_HEADS, fine_tune_heads
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import load_stats
 from ghofl.stats.meta import StatsMeta
@@ -462,7 +463,11 @@ def save_personalized(out_dir: Path, model: FittedModel, model_dir: Path, local:
     stats_source : str
         Where ``local`` was read from, recorded in the manifest.
     **options
-        ``priors``, ``moments``, ``kappa``, ``pseudocount`` of :func:`personalize_heads`.
+        ``priors``, ``moments``, ``kappa``, ``pseudocount`` of :func:`personalize_heads`;
+        ``fine_tune``: ``(z (n, d), y (n,), source)``, the client's rows in the heads' input
+        space, their class indices and where they were read from: the linear heads are then
+        :func:`~ghofl.model.fine_tune.fine_tune_heads` of the global ones (``tau``), the
+        other heads personalised as asked.
 
     Returns
     -------
@@ -476,12 +481,26 @@ def save_personalized(out_dir: Path, model: FittedModel, model_dir: Path, local:
         The model is itself personalised, or records no class counts.
     """
     manifest = model.manifest
-    heads, record = personalize_heads(model.heads, _global_counts(model, model_dir), local,
-                                      **options)
+    rows = options.pop("fine_tune", None)
+    tau = options.pop("tau", DEFAULT_TAU)
+    counts = _global_counts(model, model_dir)
+    heads, record = personalize_heads(model.heads, counts, local, **options)
+    tuned: dict[str, Any] = {}
+    if rows is not None:
+        z, y, source = rows
+        linear = {n: h for n, h in model.heads.items() if h.name in LINEAR_HEADS}
+        if not linear:
+            raise ConfigError("--embeddings fine-tunes the linear heads (lda, fedcgs) and the "
+                              f"model in '{model_dir}' has none; fit it with --heads lda")
+        new, ft = fine_tune_heads(linear, counts, z, y, tau=tau)
+        heads.update(new)
+        for n in new:
+            record.heads[n] = [*record.heads.get(n, []), "fine-tuned"]
+        tuned = {"fine_tune": {**ft.to_dict(), "from_embeddings": source}}
     meta = next(iter(heads.values())).meta_
     ood: MahalanobisOOD | None = load_ood(model_dir, manifest)
     extra = {"stats": dict(manifest["stats"]),
-             "personalised": {**record.to_dict(), "from_model": str(model_dir),
+             "personalised": {**record.to_dict(), **tuned, "from_model": str(model_dir),
                               "from_model_digest": manifest.get("digest"),
                               "from_stats": stats_source}}
     for key in ("default_head", "default_head_rule", "license"):  # the global model's choices

@@ -17,6 +17,8 @@ from scipy.linalg import eigh
 from scipy.special import gammaln, ndtr
 
 from ghofl.errors import StatsValidationError
+from ghofl.moments.noise import ReleaseNoise as ReleaseNoise
+from ghofl.moments.noise import release_noise as release_noise
 
 F64 = NDArray[np.float64]
 
@@ -415,8 +417,19 @@ def analytic_error_grams(
     log_priors: F64,
     candidates: Sequence[float],
     max_df: float = 1.0,
+    noise: ReleaseNoise | None = None,
 ) -> F64:
     """:func:`analytic_error` given how to form the candidates' grams of the class means.
+
+    With the ``noise`` of a differentially private release, P = P_s + E: P_s the sample
+    covariance, E symmetric Gaussian noise of variance s² = ν²/2 off the diagonal. Gaussian
+    integration by parts gives E[E·H̃] ≈ −s²·tr(H̃)·H̃ for H̃ = (P + λ)⁻¹ (λ = a·t/(1 − a)),
+    so H̃ acts as (P_s + λ_e)⁻¹ with the smaller ridge λ_e = λ − s²·tr H̃, and the effective
+    dimension the corrections above read is that of P_s at λ_e, df + s²·(tr H̃)²: it grows
+    with the noise where the small eigenvalues of P are noise, which asks for more shrinkage.
+    The fitted mean μ̂_c carries the noise variance v_c on each coordinate besides its sampling
+    noise: the expected own-class score loses tr(H)·v_c as well as tr(HΣ)/N_c. Without noise
+    this is the criterion of exact statistics, unchanged.
 
     Parameters
     ----------
@@ -428,6 +441,8 @@ def analytic_error_grams(
         :func:`ghofl.moments.spectral.tridiagonal_grams`).
     n, counts, log_priors, candidates, max_df
         As :func:`analytic_error`.
+    noise : ReleaseNoise, optional
+        The public noise of the release the moments come from.
 
     Returns
     -------
@@ -435,6 +450,8 @@ def analytic_error_grams(
     """
     w = family.eigvals
     keep = counts > 0
+    s2 = 0.0 if noise is None else 0.5 * noise.entry_var
+    mean_var = np.zeros(int(np.sum(keep))) if noise is None else noise.mean_var[keep]
     cnt = counts[keep].astype(np.float64)
     lp = np.where(np.isfinite(log_priors[keep]), log_priors[keep], -1e300)
     priors = cnt / float(np.sum(cnt))
@@ -448,6 +465,9 @@ def analytic_error_grams(
         if np.any(dvals <= 0.0) or a >= 1.0:
             continue
         df = float(np.sum((1.0 - a) * w / dvals))
+        tr_h = float(np.sum(1.0 / dvals)) if noise is not None else 0.0
+        if s2 > 0.0:  # the release noise (see the docstring)
+            df += s2 * ((1.0 - a) * tr_h) ** 2
         if df >= max_df * n:
             continue
         inflate = 1.0 / (1.0 - df / n)
@@ -455,6 +475,8 @@ def analytic_error_grams(
         gram_h, gram_p = grams(a, dvals)  # μ̂_cᵀ H μ̂_j, (Hμ̂_c)ᵀ P (Hμ̂_j)
         score = gram_h + (lp - 0.5 * np.diag(gram_h))[None, :]
         score[diag_idx, diag_idx] -= trace_h_sigma / cnt
+        if noise is not None:
+            score[diag_idx, diag_idx] -= tr_h * mean_var
         gram = gram_p * inflate**2  # (Hμ̂_c)ᵀ Σ (Hμ̂_j)
         g = np.diag(gram)
         var = g[:, None] + g[None, :] - 2.0 * gram
@@ -474,22 +496,24 @@ def analytic_error_shrinkage(family: ShrinkageFamily, n: float, means: F64,
                              counts: NDArray[np.int64], log_priors: F64,
                              max_df: float = 1.0,
                              grams: Callable[[float, F64], tuple[F64, F64]] | None = None,
-                             ) -> float:
+                             noise: ReleaseNoise | None = None) -> float:
     """The coefficient minimising :func:`analytic_error` over :data:`ANALYTIC_GRID`.
 
     Refined between the neighbours of the best point (ties go to the smallest coefficient).
-    With ``max_df < 1``, when no candidate is trusted the largest one is returned. ``grams``
-    (see :func:`analytic_error_grams`) replaces the family's basis, which is then not read.
+    With ``max_df < 1`` or a release ``noise``, when no candidate is trusted the largest one
+    is returned. ``grams`` (see :func:`analytic_error_grams`) replaces the family's basis,
+    which is then not read; ``noise`` as in :func:`analytic_error_grams`.
     """
     grid = list(ANALYTIC_GRID)
     if grams is None:
         grams = basis_grams(family, means[counts > 0] @ family.basis)
 
     def score(cands: list[float]) -> F64:
-        return -analytic_error_grams(family, grams, n, counts, log_priors, cands, max_df)
+        return -analytic_error_grams(family, grams, n, counts, log_priors, cands, max_df,
+                                     noise)
 
     first = score(grid)
-    if max_df < 1.0 and np.all(first <= -1.0):
+    if (max_df < 1.0 or noise is not None) and np.all(first <= -1.0):
         return grid[-1]
     best = argmax_candidate(first, grid)
     fine = refine_grid(best, grid)

@@ -85,10 +85,12 @@ from ghofl.moments.criteria import (
     heldout_loglik,
     heldout_qda_error,
     refine_grid,
+    release_noise,
     residual_scatter,
     search_grid,
     shrinkage_family,
 )
+from ghofl.moments.noise import noise_tag
 from ghofl.moments.shrinkage import (
     ANALYTIC_DEFAULT,
     Shrinkage,
@@ -139,8 +141,9 @@ class ShrinkageChoice:
     method : str
         ``"fixed"`` (given as a number), ``"oas"``, ``"rblw"``, ``"evidence"`` (analytic, from
         the covariance alone), ``"analytic-error"`` (:func:`analytic_error`, from the pooled
-        covariance and the class means), or ``"heldout-loglik"`` / ``"heldout-error"`` (chosen
-        on the held-out part of the statistics with that criterion).
+        covariance and the class means; ``"analytic-error+dp-noise"`` when it weighed the noise
+        of a private release), or ``"heldout-loglik"`` / ``"heldout-error"`` (chosen on the
+        held-out part of the statistics with that criterion).
     spectrum : Tridiagonal or None
         The tridiagonal reduction of the pooled (N − C) covariance the choice was computed
         from, when it was (the analytic error on the whole space), so that a fit can reuse it
@@ -351,7 +354,8 @@ def choose_pooled_shrinkage(
         if rule == "heldout":
             raise _no_holdout_error(rule)
         if rule == "auto" and POOLED_ANALYTIC == "error":
-            return ShrinkageChoice(_pooled_error_choice(moments, basis), "analytic-error")
+            return ShrinkageChoice(_pooled_error_choice(moments, basis),
+                                   "analytic-error" + noise_tag(moments.stats))
         return _analytic(rule, moments.pooled_covariance("n-c"), _dof_pooled(moments, "n-c"),
                          basis, moments.pooled_covariance("n"), _dof_pooled(moments, "n-c"))
     crit = check_criterion(criterion or POOLED_CRITERION)
@@ -392,7 +396,9 @@ def _pooled_error_choice(moments: Moments, basis: F64 | None) -> float:
     fam = shrinkage_family(_project(cov, basis), tau, None if basis is None else basis.T @ basis)
     return analytic_error_shrinkage(fam, n, _rows(moments.means, basis), moments.counts,
                                     np.log(np.maximum(moments.priors, 1e-300)),
-                                    ESTIMATED_MAX_DF if moments.is_estimated else 1.0)
+                                    ESTIMATED_MAX_DF if moments.is_estimated else 1.0,
+                                    noise=release_noise(moments.stats, moments.counts,
+                                                        moments.means))
 
 
 def _pooled_error_spectral(moments: Moments) -> ShrinkageChoice | None:
@@ -422,8 +428,9 @@ def _pooled_error_spectral(moments: Moments) -> ShrinkageChoice | None:
     grams = tridiagonal_grams(tri, tau, moments.means[moments.counts > 0])
     a = analytic_error_shrinkage(fam, n, moments.means, moments.counts,
                                  np.log(np.maximum(moments.priors, 1e-300)),
-                                 ESTIMATED_MAX_DF if moments.is_estimated else 1.0, grams)
-    return ShrinkageChoice(a, "analytic-error", tri)
+                                 ESTIMATED_MAX_DF if moments.is_estimated else 1.0, grams,
+                                 release_noise(moments.stats, moments.counts, moments.means))
+    return ShrinkageChoice(a, "analytic-error" + noise_tag(moments.stats), tri)
 
 
 def _class_scatter(m: Moments, c: int) -> F64:

@@ -30,9 +30,11 @@ from numpy.typing import NDArray
 
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
+from ghofl.stats.release import NoisyStats
 from ghofl.stats.schema import schema_for
 
 __all__ = [
+    "NoisyStats",
     "clamp_counts",
     "floor_noise_bulk",
     "noise_aware_covariances",
@@ -104,7 +106,8 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
     Returns
     -------
     stats : ClientStats
-        Validated, with ``n_clipped = 0`` (withheld under differential privacy).
+        Validated, with ``n_clipped = 0`` (withheld under differential privacy); a
+        :class:`NoisyStats` carrying ``sigma`` when it is given.
     notes : list of str
         What was done, in words.
     """
@@ -156,7 +159,12 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
     elif meta.mode == "diag":
         arrays["sq_sums"] = np.maximum(arrays["sq_sums"], sums**2 / n[:, None])
         notes.append("per-class variances D_c/N_c − μ_c² clamped at 0")
-    stats = ClientStats(meta, counts=counts, n_clipped=0, holdout=None, **arrays)
+    if sigma is None:
+        stats = ClientStats(meta, counts=counts, n_clipped=0, holdout=None, **arrays)
+    else:
+        stats = NoisyStats(meta, counts=counts, n_clipped=0, holdout=None,
+                           noise_sigma=dict(sigma), **arrays)
+        notes.append("the noise levels σ_b kept with the statistics for the heads' criteria")
     notes.append("n_clipped withheld (reported as 0)")
     return stats, notes
 

@@ -25,7 +25,10 @@ Fields, as ``field (file key / records key): when absent``:
 * ``holdout_n_clipped`` (``holdout_n_clipped`` / ``holdout-n_clipped``): no count (read as
   0); only with a held-out section;
 * ``transport_dtype`` (``transport_dtype`` / ``transport-dtype``): ``"float64"``;
-* ``rounded_to`` (``rounded_to`` / ``rounded-to``): ``"float64"``.
+* ``rounded_to`` (``rounded_to`` / ``rounded-to``): ``"float64"``;
+* ``noise_sigma`` (``noise_sigma`` / ``noise-sigma``): none (plain statistics); the public
+  noise level σ_b of each block of a differentially private release (JSON object of block
+  names to standard deviations, :class:`~ghofl.stats.release.NoisyStats`), since version 3.
 
 Entries equal to their absent value are not written (except ``n_clipped``, always written),
 so payloads that use no newer option are exactly what older ghofl wrote and older ghofl reads
@@ -49,6 +52,7 @@ from ghofl.stats.meta import (
     SCHEMA_VERSION,
     StatsMeta,
 )
+from ghofl.stats.release import NoisyStats, noise_sigma_problem
 from ghofl.stats.transport import (
     TRANSPORT_DTYPES,
     TRANSPORT_ROUNDING,
@@ -87,9 +91,10 @@ class HeaderField:
         Attribute of :class:`StatsHeader` (and the file key).
     record_key : str
         Key in the Flower record.
-    kind : {"meta", "count", "dtype"}
+    kind : {"meta", "count", "dtype", "sigma"}
         Value type: :class:`StatsMeta` (JSON text in both spellings), a non-negative ``int``
-        (decimal text in files) or a transport dtype name (``str``).
+        (decimal text in files), a transport dtype name (``str``) or the noise levels of a
+        release (a dict of block names to floats; JSON text in both spellings).
     absent : object
         Value when the entry is absent (``None`` for ``meta``: required).
     always : bool
@@ -103,7 +108,7 @@ class HeaderField:
 
     name: str
     record_key: str
-    kind: Literal["meta", "count", "dtype"]
+    kind: Literal["meta", "count", "dtype", "sigma"]
     absent: Any = None
     always: bool = False
     required: tuple[Style, ...] = ()
@@ -120,6 +125,8 @@ class HeaderField:
         if self.kind == "dtype":
             others = [repr(n) for n in TRANSPORT_DTYPES if n != self.absent]
             return f"{' or '.join(others)} (or no entry for {self.absent})"
+        if self.kind == "sigma":
+            return "a JSON object of block names to noise standard deviations >= 0"
         return "JSON of the statistics metadata"
 
     def check(self, value: Any) -> bool:
@@ -131,6 +138,8 @@ class HeaderField:
                 and 0 <= value <= _MAX_COUNT
         if self.kind == "dtype":
             return value in TRANSPORT_DTYPES
+        if self.kind == "sigma":
+            return bool(value) and noise_sigma_problem(value) is None
         return isinstance(value, StatsMeta)
 
     def written(self, value: Any) -> bool:
@@ -148,6 +157,7 @@ HEADER_FIELDS: tuple[HeaderField, ...] = (
                 since=HOLDOUT_SCHEMA_VERSION),
     HeaderField("rounded_to", "rounded-to", "dtype", absent="float64",
                 since=HOLDOUT_SCHEMA_VERSION),
+    HeaderField("noise_sigma", "noise-sigma", "sigma", since=HOLDOUT_SCHEMA_VERSION),
 )
 
 
@@ -170,6 +180,9 @@ class StatsHeader:
         Coarsest dtype the float sums went through before, when coarser than the transport
         dtype: ``"float32"`` for float64 sums of float32-transported payloads (their total),
         so that the reader validates them with a tolerance for that rounding.
+    noise_sigma : dict of str to float or None, default None
+        The noise level σ_b of each block of a differentially private release
+        (:class:`~ghofl.stats.release.NoisyStats`); ``None`` (no entry) for other statistics.
 
     Raises
     ------
@@ -182,6 +195,7 @@ class StatsHeader:
     holdout_n_clipped: int | None = None
     transport_dtype: str = "float64"
     rounded_to: str = "float64"
+    noise_sigma: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
         """Check every value with its field's declared check."""
@@ -218,14 +232,16 @@ class StatsHeader:
             holdout_n_clipped=None if stats.holdout is None else int(stats.holdout.n_clipped),
             transport_dtype=tname,
             rounded_to=rounded if rounded != tname else "float64",
+            noise_sigma=dict(stats.noise_sigma) if isinstance(stats, NoisyStats)
+            and stats.noise_sigma else None,
         )
 
     @property
     def schema_version(self) -> int:
         """The file schema version written: the oldest that holds every written entry.
 
-        2 for statistics without a held-out section, float32 sums or such rounding
-        (readable by older ghofl), else 3.
+        2 for statistics without a held-out section, float32 sums, such rounding or noise
+        levels (readable by older ghofl), else 3.
         """
         since = [spec.since for spec in HEADER_FIELDS if spec.written(getattr(self, spec.name))]
         return max(self.meta.written_version(), *since)
@@ -233,14 +249,17 @@ class StatsHeader:
     def stats_from(self, tensors: Mapping[str, Any]) -> ClientStats:
         """The statistics of this header and their arrays (validated; see ``stats_from_tensors``).
 
+        A :class:`~ghofl.stats.release.NoisyStats` when the header holds noise levels.
+
         Raises
         ------
         StatsFormatError, StatsValidationError
             The arrays do not match the header or do not form valid statistics.
         """
-        return stats_from_tensors(self.meta, dict(tensors), self.n_clipped,
-                                  self.holdout_n_clipped or 0, self.transport_dtype,
-                                  self.rounded_to)
+        stats = stats_from_tensors(self.meta, dict(tensors), self.n_clipped,
+                                   self.holdout_n_clipped or 0, self.transport_dtype,
+                                   self.rounded_to)
+        return stats if not self.noise_sigma else NoisyStats.of(stats, self.noise_sigma)
 
     def to_entries(self, style: Style) -> dict[str, Any]:
         """The header's entries in ``style``, in :data:`HEADER_FIELDS` order.
@@ -404,6 +423,8 @@ def _bad_value(spec: HeaderField, value: Any, style: Style, where: str) -> str:
 def _render(spec: HeaderField, value: Any, style: Style) -> Any:
     if spec.kind == "meta":
         return json.dumps(value.to_dict(), sort_keys=True)
+    if spec.kind == "sigma":
+        return json.dumps(dict(value), sort_keys=True)
     return str(value) if style == "file" else value
 
 
@@ -421,6 +442,11 @@ def _parse(spec: HeaderField, raw: Any, style: Style, where: str) -> Any:
     if spec.kind == "meta":
         return _parse_meta(str(raw), style, where)
     value: Any = raw
+    if spec.kind == "sigma":
+        try:
+            value = parse_json(str(raw), f"{where}'s {_entry(key, style)}")
+        except StatsFormatError:
+            value = None
     if spec.kind == "count" and isinstance(raw, str):
         ok = raw.isascii() and raw.isdigit() and len(raw) <= 19
         value = int(raw) if ok else None
