@@ -91,6 +91,7 @@ bench: $(VENV)/.stamp-$(BENCH_EXTRAS)
 	$(PY) benchmarks/bench_validation.py
 	$(PY) benchmarks/bench_client_stats.py
 	$(PY) benchmarks/bench_qda_floor.py
+	$(if $(PAPER_REPO),$(PY) benchmarks/bench_paper.py --paper-repo $(PAPER_REPO),@echo "skipped benchmarks/bench_paper.py: set PAPER_REPO to a checkout of https://github.com/FabioTur-dev/One-Shot-FL")
 	$(PY) benchmarks/bench_secure_cost.py
 	$(PY) benchmarks/bench_secure_graph.py
 	$(PY) benchmarks/bench_secure_regions.py

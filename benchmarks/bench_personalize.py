@@ -367,6 +367,18 @@ def _verdict(part: dict[str, Any]) -> str:
     return " ".join(lines)
 
 
+def _personal_lda(v: dict[str, Any]) -> str:
+    """Which lda the federated report of the personalised heads scored at this α.
+
+    Runs measured before the fine-tuning existed scored the lda with local priors.
+    """
+    tuned = len(v.get("per_seed", {}).get("fine-tuned lda", []))
+    if tuned == v["seeds"]:
+        return "fine-tuned lda"
+    return "local priors lda" if tuned == 0 else "personalised lda (fine-tuned in " \
+        f"{tuned} of {v['seeds']} seeds, local priors in the others)"
+
+
 def _part_text(key: str, part: dict[str, Any]) -> str:
     summ = part.get("summary", {})
     rows = []
@@ -381,7 +393,7 @@ def _part_text(key: str, part: dict[str, Any]) -> str:
         fed.append(f"α = {a}: central lda {_cell(v['central']['lda'])} %, qda "
                    f"{_cell(v['central']['qda'])} %; federated report, global lda "
                    f"{_cell(g['accuracy'])} % (clients {_cell(g['client_accuracy_mean'])} ± "
-                   f"{100 * g['client_accuracy_std']['mean']:.1f} %), personalised lda "
+                   f"{100 * g['client_accuracy_std']['mean']:.1f} %), {_personal_lda(v)} "
                    f"{_cell(p['lda']['accuracy'])} %, moments qda {_cell(p['qda']['accuracy'])} %")
     load = f"load average {part.get('load_start', 0):.2f} at the start, " \
            f"{part.get('load_end', 0):.2f} at the end"

@@ -29,7 +29,7 @@ SCRIPTS = ("bench_ablation_cifar10.py", "bench_accuracy_bytes.py", "bench_c1000.
            "bench_defaults.py", "bench_defaults_cv.py", "bench_demo.py", "bench_dp.py",
            "bench_dp_anchors.py", "bench_dp_synthetic.py",
            "bench_encoders.py", "bench_experiments.py", "bench_fedavg.py", "bench_flower.py",
-           "bench_ood.py", "bench_payload_bytes.py", "bench_peers.py", "bench_personalize.py", "bench_predict.py", "bench_qda_floor.py",
+           "bench_ood.py", "bench_paper.py", "bench_payload_bytes.py", "bench_peers.py", "bench_personalize.py", "bench_predict.py", "bench_qda_floor.py",
            "bench_secure.py",
            "bench_secure_cost.py", "bench_secure_graph.py", "bench_secure_regions.py",
            "bench_tiny_imagenet.py", "bench_trainable_heads.py", "bench_trainable_vs_base.py",

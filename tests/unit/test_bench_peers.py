@@ -1,4 +1,4 @@
-"""benchmarks/bench_peers.py: upload bytes per method and the verdict's byte budgets (no data)."""
+"""benchmarks/bench_peers.py: settings at the peers' bytes, parts, and the rendered verdicts."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 
+from ghofl.stats.schema import schema_for
 from tests.helpers import load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -18,31 +20,92 @@ def bench() -> ModuleType:
     return load_script(BENCH / "bench_peers.py", "bench_peers")  # type: ignore[return-value]
 
 
-def test_upload_bytes(bench: ModuleType) -> None:
-    c, d = 10, 1280
-    fed3r = bench.upload_bytes("Fed3R", "gram", c, d)
-    assert fed3r == 8 * (c * d + d * (d + 1) // 2) == 6_661_120  # no counts
-    assert bench.upload_bytes("ghofl lda (gram)", "gram", c, d) == fed3r + 8 * c
-    assert bench.upload_bytes("ghofl lda", "pooled", c, d) == 6_763_600
-    assert bench.upload_bytes("FedNCM", "means", c, d) == 8 * (c + c * d)
+def test_settings_put_a_ghofl_upload_at_or_below_every_budget(bench: ModuleType) -> None:
+    c, d = 6, 384
+    budgets = [schema_for("means").nbytes(c, d), 8 * (d * (d + 1) // 2 + c * d)]
+    sets = bench.settings_for(c, d, budgets, pca=False)
+    assert {s["mode"] for s in sets if s["proj"] == "none"} == {"diag", "pooled", "full"}
+    for b in budgets:
+        for dt in bench.DTYPES:
+            assert any(schema_for(s["mode"]).nbytes(c, s["k"] or d, float_dtype=dt) <= b
+                       for s in sets)
+    assert not any(s["mode"] == "full" for s in bench.settings_for(200, 1280, budgets, False))
+    assert bench.part_name("trec", 10, 2) == "trec-K10-s2.json"
 
 
-def _rec(method: str, nbytes: int, acc: float) -> dict[str, Any]:
-    return {"method": method, "clients": 10, "bytes": nbytes, "accuracy": acc}
+def _part(seed: int, peer: float, lda: float, clients: int = 10) -> dict[str, Any]:
+    recs = [
+        {"family": "peer", "peer": "FedCOF", "method": "FedCOF (tuned)", "config": "γ = 0.1",
+         "bytes": 1000, "val": peer, "test": peer},
+        {"family": "ghofl", "method": "ghofl lda", "setting": "gram random k=8",
+         "dtype": "float32", "config": "default", "bytes": 900, "val": lda, "test": lda},
+        {"family": "ghofl", "method": "ghofl ridge", "setting": "pooled", "dtype": "float64",
+         "config": "default", "bytes": 5000, "val": 0.99, "test": 0.99},
+    ]
+    return {"dataset": "trec", "clients": clients, "seed": seed, "encoder": "minilm",
+            "classes": 6, "dim": 384, "n_train": 100, "n_test": 50, "records": recs,
+            "seconds": {"stream": 1.0}, "machine": "m", "date": "2026-01-01"}
 
 
-def test_verdict_budgets_name_the_counts_tier_only_when_it_adds_a_head(bench: ModuleType
-                                                                      ) -> None:
-    ds = {"classes": 10, "records": [
-        _rec("FedNCM", 102_480, 69.8), _rec("Fed3R", 6_661_120, 78.1),
-        _rec("ghofl lda (FedCOF estimate)", 102_480, 73.3),
-        _rec("ghofl lda (gram)", 6_661_200, 78.16), _rec("ghofl lda", 6_763_600, 78.16)]}
-    lines = [ln for ln in bench.verdict(ds) if ln]
-    fed3r = [ln for ln in lines if "Fed3R" in ln]
-    assert len(fed3r) == 3
-    assert "at ≤ those bytes: ghofl lda (FedCOF estimate) 73.30 %" in fed3r[0]
-    assert ("at ≤ those bytes + the 10 class counts (80 B): ghofl lda (gram) 78.16 % at "
-            "6.66 MB: ghofl ahead by 0.06 points.") in fed3r[1]
-    assert "≤ 1.05× those bytes" in fed3r[2]
-    ncm = [ln for ln in lines if "FedNCM" in ln]  # counts included in its bytes: no extra tier
-    assert len(ncm) == 2 and not any("class counts" in ln for ln in ncm)
+def test_render_is_order_free_and_states_a_peer_ahead(bench: ModuleType) -> None:
+    parts = {f"trec-K10-s{s}.json": _part(s, 0.90 + s / 1000, 0.80 + s / 1000)
+             for s in range(3)}
+    text = bench.render({"parts": parts})
+    assert text == bench.render({"parts": dict(reversed(list(parts.items())))})
+    row = next(ln for ln in text.splitlines() if ln.startswith("| FedCOF (tuned)")
+               and "gram random" in ln)
+    # the pooled ridge (5000 B) is over the budget; the 900-B lda is chosen, 10 points behind
+    assert "lda, gram random k=8, float32" in row and "-10.0 ± 0.1 pt: **peer ahead**" in row
+    assert "![trec: accuracy vs bytes per client](benchmarks/results/peers_trec.png)" in text
+
+
+def test_render_calls_a_lead_only_beyond_two_standard_errors(bench: ModuleType) -> None:
+    spread = [0.0, 0.02, 0.04]
+    parts = {f"trec-K10-s{s}.json": _part(s, 0.80 + spread[s], 0.81 + spread[2 - s])
+             for s in range(3)}
+    row = next(ln for ln in bench.render({"parts": parts}).splitlines()
+               if ln.startswith("| FedCOF (tuned)") and "gram random" in ln)
+    assert "tie (within 2 SE)" in row
+
+
+def test_best_at_picks_on_validation_not_test(bench: ModuleType) -> None:
+    p = _part(0, 0.5, 0.6)
+    p["records"][1]["val"] = 0.1  # the lda validates worse than the (too large) ridge
+    p["records"].append({**p["records"][1], "method": "ghofl ridge", "val": 0.3, "test": 0.2})
+    cell = bench._cells({"a.json": p})[("trec", 10)]
+    assert bench.best_at(cell, 1000, [0]) == ("ghofl ridge", "gram random k=8", "float32")
+    assert bench.best_at(cell, 10, [0]) is None
+
+
+def test_stream_totals_equal_the_one_shot_sums(bench: ModuleType) -> None:
+    from ghofl.bench.features import Features
+    from ghofl.bench.peers import split_validation
+    from ghofl.stats import compute_stats
+    from ghofl.stats.meta import EncoderInfo
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(60, 4)).astype(np.float32)
+    y = np.repeat(np.arange(3), 20)
+    f = Features("toy", "toy", x, y, x[:6], y[:6], ("a", "b", "c"),
+                 EncoderInfo(name="toy", dim=4))
+    split = split_validation([np.arange(0, 30), np.arange(30, 60)], 0.2, seed=0)
+    sets = bench.settings_for(3, 4, [10**6], pca=False)
+    totals, means = bench.stream(f, split, sets, 0, None)
+    whole = compute_stats(x, y, f.classes, "full", f.encoder_info)
+    got = totals[("full", "float64", "fit")] + totals[("full", "float64", "val")]
+    assert whole.class_scatter is not None
+    np.testing.assert_allclose(got.class_scatter, whole.class_scatter, rtol=1e-10)
+    pooled = totals[("pooled", "float64", "fit")] + totals[("pooled", "float64", "val")]
+    whole_pooled = whole.to_mode("pooled").scatter
+    assert whole_pooled is not None
+    np.testing.assert_allclose(pooled.scatter, whole_pooled, rtol=1e-10)
+    assert len(means) == 2 and sum(int(m.counts.sum()) for _, m in means) == 60
+
+
+def test_errors_name_the_fix(bench: ModuleType) -> None:
+    from ghofl.bench.harness import BenchmarkError
+
+    with pytest.raises(BenchmarkError, match=r"unknown data set 'mnist'; choose from cifar10"):
+        bench._features("mnist", None, 0, 0)
+    with pytest.raises(BenchmarkError, match=r"a 'pca' setting needs the public basis: pass"):
+        bench._spec({"proj": "pca", "k": 8, "mode": "gram"}, 16, 0, None)

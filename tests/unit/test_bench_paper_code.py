@@ -1,0 +1,93 @@
+"""The pure parts of the benchmark beside the paper's code (ghofl.bench.paper_code)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from ghofl.bench.paper_code import (
+    CLIENT_SCRIPT,
+    CONFIG,
+    SERVER_DEFAULTS,
+    SERVER_SCRIPT,
+    PaperCodeError,
+    check_paper_repo,
+    load_paper_code,
+    server_settings,
+    stage_verdicts,
+    stubbed_imports,
+)
+
+
+def _fake_repo(root: Path, client: str = "X = 1\n", server: str = "Y = 2\n") -> Path:
+    for rel, text in ((CLIENT_SCRIPT, client), (SERVER_SCRIPT, server), (CONFIG, "seed: 1\n")):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_check_paper_repo_says_how_to_get_the_checkout(tmp_path: Path) -> None:
+    with pytest.raises(PaperCodeError, match=r"No checkout of the paper's code was given: "
+                       r"clone the paper's code \(git clone https://github.com/FabioTur-dev"):
+        check_paper_repo(None)
+    (tmp_path / "client").mkdir()
+    (tmp_path / CLIENT_SCRIPT).write_text("")
+    with pytest.raises(PaperCodeError, match=r"is not a checkout of the paper's code "
+                       r"\(server/GH_OFL_server.py, configs/cifar10.yaml missing\).*--repo"):
+        check_paper_repo(tmp_path, flag="--repo")
+    _fake_repo(tmp_path)
+    assert check_paper_repo(tmp_path) == tmp_path.resolve()
+
+
+def test_stubbed_imports_replace_then_restore() -> None:
+    before = {n: sys.modules.get(n) for n in ("torchvision", "models")}
+    with stubbed_imports():
+        transforms = importlib.import_module("torchvision").transforms
+        models = importlib.import_module("models")
+        assert transforms is sys.modules["torchvision.transforms"]
+        with pytest.raises(PaperCodeError, match=r"the paper's backbone is stubbed"):
+            models.build_backbone("resnet18", None)
+    assert all(sys.modules.get(n) is m for n, m in before.items())
+
+
+def test_load_paper_code_imports_the_files_unmodified(tmp_path: Path) -> None:
+    client = ("from dataclasses import dataclass\nfrom torchvision import datasets\n"
+              "from models import build_backbone\n@dataclass\nclass M:\n    a: int\n")
+    models = sys.modules.get("models")
+    code = load_paper_code(_fake_repo(tmp_path, client=client))
+    assert code.client.M(3).a == 3 and code.server.Y == 2
+    assert code.repo == tmp_path.resolve() and sys.modules.get("models") is models
+
+
+def test_load_paper_code_names_a_missing_dependency(tmp_path: Path) -> None:
+    _fake_repo(tmp_path, server="import ghofl_no_such_module\n")
+    with pytest.raises(PaperCodeError, match=r"GH_OFL_server.py failed .*needs torch and PyYAML"):
+        load_paper_code(tmp_path)
+
+
+def test_server_settings_defaults_then_config() -> None:
+    assert server_settings(None) == SERVER_DEFAULTS
+    got = server_settings({"qda_shrink": "0.1", "fm_epochs": 40.0, "syn_tau_clip": [0.6, 1],
+                           "syn_use_class_cov": 0, "unread": 1})
+    assert got["qda_shrink"] == 0.1 and got["fm_epochs"] == 40
+    assert isinstance(got["fm_epochs"], int)
+    assert got["syn_tau_clip"] == (0.6, 1.0) and got["syn_use_class_cov"] is False
+    assert "unread" not in got and got["lda_shrink"] == SERVER_DEFAULTS["lda_shrink"]
+
+
+def test_stage_verdicts_targets() -> None:
+    fit = stage_verdicts("fit_lda", {"paper": 0.1, "ghofl_paper": 0.05, "ghofl_default": 0.12})
+    assert fit["ratio_paper"] == pytest.approx(0.5) and fit["verdict_paper"] == "met"
+    # a default fit is judged against ghofl's own fixed-coefficient fit, at most 2x
+    assert fit["ratio_default"] == pytest.approx(2.4) and fit["verdict_default"] == "NOT met"
+    ev = stage_verdicts("eval_qda", {"paper": 1.0, "ghofl_paper": 1.5, "ghofl_default": 0.5})
+    assert ev["verdict_paper"] == "NOT met" and ev["ratio_default"] == pytest.approx(0.5)
+    assert ev["verdict_default"] == "met"
+    nb = stage_verdicts("fit_nb", {"paper": None, "ghofl_paper": 0.01, "ghofl_default": 0.01})
+    assert nb["ratio_paper"] is None and nb["verdict_paper"] == "n/a"
+    assert nb["verdict_default"] == "met"
+    agg = stage_verdicts("aggregation", {"paper": 2.0, "ghofl_paper": 1.0})
+    assert agg["verdict_paper"] == "met" and agg["verdict_default"] == "n/a"
