@@ -15,6 +15,7 @@ from scipy.linalg import LinAlgError, cholesky, solve_triangular
 
 from ghofl.errors import StatsValidationError
 from ghofl.moments.core import GhoflWarning
+from ghofl.stats.lapack import potrf, trtri
 
 F64 = NDArray[np.float64]
 R = TypeVar("R")
@@ -24,42 +25,105 @@ def stable_cholesky(cov: F64, what: str, release_gil: bool = False) -> tuple[F64
     """Lower Cholesky factor of ``cov`` (d, d), adding the smallest diagonal jitter needed.
 
     The jitter that makes it positive definite starts at 1e-10·tr(Σ)/d, ×10 per try,
-    at most 1e-2·tr(Σ)/d. ``release_gil``: factorise with ``numpy.linalg.cholesky``, which
-    releases the GIL (SciPy's LAPACK wrappers hold it), for factorisations run in a thread
-    pool (:func:`class_map`); it reads the lower triangle.
+    at most 1e-2·tr(Σ)/d. ``release_gil``: factorise without holding the GIL
+    (:func:`ghofl.stats.lapack.potrf`; SciPy's LAPACK wrappers hold it), for factorisations
+    run in a thread pool (:func:`class_map`); it reads the lower triangle and returns L in
+    Fortran order.
 
     Returns ``(L, jitter)``; a non-zero jitter is reported with a :class:`GhoflWarning`.
     """
     d = cov.shape[0]
+    scale = _factor_scale(cov, what)
+    jitter = 0.0
+    for step in range(10):
+        try:
+            m = cov if jitter == 0.0 else cov + jitter * np.eye(d)
+            L: F64 = (_nogil_cholesky(m) if release_gil
+                      else np.asarray(cholesky(m, lower=True, check_finite=False),
+                                      dtype=np.float64))
+            if not np.all(np.isfinite(L)):
+                raise LinAlgError("non-finite factor")
+        except (LinAlgError, np.linalg.LinAlgError):
+            jitter = scale * 10.0 ** (step - 10)
+            continue
+        _warn_jitter(what, jitter)
+        return L, jitter
+    raise LinAlgError(f"{what} is not positive definite even with a ridge of {jitter:.3g}")
+
+
+def _factor_scale(cov: F64, what: str) -> float:
+    """max(tr(Σ)/d, tiny), the unit of the jitter; refuses a ``cov`` with non-finite entries."""
     if not np.all(np.isfinite(cov)):
         raise StatsValidationError(
             f"{what} has non-finite entries: the features' scale over- or underflows float64 "
             "(e.g. values near 1e-160 or 1e+160); rescale the embeddings (standardise them) "
             "and recompute the statistics"
         )
-    scale = max(float(np.trace(cov)) / d, np.finfo(float).tiny)
+    scale: float = max(float(np.trace(cov)) / cov.shape[0], float(np.finfo(float).tiny))
+    return scale
+
+
+def _warn_jitter(what: str, jitter: float) -> None:
+    if jitter:
+        warnings.warn(
+            f"{what} is singular; added a ridge of {jitter:.3g} to its diagonal "
+            "(use shrinkage > 0 to avoid this)",
+            GhoflWarning,
+            stacklevel=4,
+        )
+
+
+def _nogil_cholesky(m: F64) -> F64:
+    """Lower Cholesky factor of ``m`` (its lower triangle read), Fortran-ordered, zeros above."""
+    a = np.array(m, dtype=np.float64, order="F")
+    if potrf(a, lower=True) != 0:
+        raise LinAlgError("not positive definite")
+    _zero_upper(a)
+    return a
+
+
+def _zero_upper(a: F64) -> None:
+    """Zero the strict upper triangle of the Fortran-ordered ``a`` (d, d), column by column."""
+    for j in range(1, a.shape[0]):
+        a[:j, j] = 0.0
+
+
+def inverse_factor_into(out: F64, fill: Callable[[F64], object], what: str) -> tuple[float, float]:
+    """Overwrite ``out`` with P = L⁻ᵀ, L the lower Cholesky factor of the matrix ``fill`` writes.
+
+    ``fill(out)`` writes a symmetric Σ (d, d) into the C-contiguous float64 ``out``; Σ is
+    factorised, Σ = L Lᵀ, and L inverted in place (LAPACK ``dpotrf``, ``dtrtri``, without the
+    GIL: :mod:`ghofl.stats.lapack`), so that ``out`` ends as the upper-triangular L⁻ᵀ (zeros
+    below the diagonal) and no other (d, d) array is allocated. The jitter is
+    :func:`stable_cholesky`'s: when Σ is not positive definite, ``fill`` is called again and the
+    jitter added to its diagonal.
+
+    Returns
+    -------
+    (half_log_det, jitter) : (float, float)
+        Σ log diag L (of the jittered matrix) and the jitter added (a :class:`GhoflWarning`
+        when non-zero).
+    """
+    fill(out)
+    scale = _factor_scale(out, what)
+    lower = out.T  # Fortran-ordered; Σ symmetric: its lower triangle is Σ's
     jitter = 0.0
     for step in range(10):
-        try:
-            m = cov if jitter == 0.0 else cov + jitter * np.eye(d)
-            # numpy's upper factor U = Lᵀ (C order) is L in Fortran order: no copy
-            L: F64 = np.asarray(np.linalg.cholesky(m, upper=True).T if release_gil
-                                else cholesky(m, lower=True, check_finite=False),
-                                dtype=np.float64)
-            if not np.all(np.isfinite(L)):
-                raise LinAlgError("non-finite factor")
-        except (LinAlgError, np.linalg.LinAlgError):
-            jitter = scale * 10.0 ** (step - 10)
-            continue
         if jitter:
-            warnings.warn(
-                f"{what} is singular; added a ridge of {jitter:.3g} to its diagonal "
-                "(use shrinkage > 0 to avoid this)",
-                GhoflWarning,
-                stacklevel=3,
-            )
-        return L, jitter
-    raise LinAlgError(f"{what} is not positive definite even with a ridge of {jitter:.3g}")
+            fill(out)
+            out[np.diag_indices(out.shape[0])] += jitter
+        diag = np.diagonal(lower)
+        if potrf(lower, lower=True) == 0 and np.all(np.isfinite(diag)):
+            break
+        jitter = scale * 10.0 ** (step - 10)
+    else:
+        raise LinAlgError(f"{what} is not positive definite even with a ridge of {jitter:.3g}")
+    _warn_jitter(what, jitter)
+    half_log_det = float(np.sum(np.log(diag)))
+    if trtri(lower, lower=True) != 0:  # pragma: no cover - the factor's diagonal is positive
+        raise LinAlgError(f"the Cholesky factor of {what} could not be inverted")
+    _zero_upper(lower)
+    return half_log_det, jitter
 
 
 def chol_solve(L: F64, B: F64) -> F64:
@@ -76,8 +140,9 @@ def linear_discriminant(means: F64, cov: F64, log_priors: F64, what: str) -> tup
 
     Returns ``(coef (C, d), intercept (C,), jitter)``.
     """
-    L, jitter = stable_cholesky(cov, what)
-    w = chol_solve(L, means.T)  # (d, C)
+    with one_blas_thread():  # threads spinning against a loaded machine cost more than they gain
+        L, jitter = stable_cholesky(cov, what)
+        w = chol_solve(L, means.T)  # (d, C)
     intercept = -0.5 * np.einsum("cd,dc->c", means, w) + log_priors
     return np.ascontiguousarray(w.T), intercept, jitter
 

@@ -28,7 +28,7 @@ def lda_covariance_choice(
     built from the full statistics.
     """
     choice = choose_pooled_shrinkage(moments, shrinkage, divisor=divisor)
-    return shrink(moments.pooled_covariance(divisor), choice.value), choice
+    return shrink(moments.pooled_covariance(divisor), choice.value, overwrite=True), choice
 
 
 def lda_covariance(
@@ -111,7 +111,8 @@ class LDAHead(Head):
         self.means_ = moments.means.copy()
         fitted = _spectral_discriminant(moments, choice, p["covariance_divisor"])
         if fitted is None:  # a fixed coefficient, or no reusable reduction: one Cholesky
-            cov = shrink(moments.pooled_covariance(p["covariance_divisor"]), choice.value)
+            cov = shrink(moments.pooled_covariance(p["covariance_divisor"]), choice.value,
+                         overwrite=True)  # a new array: shrunk in place
             fitted = linear_discriminant(moments.means, cov, safe_log(moments.priors),
                                          "the LDA pooled covariance")
         self.coef_, self.intercept_, self.jitter_ = fitted

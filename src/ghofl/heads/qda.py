@@ -15,10 +15,17 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from scipy.linalg import eigvalsh
 from scipy.linalg.blas import dtrmm
-from scipy.linalg.lapack import dsygst, dtrtri
+from scipy.linalg.lapack import dtrtri
 
 from ghofl.errors import ConfigError
-from ghofl.heads._linalg import F64, class_map, one_blas_thread, safe_log, stable_cholesky
+from ghofl.heads._linalg import (
+    F64,
+    class_map,
+    inverse_factor_into,
+    one_blas_thread,
+    safe_log,
+    stable_cholesky,
+)
 from ghofl.heads._params import Constraint, Options, ShrinkageParam
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
@@ -38,6 +45,7 @@ from ghofl.moments.shrinkage import (
     check_shrinkage,
     shrink,
 )
+from ghofl.stats.lapack import sygst
 from ghofl.stats.meta import StatsMeta
 
 Shape = tuple[int, ...]
@@ -66,8 +74,9 @@ def qda_params(
     (x−μ_c)ᵀ Σ̃_c⁻¹ (x−μ_c) = ‖(x−μ_c) P_c‖², half log-determinants Σ log diag L_c (C,), log
     priors (C,), the coefficients a_c and how they were chosen (a rule is resolved by
     :func:`qda_shrinkage`). The classes are factorised in a thread pool with one BLAS thread
-    each (:func:`~ghofl.heads._linalg.class_map`), so peak memory is P plus a few (d, d)
-    matrices per worker.
+    each (:func:`~ghofl.heads._linalg.class_map`), each in place in its slot of P (covariance,
+    shrinkage, Cholesky factor and inverse: :func:`~ghofl.heads._linalg.inverse_factor_into`),
+    so peak memory is P plus at most one (d, d) temporary per worker.
     """
     c_num, d = moments.num_classes, moments.dim
     center, within = None, None
@@ -88,25 +97,22 @@ def qda_params(
     prec = np.empty((c_num, d, d))
     half_logdet = np.empty(c_num)
 
-    def factor(c: int) -> None:
-        cov = moments.class_covariance(c, divisor)
+    def fill(c: int, cov: F64) -> None:  # the shrunk Σ̃_c, written into cov (d, d)
+        moments.class_covariance(c, divisor, out=cov)
         if center is not None and center_inv is not None:
             with np.errstate(over="ignore", invalid="ignore"):
                 scale = max(float(np.vdot(center_inv, cov)), 0.0) / d  # t_c = tr(B⁻¹Σ_c)/d
-                shrunk = cov  # symmetric (class_covariance): scaled in place
-                shrunk *= 1.0 - coefs[c]
-                shrunk += (coefs[c] * scale) * center
+                cov *= 1.0 - coefs[c]  # symmetric (class_covariance): scaled in place
+                cov += (coefs[c] * scale) * center
         else:
-            shrunk = shrink(cov, coefs[c], target)  # type: ignore[arg-type]
-        del cov
-        L, _ = stable_cholesky(
-            shrunk, f"the QDA covariance of class {moments.meta.classes[c]!r}", release_gil=True,
-        )
-        del shrunk
-        half_logdet[c] = float(np.sum(np.log(np.diag(L))))
-        prec[c] = _lower_inverse(L, overwrite=True).T  # C-ordered: a plain copy
+            shrink(cov, coefs[c], target, overwrite=True)  # type: ignore[arg-type]
 
-    class_map(factor, c_num)  # classes in parallel, one BLAS thread each
+    def factor(c: int) -> None:  # Σ̃_c, its factor and P_c in place in prec[c]
+        half_logdet[c], _ = inverse_factor_into(
+            prec[c], lambda cov: fill(c, cov),
+            f"the QDA covariance of class {moments.meta.classes[c]!r}")
+
+    class_map(factor, c_num)  # classes in parallel, one BLAS thread each, without the GIL
     return prec, half_logdet, safe_log(moments.priors), coefs, method
 
 
@@ -198,6 +204,7 @@ def qda_evidence_shrinkage(
             raise ValueError("the 'pooled' target needs its centre")
         q = center if support is None else support.T @ center @ support
         chol_q, _ = stable_cholesky(0.5 * (q + q.T), "the pooled covariance QDA shrinks toward")
+        chol_q = np.asfortranarray(chol_q)  # as LAPACK reads it: no copy per class
         del q
 
     def family(c: int) -> tuple[ShrinkageFamily, float]:
@@ -240,17 +247,17 @@ def qda_evidence_shrinkage(
 def _whiten(p: F64, chol_q: F64) -> F64:
     """L⁻¹ P L⁻ᵀ (its lower triangle; the strict upper one is not meaningful), Q = L Lᵀ.
 
-    ``p`` (d, d) symmetric, overwritten.
+    ``p`` (d, d) symmetric, overwritten; ``chol_q`` (d, d) Fortran-ordered.
 
     LAPACK ``dsygst`` (the reduction of the pencil (P, Q) to standard form): d³ flops, where
-    two triangular products with L⁻¹ take 2d³ and the inverse d³/3 more.
+    two triangular products with L⁻¹ take 2d³ and the inverse d³/3 more; called without the
+    GIL (:func:`ghofl.stats.lapack.sygst`), so the classes' reductions run in parallel.
     """
     sym = p.T if p.flags.c_contiguous else np.asfortranarray(p)  # p symmetric: no copy
-    out, info = dsygst(sym, chol_q, itype=1, lower=1, overwrite_a=1)
+    info = sygst(sym, chol_q)  # in place, without the GIL
     if info != 0:  # pragma: no cover - the arguments are checked above
         raise np.linalg.LinAlgError(f"reduction to standard form failed (LAPACK info {info})")
-    res: F64 = out
-    return res
+    return sym
 
 
 def whitened_sq_norms(Z: F64, mean: F64, prec: F64, out: F64,

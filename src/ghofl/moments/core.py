@@ -142,11 +142,12 @@ class Moments:
             raise StatsValidationError("the total covariance needs at least 2 samples")
         return t / (self.n_samples - 1)
 
-    def class_covariance(self, c: int, divisor: str = "n-1") -> F64:
+    def class_covariance(self, c: int, divisor: str = "n-1", out: F64 | None = None) -> F64:
         """Σ_c = (S_c − N_c μ_c μ_cᵀ)/(N_c − 1), shape (d, d) (``divisor="n"``: ÷N_c, MLE).
 
         Needs ``full`` statistics. A class with N_c = 1 falls back to the pooled covariance
-        with a :class:`GhoflWarning`.
+        with a :class:`GhoflWarning`. ``out`` (d, d), C-contiguous float64: written with
+        Σ_c and returned (no other (d, d) array is allocated), else a new array.
         """
         s = self.stats.class_scatter
         if s is None:
@@ -163,15 +164,18 @@ class Moments:
                 GhoflWarning,
                 stacklevel=2,
             )
-            return self.pooled_covariance()
+            pooled = self.pooled_covariance()
+            if out is None:
+                return pooled
+            out[...] = pooled
+            return out
         mu = self.means[c]
-        cov = np.outer(mu, mu)  # s_c − n_c·μμᵀ, in place (the same values)
+        cov = np.outer(mu, mu, out=out)  # s_c − n_c·μμᵀ, in place (the same values)
         cov *= -float(n_c)
         cov += s[c]
         cov /= n_c - 1 if divisor == "n-1" else n_c
-        out: F64 = cov + cov.T
-        out *= 0.5
-        return out
+        symmetrise(cov)
+        return cov
 
     def validation_split(self) -> tuple[Moments, Moments] | None:
         """Moments of the fitting part and of the held-out part of the statistics.
@@ -254,9 +258,11 @@ def compute_moments(stats: ClientStats, allow_empty_classes: bool = False) -> Mo
     within = total = None
     if b is not None:
         between = (stats.sums.T / safe) @ stats.sums  # Σ_c A_c A_cᵀ / N_c
-        within = _sym(b - between)
+        within = symmetrise(np.subtract(b, between, out=between))
         a = stats.sums.sum(axis=0)
-        total = _sym(b - np.outer(a, a) / n)
+        outer = np.outer(a, a)
+        outer /= n
+        total = symmetrise(np.subtract(b, outer, out=outer))
     dof, class_dof = (
         (stats.scatter_dof, stats.class_dof) if isinstance(stats, EstimatedStats) else (None, None)
     )
@@ -274,6 +280,25 @@ def compute_moments(stats: ClientStats, allow_empty_classes: bool = False) -> Mo
     )
 
 
-def _sym(m: F64) -> F64:
-    out: F64 = 0.5 * (m + m.T)
-    return out
+def symmetrise(m: F64) -> F64:
+    """Replace the square ``m`` (d, d) by ½(M + Mᵀ) in place, and return it.
+
+    The same values as ``0.5 * (m + m.T)`` without its two (d, d) temporaries: the matrix is
+    averaged with its transpose one pair of :data:`_SYM_TILE`-square tiles at a time.
+    """
+    d, t = m.shape[0], _SYM_TILE
+    for i0 in range(0, d, t):
+        i1 = min(i0 + t, d)
+        tile = m[i0:i1, i0:i1]
+        tile += tile.T  # numpy buffers the overlapping operand
+        tile *= 0.5
+        for j0 in range(i1, d, t):
+            upper, lower = m[i0:i1, j0 : j0 + t], m[j0 : j0 + t, i0:i1]
+            upper += lower.T
+            upper *= 0.5
+            lower[...] = upper.T
+    return m
+
+
+#: Side of the square tiles :func:`symmetrise` averages.
+_SYM_TILE = 128

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import ConfigError
+from ghofl.moments.core import symmetrise
 from ghofl.moments.criteria import evidence_shrinkage
 
 ShrinkageRule = Literal["auto", "heldout", "oas", "rblw", "evidence"]
@@ -60,7 +61,8 @@ def check_shrinkage(name: str, value: object) -> Shrinkage:
 
 
 def shrink(
-    cov: NDArray[np.float64], a: float, target: Target = "scaled_identity"
+    cov: NDArray[np.float64], a: float, target: Target = "scaled_identity",
+    overwrite: bool = False,
 ) -> NDArray[np.float64]:
     """Shrink a covariance toward a multiple of the identity.
 
@@ -73,17 +75,20 @@ def shrink(
     cov : ndarray, shape (d, d)
     a : float in [0, 1]
     target : {"scaled_identity", "identity"}
+    overwrite : bool, default False
+        ``cov`` (C-contiguous float64) is symmetrised and shrunk in place and returned (the
+        same values, no (d, d) temporary); else it is left as it is.
 
     Returns
     -------
     ndarray, shape (d, d), symmetric.
     """
     d = cov.shape[-1]
-    sym = 0.5 * (cov + cov.T)
+    sym = symmetrise(cov) if overwrite else 0.5 * (cov + cov.T)
     tau = max(float(np.trace(sym)), 0.0) / d if target == "scaled_identity" else 1.0
-    out: NDArray[np.float64] = (1.0 - a) * sym
-    out[np.diag_indices(d)] += a * tau
-    return out
+    sym *= 1.0 - a
+    sym[np.diag_indices(d)] += a * tau
+    return sym
 
 
 def oas_shrinkage(cov: NDArray[np.float64], n: float) -> float:
