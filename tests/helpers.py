@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -133,3 +135,22 @@ def load_script(path: object, name: str) -> object:
     finally:
         sys.path.remove(folder)
     return mod
+
+
+def dp_release(total: Any, clip: float, z: float, *, seed: int, aware: bool = True) -> Any:
+    """``total`` noised at noise multiplier z (budget split equally over its blocks, ε = 8 in
+    the plan's record), post-processed; a ``NoisyStats`` carrying σ unless ``aware`` is False."""
+    from ghofl.privacy import DPConfig, NoisePlan, block_sensitivities, block_sigmas, draw_noise
+    from ghofl.privacy.postprocess import postprocess
+    from ghofl.stats.schema import schema_for
+
+    mode = total.mode
+    c, d = total.meta.num_classes, total.meta.dim
+    sens = block_sensitivities(mode, clip)
+    frac = {b: 1.0 / len(sens) for b in sens}
+    sigma = block_sigmas(sens, frac, z)
+    ints, floats = schema_for(mode).flatten(total)
+    plan = NoisePlan(DPConfig(8.0), mode, clip, 1, z, sens, frac, sigma)
+    dc, df = draw_noise(plan, c, d, np.random.default_rng(seed))
+    stats, _ = postprocess(total.meta, ints[:c] + dc, floats + df, 1, sigma if aware else None)
+    return stats

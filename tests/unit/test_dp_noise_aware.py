@@ -22,11 +22,10 @@ from ghofl.moments.criteria import (
     release_noise,
     shrinkage_family,
 )
-from ghofl.privacy import DPConfig, NoisePlan, block_sensitivities, block_sigmas, draw_noise
-from ghofl.privacy.postprocess import NoisyStats, postprocess
+from ghofl.privacy.postprocess import NoisyStats
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.schema import schema_for
+from tests.helpers import dp_release
 
 R = 6.0
 C, D = 4, 24
@@ -40,14 +39,8 @@ def data() -> tuple[SyntheticSplit, ClientStats]:
 
 def _release(total: ClientStats, z: float, aware: bool = True) -> ClientStats:
     """``total`` noised at noise multiplier z (equal split), post-processed."""
-    sens = block_sensitivities("pooled", R)
-    frac = {b: 1.0 / len(sens) for b in sens}
-    sigma = block_sigmas(sens, frac, z)
-    ints, floats = schema_for("pooled").flatten(total)
-    plan = NoisePlan(DPConfig(8.0), "pooled", R, 1, z, sens, frac, sigma)
-    dc, df = draw_noise(plan, C, D, np.random.default_rng(5))
-    stats, _ = postprocess(total.meta, ints[:C] + dc, floats + df, 1, sigma if aware else None)
-    return stats
+    out: ClientStats = dp_release(total, R, z, seed=5, aware=aware)
+    return out
 
 
 def _lda(stats: ClientStats, s: SyntheticSplit) -> tuple[float, float]:

@@ -16,12 +16,10 @@ from ghofl.bench.synthetic import SyntheticSplit, gaussian_classes
 from ghofl.heads.ridge import CANDIDATES, RidgeHead, gcv_scores, gcv_scores_tridiagonal
 from ghofl.moments.core import compute_moments
 from ghofl.moments.noise import noise_tag, total_release_noise
-from ghofl.privacy import DPConfig, NoisePlan, block_sensitivities, block_sigmas, draw_noise
-from ghofl.privacy.postprocess import NoisyStats, postprocess
+from ghofl.privacy.postprocess import NoisyStats
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.meta import Mode
-from ghofl.stats.schema import schema_for
+from tests.helpers import dp_release
 
 R = 6.0
 C, D = 4, 24
@@ -35,15 +33,8 @@ def data() -> tuple[SyntheticSplit, ClientStats]:
 
 def _release(total: ClientStats, z: float, aware: bool = True, seed: int = 5) -> ClientStats:
     """``total`` noised at noise multiplier z (equal split), post-processed."""
-    mode: Mode = total.mode
-    sens = block_sensitivities(mode, R)
-    frac = {b: 1.0 / len(sens) for b in sens}
-    sigma = block_sigmas(sens, frac, z)
-    ints, floats = schema_for(mode).flatten(total)
-    plan = NoisePlan(DPConfig(8.0), mode, R, 1, z, sens, frac, sigma)
-    dc, df = draw_noise(plan, C, D, np.random.default_rng(seed))
-    stats, _ = postprocess(total.meta, ints[:C] + dc, floats + df, 1, sigma if aware else None)
-    return stats
+    out: ClientStats = dp_release(total, R, z, seed=seed, aware=aware)
+    return out
 
 
 def _ridge(stats: ClientStats, s: SyntheticSplit) -> tuple[float, str, float]:

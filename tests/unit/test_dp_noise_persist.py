@@ -18,15 +18,13 @@ from ghofl.errors import StatsFormatError, StatsValidationError
 from ghofl.heads.lda import LDAHead
 from ghofl.heads.registry import load_head
 from ghofl.heads.ridge import RidgeHead
-from ghofl.privacy import DPConfig, NoisePlan, block_sensitivities, block_sigmas, draw_noise
-from ghofl.privacy.postprocess import NoisyStats, postprocess
+from ghofl.privacy.postprocess import NoisyStats
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import load_stats, read_stats_header, save_stats
 from ghofl.stats.header import StatsHeader
 from ghofl.stats.meta import Mode
-from ghofl.stats.schema import schema_for
-from tests.helpers import gaussian_mixture
+from tests.helpers import dp_release, gaussian_mixture
 from tests.helpers_cli import run_cli
 
 R = 4.0
@@ -45,14 +43,7 @@ def _release(mode: Mode, z: float = 1.0, seed: int = 0) -> tuple[ClientStats, Cl
     """Exact total of a toy problem and its release at noise multiplier z (equal split)."""
     x, y = gaussian_mixture(seed, num_classes=C, dim=D, n=1500, sep=2.0)
     total = compute_stats(x, y, C, mode, clip_norm=R)
-    sens = block_sensitivities(mode, R)
-    frac = {b: 1.0 / len(sens) for b in sens}
-    sigma = block_sigmas(sens, frac, z)
-    ints, floats = schema_for(mode).flatten(total)
-    plan = NoisePlan(DPConfig(8.0), mode, R, 1, z, sens, frac, sigma)
-    dc, df = draw_noise(plan, C, D, np.random.default_rng(seed))
-    stats, _ = postprocess(total.meta, ints[:C] + dc, floats + df, 1, sigma)
-    return total, stats
+    return total, dp_release(total, R, z, seed=seed)
 
 
 @pytest.mark.parametrize("mode", ["pooled", "full", "gram"])
