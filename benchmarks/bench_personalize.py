@@ -55,9 +55,10 @@ from numpy.typing import NDArray
 
 from ghofl.baselines.fedavg import fedavg_rounds, local_sgd, softmax_accuracy
 from ghofl.bench import harness
-from ghofl.bench.decide import at_or_above
+from ghofl.bench.decide import paired_lead
 from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.data.partition import dirichlet_partition
+from ghofl.errors import ConfigError
 from ghofl.evaluation.federated import EvaluationSums, local_evaluation, report
 from ghofl.heads import make_head
 from ghofl.model.fine_tune import DEFAULT_TAU, fine_tune_heads
@@ -73,6 +74,8 @@ FEDAVG_ROUNDS = 100
 LR_GRID = (0.01, 0.03, 0.1)
 LR_ROUNDS = 10
 FT_EPOCHS = 5
+#: Fewest training rows of a client in a partition.
+MIN_PER_CLIENT = 2
 METHODS = ("global lda", "global qda", "local priors lda", "local priors qda",
            "local classes lda", "local classes qda", "moments qda", "moments qda (kappa=d)",
            "fine-tuned lda", "local only", "fedavg", "fedavg + fine-tune")
@@ -162,12 +165,20 @@ def _percentile10(v: list[float]) -> float:
 
 
 def run_seed(f: Any, k: int, alpha: float, seed: int, rounds: int) -> dict[str, Any]:
-    """Every method on one partition; per method the per-client accuracies' mean and p10."""
+    """Every method on one partition; per method the per-client accuracies' mean and p10.
+
+    A (K, α) that no Dirichlet partition can give every client :data:`MIN_PER_CLIENT` rows
+    (few classes, many clients, small α) gives ``{"infeasible": reason}``: recorded, shown
+    in the section, never averaged.
+    """
     t0 = time.perf_counter()
     x, y = np.asarray(f.x_train, np.float64), f.y_train
     xt, yt = np.asarray(f.x_test, np.float64), f.y_test
     c = len(f.classes)
-    parts = dirichlet_partition(y, k, alpha, seed, min_per_client=2)
+    try:
+        parts = dirichlet_partition(y, k, alpha, seed, min_per_client=MIN_PER_CLIENT)
+    except ConfigError as exc:
+        return {"clients": k, "alpha": alpha, "seed": seed, "infeasible": str(exc)}
     every = np.concatenate(parts)  # the sum of the clients' statistics
     total = compute_stats(x[every], y[every], f.classes, mode="full", encoder=f.encoder_info)
     glob = {n: make_head(n).fit_from_stats(total) for n in ("lda", "qda")}
@@ -257,12 +268,14 @@ def summarise(runs: dict[str, Any]) -> dict[str, Any]:
     """Per α: per method the mean ± SE over seeds of the clients' mean and 10th percentile."""
     by_alpha: dict[str, list[dict[str, Any]]] = {}
     for r in runs.values():
-        by_alpha.setdefault(f"{r['alpha']:g}", []).append(r)
+        if "infeasible" not in r:
+            by_alpha.setdefault(f"{r['alpha']:g}", []).append(r)
     out: dict[str, Any] = {}
     for a, rs in by_alpha.items():
         out[a] = {"seeds": len(rs), "methods": _method_cells(rs),
                   "per_seed": {m: [r["methods"][m]["mean"] for r in rs if m in r["methods"]]
                                for m in METHODS},
+                  "per_run": [{m: v["mean"] for m, v in r["methods"].items()} for r in rs],
                   "central": {h: _mean_se([r["central"][h] for r in rs]) for h in ("lda", "qda")},
                   "federated": {kind: {h: {key: _mean_se([r["federated"][kind][h][key]
                                                           for r in rs])
@@ -275,7 +288,8 @@ def summarise(runs: dict[str, Any]) -> dict[str, Any]:
 
 def _complete(runs: dict[str, Any]) -> dict[str, Any]:
     """The saved runs that measured every method (a run lacking one is measured again)."""
-    return {k: r for k, r in runs.items() if set(METHODS) <= set(r["methods"])}
+    return {k: r for k, r in runs.items()
+            if "infeasible" in r or set(METHODS) <= set(r["methods"])}
 
 
 def measure(ctx: harness.Context) -> dict[str, Any]:
@@ -311,6 +325,10 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
 
             def one(row: tuple[float, int], k: int = k, f: Any = f) -> dict[str, Any]:
                 r = run_seed(f, k, row[0], row[1], int(s["rounds"]))
+                if "infeasible" in r:
+                    ctx.log(f"  {f.dataset} K={k} α={row[0]:g} seed {row[1]}: no partition "
+                            f"({r['infeasible']})")
+                    return r
                 ctx.log(f"  {f.dataset} K={k} α={row[0]:g} seed {row[1]}: " + ", ".join(
                     f"{m} {100 * v['mean']:.1f}" for m, v in r["methods"].items())
                     + f" ({r['seconds']:.0f} s)")
@@ -328,21 +346,25 @@ def _cell(v: dict[str, float]) -> str:
 
 
 def _compare(summ: dict[str, Any], best: str, other: str) -> str:
-    """``best`` against ``other`` on the per-seed means, by the project's two-SE rule."""
-    a, b = summ["per_seed"][best], summ["per_seed"][other]
-    if not (a and b):
+    """``best`` against ``other`` on the partitions both ran (paired, the two-SE rule).
+
+    Every method of a run scores the same clients on the same test rows, so the comparison is
+    paired (:func:`ghofl.bench.decide.paired_lead`): the per-partition differences, their mean
+    ± standard error; a decided lead when the mean exceeds two standard errors.
+    """
+    runs = [r for r in summ.get("per_run", []) if best in r and other in r]
+    if not runs:
         return f"{other} not measured"
-    d = at_or_above(a, b)
+    d = paired_lead([r[best] for r in runs], [r[other] for r in runs])
     if d.passed is None:
         return f"{d.diff:+.1f} point(s) against {other} (one seed: undecided)"
-    lead = "a decided lead" if d.diff > 2 * d.se else ("above, within 2 SE" if d.diff > 0
-                                                       else "BELOW")
-    return f"{d.diff:+.1f} ± {d.se:.1f} point(s) against {other} ({lead})"
+    lead = "a decided lead" if d.passed else ("above, within 2 SE" if d.diff > 0 else "BELOW")
+    return (f"{d.diff:+.1f} ± {d.se:.1f} point(s) against {other} (paired over {len(runs)} "
+            f"partitions: {lead})")
 
 
-def _verdict(part: dict[str, Any]) -> str:
-    """The issue's bar on CIFAR-10 with 10 clients, from what was measured."""
-    summ = part.get("summary", {})
+def _verdict(summ: dict[str, Any]) -> str:
+    """The issue's bar on CIFAR-10 with 10 clients, from the part's summary."""
     lines = []
     low = summ.get("0.1")
     if low is not None:
@@ -380,7 +402,7 @@ def _personal_lda(v: dict[str, Any]) -> str:
 
 
 def _part_text(key: str, part: dict[str, Any]) -> str:
-    summ = part.get("summary", {})
+    summ = summarise(part["runs"]) if part.get("runs") else part.get("summary", {})
     rows = []
     for a, v in summ.items():
         rows.append([a, v["seeds"], *(f"{_cell(v['methods'][m]['mean'])} / "
@@ -399,7 +421,13 @@ def _part_text(key: str, part: dict[str, Any]) -> str:
            f"{part.get('load_end', 0):.2f} at the end"
     head = (f"### {part['dataset']}, {part['clients']} clients ({part['encoder']}, "
             f"{part['n_train']:,} training / {part['n_test']:,} test rows; {load})")
-    verdict = _verdict(part) if key == "cifar10/10" else ""
+    skipped = sorted({f"{r['alpha']:g}" for r in part.get("runs", {}).values()
+                      if "infeasible" in r}, key=float)
+    if skipped:
+        fed.append(f"α = {', '.join(skipped)}: not run: no Dirichlet partition of the "
+                   f"{part['n_train']:,} training rows gives each of the {part['clients']} "
+                   f"clients {MIN_PER_CLIENT} rows or more (every client must hold some data)")
+    verdict = _verdict(summ) if key == "cifar10/10" else ""
     return "\n\n".join(x for x in (head, table, "\n".join(f"- {t}" for t in fed), verdict) if x)
 
 
@@ -425,7 +453,10 @@ def render(r: dict[str, Any]) -> str:
         "regression on the client's rows pulled towards it, penalty "
         f"(τ/2)‖θ − θ_lda‖², τ = {rules.get('tau', 100):g} (`ghofl personalize --embeddings`, "
         "ghofl.model.fine_tune). Nothing of the "
-        "personalisation leaves the client. "
+        "personalisation leaves the client. Verdicts compare two methods on the partitions "
+        "both ran (every method of a run scores the same clients on the same rows): the mean "
+        "± standard error of the per-partition differences, a decided lead when it exceeds "
+        "two standard errors (`ghofl.bench.decide.paired_lead`). "
         f"Machine: {r['machine']}. Measured {r['date']}.\n\n{body}\n"
     )
 

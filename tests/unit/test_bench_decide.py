@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ghofl.bench.decide import at_or_above, fmt_mean_se, mean_se, within
+from ghofl.bench.decide import at_or_above, fmt_mean_se, mean_se, paired_lead, within
 from ghofl.errors import ConfigError
 
 
@@ -55,7 +55,25 @@ def test_describe_and_format() -> None:
     assert at_or_above([0.7, 0.72], [0.6, 0.62]).describe("ok", "bad") == "+10.0 ± 1.4 pt: ok"
 
 
+def test_paired_lead_cancels_the_shared_seed_spread() -> None:
+    # Both methods move together from seed to seed (spread 4 pt); a leads by 0.3-0.5 pt on
+    # every seed: unpaired that is a tie, paired a decided lead.
+    b = [0.80, 0.84, 0.88, 0.82]
+    a = [0.804, 0.843, 0.885, 0.823]
+    assert at_or_above(b, a).passed is True  # b is not decidedly below a unpaired
+    cmp = paired_lead(a, b)
+    assert cmp.diff == pytest.approx(0.375)
+    assert cmp.se == pytest.approx(100 * mean_se([0.004, 0.003, 0.005, 0.003])[1])
+    assert cmp.passed is True and cmp.bound == pytest.approx(2 * cmp.se)
+    assert paired_lead(b, a).passed is False  # the reverse is no lead
+    mixed = paired_lead([0.81, 0.80, 0.83], [0.80, 0.81, 0.82])  # +1, -1, +1: no lead
+    assert mixed.passed is False
+    assert paired_lead([0.9], [0.8]).passed is None
+
+
 @pytest.mark.parametrize(("call", "match"), [
+    (lambda: paired_lead([0.1, 0.2], [0.1]),
+     r"one value of each method per seed; got 2 and 1 values.*at_or_above"),
     (lambda: mean_se([]), r"at least one per-seed value; got none"),
     (lambda: at_or_above([0.1, 0.2], [0.1, 0.2], margin=-1), r"margin must be >= 0"),
     (lambda: within([0.1, 0.2], [0.1, 0.2], -0.5), r"tol must be >= 0"),

@@ -309,15 +309,18 @@ TAKES: dict[str, tuple[set[str], set[str]]] = {
                     "aggregation.drops"}),
     "client-stats": ({"client"}, {"client.min_class_count"}),
     "fit": ({"server"}, set()),
-    # aggregate takes --estimate of the aggregation options (and --store as its own)
+    # aggregate takes --estimate and central DP of the aggregation options (and --store and
+    # --min-class-count as its own)
     "aggregate": ({"aggregation", "server"},
-                  {p for p in FIELDS if p.startswith("aggregation.")} - {"aggregation.estimate"}),
+                  {p for p in FIELDS if p.startswith("aggregation.")} - {
+                      "aggregation.estimate", "aggregation.dp_epsilon", "aggregation.dp_delta",
+                      "aggregation.dp_split", "aggregation.dp_expected_samples"}),
 }
 #: The fields each command declares itself under the table's flag, with help of its own.
 OWN: dict[str, set[str]] = {
     "client-stats": {"client.classes", "client.encoder", "client.encoder_name",
                      "client.resolution", "client.backend"},
-    "aggregate": {"aggregation.store"},
+    "aggregate": {"aggregation.store", "client.min_class_count"},
 }
 _CLICK_TYPES = {int: "integer", float: "float", str: "text", bool: "boolean"}
 

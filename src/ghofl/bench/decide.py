@@ -11,6 +11,12 @@ mean(b)``, and the standard error of that difference, ``se = √(se_a² + se_b²
 - :func:`within`: ``a`` is within ``tol`` of ``b`` when ``|diff| ≤ max(tol, 2·se)`` (within
   ``tol``, or within 2 standard errors where those are larger).
 
+- :func:`paired_lead`: two methods run on the *same* seeds (the same partitions, the same
+  test rows) compare through the per-seed differences ``d_i = a_i − b_i``: ``diff =
+  mean(d)``, ``se`` = standard error of the mean of ``d``; ``a`` leads when ``diff > 2·se``.
+  The seed-to-seed spread both methods share (an easy or a hard partition) cancels in
+  ``d_i``, so this is the comparison to use when the runs are paired, and only then.
+
 A comparison with fewer than two seeds on either side has no standard error: it is
 *undecided*, never passed or failed.
 """
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 
 from ghofl.errors import ConfigError
 
-__all__ = ["Comparison", "at_or_above", "fmt_mean_se", "mean_se", "within"]
+__all__ = ["Comparison", "at_or_above", "fmt_mean_se", "mean_se", "paired_lead", "within"]
 
 #: Standard errors of the difference that a shortfall must exceed to count.
 SE_FACTOR = 2.0
@@ -149,3 +155,29 @@ def within(a: Sequence[float], b: Sequence[float], tol: float,
         return Comparison(diff, se, tol, None)
     bound = max(tol, SE_FACTOR * se)
     return Comparison(diff, se, bound, abs(diff) <= bound)
+
+
+def paired_lead(a: Sequence[float], b: Sequence[float], scale: float = 100.0) -> Comparison:
+    """Whether ``a`` leads ``b`` on the same seeds: mean(a_i − b_i) > 2·se of that mean.
+
+    Parameters
+    ----------
+    a, b : sequence of float, shapes (n,), (n,)
+        Per-seed values of two methods, ``a[i]`` and ``b[i]`` measured on the same seed i.
+    scale : float
+        Unit of ``diff`` and ``se`` (100: points of accuracy).
+
+    Raises
+    ------
+    ConfigError
+        The cells are empty or of different lengths (the seeds are not paired).
+    """
+    if len(a) != len(b):
+        raise ConfigError(f"paired_lead needs one value of each method per seed; got {len(a)} "
+                          f"and {len(b)} values: compare the seeds both methods ran, or use "
+                          "at_or_above for unpaired cells")
+    diff, se = mean_se([float(x) - float(y) for x, y in zip(a, b, strict=True)])
+    diff, se = scale * diff, scale * se
+    if math.isnan(se):
+        return Comparison(diff, se, math.nan, None)
+    return Comparison(diff, se, SE_FACTOR * se, diff > SE_FACTOR * se)

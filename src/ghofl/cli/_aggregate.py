@@ -42,6 +42,7 @@ from ghofl.stats.meta import StatsMeta
 from ghofl.store import AggregationStore
 
 if TYPE_CHECKING:
+    from ghofl.cli._aggregate_dp import CentralRelease
     from ghofl.server.files import FilesTransport
     from ghofl.server.job import ServerJob
     from ghofl.server.run import FederationServer
@@ -140,7 +141,7 @@ def check_aggregate_inputs(
 
 def aggregate_files(files: Sequence[Path], digests: Sequence[str], *, out: Path | None,
                     store: Path | None, client_id: str | None,
-                    fedcof: FedCOFFit | None = None) -> None:
+                    fedcof: FedCOFFit | None = None, dp: CentralRelease | None = None) -> None:
     """Run the server of the plain protocol over the payload files; write or record the total.
 
     :class:`~ghofl.server.run.FederationServer` runs the plan of the payloads
@@ -149,7 +150,10 @@ def aggregate_files(files: Sequence[Path], digests: Sequence[str], *, out: Path 
     stops at the first payload the server refuses. With a store it prints one line per
     payload and a summary, and ``out`` receives the store's total; without, ``out`` receives
     the sum of the files. With ``fedcof`` the server also builds FedCOF's estimate from the
-    files' class counts and sums and fits its heads from it (:class:`FedCOFFit`).
+    files' class counts and sums and fits its heads from it (:class:`FedCOFFit`). With ``dp``
+    (no store, no FedCOF) the server releases the sum under central differential privacy and
+    ``out`` receives the release and its privacy report, never the exact sum
+    (:class:`~ghofl.cli._aggregate_dp.CentralRelease`).
 
     Raises
     ------
@@ -185,18 +189,23 @@ def aggregate_files(files: Sequence[Path], digests: Sequence[str], *, out: Path 
     transport = FilesTransport(paths, read=read_stats)
     meta = transport.first_meta()
     plan = payload_plan(meta, store=store)
-    server = FederationServer(plan if fedcof is None else fedcof.plan(plan), ids, meta,
+    plan = plan if fedcof is None else fedcof.plan(plan)
+    server = FederationServer(plan if dp is None else dp.plan(plan), ids, meta,
                               store_id=store_id, payload_sha256=sha.get, on_record=on_record)
     transport.halt = lambda: bool(server.half.excluded)
     refusal = _Refusal(paths, store, store_id, transport)
     try:
-        aggregated = server.aggregate(transport)
+        aggregated = server.aggregate(transport, noise_rng=None if dp is None else dp.rng())
     except (StoreConflictError, IncompatibleStatsError) as exc:  # from the store
         raise refusal.error(transport.delivered[-1], str(exc), type(exc)) from exc
     except AggregationAbortedError:
         refusal.check(server.half.excluded, meta)
         raise
     refusal.check(server.half.excluded, meta)
+    if dp is not None:  # the release only: the exact sum stays in memory
+        assert out is not None  # check_aggregate_inputs: --out without --store or --model
+        dp.write(aggregated, out, files, digests)
+        return
     total = aggregated.report.total  # the exact sum
     if fedcof is not None:
         fedcof.fit(server, aggregated.total, len(files))

@@ -20,9 +20,11 @@ from ghofl.errors import ConfigError, InputError, StatsValidationError
 from ghofl.files import write_json_atomic
 from ghofl.heads.build import head_defaults
 from ghofl.model.directory import check_model_target
+from ghofl.model.manifest import file_sha256
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.codec import load_stats
 from ghofl.stats.meta import Mode
+from ghofl.stats.release import NoisyStats
 from ghofl.stats.schema import SCHEMAS, schema_for
 
 __all__ = [
@@ -121,6 +123,88 @@ def read_total_arg(path: Path) -> tuple[ClientStats, dict[str, Any]]:
     if head is not None:
         recorded.update(store_head=head.digest, contributions=head.count)
     return total, recorded
+
+
+# ---------------------------------------------------------------------- DP releases
+#: The option of ``ghofl fit`` naming a privacy report kept away from its release.
+PRIVACY_REPORT_FLAG = "--privacy-report"
+_WRITER = "ghofl aggregate --dp-epsilon"
+
+
+def privacy_report_path(release: Path) -> Path:
+    """The privacy report's path for a release written to ``release``: beside it.
+
+    ``total.ghs`` -> ``total.privacy.json`` (``<stem>.privacy.json``).
+    """
+    return release.with_name(f"{release.stem}.privacy.json")
+
+
+def release_privacy(path: Path, stats: ClientStats, report: Path | None
+                    ) -> tuple[dict[str, Any] | None, Path | None]:
+    """The manifest's ``privacy`` entry of a model fitted from the total read from ``path``.
+
+    A noised release (:class:`~ghofl.stats.release.NoisyStats` with noise levels) is looked
+    up in its privacy report: ``report``, else the one beside it (:func:`privacy_report_path`),
+    which must record the SHA-256 of ``path``'s bytes (``out_sha256``); its ``privacy`` dict
+    (:meth:`~ghofl.privacy.PrivateRelease.to_dict`: spent ε and δ, σ per block, mode,
+    minimum-count rule) is the entry. When no report is beside the release, the entry records
+    the noise levels of the file's header only (``budget_recorded`` false) and the missing
+    report's path is returned with it (the caller warns).
+
+    Returns
+    -------
+    privacy : dict or None
+        The entry; ``None`` for exact statistics.
+    missing : Path or None
+        The report looked for and not found, or ``None``.
+
+    Raises
+    ------
+    ConfigError
+        ``report`` is given for exact statistics.
+    InputError
+        ``report`` does not exist, a report is not one ``ghofl aggregate --dp-epsilon``
+        wrote, or it records another file's SHA-256.
+    """
+    noised = isinstance(stats, NoisyStats) and bool(stats.noise_sigma)
+    if not noised:
+        if report is not None:
+            raise ConfigError(
+                f"{PRIVACY_REPORT_FLAG} '{report}' is given for '{path}', which holds exact "
+                "statistics (its header records no noise): a report cannot make exact "
+                f"statistics private; drop {PRIVACY_REPORT_FLAG}, or fit the noised release "
+                f"that {_WRITER} wrote")
+        return None, None
+    assert isinstance(stats, NoisyStats)
+    found = privacy_report_path(path) if report is None else report
+    if not found.is_file():
+        if report is not None:
+            raise InputError(f"{PRIVACY_REPORT_FLAG} '{report}' is not a file; give the "
+                             f"privacy report that {_WRITER} wrote with '{path}'")
+        return {"budget_recorded": False, "sigma": dict(stats.noise_sigma)}, found
+    recorded = _read_report(found)
+    digest = file_sha256(path)
+    if recorded["out_sha256"] != digest:
+        raise InputError(
+            f"the privacy report '{found}' belongs to another release than '{path}' (it "
+            f"records SHA-256 {str(recorded['out_sha256'])[:12]}…, the file has "
+            f"{digest[:12]}…); give the report written with '{path}' "
+            f"({PRIVACY_REPORT_FLAG} PATH), or fit the release it records")
+    return dict(recorded["privacy"]), None
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    """The JSON object of a privacy report, with a ``privacy`` dict and ``out_sha256``."""
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        report = None
+    if not (isinstance(report, dict) and isinstance(report.get("privacy"), dict)
+            and isinstance(report.get("out_sha256"), str)):
+        raise InputError(f"'{path}' is not a privacy report of {_WRITER} (a JSON object "
+                         "with 'privacy' and 'out_sha256'); give the report written with "
+                         "the release")
+    return report
 
 
 def check_mode(mode: str) -> Mode:

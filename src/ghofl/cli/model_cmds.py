@@ -31,8 +31,10 @@ from ghofl.cli.embed import (
     data_spec,
 )
 from ghofl.cli.io import (
+    PRIVACY_REPORT_FLAG,
     check_output_dir,
     read_total_arg,
+    release_privacy,
     table,
     write_json,
 )
@@ -67,22 +69,36 @@ def fit(
         "--license", help="SPDX licence identifier of the model (e.g. apache-2.0, mit, "
         "cc-by-4.0), recorded in the manifest and the card's front matter [default: unset, "
         "stated as 'other'].")] = None,
+    privacy_report: Annotated[Path | None, typer.Option(
+        PRIVACY_REPORT_FLAG, help="Privacy report of a differentially private release (ghofl "
+        "aggregate --dp-epsilon), when it is not beside the statistics file as "
+        "STEM.privacy.json; its spent budget is recorded in the manifest and the card.")]
+        = None,
 ) -> None:
     """Fit heads from aggregated statistics; write one HEAD.ghh per head and manifest.json.
 
     The directory is written atomically: an existing model directory is replaced only after
     every head was fitted and saved. The default head (used by predict and export without
-    --head) is chosen by this rule, recorded in the manifest and the card: {rule}.
+    --head) is chosen by this rule, recorded in the manifest and the card: {rule}. A
+    differentially private release (ghofl aggregate --dp-epsilon) is fitted with its privacy
+    report, checked against the file's SHA-256: its budget goes into the manifest and the card.
     """
     job = server.job()  # the preset is merged by the job (ServerJob.resolved_params)
     check_output_dir(out)
     lic = _check_license(license_id)
     stats, source = read_total_arg(total)  # a store: checked; its head goes in the manifest
+    privacy, missing = release_privacy(total, stats, privacy_report)
+    if missing is not None:
+        typer.echo(f"ghofl: warning: '{total}' is a differentially private release but its "
+                   f"privacy report '{missing}' was not found: the model records the noise "
+                   f"levels, not the budget; give the report with {PRIVACY_REPORT_FLAG} PATH",
+                   err=True)
     fed = FederationServer.from_total(job, stats.meta)
-    extra: dict[str, Any] = {"stats": source, **({"license": lic} if lic else {})}
+    extra: dict[str, Any] = {"stats": source, **({"license": lic} if lic else {}),
+                             **({"privacy": privacy} if privacy is not None else {})}
     result = fed.fit(stats, out_dir=out, extra=extra,
                      log=_stderr if job.progress else None, option="--out",
-                     command=_fit_command(total, out, job, server))
+                     command=_fit_command(total, out, job, server, privacy_report))
     typer.echo(table(["head", "fit_seconds", "file"],
                      [[n, s, str(out / f"{n}.ghh")] for n, s in result.fit_seconds.items()]))
     _announce_default(out)
@@ -112,10 +128,12 @@ def _announce_default(out: Path) -> None:
                f"({manifest.get('default_head_rule')})", err=True)
 
 
-def _fit_command(total: Path, out: Path, job: ServerJob, server: ServerOptions) -> str:
+def _fit_command(total: Path, out: Path, job: ServerJob, server: ServerOptions,
+                 privacy_report: Path | None = None) -> str:
     """The ``ghofl fit`` command line that reproduces this model (for its model card).
 
-    The heads always; every other server option only where it differs from its default.
+    The heads always; every other server option only where it differs from its default;
+    ``--privacy-report`` when given.
     """
     args = ["ghofl", "fit", str(total), FIELDS["server.heads"].flag, ",".join(job.heads)]
     for p in server["head_params"] or []:
@@ -126,6 +144,8 @@ def _fit_command(total: Path, out: Path, job: ServerJob, server: ServerOptions) 
     seed = server["seed"]
     if seed is not None and seed != FIELDS["server.seed"].default:
         args += [FIELDS["server.seed"].flag, str(seed)]
+    if privacy_report is not None:
+        args += [PRIVACY_REPORT_FLAG, str(privacy_report)]
     return shlex.join([*args, "--out", str(out)])
 
 

@@ -257,7 +257,9 @@ def _client_embeddings(
 
 
 @app.command("aggregate")
-@aggregation_options(only=("aggregation.estimate",))
+@aggregation_options(only=("aggregation.dp_epsilon", "aggregation.dp_delta",
+                           "aggregation.dp_split", "aggregation.dp_expected_samples",
+                           "aggregation.estimate"))
 @server_options()
 def aggregate(
     files: Annotated[list[Path], typer.Argument(help="Client statistics files (.ghs).")],
@@ -273,6 +275,10 @@ def aggregate(
     model: Annotated[Path | None, typer.Option(
         "--model", help="Model directory to write: the heads (--heads, --param, ...) fitted "
         "from FedCOF's estimate (with --estimate fedcof, which needs it).")] = None,
+    min_class_count: Annotated[int | None, field_option(
+        "client.min_class_count", help="Differential privacy: the server releases a class whose "
+        "noised count is below K as a placeholder (free of privacy cost). Default: 5 with "
+        "DP.")] = None,
     *,
     aggregation: AggregationOptions,
     server: ServerOptions,
@@ -283,16 +289,25 @@ def aggregate(
     projection, class list and mode. With --store the payloads are recorded in a durable store
     (one transaction each) and --out, if given, receives the store's total. With --estimate
     fedcof the server also keeps each file's class counts and sums, builds FedCOF's estimate of
-    the class covariances from them and fits the heads from it into --model.
+    the class covariances from them and fits the heads from it into --model. With
+    --dp-epsilon the server releases the total under central differential privacy (Gaussian
+    noise calibrated to the files' common clipping bound, from OS entropy unless --seed is
+    given): --out receives the noised total, never the exact one, and <stem>.privacy.json
+    beside it the privacy report (spent epsilon and delta, sigma per block).
     """
     from ghofl.cli._aggregate import FedCOFFit, aggregate_files, check_aggregate_inputs
+    from ghofl.cli._aggregate_dp import CentralRelease
 
     for target, option in ((out, "--out"), (store, FIELDS["aggregation.store"].flag)):
         if target is not None:
             check_output_file(target, option)
     fedcof = FedCOFFit.of(aggregation, server, model, store)
+    dp = CentralRelease.of(aggregation, server, min_class_count, store)
     digests = check_aggregate_inputs(files, out, store, client_id, model=model)
-    aggregate_files(files, digests, out=out, store=store, client_id=client_id, fedcof=fedcof)
+    if dp is not None and out is not None:
+        dp.check_files(files, out)
+    aggregate_files(files, digests, out=out, store=store, client_id=client_id, fedcof=fedcof,
+                    dp=dp)
 
 
 @app.command("projection-basis")

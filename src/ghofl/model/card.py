@@ -14,7 +14,8 @@ Manifest keys read (each optional; what is absent is said to be unrecorded): ``g
 ``heads`` (``head``, ``params``, ``fit_seconds``); ``aggregation`` (``protocol``,
 ``clients``, ``threshold``); ``source`` (when ``stats`` has none); ``privacy`` (a DP
 release: ``epsilon``/``epsilon_spent``, ``delta``/``delta_spent``, ``dp_mode``,
-``min_class_count``, ``min_class_count_rule``); ``default_head`` and ``default_head_rule``
+``min_class_count``, ``min_class_count_rule``; without ε and δ, a noised release whose budget
+is not recorded, with its noise ``sigma`` per block); ``default_head`` and ``default_head_rule``
 (the head ``predict`` and ``export`` use without ``--head``, and why); ``license`` (an SPDX
 identifier, ``ghofl fit --license``); ``command`` (the fit command); ``ood`` (``threshold``,
 ``calibration``: ``"none"``, ``"conformal"`` or ``"federated"``, ``fpr``,
@@ -175,6 +176,14 @@ def _protocol_lines(aggregation: Mapping[str, Any],
         return lines
     eps = privacy.get("epsilon_spent", privacy.get("epsilon"))
     delta = privacy.get("delta_spent", privacy.get("delta"))
+    if eps is None and delta is None:  # a noised release fitted without its privacy report
+        sigma = privacy.get("sigma")
+        levels = ", ".join(f"{b}={_fmt(v)}" for b, v in sigma.items()) \
+            if isinstance(sigma, Mapping) and sigma else "unrecorded"
+        lines.append("- Differential privacy: the statistics are a differentially private "
+                     "release whose budget (epsilon, delta) is not recorded (its privacy "
+                     f"report was not given); noise sigma per block from their header: {levels}")
+        return lines
     lines.append(f"- Differential privacy: (epsilon, delta) = ({_fmt(eps)}, {_fmt(delta)}), "
                  f"{privacy.get('dp_mode', 'unrecorded')} mode, "
                  f"neighbouring: {privacy.get('neighbouring', 'unrecorded')}")

@@ -515,7 +515,8 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
                             "region.")),
     _dp("epsilon", "differential privacy budget epsilon", unset="no DP",
         cli=CliOption("Differential privacy: release the total with the Gaussian mechanism "
-                      "calibrated to this epsilon (needs --clip).")),
+                      "calibrated to this epsilon (needs every client's clipping bound "
+                      "--clip).")),
     _dp("delta", "differential privacy delta",
         cli=CliOption("Differential privacy: delta.", unset=True)),
     _dp("mode", "central (the server noises the total) or distributed (client noise shares)",
@@ -561,7 +562,8 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
                             "lda.shrinkage=auto.", repeat=True)),
     FieldSpec("server.seed", "seed", "--seed", int, 0, "seed of every head that takes one",
               cli=CliOption("Seed of every head that takes one (ghofl simulate: also of the "
-                            "partition and of the noise).")),
+                            "partition and of the noise; ghofl aggregate: of the DP noise, "
+                            "which comes from OS entropy without it).")),
     FieldSpec("server.progress", "progress", "--progress", bool, False,
               "progress output of the heads that report it",
               cli=CliOption("Show progress of trainable heads.")),

@@ -124,11 +124,11 @@ def _check_psd(s: ClientStats, second_res: float) -> None:
     negative direction. Each matrix is centred into a reused Fortran-ordered buffer and
     factorised in place (LAPACK ``potrf``, which reports failure without raising), so the
     check allocates one d × d matrix per thread whatever C. Large checks factorise one matrix
-    per core at a time (:func:`~ghofl.stats._threads.first_failing`; LAPACK releases the GIL),
-    each with one BLAS thread: factorisations of this size gain little from a second BLAS
-    thread and lose an order of magnitude when the machine's other cores are busy. The matrix
-    refused is the first in class order, as a loop would find it; only it pays for an
-    eigenvalue computation, for the message.
+    per core at a time (:func:`~ghofl.stats._threads.first_failing`; the factorisation,
+    :func:`ghofl.stats.lapack.potrf`, runs without the GIL), each with one BLAS thread:
+    factorisations of this size gain little from a second BLAS thread and lose an order of
+    magnitude when the machine's other cores are busy. The matrix refused is the first in class
+    order, as a loop would find it; only it pays for an eigenvalue computation, for the message.
     """
     from threadpoolctl import threadpool_limits
 
@@ -207,11 +207,11 @@ def _ridged_factor_ok(a: F64, ridge: float) -> bool:
     factor reaches a later pivot through its square, and LAPACK reports a non-positive or NaN pivot:
     a factor reported complete is finite.
     """
-    from scipy.linalg.lapack import dpotrf
+    from ghofl.stats.lapack import potrf
 
     a[np.diag_indices(a.shape[0])] += ridge
-    factor, info = dpotrf(a, lower=0, clean=0, overwrite_a=1)
-    return info == 0 and bool(np.all(np.isfinite(np.diagonal(factor))))
+    info = potrf(a, lower=False)  # in place, without the GIL: the pool's threads overlap
+    return info == 0 and bool(np.all(np.isfinite(np.diagonal(a))))
 
 
 def _smallest_eigenvalue(m: F64, sums: F64, counts: F64, floor: float) -> float:

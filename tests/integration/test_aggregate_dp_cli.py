@@ -1,0 +1,163 @@
+"""``ghofl aggregate --dp-epsilon``: the files' total released under central DP, run for real.
+
+The written total is the noised release (its header records the noise levels), its noise has
+the accounted scale, its report spends the asked budget, ``ghofl fit`` weighs the noise, and
+every input DP cannot serve is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ghofl.cli._aggregate_dp import report_path
+from ghofl.cli.main import main
+from ghofl.errors import ConfigError
+from ghofl.heads.registry import load_head
+from ghofl.stats import ClientStats, compute_stats, load_stats, save_stats, sum_stats
+from ghofl.stats.release import NoisyStats
+from tests.helpers import gaussian_mixture
+from tests.helpers_cli import run_cli
+
+pytest.importorskip("dp_accounting")
+
+C, D, K, R = 4, 40, 3, 1.0
+FILES = [f"c{i}.ghs" for i in range(K)]
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three clients' pooled payloads clipped to R, and payloads DP cannot take."""
+    w = tmp_path_factory.mktemp("aggdp")
+    x, y = gaussian_mixture(3, num_classes=C, dim=D, n=1200, sep=2.0)
+    parts = np.array_split(np.random.default_rng(0).permutation(len(y)), K)
+    for name, p in zip(FILES, parts, strict=True):
+        save_stats(compute_stats(x[p], y[p], C, "pooled", clip_norm=R), w / name)
+    p = parts[0][:200]
+    save_stats(compute_stats(x[p], y[p], C, "pooled"), w / "noclip.ghs")
+    save_stats(compute_stats(x[p], y[p], C, "pooled", clip_norm=3 * R), w / "clip3.ghs")
+    save_stats(compute_stats(x[p], y[p], C, "pooled", clip_norm=R, holdout_fraction=0.2),
+               w / "holdout.ghs")
+    return w
+
+
+def _exact(ws: Path) -> ClientStats:
+    return sum_stats([load_stats(ws / f) for f in FILES])
+
+
+def _aggregate(ws: Path, out: Path, *extra: str, capsys: pytest.CaptureFixture[str]) -> str:
+    rc = main(["aggregate", *(str(ws / f) for f in FILES), "--out", str(out), *extra])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    return captured.out
+
+
+def test_the_release_has_the_accounted_noise_and_spends_the_asked_budget(
+        ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ghofl.privacy import gaussian_epsilon
+
+    out = tmp_path / "total.ghs"
+    text = _aggregate(ws, out, "--dp-epsilon", "4", "--dp-delta", "1e-5", "--seed", "7",
+                      capsys=capsys)
+    report = json.loads(report_path(out).read_text())
+    p = report["privacy"]
+    assert p["epsilon_spent"] == 4.0 and p["delta_spent"] == pytest.approx(1e-5, rel=1e-9)
+    # the accountant gives the asked budget back from the reported noise multiplier
+    assert gaussian_epsilon(p["noise_multiplier"], 1e-5) == pytest.approx(4.0, rel=1e-3)
+    assert p["dp_mode"] == "central" and p["clip_norm"] == R and p["min_class_count"] == 5
+    assert p["sensitivity"]["sums"] == R and p["sensitivity"]["scatter"] == R * R
+    assert report["noise"] == {"source": "seed", "seed": 7}
+    assert [f["path"] for f in report["files"]] == [str(ws / f) for f in FILES]
+    assert "differential privacy (central): spent epsilon=4, delta=1e-05" in text
+    assert "noise seeded by --seed 7" in text and f"privacy report: {report_path(out)}" in text
+
+    released, exact = load_stats(out), _exact(ws)
+    assert isinstance(released, NoisyStats) and dict(released.noise_sigma) == p["sigma"]
+    assert released.n_clipped == 0 and exact.n_clipped > 0  # withheld under DP
+    assert np.all(np.abs(released.counts - exact.counts) < 6 * p["sigma"]["counts"] + 1)
+    # the sums pass the post-processing unchanged (no class is a placeholder): their error is
+    # the Gaussian noise, sigma_sums on each of the C * d = 160 entries
+    assert np.all(released.counts >= 5)
+    noise = np.asarray(released.sums) - np.asarray(exact.sums)
+    assert np.all(noise != 0.0)
+    assert 1 / 1.5 < float(noise.std()) / p["sigma"]["sums"] < 1.5
+    assert abs(float(noise.mean())) < 4 * p["sigma"]["sums"] / np.sqrt(noise.size)
+
+
+def test_a_seed_repeats_the_noise_and_os_entropy_does_not(
+        ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("--dp-epsilon", "2")
+    seeded = [tmp_path / f"s{i}.ghs" for i in range(2)]
+    for out in seeded:
+        _aggregate(ws, out, *args, "--seed", "3", capsys=capsys)
+    np.testing.assert_array_equal(load_stats(seeded[0]).sums, load_stats(seeded[1]).sums)
+    fresh = [tmp_path / f"e{i}.ghs" for i in range(2)]
+    for out in fresh:
+        text = _aggregate(ws, out, *args, capsys=capsys)
+        assert "noise from OS entropy (not recorded)" in text
+        assert json.loads(report_path(out).read_text())["noise"] == {"source": "os-entropy",
+                                                                       "seed": None}
+    sums = [np.asarray(load_stats(p).sums) for p in (*fresh, seeded[0])]
+    assert not np.array_equal(sums[0], sums[1]) and not np.array_equal(sums[0], sums[2])
+
+
+def test_ghofl_fit_on_the_release_weighs_its_noise(ws: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    _aggregate(ws, tmp_path / "total.ghs", "--dp-epsilon", "4", "--dp-split", "equal",
+               "--min-class-count", "2", capsys=capsys)
+    p = json.loads((tmp_path / "total.privacy.json").read_text())["privacy"]
+    assert p["budget_split"] == "equal" and p["min_class_count"] == 2
+    r = run_cli("fit", "total.ghs", "--heads", "lda,ridge", "--out", "model", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lda, ridge = (load_head(tmp_path / "model" / f"{h}.ghh") for h in ("lda", "ridge"))
+    assert lda.shrinkage_method_ == "analytic-error+dp-noise"  # type: ignore[attr-defined]
+    assert ridge.alpha_rule_ == "gcv+dp-noise"  # type: ignore[attr-defined]
+
+
+REFUSALS = [
+    ("no-clip", ["c0.ghs", "noclip.ghs"], ["--dp-epsilon", "4"],
+     r"file '.*noclip\.ghs' has no clipping bound: recompute it with ghofl client-stats "
+     r"--clip R; DP needs every client's rows clipped to one public bound"),
+    ("two-clips", ["c0.ghs", "clip3.ghs"], ["--dp-epsilon", "4"],
+     r"files '.*c0\.ghs' and '.*clip3\.ghs' have different clipping bounds \(R=1 and R=3\); "
+     r"DP calibrates the noise to one public bound"),
+    ("holdout", ["c0.ghs", "holdout.ghs"], ["--dp-epsilon", "4"],
+     r"file '.*holdout\.ghs' has a held-out section \(holdout fraction 0\.2\): DP would count "
+     r"each held-out sample twice; recompute it with --holdout 0"),
+    ("fedcof", ["c0.ghs", "c1.ghs"], ["--dp-epsilon", "4", "--estimate", "fedcof"],
+     r"--estimate fedcof reads each client's own class means, which differential privacy "
+     r"does not cover"),
+    ("store", ["c0.ghs", "c1.ghs"], ["--dp-epsilon", "4", "--store", "fed.db"],
+     r"--dp-epsilon cannot release the total of --store: the store keeps an exact running "
+     r"total over every call"),
+    ("k-without-dp", ["c0.ghs", "c1.ghs"], ["--min-class-count", "3"],
+     r"--min-class-count is the threshold a DP release applies to the noised counts; add "
+     r"--dp-epsilon EPS"),
+    ("k-zero", ["c0.ghs", "c1.ghs"], ["--dp-epsilon", "4", "--min-class-count", "0"],
+     r"--min-class-count must be an integer >= 1; got 0"),
+    ("delta-alone", ["c0.ghs", "c1.ghs"], ["--dp-delta", "1e-6"],
+     r"--dp-delta needs --dp-epsilon"),
+]
+
+
+@pytest.mark.parametrize(("files", "extra", "match"), [r[1:] for r in REFUSALS],
+                         ids=[r[0] for r in REFUSALS])
+def test_inputs_dp_cannot_serve_are_refused_before_anything_is_written(
+        ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: list[str],
+        extra: list[str], match: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GHOFL_DEBUG", "1")
+    with pytest.raises(ConfigError, match=match):
+        main(["aggregate", *(str(ws / f) for f in files), "--out", "t.ghs", *extra])
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_refusal_is_one_line_and_exit_status_2(ws: Path, tmp_path: Path) -> None:
+    r = run_cli("aggregate", ws / "c0.ghs", ws / "clip3.ghs", "--out", "t.ghs",
+                "--dp-epsilon", "4", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and "have different clipping bounds" in r.stderr
+    assert not (tmp_path / "t.ghs").exists() and not (tmp_path / "t.privacy.json").exists()
