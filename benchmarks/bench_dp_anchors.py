@@ -27,6 +27,12 @@ rerun skips the parts that exist (``--fresh`` measures them again) and the secti
 every part there. Cells: mean ± standard error over the seeds; verdicts by
 :mod:`ghofl.bench.decide`.
 
+``--mode-seeds A-B`` runs ghofl only, central and distributed (every K of ``--clients``), for
+seeds A to B at every ε of ``--epsilons``: one *modes* part per (data set, ε, block),
+``<dataset>-eps<ε>-modes-s<A>-<B>.json`` (:mod:`_dp_modes`), its simulation seeded from (seed,
+ε) so that every (seed, ε) draws independent noise. The distributed-vs-central verdicts pool
+the ghofl runs of every part, full and modes; the anchor comparisons use the full parts.
+
 Run ``python benchmarks/bench_dp_anchors.py`` (``dp-anchors`` and ``privacy`` extras;
 ``--datasets``, ``--epsilons``, ``--seeds`` pick a slice of the grid). ``--quick`` (a few
 minutes at most): 300 / 200 CIFAR-10 images per class and all of TREC, ε = 2, seed 0, K = 10,
@@ -41,9 +47,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _dp_modes import (
+    MODES_TEXT,
+    ghofl_cells,
+    heads_table,
+    modes_part_name,
+    modes_table,
+    parse_seed_block,
+    run_modes,
+)
 from ghofl.bench import harness
 from ghofl.bench.config import config_from_dict
-from ghofl.bench.decide import at_or_above, fmt_mean_se, mean_se, within
+from ghofl.bench.decide import at_or_above, fmt_mean_se, mean_se
 from ghofl.bench.dp_anchors import (
     SGDConfig,
     clipped_rows,
@@ -97,6 +112,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--quick", action="store_true",
                     help="small subsets, ε 2, seed 0, K 10, two grid points; writes nothing")
     ap.add_argument("--fresh", action="store_true", help="measure existing parts again")
+    ap.add_argument("--mode-seeds", default="",
+                    help="'A-B': ghofl central and distributed only, seeds A to B, noise "
+                    "seeded from (seed, ε); one modes part per (data set, ε)")
 
 
 def _floats(text: str) -> list[float]:
@@ -211,9 +229,44 @@ def load_parts(path: Path) -> dict[str, Any]:
     return {"parts": {p.name: json.loads(p.read_text()) for p in sorted(path.glob("*.json"))}}
 
 
+def measure_modes(ctx: harness.Context, block: tuple[int, int]) -> dict[str, Any]:
+    """The modes parts of ``block`` (``--mode-seeds``) at every data set and ε asked for."""
+    args = ctx.args
+    upload, tag = (args.mode, args.projection), f"{args.mode}-k{args.projection}"
+    ks = [int(k) for k in _floats(args.clients)]
+    folder = ctx.results_dir / RESULTS
+    parts = load_parts(folder)["parts"]
+    for ds in [d for d in args.datasets.split(",") if d]:
+        todo = [e for e in _floats(args.epsilons)
+                if args.fresh or modes_part_name(ds, e, block) not in parts]
+        if not todo:
+            continue
+        f, clip = _features(ds, ctx.data_dir(required=False), False)
+        for eps in todo:
+            t = time.perf_counter()
+
+            def run(noise: Any, k: int, seed: int, eps: float = eps, f: Features = f,
+                    clip: float = clip) -> dict[str, float]:
+                return _ghofl(f, clip, upload, DPConfig(eps, DELTA, noise), k, seed)
+
+            part = _stamp(run_modes(run, ds, eps, block, ks, ctx.log), f, clip, tag, ())
+            name = modes_part_name(ds, eps, block)
+            parts[name] = part
+            ctx.log(f"{name}: {time.perf_counter() - t:.0f} s")
+            if not args.no_write:
+                write_json(folder / name, part)
+    return {RESULTS: {"parts": parts}}
+
+
 def measure(ctx: harness.Context) -> dict[str, Any] | None:
     args = ctx.args
     quick = bool(args.quick)
+    if args.mode_seeds:
+        if quick:
+            raise harness.BenchmarkError(
+                "--quick and --mode-seeds do not combine: --quick measures one full part and "
+                "writes nothing; drop one of them")
+        return measure_modes(ctx, parse_seed_block(args.mode_seeds))
     upload, tag = (args.mode, args.projection), f"{args.mode}-k{args.projection}"
     grid = GRID[:2] if quick else GRID
     eps_list = [2.0] if quick else _floats(args.epsilons)
@@ -260,6 +313,8 @@ def _cells(parts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         if p.get("reference"):
             refs[p["dataset"]] = p
             continue
+        if p.get("modes"):  # ghofl-only: pooled by _dp_modes.ghofl_cells, not here
+            continue
         at = cells.setdefault(p["dataset"], {}).setdefault(float(p["epsilon"]), {})
         for name, res in p["methods"].items():
             if "heads" in res:
@@ -293,18 +348,6 @@ def _anchor_table(cells: dict[float, Any]) -> str:
     return markdown_table(header, body)
 
 
-def _heads_table(cells: dict[float, Any]) -> str:
-    heads = sorted({h for m in cells.values() for k, v in m.items()
-                    if k.startswith("ghofl/") for h in v})
-    body = []
-    for eps, m in sorted(cells.items()):
-        for name in sorted((k for k in m if k.startswith("ghofl/")),
-                           key=lambda k: (k != "ghofl/central", len(k), k)):
-            body.append([f"{eps:g}", name[6:], *(fmt_mean_se(m[name][h]) if h in m[name]
-                                                 else "–" for h in heads)])
-    return markdown_table(["ε", "ghofl noise (K)", *heads], body)
-
-
 def _verdicts(ds: str, cells: dict[float, Any], ref: dict[str, Any] | None) -> list[str]:
     lines = []
     for eps, m in sorted(cells.items()):
@@ -318,11 +361,6 @@ def _verdicts(ds: str, cells: dict[float, Any], ref: dict[str, Any] | None) -> l
             if key in m and key != "dpsgd":
                 parts.append(f"vs {label} " + at_or_above(c, m[key]).describe(
                     "at or above", "BELOW"))
-        for k in sorted((k for k in m if k.startswith("ghofl/distributed/")),
-                        key=lambda k: int(k.rsplit("/", 1)[1])):
-            if best in m[k]:
-                parts.append(f"distributed K={k.rsplit('/', 1)[1]} vs central " + within(
-                    m[k][best], c, 0.5).describe("within 0.5", "NOT within 0.5"))
         if ref is not None and eps == 8.0 and best in ref["methods"]["ghofl/nodp"]:
             nodp = ref["methods"]["ghofl/nodp"][best]
             parts.append(f"vs {best} without DP ({100 * nodp:.1f}) " + at_or_above(
@@ -346,19 +384,21 @@ def _reference_line(ds: str, ref: dict[str, Any] | None) -> str:
 def render(data: dict[str, Any]) -> str:
     parts = data.get("parts", {})
     cells, refs = _cells(parts)
+    pooled = ghofl_cells(parts)
     blocks = []
-    for ds in sorted(set(cells) | set(refs)):
-        dcells = cells.get(ds, {})
-        blocks.append("\n\n".join([
+    for ds in sorted(set(cells) | set(refs) | set(pooled)):
+        dcells, gcells = cells.get(ds, {}), pooled.get(ds, {})
+        modes = modes_table(gcells) if gcells else ("", "")
+        blocks.append("\n\n".join(b for b in [
             f"**{ds}**", _reference_line(ds, refs.get(ds)),
-            _anchor_table(dcells) if dcells else "(no ε part yet)",
-            _heads_table(dcells) if dcells else "",
-            "\n".join(_verdicts(ds, dcells, refs.get(ds)))]).rstrip())
+            _anchor_table(dcells) if dcells else "(no full ε part yet)",
+            "\n".join(_verdicts(ds, dcells, refs.get(ds))),
+            heads_table(gcells) if gcells else "", *modes] if b).rstrip())
     return _text(data, parts, blocks)
 
 
 def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str:
-    first: dict[str, Any] = next(iter(parts.values()), {})
+    first: dict[str, Any] = next((p for p in parts.values() if p.get("grid")), {})
     # every machine the parts were measured on (sorted: the same text from any part order)
     machines = sorted({str(p["machine"]) for p in parts.values() if p.get("machine")})
     grid = ", ".join(f"(clip {g['clip']:g}, lr {g['lr']:g}, {g['epochs']} ep, batch "
@@ -366,6 +406,7 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
     uploads = sorted({p.get("upload", "?") for p in parts.values()})
     dates = sorted({p.get("date", "?") for p in parts.values()})
     total = sum(sum(p.get("seconds", {}).values()) for p in parts.values())
+    n_modes = sum(1 for p in parts.values() if p.get("modes"))
     slowest = max((sum(p.get("seconds", {}).values()) for p in parts.values()), default=0.0)
     return "\n".join([
         "## Differential privacy beside outside anchors (`benchmarks/bench_dp_anchors.py`)",
@@ -393,11 +434,12 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
         "server noises the total; *distributed* = secure aggregation, each client adds a "
         "share. Verdicts (`ghofl.bench.decide`): *at or above* when the mean difference is "
         "≥ −2 standard errors of the difference; *within t* when |difference| ≤ max(t, 2 "
-        "standard errors); fewer than 2 seeds: undecided.",
+        "standard errors); fewer than 2 seeds: undecided. " + MODES_TEXT,
         "",
         *(b + "\n" for b in blocks),
         f"Machine: {'; '.join(machines) or '–'}. Measured {', '.join(dates)}"
-        f"{' (--quick)' if data.get('quick') else ''}: {len(parts)} parts, "
+        f"{' (--quick)' if data.get('quick') else ''}: {len(parts)} parts"
+        f"{f' ({n_modes} of them ghofl-only modes parts)' if n_modes else ''}, "
         f"{total / 60:.0f} min in all, the slowest part {slowest / 60:.1f} min.",
     ])
 

@@ -421,12 +421,15 @@ def _part_text(key: str, part: dict[str, Any]) -> str:
            f"{part.get('load_end', 0):.2f} at the end"
     head = (f"### {part['dataset']}, {part['clients']} clients ({part['encoder']}, "
             f"{part['n_train']:,} training / {part['n_test']:,} test rows; {load})")
-    skipped = sorted({f"{r['alpha']:g}" for r in part.get("runs", {}).values()
-                      if "infeasible" in r}, key=float)
-    if skipped:
-        fed.append(f"α = {', '.join(skipped)}: not run: no Dirichlet partition of the "
-                   f"{part['n_train']:,} training rows gives each of the {part['clients']} "
-                   f"clients {MIN_PER_CLIENT} rows or more (every client must hold some data)")
+    skipped: dict[str, list[str]] = {}
+    for r in part.get("runs", {}).values():
+        if "infeasible" in r:
+            skipped.setdefault(f"{r['alpha']:g}", []).append(str(r["seed"]))
+    for a in sorted(skipped, key=float):
+        fed.append(f"α = {a}, seed(s) {', '.join(sorted(skipped[a], key=int))}: not run: no "
+                   f"Dirichlet partition of the {part['n_train']:,} training rows gives each of "
+                   f"the {part['clients']} clients {MIN_PER_CLIENT} rows or more (every client "
+                   "must hold some data)")
     verdict = _verdict(summ) if key == "cifar10/10" else ""
     return "\n\n".join(x for x in (head, table, "\n".join(f"- {t}" for t in fed), verdict) if x)
 

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
+from argparse import Namespace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from ghofl.bench import harness
+from ghofl.bench.harness import BenchmarkError
 from tests.helpers import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_dp_anchors.py"
@@ -13,6 +20,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_dp_anchors.
 
 def _bench() -> Any:
     return load_script(SCRIPT, "_dp_anchors_parts")
+
+
+def _modes() -> Any:
+    return load_script(SCRIPT.with_name("_dp_modes.py"), "_dp_modes_parts")
 
 
 def _part(eps: float, seed: int, shift: float) -> dict[str, Any]:
@@ -45,7 +56,7 @@ def test_section_renders_mean_se_and_decided_verdicts() -> None:
     text = b.render({"parts": {**parts, "cifar10-reference.json": ref}})
     assert "72.0 ± 0.7 (lda)" in text  # best central head, mean ± se over 5 seeds
     assert "vs DP-SGD tuned, search ε +4.0 ± 1.0 pt: at or above" in text
-    assert "distributed K=10 vs central +0.0 ± 1.0 pt: within 0.5" in text
+    assert "| 8 | 10 | 5 / 5 | +0.0 ± 1.0 pt: within 0.5 | +0.0 ± 0.0 pt: within 0.5 |" in text
     assert "vs lda without DP (73.0) -1.0 ± 0.7 pt: within 2" in text
     assert "GaussianNB 67.0 (scikit-learn's non-private GaussianNB 68.0)" in text
     assert "| 8 | 5 | 68.0 ± 0.7 | 71.0 ± 0.0 |" in text and "| 11.20 |" in text
@@ -56,3 +67,103 @@ def test_section_renders_without_parts_and_with_one_seed() -> None:
     assert "0 parts" in b.render({"parts": {}})
     one = b.render({"parts": {"x": _part(2.0, 0, 0.0)}, "quick": True})
     assert "undecided (< 2 seeds)" in one and "(--quick)" in one
+
+
+def _modes_part(eps: float, block: tuple[int, int], shift: float) -> dict[str, Any]:
+    runs = {str(s): {"ghofl/central": {"clients": 10, "heads": {"lda": 0.70, "ncm": 0.65}},
+                     "ghofl/distributed/10": {"clients": 10,
+                                              "heads": {"lda": 0.70 + shift, "ncm": 0.65}}}
+            for s in range(block[0], block[1] + 1)}
+    return {"dataset": "cifar10", "epsilon": eps, "modes": True, "seeds": list(block),
+            "clients": [10], "runs": runs, "seconds": {"ghofl/central": 3.0}}
+
+
+def test_mode_seed_is_deterministic_and_differs_per_seed_and_epsilon() -> None:
+    m = _modes()
+    seeds = {(s, e): m.mode_seed(s, e) for s in range(6) for e in (0.5, 1.0, 2.0, 4.0, 8.0)}
+    assert len(set(seeds.values())) == len(seeds)  # 30 different simulation seeds
+    assert seeds[(3, 8.0)] == m.mode_seed(3, 8.0) and 0 <= seeds[(3, 8.0)] < 2**32
+    assert m.mode_seed(3, 8.0) not in range(6)  # not a full part's simulation seed
+
+
+def test_mode_seed_blocks_parse_and_name_parts() -> None:
+    m = _modes()
+    assert m.parse_seed_block("40-79") == (40, 79) and m.parse_seed_block(" 7-7 ") == (7, 7)
+    assert m.modes_part_name("trec", 0.5, (5, 24)) == "trec-eps0.5-modes-s5-24.json"
+    for bad in ("40-", "b-a", "9-3", "-3", "4"):
+        with pytest.raises(BenchmarkError, match=r"--mode-seeds takes a block of seeds 'A-B' "
+                           r"with 0 <= A <= B .* got '" + re.escape(bad) + "'"):
+            m.parse_seed_block(bad)
+
+
+def test_quick_and_mode_seeds_do_not_combine() -> None:
+    b = _bench()
+    ctx = SimpleNamespace(args=Namespace(quick=True, mode_seeds="0-3"))
+    with pytest.raises(BenchmarkError, match="--quick and --mode-seeds do not combine"):
+        b.measure(ctx)
+
+
+def test_modes_parts_pool_with_full_parts_for_the_mode_verdict_only() -> None:
+    b, m = _bench(), _modes()
+    full = {b.part_name("cifar10", 8.0, s): _part(8.0, s, 0.01 * s) for s in range(5)}
+    modes = {m.modes_part_name("cifar10", 8.0, (5, 14)): _modes_part(8.0, (5, 14), 0.002),
+             # seeds 10-14 again: the same runs, counted once
+             m.modes_part_name("cifar10", 8.0, (10, 19)): _modes_part(8.0, (10, 19), 0.002)}
+    text = b.render({"parts": {**full, **modes}})
+    # anchors: the 5 full parts only (their central lda 72.0 ± 0.7, not pooled with 0.70)
+    assert "| 8 | 5 | 68.0 ± 0.7 |" in text and "72.0 ± 0.7 (lda)" in text
+    # ghofl pooled: 5 full + 15 modes seeds (5-19)
+    assert "| 8 | central | 20 | 70.5 ± 0.3 | 65.0 ± 0.0 | 71.0 ± 0.7 |" in text
+    assert "| 8 | 10 | 20 / 20 | +0.1 ± 0.4 pt: within 0.5 | +0.0 ± 0.0 pt: within 0.5 |" in text
+    assert "3 of 3 decided (ε, K, head) cells" in text  # ridge: only the full parts' 5 seeds
+    assert "7 parts (2 of them ghofl-only modes parts)" in text
+    assert "SeedSequence([seed, round(1000 ε)])" in text and "not independent" in text
+
+
+def test_modes_verdict_fails_a_distributed_far_from_central() -> None:
+    b, m = _bench(), _modes()
+    modes = {m.modes_part_name("cifar10", 2.0, (0, 9)): _modes_part(2.0, (0, 9), 0.02)}
+    text = b.render({"parts": modes})
+    assert "| 2 | 10 | 10 / 10 | +2.0 ± 0.0 pt: NOT within 0.5 |" in text
+    assert "(no full ε part yet)" in text and "1 of 2 decided" in text
+
+
+def test_run_modes_seeds_every_run_from_seed_and_epsilon() -> None:
+    m = _modes()
+    calls: list[tuple[str, int, int]] = []
+
+    def run(noise: str, k: int, seed: int) -> dict[str, float]:
+        calls.append((noise, k, seed))
+        return {"lda": 0.5 + k / 1000}
+
+    part = m.run_modes(run, "trec", 4.0, (3, 4), [10, 100], lambda _: None)
+    assert sorted(part["runs"]) == ["3", "4"] and part["modes"] and part["clients"] == [10, 100]
+    s3 = m.mode_seed(3, 4.0)
+    assert calls[:3] == [("central", 10, s3), ("distributed", 10, s3), ("distributed", 100, s3)]
+    assert {c[2] for c in calls[3:]} == {m.mode_seed(4, 4.0)}
+    assert part["runs"]["3"]["ghofl/distributed/100"] == {"clients": 100, "server_seed": s3,
+                                                          "heads": {"lda": 0.6}}
+
+
+def test_measure_modes_writes_one_part_per_epsilon_and_resumes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    b, m = _bench(), _modes()
+    feats = SimpleNamespace(y_train=[0] * 4, y_test=[0] * 2, encoder_name="fake")
+    monkeypatch.setattr(b, "_features", lambda *a: (feats, 1.0))
+    seen: list[int] = []
+
+    def ghofl(f: Any, clip: float, upload: Any, dp: Any, k: int, seed: int) -> dict[str, float]:
+        seen.append(seed)
+        return {"lda": 0.8 if dp.mode == "central" else 0.81}
+
+    monkeypatch.setattr(b, "_ghofl", ghofl)
+    args = Namespace(quick=False, mode_seeds="2-3", mode="pooled", projection=0, clients="10",
+                     epsilons="1,8", datasets="trec", fresh=False, no_write=False)
+    ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
+    out = b.measure(ctx)["dp_anchors"]["parts"]
+    folder = tmp_path / "benchmarks" / "results" / "dp_anchors"
+    assert sorted(p.name for p in folder.glob("*.json")) == sorted(out) == [
+        "trec-eps1-modes-s2-3.json", "trec-eps8-modes-s2-3.json"]
+    assert len(seen) == 8 and set(seen) == {m.mode_seed(s, e) for s in (2, 3) for e in (1, 8)}
+    b.measure(ctx)  # resumes: both parts exist, nothing runs
+    assert len(seen) == 8

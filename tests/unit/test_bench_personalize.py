@@ -91,5 +91,5 @@ def test_an_infeasible_partition_is_recorded_not_averaged() -> None:
     assert set(BENCH._complete(runs)) == set(runs)  # neither is measured again
     text = BENCH._part_text("agnews/100", {"dataset": "agnews", "clients": 100, "encoder": "e",
                                            "n_train": 6080, "n_test": 1, "runs": runs})
-    assert ("α = 0.05: not run: no Dirichlet partition of the 6,080 training rows gives each "
-            "of the 100 clients 2 rows or more") in text
+    assert ("α = 0.05, seed(s) 0: not run: no Dirichlet partition of the 6,080 training rows "
+            "gives each of the 100 clients 2 rows or more") in text
