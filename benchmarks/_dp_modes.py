@@ -105,21 +105,26 @@ def run_modes(run: Callable[[str, int, int], dict[str, float]], dataset: str, ep
 def ghofl_cells(parts: dict[str, Any]) -> dict[str, Any]:
     """dataset -> ε -> ghofl method -> head -> per-run accuracies, full and modes parts pooled.
 
-    A run is keyed by (kind, seed): a modes seed repeated in two parts counts once; a full
-    part's seed s and a modes part's seed s are different runs (different simulation seeds).
+    A modes run is keyed by (seed, clients): a modes seed repeated in two parts at the same K
+    counts once, whatever order the parts load in, while central runs of one seed made in
+    blocks at different K (``ks[0]``: the simulation also draws the partition, so the noise
+    differs) are distinct runs. A full part's seed s and a modes part's seed s are different
+    runs (different simulation seeds).
     """
     keyed: dict[str, Any] = {}
     for p in parts.values():
         if p.get("reference"):
             continue
         if p.get("modes"):
-            runs = {("modes", s): m for s, m in p["runs"].items()}
+            runs = {s: m for s, m in p["runs"].items()}
         else:
-            runs = {("full", str(p["seed"])): {k: v for k, v in p["methods"].items()
-                                               if k.startswith("ghofl/")}}
+            runs = {str(p["seed"]): {k: v for k, v in p["methods"].items()
+                                     if k.startswith("ghofl/")}}
         at = keyed.setdefault(p["dataset"], {}).setdefault(float(p["epsilon"]), {})
-        for key, methods in runs.items():
+        for seed, methods in runs.items():
             for name, res in methods.items():
+                key = (("modes", int(seed), int(res["clients"])) if p.get("modes")
+                       else ("full", int(seed), 0))
                 for h, acc in res["heads"].items():
                     at.setdefault(name, {}).setdefault(h, {})[key] = acc
     return {ds: {e: {n: {h: [v[k] for k in sorted(v)] for h, v in per.items()}

@@ -358,7 +358,8 @@ def _compare(summ: dict[str, Any], best: str, other: str) -> str:
     d = paired_lead([r[best] for r in runs], [r[other] for r in runs])
     if d.passed is None:
         return f"{d.diff:+.1f} point(s) against {other} (one seed: undecided)"
-    lead = "a decided lead" if d.passed else ("above, within 2 SE" if d.diff > 0 else "BELOW")
+    lead = ("a decided lead" if d.passed else "above, within 2 SE" if d.diff > 0
+            else "tied" if d.diff == 0 else "BELOW")
     return (f"{d.diff:+.1f} ± {d.se:.1f} point(s) against {other} (paired over {len(runs)} "
             f"partitions: {lead})")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ghofl.cli._aggregate_dp import report_path
+from ghofl.cli.io import privacy_report_path
 from ghofl.cli.main import main
 from ghofl.errors import ConfigError
 from ghofl.heads.registry import load_head
@@ -62,7 +62,7 @@ def test_the_release_has_the_accounted_noise_and_spends_the_asked_budget(
     out = tmp_path / "total.ghs"
     text = _aggregate(ws, out, "--dp-epsilon", "4", "--dp-delta", "1e-5", "--seed", "7",
                       capsys=capsys)
-    report = json.loads(report_path(out).read_text())
+    report = json.loads(privacy_report_path(out).read_text())
     p = report["privacy"]
     assert p["epsilon_spent"] == 4.0 and p["delta_spent"] == pytest.approx(1e-5, rel=1e-9)
     # the accountant gives the asked budget back from the reported noise multiplier
@@ -72,7 +72,8 @@ def test_the_release_has_the_accounted_noise_and_spends_the_asked_budget(
     assert report["noise"] == {"source": "seed", "seed": 7}
     assert [f["path"] for f in report["files"]] == [str(ws / f) for f in FILES]
     assert "differential privacy (central): spent epsilon=4, delta=1e-05" in text
-    assert "noise seeded by --seed 7" in text and f"privacy report: {report_path(out)}" in text
+    assert "noise seeded by --seed 7" in text
+    assert f"privacy report: {privacy_report_path(out)}" in text
 
     released, exact = load_stats(out), _exact(ws)
     assert isinstance(released, NoisyStats) and dict(released.noise_sigma) == p["sigma"]
@@ -98,7 +99,7 @@ def test_a_seed_repeats_the_noise_and_os_entropy_does_not(
     for out in fresh:
         text = _aggregate(ws, out, *args, capsys=capsys)
         assert "noise from OS entropy (not recorded)" in text
-        assert json.loads(report_path(out).read_text())["noise"] == {"source": "os-entropy",
+        assert json.loads(privacy_report_path(out).read_text())["noise"] == {"source": "os-entropy",
                                                                        "seed": None}
     sums = [np.asarray(load_stats(p).sums) for p in (*fresh, seeded[0])]
     assert not np.array_equal(sums[0], sums[1]) and not np.array_equal(sums[0], sums[2])

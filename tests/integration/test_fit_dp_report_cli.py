@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ghofl.cli._aggregate_dp import report_path
+from ghofl.cli.io import privacy_report_path
 from ghofl.cli.main import main
 from ghofl.errors import ConfigError, InputError
 from ghofl.model.card import CARD_FILE
@@ -60,7 +60,7 @@ def _fit(total: Path, out: Path, *extra: str, capsys: pytest.CaptureFixture[str]
 def test_the_card_shows_the_budget_of_the_report_beside_the_release(
         releases: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     total = releases / "a.ghs"
-    report = json.loads(report_path(total).read_text())
+    report = json.loads(privacy_report_path(total).read_text())
     assert report["out_sha256"] == hashlib.sha256(total.read_bytes()).hexdigest()
     manifest, card, err = _fit(total, tmp_path / "m", capsys=capsys)
     assert manifest["privacy"] == report["privacy"]
@@ -76,7 +76,7 @@ def test_a_report_kept_elsewhere_is_given_by_privacy_report(
     shutil.copy(releases / "a.ghs", total)  # no report beside this copy
     kept = tmp_path / "kept" / "report.json"
     kept.parent.mkdir()
-    shutil.copy(report_path(releases / "a.ghs"), kept)
+    shutil.copy(privacy_report_path(releases / "a.ghs"), kept)
     manifest, card, err = _fit(total, tmp_path / "m", "--privacy-report", str(kept),
                                capsys=capsys)
     assert manifest["privacy"] == json.loads(kept.read_text())["privacy"]
@@ -124,10 +124,10 @@ def test_a_report_of_another_release_is_refused(
              r"release it records$")
     with pytest.raises(InputError, match=match):
         main(["fit", str(a), "--heads", "lda", "--out", str(tmp_path / "m"),
-              "--privacy-report", str(report_path(b))])
+              "--privacy-report", str(privacy_report_path(b))])
     beside = tmp_path / "a.ghs"  # b's report beside a copy of a, under a's report name
     shutil.copy(a, beside)
-    shutil.copy(report_path(b), report_path(beside))
+    shutil.copy(privacy_report_path(b), privacy_report_path(beside))
     with pytest.raises(InputError, match=r"^the privacy report '.*a\.privacy\.json' belongs "
                                          r"to another release than '.*a\.ghs'"):
         main(["fit", str(beside), "--heads", "lda", "--out", str(tmp_path / "m")])
@@ -136,7 +136,7 @@ def test_a_report_of_another_release_is_refused(
 
 def test_a_refusal_is_one_line_and_exit_status_2(releases: Path, tmp_path: Path) -> None:
     r = run_cli("fit", releases / "a.ghs", "--heads", "lda", "--out", "m",
-                "--privacy-report", report_path(releases / "b.ghs"), cwd=tmp_path)
+                "--privacy-report", privacy_report_path(releases / "b.ghs"), cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.count("\n") == 1 and "belongs to another release than" in r.stderr
     assert not (tmp_path / "m").exists()
@@ -164,7 +164,7 @@ def test_a_report_fit_cannot_use_is_refused(
         report: str, error: type[Exception], match: str) -> None:
     monkeypatch.setenv("GHOFL_DEBUG", "1")
     plain = tmp_path / "plain.json"  # a report without out_sha256 (not written by aggregate)
-    kept = json.loads(report_path(releases / "a.ghs").read_text())
+    kept = json.loads(privacy_report_path(releases / "a.ghs").read_text())
     plain.write_text(json.dumps({k: v for k, v in kept.items() if k != "out_sha256"}))
     given = plain if report == "plain.json" else releases / report
     with pytest.raises(error, match=match):

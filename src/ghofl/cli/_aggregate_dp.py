@@ -10,9 +10,9 @@ the post-processed release, a :class:`~ghofl.stats.release.NoisyStats` whose hea
 its noise levels (``noise_sigma``), so that ``ghofl fit`` weighs the noise in the heads'
 criteria; the exact sum is never written. The privacy report
 (:meth:`~ghofl.privacy.PrivateRelease.to_dict`: spent ε and δ, σ per block, post-processing)
-is printed and written beside ``--out`` (:func:`report_path`), with the SHA-256 of the bytes
-written to ``--out`` (``out_sha256``), by which ``ghofl fit`` checks that a report belongs to
-the release it fits and records the report's ``privacy`` in the model::
+is printed and written beside ``--out`` (:func:`~ghofl.cli.io.privacy_report_path`), with the
+SHA-256 of the bytes written to ``--out`` (``out_sha256``), by which ``ghofl fit`` checks that a
+report belongs to the release it fits and records the report's ``privacy`` in the model::
 
     {"privacy": {"epsilon_spent": 4.0, "delta_spent": 1e-05, "sigma": {...}, ...},
      "noise": {"source": "os-entropy" | "seed", "seed": null | 7},
@@ -38,8 +38,7 @@ import numpy as np
 import typer
 
 from ghofl.cli._options import AggregationOptions, ServerOptions, cli_plan
-from ghofl.cli.io import check_output_file, write_json
-from ghofl.cli.io import privacy_report_path as report_path
+from ghofl.cli.io import check_output_file, privacy_report_path, write_json
 from ghofl.client.job import ClientJob
 from ghofl.errors import ConfigError, InputError
 from ghofl.model.manifest import file_sha256
@@ -51,7 +50,7 @@ if TYPE_CHECKING:
     from ghofl.privacy import DPConfig
     from ghofl.server.run import Aggregated
 
-__all__ = ["NOISE_SALT", "CentralRelease", "report_path"]
+__all__ = ["NOISE_SALT", "CentralRelease"]
 
 #: Mixed with ``--seed`` into the noise generator's seed, as ``ghofl simulate`` does.
 NOISE_SALT = 0x0D1FF
@@ -117,7 +116,8 @@ class CentralRelease:
             A file records no clipping bound, files record different ones, or a file has a
             held-out section.
         InputError
-            The report's path (:func:`report_path`) is a directory or a payload.
+            The report's path (:func:`~ghofl.cli.io.privacy_report_path`) is a directory or a
+            payload.
         """
         clip = CLI.ask("client.clip_norm")
         bound: tuple[Path, float] | None = None
@@ -139,7 +139,7 @@ class CentralRelease:
                     f"(R={bound[1]:g} and R={meta.clip_norm:g}); DP calibrates the noise to one "
                     f"public bound: recompute every payload with the same {clip}")
             bound = bound or (path, meta.clip_norm)
-        report = report_path(out)
+        report = privacy_report_path(out)
         check_output_file(report, "the privacy report")
         hit = next((p for p in files if report.exists() and os.path.samefile(p, report)), None)
         if hit is not None:
@@ -174,7 +174,7 @@ class CentralRelease:
         total, privacy = aggregated.total, aggregated.privacy
         assert privacy is not None  # the plan has DP: the server released the total
         size = save_stats(total, out)
-        report = report_path(out)
+        report = privacy_report_path(out)
         write_json(report, {
             "privacy": privacy,
             "noise": {"source": "os-entropy" if self.seed is None else "seed",
