@@ -1,4 +1,12 @@
-"""NB-diag: per-class diagonal Gaussians with log priors (method.md §2)."""
+"""NB-diag: per-class diagonal Gaussians with log priors (method.md §2).
+
+On the statistics of a differentially private release (:class:`~ghofl.stats.release.
+NoisyStats`, whose public noise levels σ_b the criteria read) the per-class variances are
+shrunk toward the pooled one by an amount that counts the noise
+(:func:`noise_aware_class_vars`); ``var_rule_`` then reads ``"pooled-shrinkage+dp-noise"``.
+On other statistics the variances are those of scikit-learn's ``GaussianNB`` (``"fixed"``),
+unchanged.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +19,87 @@ from ghofl.heads._linalg import F64, safe_log
 from ghofl.heads._params import Constraint, Real
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
+from ghofl.moments.noise import noise_tag
 from ghofl.stats.meta import StatsMeta
+from ghofl.stats.release import NoisyStats
 
 Shape = tuple[int, ...]
 
 
+#: ``var_rule_`` of variances read as given (exact statistics).
+FIXED_RULE = "fixed"
+#: ``var_rule_`` of variances shrunk toward the pooled one, before :func:`noise_tag`.
+POOLED_RULE = "pooled-shrinkage"
+
+
+def class_var_noise(moments: Moments) -> F64 | None:
+    """ν²_cj (C, d): variance of a private release's noise on each class variance v_cj.
+
+    v_cj = D̃_cj/N_c − (Ã_cj/N_c)² reads the noisy diagonal second moment D̃ (σ_D: the level
+    of ``sq_sums``, else of ``class_scatter``) and the noisy sum Ã (σ_A), so to first order
+
+        ν²_cj = (σ_D² + 4 σ_A² μ̂_cj²) / N_c²;
+
+    the noise of the counts (rounded integers) and the bias σ_A²/N_c² of the centring are
+    left out. None when the statistics carry no noise levels (:func:`noise_tag`).
+    """
+    stats = moments.stats
+    if not noise_tag(stats) or not isinstance(stats, NoisyStats):
+        return None
+    sigma = stats.noise_sigma
+    var_d = float(sigma.get("sq_sums", sigma.get("class_scatter", 0.0))) ** 2
+    var_a = float(sigma.get("sums", 0.0)) ** 2
+    cnt = np.maximum(moments.counts.astype(np.float64), 1.0)
+    out: F64 = (var_d + 4.0 * var_a * moments.means**2) / cnt[:, None] ** 2
+    return out
+
+
+def noise_aware_class_vars(moments: Moments) -> tuple[F64, F64] | None:
+    """Class variances (C, d) shrunk toward the pooled one knowing the noise, and a (C,).
+
+    With ν²_cj of :func:`class_var_noise` and v_cj the noisy class variances (already
+    clamped at 0):
+
+    * floor: ṽ_cj = max(v_cj, ν_cj), a variance below one noise standard deviation being
+      indistinguishable from 0 at the noise level (so no variance is ever <= 0);
+    * target: v̄_j = max(Σ_c π_c v_cj, ν̄_j), π_c = N_c/N, ν̄²_j = Σ_c π_c² ν²_cj;
+    * intensity, per class, the noise's share of the spread around the target in relative
+      squared error (weights w_j = 1/v̄_j²)::
+
+          a_c = min(1, Σ_j w_j ν²_cj / Σ_j w_j (ṽ_cj − v̄_j)²)    (1 when the spread is 0);
+
+    * v̂_c = (1 − a_c) ṽ_c + a_c v̄.
+
+    a_c → 0 as the noise vanishes and → 1 as it dominates the spread (a class with few
+    samples, or a placeholder, is shrunk more). None without release noise.
+    """
+    nu2 = class_var_noise(moments)
+    if nu2 is None:
+        return None
+    raw = moments.class_vars
+    cnt = np.maximum(moments.counts.astype(np.float64), 1.0)
+    pi = cnt / float(np.sum(cnt))
+    floored = np.maximum(raw, np.sqrt(nu2))
+    target = np.maximum(pi @ raw, np.sqrt((pi**2) @ nu2))
+    w = 1.0 / np.maximum(target**2, np.finfo(float).tiny)
+    num = nu2 @ w
+    den = (floored - target) ** 2 @ w
+    a = np.minimum(1.0, np.divide(num, den, out=np.ones_like(num), where=den > num))
+    out: F64 = (1.0 - a)[:, None] * floored + a[:, None] * target
+    return out, a
+
+
 def nb_params(
-    moments: Moments, var_smoothing: float, var_floor: float = 0.0
+    moments: Moments, var_smoothing: float, var_floor: float = 0.0,
+    class_vars: F64 | None = None,
 ) -> tuple[F64, F64, F64]:
     """Means (C, d), variances (C, d) and log priors (C,) of Gaussian naive Bayes.
 
-    Variances are max(v_c + ε, f): the maximum-likelihood class variances
-    v_c = D_c/N_c − μ_c², plus ε = var_smoothing · max_j Var(x_j) over all samples
-    (scikit-learn's ``GaussianNB``), floored at the absolute value f = ``var_floor`` (the
-    paper's clamp). Each variance is thus at least as large as under either rule alone.
+    Variances are max(v_c + ε, f): the class variances v_c (``class_vars``, shape (C, d);
+    default the maximum-likelihood D_c/N_c − μ_c²), plus ε = var_smoothing · max_j Var(x_j)
+    over all samples (scikit-learn's ``GaussianNB``), floored at the absolute value
+    f = ``var_floor`` (the paper's clamp). Each variance is thus at least as large as under
+    either rule alone.
     """
     n = moments.n_samples
     m = moments.global_mean
@@ -32,7 +107,8 @@ def nb_params(
     eps = var_smoothing * float(np.max(global_var, initial=0.0))
     if eps == 0.0:
         eps = np.finfo(float).tiny
-    variances = np.maximum(moments.class_vars + eps, var_floor)
+    base = moments.class_vars if class_vars is None else class_vars
+    variances = np.maximum(base + eps, var_floor)
     return moments.means.copy(), variances, safe_log(moments.priors)
 
 
@@ -48,11 +124,22 @@ class NBDiagHead(Head):
         smoothing, so the variances are never below those of either rule. Features that are
         constant within a class (for example ReLU outputs that stay 0) otherwise get a
         variance of ~1e-9 × the largest variance and dominate the score.
+
+    Attributes
+    ----------
+    var_shrinkage_ : list of float, length C
+        a_c, how far each class variance was shrunk toward the pooled one before the
+        smoothing: 0 on exact statistics; on a private release the noise-aware intensity of
+        :func:`noise_aware_class_vars`.
+    var_rule_ : str
+        ``"fixed"`` (variances as estimated), or ``"pooled-shrinkage+dp-noise"`` when the
+        shrinkage weighed the public noise of a differentially private release.
     """
 
     name = "nb"
     min_mode = "diag"
     fitted_arrays = ("means_", "vars_", "log_priors_")
+    fitted_scalars = ("var_shrinkage_", "var_rule_")
     neg_inf_arrays = frozenset({"log_priors_"})
     parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "var_smoothing": Real(lo=0.0),
@@ -76,9 +163,30 @@ class NBDiagHead(Head):
 
     def _fit(self, moments: Moments) -> None:
         p = self.params_
+        shrunk = noise_aware_class_vars(moments)
+        if shrunk is None:
+            class_vars, a, rule = None, np.zeros(moments.num_classes), FIXED_RULE
+        else:
+            class_vars, a = shrunk
+            rule = POOLED_RULE + noise_tag(moments.stats)
         self.means_, self.vars_, self.log_priors_ = nb_params(
-            moments, p["var_smoothing"], p["var_floor"]
+            moments, p["var_smoothing"], p["var_floor"], class_vars
         )
+        self.var_shrinkage_ = [float(v) for v in a]
+        self.var_rule_ = rule
+
+    def set_state(
+        self, meta: StatsMeta, arrays: dict[str, Any], scalars: dict[str, Any]
+    ) -> NBDiagHead:
+        """Restore a fitted head.
+
+        Files written before ``var_rule_`` existed load with ``var_rule_ = "unrecorded"``
+        and no shrinkage (``var_shrinkage_`` all 0).
+        """
+        if isinstance(scalars, dict) and "var_rule_" not in scalars:
+            scalars = {"var_shrinkage_": [0.0] * meta.num_classes, **scalars,
+                       "var_rule_": "unrecorded"}
+        return super().set_state(meta, arrays, scalars)
 
     def _decision(self, Z: F64) -> F64:
         inv = 1.0 / self.vars_  # (C, d)
@@ -88,3 +196,7 @@ class NBDiagHead(Head):
         const = -0.5 * np.sum(np.log(2.0 * np.pi * self.vars_), axis=1)
         out: F64 = self.log_priors_ + const - 0.5 * quad
         return out
+
+
+__all__ = ["FIXED_RULE", "POOLED_RULE", "NBDiagHead", "class_var_noise", "nb_params",
+           "noise_aware_class_vars"]
