@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 from scipy.linalg import eigvalsh
-from scipy.linalg.blas import dtrmm
-from scipy.linalg.lapack import dtrtri
+from scipy.linalg.blas import dsyr, dtrmm
+from scipy.linalg.lapack import dpotri
 
 from ghofl.errors import ConfigError
 from ghofl.heads._linalg import (
@@ -74,65 +74,137 @@ def qda_params(
     (x−μ_c)ᵀ Σ̃_c⁻¹ (x−μ_c) = ‖(x−μ_c) P_c‖², half log-determinants Σ log diag L_c (C,), log
     priors (C,), the coefficients a_c and how they were chosen (a rule is resolved by
     :func:`qda_shrinkage`). The classes are factorised in a thread pool with one BLAS thread
-    each (:func:`~ghofl.heads._linalg.class_map`), each in place in its slot of P (covariance,
-    shrinkage, Cholesky factor and inverse: :func:`~ghofl.heads._linalg.inverse_factor_into`),
-    so peak memory is P plus at most one (d, d) temporary per worker.
+    each (:func:`~ghofl.heads._linalg.class_map`), each in place in its slot of P (the shrunk
+    covariance written from the class sums by :func:`_shrunk_class_covariance`, its Cholesky
+    factor and inverse: :func:`~ghofl.heads._linalg.inverse_factor_into`), so peak memory is P
+    plus at most one (d, d) temporary per worker. The Cholesky factor of B is computed once and
+    shared with the evidence rule, whose whitened traces give the t_c; B⁻¹ is formed (LAPACK
+    ``dpotri``) only for the t_c that the rule did not give.
     """
     c_num, d = moments.num_classes, moments.dim
-    center, within = None, None
+    center, within, chol_b = None, None, None
     if target == "pooled":
         center, choice = pooled_center_choice(moments, pooled_shrinkage)
         if choice.spectrum is not None:
             within = choice.spectrum.eigvals * (moments.n_samples - c_num)
-    coefs, method = qda_shrinkage(moments, shrinkage, divisor=divisor, target=target,
-                                  center=center, pooled_shrinkage=pooled_shrinkage,
-                                  within_eigvals=within)
+        chol_b = _center_factor(center)
+    coefs, method, scales = _choose_shrinkage(
+        moments, shrinkage, divisor=divisor, target=target, center=center,
+        pooled_shrinkage=pooled_shrinkage, within_eigvals=within, chol_center=chol_b)
     center_inv = None
-    if center is not None:
-        Lb, _ = stable_cholesky(center, "the pooled covariance QDA shrinks toward")
-        Lb_inv = _lower_inverse(Lb)
-        with np.errstate(over="ignore", invalid="ignore"):  # refused below when not finite
-            center_inv = Lb_inv.T @ Lb_inv
-        del Lb, Lb_inv
+    if chol_b is not None and (scales is None or np.any(np.isnan(scales))
+                               or _inverse_overflows(chol_b)):
+        scales = None  # every t_c from B⁻¹, so that an overflowing B⁻¹ is refused below
+        center_inv = _inverse_from_factor(chol_b)
     prec = np.empty((c_num, d, d))
     half_logdet = np.empty(c_num)
 
-    def fill(c: int, cov: F64) -> None:  # the shrunk Σ̃_c, written into cov (d, d)
-        moments.class_covariance(c, divisor, out=cov)
-        if center is not None and center_inv is not None:
-            with np.errstate(over="ignore", invalid="ignore"):
-                scale = max(float(np.vdot(center_inv, cov)), 0.0) / d  # t_c = tr(B⁻¹Σ_c)/d
-                cov *= 1.0 - coefs[c]  # symmetric (class_covariance): scaled in place
-                cov += (coefs[c] * scale) * center
-        else:
-            shrink(cov, coefs[c], target, overwrite=True)  # type: ignore[arg-type]
-
     def factor(c: int) -> None:  # Σ̃_c, its factor and P_c in place in prec[c]
+        scale = None if scales is None or np.isnan(scales[c]) else float(scales[c])
         half_logdet[c], _ = inverse_factor_into(
-            prec[c], lambda cov: fill(c, cov),
+            prec[c],
+            lambda cov: _shrunk_class_covariance(moments, c, coefs[c], divisor, target, cov,
+                                                 center, center_inv, scale),
             f"the QDA covariance of class {moments.meta.classes[c]!r}")
 
     class_map(factor, c_num)  # classes in parallel, one BLAS thread each, without the GIL
     return prec, half_logdet, safe_log(moments.priors), coefs, method
 
 
-def _lower_inverse(L: F64, overwrite: bool = False) -> F64:
-    """L⁻¹ of a lower-triangular factor with a positive diagonal.
+def _center_factor(center: F64) -> F64:
+    """The lower Cholesky factor (d, d) of the pooled target B, Fortran-ordered, zeros above."""
+    chol, _ = stable_cholesky(center, "the pooled covariance QDA shrinks toward")
+    return np.asfortranarray(chol)
 
-    LAPACK ``dtrtri``: d³/3 flops, a third of a triangular solve against the identity.
-    ``overwrite``: ``L`` is a Fortran-ordered factor with zeros above the diagonal (as
-    :func:`~ghofl.heads._linalg.stable_cholesky` returns with ``release_gil``), inverted in
-    place.
+
+def _inverse_overflows(chol: F64) -> bool:
+    """Whether B⁻¹ has an entry past float64: its diagonal (B⁻¹)_ii ≥ 1/L_ii², B = L Lᵀ.
+
+    The t_c of such a B are not finite, and neither are the covariances QDA would build from
+    it (features scaled near 1e-160): :func:`qda_params` forms B⁻¹ then, and the covariances
+    are refused.
     """
-    in_place = overwrite and L.flags.f_contiguous
-    inv, info = dtrtri(L, lower=1, overwrite_c=int(in_place))
+    with np.errstate(over="ignore", divide="ignore"):
+        return not bool(np.all(np.isfinite(1.0 / np.square(np.diagonal(chol)))))
+
+
+def _inverse_from_factor(chol: F64) -> F64:
+    """B⁻¹ (d, d), symmetric, from the lower Cholesky factor of B (LAPACK ``dpotri``).
+
+    ``dtrtri`` and ``dlauum``: 2d³/3 flops. Entries overflow to ±inf (without a warning) for a
+    B too ill-conditioned for float64; the covariances built from it are then refused.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        inv, info = dpotri(chol, lower=1)
     if info != 0:  # pragma: no cover - a Cholesky factor has a positive diagonal
-        raise np.linalg.LinAlgError(f"triangular inverse failed (LAPACK info {info})")
-    if in_place:  # dtrtri leaves the zero upper triangle as it is
-        res: F64 = inv
-        return res
-    out: F64 = np.tril(inv)
+        raise np.linalg.LinAlgError(f"inverting the pooled covariance failed (LAPACK info {info})")
+    low = np.tril(inv)
+    out: F64 = low + np.tril(low, -1).T
     return out
+
+
+def _scatter_into(moments: Moments, c: int, factor: float, out: F64) -> F64:
+    """factor·(S_c − N_c μ_c μ_cᵀ) into the upper triangle of ``out`` (d, d), C-contiguous.
+
+    That is the lower triangle of the Fortran-ordered ``out.T``, as LAPACK reads it: a scaled
+    copy of the class second moment and a rank-one update (BLAS ``dsyr``) of one triangle,
+    where the full symmetric covariance takes four passes over (d, d). The strict lower
+    triangle of ``out`` holds factor·S_c (finite when S_c is). Class c holds two samples or
+    more. Returns ``out``.
+    """
+    s = moments.stats.class_scatter
+    if s is None:  # no class second moments: class_covariance refuses the mode
+        return moments.class_covariance(c, out=out)
+    np.multiply(s[c], factor, out=out)
+    res = dsyr(-factor * float(moments.counts[c]), moments.means[c], a=out.T, lower=1,
+               overwrite_a=1)
+    if not np.shares_memory(res, out):  # pragma: no cover - BLAS wrapper made a copy
+        out.T[...] = res
+    return out
+
+
+def _shrunk_class_covariance(
+    moments: Moments, c: int, a: float, divisor: str, target: QDATarget, out: F64,
+    center: F64 | None, center_inv: F64 | None, scale: float | None,
+) -> None:
+    """The shrunk Σ̃_c (its upper triangle, as LAPACK reads ``out.T``) into ``out`` (d, d).
+
+    Target ``"pooled"`` (``center`` B given): (1 − a)Σ_c + a·t_c·B with t_c = ``scale`` when
+    known, else max(tr(B⁻¹Σ_c), 0)/d from ``center_inv``; else (1 − a)Σ_c + a·τ·I with
+    τ = max(tr Σ_c, 0)/d (``"scaled_identity"``) or 1. A class of one sample takes the pooled
+    covariance, as :meth:`~ghofl.moments.core.Moments.class_covariance` gives it.
+    """
+    d = moments.dim
+    n_c = float(moments.counts[c])
+    if n_c < 2:  # the pooled covariance, with the warning class_covariance gives
+        cov = moments.class_covariance(c, divisor, out=out)
+        if center is None:
+            shrink(cov, a, target, overwrite=True)  # type: ignore[arg-type]
+            return
+        assert center_inv is not None
+        with np.errstate(over="ignore", invalid="ignore"):
+            t = max(float(np.vdot(center_inv, cov)), 0.0) / d
+            cov *= 1.0 - a
+            cov += (a * t) * center
+        return
+    den = n_c - 1.0 if divisor == "n-1" else n_c
+    _scatter_into(moments, c, (1.0 - a) / den, out)
+    s = moments.stats.class_scatter
+    if s is None:  # pragma: no cover - _scatter_into refused the mode
+        return
+    mu = moments.means[c]
+    with np.errstate(over="ignore", invalid="ignore"):  # non-finite: refused by the caller
+        if center is not None:
+            if scale is None:
+                assert center_inv is not None
+                raw = float(np.vdot(center_inv, s[c])) - n_c * float(mu @ center_inv @ mu)
+                scale = max(raw / den, 0.0) / d
+            out += (a * scale) * center
+            return
+        tau = 1.0
+        if target == "scaled_identity":
+            tau = max((float(np.trace(s[c])) - n_c * float(mu @ mu)) / den, 0.0) / d
+        out[np.diag_indices(d)] += a * tau
 
 
 def qda_shrinkage(
@@ -154,6 +226,29 @@ def qda_shrinkage(
     the eigenvalues of the within-class scatter when known
     (:func:`~ghofl.moments.selection.support_basis`).
     """
+    coefs, method, _ = _choose_shrinkage(
+        moments, shrinkage, divisor=divisor, target=target, center=center,
+        pooled_shrinkage=pooled_shrinkage, within_eigvals=within_eigvals)
+    return coefs, method
+
+
+def _choose_shrinkage(
+    moments: Moments,
+    shrinkage: Shrinkage,
+    *,
+    divisor: str,
+    target: QDATarget,
+    center: F64 | None,
+    pooled_shrinkage: Shrinkage,
+    within_eigvals: F64 | None,
+    chol_center: F64 | None = None,
+) -> tuple[list[float], str, F64 | None]:
+    """:func:`qda_shrinkage`, and the scales t_c (C,) of the ``"pooled"`` target when known.
+
+    ``chol_center``: the lower Cholesky factor of ``center``, Fortran-ordered, when the caller
+    has it. The scales (for ``divisor``; NaN for a class the rule skipped) come from the
+    evidence rule on the whole space (:func:`evidence_families`), else None.
+    """
     rule = check_shrinkage("shrinkage", shrinkage)
     lean = rule == "evidence" or (
         rule == "auto" and ANALYTIC_DEFAULT == "evidence" and moments.stats.holdout is None
@@ -161,9 +256,10 @@ def qda_shrinkage(
     if lean:
         if target == "pooled" and center is None:
             center = pooled_center(moments, pooled_shrinkage)
-        return qda_evidence_shrinkage(moments, target, center, within_eigvals)
-    return choose_qda_shrinkage(moments, shrinkage, divisor=divisor, target=target,
-                                pooled_shrinkage=pooled_shrinkage)
+        return _evidence_choice(moments, target, center, within_eigvals, chol_center, divisor)
+    coefs, method = choose_qda_shrinkage(moments, shrinkage, divisor=divisor, target=target,
+                                         pooled_shrinkage=pooled_shrinkage)
+    return coefs, method, None
 
 
 def qda_evidence_shrinkage(
@@ -174,16 +270,10 @@ def qda_evidence_shrinkage(
 
     The evidence (:func:`~ghofl.moments.selection.evidence_loglik`) is summed over the
     class scatters, on the support of the data, as
-    ``choose_qda_shrinkage(moments, "evidence")`` chooses it.
-
-    The evidence depends on each class covariance only through its (generalised) eigenvalues,
-    so they are all this computes: one ``eigvalsh`` per class (no eigenvectors), kept as C·k
-    numbers. With the ``"pooled"`` target (``center`` B, (d, d), required) they are the
-    eigenvalues of L⁻¹Σ_cL⁻ᵀ, B = LLᵀ (one Cholesky factor for all classes, the reduction by
-    LAPACK ``dsygst``), and the prior of class c is centred on t_c·B. The classes run in a
-    thread pool with one BLAS thread each (:func:`~ghofl.heads._linalg.class_map`), the
-    eigenvalues by ``numpy.linalg.eigvalsh``, which releases the GIL. ``within_eigvals`` (d,):
-    the eigenvalues of the within-class scatter when known
+    ``choose_qda_shrinkage(moments, "evidence")`` chooses it, from one symmetric eigenvalue
+    computation per class (:func:`evidence_families`): every candidate's log-determinant is
+    closed-form on the spectrum. ``center`` (d, d): B, required with the ``"pooled"`` target;
+    ``within_eigvals`` (d,): the eigenvalues of the within-class scatter when known
     (:func:`~ghofl.moments.selection.support_basis`).
 
     Returns
@@ -192,56 +282,117 @@ def qda_evidence_shrinkage(
         The coefficients (all equal) and ``"evidence"`` (``"single-sample"`` with every
         coefficient 1.0 when no class holds two samples).
     """
+    coefs, method, _ = _evidence_choice(moments, target, center, within_eigvals)
+    return coefs, method
+
+
+def _evidence_choice(
+    moments: Moments, target: QDATarget, center: F64 | None, within_eigvals: F64 | None,
+    chol_center: F64 | None = None, divisor: str = "n-1",
+) -> tuple[list[float], str, F64 | None]:
+    """:func:`qda_evidence_shrinkage` and the scales of :func:`_choose_shrinkage`."""
     c_num = moments.num_classes
     usable = [c for c in range(c_num) if moments.counts[c] >= 2 and moments.class_dof(c) >= 1]
     if not usable:
-        return [1.0] * c_num, "single-sample"
+        return [1.0] * c_num, "single-sample", None
+    fams, scales = evidence_families(moments, usable, target, center, within_eigvals,
+                                     chol_center)
+    grid = [float(v) for v in np.geomspace(1e-6, 0.99, 49)]
+    best = argmax_candidate(summed_evidence(fams, grid), grid)
+    fine = refine_grid(best, grid)
+    chosen = argmax_candidate(summed_evidence(fams, fine), fine)
+    if scales is not None and divisor != "n-1":  # tr(B⁻¹Σ_c) with Σ_c = S_c/N_c instead
+        counts = moments.counts.astype(np.float64)
+        scales = scales * (counts - 1.0) / counts
+    return [chosen] * c_num, "evidence", scales
+
+
+def summed_evidence(fams: list[tuple[ShrinkageFamily, float]], cands: list[float]) -> F64:
+    """Σ_c of :func:`~ghofl.moments.selection.evidence_loglik` per candidate, shape (len(cands),).
+
+    ``fams``: per class its eigenvalue family and degrees of freedom (:func:`evidence_families`).
+    """
+    out = np.zeros(len(cands))
+    for fam, n in fams:
+        out += evidence_loglik(fam, n, cands)
+    return out
+
+
+def evidence_families(
+    moments: Moments, usable: list[int], target: QDATarget, center: F64 | None,
+    within_eigvals: F64 | None = None, chol_center: F64 | None = None,
+) -> tuple[list[tuple[ShrinkageFamily, float]], F64 | None]:
+    """Per class of ``usable`` the eigenvalues the evidence reads, and its degrees of freedom.
+
+    The evidence depends on each class covariance only through its (generalised) eigenvalues,
+    so they are all this computes: one symmetric eigenvalue computation per class (no
+    eigenvectors), kept as C·k numbers, on the support of the data
+    (:func:`~ghofl.moments.selection.support_basis`). With the ``"pooled"`` target (``center``
+    B, (d, d), required) they are the eigenvalues of L⁻¹Σ_cL⁻ᵀ, B = LLᵀ (one Cholesky factor
+    for all classes, ``chol_center`` when given; the reduction by LAPACK ``dsygst`` reads one
+    triangle of Σ_c, written from the class sums by :func:`_scatter_into`), and the prior of
+    class c is centred on t_c·B. The classes run in a thread pool with one BLAS thread each
+    (:func:`~ghofl.heads._linalg.class_map`), the eigenvalues by ``numpy.linalg.eigvalsh``,
+    which releases the GIL.
+
+    Returns
+    -------
+    (list of (ShrinkageFamily, float), ndarray of shape (C,) or None)
+        The families in the order of ``usable``; the scales t_c = tr(B⁻¹Σ_c)/d on the whole
+        space (NaN outside ``usable``) when target is ``"pooled"`` and the support is the whole
+        space, else None.
+    """
+    d = moments.dim
     support = support_basis(moments, within_eigvals)
     metric = None if support is None else support.T @ support
     chol_q = None
     if target == "pooled":
         if center is None:
             raise ValueError("the 'pooled' target needs its centre")
-        q = center if support is None else support.T @ center @ support
-        chol_q, _ = stable_cholesky(0.5 * (q + q.T), "the pooled covariance QDA shrinks toward")
-        chol_q = np.asfortranarray(chol_q)  # as LAPACK reads it: no copy per class
-        del q
+        if support is None and chol_center is not None:
+            chol_q = chol_center
+        else:
+            q = center if support is None else support.T @ center @ support
+            chol_q = _center_factor(0.5 * (q + q.T))
+            del q
 
     def family(c: int) -> tuple[ShrinkageFamily, float]:
-        cov = moments.class_covariance(c, "n-1")
-        d = cov.shape[0]
-        if chol_q is not None:
-            p = cov if support is None else support.T @ cov @ support
-            del cov
-            if support is not None:
-                p = 0.5 * (p + p.T)
+        if chol_q is not None and support is None:  # one triangle, as dsygst reads it
+            p = _scatter_into(moments, c, 1.0 / (float(moments.counts[c]) - 1.0),
+                              np.empty((d, d)))
             wc = _whiten(p, chol_q)
             t = max(float(np.trace(wc)), 0.0) / d
             w = np.linalg.eigvalsh(wc, UPLO="L")  # releases the GIL, unlike scipy's
-        elif support is None:
-            t = max(float(np.trace(cov)), 0.0) / d if target == "scaled_identity" else 1.0
-            w = np.linalg.eigvalsh(cov, UPLO="L")
         else:
+            cov = moments.class_covariance(c, "n-1")
             t = max(float(np.trace(cov)), 0.0) / d if target == "scaled_identity" else 1.0
-            p = support.T @ cov @ support
-            w = eigvalsh(0.5 * (p + p.T), metric, check_finite=False)
+            if chol_q is not None:
+                assert support is not None
+                wc = _whiten(_project(cov, support), chol_q)
+                t = max(float(np.trace(wc)), 0.0) / d
+                w = np.linalg.eigvalsh(wc, UPLO="L")
+            elif support is None:
+                w = np.linalg.eigvalsh(cov, UPLO="L")
+            else:
+                w = eigvalsh(_project(cov, support), metric, check_finite=False)
         no_basis = np.empty((0, 0))  # the evidence reads the eigenvalues and the target only
         return (ShrinkageFamily(np.maximum(w, 0.0), no_basis, max(t, 0.0), 0.0),
                 moments.class_dof(c))
 
     # classes in parallel, one BLAS thread each
     fams = class_map(lambda i: family(usable[i]), len(usable))
+    scales = None
+    if chol_q is not None and support is None:
+        scales = np.full(moments.num_classes, np.nan)
+        scales[usable] = [fam.target for fam, _ in fams]
+    return fams, scales
 
-    def evidence(cands: list[float]) -> F64:
-        out = np.zeros(len(cands))
-        for fam, n in fams:
-            out += evidence_loglik(fam, n, cands)
-        return out
 
-    grid = [float(v) for v in np.geomspace(1e-6, 0.99, 49)]
-    best = argmax_candidate(evidence(grid), grid)
-    fine = refine_grid(best, grid)
-    return [argmax_candidate(evidence(fine), fine)] * c_num, "evidence"
+def _project(cov: F64, support: F64) -> F64:
+    """Vᵀ Σ V (r, r), symmetrised, for the orthonormal basis V (d, r) of the support."""
+    p = support.T @ cov @ support
+    out: F64 = 0.5 * (p + p.T)
+    return out
 
 
 def _whiten(p: F64, chol_q: F64) -> F64:
