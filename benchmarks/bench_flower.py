@@ -4,7 +4,11 @@ the in-process simulation on the same data, partition and seed: wall time per st
 per client, and the heads' accuracies (identical in every run). Beside them, Flower's own
 per-message floor on the same 10 SuperNodes: ``benchmarks/flower_floor_app`` (a ClientApp that
 imports only flwr and answers every message with an empty reply) through the same four
-stages, and ghofl's stage seconds as a ratio of that floor. Writes
+stages, and ghofl's stage seconds as a ratio of that floor. The deployment runs and the floor
+run with the run config key ``client-timings``, so each node reports where its message's time
+went (process start to handler, ghofl's imports, decoding, work, encoding;
+:mod:`ghofl.integrations.flower.timing`): a breakdown table per run puts the medians over the
+nodes beside the stage's seconds as the server saw them. Writes
 benchmarks/results/flower.json and the ``flower`` section of BENCHMARKS.md.
 
 Run: ``.venv/bin/python benchmarks/bench_flower.py`` (needs the ``flower`` extra and
@@ -27,6 +31,8 @@ from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.encoders import default_clip_norm
 from ghofl.client.job import ClientJob
 from ghofl.data.partition import dirichlet_partition
+from ghofl.integrations.flower import TIMINGS_KEY
+from ghofl.integrations.flower.timing import DECODE, ENCODE, IMPORTS, START, WORK
 from ghofl.server.job import ServerJob
 from ghofl.server.plan import AggregationSpec, FederationPlan
 from ghofl.server.simulation import Population, simulate
@@ -38,6 +44,12 @@ HEADS = "nb,lda,fedcgs"
 STAGE_TIMEOUT_S = [600.0]
 #: Engine label of the deployment runs whose nodes read their statistics from a warm cache.
 WARM = "deployment (warm stats cache)"
+#: The breakdown's client-side columns and the reply field of each (run config
+#: ``client-timings``); the floor's handler (its field ``seconds``) is its work.
+PARTS = (("process start→handler", START), ("imports", IMPORTS), ("decode", DECODE),
+         ("work", WORK), ("encode", ENCODE))
+#: What the breakdown says of a run without client timings (an older results file).
+NOT_MEASURED = "not measured in this run"
 
 
 def features(per_class: tuple[int, int], data_dir: str | None) -> Any:
@@ -72,7 +84,8 @@ def on_flower(feats: Any, clients: int, protocol: str, clip: float, engine: str,
     cfg = {**run_config(feats.classes, protocol, clip),
            "out-dir": str(root / f"{label or engine}-{protocol}"),
            "test-path": str(root / "test.npz"),
-           "stage-timeout-s": STAGE_TIMEOUT_S[0], "wait-timeout-s": 300.0}
+           "stage-timeout-s": STAGE_TIMEOUT_S[0], "wait-timeout-s": 300.0,
+           **({TIMINGS_KEY: True} if engine == "deployment" else {})}
     t0 = time.perf_counter()
     # The measured configuration of the recorded results: unauthenticated nodes (keys on trust)
     # with no round ledger (every run federates the same parts again).
@@ -88,7 +101,7 @@ def on_flower(feats: Any, clients: int, protocol: str, clip: float, engine: str,
         raise RuntimeError(f"the Flower {engine} run failed: {res.get('error')}")
     return {"engine": label or engine, "protocol": protocol, "wall_s": time.perf_counter() - t0,
             "stage_seconds": res["stage_seconds"], "stages": res["aggregation"]["stages"],
-            "accuracy": res["accuracy"]}
+            "accuracy": res["accuracy"], "client_timings": res.get("client_timings")}
 
 
 def run_config(classes: Any, protocol: str, clip: float) -> dict[str, Any]:
@@ -121,14 +134,15 @@ def floor(clients: int, root: Path, reply_bytes: dict[str, int] | None = None
     stages = list(reply_bytes) if reply_bytes else list(STAGES["secure"])
     cfg = {"out-dir": str(root / f"deployment-{name}"), "stages": ",".join(stages),
            "stage-timeout-s": STAGE_TIMEOUT_S[0], "wait-timeout-s": 300.0, "poll-s": 0.2,
-           "reply-bytes": ",".join(str(reply_bytes[s]) for s in stages) if reply_bytes else ""}
+           "reply-bytes": ",".join(str(reply_bytes[s]) for s in stages) if reply_bytes else "",
+           TIMINGS_KEY: True}
     t0 = time.perf_counter()
     res = run_local("deployment", clients, cfg, root / f"work-{name}",
                     app_dir=ROOT / "benchmarks" / "flower_floor_app", timeout_s=3600)
     if res.get("status") != "ok":
         raise RuntimeError(f"the Flower floor run failed: {res}")
     return {"wall_s": time.perf_counter() - t0, "stage_seconds": res["stage_seconds"],
-            "reply_bytes": reply_bytes or {}}
+            "reply_bytes": reply_bytes or {}, "client_timings": res.get("client_timings")}
 
 
 def sent_bytes(runs: list[dict[str, Any]]) -> dict[str, int]:
@@ -183,6 +197,75 @@ def floor_lines(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _parts(fields: dict[str, float]) -> dict[str, float]:
+    """One reply's timing fields as the breakdown's columns (the floor's handler is work)."""
+    out = {col: float(fields[f]) for col, f in PARTS if f in fields}
+    if WORK not in fields and "seconds" in fields:
+        out["work"] = float(fields["seconds"])
+    return out
+
+
+def breakdown_rows(stage_seconds: dict[str, float],
+                   timings: dict[str, dict[str, dict[str, float]]],
+                   stages: list[str]) -> list[list[str]]:
+    """One row per stage with timings: the server's seconds, the medians over the clients of
+    each part, of their totals, the slowest total, and the server's seconds less the median
+    total (what no client measured: Flower's transport, process launch and pulls)."""
+    rows = []
+    for st in stages:
+        per = [_parts(f) for f in (timings.get(st) or {}).values()]
+        per = [p for p in per if p]
+        if not per:
+            continue
+        seen = float(stage_seconds.get(st, 0.0))
+        cells = [st, f"{seen:.2f}"]
+        for col, _ in PARTS:
+            vals = [p[col] for p in per if col in p]
+            cells.append(f"{float(np.median(vals)):.3f}" if vals else "—")
+        totals = [sum(p.values()) for p in per]
+        total = float(np.median(totals))
+        cells += [f"{total:.3f}", f"{max(totals):.3f}", f"{seen - total:.3f}"]
+        rows.append(cells)
+    return rows
+
+
+def breakdown_lines(data: dict[str, Any]) -> list[str]:
+    """Where each deployment run's and each floor's stage time goes, one table each."""
+    named = [(f"ghofl {r['protocol']}{r['engine'][len('deployment'):]}", r,
+              list(STAGES[r["protocol"]]))
+             for r in data["runs"] if r["engine"].startswith("deployment")]
+    for key, name in (("floor", "Flower floor (empty replies)"),
+                      ("floor_bytes", "Flower floor (ghofl's payload sizes)")):
+        if data.get(key):
+            named.append((name, data[key], list(data[key]["stage_seconds"])))
+    if not named:
+        return []
+    tables = [(name, breakdown_rows(run["stage_seconds"], run.get("client_timings") or {},
+                                    stages)) for name, run, stages in named]
+    if not any(rows for _, rows in tables):
+        return ["", "Where a deployment stage's time goes (process start, imports, decoding, "
+                f"work, encoding; run config `client-timings`): {NOT_MEASURED}."]
+    lines = ["", "Where a deployment stage's time goes (run config `client-timings`: each node "
+             "measures its own message; medians over the nodes, seconds). Process "
+             "start→handler: from the ClientApp process's start to ghofl's handler (Python, "
+             "Flower's imports, its pull of the message, context and app), less ghofl's "
+             "imports; imports: ghofl's modules (the ClientApp's loading and those a stage "
+             "loads on first use); decode / encode: the request's record to the protocol "
+             "message and the reply to its record; work: the rest of the handler (plan, "
+             "statistics, masking, shares, state). The floor's handler is its work. Client "
+             "total: the sum of a node's parts (median, and the slowest node); unexplained: "
+             "the server's stage seconds less the median client total (the SuperNode's "
+             "launch of the process, Flower's serialisation and transport, the 0.2 s pull "
+             "interval, waiting for slower nodes)."]
+    head = ["stage", "server-seen s", *(col for col, _ in PARTS), "client total",
+            "slowest client", "unexplained"]
+    for name, rows in tables:
+        lines += ["", f"{name}:" if rows else f"{name}: {NOT_MEASURED}."]
+        if rows:
+            lines += ["", markdown_table(head, rows)]
+    return lines
+
+
 def render(data: dict[str, Any]) -> str:
     lines = ["## ghofl on Flower vs in process (`benchmarks/bench_flower.py`)", "",
              f"Machine: {data['machine']}. CIFAR-10 EfficientNet-Lite0 features "
@@ -212,6 +295,7 @@ def render(data: dict[str, Any]) -> str:
               + ("Every run gives the same accuracies." if same
                  else "**The accuracies differ between runs.**")]
     lines += floor_lines(data)
+    lines += breakdown_lines(data)
     return "\n".join(lines)
 
 

@@ -1,6 +1,7 @@
 """ServerApp: wait for the nodes, then run each stage (one query per node, naming the stage;
 pull every poll-s seconds until every reply is in) and write the seconds per stage to
-``results.json``.
+``results.json``; with the run config key ``client-timings`` also each node's reply timings
+(``client_timings``: stage -> node id -> seconds by field).
 
 Stage seconds are measured as ghofl's ServerApp measures them: from pushing a stage's messages
 to its last reply. ``results.json`` is written last and is the success marker.
@@ -28,8 +29,18 @@ def _wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> list[int]:
         time.sleep(0.2)
 
 
-def _stage(grid: Grid, nodes: list[int], name: str, timeout_s: float, poll_s: float
-           ) -> tuple[float, int]:
+def _timings(reply: Message) -> dict[str, float]:
+    """The reply's ``timings`` record (run config ``client-timings``), as floats; {} if none."""
+    rec = reply.content.get("timings") if not reply.has_error() else None
+    if not isinstance(rec, ConfigRecord):
+        return {}
+    return {str(k): float(v) for k, v in rec.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def _stage(grid: Grid, nodes: list[int], name: str, timeout_s: float, poll_s: float,
+           timings: dict[str, dict[str, float]]) -> tuple[float, int]:
+    """One stage: its seconds and replies; each node's reply timings go into ``timings``."""
     t0 = time.perf_counter()
     pending = set(grid.push_messages([
         Message(RecordDict({"floor": ConfigRecord({"stage": name})}), dst_node_id=n,
@@ -39,6 +50,7 @@ def _stage(grid: Grid, nodes: list[int], name: str, timeout_s: float, poll_s: fl
     while pending and time.monotonic() < deadline:
         got = list(grid.pull_messages(pending))
         answered += sum(not m.has_error() for m in got)
+        timings.update({str(m.metadata.src_node_id): t for m in got if (t := _timings(m))})
         pending.difference_update(m.metadata.reply_to_message_id for m in got)
         if pending:
             time.sleep(poll_s)
@@ -54,12 +66,15 @@ def main(grid: Grid, context: Context) -> None:
     nodes = _wait_for_nodes(grid, int(cfg["expected-nodes"]), float(cfg["wait-timeout-s"]))
     seconds: dict[str, float] = {}
     replies: dict[str, int] = {}
+    timings: dict[str, dict[str, dict[str, float]]] = {}
     for name in str(cfg["stages"]).split(","):
         seconds[name], replies[name] = _stage(grid, nodes, name, float(cfg["stage-timeout-s"]),
-                                              float(cfg["poll-s"]))
+                                              float(cfg["poll-s"]), timings.setdefault(name, {}))
     ok = all(r == len(nodes) for r in replies.values())
-    result = {"status": "ok" if ok else "failed", "nodes": len(nodes),
-              "stage_seconds": seconds, "replies": replies}
+    result: dict[str, object] = {"status": "ok" if ok else "failed", "nodes": len(nodes),
+                                 "stage_seconds": seconds, "replies": replies}
+    if any(timings.values()):
+        result["client_timings"] = timings
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(result, indent=2))
     os.replace(tmp, out / "results.json")

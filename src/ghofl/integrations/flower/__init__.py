@@ -16,7 +16,7 @@ The records codec and the runner import flwr lazily, so importing this package a
 
 from __future__ import annotations
 
-__all__ = ["MESSAGE_TYPE", "QUERY_ACTION", "SIM_NODE_CONFIG_ENV"]
+__all__ = ["MESSAGE_TYPE", "QUERY_ACTION", "SIM_NODE_CONFIG_ENV", "TIMINGS_KEY"]
 
 #: The ClientApp's query action; Flower message type ``query.ghofl``.
 QUERY_ACTION = "ghofl"
@@ -25,3 +25,7 @@ MESSAGE_TYPE = f"query.{QUERY_ACTION}"
 #: (the simulation engine gives nodes none of their own; see
 #: :mod:`~ghofl.integrations.flower.client_app`).
 SIM_NODE_CONFIG_ENV = "GHOFL_SIM_NODE_CONFIG"
+#: Run config key (``true``/``false``, default ``false``): each reply of ghofl's ClientApp
+#: carries where its time went on the node (:mod:`ghofl.integrations.flower.timing`), and
+#: ``results.json`` holds them by stage and client (``client_timings``).
+TIMINGS_KEY = "client-timings"

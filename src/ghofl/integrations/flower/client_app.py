@@ -25,7 +25,9 @@ With the node config key ``stats-cache`` (a folder
 on the node's own disk) the statistics are computed once per data file and job and read back
 in later rounds and runs (:mod:`ghofl.client.stats_cache`). Each reply also carries the node's
 ``partition-id``, the seconds it took and, at the stage that computed statistics, whether they
-came from the cache (``stats-cached``) (ConfigRecord ``ghofl-client``).
+came from the cache (``stats-cached``) (ConfigRecord ``ghofl-client``); with the run config
+key ``client-timings`` also where the message's time went on the node: process start, imports,
+decoding, work, encoding (:mod:`ghofl.integrations.flower.timing`).
 
 Identity (secure protocol): with the node config keys ``identity-key`` (the node's private
 key file, ``ghofl keys new``) and ``roster`` (the federation's roster file, ``ghofl roster
@@ -80,7 +82,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ghofl.errors import require_extra
+#: Start of the ClientApp module's imports of ghofl (timed for the run config key
+#: ``client-timings``, :mod:`ghofl.integrations.flower.timing`).
+_LOAD_T0 = time.perf_counter()
+
+from ghofl.errors import require_extra  # noqa: E402
 
 require_extra("flwr", "flower")
 
@@ -89,7 +95,11 @@ from flwr.clientapp import ClientApp  # noqa: E402
 
 from ghofl.data.cache_dir import safe_name  # noqa: E402
 from ghofl.errors import ConfigError, GhoflError, ProtocolError  # noqa: E402
-from ghofl.integrations.flower import QUERY_ACTION, SIM_NODE_CONFIG_ENV  # noqa: E402
+from ghofl.integrations.flower import (  # noqa: E402
+    QUERY_ACTION,
+    SIM_NODE_CONFIG_ENV,
+    TIMINGS_KEY,
+)
 from ghofl.integrations.flower._config import job_meta, node_policy  # noqa: E402
 from ghofl.integrations.flower.eval_node import (  # noqa: E402
     answer_model,
@@ -104,6 +114,12 @@ from ghofl.integrations.flower.evaluation import (  # noqa: E402
 from ghofl.integrations.flower.records import (  # noqa: E402
     message_from_record,
     message_to_record,
+)
+from ghofl.integrations.flower.timing import (  # noqa: E402
+    DECODE,
+    ENCODE,
+    MessageClock,
+    timings_requested,
 )
 from ghofl.integrations.flower.transport import CLIENT_INFO  # noqa: E402
 from ghofl.privacy import NoisePlan, noise_share_encoder  # noqa: E402
@@ -124,6 +140,9 @@ from ghofl.secure.messages import (  # noqa: E402
 )
 from ghofl.server.config import plan_from_config  # noqa: E402
 from ghofl.stats.client_stats import ClientStats  # noqa: E402
+
+#: Seconds the imports above took when this process loaded the module.
+_LOAD_S = time.perf_counter() - _LOAD_T0
 
 if TYPE_CHECKING:
     from ghofl.client.job import ClientJob
@@ -165,53 +184,61 @@ def query(msg: Message, context: Context) -> Message:
 
 
 def handle_query(content: RecordDict, context: Context) -> RecordDict:
-    """Decode the request in ``content``, let the client half answer it, encode the reply."""
+    """Decode the request in ``content``, let the client half answer it, encode the reply.
+
+    The reply's ``ghofl-client`` record holds the node's partition id and the handler's
+    seconds; with the run config key ``client-timings`` also where the message's time went
+    (:mod:`~ghofl.integrations.flower.timing`).
+    """
     t0 = time.perf_counter()
     run_cfg = dict(context.run_config)
+    clock = MessageClock(run_cfg.get(TIMINGS_KEY) is True, _LOAD_S, t0)
     part = context.node_config.get("partition-id", -1)
     partition = int(part) if isinstance(part, int) and not isinstance(part, bool) else -1
     info: dict[str, Any] = {"partition-id": partition}
     try:
-        node_cfg = effective_node_config(context.node_config)
-        me = NodeIdentity.from_node_config(node_cfg, context.node_id)
-        if MODEL_RECORD in content:  # the evaluation stage's model (flower.evaluation)
-            setup = run_setup(context.run_id, run_cfg)
-            rd = answer_model(content, context, setup, data_source(node_cfg, run_cfg))
-            info["seconds"] = time.perf_counter() - t0
-            rd[CLIENT_INFO] = ConfigRecord(info)
-            return rd
-        request = message_from_record(content, ServerMessage)
-        assert isinstance(request, ServerMessage)
-        if isinstance(request, HelloRequest):
-            return _answered(me.hello(request), info, t0)
-        setup = run_setup(context.run_id, run_cfg)
-        job = setup.job
-        source = data_source(node_cfg, run_cfg)
-        stats = _lazy(source, setup, node_cfg.get(STATS_CACHE_KEY), info)
-        if isinstance(request, PlainRequest):
-            reply = PlainClient(me.client_id, stats).handle(request)
-        else:
-            me.require_keys(request)
-            client = _secure_client(me, request, context, source, stats, setup,
-                                    node_ledger(node_cfg, me, source))
-            try:
-                reply = client.handle(request)
-            finally:
-                context.state[STATE_KEY] = ConfigRecord(client.to_state())  # type: ignore[arg-type]
-        rd = message_to_record(reply, transport_dtype=job.transport_dtype)
+        with clock.running():
+            rd = _answer(content, context, run_cfg, info, clock)
     except (GhoflError, OSError) as exc:
         rd = RecordDict()
         info["refused"] = str(exc) or type(exc).__name__
     info["seconds"] = time.perf_counter() - t0
+    info.update(clock.fields())
     rd[CLIENT_INFO] = ConfigRecord(info)
     return rd
 
 
-def _answered(reply: Any, info: dict[str, Any], t0: float) -> RecordDict:
-    rd = message_to_record(reply)
-    info["seconds"] = time.perf_counter() - t0
-    rd[CLIENT_INFO] = ConfigRecord(info)
-    return rd
+def _answer(content: RecordDict, context: Context, run_cfg: dict[str, Any],
+            info: dict[str, Any], clock: MessageClock) -> RecordDict:
+    """The reply's records (:func:`handle_query`), decoding and encoding timed by ``clock``."""
+    timings_requested(run_cfg, TIMINGS_KEY)
+    node_cfg = effective_node_config(context.node_config)
+    me = NodeIdentity.from_node_config(node_cfg, context.node_id)
+    if MODEL_RECORD in content:  # the evaluation stage's model (flower.evaluation)
+        setup = run_setup(context.run_id, run_cfg)
+        return answer_model(content, context, setup, data_source(node_cfg, run_cfg))
+    with clock.phase(DECODE):
+        request = message_from_record(content, ServerMessage)
+    assert isinstance(request, ServerMessage)
+    if isinstance(request, HelloRequest):
+        hello = me.hello(request)
+        with clock.phase(ENCODE):
+            return message_to_record(hello)
+    setup = run_setup(context.run_id, run_cfg)
+    source = data_source(node_cfg, run_cfg)
+    stats = _lazy(source, setup, node_cfg.get(STATS_CACHE_KEY), info)
+    if isinstance(request, PlainRequest):
+        reply = PlainClient(me.client_id, stats).handle(request)
+    else:
+        me.require_keys(request)
+        client = _secure_client(me, request, context, source, stats, setup,
+                                node_ledger(node_cfg, me, source))
+        try:
+            reply = client.handle(request)
+        finally:
+            context.state[STATE_KEY] = ConfigRecord(client.to_state())  # type: ignore[arg-type]
+    with clock.phase(ENCODE):
+        return message_to_record(reply, transport_dtype=setup.job.transport_dtype)
 
 
 class NodeIdentity:

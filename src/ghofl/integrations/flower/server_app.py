@@ -35,6 +35,9 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
   the model has an OOD score, the nodes' histograms of their held-out rows' scores set its
   threshold (calibration ``"federated"``, ``federated_evaluation.ood``);
 * ``expected-nodes``, ``wait-timeout-s``, ``stage-timeout-s``;
+* ``client-timings`` (``false`` by default): every node's reply carries where its time went
+  (:mod:`ghofl.integrations.flower.timing`), and ``results.json`` holds them as
+  ``client_timings`` (stage -> client -> seconds by field);
 * ``out-dir`` (required): receives ``model/`` (the model directory, written atomically),
   ``total.ghs`` (the aggregate the heads were fitted from) and ``results.json``;
   ``test-path``: an optional ``.npz`` test set scored on the server.
@@ -175,19 +178,7 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
     try:
         out = _aggregate(server, grid, ids, timeout, transports, cfg, roster)
     finally:
-        half = getattr(server, "half", None)  # none with regions
-        stage_seconds: dict[str, float] = {}
-        for transport in transports:
-            for c, part in transport.partitions.items():
-                state["nodes"][c]["partition_id"] = part
-            for stage, secs in transport.stage_seconds.items():
-                stage_seconds[stage] = stage_seconds.get(stage, 0.0) + secs
-        state.update(
-            stage_seconds=stage_seconds,
-            dropped=dict(half.dropped) if half else {},
-            excluded=dict(half.excluded) if half else {},
-            problems={c: w for t in transports for c, w in t.problems.items()},
-        )
+        _record_rounds(state, transports, getattr(server, "half", None))  # no half: regions
     report = out.report
     if server.store_head is not None:  # evidence against a rolled-back store (verify --expect)
         state.update(store_head=server.store_head.digest,
@@ -219,6 +210,32 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
                 if "accuracy" in h}
     return {"status": "ok", **state, "accuracy": accuracy, "server": server_summary,
             "n_samples": total.n_samples, "n_clipped": total.n_clipped}
+
+
+def _record_rounds(state: dict[str, Any], transports: list[FlowerTransport], half: Any) -> None:
+    """Record the rounds' traffic into ``state``.
+
+    Each node's partition id, the seconds per stage, the nodes' timings (run config
+    ``client-timings``; with the identity exchange's), the dropped, excluded and failing
+    clients.
+    """
+    stage_seconds: dict[str, float] = {}
+    timings: dict[str, dict[str, dict[str, float]]] = state.get("client_timings", {})
+    for transport in transports:
+        for c, part in transport.partitions.items():
+            state["nodes"][c]["partition_id"] = part
+        for stage, secs in transport.stage_seconds.items():
+            stage_seconds[stage] = stage_seconds.get(stage, 0.0) + secs
+        for stage, by_client in transport.client_timings.items():
+            timings.setdefault(stage, {}).update(by_client)
+    if timings:
+        state["client_timings"] = timings
+    state.update(
+        stage_seconds=stage_seconds,
+        dropped=dict(half.dropped) if half else {},
+        excluded=dict(half.excluded) if half else {},
+        problems={c: w for t in transports for c, w in t.problems.items()},
+    )
 
 
 def _evaluate(grid: Any, plan: Any, model_dir: Path, ids: Mapping[str, int],
@@ -306,6 +323,8 @@ def _bind(grid: Any, ids: dict[str, int], roster: Roster, timeout: float,
     problems.update({a: why for a, why in transport.problems.items() if a not in problems})
     state["identity_problems"] = problems
     state["identity_seconds"] = transport.stage_seconds.get("hello", 0.0)
+    if transport.client_timings:
+        state["client_timings"] = dict(transport.client_timings)
     state["unbound"] = sorted(set(roster.clients) - set(bound))
     return {name: ids[address] for name, address in bound.items()}
 

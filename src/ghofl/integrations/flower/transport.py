@@ -22,6 +22,7 @@ from typing import Any
 from ghofl.errors import ConfigError, ProtocolError
 from ghofl.integrations.flower import MESSAGE_TYPE
 from ghofl.integrations.flower.records import message_from_record, message_to_record
+from ghofl.integrations.flower.timing import TIMING_FIELDS
 from ghofl.secure.messages import ClientMessage, ServerMessage, Stage, message_nbytes
 from ghofl.secure.transport import StageTraffic
 
@@ -31,7 +32,9 @@ __all__ = ["CLIENT_INFO", "POLL_S", "FlowerTransport", "send_and_receive"]
 POLL_S = 0.2
 
 #: ConfigRecord a ClientApp adds to every reply: ``seconds`` (float, time to answer),
-#: ``partition-id`` (int, -1 if unknown) and, when it refused the request, ``refused`` (str).
+#: ``partition-id`` (int, -1 if unknown), when it refused the request, ``refused`` (str), and
+#: with the run config key ``client-timings`` the timing fields of
+#: :mod:`~ghofl.integrations.flower.timing` (floats).
 CLIENT_INFO = "ghofl-client"
 
 
@@ -56,6 +59,10 @@ class FlowerTransport:
         The ``partition-id`` each client reported (when it did).
     stage_seconds : dict of str to float
         Wall time of each stage's exchange (sending to the last reply or the timeout).
+    client_timings : dict of str to dict of str to dict of str to float
+        Per stage, per client that sent them: the reply's timing fields
+        (:data:`~ghofl.integrations.flower.timing.TIMING_FIELDS`, run config key
+        ``client-timings``) and its ``seconds``; empty without them.
     """
 
     def __init__(self, grid: Any, node_ids: Mapping[str, int], timeout_s: float) -> None:
@@ -71,6 +78,7 @@ class FlowerTransport:
         self.problems: dict[str, str] = {}
         self.partitions: dict[str, int] = {}
         self.stage_seconds: dict[str, float] = {}
+        self.client_timings: dict[str, dict[str, dict[str, float]]] = {}
 
     def exchange(self, stage: Stage, requests: Mapping[str, ServerMessage]
                  ) -> Iterator[tuple[str, ClientMessage]]:
@@ -115,6 +123,7 @@ class FlowerTransport:
                 secs = info.get("seconds")
                 if isinstance(secs, float | int) and not isinstance(secs, bool):
                     traffic.client_seconds[client] = float(secs)
+                self._timings(stage, client, info)
                 part = info.get("partition-id")
                 if isinstance(part, int) and not isinstance(part, bool) and part >= 0:
                     self.partitions[client] = part
@@ -136,6 +145,13 @@ class FlowerTransport:
             if client in self.node_ids and client not in answered:
                 self._problem(stage, client, f"no reply within {self.timeout_s:g} s")
         self.stage_seconds[stage] = time.perf_counter() - t0
+
+    def _timings(self, stage: str, client: str, info: Any) -> None:
+        """Keep the timing fields of a reply's ``info`` record, if it has any."""
+        got = {k: float(v) for k in (*TIMING_FIELDS, "seconds")
+               if isinstance(v := info.get(k), float | int) and not isinstance(v, bool)}
+        if set(got) & set(TIMING_FIELDS):
+            self.client_timings.setdefault(stage, {})[client] = got
 
     def _problem(self, stage: str, client: str, why: str) -> None:
         self.problems.setdefault(client, f"{stage}: {why}")

@@ -1,0 +1,330 @@
+"""Where a Flower message's time goes on the node (issue 40): the run config key
+``client-timings`` makes each reply of ghofl's ClientApp carry the seconds of the process's
+start, imports, decoding, work and encoding (:mod:`ghofl.integrations.flower.timing`); without
+it the replies are those of a run without timings, byte for byte.
+
+Everything runs in process, through the ClientApp handler (no Flower processes).
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.common.serde import recorddict_to_proto
+
+from ghofl.client.job import ClientJob
+from ghofl.client.stats_cache import cached_statistics
+from ghofl.errors import ConfigError
+from ghofl.integrations.flower import TIMINGS_KEY, client_app, records, server_app, timing
+from ghofl.integrations.flower.client_app import handle_query, run_setup
+from ghofl.integrations.flower.records import message_to_record
+from ghofl.integrations.flower.timing import (
+    DECODE,
+    ENCODE,
+    IMPORTS,
+    START,
+    TIMING_FIELDS,
+    WORK,
+    ImportClock,
+    process_age,
+    timings_requested,
+)
+from ghofl.integrations.flower.transport import CLIENT_INFO
+from ghofl.secure import PlainClient
+from ghofl.secure.messages import PROTOCOL_VERSION, PlainRequest
+from ghofl.server import AggregationSpec, FederationPlan
+from ghofl.server.config import plan_to_config
+from ghofl.server.job import ServerJob
+from tests.helpers import gaussian_mixture
+from tests.helpers_cli import write_npz
+
+ROOT = Path(__file__).resolve().parents[2]
+CLASSES = ("0", "1", "2")
+CLIP = 6.0
+REQUEST = PlainRequest(PROTOCOL_VERSION, b"\x07" * 16, "input")
+BAD = (r"^run config key 'client-timings' must be true or false; got 'yes': fix it in the run "
+       r"config \(flwr run --run-config\)$")
+
+
+def _plain(tmp_path: Path, **extra: Any) -> tuple[Path, Context]:
+    """A node's data file and the Context of a plain run (``extra``: more run config keys)."""
+    x, y = gaussian_mixture(0, 3, 4, n=60)
+    data = write_npz(tmp_path / "me.npz", x, y)
+    run_cfg = {**plan_to_config(FederationPlan(ClientJob(CLASSES))), "data-template": "",
+               **extra}
+    node = {"data-path": str(data), "partition-id": 2}
+    return data, Context(1, 7, node, RecordDict(), run_cfg)  # type: ignore[arg-type]
+
+
+def _record(reply: RecordDict, key: str = CLIENT_INFO) -> dict[str, Any]:
+    """A ConfigRecord of ``reply`` as a dict (its fields in their order)."""
+    rec = reply[key]
+    assert isinstance(rec, ConfigRecord)
+    return dict(rec)
+
+
+def _bytes(rd: RecordDict) -> bytes:
+    return bytes(recorddict_to_proto(rd).SerializeToString(deterministic=True))
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test process's next message is a fresh process's first."""
+    monkeypatch.setattr(timing, "_FRESH", [True])
+
+
+@pytest.mark.parametrize("extra", [{}, {TIMINGS_KEY: False}])
+def test_without_the_key_the_reply_is_the_one_without_timings(
+        tmp_path: Path, extra: dict[str, Any], fresh: None) -> None:
+    """The reply, serialised as Flower sends it, equals the reply built from the protocol
+    reply and the node's info record (partition id, cache flag, seconds) alone."""
+    data, ctx = _plain(tmp_path, **extra)
+    reply = handle_query(message_to_record(REQUEST), ctx)
+    info = _record(reply)
+    assert list(info) == ["partition-id", "stats-cached", "seconds"]
+    job = run_setup(1, dict(ctx.run_config)).job
+    stats, _ = cached_statistics(data, job, None)
+    expected = message_to_record(PlainClient("node-7", stats).handle(REQUEST),
+                                 transport_dtype=job.transport_dtype)
+    expected[CLIENT_INFO] = ConfigRecord({"partition-id": 2, "stats-cached": False,
+                                          "seconds": info["seconds"]})
+    assert _bytes(reply) == _bytes(expected)
+
+
+def _info_keys(info: dict[str, Any]) -> set[str]:
+    return set(info) - {"partition-id", "stats-cached", "seconds"}
+
+
+def test_with_the_key_each_reply_says_where_its_time_went(tmp_path: Path, fresh: None) -> None:
+    """The first message of a process reports its start and the ClientApp module's imports;
+    a later one neither. The parts add up to the handler's seconds."""
+    _, ctx = _plain(tmp_path, **{TIMINGS_KEY: True})
+    first = _record(handle_query(message_to_record(REQUEST), ctx))
+    age_after = process_age()
+    second = _record(handle_query(message_to_record(REQUEST), ctx))
+    assert "refused" not in first
+    has_age = age_after is not None
+    assert _info_keys(first) == set(TIMING_FIELDS) - (set() if has_age else {START})
+    assert _info_keys(second) == set(TIMING_FIELDS) - {START}
+    for info in (first, second):
+        assert all(isinstance(info[k], float) and info[k] >= 0 for k in _info_keys(info))
+    assert first[IMPORTS] >= client_app._LOAD_S > 0
+    handler = second[IMPORTS] + second[DECODE] + second[WORK] + second[ENCODE]
+    assert handler <= second["seconds"] and second["seconds"] - handler < 0.01
+    if has_age:  # the start and the module's imports lie within the process's age
+        assert age_after is not None
+        assert first[START] > 0 and first[START] + client_app._LOAD_S <= age_after + 0.02
+
+
+def test_each_part_is_measured_where_its_time_is_spent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: None) -> None:
+    """Slow decoding, work, a slow import during the work and slow encoding each land in
+    their own field, not in another."""
+    module = tmp_path / "mods" / "ghofl_slow_import_probe.py"
+    module.parent.mkdir()
+    module.write_text("import time\ntime.sleep(0.3)\n")
+    monkeypatch.syspath_prepend(str(module.parent))
+    monkeypatch.delitem(sys.modules, "ghofl_slow_import_probe", raising=False)
+
+    def slow(fn: Any, seconds: float) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(seconds)
+            return fn(*args, **kwargs)
+        return wrapped
+
+    handle = PlainClient.handle
+
+    def work(self: PlainClient, request: Any) -> Any:
+        import ghofl_slow_import_probe  # type: ignore[import-not-found]  # noqa: F401
+
+        time.sleep(0.1)
+        return handle(self, request)
+
+    monkeypatch.setattr(client_app, "message_from_record", slow(records.message_from_record, 0.15))
+    monkeypatch.setattr(client_app, "message_to_record", slow(records.message_to_record, 0.2))
+    monkeypatch.setattr(PlainClient, "handle", work)
+    _, ctx = _plain(tmp_path, **{TIMINGS_KEY: True})
+    info = _record(handle_query(message_to_record(REQUEST), ctx))
+    assert "refused" not in info
+    assert 0.15 <= info[DECODE] < 0.3
+    assert 0.1 <= info[WORK] < 0.3
+    assert 0.2 <= info[ENCODE] < 0.35
+    assert info[IMPORTS] >= 0.3 + client_app._LOAD_S
+
+
+def test_a_timings_key_that_is_no_boolean_is_refused_naming_it(tmp_path: Path) -> None:
+    _, ctx = _plain(tmp_path, **{TIMINGS_KEY: "yes"})
+    info = _record(handle_query(message_to_record(REQUEST), ctx))
+    assert _info_keys(info) == {"refused"}
+    with pytest.raises(ConfigError, match=BAD):
+        raise ConfigError(str(info["refused"]))
+    with pytest.raises(ConfigError, match=BAD):
+        timings_requested({TIMINGS_KEY: "yes"}, TIMINGS_KEY)
+    assert timings_requested({}, TIMINGS_KEY) is False
+    assert timings_requested({TIMINGS_KEY: True}, TIMINGS_KEY) is True
+
+
+def test_process_age_reads_proc_and_is_none_where_it_cannot(tmp_path: Path) -> None:
+    import os
+
+    hz = os.sysconf("SC_CLK_TCK")
+    stat = tmp_path / "stat"
+    fields = ["S", *map(str, range(4, 22)), str(50 * hz), "0"]  # fields 3..23; 22 = start
+    stat.write_text(f"123 (a b) c) {' '.join(fields)}\n")
+    uptime = tmp_path / "uptime"
+    uptime.write_text("52.25 100.00\n")
+    assert process_age(stat, uptime) == pytest.approx(2.25)
+    assert process_age(stat, tmp_path / "absent") is None
+    uptime.write_text("garbled")
+    assert process_age(stat, uptime) is None
+    stat.write_text("123 (short) S 1\n")
+    assert process_age(stat, tmp_path / "uptime") is None
+    if Path("/proc/self/stat").is_file():
+        age = process_age()
+        assert age is not None and age > 0
+
+
+def test_the_import_clock_counts_this_threads_outermost_imports(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    folder = tmp_path / "mods"
+    folder.mkdir()
+    (folder / "ghofl_probe_outer.py").write_text(
+        "import time\nimport ghofl_probe_inner\ntime.sleep(0.1)\n")
+    (folder / "ghofl_probe_inner.py").write_text("import time\ntime.sleep(0.1)\n")
+    (folder / "ghofl_probe_other.py").write_text("import time\ntime.sleep(0.3)\n")
+    monkeypatch.syspath_prepend(str(folder))
+    for name in ("ghofl_probe_outer", "ghofl_probe_inner", "ghofl_probe_other"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    saved = builtins.__import__
+    with ImportClock() as clock:
+        other = threading.Thread(target=lambda: __import__("ghofl_probe_other"))
+        other.start()
+        other.join()
+        import ghofl_probe_outer  # type: ignore[import-not-found]  # noqa: F401
+    assert builtins.__import__ is saved
+    assert 0.2 <= clock.seconds < 0.3  # outer and inner once each; the other thread not
+
+
+def test_the_server_keeps_every_nodes_timings_by_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A secure round driven in process through the ServerApp: with the key, results.json's
+    ``client_timings`` holds each stage's replies' fields by client; without it, none."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for attr in ("_run_id", "_node_id", "_task_id"):  # what a ServerApp process has set
+        monkeypatch.setattr(TaskIdentity, attr, 1)
+    x, y = gaussian_mixture(0, 3, 4, n=120)
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    for i in range(3):
+        write_npz(tmp_path / f"client-{i}.npz", x[i::3], y[i::3])
+    plan = FederationPlan(ClientJob(CLASSES, clip_norm=CLIP), AggregationSpec("secure"),
+                          ServerJob(("nb",)))
+    base = {**plan_to_config(plan), "dim": 4, "expected-nodes": 3, "stage-timeout-s": 30.0,
+            "wait-timeout-s": 30.0, "data-template": str(tmp_path / "client-{partition_id}.npz")}
+    nodes = [{"partition-id": i, "insecure-keys": True, "ledger": "none"} for i in range(3)]
+    for on in (True, False):
+        cfg = {**base, TIMINGS_KEY: on}
+        out = server_app.run_federation(_Grid(nodes, cfg), cfg, tmp_path / f"out-{on}", {})
+        assert out["status"] == "ok"
+        if not on:
+            assert "client_timings" not in out
+            continue
+        timings = out["client_timings"]
+        assert {"advertise", "share", "mask", "unmask"} <= set(timings)
+        for stage, by_client in timings.items():
+            assert set(by_client) == {f"node-{i}" for i in range(3)}, stage
+            for fields in by_client.values():
+                assert set(TIMING_FIELDS) - {START} <= set(fields) <= {*TIMING_FIELDS, "seconds"}
+                assert fields[WORK] <= fields["seconds"]
+
+
+class _Grid:
+    """Nodes 0..n-1 answering through ghofl's ClientApp handler, each with its own Context."""
+
+    def __init__(self, node_cfgs: list[dict[str, Any]], run_cfg: dict[str, Any]) -> None:
+        self.contexts = [Context(1, i, cfg, RecordDict(), run_cfg)
+                         for i, cfg in enumerate(node_cfgs)]
+        self.pushed: dict[str, tuple[int, Any]] = {}
+
+    def get_node_ids(self) -> list[int]:
+        return list(range(len(self.contexts)))
+
+    def push_messages(self, messages: list[Any]) -> list[str]:
+        ids = []
+        for m in messages:
+            mid = f"m{len(self.pushed)}-{time.monotonic_ns()}"
+            self.pushed[mid] = (int(m.metadata.dst_node_id), m.content)
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, ids: set[str]) -> list[Any]:
+        out = []
+        for mid in sorted(ids):
+            node, content = self.pushed.pop(mid)
+            out.append(SimpleNamespace(
+                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=mid),
+                has_error=lambda: False, content=handle_query(content, self.contexts[node])))
+        return out
+
+
+# ---------------------------------------------------------------------- the floor app
+FLOOR = ROOT / "benchmarks" / "flower_floor_app"
+
+
+@pytest.fixture
+def floor(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for attr in ("_run_id", "_node_id", "_task_id"):
+        monkeypatch.setattr(TaskIdentity, attr, 1)
+    spec = importlib.util.spec_from_file_location("floor_client_timings",
+                                                  FLOOR / "ghofl_floor" / "client_app.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _floor_query(floor: ModuleType, run_cfg: dict[str, Any]) -> Message:
+    msg = Message(RecordDict({"floor": ConfigRecord({"stage": "mask"})}), dst_node_id=1,
+                  message_type="query")
+    reply = floor.query(msg, Context(1, 1, {}, RecordDict(), run_cfg))
+    assert isinstance(reply, Message)
+    return reply
+
+
+def test_the_floor_reports_the_same_start_and_its_handler(floor: ModuleType) -> None:
+    cfg = {"stages": "advertise,mask", "reply-bytes": "0,100"}
+    plain = _floor_query(floor, cfg).content
+    assert list(plain.keys()) == ["floor"]  # without the key: the reply as it was
+    floor._FRESH[0] = True
+    first = _floor_query(floor, {**cfg, TIMINGS_KEY: True}).content
+    second = _floor_query(floor, {**cfg, TIMINGS_KEY: True}).content
+    assert _bytes(RecordDict({"floor": first["floor"]})) == _bytes(plain)
+    has_age = floor.process_age() is not None
+    assert set(_record(first, "timings")) == ({START, "seconds"} if has_age else {"seconds"})
+    later = _record(second, "timings")
+    assert set(later) == {"seconds"} and 0 <= later["seconds"] < 1.0
+    assert list(_floor_query(floor, {"stages": "mask", "reply-bytes": ""}).content.keys()) == []
+
+
+def test_both_apps_declare_the_key_off_by_default() -> None:
+    import tomllib
+
+    for app in (ROOT / "examples" / "flower_app", FLOOR):
+        cfg = tomllib.loads((app / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+        assert cfg[TIMINGS_KEY] is False, app
