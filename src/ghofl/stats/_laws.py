@@ -129,18 +129,36 @@ def _check_psd(s: ClientStats, second_res: float) -> None:
     factorisations of this size gain little from a second BLAS thread and lose an order of
     magnitude when the machine's other cores are busy. The matrix refused is the first in class
     order, as a loop would find it; only it pays for an eigenvalue computation, for the message.
+
+    Two exact shortcuts accept a matrix without its factorisation; whatever they do not accept
+    is factorised, so every refusal and its message is the factorisation's. A class without
+    samples whose S_c is exactly zero passes (the zero matrix is PSD; one pass over S_c). A
+    matrix of n ≤ :data:`_LOW_RANK_STEPS` samples, n ≤ d / :data:`_LOW_RANK_RATIO` (rank < n),
+    passes when :func:`_low_rank_ok` proves it: about d²·n flops instead of d³/3. SciPy's
+    LAPACK is loaded before the BLAS threads are limited, so that the limit applies to it in a
+    fresh process too.
     """
     from threadpoolctl import threadpool_limits
 
+    from ghofl.stats.lapack import load_lapack
+
+    load_lapack()  # a library loaded inside threadpool_limits would escape the limit
     d = s.dim
     mats = _psd_matrices(s)
     scales, ridges = [0.0] * len(mats), [0.0] * len(mats)
 
     def ok(i: int, buf: F64) -> bool:
         _, m, sums, counts = mats[i]
+        if _is_zero_class(m, counts):
+            return True
         scales[i] = _centre_into(buf, m, sums, counts, second_res)
         ridges[i] = (_PSD_RTOL * d
                      + RESIDUE_RTOL * (1 + s.num_classes) * second_res / scales[i])
+        steps = int(np.sum(counts))  # a centred sum of n samples has rank < n
+        if steps <= _LOW_RANK_STEPS and _LOW_RANK_RATIO * steps <= d:
+            if _low_rank_ok(buf, steps, ridges[i]):
+                return True
+            _centre_into(buf, m, sums, counts, second_res)  # overwritten: the factorisation's
         return _ridged_factor_ok(buf, ridges[i])
 
     def scratch() -> F64:
@@ -173,6 +191,72 @@ def _psd_matrices(s: ClientStats) -> list[tuple[str, F64, F64, F64]]:
     if s.scatter is not None:
         return [("the second moment B", s.scatter, s.sums, counts)]
     return []
+
+
+#: Most samples of a matrix that :func:`_check_psd` first tests with :func:`_low_rank_ok`
+#: (the steps of its pivoted factorisation; each costs a pass over the factor so far).
+_LOW_RANK_STEPS = 160
+#: ... when d is at least this many times the samples (below, a factorisation is as cheap).
+_LOW_RANK_RATIO = 8
+
+
+def _low_rank_ok(a: F64, steps: int, ridge: float) -> bool:
+    """Whether the symmetric A (upper triangle of ``a``) provably has A + ridge·I ≻ 0.
+
+    A certificate for matrices of low rank, of about d²·``steps`` flops: L (d, k ≤ ``steps``)
+    takes k steps of a pivoted Cholesky factorisation of A (columns of largest remaining
+    diagonal, stopping once it is below ridge / (8d)), and ``a`` is overwritten with the upper
+    triangle of R = A − L Lᵀ (BLAS ``syrk``). Since L Lᵀ ⪰ 0 for any L, λ_min(A) ≥ λ_min(R) ≥
+    −‖R‖_∞; the certificate holds when ‖R‖_∞ (LAPACK ``dlansy``) plus a bound on the
+    rounding of computing it, (k + d + 2)·ε·(‖R‖_∞ + 2‖|L||L|ᵀ‖_∞), is at most ridge / 2. Its
+    correctness does not depend on how L was chosen; a matrix it does not prove (a negative
+    direction, a larger rank, NaN) is left to the factorisation, which decides as before (it
+    accepts everything this proves, with a margin of ridge / 2).
+
+    Parameters
+    ----------
+    a : ndarray, shape (d, d), Fortran-ordered
+        Upper triangle read and overwritten; the strict lower triangle is left as it was.
+    steps : int
+        Most columns of L.
+    ridge : float
+        The tolerance of the factorisation test (:func:`_ridged_factor_ok`).
+    """
+    from ghofl.stats.lapack import norm_inf_sym, syrk
+
+    d = a.shape[0]
+    res = np.array(np.diagonal(a))  # remaining diagonal of A − L Lᵀ
+    cols: F64 = np.zeros((d, steps), order="F")
+    k, stop = 0, ridge / (8.0 * d)
+    with np.errstate(all="ignore"):  # inf or NaN (entries beyond the scale) prove nothing
+        while k < steps:
+            p = int(np.argmax(res))
+            pivot = float(res[p])
+            if not pivot > stop:  # NaN included
+                break
+            col = np.concatenate((a[: p + 1, p], a[p, p + 1 :]))  # column p of A
+            if k:
+                col -= cols[:, :k] @ cols[p, :k]
+            col /= math.sqrt(pivot)
+            cols[:, k] = col
+            res -= col * col
+            res[p] = 0.0
+            k += 1
+        low = cols[:, :k]
+        syrk(a, low, -1.0)
+        norm = norm_inf_sym(a)
+        outer = float(np.max(np.abs(low) @ np.abs(low).sum(axis=0), initial=0.0))
+        rounding = (k + d + 2) * float(np.finfo(np.float64).eps) * (norm + 2.0 * outer)
+        return bool(norm + rounding <= ridge / 2.0)
+
+
+def _is_zero_class(m: F64, counts: F64) -> bool:
+    """Whether ``m`` is exactly zero and belongs to classes without samples (``counts`` all 0).
+
+    The zero matrix is positive semi-definite: no factorisation is needed to accept it. Classes
+    with samples are not scanned (their matrices are factorised anyway).
+    """
+    return not np.any(counts) and not np.any(m)
 
 
 def _centre_into(out: F64, m: F64, sums: F64, counts: F64, floor: float) -> float:

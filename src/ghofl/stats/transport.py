@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from ghofl.errors import StatsFormatError, StatsValidationError
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.client_stats.laws import check_finite
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import HOLDOUT_PREFIX, schema_for
 
@@ -178,14 +179,19 @@ def stats_from_tensors(
         # result holds no view of the (larger) buffer ``t``'s arrays may come from.
         sections.setdefault(part, {})[spec.name] = spec.unpack(arr, meta.num_classes, meta.dim,
                                                               spec.dtype)
+    # Finiteness on the packed arrays (half the entries of the symmetric ones), the held-out
+    # section first as it is validated first below; not checked again on the unpacked ones.
+    for _, name, spec in sorted(layout, key=lambda item: item[0] != HOLDOUT_PREFIX):
+        check_finite(spec.name, np.asarray(t[name]))
     rounding = max(TRANSPORT_ROUNDING[tname], TRANSPORT_ROUNDING[transport_dtype_name(rounded_to)])
     holdout = None
     if meta.has_holdout:
         holdout = ClientStats.from_transport(meta.without_holdout(), sections[HOLDOUT_PREFIX],
                                              n_clipped=holdout_n_clipped, rounding=rounding,
-                                             unpacked=True)
+                                             unpacked=True, finite=True)
     return ClientStats.from_transport(meta, sections[""], n_clipped=n_clipped,
-                                      holdout=holdout, rounding=rounding, unpacked=True)
+                                      holdout=holdout, rounding=rounding, unpacked=True,
+                                      finite=True)
 
 
 def through_transport(stats: ClientStats, transport_dtype: Any = "float64") -> ClientStats:

@@ -28,7 +28,7 @@ F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
 __all__ = [
-    "Magnitude", "check_array", "check_arrays_addable", "check_cancelled",
+    "Magnitude", "check_array", "check_arrays_addable", "check_cancelled", "check_finite",
     "check_holdout_counts", "check_no_overflow", "check_removable", "validate",
     "zero_empty_classes",
 ]
@@ -190,10 +190,12 @@ def _check_n_clipped(s: ClientStats) -> None:
             "clipping bound; set StatsMeta(clip_norm=R) or pass n_clipped=0"
         )
 
-def check_array(name: str, arr: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+def check_array(name: str, arr: Any, shape: tuple[int, ...], dtype: np.dtype[Any],
+                finite: bool = True) -> None:
     """Refuse ``arr`` unless it is a numpy array of ``shape`` and ``dtype``, finite if float.
 
-    ``name`` is the array's name in the error (e.g. ``"sums"``).
+    ``name`` is the array's name in the error (e.g. ``"sums"``); ``finite=False``: its
+    finiteness was checked already (:func:`check_finite`), and is not checked again.
     """
     if not isinstance(arr, np.ndarray):
         raise StatsValidationError(f"{name} must be a numpy array; got {type(arr).__name__}")
@@ -203,7 +205,16 @@ def check_array(name: str, arr: Any, shape: tuple[int, ...], dtype: np.dtype[Any
         raise StatsValidationError(
             f"{name} must have dtype {np.dtype(dtype).name}; got {arr.dtype.name}"
         )
-    if arr.dtype.kind == "f" and not _all_finite(arr):
+    if finite:
+        check_finite(name, arr)
+
+
+def check_finite(name: str, arr: Any) -> None:
+    """Refuse a float array ``arr`` holding NaN or ±inf (the message names it ``name``).
+
+    One matrix (or, for a 2-D array, one row: e.g. one packed triangle) at a time.
+    """
+    if arr.dtype.kind == "f" and not _all_finite(arr if arr.ndim != 2 else arr[:, None, :]):
         raise StatsValidationError(
             f"{name} contains NaN or infinite values; the embeddings fed to the client were not "
             "finite, or the payload is corrupt"

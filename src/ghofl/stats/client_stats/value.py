@@ -151,6 +151,7 @@ class ClientStats:
         holdout: ClientStats | None = None,
         rounding: float = 0.0,
         unpacked: bool = False,
+        finite: bool = False,
     ) -> ClientStats:
         """Build and validate statistics whose float arrays were rounded in transport.
 
@@ -177,13 +178,16 @@ class ClientStats:
             The symmetric arrays were rebuilt from their upper triangles
             (:func:`~ghofl.stats.schema.unpack_upper`), so they are symmetric by
             construction and not compared with their transposes (every other check runs).
+        finite : bool, default False
+            The float arrays were checked finite already (e.g. their packed triangles, by
+            :func:`~ghofl.stats.client_stats.laws.check_finite`); not checked again.
         """
-        if rounding <= 0.0 and not unpacked:
+        if rounding <= 0.0 and not unpacked and not finite:
             return cls(meta, n_clipped=n_clipped, holdout=holdout, **arrays)
         for name, arr in arrays.items():  # dtypes, shapes and finiteness before anything else
             check_array(name, arr, schema_for(meta.mode).spec(name).shape(meta.num_classes,
                                                                           meta.dim),
-                         schema_for(meta.mode).spec(name).dtype)
+                         schema_for(meta.mode).spec(name).dtype, finite=not finite)
         obj = cls._trusted(meta, n_clipped=n_clipped, holdout=holdout, **arrays)
         magnitude: Magnitude | None = None
         if rounding > 0.0:
