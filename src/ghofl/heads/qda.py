@@ -27,8 +27,10 @@ from ghofl.heads._linalg import (
     stable_cholesky,
 )
 from ghofl.heads._params import Constraint, Options, ShrinkageParam
+from ghofl.heads._qda_noise import noise_floor_shrinkage
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
+from ghofl.moments.noise import noise_tag
 from ghofl.moments.selection import (
     ShrinkageFamily,
     argmax_candidate,
@@ -53,6 +55,10 @@ Shape = tuple[int, ...]
 #: multiple of the identity (:func:`ghofl.moments.shrinkage.shrink`).
 QDATarget = Literal["pooled", "scaled_identity", "identity"]
 QDA_TARGETS: tuple[str, ...] = ("pooled", "scaled_identity", "identity")
+
+#: ``shrinkage_method_`` of the evidence rule, before :func:`~ghofl.moments.noise.noise_tag`
+#: (``"evidence+dp-noise"`` on a private release, :mod:`ghofl.heads._qda_noise`).
+EVIDENCE_RULE = "evidence"
 
 #: Rows of inputs whitened at once when scoring (a (rows, d) float64 buffer: 10 MB at d = 1280).
 SCORE_BLOCK_ROWS = 1024
@@ -279,7 +285,9 @@ def qda_evidence_shrinkage(
     Returns
     -------
     (list of float of length C, str)
-        The coefficients (all equal) and ``"evidence"`` (``"single-sample"`` with every
+        The coefficients (all equal) and ``"evidence"`` (``"evidence+dp-noise"`` on a
+        private release, the coefficient at least the release noise's share,
+        :func:`~ghofl.heads._qda_noise.noise_floor_shrinkage`; ``"single-sample"`` with every
         coefficient 1.0 when no class holds two samples).
     """
     coefs, method, _ = _evidence_choice(moments, target, center, within_eigvals)
@@ -301,10 +309,14 @@ def _evidence_choice(
     best = argmax_candidate(summed_evidence(fams, grid), grid)
     fine = refine_grid(best, grid)
     chosen = argmax_candidate(summed_evidence(fams, fine), fine)
+    method = EVIDENCE_RULE
+    floor = noise_floor_shrinkage(moments, fams, usable, target, center, within_eigvals)
+    if floor is not None:  # a private release: the noise's share of the spread at least
+        chosen, method = max(chosen, floor), EVIDENCE_RULE + noise_tag(moments.stats)
     if scales is not None and divisor != "n-1":  # tr(B⁻¹Σ_c) with Σ_c = S_c/N_c instead
         counts = moments.counts.astype(np.float64)
         scales = scales * (counts - 1.0) / counts
-    return [chosen] * c_num, "evidence", scales
+    return [chosen] * c_num, method, scales
 
 
 def summed_evidence(fams: list[tuple[ShrinkageFamily, float]], cands: list[float]) -> F64:
@@ -461,7 +473,9 @@ class QDAHead(Head):
         for all classes chosen from the data: on the held-out part of the statistics when the
         clients uploaded one (a Gaussian estimate of the held-out error of the quadratic rule;
         the held-out log-likelihood above ``selection.QDA_ERROR_MAX_CLASSES`` classes), else by
-        the inverse-Wishart evidence of the class moments; ``"heldout"``, ``"oas"``,
+        the inverse-Wishart evidence of the class moments (on a differentially private
+        release raised to the release noise's share of the class covariances' spread,
+        :mod:`ghofl.heads._qda_noise`); ``"heldout"``, ``"oas"``,
         ``"rblw"`` (identity targets only), ``"evidence"`` name one rule. The paper fixed
         a = 0.1 toward the scaled identity (``preset="paper"``).
     shrinkage_target : {"pooled", "scaled_identity", "identity"}, default "pooled"
@@ -477,6 +491,14 @@ class QDAHead(Head):
     pooled_shrinkage : float in [0, 1] or rule, default "auto"
         Shrinkage of the pooled covariance B (target ``"pooled"`` only); ``"auto"`` is the
         default LDA's rule.
+
+    Attributes
+    ----------
+    shrinkage_ : list of float, length C
+        The coefficients a_c.
+    shrinkage_method_ : str
+        The rule that chose them: ``"evidence"``, ``"evidence+dp-noise"`` (the evidence
+        knowing the noise of a private release), a named rule, or ``"fixed"``.
     """
 
     name = "qda"
