@@ -69,8 +69,10 @@ from ghofl.client.transforms import apply_feature_transform  # noqa: E402
 from ghofl.data.embeddings import align_labels, load_embeddings  # noqa: E402
 from ghofl.errors import ConfigError, GhoflError  # noqa: E402
 from ghofl.files import write_json_atomic  # noqa: E402
+from ghofl.integrations.flower import TIMINGS_KEY  # noqa: E402
 from ghofl.integrations.flower._config import job_meta  # noqa: E402
 from ghofl.integrations.flower.evaluation import eval_fraction  # noqa: E402
+from ghofl.integrations.flower.timing import timings_requested  # noqa: E402
 from ghofl.integrations.flower.transport import FlowerTransport  # noqa: E402
 from ghofl.secure.binding import bind_addresses, hello_request  # noqa: E402
 from ghofl.secure.hierarchy import Region, TopRound  # noqa: E402
@@ -144,7 +146,15 @@ def wait_for_nodes(grid: Any, expected: int, timeout_s: float, poll_s: float = 0
 
 def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
                    state: dict[str, Any]) -> dict[str, Any]:
-    """The whole server side; fills ``state`` as it goes (for the failure report)."""
+    """The whole server side; fills ``state`` as it goes (for the failure report).
+
+    Raises
+    ------
+    ConfigError
+        Among others: the run config key ``client-timings`` is no boolean (checked before
+        any node is asked, which would each refuse every message).
+    """
+    timings_requested(cfg, TIMINGS_KEY)
     plan = plan_from_config(cfg)
     protocol = plan.aggregation.protocol
     state["protocol"] = protocol

@@ -81,38 +81,79 @@ def process_age(stat: Path = Path("/proc/self/stat"),
     return max(since_boot - ticks / hz, 0.0)
 
 
+class _ThreadClocks(threading.local):
+    """Per thread: its running :class:`ImportClock` objects and its depth of ``import`` calls."""
+
+    def __init__(self) -> None:
+        self.clocks: list[ImportClock] = []
+        self.depth = 0
+
+
+_THREAD = _ThreadClocks()
+#: The ``builtins.__import__`` the wrapper calls (the one it found on installation).
+_ORIGINAL: list[Any] = []
+_INSTALL = threading.Lock()
+
+
+def _timed_import(*args: Any, **kwargs: Any) -> Any:
+    """``builtins.__import__``, timed for the calling thread's running clocks (if any)."""
+    local = _THREAD
+    if local.depth or not local.clocks:
+        return _ORIGINAL[0](*args, **kwargs)
+    local.depth += 1
+    t0 = time.perf_counter()
+    try:
+        return _ORIGINAL[0](*args, **kwargs)
+    finally:
+        elapsed = time.perf_counter() - t0
+        local.depth -= 1
+        for clock in local.clocks:
+            clock.seconds += elapsed
+            clock.statements += 1
+
+
+def _install() -> None:
+    """Make :func:`_timed_import` ``builtins.__import__``, once per process (idempotent)."""
+    with _INSTALL:
+        if not _ORIGINAL:
+            _ORIGINAL.append(builtins.__import__)
+            builtins.__import__ = _timed_import
+
+
 class ImportClock:
     """Seconds spent in ``import`` statements of one thread while it runs (a context manager).
 
     Counts the outermost statements only (a module's own imports are in its import's time).
-    While it runs, ``builtins.__import__`` is a timed wrapper of the one it found.
+    The first clock a process enters replaces ``builtins.__import__`` by one timed wrapper
+    for the rest of the process; the wrapper reads the calling thread's running clocks, so
+    entering and leaving a clock changes nothing process-wide and clocks of other threads,
+    left in any order, see none of this thread's imports. A clock is entered by one thread at
+    a time. Imports through a later replacement of ``builtins.__import__`` that bypasses the
+    wrapper are not counted.
+
+    Attributes
+    ----------
+    seconds : float
+        Seconds in the thread's outermost ``import`` statements while the clock ran.
+    statements : int
+        How many such statements ran.
     """
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        self._depth = 0
-        self._saved: Any = None
+        self.statements = 0
 
     def __enter__(self) -> ImportClock:
-        self._saved = original = builtins.__import__
-        me = threading.get_ident()
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if self._depth or threading.get_ident() != me:
-                return original(*args, **kwargs)
-            self._depth += 1
-            t0 = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - t0
-                self._depth -= 1
-
-        builtins.__import__ = timed
+        _install()
+        _THREAD.clocks.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        builtins.__import__ = self._saved
+        clocks = _THREAD.clocks
+        for i in range(len(clocks) - 1, -1, -1):
+            if clocks[i] is self:
+                del clocks[i]
+                break
 
 
 class MessageClock:

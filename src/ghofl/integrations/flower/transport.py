@@ -15,6 +15,8 @@ content), and the clients' compute time comes back in each reply.
 
 from __future__ import annotations
 
+import math
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -36,6 +38,9 @@ POLL_S = 0.2
 #: with the run config key ``client-timings`` the timing fields of
 #: :mod:`~ghofl.integrations.flower.timing` (floats).
 CLIENT_INFO = "ghofl-client"
+
+#: Whether this process has named a dropped timing field (:func:`_seconds`) on stderr.
+_WARNED = [False]
 
 
 class FlowerTransport:
@@ -62,7 +67,9 @@ class FlowerTransport:
     client_timings : dict of str to dict of str to dict of str to float
         Per stage, per client that sent them: the reply's timing fields
         (:data:`~ghofl.integrations.flower.timing.TIMING_FIELDS`, run config key
-        ``client-timings``) and its ``seconds``; empty without them.
+        ``client-timings``) and its ``seconds``; empty without them. Only finite seconds
+        >= 0 are kept here and in ``traffic`` (a node's NaN, infinity or negative number is
+        dropped, so ``results.json`` stays valid JSON).
     """
 
     def __init__(self, grid: Any, node_ids: Mapping[str, int], timeout_s: float) -> None:
@@ -120,9 +127,9 @@ class FlowerTransport:
                 continue
             info = reply.content.get(CLIENT_INFO)
             if info is not None:
-                secs = info.get("seconds")
-                if isinstance(secs, float | int) and not isinstance(secs, bool):
-                    traffic.client_seconds[client] = float(secs)
+                secs = _seconds(info, "seconds", stage, client)
+                if secs is not None:
+                    traffic.client_seconds[client] = secs
                 self._timings(stage, client, info)
                 part = info.get("partition-id")
                 if isinstance(part, int) and not isinstance(part, bool) and part >= 0:
@@ -148,13 +155,35 @@ class FlowerTransport:
 
     def _timings(self, stage: str, client: str, info: Any) -> None:
         """Keep the timing fields of a reply's ``info`` record, if it has any."""
-        got = {k: float(v) for k in (*TIMING_FIELDS, "seconds")
-               if isinstance(v := info.get(k), float | int) and not isinstance(v, bool)}
+        got = {k: v for k in (*TIMING_FIELDS, "seconds")
+               if (v := _seconds(info, k, stage, client, warn=k != "seconds")) is not None}
         if set(got) & set(TIMING_FIELDS):
             self.client_timings.setdefault(stage, {})[client] = got
 
     def _problem(self, stage: str, client: str, why: str) -> None:
         self.problems.setdefault(client, f"{stage}: {why}")
+
+
+def _seconds(info: Any, key: str, stage: str, client: str, *, warn: bool = True
+             ) -> float | None:
+    """The reply field ``key`` of ``info`` as seconds: a finite number >= 0, else ``None``.
+
+    A field present but something else (NaN, an infinity, a negative number, a non-number)
+    is dropped; the first such field of the process is named once on stderr (the server's
+    log). ``warn=False``: drop without a word (the field was seen already).
+    """
+    value = info.get(key)
+    if value is None:
+        return None
+    if (isinstance(value, float | int) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0):
+        return float(value)
+    if warn and not _WARNED[0]:
+        _WARNED[0] = True
+        print(f"ghofl: dropped the field {key!r} = {value!r} of {client}'s {stage} reply: not "
+              "a finite number of seconds >= 0 (later such fields are dropped silently)",
+              file=sys.stderr, flush=True)
+    return None
 
 
 def send_and_receive(grid: Any, messages: list[Any], timeout_s: float,
