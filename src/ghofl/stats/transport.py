@@ -186,12 +186,12 @@ def stats_from_tensors(
     rounding = max(TRANSPORT_ROUNDING[tname], TRANSPORT_ROUNDING[transport_dtype_name(rounded_to)])
     holdout = None
     if meta.has_holdout:
-        holdout = ClientStats.from_transport(meta.without_holdout(), sections[HOLDOUT_PREFIX],
-                                             n_clipped=holdout_n_clipped, rounding=rounding,
-                                             unpacked=True, finite=True)
-    return ClientStats.from_transport(meta, sections[""], n_clipped=n_clipped,
-                                      holdout=holdout, rounding=rounding, unpacked=True,
-                                      finite=True)
+        holdout = ClientStats._from_transport(meta.without_holdout(), sections[HOLDOUT_PREFIX],
+                                              n_clipped=holdout_n_clipped, rounding=rounding,
+                                              unpacked=True, _finite_checked=True)
+    return ClientStats._from_transport(meta, sections[""], n_clipped=n_clipped,
+                                       holdout=holdout, rounding=rounding, unpacked=True,
+                                       _finite_checked=True)
 
 
 def through_transport(stats: ClientStats, transport_dtype: Any = "float64") -> ClientStats:

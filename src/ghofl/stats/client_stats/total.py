@@ -42,13 +42,13 @@ def sum_stats(items: Iterable[ClientStats]) -> ClientStats:
 class StatsTotal:
     """Running total of payloads added in place: bounded-memory server aggregation.
 
-    The first payload's arrays are held as they are (no copy); the second is added to them into
-    the arrays the total allocates (a copy of the first when it is the only one), and every
-    later one into those (``numpy.add`` with ``out=``), so aggregating any number of payloads
-    holds the total and the payload being added, never the intermediate sums ``a + b``
-    allocates (a third payload's worth at C = 200, d = 1280 in mode ``full``: 2.6 GB). The
-    payloads are never modified. The result equals, bit for bit, the left-to-right sum
-    ``p0 + p1 + ...`` (same additions, same order).
+    The first payload is copied once into arrays the total owns; every later one is added into
+    them in place (``numpy.add`` with ``out=``), so aggregating any number of payloads holds
+    the total and the payload being added (two payloads' worth), never the intermediate sums
+    ``a + b`` allocates (a third payload's worth at C = 200, d = 1280 in mode ``full``:
+    2.6 GB). Once :meth:`result` has handed those arrays out, the next add writes the sum into
+    new ones instead, so a result never changes. The payloads are never modified. The result
+    equals, bit for bit, the left-to-right sum ``p0 + p1 + ...`` (same additions, same order).
 
     Every payload is checked as ``+`` checks it: same metadata (:class:`IncompatibleStatsError`
     naming every difference) and no overflow (:class:`StatsOverflowError`); a refused payload
@@ -70,7 +70,6 @@ class StatsTotal:
         self._n_clipped = 0
         self._magnitude = Magnitude(0.0, 0.0)
         self._holdout: StatsTotal | None = None
-        self._owned = False  # whether _arrays are the total's own (else the first payload's)
         self._result: ClientStats | None = None  # shares the arrays: next add writes new ones
 
     def __len__(self) -> int:
@@ -114,8 +113,9 @@ class StatsTotal:
     def result(self) -> ClientStats:
         """The total as :class:`ClientStats`.
 
-        No copy, and the same object until the next :meth:`add`, which copies the arrays
-        first, so a result never changes.
+        The result holds the total's own arrays (no copy) and is the same object until the
+        next :meth:`add`, which then writes the sum into new arrays instead of in place, so a
+        result never changes and never shares memory with a payload.
 
         Raises
         ------
@@ -127,9 +127,6 @@ class StatsTotal:
                 "cannot sum an empty collection of statistics; give at least one"
             )
         if self._result is None:
-            if not self._owned:  # one payload: a copy, so that the total never shares its arrays
-                self._arrays = {name: np.array(arr) for name, arr in self._arrays.items()}
-                self._owned = True
             holdout = None if self._holdout is None else self._holdout.result()
             self._result = ClientStats._trusted(
                 self._meta, n_clipped=self._n_clipped, magnitude=self._magnitude,
@@ -140,8 +137,8 @@ class StatsTotal:
     # ------------------------------------------------------------------ internals
     def _start(self, s: ClientStats) -> None:
         self._meta = s.meta
-        self._arrays = {name: getattr(s, name) for name in schema_for(s.mode).names}
-        self._owned = False
+        # A copy the total owns, so every later add is in place: total + payload at most.
+        self._arrays = {name: np.array(getattr(s, name)) for name in schema_for(s.mode).names}
         self._n_clipped = s.n_clipped
         self._magnitude = s._magnitude
         if s.holdout is not None:
@@ -154,13 +151,13 @@ class StatsTotal:
             self._holdout._check_addable(s.holdout)
 
     def _add(self, s: ClientStats) -> None:
-        if self._owned and self._result is None:  # in place
+        if self._result is None:  # the total's own arrays: in place
             for name, arr in self._arrays.items():
                 np.add(arr, getattr(s, name), out=arr)
-        else:  # arrays of the first payload, or shared with a result: the sum into new ones
+        else:  # arrays shared with a result (read-only): the sum into new ones
             self._arrays = {name: np.add(arr, getattr(s, name))
                             for name, arr in self._arrays.items()}
-            self._owned, self._result = True, None
+            self._result = None
         self._n_clipped += s.n_clipped
         self._magnitude = self._magnitude + s._magnitude
         if self._holdout is not None and s.holdout is not None:

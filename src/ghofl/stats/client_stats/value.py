@@ -151,7 +151,6 @@ class ClientStats:
         holdout: ClientStats | None = None,
         rounding: float = 0.0,
         unpacked: bool = False,
-        finite: bool = False,
     ) -> ClientStats:
         """Build and validate statistics whose float arrays were rounded in transport.
 
@@ -178,16 +177,33 @@ class ClientStats:
             The symmetric arrays were rebuilt from their upper triangles
             (:func:`~ghofl.stats.schema.unpack_upper`), so they are symmetric by
             construction and not compared with their transposes (every other check runs).
-        finite : bool, default False
-            The float arrays were checked finite already (e.g. their packed triangles, by
-            :func:`~ghofl.stats.client_stats.laws.check_finite`); not checked again.
         """
-        if rounding <= 0.0 and not unpacked and not finite:
+        return cls._from_transport(meta, arrays, n_clipped, holdout, rounding, unpacked)
+
+    @classmethod
+    def _from_transport(
+        cls,
+        meta: StatsMeta,
+        arrays: dict[str, Any],
+        n_clipped: int = 0,
+        holdout: ClientStats | None = None,
+        rounding: float = 0.0,
+        unpacked: bool = False,
+        *,
+        _finite_checked: bool = False,
+    ) -> ClientStats:
+        """:meth:`from_transport`, for :mod:`ghofl.stats.transport` only.
+
+        ``_finite_checked``: the float arrays' finiteness was checked already, on their packed
+        triangles (:func:`~ghofl.stats.client_stats.laws.check_finite`), so it is not checked
+        again; every other check runs. Not public: a caller must not switch validation off.
+        """
+        if rounding <= 0.0 and not unpacked and not _finite_checked:
             return cls(meta, n_clipped=n_clipped, holdout=holdout, **arrays)
         for name, arr in arrays.items():  # dtypes, shapes and finiteness before anything else
             check_array(name, arr, schema_for(meta.mode).spec(name).shape(meta.num_classes,
                                                                           meta.dim),
-                         schema_for(meta.mode).spec(name).dtype, finite=not finite)
+                         schema_for(meta.mode).spec(name).dtype, finite=not _finite_checked)
         obj = cls._trusted(meta, n_clipped=n_clipped, holdout=holdout, **arrays)
         magnitude: Magnitude | None = None
         if rounding > 0.0:
