@@ -25,6 +25,8 @@ from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import Mode
 from tests.helpers import dp_release
+from tests.unit.test_qda_dp_noise import _blind, _classes
+from tests.unit.test_qda_dp_noise import _total as _qda_total
 
 R = 6.0
 C, D = 5, 16
@@ -77,14 +79,32 @@ def test_noise_on_the_counts_alone_leaves_the_variances(split: SyntheticSplit) -
 @pytest.mark.parametrize(("mode", "block"), [("diag", "sq_sums"), ("full", "class_scatter")])
 def test_the_noise_of_the_class_variances_from_the_public_levels(
         split: SyntheticSplit, mode: Mode, block: str) -> None:
-    noisy = _at_epsilon(_total(split, mode), 1.0, seed=1)
+    """In ``full`` mode only the (1 − a_p)² of the noise that P2n left is counted."""
+    total = _total(split) if mode == "diag" else _qda_total(_classes(0))
+    noisy = _at_epsilon(total, 1.0, seed=1)
     assert isinstance(noisy, NoisyStats)
     m = compute_moments(noisy)
     nu2 = class_var_noise(m)
     assert nu2 is not None
     sig = noisy.noise_sigma
     expect = (sig[block] ** 2 + 4 * sig["sums"] ** 2 * m.means**2) / m.counts[:, None] ** 2
+    if mode == "full":  # the intensities P2n applied, recorded with the release
+        applied = np.array(noisy.noise_shrinkage)
+        assert np.all((applied > 0.05) & (applied < 0.9)), applied
+        expect *= ((1.0 - applied) ** 2)[:, None]
+    else:
+        assert noisy.noise_shrinkage is None
     np.testing.assert_allclose(nu2, expect, rtol=1e-12)
+
+
+def test_no_shrinkage_on_top_of_a_postprocessing_that_shrank_all_the_way(
+        split: SyntheticSplit) -> None:
+    """One covariance shared by the classes: P2n took the pooled one (a_p = 1); NB adds none."""
+    noisy = _at_epsilon(_total(split, "full"), 0.3, seed=1)
+    assert isinstance(noisy, NoisyStats) and noisy.noise_shrinkage == (1.0,) * C
+    head = NBDiagHead().fit_from_stats(noisy)
+    assert head.var_rule_ == "pooled-shrinkage+dp-noise" and head.var_shrinkage_ == [0.0] * C
+    np.testing.assert_array_equal(head.vars_, NBDiagHead().fit_from_stats(_blind(noisy)).vars_)
 
 
 @pytest.mark.parametrize("mode", ["diag", "pooled"])
@@ -131,6 +151,73 @@ def test_noise_aware_nb_is_at_least_as_accurate_as_the_blind_one() -> None:
         assert mean > 0.0, (eps, gain)
         if eps == 0.5:  # the noise is large against the class variances: a clear gain
             assert mean > 2.0 * se, (eps, gain)
+
+
+@pytest.mark.parametrize("eps", [0.3, 0.5])
+def test_noise_aware_nb_on_a_full_release_loses_nothing_to_the_blind_one(eps: float) -> None:
+    """P2n already shrank the class covariances: counting its noise again costs accuracy.
+
+    Distinct class covariances (P2n shrinks them part of the way) and one shared by the
+    classes (all the way), each against the same released arrays read without σ.
+    """
+    gain = []
+    for seed in range(5):
+        x, y, xt, yt = _classes(10 + seed)
+        s = gaussian_classes(seed, dim=D, num_classes=C, n_train=20_000, n_test=5000)
+        for total, (tx, ty) in ((_qda_total((x, y, xt, yt)), (xt, yt)),
+                                (_total(s, "full"), (s.x_test, s.y_test))):
+            noisy = _at_epsilon(total, eps, seed=100 + seed)
+            gain.append(NBDiagHead().fit_from_stats(noisy).score(tx, ty)
+                        - NBDiagHead().fit_from_stats(_blind(noisy)).score(tx, ty))
+    mean = float(np.mean(gain))
+    assert mean > -0.003 and min(gain) > -0.01, (eps, gain)
+
+
+def test_a_placeholder_class_is_shrunk_all_the_way(split: SyntheticSplit) -> None:
+    total = _total(split)
+    assert total.sq_sums is not None
+    counts, sums, sq = total.counts.copy(), total.sums.copy(), total.sq_sums.copy()
+    counts[0], sums[0], sq[0] = 1, 0.0, 0.0  # as the post-processing leaves a placeholder
+    stats = ClientStats(total.meta, counts=counts, sums=sums, sq_sums=sq, n_clipped=0,
+                        holdout=None)
+    quiet = NoisyStats.of(stats, {"sums": 1e-3, "sq_sums": 1e-3})  # too little to shrink it
+    head = NBDiagHead().fit_from_stats(quiet)
+    assert head.var_shrinkage_[0] == 1.0 and max(head.var_shrinkage_[1:]) < 0.01
+
+
+@pytest.mark.parametrize(("k", "sd_d", "sd_a"), [(1e80, 200.0, 0.5), (1e78, 1e-2, 1e-3)])
+def test_the_shrinkage_does_not_depend_on_the_scale_of_the_features(
+        split: SyntheticSplit, k: float, sd_d: float, sd_a: float) -> None:
+    """Variances near k² (their squares past the float range) shrink as those near 1, with
+    noise against them moderate (a_c in (0, 1)) or small (a_c near 0)."""
+    total = compute_stats(split.x_train, split.y_train, C, "diag")
+    big = compute_stats(split.x_train * k, split.y_train, C, "diag")
+    a = NBDiagHead().fit_from_stats(
+        NoisyStats.of(total, {"sums": sd_a, "sq_sums": sd_d})).var_shrinkage_
+    b = NBDiagHead().fit_from_stats(
+        NoisyStats.of(big, {"sums": sd_a * k, "sq_sums": sd_d * k * k})).var_shrinkage_
+    assert max(a) < 0.99 and (min(a) > 0.01 if sd_d > 1.0 else max(a) < 1e-6), a
+    np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-15)
+
+
+def test_a_variance_no_noise_reached_may_be_zero_and_the_head_stays_positive(
+        split: SyntheticSplit) -> None:
+    """ν_cj = 0 (no noise on D, μ_cj = 0): ṽ_cj = 0 is allowed; the smoothing keeps it > 0."""
+    x = split.x_train.copy()
+    x[split.y_train == 1, 0] = 0.0  # feature 0 is 0 throughout class 1
+    x[:, 1] = 0.0  # feature 1 is 0 everywhere: its pooled variance is 0 too
+    stats = NoisyStats.of(compute_stats(x, split.y_train, C, "diag"), {"sums": 0.5})
+    m = compute_moments(stats)
+    nu2 = class_var_noise(m)
+    out = noise_aware_class_vars(m)
+    assert nu2 is not None and out is not None
+    assert nu2[1, 0] == 0.0 and np.all(nu2[:, 1] == 0.0) and np.all(out[0][:, 1] == 0.0)
+    assert np.all(np.isfinite(out[1])) and np.all((out[1] >= 0.0) & (out[1] <= 1.0))
+    head = NBDiagHead(var_smoothing=0.0, var_floor=0.0).fit_from_stats(stats)
+    assert float(head.vars_.min()) > 0.0
+    z = split.x_test[:100].copy()
+    z[:, 1] = 0.0
+    assert np.all(np.isfinite(head.decision_function(z)))
 
 
 def test_the_rule_is_recorded_and_saved(split: SyntheticSplit, tmp_path: Path) -> None:

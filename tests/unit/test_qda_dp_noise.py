@@ -15,15 +15,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ghofl.heads._qda_noise import class_cov_noise, noise_floor_shrinkage, postprocess_intensity
-from ghofl.heads.qda import QDAHead
+from ghofl.errors import StatsFormatError, StatsValidationError
+from ghofl.heads._linalg import F64
+from ghofl.heads._qda_noise import (
+    _metric_eigvals,
+    class_cov_noise,
+    noise_floor_shrinkage,
+    postprocess_intensities,
+    postprocess_intensity,
+)
+from ghofl.heads.qda import QDAHead, evidence_families
 from ghofl.heads.registry import load_head, save_head
 from ghofl.moments.core import GhoflWarning, compute_moments
 from ghofl.moments.noise import NOISE_TAG
 from ghofl.privacy.accounting import calibrate_noise_multiplier
-from ghofl.privacy.postprocess import NoisyStats
+from ghofl.privacy.postprocess import NoisyStats, floor_noise_bulk
 from ghofl.stats.accumulate import compute_stats
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.codec import load_stats, read_stats_header, save_stats
+from ghofl.stats.header import StatsHeader
 from tests.helpers import dp_release
 
 R = 6.0
@@ -114,20 +124,130 @@ def test_the_noise_of_the_class_covariances_from_the_public_levels(split: Split)
     np.testing.assert_allclose(nu2, expect, rtol=1e-12)
 
 
-def test_the_postprocessing_shrinkage_is_read_back_from_the_release(split: Split) -> None:
+def _noised(total: ClientStats, z: float, seed: int) -> tuple[ClientStats, dict[str, F64]]:
+    """The release of :func:`dp_release` (same draw), and its noisy arrays before P2n."""
+    from ghofl.privacy import DPConfig, NoisePlan, block_sensitivities, block_sigmas, draw_noise
+    from ghofl.privacy.postprocess import postprocess
+    from ghofl.stats.schema import schema_for
+
+    c, d, sch = total.meta.num_classes, total.meta.dim, schema_for("full")
+    sens = block_sensitivities("full", R)
+    sigma = block_sigmas(sens, {b: 1.0 / len(sens) for b in sens}, z)
+    ints, floats = sch.flatten(total)
+    plan = NoisePlan(DPConfig(8.0), "full", R, 1, z, sens, {b: 1.0 / len(sens) for b in sens},
+                     sigma)
+    dc, df = draw_noise(plan, c, d, np.random.default_rng(seed))
+    stats, _ = postprocess(total.meta, ints[:c] + dc, floats + df, 1, sigma)
+    raw = {spec.name: spec.unpack((floats + df)[seg.offset:seg.stop].reshape(
+               spec.packed_shape(c, d)), c, d)
+           for spec, seg in zip(sch.float_arrays, sch.float_layout(c, d), strict=True)}
+    return stats, raw
+
+
+def _without_record(noisy: ClientStats) -> NoisyStats:
+    """The release as a file written before the intensities were recorded reads it."""
+    assert isinstance(noisy, NoisyStats)
+    return NoisyStats.of(_blind(noisy), noisy.noise_sigma)
+
+
+def test_the_release_records_the_intensities_p2n_applied(split: Split) -> None:
+    """Σ̂_c = (1 − a_c) Σ̃_c + a_c T_c with the recorded a_c, from the noisy arrays before P2n."""
+    noisy, raw = _noised(_total(split), calibrate_noise_multiplier(0.5, DELTA), seed=1)
+    assert isinstance(noisy, NoisyStats) and noisy.noise_shrinkage is not None
+    applied = np.array(noisy.noise_shrinkage)
+    m = compute_moments(noisy)
+    np.testing.assert_array_equal(postprocess_intensities(m), applied)  # what the heads read
+    sig = noisy.noise_sigma
+    n = noisy.counts.astype(float)
+    outer = np.einsum("ci,cj->cij", raw["sums"], raw["sums"]) / n[:, None, None]
+    scat = raw["class_scatter"] - outer + (sig["sums"] ** 2 / n)[:, None, None] * np.eye(D)
+    scat = 0.5 * (scat + np.swapaxes(scat, 1, 2))
+    dof = n - 1.0
+    center = floor_noise_bulk(scat.sum(axis=0) / dof.sum(),
+                              math.sqrt(C) * sig["class_scatter"] / dof.sum())
+    for c in range(C):
+        tilde = scat[c] / dof[c]
+        scale = max(np.trace(tilde), D * sig["class_scatter"] / dof[c]) / np.trace(center)
+        blend = (1 - applied[c]) * tilde + applied[c] * scale * center
+        np.testing.assert_allclose(m.class_covariance(c), blend, rtol=1e-7,
+                                   atol=1e-9 * float(np.abs(blend).max()))
+    assert np.all((applied > 0.05) & (applied < 0.95)), applied
+    back = postprocess_intensities(compute_moments(_without_record(noisy)))  # older files
+    assert np.all((back > 0.0) & (back < 1.0)) and float(np.max(np.abs(back - applied))) < 0.25
+    assert np.all(postprocess_intensities(compute_moments(_total(split))) == 0.0)
+
+
+def test_the_recovered_intensity_measures_the_gap_directly(split: Split) -> None:
+    """A centre a hair from Σ̂_c: expanding ‖Σ̂_c − T_c‖² would cancel to noise."""
+    m = compute_moments(NoisyStats.of(_total(split), {"class_scatter": 1e-6}))
+    cov, dof = m.class_covariance(0), m.class_dof(0)
+    e = np.zeros((D, D))
+    e[0, 1] = e[1, 0] = 1.0  # traceless: T_c = centre exactly
+    delta = 1e-9 * float(np.abs(cov).max())
+    a = postprocess_intensity(m, 0, cov + delta * e)
+    err = 0.5 * D * (D + 1) * (1e-6 / dof) ** 2 + (np.sum(cov**2) + np.trace(cov) ** 2) / dof
+    r = err / (2.0 * delta**2)
+    np.testing.assert_allclose(1.0 - a, 2.0 / (1.0 + math.sqrt(1.0 + 4.0 * r)), rtol=1e-6)
+
+
+def test_a_near_singular_centre_gives_a_finite_metric(split: Split) -> None:
     noisy = _at_epsilon(_total(split), 0.5, seed=1)
     m = compute_moments(noisy)
-    pooled = m.pooled_covariance()
-    sigma = noisy.noise_sigma["class_scatter"]  # type: ignore[attr-defined]
-    for c in range(C):
-        a = postprocess_intensity(m, c, pooled)
-        cov, dof = m.class_covariance(c), m.class_dof(c)
-        tgt = np.trace(cov) / np.trace(pooled) * pooled
-        err = (0.5 * D * (D + 1) * (sigma / dof) ** 2
-               + (np.sum(cov**2) + np.trace(cov) ** 2) / dof)
-        assert 0.05 < a < 0.6  # P2n shrank, not all the way
-        np.testing.assert_allclose(a / (1 - a) ** 2, err / np.sum((cov - tgt) ** 2), rtol=1e-9)
-    assert postprocess_intensity(compute_moments(_total(split)), 0, pooled) == 0.0
+    w, v = np.linalg.eigh(m.pooled_covariance())
+    w[0] = -1e-12 * float(w.max())  # singular, a rounding below 0
+    center = (v * w) @ v.T
+    x = _metric_eigvals(m, "pooled", center, None)
+    assert np.all(np.isfinite(x)) and float(np.sum(x * x)) < np.inf
+    assert float(x.max()) <= 1.0 / (np.finfo(float).eps * float(w.max())) * (1 + 1e-12)
+    usable = list(range(C))
+    fams, _ = evidence_families(m, usable, "pooled", m.pooled_covariance())
+    assert isinstance(noisy, NoisyStats)
+    shrunk = NoisyStats.of(_blind(noisy), noisy.noise_sigma, (1.0,) * C)  # P2n took it all
+    assert noise_floor_shrinkage(compute_moments(shrunk), fams, usable, "pooled", center) == 0.0
+    floor = noise_floor_shrinkage(m, fams, usable, "pooled", center)
+    assert floor is not None and 0.0 < floor <= 1.0
+
+
+def test_the_intensities_survive_files_and_conversions(split: Split, tmp_path: Path) -> None:
+    noisy = _at_epsilon(_total(split), 0.5, seed=1)
+    assert isinstance(noisy, NoisyStats) and noisy.noise_shrinkage is not None
+    save_stats(noisy, tmp_path / "t.ghs")
+    back = load_stats(tmp_path / "t.ghs")
+    assert isinstance(back, NoisyStats) and back.noise_shrinkage == noisy.noise_shrinkage
+    assert read_stats_header(tmp_path / "t.ghs").noise_shrinkage == noisy.noise_shrinkage
+    _same_fit(QDAHead().fit_from_stats(back), QDAHead().fit_from_stats(noisy))
+    diag = noisy.to_mode("diag")
+    assert isinstance(diag, NoisyStats) and diag.noise_shrinkage == noisy.noise_shrinkage
+    old = _without_record(noisy)  # a file written before the record: the heads recover it
+    save_stats(old, tmp_path / "old.ghs")
+    assert "noise_shrinkage" not in StatsHeader.of(old).to_entries("file")
+    reread = load_stats(tmp_path / "old.ghs")
+    assert isinstance(reread, NoisyStats) and reread.noise_shrinkage is None
+    _same_fit(QDAHead().fit_from_stats(reread), QDAHead().fit_from_stats(old))
+    entries = StatsHeader.of(noisy).to_entries("records")
+    assert StatsHeader.from_entries(entries, "records", "r").noise_shrinkage \
+        == noisy.noise_shrinkage
+
+
+def test_bad_intensities_are_refused(split: Split) -> None:
+    noisy = _at_epsilon(_total(split), 0.5, seed=1)
+    assert isinstance(noisy, NoisyStats)
+    for bad in ((0.5,) * (C - 1), (0.5,) * (C - 1) + (1.5,), (math.nan,) * C, "0.5"):
+        with pytest.raises(StatsValidationError, match="one post-processing intensity in"):
+            NoisyStats.of(_blind(noisy), noisy.noise_sigma, bad)  # type: ignore[arg-type]
+    with pytest.raises(StatsValidationError, match="noise_shrinkage comes without noise_sig"):
+        StatsHeader(noisy.meta, noise_shrinkage=(0.5,) * C)
+    with pytest.raises(StatsValidationError, match="holds 2 intensities for 5 classes"):
+        StatsHeader(noisy.meta, noise_sigma=noisy.noise_sigma, noise_shrinkage=(0.5, 0.5))
+    entries = StatsHeader.of(noisy).to_entries("file")
+    for value, match in (("[0.5, 0.5]", "holds 2 intensities for 5 classes"),
+                         ("[0.5, 2, 0, 0, 0]", "a JSON list of one intensity in"),
+                         ("{}", "a JSON list of one intensity in")):
+        with pytest.raises(StatsFormatError, match=match):
+            StatsHeader.from_entries({**entries, "noise_shrinkage": value}, "file", "'t.ghs'")
+    alone = {k: v for k, v in entries.items() if k != "noise_sigma"}
+    with pytest.raises(StatsFormatError, match="noise_shrinkage comes without noise_sigma"):
+        StatsHeader.from_entries(alone, "file", "'t.ghs'")
 
 
 def test_chosen_shrinkage_grows_with_the_noise(split: Split) -> None:

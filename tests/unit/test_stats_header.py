@@ -76,10 +76,10 @@ def test_the_declaration_matches_the_dataclass() -> None:
     assert [f.name for f in dataclasses.fields(StatsHeader)] == [s.name for s in HEADER_FIELDS]
     assert StatsHeader.keys("file") == STATS_KEYS == {
         "format", "schema_version", "meta", "n_clipped", "holdout_n_clipped",
-        "transport_dtype", "rounded_to", "noise_sigma"}
+        "transport_dtype", "rounded_to", "noise_sigma", "noise_shrinkage"}
     assert StatsHeader.keys("records") == {
         "meta", "n_clipped", "holdout-n_clipped", "transport-dtype", "rounded-to",
-        "noise-sigma"}
+        "noise-sigma", "noise-shrinkage"}
 
 
 @pytest.mark.parametrize("name", list(OLD_FILE_HEADERS))

@@ -2,8 +2,9 @@
 
 On the statistics of a differentially private release (:class:`~ghofl.stats.release.
 NoisyStats`, whose public noise levels σ_b the criteria read) the per-class variances are
-shrunk toward the pooled one by an amount that counts the noise
-(:func:`noise_aware_class_vars`); ``var_rule_`` then reads ``"pooled-shrinkage+dp-noise"``.
+shrunk toward the pooled one by an amount that counts the noise left in them
+(:func:`noise_aware_class_vars`; in ``full`` mode the post-processing already removed part of
+it); ``var_rule_`` then reads ``"pooled-shrinkage+dp-noise"``.
 On other statistics the variances are those of scikit-learn's ``GaussianNB`` (``"fixed"``),
 unchanged.
 """
@@ -17,6 +18,7 @@ import numpy as np
 from ghofl.errors import InputError
 from ghofl.heads._linalg import F64, safe_log
 from ghofl.heads._params import Constraint, Real
+from ghofl.heads._qda_noise import postprocess_intensities
 from ghofl.heads.base import Head
 from ghofl.moments.core import Moments
 from ghofl.moments.noise import noise_tag
@@ -33,58 +35,92 @@ POOLED_RULE = "pooled-shrinkage"
 
 
 def class_var_noise(moments: Moments) -> F64 | None:
-    """ν²_cj (C, d): variance of a private release's noise on each class variance v_cj.
+    """ν²_cj (C, d): variance of the release noise left on each class variance v_cj.
 
     v_cj = D̃_cj/N_c − (Ã_cj/N_c)² reads the noisy diagonal second moment D̃ (σ_D: the level
     of ``sq_sums``, else of ``class_scatter``) and the noisy sum Ã (σ_A), so to first order
 
-        ν²_cj = (σ_D² + 4 σ_A² μ̂_cj²) / N_c²;
+        ν²_cj = (1 − a_p,c)² (σ_D² + 4 σ_A² μ̂_cj²) / N_c²,
 
-    the noise of the counts (rounded integers) and the bias σ_A²/N_c² of the centring are
-    left out. None when the statistics carry no noise levels (:func:`noise_tag`).
+    a_p,c the intensity by which the post-processing of a ``full`` release (P2n) already
+    shrank class c's covariance, leaving (1 − a_p,c) of its noise
+    (:func:`~ghofl.heads._qda_noise.postprocess_intensities`: recorded by the release, else
+    recovered; 0 in the other modes). The noise of the counts (rounded integers) and the
+    bias σ_A²/N_c² of the centring are left out. None when the statistics carry no noise
+    levels (:func:`noise_tag`).
+    """
+    noise = _release_noise(moments)
+    if noise is None:
+        return None
+    nu, applied = noise
+    out: F64 = (nu * (1.0 - applied)[:, None]) ** 2
+    return out
+
+
+def _release_noise(moments: Moments) -> tuple[F64, F64] | None:
+    """Noise standard deviation (C, d) on v_cj before any post-processing, and a_p (C,).
+
+    √(σ_D² + 4σ_A²μ̂²)/N_c, the root taken as a hypotenuse so that no scale of the features
+    overflows.
     """
     stats = moments.stats
     if not noise_tag(stats) or not isinstance(stats, NoisyStats):
         return None
     sigma = stats.noise_sigma
-    var_d = float(sigma.get("sq_sums", sigma.get("class_scatter", 0.0))) ** 2
-    var_a = float(sigma.get("sums", 0.0)) ** 2
+    sd_d = float(sigma.get("sq_sums", sigma.get("class_scatter", 0.0)))
+    sd_a = float(sigma.get("sums", 0.0))
     cnt = np.maximum(moments.counts.astype(np.float64), 1.0)
-    out: F64 = (var_d + 4.0 * var_a * moments.means**2) / cnt[:, None] ** 2
-    return out
+    out: F64 = np.hypot(sd_d, 2.0 * sd_a * moments.means) / cnt[:, None]
+    return out, postprocess_intensities(moments)
 
 
 def noise_aware_class_vars(moments: Moments) -> tuple[F64, F64] | None:
     """Class variances (C, d) shrunk toward the pooled one knowing the noise, and a (C,).
 
-    With ν²_cj of :func:`class_var_noise` and v_cj the noisy class variances (already
-    clamped at 0):
+    With ν²_cj of :func:`class_var_noise` (the noise left) and v_cj the noisy class
+    variances (already clamped at 0):
 
     * floor: ṽ_cj = max(v_cj, ν_cj), a variance below one noise standard deviation being
-      indistinguishable from 0 at the noise level (so no variance is ever <= 0);
+      indistinguishable from 0 at the noise level (so ṽ_cj > 0 wherever ν_cj > 0; where
+      ν_cj = 0, i.e. no noise reached it, a variance of 0 stays 0, and :func:`nb_params`'
+      smoothing makes it positive);
     * target: v̄_j = max(Σ_c π_c v_cj, ν̄_j), π_c = N_c/N, ν̄²_j = Σ_c π_c² ν²_cj;
-    * intensity, per class, the noise's share of the spread around the target in relative
-      squared error (weights w_j = 1/v̄_j²)::
+    * the noise's share of the spread around the target in relative squared error, each
+      term divided by v̄_j before it is squared (features with v̄_j = 0 hold no noise nor
+      spread and are left out), so that no scale of the features overflows or underflows::
 
-          a_c = min(1, Σ_j w_j ν²_cj / Σ_j w_j (ṽ_cj − v̄_j)²)    (1 when the spread is 0);
+          s_c = min(1, Σ_j (ν_cj/v̄_j)² / Σ_j ((ṽ_cj − v̄_j)/v̄_j)²)    (1 when the spread is 0);
 
+    * intensity: s_c is the total shrinkage the noise calls for (shrinking scales the noise
+      and the spread alike, so s_c reads the same before and after the post-processing's
+      a_p,c); what is left to apply is a_c = max(0, (s_c − a_p,c)/(1 − a_p,c)), so that
+      (1 − a_p,c)(1 − a_c) = 1 − s_c (a_c = s_c outside ``full`` mode, where a_p,c = 0;
+      a_c = 0 when a_p,c = 1, the post-processing having shrunk all the way);
+    * a_c = 1 for a class of at most one sample (a placeholder of the post-processing: its
+      variances are noise, or absent);
     * v̂_c = (1 − a_c) ṽ_c + a_c v̄.
 
     a_c → 0 as the noise vanishes and → 1 as it dominates the spread (a class with few
-    samples, or a placeholder, is shrunk more). None without release noise.
+    samples is shrunk more). None without release noise.
     """
-    nu2 = class_var_noise(moments)
-    if nu2 is None:
+    noise = _release_noise(moments)
+    if noise is None:
         return None
+    nu, applied = noise
+    nu = nu * (1.0 - applied)[:, None]
     raw = moments.class_vars
     cnt = np.maximum(moments.counts.astype(np.float64), 1.0)
     pi = cnt / float(np.sum(cnt))
-    floored = np.maximum(raw, np.sqrt(nu2))
-    target = np.maximum(pi @ raw, np.sqrt((pi**2) @ nu2))
-    w = 1.0 / np.maximum(target**2, np.finfo(float).tiny)
-    num = nu2 @ w
-    den = (floored - target) ** 2 @ w
-    a = np.minimum(1.0, np.divide(num, den, out=np.ones_like(num), where=den > num))
+    floored = np.maximum(raw, nu)
+    target = np.maximum(pi @ raw, np.hypot.reduce(pi[:, None] * nu, axis=0))
+    inv = np.divide(1.0, target, out=np.zeros_like(target), where=target > 0.0)
+    num = np.sum((nu * inv) ** 2, axis=1)
+    den = np.sum(((floored - target) * inv) ** 2, axis=1)
+    share = np.minimum(1.0, np.divide(num, den, out=np.ones_like(num), where=den > num))
+    rest = 1.0 - applied
+    a = np.maximum(0.0, np.divide(share - applied, rest, out=np.zeros_like(share),
+                                  where=rest > 0.0))
+    a[moments.counts <= 1] = 1.0
     out: F64 = (1.0 - a)[:, None] * floored + a[:, None] * target
     return out, a
 

@@ -10,7 +10,9 @@ privacy. With n_c the clamped counts and A_c the noisy sums:
 * ``full``: the within-class scatter M_c = S̃_c − A_c A_cᵀ/n_c is projected onto the positive
   semi-definite cone (eigenvalues clipped at 0), S_c = M_c⁺ + A_c A_cᵀ/n_c;          (P2)
   when the noise levels σ are given (they are public), the noise-aware estimate (P2n) of
-  :func:`noise_aware_covariances` replaces the projection;
+  :func:`noise_aware_covariances` replaces the projection, and its final intensities a_c
+  are kept with the statistics (:attr:`NoisyStats.noise_shrinkage`; public, a function of
+  the release and σ);
 * ``pooled``: W = B̃ − Σ_c A_c A_cᵀ/n_c is projected as in (P2); the per-class variances
   V_c = max(D̃_c − A_c²/n_c, 0) are rescaled per coordinate so that Σ_c V_c = diag W⁺, hence
   diag B = Σ_c D_c with D_c = V_c + A_c²/n_c;                                          (P3)
@@ -38,6 +40,7 @@ __all__ = [
     "clamp_counts",
     "floor_noise_bulk",
     "noise_aware_covariances",
+    "noise_aware_shrinkage",
     "noise_aware_within",
     "postprocess",
     "project_psd",
@@ -130,8 +133,9 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
         names = ", ".join(repr(meta.classes[i]) for i in np.flatnonzero(placeholder))
         notes.append(f"classes with a noisy count below {k_min} kept as placeholders (N=1, zero "
                      f"sums): {names}")
+    shrinkage: tuple[float, ...] | None = None
     if meta.mode == "full" and sigma is not None:
-        arrays["class_scatter"] = _noise_aware_scatter(arrays, n, keep, sigma)
+        arrays["class_scatter"], shrinkage = _noise_aware_scatter(arrays, n, keep, sigma)
         notes.append("class covariances estimated knowing the noise (P2n): noise bias of the "
                      "centring removed, the noise bulk of the pooled eigenvalues floored, each "
                      "class shrunk toward the rescaled pooled covariance with an intensity that "
@@ -163,8 +167,11 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
         stats = ClientStats(meta, counts=counts, n_clipped=0, holdout=None, **arrays)
     else:
         stats = NoisyStats(meta, counts=counts, n_clipped=0, holdout=None,
-                           noise_sigma=dict(sigma), **arrays)
+                           noise_sigma=dict(sigma), noise_shrinkage=shrinkage, **arrays)
         notes.append("the noise levels σ_b kept with the statistics for the heads' criteria")
+        if shrinkage is not None:
+            notes.append("the intensity a_c of (P2n) kept with the statistics (public: a "
+                         "function of the release and σ)")
     notes.append("n_clipped withheld (reported as 0)")
     return stats, notes
 
@@ -261,27 +268,39 @@ def _match_diag(var: F64, target: F64, n: F64) -> F64:
 
 
 def _noise_aware_scatter(arrays: dict[str, F64], n: F64, keep: NDArray[np.bool_],
-                         sigma: Mapping[str, float]) -> F64:
-    """Class scatters S_c = (n_c − 1) Σ̂_c + A_c A_cᵀ/n_c from (P2n).
+                         sigma: Mapping[str, float]) -> tuple[F64, tuple[float, ...]]:
+    """Class scatters S_c = (n_c − 1) Σ̂_c + A_c A_cᵀ/n_c (C, d, d) from (P2n), and a_c (C,).
 
-    Placeholders and classes of one sample keep a zero within-class scatter.
+    Placeholders and classes of one sample keep a zero within-class scatter: none of their
+    noise is kept, recorded as a_c = 1.
     """
     sums, cs = arrays["sums"], arrays["class_scatter"]
     d = sums.shape[1]
     fit = keep & (n >= 2)
     out = np.einsum("ci,cj->cij", sums, sums) / n[:, None, None]
+    shrink = np.ones(n.shape[0])
     if not fit.any():
-        return np.asarray(out)
+        return np.asarray(out), tuple(float(a) for a in shrink)
     idx = np.flatnonzero(fit)
     scat = cs[idx] - out[idx] + (sigma["sums"] ** 2 / n[idx])[:, None, None] * np.eye(d)
-    covs = noise_aware_covariances(scat, n[idx], sigma["class_scatter"])
+    covs, shrink[idx] = noise_aware_shrinkage(scat, n[idx], sigma["class_scatter"])
     out[idx] += (n[idx] - 1.0)[:, None, None] * covs
-    return np.asarray(out)
+    return np.asarray(out), tuple(float(a) for a in shrink)
 
 
 def noise_aware_covariances(scatters: F64, counts: F64, sigma_scatter: float,
                             floor: float = 1e-6) -> F64:
-    """Class covariances from noisy within-class scatters, knowing the noise (P2n).
+    """Class covariances (K, d, d) from noisy within-class scatters, knowing the noise (P2n).
+
+    The covariances of :func:`noise_aware_shrinkage` (its parameters), without the
+    intensities.
+    """
+    return noise_aware_shrinkage(scatters, counts, sigma_scatter, floor)[0]
+
+
+def noise_aware_shrinkage(scatters: F64, counts: F64, sigma_scatter: float,
+                          floor: float = 1e-6) -> tuple[F64, F64]:
+    """Class covariances from noisy within-class scatters knowing the noise, and a_c (P2n).
 
     ``scatters`` are M̃_c = M_c + F_c with F_c symmetric, every entry N(0, σ²) (σ =
     ``sigma_scatter``), already corrected for the noise of the sums (+σ_A²/n_c·I, so that
@@ -306,7 +325,9 @@ def noise_aware_covariances(scatters: F64, counts: F64, sigma_scatter: float,
 
     Returns
     -------
-    ndarray, shape (K, d, d), symmetric positive definite.
+    covariances : ndarray, shape (K, d, d), symmetric positive definite.
+    intensities : ndarray, shape (K,)
+        The final a_c in [0, 1] of each class (after the raise).
     """
     k, d = scatters.shape[0], scatters.shape[1]
     sym = 0.5 * (scatters + np.swapaxes(scatters, 1, 2))
@@ -315,6 +336,7 @@ def noise_aware_covariances(scatters: F64, counts: F64, sigma_scatter: float,
     nu = math.sqrt(k) * sigma_scatter / max(float(dof.sum()), 1.0)
     center = floor_noise_bulk(pooled, nu, floor)
     out = np.empty_like(sym)
+    shrink = np.empty(k)
     for c in range(k):
         cov = sym[c] / dof[c]
         nu_c = sigma_scatter / dof[c]
@@ -324,12 +346,12 @@ def noise_aware_covariances(scatters: F64, counts: F64, sigma_scatter: float,
             float(np.sum(cov * cov)) + float(np.trace(cov)) ** 2) / dof[c]
         gap = float(np.sum((cov - target) ** 2))
         a = 1.0 if gap <= 0.0 else min(err / gap, 1.0)
-        out[c] = _raise_to_pd(cov, target, a, floor)
-    return out
+        out[c], shrink[c] = _raise_to_pd(cov, target, a, floor)
+    return out, shrink
 
 
-def _raise_to_pd(cov: F64, target: F64, a: float, floor: float) -> F64:
-    """The blend (1 − b) cov + b target for the smallest well-conditioned b ≥ a.
+def _raise_to_pd(cov: F64, target: F64, a: float, floor: float) -> tuple[F64, float]:
+    """The blend (1 − b) cov + b target for the smallest well-conditioned b ≥ a, and b.
 
     b runs over a geometric grid; well-conditioned means the smallest eigenvalue is at least
     ``floor`` times the largest (b = 1 when none is).
@@ -338,5 +360,5 @@ def _raise_to_pd(cov: F64, target: F64, a: float, floor: float) -> F64:
         m = (1.0 - b) * cov + b * target
         ev = np.linalg.eigvalsh(m)
         if ev[0] >= floor * max(float(ev[-1]), 1e-300):
-            return np.asarray(0.5 * (m + m.T))
-    return np.asarray(0.5 * (target + target.T))
+            return np.asarray(0.5 * (m + m.T)), float(b)
+    return np.asarray(0.5 * (target + target.T)), 1.0

@@ -28,7 +28,11 @@ Fields, as ``field (file key / records key): when absent``:
 * ``rounded_to`` (``rounded_to`` / ``rounded-to``): ``"float64"``;
 * ``noise_sigma`` (``noise_sigma`` / ``noise-sigma``): none (plain statistics); the public
   noise level σ_b of each block of a differentially private release (JSON object of block
-  names to standard deviations, :class:`~ghofl.stats.release.NoisyStats`), since version 3.
+  names to standard deviations, :class:`~ghofl.stats.release.NoisyStats`), since version 3;
+* ``noise_shrinkage`` (``noise_shrinkage`` / ``noise-shrinkage``): none (not recorded; the
+  heads then recover it); the intensity a_c by which the post-processing of a ``full``
+  release shrank each class covariance (JSON list, one float in [0, 1] per class), only with
+  ``noise_sigma``, since version 3.
 
 Entries equal to their absent value are not written (except ``n_clipped``, always written),
 so payloads that use no newer option are exactly what older ghofl wrote and older ghofl reads
@@ -52,7 +56,7 @@ from ghofl.stats.meta import (
     SCHEMA_VERSION,
     StatsMeta,
 )
-from ghofl.stats.release import NoisyStats, noise_sigma_problem
+from ghofl.stats.release import NoisyStats, noise_shrinkage_problem, noise_sigma_problem
 from ghofl.stats.transport import (
     TRANSPORT_DTYPES,
     TRANSPORT_ROUNDING,
@@ -91,10 +95,11 @@ class HeaderField:
         Attribute of :class:`StatsHeader` (and the file key).
     record_key : str
         Key in the Flower record.
-    kind : {"meta", "count", "dtype", "sigma"}
+    kind : {"meta", "count", "dtype", "sigma", "shrinkage"}
         Value type: :class:`StatsMeta` (JSON text in both spellings), a non-negative ``int``
-        (decimal text in files), a transport dtype name (``str``) or the noise levels of a
-        release (a dict of block names to floats; JSON text in both spellings).
+        (decimal text in files), a transport dtype name (``str``), the noise levels of a
+        release (a dict of block names to floats; JSON text in both spellings) or its
+        post-processing intensities (a tuple of floats; a JSON list in both spellings).
     absent : object
         Value when the entry is absent (``None`` for ``meta``: required).
     always : bool
@@ -108,7 +113,7 @@ class HeaderField:
 
     name: str
     record_key: str
-    kind: Literal["meta", "count", "dtype", "sigma"]
+    kind: Literal["meta", "count", "dtype", "sigma", "shrinkage"]
     absent: Any = None
     always: bool = False
     required: tuple[Style, ...] = ()
@@ -127,6 +132,8 @@ class HeaderField:
             return f"{' or '.join(others)} (or no entry for {self.absent})"
         if self.kind == "sigma":
             return "a JSON object of block names to noise standard deviations >= 0"
+        if self.kind == "shrinkage":
+            return "a JSON list of one intensity in [0, 1] per class"
         return "JSON of the statistics metadata"
 
     def check(self, value: Any) -> bool:
@@ -140,6 +147,9 @@ class HeaderField:
             return value in TRANSPORT_DTYPES
         if self.kind == "sigma":
             return bool(value) and noise_sigma_problem(value) is None
+        if self.kind == "shrinkage":  # its length is checked against the metadata
+            return isinstance(value, tuple) and noise_shrinkage_problem(value, len(value)) \
+                is None
         return isinstance(value, StatsMeta)
 
     def written(self, value: Any) -> bool:
@@ -158,6 +168,8 @@ HEADER_FIELDS: tuple[HeaderField, ...] = (
     HeaderField("rounded_to", "rounded-to", "dtype", absent="float64",
                 since=HOLDOUT_SCHEMA_VERSION),
     HeaderField("noise_sigma", "noise-sigma", "sigma", since=HOLDOUT_SCHEMA_VERSION),
+    HeaderField("noise_shrinkage", "noise-shrinkage", "shrinkage",
+                since=HOLDOUT_SCHEMA_VERSION),
 )
 
 
@@ -183,11 +195,16 @@ class StatsHeader:
     noise_sigma : dict of str to float or None, default None
         The noise level σ_b of each block of a differentially private release
         (:class:`~ghofl.stats.release.NoisyStats`); ``None`` (no entry) for other statistics.
+    noise_shrinkage : tuple of float or None, default None
+        Its post-processing intensities, one per class
+        (:attr:`~ghofl.stats.release.NoisyStats.noise_shrinkage`); ``None`` (no entry) when
+        not recorded.
 
     Raises
     ------
     StatsValidationError
-        A value fails its field's check, or a held-out count comes without a held-out section.
+        A value fails its field's check, a held-out count comes without a held-out section,
+        or intensities come without noise levels or not one per class.
     """
 
     meta: StatsMeta
@@ -196,6 +213,7 @@ class StatsHeader:
     transport_dtype: str = "float64"
     rounded_to: str = "float64"
     noise_sigma: Mapping[str, float] | None = None
+    noise_shrinkage: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         """Check every value with its field's declared check."""
@@ -211,6 +229,9 @@ class StatsHeader:
                 "the statistics header has a holdout_n_clipped but its metadata has no "
                 "held-out section (holdout_fraction); drop the count or add the section"
             )
+        problem = _shrinkage_problem(self.meta, self.noise_sigma, self.noise_shrinkage)
+        if problem is not None:
+            raise StatsValidationError(f"the statistics header's noise_shrinkage {problem}")
 
     @classmethod
     def of(cls, stats: ClientStats, transport_dtype: Any = "float64") -> StatsHeader:
@@ -233,6 +254,8 @@ class StatsHeader:
             transport_dtype=tname,
             rounded_to=rounded if rounded != tname else "float64",
             noise_sigma=dict(stats.noise_sigma) if isinstance(stats, NoisyStats)
+            and stats.noise_sigma else None,
+            noise_shrinkage=stats.noise_shrinkage if isinstance(stats, NoisyStats)
             and stats.noise_sigma else None,
         )
 
@@ -259,7 +282,9 @@ class StatsHeader:
         stats = stats_from_tensors(self.meta, dict(tensors), self.n_clipped,
                                    self.holdout_n_clipped or 0, self.transport_dtype,
                                    self.rounded_to)
-        return stats if not self.noise_sigma else NoisyStats.of(stats, self.noise_sigma)
+        if not self.noise_sigma:
+            return stats
+        return NoisyStats.of(stats, self.noise_sigma, self.noise_shrinkage)
 
     def to_entries(self, style: Style) -> dict[str, Any]:
         """The header's entries in ``style``, in :data:`HEADER_FIELDS` order.
@@ -312,7 +337,7 @@ class StatsHeader:
                     raise StatsFormatError(_missing(where, key, style))
                 values[spec.name] = spec.absent
                 continue
-            values[spec.name] = _parse(spec, entries[key], style, where)
+            values[spec.name] = value = _parse(spec, entries[key], style, where)
             if version < spec.since:
                 raise StatsFormatError(
                     f"{where} has schema version {version} but a {key}, which version "
@@ -323,6 +348,11 @@ class StatsHeader:
                     f"{where} has the {_entry(key, style)} but no held-out section (its "
                     f"metadata has no holdout_fraction); {_FIX[style]}"
                 )
+            if spec.name == "noise_shrinkage":
+                problem = _shrinkage_problem(values["meta"], values["noise_sigma"], value)
+                if problem is not None:
+                    raise StatsFormatError(
+                        f"{where}'s {_entry(key, style)} {problem}; {_FIX[style]}")
         return cls(**values)
 
     @classmethod
@@ -425,6 +455,8 @@ def _render(spec: HeaderField, value: Any, style: Style) -> Any:
         return json.dumps(value.to_dict(), sort_keys=True)
     if spec.kind == "sigma":
         return json.dumps(dict(value), sort_keys=True)
+    if spec.kind == "shrinkage":
+        return json.dumps([float(v) for v in value])
     return str(value) if style == "file" else value
 
 
@@ -442,11 +474,13 @@ def _parse(spec: HeaderField, raw: Any, style: Style, where: str) -> Any:
     if spec.kind == "meta":
         return _parse_meta(str(raw), style, where)
     value: Any = raw
-    if spec.kind == "sigma":
+    if spec.kind in ("sigma", "shrinkage"):
         try:
             value = parse_json(str(raw), f"{where}'s {_entry(key, style)}")
         except StatsFormatError:
             value = None
+        if spec.kind == "shrinkage":
+            value = tuple(value) if isinstance(value, list) else None
     if spec.kind == "count" and isinstance(raw, str):
         ok = raw.isascii() and raw.isdigit() and len(raw) <= 19
         value = int(raw) if ok else None
@@ -454,6 +488,18 @@ def _parse(spec: HeaderField, raw: Any, style: Style, where: str) -> Any:
     if value is None or (value == spec.absent and not spec.always) or not spec.check(value):
         raise StatsFormatError(_bad_value(spec, raw, style, where))
     return value
+
+
+def _shrinkage_problem(meta: StatsMeta, sigma: Mapping[str, float] | None,
+                       shrinkage: tuple[float, ...] | None) -> str | None:
+    """What is wrong with ``shrinkage`` beside ``meta`` and ``sigma``, or None."""
+    if shrinkage is None:
+        return None
+    if not sigma:
+        return "comes without noise_sigma (intensities belong to a private release)"
+    if len(shrinkage) != meta.num_classes:
+        return f"holds {len(shrinkage)} intensities for {meta.num_classes} classes"
+    return None
 
 
 def _parse_meta(raw: str, style: Style, where: str) -> StatsMeta:
