@@ -271,7 +271,7 @@ def summarise(runs: dict[str, Any]) -> dict[str, Any]:
         if "infeasible" not in r:
             by_alpha.setdefault(f"{r['alpha']:g}", []).append(r)
     out: dict[str, Any] = {}
-    for a, rs in by_alpha.items():
+    for a, rs in sorted(by_alpha.items(), key=lambda kv: float(kv[0])):
         out[a] = {"seeds": len(rs), "methods": _method_cells(rs),
                   "per_seed": {m: [r["methods"][m]["mean"] for r in rs if m in r["methods"]]
                                for m in METHODS},
