@@ -173,8 +173,10 @@ def floor_lines(data: dict[str, Any]) -> list[str]:
              f"0.2 s pull interval): {' / '.join(f'{v:.2f}' for v in per)} s per stage "
              f"(median {float(np.median(per)):.2f} s)."]
     if fb:
-        sizes = ", ".join(f"{s} {b / 1e6:.3g} MB" for s, b in fb["reply_bytes"].items())
-        secs = " / ".join(f"{fb['stage_seconds'][s]:.2f}" for s in fb["reply_bytes"])
+        order = [s for s in (*STAGES["secure"], *STAGES["plain"]) if s in fb["reply_bytes"]]
+        order += sorted(set(fb["reply_bytes"]) - set(order))
+        sizes = ", ".join(f"{s} {fb['reply_bytes'][s] / 1e6:.3g} MB" for s in order)
+        secs = " / ".join(f"{fb['stage_seconds'][s]:.2f}" for s in order)
         lines[-1] += (f" The same floor replying with ghofl's payload sizes (random bytes: "
                       f"{sizes}): {secs} s.")
     head = ["deployment run", "ghofl stage / floor stage", "median"]
