@@ -72,6 +72,13 @@ def test_the_verdict_pairs_the_methods_by_partition() -> None:
                                            "encoder": "e", "n_train": 1, "n_test": 1,
                                            "runs": worse})
     assert "fedavg + fine-tune (paired over 4 partitions: above, within 2 SE)" not in text
+    assert "against fedavg + fine-tune (paired over 4 partitions: tied)" in text
+    below = {k: _run(0.1, r["seed"], {"fine-tuned lda": 0.9 - (0.02 if r["seed"] % 2 else 0.0),
+                                      "fedavg + fine-tune": 0.9})  # type: ignore[index]
+             for k, r in runs.items()}
+    text = BENCH._part_text("cifar10/10", {"dataset": "cifar10", "clients": 10,
+                                           "encoder": "e", "n_train": 1, "n_test": 1,
+                                           "runs": below})
     assert "against fedavg + fine-tune (paired over 4 partitions: BELOW)" in text
 
 
