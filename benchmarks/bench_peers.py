@@ -21,9 +21,10 @@ and refitted on all rows (90 % + 10 % totals) for the test score. What is chosen
   not} ∪ {as shipped at λ ∈ FED3R_LAMBDAS};
 - FedCOF default (γ = 1) and FedCOF tuned (γ ∈ FEDCOF_GAMMAS), ``fedcof`` head on
   :func:`~ghofl.moments.fedcof.fedcof_statistics` of the clients' means;
-- ghofl: default naive Bayes on ``diag`` sums, LDA and ridge on ``pooled`` sums and QDA on
-  ``full`` sums (where C·d² ≤ FULL_LIMIT), and LDA / ridge on ``gram`` sums of public random
-  projections (and, with ``--pca``, of the public Tiny-ImageNet principal basis of
+- ghofl: nearest class mean (the ``ncm`` head: FedNCM's classifier, here on the securely
+  summed class sums of a ``means`` upload), default naive Bayes on ``diag`` sums, LDA and
+  ridge on ``pooled`` sums and QDA on ``full`` sums (where C·d² ≤ FULL_LIMIT), and LDA /
+  ridge on ``gram`` sums of public random projections (and, with ``--pca``, of the public Tiny-ImageNet principal basis of
   ``bench_accuracy_bytes.py``; CIFAR-10 only) at the largest k whose upload fits each peer's
   bytes, each in float64 and float32 transport; and LDA / ridge (QDA where C·d² ≤
   FULL_LIMIT) on FedCOF's estimate from the same means-only upload as FedCOF (setting
@@ -100,8 +101,8 @@ DATASETS = {"cifar10": "efficientnet-lite0", "tiny-imagenet": "efficientnet-lite
 QUICK = ("trec,cifar10", 100, 50)
 PEERS = ("FedNCM", "Fed3R", "FedCOF")
 #: ghofl's default heads per upload mode
-HEADS = {"diag": ("nb",), "pooled": ("lda", "ridge"), "gram": ("lda", "ridge"),
-         "full": ("qda",)}
+HEADS = {"means": ("ncm",), "diag": ("nb",), "pooled": ("lda", "ridge"),
+         "gram": ("lda", "ridge"), "full": ("qda",)}
 #: ghofl's setting on FedCOF's estimate from the clients' means (not secure-aggregatable)
 ESTIMATE = "means (FedCOF estimate)"
 
@@ -111,8 +112,9 @@ Rows = tuple[NDArray[Any], NDArray[np.int64]]
 # ---------------------------------------------------------------- settings and streaming
 
 def settings_for(c: int, d: int, budgets: list[int], pca: bool) -> list[dict[str, Any]]:
-    """ghofl's upload settings: raw ``pooled`` (and ``full``), projections fitting ``budgets``."""
-    out = [{"proj": "none", "k": 0, "mode": "diag"}, {"proj": "none", "k": 0, "mode": "pooled"}]
+    """ghofl's upload settings: raw ``means``, ``diag``, ``pooled`` (and ``full``), projections
+    fitting ``budgets``."""
+    out = [{"proj": "none", "k": 0, "mode": m} for m in ("means", "diag", "pooled")]
     if c * d * d <= FULL_LIMIT:
         out.append({"proj": "none", "k": 0, "mode": "full"})
     ks = sorted({k for b in budgets for dt in DTYPES
@@ -475,7 +477,7 @@ def _ghofl_table(cell: dict[tuple[str, ...], list[Any]]) -> str:
         if recs[0]["family"] == "ghofl":
             key = (recs[0]["bytes"], s, dt, secure(recs[0]))
             rows.setdefault(key, {})[m[6:]] = fmt_mean_se(_vals(recs))
-    heads = ("lda", "ridge", "qda", "nb")
+    heads = ("ncm", "lda", "ridge", "qda", "nb")
     body = [[s, dt, _yes(sec), _kb(b), *(v.get(h, "–") for h in heads)]
             for (b, s, dt, sec), v in sorted(rows.items())]
     return markdown_table(["ghofl upload", "transport", "secure sum", "KB / client",
@@ -609,13 +611,14 @@ def plot(data: dict[str, Any], results_dir: Path) -> None:
                     colour = (("tab:blue", "tab:orange") if secure(recs[0])
                               else ("black", "tab:gray"))[dt != "float64"]
                     ax.scatter([b], [acc], s=14, alpha=0.7,
-                               marker={"lda": "o", "ridge": "s", "qda": "^", "nb": "x"}[m[6:]],
+                               marker={"ncm": "D", "lda": "o", "ridge": "s", "qda": "^",
+                                       "nb": "x"}[m[6:]],
                                color=colour)
             ax.set_xscale("log")
             ax.legend(fontsize=7, loc="lower right")
             ax.set_xlabel("bytes per client")
             ax.set_ylabel("test accuracy (%)")
-            ax.set_title(f"{ds}, K = {k}: ghofl (o lda, □ ridge, △ qda, x nb; blue / orange "
+            ax.set_title(f"{ds}, K = {k}: ghofl (◇ ncm, o lda, □ ridge, △ qda, x nb; blue / orange "
                          "float64 / float32 sums,\nblack / grey float64 / float32 means on the "
                          "FedCOF estimate) and peers (★)", fontsize=8)
         fig.tight_layout()

@@ -154,3 +154,70 @@ def dp_release(total: Any, clip: float, z: float, *, seed: int, aware: bool = Tr
     dc, df = draw_noise(plan, c, d, np.random.default_rng(seed))
     stats, _ = postprocess(total.meta, ints[:c] + dc, floats + df, 1, sigma if aware else None)
     return stats
+
+
+class FakeGrid:
+    """A Flower grid of nodes 0..n-1 in process: each message goes to ghofl's ClientApp
+    handler with the node's own Context, kept across the run (as a SuperNode keeps
+    ``context.state``). Import after ``pytest.importorskip("flwr")``.
+
+    Message ids are ``m<k>``, k the number of messages pending; ``unique_ids`` appends the
+    monotonic clock so that no id repeats over a run. ``asked`` counts the node-id queries and
+    ``pushed`` holds the pending (node, content) pairs by id.
+    """
+
+    def __init__(self, node_cfgs: list[dict[str, Any]], run_cfg: dict[str, Any], *,
+                 unique_ids: bool = False) -> None:
+        from flwr.app import Context, RecordDict
+
+        self.contexts = [Context(1, i, cfg, RecordDict(), run_cfg)
+                         for i, cfg in enumerate(node_cfgs)]
+        self.pushed: dict[str, tuple[int, Any]] = {}
+        self.asked = 0
+        self.unique_ids = unique_ids
+
+    def get_node_ids(self) -> list[int]:
+        self.asked += 1
+        return list(range(len(self.contexts)))
+
+    def push_messages(self, messages: list[Any]) -> list[str]:
+        import time
+
+        ids = []
+        for m in messages:
+            mid = f"m{len(self.pushed)}"
+            if self.unique_ids:
+                mid += f"-{time.monotonic_ns()}"
+            self.pushed[mid] = (int(m.metadata.dst_node_id), m.content)
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, ids: set[str]) -> list[Any]:
+        from types import SimpleNamespace
+
+        from ghofl.integrations.flower.client_app import handle_query
+
+        out = []
+        for mid in sorted(ids):
+            node, content = self.pushed.pop(mid)
+            out.append(SimpleNamespace(
+                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=mid),
+                has_error=lambda: False, content=handle_query(content, self.contexts[node])))
+        return out
+
+
+def assert_overflow_refused(d: int) -> None:
+    """One class of dimension d whose off-diagonal entries (1e300) lie so far beyond a tiny
+    diagonal (1e-10) that M / σ² overflows: ClientStats refuses it, its smallest eigenvalue
+    read as −inf times the scale."""
+    import pytest
+
+    from ghofl.errors import StatsValidationError
+    from ghofl.stats import ClientStats, StatsMeta
+
+    m = np.eye(d) * 1e-10
+    m[0, 1] = m[1, 0] = 1e300
+    meta = StatsMeta("full", d, ("only",))
+    with pytest.raises(StatsValidationError, match=r"class 'only' .* smallest eigenvalue is "
+                       r"-inf times the scale"):
+        ClientStats(meta, counts=np.array([4]), sums=np.zeros((1, d)), class_scatter=m[None])

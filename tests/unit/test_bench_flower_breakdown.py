@@ -5,24 +5,21 @@ measured; an older results file without timings still renders (no Flower run her
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_flower_breakdown",
-                                                  ROOT / "benchmarks" / "bench_flower.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "benchmarks" / "bench_flower.py",  # type: ignore[return-value]
+                       "bench_flower_breakdown")
 
 
 def _ghofl(start: float, imports: float, work: float) -> dict[str, float]:

@@ -24,7 +24,8 @@ def test_settings_put_a_ghofl_upload_at_or_below_every_budget(bench: ModuleType)
     c, d = 6, 384
     budgets = [schema_for("means").nbytes(c, d), 8 * (d * (d + 1) // 2 + c * d)]
     sets = bench.settings_for(c, d, budgets, pca=False)
-    assert {s["mode"] for s in sets if s["proj"] == "none"} == {"diag", "pooled", "full"}
+    assert {s["mode"] for s in sets if s["proj"] == "none"} == {"means", "diag", "pooled",
+                                                                   "full"}
     for b in budgets:
         for dt in bench.DTYPES:
             assert any(schema_for(s["mode"]).nbytes(c, s["k"] or d, float_dtype=dt) <= b
@@ -100,6 +101,10 @@ def test_stream_totals_equal_the_one_shot_sums(bench: ModuleType) -> None:
     assert whole_pooled is not None
     np.testing.assert_allclose(pooled.scatter, whole_pooled, rtol=1e-10)
     assert len(means) == 2 and sum(int(m.counts.sum()) for _, m in means) == 60
+    # the secure ``means`` upload: class sums and counts, summed over the clients
+    sums = totals[("means", "float64", "fit")] + totals[("means", "float64", "val")]
+    np.testing.assert_allclose(sums.sums, whole.sums, rtol=1e-10)
+    assert sums.scatter is None and sums.class_scatter is None
 
 
 def test_errors_name_the_fix(bench: ModuleType) -> None:

@@ -9,7 +9,6 @@ Everything runs in process, through the ClientApp handler (no Flower processes).
 from __future__ import annotations
 
 import builtins
-import importlib.util
 import json
 import math
 import re
@@ -64,7 +63,7 @@ from ghofl.secure.messages import PROTOCOL_VERSION, PlainRequest
 from ghofl.server import AggregationSpec, FederationPlan
 from ghofl.server.config import plan_to_config
 from ghofl.server.job import ServerJob, run_server_job
-from tests.helpers import gaussian_mixture
+from tests.helpers import FakeGrid, gaussian_mixture, load_script
 from tests.helpers_cli import write_npz
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,7 +239,7 @@ def test_a_timings_key_that_is_no_boolean_is_refused_naming_it(tmp_path: Path) -
 
 def test_the_server_refuses_a_timings_key_that_is_no_boolean_before_asking_a_node(
         tmp_path: Path) -> None:
-    grid = _Grid([{"partition-id": 0}], {TIMINGS_KEY: "yes"})
+    grid = FakeGrid([{"partition-id": 0}], {TIMINGS_KEY: "yes"}, unique_ids=True)
     cfg = {**plan_to_config(FederationPlan(ClientJob(CLASSES))), TIMINGS_KEY: "yes",
            "expected-nodes": 1}
     with pytest.raises(ConfigError, match=BAD):
@@ -406,7 +405,8 @@ def test_the_server_keeps_every_nodes_timings_by_stage(tmp_path: Path,
     nodes = [{"partition-id": i, "insecure-keys": True, "ledger": "none"} for i in range(3)]
     for on in (True, False):
         cfg = {**base, TIMINGS_KEY: on}
-        out = server_app.run_federation(_Grid(nodes, cfg), cfg, tmp_path / f"out-{on}", {})
+        out = server_app.run_federation(FakeGrid(nodes, cfg, unique_ids=True), cfg,
+                                         tmp_path / f"out-{on}", {})
         assert out["status"] == "ok"
         if not on:
             assert "client_timings" not in out
@@ -420,49 +420,14 @@ def test_the_server_keeps_every_nodes_timings_by_stage(tmp_path: Path,
                 assert fields[WORK] <= fields["seconds"]
 
 
-class _Grid:
-    """Nodes 0..n-1 answering through ghofl's ClientApp handler, each with its own Context."""
-
-    def __init__(self, node_cfgs: list[dict[str, Any]], run_cfg: dict[str, Any]) -> None:
-        self.contexts = [Context(1, i, cfg, RecordDict(), run_cfg)
-                         for i, cfg in enumerate(node_cfgs)]
-        self.pushed: dict[str, tuple[int, Any]] = {}
-        self.asked = 0
-
-    def get_node_ids(self) -> list[int]:
-        self.asked += 1
-        return list(range(len(self.contexts)))
-
-    def push_messages(self, messages: list[Any]) -> list[str]:
-        ids = []
-        for m in messages:
-            mid = f"m{len(self.pushed)}-{time.monotonic_ns()}"
-            self.pushed[mid] = (int(m.metadata.dst_node_id), m.content)
-            ids.append(mid)
-        return ids
-
-    def pull_messages(self, ids: set[str]) -> list[Any]:
-        out = []
-        for mid in sorted(ids):
-            node, content = self.pushed.pop(mid)
-            out.append(SimpleNamespace(
-                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=mid),
-                has_error=lambda: False, content=handle_query(content, self.contexts[node])))
-        return out
-
-
 # ---------------------------------------------------------------------- the floor app
 FLOOR = ROOT / "benchmarks" / "flower_floor_app"
 
 
 @pytest.fixture
 def floor(server_process: None) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("floor_client_timings",
-                                                  FLOOR / "ghofl_floor" / "client_app.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(FLOOR / "ghofl_floor" / "client_app.py",  # type: ignore[return-value]
+                       "floor_client_timings")
 
 
 def _floor_query(floor: ModuleType, run_cfg: dict[str, Any]) -> Message:

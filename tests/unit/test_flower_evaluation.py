@@ -16,14 +16,11 @@ import pytest
 
 pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")
 
-from flwr.app import Context, RecordDict
-
 from ghofl.data.partition import dirichlet_partition
 from ghofl.errors import ConfigError, ProtocolError
 from ghofl.evaluation.federated import EvaluationSums, local_evaluation
 from ghofl.heads.ood import DEFAULT_FPR, HIST_BINS
 from ghofl.integrations.flower import server_app
-from ghofl.integrations.flower.client_app import handle_query
 from ghofl.integrations.flower.eval_server import record_ood_threshold
 from ghofl.integrations.flower.evaluation import (
     EVAL_INFO,
@@ -39,39 +36,10 @@ from ghofl.integrations.flower.runner import identity_node_config, make_identiti
 from ghofl.model.directory import load_model, load_ood
 from ghofl.secure import SecAggClient, SecAggConfig, SecAggServer, VectorMeta, VectorPayload
 from ghofl.secure.messages import ClientMessage, ServerMessage
-from tests.helpers import gaussian_mixture
+from tests.helpers import FakeGrid, gaussian_mixture
 
 CLIP, SEED, NODES, FRACTION = 30.0, 3, 4, 0.25
 CLASSES = ("0", "1", "2")
-
-
-class _Grid:
-    """Nodes 0..n-1 answering through ghofl's ClientApp handler, each with its own Context."""
-
-    def __init__(self, node_cfgs: list[dict[str, Any]], run_cfg: dict[str, Any]) -> None:
-        self.contexts = [Context(1, i, cfg, RecordDict(), run_cfg)  # type: ignore[arg-type]
-                         for i, cfg in enumerate(node_cfgs)]
-        self.pushed: dict[str, tuple[int, Any]] = {}
-
-    def get_node_ids(self) -> list[int]:
-        return list(range(len(self.contexts)))
-
-    def push_messages(self, messages: list[Any]) -> list[str]:
-        ids = []
-        for m in messages:
-            mid = f"m{len(self.pushed)}"
-            self.pushed[mid] = (int(m.metadata.dst_node_id), m.content)
-            ids.append(mid)
-        return ids
-
-    def pull_messages(self, ids: set[str]) -> list[Any]:
-        out = []
-        for mid in sorted(ids):
-            node, content = self.pushed.pop(mid)
-            out.append(SimpleNamespace(
-                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=mid),
-                has_error=lambda: False, content=handle_query(content, self.contexts[node])))
-        return out
 
 
 @pytest.fixture
@@ -98,7 +66,7 @@ def _run(fed: dict[str, Any], out: str, **extra: Any) -> dict[str, Any]:
     cfg = {**fed["cfg"], "out-dir": str(fed["root"] / out), **extra}
     node_cfgs = fed["node_cfgs"] if "roster" in extra else [  # plain: no identities
         {"partition-id": i} for i in range(NODES)]
-    return server_app.run_federation(_Grid(node_cfgs, cfg), cfg, fed["root"] / out, {})
+    return server_app.run_federation(FakeGrid(node_cfgs, cfg), cfg, fed["root"] / out, {})
 
 
 def _expected(fed: dict[str, Any], model_dir: Path, nodes: int = NODES
@@ -168,7 +136,7 @@ def test_secure_evaluation_stage_equals_the_nodes_local_evaluations(
     assert "flower federated evaluation" in (model_dir / "MODEL_CARD.md").read_text()
 
 
-class _Silent(_Grid):
+class _Silent(FakeGrid):
     """A grid whose node 3 fails on the model message (it scores nothing); the replies kept."""
 
     def __init__(self, node_cfgs: list[dict[str, Any]], run_cfg: dict[str, Any]) -> None:
@@ -280,7 +248,7 @@ def test_evaluation_options_are_checked(tmp_path: Path) -> None:
         ev.score_model({"../x": b""}, np.zeros((1, 2)), np.zeros(1, dtype=np.int64))
 
 
-class _NoHistogram(_Grid):
+class _NoHistogram(FakeGrid):
     """A plain grid whose node 0 returns its sums without the OOD score histogram."""
 
     def pull_messages(self, ids: set[str]) -> list[Any]:

@@ -22,6 +22,7 @@ from ghofl.errors import StatsValidationError
 from ghofl.stats import ClientStats, StatsMeta, _laws, compute_stats
 from ghofl.stats.client_stats.laws import _check_symmetric
 from ghofl.stats.schema import pack_upper, unpack_upper
+from tests.helpers import assert_overflow_refused
 
 F64 = NDArray[np.float64]
 
@@ -173,13 +174,7 @@ def test_refusal_names_the_class_and_its_smallest_eigenvalue(k: float) -> None:
 def test_refusal_of_entries_beyond_the_float_range_of_the_scale() -> None:
     """Off-diagonal entries so far beyond a tiny diagonal that M / σ² overflows: refused (no
     eigenvalue exists in range: it reads −inf)."""
-    d = 3
-    m = np.eye(d) * 1e-10
-    m[0, 1] = m[1, 0] = 1e300
-    meta = StatsMeta("full", d, ("only",))
-    with pytest.raises(StatsValidationError, match=r"class 'only' .* smallest eigenvalue is "
-                       r"-inf times the scale"):
-        ClientStats(meta, counts=np.array([4]), sums=np.zeros((1, d)), class_scatter=m[None])
+    assert_overflow_refused(3)
 
 
 def test_pooled_refusal_names_b() -> None:
