@@ -21,16 +21,16 @@ and refitted on all rows (90 % + 10 % totals) for the test score. What is chosen
   not} ∪ {as shipped at λ ∈ FED3R_LAMBDAS};
 - FedCOF default (γ = 1) and FedCOF tuned (γ ∈ FEDCOF_GAMMAS), ``fedcof`` head on
   :func:`~ghofl.moments.fedcof.fedcof_statistics` of the clients' means;
-- ghofl: nearest class mean (the ``ncm`` head: FedNCM's classifier, here on the securely
-  summed class sums of a ``means`` upload), default naive Bayes on ``diag`` sums, LDA and
-  ridge on ``pooled`` sums and QDA on ``full`` sums (where C·d² ≤ FULL_LIMIT), and LDA /
-  ridge on ``gram`` sums of public random projections (and, with ``--pca``, of the public Tiny-ImageNet principal basis of
-  ``bench_accuracy_bytes.py``; CIFAR-10 only) at the largest k whose upload fits each peer's
-  bytes, each in float64 and float32 transport; and LDA / ridge (QDA where C·d² ≤
-  FULL_LIMIT) on FedCOF's estimate from the same means-only upload as FedCOF (setting
-  ``means (FedCOF estimate)``, float64 and float32 transport; the heads' data-driven shrinkage
-  reads the estimate's degrees of freedom). At each peer's bytes ghofl's setting and head are
-  chosen on validation.
+- ghofl: nearest class mean (the ``ncm`` head: FedNCM's classifier, here on the securely summed
+  class sums of a ``means`` upload), default naive Bayes on ``diag`` sums, LDA and ridge on
+  ``pooled`` sums and QDA on ``full`` sums (where C·d² ≤ FULL_LIMIT), and LDA / ridge on ``gram``
+  sums of public random projections (and, with ``--pca``, of the public Tiny-ImageNet principal
+  basis of ``bench_accuracy_bytes.py``; CIFAR-10 only) at the largest k whose upload fits each
+  peer's bytes, each in float64 and float32 transport; and LDA / ridge (QDA where C·d² ≤
+  FULL_LIMIT) on FedCOF's estimate from the same means-only upload as FedCOF (setting ``means
+  (FedCOF estimate)``, float64 and float32 transport; the heads' data-driven shrinkage reads the
+  estimate's degrees of freedom). At each peer's bytes ghofl's setting and head are chosen on
+  validation.
 
 Secure aggregation: every ghofl setting but the FedCOF estimate uploads sums, which the server
 may receive only summed over the clients; the estimate, like FedCOF, needs every client's class
