@@ -69,6 +69,7 @@ from ghofl.bench.dp_anchors import (
     per_run_epsilon,
 )
 from ghofl.bench.features import Features, load_features
+from ghofl.bench.provenance import CODE_KEY, code_version
 from ghofl.bench.report import markdown_table, write_json
 from ghofl.client.encoders import default_clip_norm
 from ghofl.client.job import ClientJob
@@ -216,7 +217,8 @@ def _stamp(part: dict[str, Any], f: Features, clip: float, upload: str,
     return {**part, "upload": upload, "clip": clip, "n_train": len(f.y_train),
             "n_test": len(f.y_test), "encoder": f.encoder_name, "resolution": RESOLUTION,
             "grid": [vars(g) for g in grid], "machine": harness.machine_summary(),
-            "date": time.strftime("%Y-%m-%d")}
+            "date": time.strftime("%Y-%m-%d"),
+            CODE_KEY: code_version(Path(__file__).resolve().parents[1])}
 
 
 def part_name(dataset: str, eps: float | None, seed: int | None) -> str:

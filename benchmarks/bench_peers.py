@@ -78,6 +78,7 @@ from ghofl.bench.peers import (
     linear_predict,
     split_validation,
 )
+from ghofl.bench.provenance import CODE_KEY
 from ghofl.bench.report import markdown_table, write_json
 from ghofl.data.partition import dirichlet_partition
 from ghofl.data.registry import subsample
@@ -406,7 +407,7 @@ def measure(ctx: harness.Context) -> dict[str, Any] | None:
                                                            else f" @ {RESOLUTION} px"),
                          "subset": [per_train, per_test], "pca_basis": basis,
                          "machine": harness.machine_summary(),
-                         "date": time.strftime("%Y-%m-%d")})
+                         "date": time.strftime("%Y-%m-%d"), CODE_KEY: ctx.code_version()})
             name = part_name(ds, k, seed)
             parts[name] = part
             ctx.log(f"{name}: {time.perf_counter() - t:.0f} s {part['seconds']}")

@@ -10,7 +10,8 @@ files, the section writer and the terminal. A benchmark that reports timings
 (``timings=True``) also gets :data:`ALLOW_BUSY_FLAG`: it refuses to measure on a busy
 machine (:func:`check_quiet`) unless given that flag, and the load at its start and end is
 recorded beside its timings, under ``machine_load`` in each section's results
-(:func:`load_sentence` states it). :func:`find_data_dir`, :func:`median_times` (the
+(:func:`load_sentence` states it). Every measurement records the commit it measured and its
+section names it (:mod:`ghofl.bench.provenance`). :func:`find_data_dir`, :func:`median_times` (the
 medians of side-by-side repeats), :func:`run_rows` (a grid whose finished rows survive an
 interrupted run) and :func:`stated_machine` (the machine and date lines of results saved
 before they were recorded) are the shared pieces a ``measure`` uses; :func:`in_order` gives a
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ghofl.bench.provenance import CODE_KEY, code_sentence, code_version
 from ghofl.bench.quiet import MachineLoad, machine_load
 from ghofl.bench.report import machine_summary, read_section, replace_section, write_json
 from ghofl.errors import GhoflError
@@ -139,6 +141,10 @@ class Context:
         """The saved results file ``name`` (``default`` when it does not exist)."""
         path = self.results_dir / name
         return json.loads(path.read_text()) if path.exists() else default
+
+    def code_version(self) -> dict[str, Any] | None:
+        """The commit measured now, for results saved in parts (:mod:`~ghofl.bench.provenance`)."""
+        return code_version(self.root)
 
     def save(self, name: str, data: Any) -> None:
         """Write the results file ``name`` atomically (never under ``--no-write``)."""
@@ -298,13 +304,27 @@ def _with_load(measured: Mapping[str, Any], start: MachineLoad,
             for marker, data in measured.items()}
 
 
+def _with_code(bench: Benchmark, measured: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``measured`` with the code version in each section saved as one results file.
+
+    A section saved in parts records it in each part (:meth:`Context.code_version`).
+    """
+    rec = None if measured is None else code_version(bench.root)
+    if measured is None or rec is None:
+        return measured
+    return {m: {**data, CODE_KEY: rec}
+            if isinstance(data, Mapping) and bench.section(m).load is None else data
+            for m, data in measured.items()}
+
+
 def _measure(bench: Benchmark, ctx: Context) -> Mapping[str, Any] | None:
     """``bench.measure(ctx)``, behind :func:`check_quiet` for a timing benchmark.
 
-    Not checked again in a process a checked benchmark started (its worker).
+    The code version is recorded (:func:`_with_code`). Not checked again in a process a
+    checked benchmark started (its worker).
     """
     if not bench.timings or os.environ.get(_CHECKED_ENV):
-        return bench.measure(ctx)
+        return _with_code(bench, bench.measure(ctx))
     start = check_quiet(bool(ctx.args.allow_busy))
     forced = bool(start.busy_reasons())
     os.environ[_CHECKED_ENV] = "1"
@@ -312,7 +332,7 @@ def _measure(bench: Benchmark, ctx: Context) -> Mapping[str, Any] | None:
         measured = bench.measure(ctx)
     finally:
         del os.environ[_CHECKED_ENV]
-    return None if measured is None else _with_load(measured, start, forced)
+    return None if measured is None else _with_code(bench, _with_load(measured, start, forced))
 
 
 def find_data_dir(root: Path, required: bool = True) -> Path | None:
@@ -517,6 +537,8 @@ def render_sections(
         if sec.states_machine:
             data = {**data, **stated_machine(data, read_section(text or "", marker))}
         body = sec.render(data).rstrip()
+        if (code := code_sentence(data)) and code not in body:
+            body += "\n\n" + code
         text = replace_section(text, marker, body, first=sec.first)
         bodies[marker] = body
         if side_products and sec.after_render is not None:

@@ -1,0 +1,94 @@
+"""Which code a benchmark section measured: the git commit recorded beside its results.
+
+A benchmark that measures records :func:`code_version` in its results (the harness does it for
+every section saved as one file; a benchmark that saves its results in parts records it in
+each part), and the section names it (:func:`code_sentence`), so a reader sees at a glance
+whether a section is older than the code it describes. Results are usually measured on a tree
+with the change under test not yet committed: the record then also counts the changed source
+files (under ``src/`` and ``benchmarks/``, results excluded), which land with the results.
+Results saved before this existed name no commit.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CODE_KEY", "code_sentence", "code_version", "recorded_versions"]
+
+#: The key under which results (or each part of them) carry :func:`code_version`.
+CODE_KEY = "code"
+#: Source paths whose uncommitted changes a record counts (results and the report excluded).
+_SOURCES = ("src", "benchmarks", ":(exclude)benchmarks/results")
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def code_version(root: Path) -> dict[str, Any] | None:
+    """The commit checked out at ``root`` and how many source files differ from it.
+
+    Parameters
+    ----------
+    root : Path
+        The repository root.
+
+    Returns
+    -------
+    dict or None
+        ``{"commit": 12 hex digits, "changed_files": int}``; ``None`` outside a git checkout
+        (an installed package) or without git.
+    """
+    head = _git(root, "rev-parse", "--short=12", "HEAD")
+    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", *_SOURCES)
+    if head is None or status is None:
+        return None
+    return {"commit": head.strip(), "changed_files": len(status.splitlines())}
+
+
+def recorded_versions(results: Any) -> list[dict[str, Any]]:
+    """The code records in ``results``: its own, or one per part (``{"parts": {name: part}}``)."""
+    if not isinstance(results, Mapping):
+        return []
+    parts = results.get("parts")
+    found = parts.values() if isinstance(parts, Mapping) else [results]
+    return [p[CODE_KEY] for p in found
+            if isinstance(p, Mapping) and isinstance(p.get(CODE_KEY), Mapping)]
+
+
+def _one(rec: Mapping[str, Any]) -> str:
+    n = int(rec.get("changed_files", 0))
+    changes = "" if n == 0 else (f" with {n} changed source file{'s' if n > 1 else ''}, "
+                                 "committed with these results")
+    return f"commit `{rec['commit']}`{changes}"
+
+
+def code_sentence(results: Any) -> str:
+    """The sentence naming the code a section measured (``""`` when none is recorded).
+
+    One record: "Code measured: commit `abc…`." Parts measured at several commits: each
+    commit and how many parts it measured, in the order first seen.
+    """
+    recs = recorded_versions(results)
+    if not recs:
+        return ""
+    counts: dict[str, int] = {}
+    for rec in recs:
+        counts[_one(rec)] = counts.get(_one(rec), 0) + 1
+    parts = isinstance(results, Mapping) and isinstance(results.get("parts"), Mapping)
+    if len(counts) == 1 and not parts:
+        return f"Code measured: {next(iter(counts))}."
+    total = len(results["parts"]) if parts else len(recs)
+    listed = "; ".join(f"{what} ({n} part{'s' if n > 1 else ''})" for what, n in counts.items())
+    untracked = total - len(recs)
+    older = "" if not untracked else (
+        f"; {untracked} older part{'s name' if untracked > 1 else ' names'} no commit")
+    return f"Code measured: {listed}{older}."

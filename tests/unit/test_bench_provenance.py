@@ -1,0 +1,97 @@
+"""Benchmark sections name the commit they measured (ghofl.bench.provenance and the harness)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ghofl.bench import harness
+from ghofl.bench.harness import Benchmark, Section
+from ghofl.bench.provenance import code_sentence, code_version, recorded_versions
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    """A repository with one committed source file and one committed results file."""
+    root = tmp_path / "repo"
+    for rel in ("src/m.py", "benchmarks/results/r.json", "notes.txt"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("0\n")
+    _git(root.parent, "init", "-q", str(root))
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    return root
+
+
+def test_code_version_counts_changed_sources_but_not_results(repo: Path) -> None:
+    head = _git(repo, "rev-parse", "--short=12", "HEAD")
+    assert code_version(repo) == {"commit": head, "changed_files": 0}
+    (repo / "benchmarks" / "results" / "r.json").write_text("1\n")  # results: not source
+    (repo / "notes.txt").write_text("1\n")  # outside src/ and benchmarks/
+    (repo / "src" / "new.py").write_text("untracked\n")  # not yet added: not counted
+    assert code_version(repo) == {"commit": head, "changed_files": 0}
+    (repo / "src" / "m.py").write_text("1\n")
+    assert code_version(repo) == {"commit": head, "changed_files": 1}
+
+
+def test_code_version_outside_a_checkout_is_none(tmp_path: Path) -> None:
+    assert code_version(tmp_path) is None
+
+
+def test_the_sentence_names_one_commit_or_each_commit_of_the_parts() -> None:
+    one = {"commit": "abc123abc123", "changed_files": 0}
+    dirty = {"commit": "abc123abc123", "changed_files": 2}
+    assert code_sentence({"rows": [], "code": one}) == "Code measured: commit `abc123abc123`."
+    assert code_sentence({"code": dirty}) == (
+        "Code measured: commit `abc123abc123` with 2 changed source files, committed with "
+        "these results.")
+    parts = {"parts": {"a.json": {"code": one}, "b.json": {"code": one},
+                       "c.json": {"code": {"commit": "def456def456", "changed_files": 1}},
+                       "d.json": {"rows": []}}}
+    assert code_sentence(parts) == (
+        "Code measured: commit `abc123abc123` (2 parts); commit `def456def456` with 1 changed "
+        "source file, committed with these results (1 part); 1 older part names no commit.")
+    assert len(recorded_versions(parts)) == 3
+    assert code_sentence({"rows": []}) == "" and code_sentence([1, 2]) == ""
+    assert code_sentence({"parts": {"a.json": {"rows": []}}}) == ""
+
+
+def _bench(root: Path, in_parts: bool) -> Benchmark:
+    script = root / "benchmarks" / "bench_toy.py"
+
+    def measure(ctx: harness.Context) -> dict[str, Any]:
+        if in_parts:
+            return {"toy": {"parts": {"p.json": {"x": 1, "code": ctx.code_version()}}}}
+        return {"toy": {"x": 1}}
+
+    def load(path: Path) -> dict[str, Any]:
+        raise AssertionError("measured results render without reading the parts back")
+
+    return Benchmark(script=str(script), description="toy", measure=measure,
+                     sections=(Section("toy", "toy" if in_parts else "toy.json",
+                                       lambda r: "## Toy", load=load if in_parts else None),))
+
+
+@pytest.mark.parametrize("in_parts", [False, True])
+def test_a_measured_section_names_its_commit(repo: Path, in_parts: bool) -> None:
+    (repo / "src" / "m.py").write_text("changed\n")
+    out = repo / "B.md"
+    harness.main(_bench(repo, in_parts), ["--out", str(out)])
+    head = _git(repo, "rev-parse", "--short=12", "HEAD")
+    assert (f"## Toy\n\nCode measured: commit `{head}` with 1 changed source file, committed "
+            "with these results") in out.read_text()
+    if not in_parts:  # a one-file section saves the record with its results
+        saved = json.loads((repo / "benchmarks" / "results" / "toy.json").read_text())
+        assert saved["code"] == {"commit": head, "changed_files": 1}
