@@ -77,7 +77,8 @@ bench: $(VENV)/.stamp-$(BENCH_EXTRAS)
 	$(PY) benchmarks/bench_defaults.py
 	$(PY) benchmarks/bench_defaults_cv.py
 	$(PY) benchmarks/bench_accuracy_bytes.py
-	$(PY) benchmarks/bench_peers.py --datasets trec,cifar10
+	$(PY) benchmarks/bench_peers.py
+	$(PY) benchmarks/bench_tiny_levers.py
 	$(PY) benchmarks/bench_cifar10c.py
 	$(PY) benchmarks/bench_predict.py
 	$(PY) benchmarks/bench_ood.py

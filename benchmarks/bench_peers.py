@@ -104,6 +104,10 @@ PEERS = ("FedNCM", "Fed3R", "FedCOF")
 #: ghofl's default heads per upload mode
 HEADS = {"means": ("ncm",), "diag": ("nb",), "pooled": ("lda", "ridge"),
          "gram": ("lda", "ridge"), "full": ("qda",)}
+#: ghofl's heads also tuned on validation, as the peers are (``pooled`` settings): the
+#: parameter and its candidates beside the default ``"auto"``
+TUNED = {"lda": ("shrinkage", (0.001, 0.003, 0.01, 0.03, 0.1, 0.2, 0.3, 0.5)),
+         "ridge": ("alpha", (1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3))}
 #: ghofl's setting on FedCOF's estimate from the clients' means (not secure-aggregatable)
 ESTIMATE = "means (FedCOF estimate)"
 
@@ -212,12 +216,33 @@ def ghofl_records(totals: dict[Any, ClientStats], sets: list[dict[str, Any]], c:
             fit = totals[(label, dt, "fit")]
             held = totals.get((label, dt, "val"))
             full = fit if held is None else fit + held
+            nbytes = schema_for(s["mode"]).nbytes(c, k, float_dtype=dt)
             for h in heads:
                 v, t = _both(fit, full, h, val, test)
                 out.append({"family": "ghofl", "method": f"ghofl {h}", "setting": label,
                             "dtype": dt, "config": "default", "secure": True,
-                            "bytes": schema_for(s["mode"]).nbytes(c, k, float_dtype=dt),
-                            "val": v, "test": t})
+                            "bytes": nbytes, "val": v, "test": t})
+            if s["mode"] == "pooled":
+                out += [{**r, "setting": label, "dtype": dt, "secure": True, "bytes": nbytes}
+                        for r in tuned_records(fit, full, val, test)]
+    return out
+
+
+def tuned_records(fit: ClientStats, full: ClientStats, val: Rows,
+                  test: Rows) -> list[dict[str, Any]]:
+    """LDA and ridge with their coefficient chosen on validation (the default ``"auto"`` among
+    the candidates of :data:`TUNED`), refitted on all rows for the test score."""
+    out = []
+    for h, (param, grid) in TUNED.items():
+        cands: list[Any] = ["auto", *grid]
+        vals = [_acc(make_head(h, **{param: a}).fit_from_stats(fit).predict(val[0]), val[1])
+                for a in cands]
+        best = cands[int(np.argmax(vals))]
+        test_acc = _acc(make_head(h, **{param: best}).fit_from_stats(full).predict(test[0]),
+                        test[1])
+        out.append({"family": "ghofl", "method": f"ghofl {h} (tuned)",
+                    "config": f"{param} = {best if best == 'auto' else format(best, 'g')}",
+                    "choice": best, "val": max(vals), "test": test_acc})
     return out
 
 
@@ -478,7 +503,7 @@ def _ghofl_table(cell: dict[tuple[str, ...], list[Any]]) -> str:
         if recs[0]["family"] == "ghofl":
             key = (recs[0]["bytes"], s, dt, secure(recs[0]))
             rows.setdefault(key, {})[m[6:]] = fmt_mean_se(_vals(recs))
-    heads = ("ncm", "lda", "ridge", "qda", "nb")
+    heads = ("ncm", "lda", "lda (tuned)", "ridge", "ridge (tuned)", "qda", "nb")
     body = [[s, dt, _yes(sec), _kb(b), *(v.get(h, "–") for h in heads)]
             for (b, s, dt, sec), v in sorted(rows.items())]
     return markdown_table(["ghofl upload", "transport", "secure sum", "KB / client",
@@ -567,9 +592,14 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
         "(features augmented by 1) with a float64 Cholesky solve, normalised or raw weights); "
         f"FedCOF (`fedcof` on its estimate from the clients' means) at γ = 1 and tuned, γ ∈ "
         f"{{{', '.join(f'{v:g}' for v in FEDCOF_GAMMAS)}}}. Peers' bytes: float64 uploads "
-        "(symmetric matrices as upper triangles). ghofl: default heads, LDA / ridge on "
-        "`pooled`, QDA on `full` (C·d² ≤ 1e8), LDA / ridge on `gram` of public projections at "
-        "the largest k fitting each peer's bytes, float64 and float32 transport; and LDA / "
+        "(symmetric matrices as upper triangles). ghofl: default heads, `ncm` on `means` "
+        "(FedNCM's classifier on the securely summed class sums and counts), naive Bayes on "
+        "`diag`, LDA / ridge on `pooled` (also *tuned*, as the peers are: the coefficient "
+        "chosen on validation among the default and "
+        f"{{{', '.join(f'{v:g}' for v in TUNED['lda'][1])}}} (LDA shrinkage) or "
+        f"{{{', '.join(f'{v:g}' for v in TUNED['ridge'][1])}}} (ridge a)), QDA on `full` "
+        "(C·d² ≤ 1e8), LDA / ridge on `gram` of public projections at the largest k fitting "
+        "each peer's bytes, float64 and float32 transport; and LDA / "
         f"ridge (QDA where C·d² ≤ 1e8) on `{ESTIMATE}`: FedCOF's covariance estimate "
         "(`ghofl.moments.fedcof.fedcof_statistics`, `ghofl aggregate --estimate fedcof`) from "
         "the same means-only upload as FedCOF, so the same bytes, the heads' data-driven "
@@ -613,7 +643,7 @@ def plot(data: dict[str, Any], results_dir: Path) -> None:
                               else ("black", "tab:gray"))[dt != "float64"]
                     ax.scatter([b], [acc], s=14, alpha=0.7,
                                marker={"ncm": "D", "lda": "o", "ridge": "s", "qda": "^",
-                                       "nb": "x"}[m[6:]],
+                                       "nb": "x"}[m[6:].split()[0]],
                                color=colour)
             ax.set_xscale("log")
             ax.legend(fontsize=7, loc="lower right")

@@ -114,3 +114,27 @@ def test_errors_name_the_fix(bench: ModuleType) -> None:
         bench._features("mnist", None, 0, 0)
     with pytest.raises(BenchmarkError, match=r"a 'pca' setting needs the public basis: pass"):
         bench._spec({"proj": "pca", "k": 8, "mode": "gram"}, 16, 0, None)
+
+
+def test_tuned_heads_choose_on_validation_among_the_default_and_the_grid(
+    bench: ModuleType,
+) -> None:
+    from ghofl.stats import compute_stats
+    from ghofl.stats.meta import EncoderInfo
+
+    rng = np.random.default_rng(3)
+    centres = rng.normal(size=(3, 6)) * 1.5
+    y = rng.integers(0, 3, 300)
+    x = centres[y] + rng.normal(size=(300, 6))
+    info = EncoderInfo(name="toy", dim=6)
+    fit = compute_stats(x[:200], y[:200], ("a", "b", "c"), "pooled", info)
+    full = compute_stats(x[:250], y[:250], ("a", "b", "c"), "pooled", info)
+    val, test = (x[200:250], y[200:250]), (x[250:], y[250:])
+    recs = {r["method"]: r for r in bench.tuned_records(fit, full, val, test)}
+    assert set(recs) == {"ghofl lda (tuned)", "ghofl ridge (tuned)"}
+    for head, (param, grid) in bench.TUNED.items():
+        rec = recs[f"ghofl {head} (tuned)"]
+        assert rec["choice"] == "auto" or rec["choice"] in grid
+        assert rec["config"].startswith(f"{param} = ")
+        default_val, _ = bench._both(fit, full, head, val, test)
+        assert rec["val"] >= default_val  # the default is a candidate

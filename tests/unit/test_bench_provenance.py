@@ -40,10 +40,12 @@ def test_code_version_counts_changed_sources_but_not_results(repo: Path) -> None
     assert code_version(repo) == {"commit": head, "changed_files": 0}
     (repo / "benchmarks" / "results" / "r.json").write_text("1\n")  # results: not source
     (repo / "notes.txt").write_text("1\n")  # outside src/ and benchmarks/
-    (repo / "src" / "new.py").write_text("untracked\n")  # not yet added: not counted
+    (repo / "benchmarks" / "results" / "new.json").write_text("1\n")
     assert code_version(repo) == {"commit": head, "changed_files": 0}
     (repo / "src" / "m.py").write_text("1\n")
     assert code_version(repo) == {"commit": head, "changed_files": 1}
+    (repo / "benchmarks" / "bench_new.py").write_text("new\n")  # a new script counts too
+    assert code_version(repo) == {"commit": head, "changed_files": 2}
 
 
 def test_code_version_outside_a_checkout_is_none(tmp_path: Path) -> None:

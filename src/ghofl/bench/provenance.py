@@ -36,6 +36,9 @@ def _git(root: Path, *args: str) -> str | None:
 def code_version(root: Path) -> dict[str, Any] | None:
     """The commit checked out at ``root`` and how many source files differ from it.
 
+    Changed, added, deleted and new (untracked, not ignored) files under ``src/`` and
+    ``benchmarks/`` count; results under ``benchmarks/results/`` do not.
+
     Parameters
     ----------
     root : Path
@@ -48,7 +51,7 @@ def code_version(root: Path) -> dict[str, Any] | None:
         (an installed package) or without git.
     """
     head = _git(root, "rev-parse", "--short=12", "HEAD")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", *_SOURCES)
+    status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", *_SOURCES)
     if head is None or status is None:
         return None
     return {"commit": head.strip(), "changed_files": len(status.splitlines())}

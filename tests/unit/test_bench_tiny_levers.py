@@ -1,0 +1,64 @@
+"""benchmarks/bench_tiny_levers.py: the levers' table, the verdict and the errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.helpers import load_script
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load_script(BENCH / "bench_tiny_levers.py", "bench_tiny_levers")  # type: ignore[return-value]
+
+
+def _part(lever: str, lda: float, ridge: float, probe: float | None = None) -> dict[str, Any]:
+    part: dict[str, Any] = {
+        "lever": lever, "transform": lever, "dim": 8, "upload_bytes": 2e6,
+        "heads": {"lda": {"test": lda, "choice": 0.2}, "ridge": {"test": ridge, "choice": 1.0}},
+        "lda_sweep": {"0.1": lda - 0.01, "0.3": lda + 0.002}, "seconds": {"stats": 1.0},
+        "machine": "m", "date": "2026-12-06"}
+    if probe is not None:
+        part["probe"] = {"test": probe, "seconds": 1.0, "details": {}}
+    return part
+
+
+def test_render_judges_the_best_default_head_against_the_raw_probe(bench: ModuleType) -> None:
+    parts = {"raw": _part("raw", 0.6669, 0.6605, probe=0.6805),
+             "x+sqrt": _part("x+sqrt", 0.6699, 0.6657)}
+    text = bench.render({"parts": parts})
+    assert ("best default head lda on `x+sqrt`: 66.99 %, -1.06 points from the probe on raw "
+            "features (68.05 %); target ≥ −0.5: NOT met.") in text
+    assert "| `raw` | raw | 8 | 2.0 | 66.69 | 66.05 | 66.89 (a = 0.3) | 68.05 |" in text
+    parts["x+sqrt"]["heads"]["ridge"]["test"] = 0.6760
+    assert "ridge on `x+sqrt`: 67.60 %, -0.45 points" in bench.render({"parts": parts})
+    assert "target ≥ −0.5: met." in bench.render({"parts": parts})
+
+
+def test_without_the_raw_probe_there_is_no_verdict(bench: ModuleType) -> None:
+    assert "Verdict: –" in bench.render({"parts": {"sqrt": _part("sqrt", 0.5, 0.4)}})
+
+
+def test_levers_map_features_and_name_their_errors(bench: ModuleType,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from ghofl.bench.harness import BenchmarkError
+
+    x = np.abs(np.random.default_rng(0).normal(size=(40, 6)))
+    fmap, what = bench.lever_map("x+sqrt", None)
+    assert what == "x+sqrt" and fmap(x).shape == (40, 12)
+    np.testing.assert_array_equal(bench.lever_map("raw", None)[0](x), x)
+    monkeypatch.setattr(bench, "ANCHORS", 8)
+    kmap, name = bench.lever_map("rbf", x)
+    assert name.startswith("x+sqrt+rbf:") and "(8 CIFAR-10 anchors" in name
+    assert kmap(x).shape == (40, 12 + 8)
+    with pytest.raises(BenchmarkError, match=r"lever 'rbf' needs the public CIFAR-10 features"):
+        bench.lever_map("rbf", None)
+    with pytest.raises(BenchmarkError, match=r"unknown lever 'pca'; choose from raw, sqrt"):
+        bench.lever_map("pca", None)
