@@ -261,8 +261,12 @@ def test_no_module_imports_a_higher_layer() -> None:
 
 def test_the_flower_client_app_does_not_load_scipy_stats_torch_or_the_simulator() -> None:
     """A SuperNode starts one ClientApp process per message: its import stays light (no
-    scipy.stats, torch or simulator)."""
-    heavy = ("scipy.stats", "torch", "ghofl.server.simulation", "ghofl.heads.lda", "ghofl.heads.qda")
+    scipy, torch, simulator, heads or evaluation stage; a stage loads what it needs)."""
+    heavy = ("scipy", "scipy.stats", "scipy.linalg", "scipy.special", "torch",
+             "ghofl.server.simulation", "ghofl.server.job", "ghofl.heads.base",
+             "ghofl.heads.registry", "ghofl.heads.lda", "ghofl.heads.qda", "ghofl.moments",
+             "ghofl.evaluation", "ghofl.integrations.flower.eval_node",
+             "ghofl.integrations.flower.evaluation")
     code = ("import sys; import ghofl.integrations.flower.client_app; "
             f"print([m for m in {heavy!r} if m in sys.modules])")
     pytest.importorskip("flwr", reason="flwr is not installed: pip install 'ghofl[flower]'")
@@ -271,7 +275,7 @@ def test_the_flower_client_app_does_not_load_scipy_stats_torch_or_the_simulator(
     assert out.stdout.strip() == "[]", out.stderr
 
 
-@pytest.mark.parametrize("package", ["ghofl", "ghofl.server"])
+@pytest.mark.parametrize("package", ["ghofl", "ghofl.server", "ghofl.heads"])
 def test_lazy_facades_resolve_every_exported_name(package: str) -> None:
     import importlib
 

@@ -9,18 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ghofl._lazy import lazy_attributes
-from ghofl.heads.base import Head
-from ghofl.heads.registry import (
-    available_heads,
-    head_class,
-    load_head,
-    make_head,
-    parse_head_list,
-    register_head,
-    save_head,
-)
 
 if TYPE_CHECKING:
+    from ghofl.heads.base import Head
     from ghofl.heads.fed3r import Fed3RHead
     from ghofl.heads.fedcgs import FedCGSHead
     from ghofl.heads.fedcof import FedCOFHead
@@ -30,9 +21,25 @@ if TYPE_CHECKING:
     from ghofl.heads.ncm import NCMHead
     from ghofl.heads.protohyper import ProtoHyperHead
     from ghofl.heads.qda import QDAHead
+    from ghofl.heads.registry import (
+        available_heads,
+        head_class,
+        load_head,
+        make_head,
+        parse_head_list,
+        register_head,
+        save_head,
+    )
     from ghofl.heads.ridge import RidgeHead
 
+#: Every exported name -> the module that defines it. The base class and the registry are
+#: loaded on first use too (they import scipy), so that a module needing only a light piece of
+#: the package (:mod:`ghofl.heads.presets`' names) does not load them.
 _CLASSES = {
+    "Head": "ghofl.heads.base",
+    **{name: "ghofl.heads.registry" for name in (
+        "available_heads", "head_class", "load_head", "make_head", "parse_head_list",
+        "register_head", "save_head")},
     "NBDiagHead": "ghofl.heads.nb",
     "LDAHead": "ghofl.heads.lda",
     "QDAHead": "ghofl.heads.qda",

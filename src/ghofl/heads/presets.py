@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from ghofl.errors import ConfigError
-from ghofl.heads.registry import head_defaults
 
 _TRAINING_PAPER: dict[str, Any] = {
     "fisher_shrinkage": 0.05,
@@ -121,6 +120,8 @@ def merge_preset(
     -------
     dict of str to dict
     """
+    from ghofl.heads.registry import head_defaults  # loads the heads' base class (scipy)
+
     check_preset(preset)
     out = {k: dict(v) for k, v in (head_params or {}).items()}
     for name in names:

@@ -101,14 +101,9 @@ from ghofl.integrations.flower import (  # noqa: E402
     TIMINGS_KEY,
 )
 from ghofl.integrations.flower._config import job_meta, node_policy  # noqa: E402
-from ghofl.integrations.flower.eval_node import (  # noqa: E402
-    answer_model,
-    node_statistics,
-    round_payload,
-    saved_payload,
-)
-from ghofl.integrations.flower.evaluation import (  # noqa: E402
+from ghofl.integrations.flower._eval_keys import (  # noqa: E402
     MODEL_RECORD,
+    eval_fraction,
     is_vector_meta,
 )
 from ghofl.integrations.flower.records import (  # noqa: E402
@@ -215,6 +210,8 @@ def _answer(content: RecordDict, context: Context, run_cfg: dict[str, Any],
     node_cfg = effective_node_config(context.node_config)
     me = NodeIdentity.from_node_config(node_cfg, context.node_id)
     if MODEL_RECORD in content:  # the evaluation stage's model (flower.evaluation)
+        from ghofl.integrations.flower.eval_node import answer_model  # the model's modules
+
         setup = run_setup(context.run_id, run_cfg)
         return answer_model(content, context, setup, data_source(node_cfg, run_cfg))
     with clock.phase(DECODE):
@@ -442,10 +439,13 @@ def _lazy(source: Path, setup: RunSetup, cache: object, info: dict[str, Any]
     def make() -> ClientStats:
         from ghofl.client.stats_cache import cached_statistics
 
-        part = node_statistics(source, setup, setup.run_config)
-        if part is not None:
-            info["stats-cached"] = False
-            return part
+        if eval_fraction(setup.run_config) > 0.0:  # the evaluation stage's modules, then only
+            from ghofl.integrations.flower.eval_node import node_statistics
+
+            part = node_statistics(source, setup, setup.run_config)
+            if part is not None:
+                info["stats-cached"] = False
+                return part
         stats, info["stats-cached"] = cached_statistics(
             source, setup.job, str(cache) if isinstance(cache, str) and cache else None)
         return stats
@@ -462,6 +462,8 @@ def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, s
                           "privacy_cost": setup.privacy_cost()}
     if isinstance(request, AdvertiseRequest):  # a new round: forget any earlier one
         if is_vector_meta(request.meta):  # the evaluation stage's vector round
+            from ghofl.integrations.flower.eval_node import round_payload
+
             return SecAggClient(client_id, round_payload(context, setup, request.meta,
                                                          request.params), **kw)
         return SecAggClient(client_id, stats, meta=job_meta(setup.job, _input_dim(source)),
@@ -473,6 +475,8 @@ def _secure_client(me: NodeIdentity, request: ServerMessage, context: Context, s
             "this round (it missed the advertise stage)"
         )
     if is_vector_meta(str(saved.get("meta", ""))):
+        from ghofl.integrations.flower.eval_node import saved_payload
+
         return SecAggClient.from_state(dict(saved), saved_payload(context), **kw)
     return SecAggClient.from_state(dict(saved), stats, encode=encode, **kw)
 
