@@ -69,7 +69,7 @@ from ghofl.bench.dp_anchors import (
     per_run_epsilon,
 )
 from ghofl.bench.features import Features, load_features
-from ghofl.bench.provenance import CODE_KEY, code_version
+from ghofl.bench.provenance import CODE_KEY
 from ghofl.bench.report import markdown_table, write_json
 from ghofl.client.encoders import default_clip_norm
 from ghofl.client.job import ClientJob
@@ -213,12 +213,11 @@ def run_reference(f: Features, clip: float, upload: tuple[str, int],
 
 
 def _stamp(part: dict[str, Any], f: Features, clip: float, upload: str,
-           grid: tuple[SGDConfig, ...]) -> dict[str, Any]:
+           grid: tuple[SGDConfig, ...], code: dict[str, Any] | None) -> dict[str, Any]:
     return {**part, "upload": upload, "clip": clip, "n_train": len(f.y_train),
             "n_test": len(f.y_test), "encoder": f.encoder_name, "resolution": RESOLUTION,
             "grid": [vars(g) for g in grid], "machine": harness.machine_summary(),
-            "date": time.strftime("%Y-%m-%d"),
-            CODE_KEY: code_version(Path(__file__).resolve().parents[1])}
+            "date": time.strftime("%Y-%m-%d"), CODE_KEY: code}
 
 
 def part_name(dataset: str, eps: float | None, seed: int | None) -> str:
@@ -251,7 +250,8 @@ def measure_modes(ctx: harness.Context, block: tuple[int, int]) -> dict[str, Any
                     clip: float = clip) -> dict[str, float]:
                 return _ghofl(f, clip, upload, DPConfig(eps, DELTA, noise), k, seed)
 
-            part = _stamp(run_modes(run, ds, eps, block, ks, ctx.log), f, clip, tag, ())
+            part = _stamp(run_modes(run, ds, eps, block, ks, ctx.log), f, clip, tag, (),
+                          ctx.code_version())
             name = modes_part_name(ds, eps, block)
             parts[name] = part
             ctx.log(f"{name}: {time.perf_counter() - t:.0f} s")
@@ -288,7 +288,7 @@ def measure(ctx: harness.Context) -> dict[str, Any] | None:
             t = time.perf_counter()
             part = (run_reference(f, clip, upload, ks) if eps is None
                     else run_part(f, clip, eps, seed or 0, ks, grid, upload))
-            part = _stamp(part, f, clip, tag, grid)
+            part = _stamp(part, f, clip, tag, grid, ctx.code_version())
             name = part_name(ds, eps, seed)
             parts[name] = part
             ctx.log(f"{name}: {time.perf_counter() - t:.0f} s "

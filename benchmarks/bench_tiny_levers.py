@@ -198,7 +198,8 @@ def render(data: dict[str, Any]) -> str:
         f"fixed shrinkage of {{{', '.join(f'{s:g}' for s in SHRINKAGES)}}} that scores best "
         "on the test set, a bound no default can beat. *Probe*: the centralised "
         "logistic-regression probe on the same features (standardised, C by 3-fold "
-        "cross-validation; the chosen C in the part's `details`). Upload: one client's `pooled` payload, float64.",
+        "cross-validation; the chosen C in the part's `details`). "
+        "Upload: one client's `pooled` payload, float64.",
         "",
         markdown_table(["lever", "features", "d", "upload MB", *(f"{h} %" for h in HEADS),
                         "LDA, best fixed a (oracle) %", "probe on these features %"], rows),

@@ -97,3 +97,18 @@ def test_a_measured_section_names_its_commit(repo: Path, in_parts: bool) -> None
     if not in_parts:  # a one-file section saves the record with its results
         saved = json.loads((repo / "benchmarks" / "results" / "toy.json").read_text())
         assert saved["code"] == {"commit": head, "changed_files": 1}
+
+
+def test_the_record_is_the_commit_when_the_run_started(repo: Path) -> None:
+    """A commit made while a benchmark runs is not what it measured."""
+    def measure(ctx: harness.Context) -> dict[str, Any]:
+        (repo / "src" / "m.py").write_text("during\n")
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
+        return {"toy": {"x": 1, "part": ctx.code_version()}}
+
+    start = _git(repo, "rev-parse", "--short=12", "HEAD")
+    bench = Benchmark(script=str(repo / "benchmarks" / "bench_toy.py"), description="toy",
+                      measure=measure, sections=(Section("toy", "toy.json", lambda r: "## T"),))
+    harness.main(bench, ["--out", str(repo / "B.md")])
+    saved = json.loads((repo / "benchmarks" / "results" / "toy.json").read_text())
+    assert saved["code"] == saved["part"] == {"commit": start, "changed_files": 0}

@@ -121,11 +121,16 @@ class Section:
 
 @dataclass(frozen=True)
 class Context:
-    """What a running benchmark may use: its paths, its arguments and the log."""
+    """What a running benchmark may use: its paths, its arguments and the log.
+
+    ``code`` is the code version when the run started (:func:`~ghofl.bench.provenance.
+    code_version`; ``None`` outside a git checkout); ``"now"`` reads it on first use.
+    """
 
     root: Path
     args: argparse.Namespace
     out: Path
+    code: dict[str, Any] | str | None = "now"
 
     @property
     def results_dir(self) -> Path:
@@ -143,8 +148,10 @@ class Context:
         return json.loads(path.read_text()) if path.exists() else default
 
     def code_version(self) -> dict[str, Any] | None:
-        """The commit measured now, for results saved in parts (:mod:`~ghofl.bench.provenance`)."""
-        return code_version(self.root)
+        """The commit this run measures (read when it started), for results saved in parts."""
+        if self.code == "now":
+            object.__setattr__(self, "code", code_version(self.root))
+        return None if isinstance(self.code, str) else self.code
 
     def save(self, name: str, data: Any) -> None:
         """Write the results file ``name`` atomically (never under ``--no-write``)."""
@@ -304,12 +311,12 @@ def _with_load(measured: Mapping[str, Any], start: MachineLoad,
             for marker, data in measured.items()}
 
 
-def _with_code(bench: Benchmark, measured: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """``measured`` with the code version in each section saved as one results file.
+def _with_code(bench: Benchmark, measured: Mapping[str, Any] | None,
+               rec: dict[str, Any] | None) -> Mapping[str, Any] | None:
+    """``measured`` with the code version ``rec`` in each section saved as one results file.
 
     A section saved in parts records it in each part (:meth:`Context.code_version`).
     """
-    rec = None if measured is None else code_version(bench.root)
     if measured is None or rec is None:
         return measured
     return {m: {**data, CODE_KEY: rec}
@@ -324,7 +331,7 @@ def _measure(bench: Benchmark, ctx: Context) -> Mapping[str, Any] | None:
     checked benchmark started (its worker).
     """
     if not bench.timings or os.environ.get(_CHECKED_ENV):
-        return _with_code(bench, bench.measure(ctx))
+        return _with_code(bench, bench.measure(ctx), ctx.code_version())
     start = check_quiet(bool(ctx.args.allow_busy))
     forced = bool(start.busy_reasons())
     os.environ[_CHECKED_ENV] = "1"
@@ -332,7 +339,8 @@ def _measure(bench: Benchmark, ctx: Context) -> Mapping[str, Any] | None:
         measured = bench.measure(ctx)
     finally:
         del os.environ[_CHECKED_ENV]
-    return None if measured is None else _with_code(bench, _with_load(measured, start, forced))
+    return None if measured is None else _with_code(bench, _with_load(measured, start, forced),
+                                                    ctx.code_version())
 
 
 def find_data_dir(root: Path, required: bool = True) -> Path | None:
@@ -560,7 +568,7 @@ def main(bench: Benchmark, argv: Sequence[str] | None = None) -> None:
         The arguments (default ``sys.argv[1:]``).
     """
     args = bench.parser().parse_args(argv)
-    ctx = Context(root=bench.root, args=args, out=args.out)
+    ctx = Context(root=bench.root, args=args, out=args.out, code=code_version(bench.root))
     try:
         measured: Mapping[str, Any] | None = None
         if not args.report_only:
