@@ -31,6 +31,9 @@ def test_settings_put_a_ghofl_upload_at_or_below_every_budget(bench: ModuleType)
             assert any(schema_for(s["mode"]).nbytes(c, s["k"] or d, float_dtype=dt) <= b
                        for s in sets)
     assert not any(s["mode"] == "full" for s in bench.settings_for(200, 1280, budgets, False))
+    pca = [s["k"] for s in bench.settings_for(10, 1280, [7_000_000, 100_000], True)
+           if s["proj"] == "pca"]
+    assert pca and max(pca) <= bench.PCA_MAX_K  # the public basis holds 768 directions
     assert bench.part_name("trec", 10, 2) == "trec-K10-s2.json"
 
 
