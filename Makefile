@@ -77,7 +77,7 @@ bench: $(VENV)/.stamp-$(BENCH_EXTRAS)
 	$(PY) benchmarks/bench_defaults.py
 	$(PY) benchmarks/bench_defaults_cv.py
 	$(PY) benchmarks/bench_accuracy_bytes.py
-	$(PY) benchmarks/bench_peers.py
+	$(PY) benchmarks/bench_peers.py --pca
 	$(PY) benchmarks/bench_tiny_levers.py
 	$(PY) benchmarks/bench_cifar10c.py
 	$(PY) benchmarks/bench_predict.py

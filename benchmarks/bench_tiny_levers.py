@@ -146,12 +146,18 @@ def measure(ctx: harness.Context) -> dict[str, Any] | None:
     public = _features("cifar10", data_dir).x_train if "rbf" in todo else None
     for v in todo:
         t = time.perf_counter()
-        part = parts[v] if v in parts and not args.fresh else run_lever(f, v, public, ctx.log)
+        stamp = {"machine": harness.machine_summary(), "date": time.strftime("%Y-%m-%d"),
+                 CODE_KEY: ctx.code_version()}
+        old = parts.get(v, {})
+        if v in parts and not args.fresh:
+            part = dict(old)  # only the probe is added: the heads keep their own stamp
+        else:
+            part = {**run_lever(f, v, public, ctx.log), **stamp}
+            if "probe" in old and v not in probes:
+                part["probe"] = old["probe"]  # measured on the same features: kept
         if v in probes:
-            part["probe"] = probe(f, v, public)
+            part["probe"] = {**probe(f, v, public), **stamp}
             ctx.log(f"  {v} probe: {100 * part['probe']['test']:.2f} %")
-        part.update({"machine": harness.machine_summary(), "date": time.strftime("%Y-%m-%d"),
-                     CODE_KEY: ctx.code_version()})
         parts[v] = part
         ctx.log(f"{v}: {time.perf_counter() - t:.0f} s")
         if not args.no_write:
@@ -172,18 +178,21 @@ def render(data: dict[str, Any]) -> str:
         default = max(p["heads"].items(), key=lambda kv: kv[1]["test"])
         if best is None or default[1]["test"] > best[1]:
             best = (f"{default[0]} on `{v}`", default[1]["test"])
+        here = p.get("probe", {}).get("test")
         rows.append([f"`{v}`", p["transform"], f"{p['dim']:,}",
                      f"{p['upload_bytes'] / 1e6:.1f}",
                      *(_pct(p["heads"][h]["test"]) for h in HEADS),
-                     f"{_pct(oracle[1])} (a = {oracle[0]})",
-                     _pct(p.get("probe", {}).get("test"))])
+                     f"{_pct(oracle[1])} (a = {oracle[0]})", _pct(here),
+                     "–" if here is None else f"{100 * (default[1]['test'] - here):+.2f}"])
     raw_probe = parts.get("raw", {}).get("probe", {}).get("test")
     verdict = "–"
     if best is not None and raw_probe is not None:
         gap = 100 * (best[1] - raw_probe)
-        verdict = (f"best default head {best[0]}: {100 * best[1]:.2f} %, {gap:+.2f} points from "
-                   f"the probe on raw features ({100 * raw_probe:.2f} %); target ≥ −{MARGIN}: "
-                   f"{'met' if gap >= -MARGIN else 'NOT met'}.")
+        verdict = (f"the highest default head {best[0]}: {100 * best[1]:.2f} %, {gap:+.2f} "
+                   f"points from the probe on raw features ({100 * raw_probe:.2f} %); target ≥ "
+                   f"−{MARGIN}: {'met' if gap >= -MARGIN else 'NOT met'}. The lever and head "
+                   "are the best of the table's test scores (an upper bound on a choice made "
+                   "without the test set), so a miss is a miss for every choice.")
     machines = sorted({str(p.get("machine")) for p in parts.values() if p.get("machine")})
     dates = sorted({str(p.get("date")) for p in parts.values() if p.get("date")})
     return "\n".join([
@@ -202,7 +211,8 @@ def render(data: dict[str, Any]) -> str:
         "Upload: one client's `pooled` payload, float64.",
         "",
         markdown_table(["lever", "features", "d", "upload MB", *(f"{h} %" for h in HEADS),
-                        "LDA, best fixed a (oracle) %", "probe on these features %"], rows),
+                        "LDA, best fixed a (oracle) %", "probe on these features %",
+                        "best default head − that probe (points)"], rows),
         "",
         f"Verdict: {verdict}",
         "",

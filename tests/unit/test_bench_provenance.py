@@ -55,16 +55,19 @@ def test_code_version_outside_a_checkout_is_none(tmp_path: Path) -> None:
 def test_the_sentence_names_one_commit_or_each_commit_of_the_parts() -> None:
     one = {"commit": "abc123abc123", "changed_files": 0}
     dirty = {"commit": "abc123abc123", "changed_files": 2}
-    assert code_sentence({"rows": [], "code": one}) == "Code measured: commit `abc123abc123`."
+    assert code_sentence({"rows": [], "code": one}) == (
+        "Latest run measured commit `abc123abc123`.")
     assert code_sentence({"code": dirty}) == (
-        "Code measured: commit `abc123abc123` with 2 changed source files, committed with "
-        "these results.")
-    parts = {"parts": {"a.json": {"code": one}, "b.json": {"code": one},
-                       "c.json": {"code": {"commit": "def456def456", "changed_files": 1}},
-                       "d.json": {"rows": []}}}
+        "Latest run measured commit `abc123abc123` with 2 changed source files, committed "
+        "with these results.")
+    parts = {"parts": {"c.json": {"code": {"commit": "def456def456", "changed_files": 1}},
+                       "a.json": {"code": one}, "b.json": {"code": one},
+                       "d.json": {"rows": []}, "e.json": {"code": {"changed_files": 0}}}}
+    # in part-name order whatever the order they were added in; a record without a commit
+    # counts as none
     assert code_sentence(parts) == (
         "Code measured: commit `abc123abc123` (2 parts); commit `def456def456` with 1 changed "
-        "source file, committed with these results (1 part); 1 older part names no commit.")
+        "source file, committed with these results (1 part); 2 parts name no commit.")
     assert len(recorded_versions(parts)) == 3
     assert code_sentence({"rows": []}) == "" and code_sentence([1, 2]) == ""
     assert code_sentence({"parts": {"a.json": {"rows": []}}}) == ""
@@ -92,7 +95,8 @@ def test_a_measured_section_names_its_commit(repo: Path, in_parts: bool) -> None
     out = repo / "B.md"
     harness.main(_bench(repo, in_parts), ["--out", str(out)])
     head = _git(repo, "rev-parse", "--short=12", "HEAD")
-    assert (f"## Toy\n\nCode measured: commit `{head}` with 1 changed source file, committed "
+    said = "Code measured:" if in_parts else "Latest run measured"
+    assert (f"## Toy\n\n{said} commit `{head}` with 1 changed source file, committed "
             "with these results") in out.read_text()
     if not in_parts:  # a one-file section saves the record with its results
         saved = json.loads((repo / "benchmarks" / "results" / "toy.json").read_text())

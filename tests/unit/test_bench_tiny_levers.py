@@ -34,9 +34,10 @@ def test_render_judges_the_best_default_head_against_the_raw_probe(bench: Module
     parts = {"raw": _part("raw", 0.6669, 0.6605, probe=0.6805),
              "x+sqrt": _part("x+sqrt", 0.6699, 0.6657)}
     text = bench.render({"parts": parts})
-    assert ("best default head lda on `x+sqrt`: 66.99 %, -1.06 points from the probe on raw "
-            "features (68.05 %); target ≥ −0.5: NOT met.") in text
-    assert "| `raw` | raw | 8 | 2.0 | 66.69 | 66.05 | 66.89 (a = 0.3) | 68.05 |" in text
+    assert ("the highest default head lda on `x+sqrt`: 66.99 %, -1.06 points from the probe "
+            "on raw features (68.05 %); target ≥ −0.5: NOT met.") in text
+    assert "| `raw` | raw | 8 | 2.0 | 66.69 | 66.05 | 66.89 (a = 0.3) | 68.05 | -1.36 |" in text
+    assert "| `x+sqrt` | x+sqrt | 8 | 2.0 | 66.99 | 66.57 | 67.19 (a = 0.3) | – | – |" in text
     parts["x+sqrt"]["heads"]["ridge"]["test"] = 0.6760
     assert "ridge on `x+sqrt`: 67.60 %, -0.45 points" in bench.render({"parts": parts})
     assert "target ≥ −0.5: met." in bench.render({"parts": parts})
@@ -62,3 +63,38 @@ def test_levers_map_features_and_name_their_errors(bench: ModuleType,
         bench.lever_map("rbf", None)
     with pytest.raises(BenchmarkError, match=r"unknown lever 'pca'; choose from raw, sqrt"):
         bench.lever_map("pca", None)
+
+
+def test_a_probe_added_later_keeps_the_heads_stamp_and_fresh_keeps_the_probe(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    from argparse import Namespace
+    from types import SimpleNamespace
+
+    from ghofl.bench import harness
+
+    monkeypatch.setattr(bench, "_features", lambda *a: SimpleNamespace())
+    runs: list[str] = []
+
+    def run_lever(f: Any, v: str, public: Any, log: Any) -> dict[str, Any]:
+        runs.append(v)
+        return {**_part(v, 0.6, 0.5), "machine": "m", "date": "d"}
+
+    monkeypatch.setattr(bench, "run_lever", run_lever)
+    monkeypatch.setattr(bench, "probe", lambda f, v, p: {"test": 0.7, "seconds": 1.0,
+                                                          "details": {}})
+
+    def measure(levers: str, probe: str, fresh: bool, code: str) -> dict[str, Any]:
+        args = Namespace(levers=levers, probe=probe, fresh=fresh, no_write=False)
+        ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md",
+                              code={"commit": code, "changed_files": 0})
+        return bench.measure(ctx)["tiny_levers"]["parts"]  # type: ignore[no-any-return]
+
+    first = measure("sqrt", "", False, "aaa")["sqrt"]
+    assert runs == ["sqrt"] and first["code"]["commit"] == "aaa" and "probe" not in first
+    later = measure("sqrt", "sqrt", False, "bbb")["sqrt"]
+    assert runs == ["sqrt"]  # only the probe ran
+    assert later["code"]["commit"] == "aaa" and later["probe"]["code"]["commit"] == "bbb"
+    again = measure("sqrt", "", True, "ccc")["sqrt"]  # --fresh heads, no --probe
+    assert runs == ["sqrt", "sqrt"] and again["code"]["commit"] == "ccc"
+    assert again["probe"]["code"]["commit"] == "bbb"  # the saved probe is kept

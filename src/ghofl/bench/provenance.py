@@ -62,9 +62,10 @@ def recorded_versions(results: Any) -> list[dict[str, Any]]:
     if not isinstance(results, Mapping):
         return []
     parts = results.get("parts")
-    found = parts.values() if isinstance(parts, Mapping) else [results]
-    return [p[CODE_KEY] for p in found
-            if isinstance(p, Mapping) and isinstance(p.get(CODE_KEY), Mapping)]
+    # parts in name order, as they load from disk, so a re-render states them alike
+    found = [parts[k] for k in sorted(parts)] if isinstance(parts, Mapping) else [results]
+    return [p[CODE_KEY] for p in found if isinstance(p, Mapping)
+            and isinstance(p.get(CODE_KEY), Mapping) and "commit" in p[CODE_KEY]]
 
 
 def _one(rec: Mapping[str, Any]) -> str:
@@ -77,8 +78,10 @@ def _one(rec: Mapping[str, Any]) -> str:
 def code_sentence(results: Any) -> str:
     """The sentence naming the code a section measured (``""`` when none is recorded).
 
-    One record: "Code measured: commit `abc…`." Parts measured at several commits: each
-    commit and how many parts it measured, in the order first seen.
+    One record (a section saved as one file): "Latest run measured commit `abc…`." (a
+    benchmark that keeps rows of earlier runs beside new ones records only the latest run).
+    Parts: each commit and how many parts it measured, in the order first seen in part-name
+    order; parts without a record are counted as naming no commit.
     """
     recs = recorded_versions(results)
     if not recs:
@@ -88,10 +91,10 @@ def code_sentence(results: Any) -> str:
         counts[_one(rec)] = counts.get(_one(rec), 0) + 1
     parts = isinstance(results, Mapping) and isinstance(results.get("parts"), Mapping)
     if len(counts) == 1 and not parts:
-        return f"Code measured: {next(iter(counts))}."
+        return f"Latest run measured {next(iter(counts))}."
     total = len(results["parts"]) if parts else len(recs)
     listed = "; ".join(f"{what} ({n} part{'s' if n > 1 else ''})" for what, n in counts.items())
     untracked = total - len(recs)
     older = "" if not untracked else (
-        f"; {untracked} older part{'s name' if untracked > 1 else ' names'} no commit")
+        f"; {untracked} part{'s name' if untracked > 1 else ' names'} no commit")
     return f"Code measured: {listed}{older}."
