@@ -221,11 +221,14 @@ def _model(rows: list[dict[str, Any]]) -> tuple[tuple[float, float, float], floa
 def render(results: dict[str, Any]) -> str:
     rows = results["rows"]
     lines = ["## Hierarchical secure aggregation (`benchmarks/bench_secure_regions.py`)", "",
-             f"Measured {results['date']}; the run took {results['minutes']:.1f} min on a "
-             f"shared machine (other jobs ran beside it: seconds are upper bounds). Machine: "
-             f"{results['machine']}. Regions of a fixed size S, each a default authenticated "
-             f"secure round (t and k sized for n = S), then one secure round over the R = n/S "
-             f"regional sums; C = {C}, mode `pooled`, {N} samples per client, R = {CLIP:g}, "
+             f"Measured {results['date']}; the run took {results['minutes']:.1f} min"
+             + (f" ({harness.load_sentence(results)[:-1]})" if "machine_load" in results
+                else " on a shared machine (other jobs ran beside it: seconds are upper "
+                "bounds)")
+             + f". Machine: {results['machine']}. Regions of a fixed size S, each a default "
+             "authenticated secure round (t and k sized for n = S), then one secure round "
+             f"over the R = n/S regional sums; C = {C}, mode `pooled`, {N} samples per "
+             f"client, R = {CLIP:g}, "
              "2 limbs. One process, clients one after another: s per client is the regional "
              "clients' time (statistics included) over n (the median and fastest region: the "
              "same per region, the fastest being the least disturbed by other jobs); wall is "
