@@ -87,8 +87,8 @@ def code_sentence(results: Any) -> str:
     if not recs:
         return ""
     counts: dict[str, int] = {}
-    for rec in recs:
-        counts[_one(rec)] = counts.get(_one(rec), 0) + 1
+    for what in map(_one, recs):
+        counts[what] = counts.get(what, 0) + 1
     parts = isinstance(results, Mapping) and isinstance(results.get("parts"), Mapping)
     if len(counts) == 1 and not parts:
         return f"Latest run measured {next(iter(counts))}."
