@@ -1,7 +1,10 @@
 """Noise-aware shrinkage of the LDA on differentially private statistics (issue 41).
 
 The post-processed release keeps its public noise levels (:class:`NoisyStats`); the analytic
-error criterion of the pooled covariance reads them (:func:`release_noise`).
+error criterion of the pooled covariance reads them (:func:`release_noise`): the noise of the
+means always, the noise of the covariance where the post-processing left it (``full`` mode;
+``pooled`` and ``gram`` releases are denoised, :func:`ghofl.privacy.postprocess.
+denoise_covariance`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import pytest
 
 from ghofl.bench.synthetic import SyntheticSplit, gaussian_classes
 from ghofl.errors import StatsValidationError
-from ghofl.heads.lda import LDAHead
+from ghofl.heads.lda import LDAHead, lda_covariance_choice
 from ghofl.moments.core import compute_moments
 from ghofl.moments.criteria import (
     ANALYTIC_GRID,
@@ -59,7 +62,7 @@ def test_release_keeps_its_noise_levels(data: tuple[SyntheticSplit, ClientStats]
 
 
 def test_release_noise_from_the_public_levels(data: tuple[SyntheticSplit, ClientStats]) -> None:
-    _, total = data
+    s, total = data
     m = compute_moments(total)
     assert release_noise(total, m.counts, m.means) is None  # exact statistics: no noise
     noisy = _release(total, 0.5)
@@ -68,10 +71,20 @@ def test_release_noise_from_the_public_levels(data: tuple[SyntheticSplit, Client
     noise = release_noise(noisy, mn.counts, mn.means)
     assert noise is not None
     sig = noisy.noise_sigma
-    dof = mn.n_samples - C
-    centring = 4 * sig["sums"] ** 2 * float(np.sum(mn.means**2)) / D
-    assert noise.entry_var == pytest.approx((sig["scatter"] ** 2 + centring) / dof**2)
+    # pooled: the post-processing denoised the covariance, only the means keep their noise
+    assert noise.entry_var == 0.0
     np.testing.assert_allclose(noise.mean_var, sig["sums"] ** 2 / mn.counts**2)
+    # full: the summed class scatters carry C noises, plus the centring's
+    full = dp_release(compute_stats(s.x_train, s.y_train, C, "full", clip_norm=R), R, 0.5,
+                      seed=5)
+    mf = compute_moments(full)
+    nf = release_noise(full, mf.counts, mf.means)
+    assert nf is not None
+    sf = full.noise_sigma
+    centring = 4 * sf["sums"] ** 2 * float(np.sum(mf.means**2)) / D
+    assert nf.entry_var == pytest.approx((C * sf["class_scatter"] ** 2 + centring)
+                                         / (mf.n_samples - C) ** 2)
+    np.testing.assert_allclose(nf.mean_var, sf["sums"] ** 2 / mf.counts**2)
 
 
 def test_zero_noise_leaves_the_criterion_unchanged(
@@ -97,12 +110,20 @@ def test_zero_noise_leaves_the_criterion_unchanged(
     assert np.all(loud >= plain - 1e-12) and np.any(loud > plain + 1e-3)
 
 
-def test_chosen_shrinkage_rises_with_the_noise(data: tuple[SyntheticSplit, ClientStats]) -> None:
+def test_the_fitted_covariance_flattens_as_the_noise_grows(
+        data: tuple[SyntheticSplit, ClientStats]) -> None:
+    """The denoised release and the chosen shrinkage together: the LDA's covariance is better
+    conditioned the louder the noise, and beats the noise-blind fit (projection to the PSD cone,
+    criterion of exact statistics) at every noise level."""
     s, total = data
-    shrink = [_lda(_release(total, z), s)[0] for z in (0.05, 1.0, 4.0, 16.0)]
-    assert all(b > a for a, b in itertools.pairwise(shrink)), shrink
-    # the criterion that ignores the noise shrinks less at the largest noise
-    assert _lda(_release(total, 16.0, aware=False), s)[0] < shrink[-1]
+    conds, accs, blind = [], [], []
+    for z in (0.05, 1.0, 4.0, 16.0):
+        cov, _ = lda_covariance_choice(compute_moments(_release(total, z)), "auto")
+        conds.append(float(np.linalg.cond(cov)))
+        accs.append(_lda(_release(total, z), s)[1])
+        blind.append(_lda(_release(total, z, aware=False), s)[1])
+    assert all(b < a for a, b in itertools.pairwise(conds)), conds
+    assert all(a > b for a, b in zip(accs, blind, strict=True)), (accs, blind)
 
 
 def test_large_epsilon_approaches_the_non_private_lda(

@@ -15,6 +15,8 @@ from ghofl.privacy import (
     DPConfig,
     auto_fractions,
     block_names,
+    denoise_covariance,
+    denoised_eigenvalues,
     entry_scales,
     floor_noise_bulk,
     noise_aware_within,
@@ -117,7 +119,8 @@ def test_noise_aware_within_is_exact_without_noise_and_definite_with_it() -> Non
     noisy = w + 3.0 * np.diag(rng.standard_normal(6)) - 2000.0 * np.eye(6)
     out = noise_aware_within(noisy, 100.0, 2, 1.0, 30.0, counts)
     assert np.allclose(out, out.T)
-    # the pooled and gram releases floor the eigenvalues of W/(N - C) at nu = sigma_B/(N - C)
+    # the pooled and gram releases' denoised eigenvalues of W/(N - C) are at least
+    # nu = sigma_B/(N - C)
     assert np.linalg.eigvalsh(out)[0] == pytest.approx(30.0, rel=1e-9)
 
 
@@ -145,3 +148,44 @@ def test_simulate_tells_the_split_the_sample_count_and_reports_it() -> None:
     assert res.privacy["expected_samples"] == 900 and res.privacy["budget_split"] == "auto"
     assert res.privacy["fractions"] == pytest.approx(
         auto_fractions("gram", 3, 6, res.privacy["noise_multiplier"], 900))
+
+
+def _wigner(rng: np.random.Generator, d: int, nu: float) -> np.ndarray:
+    """Symmetric Gaussian noise: sd nu on the diagonal, nu/sqrt(2) off it (N2s)."""
+    g = rng.standard_normal((d, d)) * nu / math.sqrt(2.0)
+    return np.asarray(np.triu(g, 1) + np.triu(g, 1).T + np.diag(rng.standard_normal(d) * nu))
+
+
+def test_denoised_eigenvalues_recover_a_flat_spectrum_from_the_noise_bulk() -> None:
+    """P = c I plus noise whose semicircle spreads the eigenvalues over c +- nu sqrt(2d):
+    the denoised ones are back at c (the noise is zero-mean: their mean stays c)."""
+    rng = np.random.default_rng(3)
+    d, c, nu = 400, 5.0, 0.08
+    lam = np.linalg.eigvalsh(c * np.eye(d) + _wigner(rng, d, nu))
+    assert np.ptp(lam) > 1.8 * nu * math.sqrt(2.0 * d)  # the bulk: c +- nu sqrt(2d)
+    xi = denoised_eigenvalues(lam, nu)
+    assert np.max(np.abs(xi - c)) < 0.25 * nu * math.sqrt(2.0 * d)  # the noisy: about 1
+    assert np.mean(xi) == pytest.approx(c, rel=1e-3)
+    np.testing.assert_array_equal(denoised_eigenvalues(lam, 0.0), lam)  # no noise: unchanged
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_denoised_covariance_is_nearer_the_truth_than_the_floored_one(seed: int) -> None:
+    """A spiked covariance (a few strong directions over a weak bulk) under noise comparable
+    to the bulk: the denoised estimate is nearer the noiseless matrix than the noisy one with
+    its eigenvalues floored at nu, and along each of its eigenvectors it estimates the
+    noiseless variance better."""
+    rng = np.random.default_rng(seed)
+    d, nu = 200, 0.01
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    ev = np.concatenate([np.linspace(4.0, 1.0, 10), rng.uniform(0.02, 0.2, d - 10)])
+    truth = (q * ev) @ q.T
+    noisy = truth + _wigner(rng, d, nu)
+    lam, v = np.linalg.eigh(noisy)
+    floored = (v * np.maximum(lam, nu)) @ v.T
+    out = denoise_covariance(noisy, nu)
+    assert np.linalg.norm(out - truth) < 0.8 * np.linalg.norm(floored - truth)
+    oracle = np.einsum("ji,jk,ki->i", v, truth, v)  # v_i' P v_i
+    xi = denoised_eigenvalues(lam, nu)
+    assert np.linalg.norm(xi - oracle) < 0.5 * np.linalg.norm(np.maximum(lam, nu) - oracle)
+    assert np.linalg.eigvalsh(out)[0] >= nu * (1 - 1e-9)

@@ -49,11 +49,13 @@ W = H g, H = (Σ_tot + λ)⁻¹, by the residual and degrees of freedom of the n
   parts gives E[tr(Wᵀ e)] = Σ_c v_c·δ_c exactly, with the divergence
   δ_c = tr(H)(1 − (N − 1) q_c/N_c) − (N − 1)‖W_c‖²/N_c, q_c = g_cᵀ H g_c, W_c = H g_c;
 * the second moments' noise, of standard deviation ν on the diagonal of Σ_tot, spreads its
-  spectrum down to about the edge e = ν√(2d); post-processing floors the eigenvalues the
-  noise dominates at the noise level (:mod:`ghofl.privacy.postprocess`), so in those
+  spectrum down to about the edge e = ν√(2d). A ``full`` release keeps that noise (its
+  post-processing floors the noise bulk, :mod:`ghofl.privacy.postprocess`), so in those
   directions Σ_tot under-states Σ_s, and the fit, which weighs them most, is charged
   κ = :data:`NOISE_DEPTH`·e there: tr(Wᵀ Σ_s W) ≈ tr(Wᵀ Σ_tot W) + κ‖W‖² and
-  tr(H Σ_s) ≈ df + κ tr(H).
+  tr(H Σ_s) ≈ df + κ tr(H). A ``pooled`` or ``gram`` release has its within-class scatter
+  denoised by the post-processing (each eigenvalue an estimate of the noise-free variance
+  along its eigenvector), so κ = 0 there (:func:`~ghofl.moments.noise.total_release_noise`).
 
 So RSS_s = RSS + 2(N − 1) Σ_c v_c δ_c + (N − 1) κ ‖W‖², df_s = df + κ tr(H), and
 GCV(a) = (RSS_s/N) / (1 − (df_s + 1)/N)² (a candidate with df_s + 1 ≥ N is not trusted;

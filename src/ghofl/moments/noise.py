@@ -60,10 +60,14 @@ def _levels(stats: object) -> dict[str, float]:
 def release_noise(stats: object, counts: NDArray[np.int64], means: F64) -> ReleaseNoise | None:
     """The :class:`ReleaseNoise` of the pooled (N − C) covariance of a private release.
 
-    ``stats`` is the statistics the moments were computed from. The within-class scatter
-    W̃ = B̃ − Σ_c Ã_c Ã_cᵀ/N_c carries σ_B² (or C·σ_S² summed over the classes of ``full``
-    mode) on each diagonal entry, plus the centring's 4σ_A²‖μ_c‖²/d per class on average;
-    P = W̃/(N − C). μ̂_c = Ã_c/N_c carries σ_A²/N_c².
+    ``stats`` is the statistics the moments were computed from. In ``full`` mode the
+    within-class scatter W̃ = Σ_c S̃_c − Ã_c Ã_cᵀ/N_c carries C·σ_S² on each diagonal entry,
+    plus the centring's 4σ_A²‖μ_c‖²/d per class on average; P = W̃/(N − C). In ``pooled`` and
+    ``gram`` mode the post-processing has already replaced the eigenvalues of P by estimates
+    of the noiseless variances along its eigenvectors (:func:`ghofl.privacy.postprocess.
+    denoise_covariance`), which is what the criterion's variance terms read: its entry
+    variance is 0 (counting the noise again over-shrinks, BENCHMARKS.md "dp_anchors").
+    μ̂_c = Ã_c/N_c carries σ_A²/N_c² in every mode.
 
     Parameters
     ----------
@@ -76,10 +80,11 @@ def release_noise(stats: object, counts: NDArray[np.int64], means: F64) -> Relea
         return None
     keep = counts > 0
     cnt = np.maximum(counts.astype(np.float64), 1.0)
-    dof = max(float(np.sum(cnt[keep])) - float(np.sum(keep)), 1.0)
     var_a = float(sigma.get("sums", 0.0)) ** 2
-    var_w = (float(np.sum(keep)) * float(sigma.get("class_scatter", 0.0)) ** 2
-             if getattr(stats, "mode", None) == "full" else float(sigma.get("scatter", 0.0)) ** 2)
+    if getattr(stats, "mode", None) != "full":  # W denoised by the post-processing (P3n)
+        return ReleaseNoise(0.0, var_a / cnt**2)
+    dof = max(float(np.sum(cnt[keep])) - float(np.sum(keep)), 1.0)
+    var_w = float(np.sum(keep)) * float(sigma.get("class_scatter", 0.0)) ** 2
     var_w += 4.0 * var_a * float(np.sum(means[keep] ** 2)) / means.shape[1]
     return ReleaseNoise(var_w / dof**2, var_a / cnt**2)
 
@@ -88,9 +93,11 @@ def total_release_noise(stats: object, counts: NDArray[np.int64],
                         global_mean: F64) -> ReleaseNoise | None:
     """The :class:`ReleaseNoise` of the total (N − 1) covariance and the cross-covariance.
 
-    Σ_tot = (B̃ − ã ãᵀ/N)/(N − 1), ã = Σ_c Ã_c: B̃ carries σ_B² (√C·σ_S in ``full`` mode,
-    :meth:`NoisyStats.total_scatter_sigma`) on each diagonal entry, the centring
-    4·C·σ_A²‖m‖²/d on average (m the global mean). Column c of G/(N − 1),
+    Σ_tot = (B̃ − ã ãᵀ/N)/(N − 1), ã = Σ_c Ã_c: in ``full`` mode B̃ carries C·σ_S² on each
+    diagonal entry (:meth:`NoisyStats.total_scatter_sigma`), the centring 4·C·σ_A²‖m‖²/d on
+    average (m the global mean); in ``pooled`` and ``gram`` mode the post-processing denoised
+    the within-class part of B (:func:`ghofl.privacy.postprocess.denoise_covariance`), so the
+    entry variance is 0, as in :func:`release_noise`. Column c of G/(N − 1),
     (Ã_c − N_c m̃)/(N − 1), carries σ_A²·(1 − 2π_c + C·π_c²)/(N − 1)² on each coordinate
     (the noise of the counts, rounded integers, is left out).
 
@@ -107,7 +114,10 @@ def total_release_noise(stats: object, counts: NDArray[np.int64],
     c = counts.shape[0]
     scale = max(n - 1.0, 1.0) ** 2
     var_a = float(sigma.get("sums", 0.0)) ** 2
+    pi = counts.astype(np.float64) / max(n, 1.0)
+    mean_var = var_a * (1.0 - 2.0 * pi + c * pi**2) / scale
+    if stats.mode != "full":  # W denoised by the post-processing (P3n)
+        return ReleaseNoise(0.0, mean_var)
     var_b = stats.total_scatter_sigma() ** 2
     var_b += 4.0 * c * var_a * float(global_mean @ global_mean) / global_mean.shape[0]
-    pi = counts.astype(np.float64) / max(n, 1.0)
-    return ReleaseNoise(var_b / scale, var_a * (1.0 - 2.0 * pi + c * pi**2) / scale)
+    return ReleaseNoise(var_b / scale, mean_var)

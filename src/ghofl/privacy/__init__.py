@@ -35,6 +35,8 @@ from ghofl.privacy.mechanism import (
 )
 from ghofl.privacy.postprocess import (
     clamp_counts,
+    denoise_covariance,
+    denoised_eigenvalues,
     floor_noise_bulk,
     noise_aware_covariances,
     noise_aware_shrinkage,
@@ -75,6 +77,8 @@ __all__ = [
     "calibrate_noise_multiplier",
     "check_epsilon_delta",
     "clamp_counts",
+    "denoise_covariance",
+    "denoised_eigenvalues",
     "draw_noise",
     "entry_scales",
     "flat_change",

@@ -17,6 +17,10 @@ privacy. With n_c the clamped counts and A_c the noisy sums:
   V_c = max(D̃_c − A_c²/n_c, 0) are rescaled per coordinate so that Σ_c V_c = diag W⁺, hence
   diag B = Σ_c D_c with D_c = V_c + A_c²/n_c;                                          (P3)
 * ``gram``: W = B̃ − Σ_c A_c A_cᵀ/n_c is projected as in (P2), B = W⁺ + Σ_c A_c A_cᵀ/n_c; (P3g)
+  in ``pooled`` and ``gram`` with the noise levels σ given, W is instead estimated knowing
+  the noise (P3n, :func:`noise_aware_within`): the centring's noise bias removed, and each
+  eigenvalue replaced by an estimate of the noiseless variance along its eigenvector
+  (:func:`denoise_covariance`);
 * ``diag``: D_c = max(D̃_c, A_c²/n_c) (variance clamped at 0).                        (P4)
 
 Symmetric matrices were noised as upper triangles, so they are symmetric by construction.
@@ -38,6 +42,8 @@ from ghofl.stats.schema import schema_for
 __all__ = [
     "NoisyStats",
     "clamp_counts",
+    "denoise_covariance",
+    "denoised_eigenvalues",
     "floor_noise_bulk",
     "noise_aware_covariances",
     "noise_aware_shrinkage",
@@ -183,7 +189,9 @@ def _within(w: F64, n: F64, keep: NDArray[np.bool_], sigma: Mapping[str, float] 
         return project_psd(w)
     k = int(np.count_nonzero(keep))
     notes.append("pooled within-class scatter estimated knowing the noise (P3n): noise bias "
-                 "of the centring removed, its eigenvalues floored at the noise level")
+                 "of the centring removed, its eigenvalues denoised (rotationally invariant "
+                 "estimate of the noiseless variance along each eigenvector, at least the noise "
+                 "level)")
     return noise_aware_within(w, float(n[keep].sum()), k, sigma["sums"], sigma["scatter"],
                               n[keep])
 
@@ -194,8 +202,9 @@ def noise_aware_within(w: F64, n_total: float, num_classes: int, sigma_sums: flo
 
     ``w`` is W̃ = B̃ − Σ_c Ã_c Ã_cᵀ/n_c. The centring is biased by the noise on the sums
     (E[Ã_c Ã_cᵀ] = A_c A_cᵀ + σ_A² I), so Σ_c σ_A²/n_c · I is added back; the entries of
-    P̃ = W̃/(N − C) then carry noise of standard deviation at most ν = σ_B/(N − C) (σ_B/√2
-    off the diagonal, N2s), and its eigenvalues are floored at ν (:func:`floor_noise_bulk`).
+    P̃ = W̃/(N − C) then carry noise of standard deviation ν = σ_B/(N − C) (ν/√2 off the
+    diagonal, N2s), which :func:`denoise_covariance` removes from its eigenvalues (each
+    becomes an estimate of the noiseless variance along its eigenvector, at least ν).
     Returns (N − C)·P̂.
 
     Parameters
@@ -218,11 +227,63 @@ def noise_aware_within(w: F64, n_total: float, num_classes: int, sigma_sums: flo
     dof = max(n_total - num_classes, 1.0)
     bias = sigma_sums**2 * float(np.sum(1.0 / np.maximum(counts, 1.0)))
     p = (0.5 * (w + w.T) + bias * np.eye(d)) / dof
-    return np.asarray(floor_noise_bulk(p, sigma_scatter / dof, bulk=False) * dof)
+    return np.asarray(denoise_covariance(p, sigma_scatter / dof) * dof)
 
 
-def floor_noise_bulk(pooled: F64, nu: float, floor: float = 1e-6, bulk: bool = True) -> F64:
-    """A pooled covariance from its noisy estimate, its noise bulk floored (P2n, P3n).
+#: Rows of the eigenvalue-difference matrix formed at once by :func:`denoised_eigenvalues`.
+_RIE_BLOCK = 512
+
+
+def denoised_eigenvalues(lam: F64, nu: float) -> F64:
+    """ξ (d,): the noiseless variance along each eigenvector of a noisy covariance (P3n).
+
+    ``lam`` (d,) are the eigenvalues of P̃ = P + E, E symmetric Gaussian noise of standard
+    deviation ν on the diagonal and ν/√2 off it (N2s). The rotationally invariant estimator
+    for additive noise (Bun, Bouchaud & Potters, "Cleaning large correlation matrices",
+    Physics Reports 666, 2017, §8: ξ(λ) = λ − 2σ²·h(λ), h the Hilbert transform of the
+    observed spectrum) estimates v_iᵀ P v_i, v_i the eigenvector of λ_i:
+
+        ξ_i = λ_i − 2s²·Σ_j (λ_i − λ_j)/((λ_i − λ_j)² + η²),   s² = ν²/2,
+
+    the sum smoothed at η = ν√2 (the semicircle radius ν√(2d) over √d, the scale of the
+    spacings inside the noise bulk). It moves the eigenvalues the noise spread apart back
+    toward each other: those the noise pushed below the signal rise, those it pushed above
+    fall; for P = c·I it gives c. The result is floored at ν (the noise level), so the
+    covariance stays positive definite. ν = 0 returns ``lam`` unchanged.
+    """
+    out = np.array(lam, dtype=np.float64)
+    if nu <= 0.0:
+        return out
+    s2, eta2 = 0.5 * nu * nu, 2.0 * nu * nu
+    for start in range(0, lam.shape[0], _RIE_BLOCK):
+        diff = lam[start : start + _RIE_BLOCK, None] - lam[None, :]
+        out[start : start + _RIE_BLOCK] -= 2.0 * s2 * np.sum(diff / (diff * diff + eta2), axis=1)
+    return np.maximum(out, nu)
+
+
+def denoise_covariance(pooled: F64, nu: float) -> F64:
+    """A covariance from its noisy estimate: eigenvalues :func:`denoised_eigenvalues` (P3n).
+
+    Parameters
+    ----------
+    pooled : ndarray, shape (d, d)
+        P̃, symmetric up to round-off.
+    nu : float
+        ν, the standard deviation of the noise on its diagonal entries.
+
+    Returns
+    -------
+    ndarray, shape (d, d), symmetric positive definite (eigenvalues >= ν; >= 1e-300 at ν = 0).
+    """
+    sym = 0.5 * (pooled + pooled.T)
+    lam, v = np.linalg.eigh(sym)
+    xi = np.maximum(denoised_eigenvalues(lam, nu), 1e-300)
+    out = (v * xi) @ v.T
+    return np.asarray(0.5 * (out + out.T))
+
+
+def floor_noise_bulk(pooled: F64, nu: float, floor: float = 1e-6) -> F64:
+    """A pooled covariance from its noisy estimate, its noise bulk floored (P2n).
 
     P̃ carries symmetric noise of standard deviation ν on the diagonal and ν/√2 off it (N2s),
     whose eigenvalues spread over about ±e, e = ν·√(2d) (the semicircle edge). Eigenvalues
@@ -232,9 +293,8 @@ def floor_noise_bulk(pooled: F64, nu: float, floor: float = 1e-6, bulk: bool = T
 
     which is about e/μ·e → 0 when the noise edge is small against the mean eigenvalue (the
     spectrum is signal: keep it) and tends to e when the noise edge exceeds it (the bulk is
-    noise: make it isotropic at the noise level). With ``bulk=False`` the floor is ν itself
-    (the pooled and gram releases: measured better there, BENCHMARKS.md "dp_anchors").
-    Also at least ``floor`` times the largest.
+    noise: make it isotropic at the noise level). Also at least ``floor`` times the largest.
+    (The pooled and gram releases denoise their eigenvalues instead: :func:`denoise_covariance`.)
 
     Parameters
     ----------
@@ -251,7 +311,7 @@ def floor_noise_bulk(pooled: F64, nu: float, floor: float = 1e-6, bulk: bool = T
     w, v = np.linalg.eigh(sym)
     edge = nu * math.sqrt(2.0 * d)
     mu = max(float(np.trace(sym)) / d, 1e-300)
-    tau = edge * edge / (edge + mu) if bulk else nu
+    tau = edge * edge / (edge + mu)
     w = np.maximum(w, max(tau, floor * max(float(w[-1]), 0.0), 1e-300))
     out = (v * w) @ v.T
     return np.asarray(0.5 * (out + out.T))
