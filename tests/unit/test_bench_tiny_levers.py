@@ -76,12 +76,12 @@ def test_a_probe_added_later_keeps_the_heads_stamp_and_fresh_keeps_the_probe(
     monkeypatch.setattr(bench, "_features", lambda *a: SimpleNamespace())
     runs: list[str] = []
 
-    def run_lever(f: Any, v: str, public: Any, log: Any) -> dict[str, Any]:
+    def run_lever(f: Any, v: str, fmap: Any, what: str, log: Any) -> dict[str, Any]:
         runs.append(v)
         return {**_part(v, 0.6, 0.5), "machine": "m", "date": "d"}
 
     monkeypatch.setattr(bench, "run_lever", run_lever)
-    monkeypatch.setattr(bench, "probe", lambda f, v, p: {"test": 0.7, "seconds": 1.0,
+    monkeypatch.setattr(bench, "probe", lambda f, fmap: {"test": 0.7, "seconds": 1.0,
                                                           "details": {}})
 
     def measure(levers: str, probe: str, fresh: bool, code: str) -> dict[str, Any]:
