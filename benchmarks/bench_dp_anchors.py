@@ -82,7 +82,7 @@ RESULTS = "dp_anchors"
 DELTA = 1e-5
 ALPHA = 0.5
 RESOLUTION = 224
-HEADS = ("lda", "ridge", "ncm")
+HEADS = ("lda", "ridge", "ncm", "nb")
 #: ε of the anchors' sanity check (diffprivlib's noise is then negligible).
 LARGE_EPS = 1e6
 LARGE_EPS_TEXT = "1e6"
