@@ -434,7 +434,10 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
         f"{', '.join(f'`{u}`' for u in uploads)}, clip R), Dirichlet α = {ALPHA} clients, "
         "FederationPlan / AggregationSpec(dp=DPConfig) / simulate: *central* = plain sum, the "
         "server noises the total; *distributed* = secure aggregation, each client adds a "
-        "share. Verdicts (`ghofl.bench.decide`): *at or above* when the mean difference is "
+        "share. The budget is split over the blocks these heads read (nb adds the per-class "
+        "squared sums, which the others do not read), so each row is that head fitted beside "
+        "the others on one release, not alone with the whole budget. "
+        "Verdicts (`ghofl.bench.decide`): *at or above* when the mean difference is "
         "≥ −2 standard errors of the difference; *within t* when |difference| ≤ max(t, 2 "
         "standard errors); fewer than 2 seeds: undecided. " + MODES_TEXT,
         "",
