@@ -17,7 +17,7 @@ import pytest
 from ghofl.client.job import ClientJob, client_statistics
 from ghofl.errors import InputError
 from ghofl.stats import StatsAccumulator
-from ghofl.stats.schema import SCHEMAS, mirror_lower, pack_upper, unpack_upper
+from ghofl.stats.schema import SCHEMAS, pack_upper, unpack_upper
 
 MODES = tuple(SCHEMAS)
 SAFETY = 1.0 - 2.0**-48
@@ -114,14 +114,6 @@ def test_labels_are_checked_without_the_pass_over_the_embeddings() -> None:
     with pytest.raises(InputError, match=r"client embeddings must be a 2-D array \(n, d\); got "
                        r"shape \(3,\)"):
         client_statistics((np.ones(3), np.array([0, 1, 1])), job)
-
-
-@pytest.mark.parametrize("shape", [(1, 5, 5), (3, 300, 300), (3, 900, 900)])
-def test_mirror_lower_copies_the_lower_triangles_up(shape: tuple[int, int, int]) -> None:
-    m = np.random.default_rng(0).random(shape)  # (3, 900, 900): mirrored on threads
-    low = np.tril(m)
-    mirror_lower(m)
-    np.testing.assert_array_equal(m, low + np.swapaxes(np.tril(low, -1), -1, -2))
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (2, 3, 7, 7), (0, 5, 5)])

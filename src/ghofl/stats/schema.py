@@ -169,32 +169,6 @@ def _unpack_into(out: NDArray[Any], rows: NDArray[Any], below: list[NDArray[np.b
     _mirror(out, below)
 
 
-def mirror_lower(m: NDArray[Any]) -> None:
-    """Make matrices (k, d, d) symmetric in place from their lower triangles.
-
-    The strict upper triangles are overwritten in square tiles of :data:`_MIRROR_TILE` rows
-    and columns (each tile copied from its transposed partner while both stay in cache); the
-    lower triangles and diagonals are kept. A stack of several large matrices is mirrored on
-    every core, one matrix per thread at a time (the copies release the GIL).
-    """
-    d = m.shape[-1]
-    t = _MIRROR_TILE
-    above = [np.tri(min(t, d - i0), k=-1, dtype=bool).T for i0 in range(0, d, t)]
-    threads = thread_count(m.shape[0]) if m.size >= _THREADED_MIRROR else 1
-
-    def one(k: int, _: None) -> bool:
-        a = m[k]
-        for n, i0 in enumerate(range(0, d, t)):
-            i1 = min(i0 + t, d)
-            tile = a[i0:i1, i0:i1]
-            np.copyto(tile, tile.T, where=above[n])
-            for j0 in range(i1, d, t):
-                a[i0:i1, j0 : j0 + t] = a[j0 : j0 + t, i0:i1].T
-        return True
-
-    first_failing(m.shape[0], one, lambda: None, threads)
-
-
 def _mirror(out: NDArray[Any], mask: list[NDArray[np.bool_]]) -> None:
     """Copy each matrix's upper triangle onto its lower one.
 
@@ -211,10 +185,6 @@ def _mirror(out: NDArray[Any], mask: list[NDArray[np.bool_]]) -> None:
 
 #: Entries of the output from which :func:`unpack_upper` spreads its matrices over threads.
 _THREADED_ENTRIES = 1 << 24
-#: Entries of a stack from which :func:`mirror_lower` spreads its matrices over threads.
-_THREADED_MIRROR = 1 << 21
-#: Side of the square tiles :func:`mirror_lower` copies.
-_MIRROR_TILE = 128
 
 
 #: Columns per tile when :func:`unpack_upper` mirrors a triangle.
