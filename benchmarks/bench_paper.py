@@ -79,6 +79,9 @@ CLOSED = ("nb", "lda", "qda")
 TRAINED = ("fishermix", "protohyper")
 HEADS = (*CLOSED, *TRAINED)
 PRESETS = ("paper", "default")
+#: Seconds between timed steps: each starts once the threads the step before woke (NumPy's
+#: and SciPy's OpenBLAS, PyTorch's OpenMP pool) have parked instead of spinning on the cores.
+SETTLE_S = 0.3
 STAGES = ("client_stats", "aggregation", "moments", *(f"fit_{h}" for h in HEADS),
           *(f"eval_{h}" for h in HEADS), "eval_all")
 LABELS = {"client_stats": "client statistics", "aggregation": "aggregation",
@@ -299,13 +302,13 @@ def measure_closed(setup: Setup, paper: PaperServer, repeats: int,
     }
     log(f"closed-form part: {len(fns)} steps, {repeats} repeats ...")
     with contextlib.redirect_stdout(io.StringIO()):
-        times = harness.median_times(fns, repeats, warmup=True)
+        times = harness.median_times(fns, repeats, warmup=True, settle=SETTLE_S)
     acc = {"paper": {h: paper.evaluate(h) for h in CLOSED},
            **{f"ghofl_{p}": {n: _accuracy(h, setup) for n, h in hs.items()}
               for p, hs in heads.items()}}
     return {"times": {k: v[0] for k, v in times.items()},
             "samples": {k: v[1] for k, v in times.items()}, "accuracy": acc,
-            "repeats": repeats}
+            "repeats": repeats, "settle_s": SETTLE_S}
 
 
 def measure_trained(setup: Setup, paper: PaperServer, repeats: int, eval_repeats: int,
@@ -317,7 +320,8 @@ def measure_trained(setup: Setup, paper: PaperServer, repeats: int, eval_repeats
             "paper/fit_protohyper": paper.fit_protohyper,
             **_ghofl_fns(heads, total, setup, "fit")}
     log(f"trained heads: fits, {repeats} repeats ...")
-    times = harness.median_times(fits, repeats)  # the last repeat's heads are evaluated
+    # the last repeat's heads are evaluated
+    times = harness.median_times(fits, repeats, settle=SETTLE_S)
     closed = _ghofl_heads(CLOSED)
     for hs in closed.values():
         for h in hs.values():
@@ -333,7 +337,7 @@ def measure_trained(setup: Setup, paper: PaperServer, repeats: int, eval_repeats
                 for p in PRESETS}}
     log(f"trained heads: evaluations, {eval_repeats} repeats ...")
     with contextlib.redirect_stdout(io.StringIO()):
-        times.update(harness.median_times(evals, eval_repeats, warmup=True))
+        times.update(harness.median_times(evals, eval_repeats, warmup=True, settle=SETTLE_S))
     acc = {"paper": {h: paper.evaluate(h) for h in TRAINED},
            **{f"ghofl_{p}": {n: _accuracy(h, setup) for n, h in hs.items()}
               for p, hs in heads.items()}}
@@ -427,7 +431,11 @@ def render(results: dict[str, Any]) -> str:
         f"with Dirichlet α = {any_part['alpha']:g}, {any_part['n_test']:,} test samples). "
         "Medians of side-by-side repeats (closed-form part "
         f"{parts.get('closed', {}).get('repeats', '—')}, trained fits "
-        f"{parts.get('trained', {}).get('repeats', '—')}); seconds. ghofl fits are "
+        f"{parts.get('trained', {}).get('repeats', '—')})"
+        + (f", each step timed {parts['closed']['settle_s']:g} s after the one before (once "
+           "the threads it woke, NumPy's, SciPy's or PyTorch's, have parked)"
+           if "settle_s" in parts.get("closed", {}) else "")
+        + "; seconds. ghofl fits are "
         "`fit_from_stats` of the summed statistics (moments included: row *moments*); the "
         "paper's fits start from the moments its aggregation computed. Targets (issue 40): "
         "ghofl at `--preset paper` ≤ the paper in every stage; a fit at ghofl's default ≤ "

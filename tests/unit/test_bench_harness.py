@@ -76,6 +76,16 @@ def test_median_times_side_by_side_order_and_medians() -> None:
     assert times["a"][0] == sorted(times["a"][1])[1]
 
 
+def test_median_times_settles_before_every_timed_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[object] = []
+    monkeypatch.setattr("ghofl.bench.harness.time.sleep", events.append)
+    times = median_times({"a": lambda: events.append("a"), "b": lambda: events.append("b")}, 2,
+                         warmup=True, settle=0.25)
+    # the warm-up calls are not timed, so nothing waits before them
+    assert events == ["a", "b"] + [0.25, "a", 0.25, "b"] * 2
+    assert len(times["a"][1]) == 2
+
+
 def test_median_times_rejects_zero_repeats() -> None:
     with pytest.raises(BenchmarkError, match=r"median_times needs repeats >= 1; got 0\."):
         median_times({"a": lambda: None}, 0)

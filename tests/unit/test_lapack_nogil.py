@@ -11,7 +11,7 @@ from scipy.linalg import LinAlgError, cholesky, eigh, solve_triangular
 from ghofl.errors import StatsValidationError
 from ghofl.heads._linalg import inverse_factor_into, stable_cholesky
 from ghofl.moments import GhoflWarning, compute_moments, shrink
-from ghofl.moments.core import symmetrise
+from ghofl.moments.core import class_between, symmetrise
 from ghofl.stats import compute_stats
 from ghofl.stats.lapack import potrf, sygst, trtri
 from tests.helpers import gaussian_mixture
@@ -73,6 +73,16 @@ def test_symmetrise_in_place_gives_the_values_of_the_formula(d: int) -> None:
     out = symmetrise(m)
     assert out is m
     np.testing.assert_array_equal(m, want)
+
+
+@pytest.mark.parametrize(("c", "d"), [(1, 1), (3, 7), (10, 130)])
+def test_class_between_is_the_weighted_outer_sum_in_c_order(c: int, d: int) -> None:
+    rng = np.random.default_rng(c * d)
+    sums, counts = rng.standard_normal((c, d)), rng.integers(1, 50, c).astype(np.float64)
+    out = class_between(sums, counts)
+    want = sum(np.outer(sums[k], sums[k]) / counts[k] for k in range(c))
+    assert out.shape == (d, d) and out.flags.c_contiguous
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
 
 
 def test_class_covariance_into_a_buffer_and_shrink_in_place_give_the_same_values() -> None:

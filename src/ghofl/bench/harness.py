@@ -381,7 +381,8 @@ def find_data_dir(root: Path, required: bool = True) -> Path | None:
 
 
 def median_times(
-    fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: bool = False
+    fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: bool = False,
+    settle: float = 0.0,
 ) -> dict[str, tuple[float, list[float]]]:
     """Median wall-clock seconds of each function, the functions timed side by side.
 
@@ -396,6 +397,11 @@ def median_times(
         Calls of each function (>= 1).
     warmup : bool
         Call each once, untimed, first.
+    settle : float
+        Seconds to wait, untimed, before each call, so that one step's BLAS worker threads
+        have parked before the next is timed (OpenBLAS keeps them spinning for a while after a
+        call; with two BLAS libraries in the process, NumPy's and SciPy's, the spinning
+        threads of one take the cores of the other).
 
     Returns
     -------
@@ -410,6 +416,8 @@ def median_times(
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
+            if settle > 0.0:
+                time.sleep(settle)
             t0 = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - t0)

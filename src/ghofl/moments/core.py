@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.linalg import blas
 
 from ghofl.errors import GhoflWarning as GhoflWarning  # re-exported: its home is ghofl.errors
 from ghofl.errors import StatsValidationError, UnsupportedModeError
@@ -257,7 +258,7 @@ def compute_moments(stats: ClientStats, allow_empty_classes: bool = False) -> Mo
     b = stats.total_scatter
     within = total = None
     if b is not None:
-        between = (stats.sums.T / safe) @ stats.sums  # Σ_c A_c A_cᵀ / N_c
+        between = class_between(stats.sums, safe)
         within = symmetrise(np.subtract(b, between, out=between))
         a = stats.sums.sum(axis=0)
         outer = np.outer(a, a)
@@ -278,6 +279,21 @@ def compute_moments(stats: ClientStats, allow_empty_classes: bool = False) -> Mo
         scatter_dof=dof,
         class_dof_=class_dof,
     )
+
+
+def class_between(sums: F64, counts: F64) -> F64:
+    """Σ_c A_c A_cᵀ / N_c (d, d), C-ordered, for the class sums A (C, d) and counts N (C,).
+
+    One GEMM through SciPy's BLAS, the library of every LAPACK call the heads make next: a
+    product through NumPy's (a second OpenBLAS in the wheels) leaves its worker threads
+    spinning for a while after it returns, and on a machine with few cores they take the
+    cores the following factorisation runs on (BENCHMARKS.md "Cost of the data-driven
+    shrinkage": a 1280-dimensional tridiagonal reduction 1.7x slower right after one).
+    """
+    scaled = np.asfortranarray(sums.T / counts)  # (d, C)
+    out = blas.dgemm(1.0, scaled, np.asfortranarray(sums))  # (d, d), Fortran order
+    res: F64 = out.T  # the C-ordered view; the product is symmetric up to rounding
+    return res
 
 
 def symmetrise(m: F64) -> F64:
