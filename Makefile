@@ -61,9 +61,12 @@ test-fast: $(VENV)/.stamp-$(TEST_EXTRAS)
 pytest-parallel: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(VENV)/bin/pytest -q -n 2 --dist loadgroup --durations=15
 
-# Every benchmark script rewrites its own BENCHMARKS.md section (about an hour and a half in all
-# on 2 cores the first time: CIFAR-10, Tiny-ImageNet and text embeddings are computed once, then
-# cached). The order matters: the experiments cache the embeddings the later scripts read.
+# Every benchmark script rewrites its own BENCHMARKS.md section: about 9 hours in all on 2 quiet
+# cores (the scripts' own estimates add up to about 5.5 hours; the DP anchors' grid, about 5
+# minutes per CIFAR-10 part and 25 parts, and the peers' 40 minutes come on top), plus about 10
+# minutes the first time to embed CIFAR-10, Tiny-ImageNet and the text sets (then cached). The
+# long grids resume from their saved parts. The order matters: the experiments cache the
+# embeddings the later scripts read.
 bench: $(VENV)/.stamp-$(BENCH_EXTRAS)
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_payload_bytes.py

@@ -101,6 +101,7 @@ def on_flower(feats: Any, clients: int, protocol: str, clip: float, engine: str,
         raise RuntimeError(f"the Flower {engine} run failed: {res.get('error')}")
     return {"engine": label or engine, "protocol": protocol, "wall_s": time.perf_counter() - t0,
             "stage_seconds": res["stage_seconds"], "stages": res["aggregation"]["stages"],
+            "server_seconds": res.get("server_seconds"),
             "accuracy": res["accuracy"], "client_timings": res.get("client_timings")}
 
 
@@ -209,10 +210,13 @@ def _parts(fields: dict[str, float]) -> dict[str, float]:
 
 def breakdown_rows(stage_seconds: dict[str, float],
                    timings: dict[str, dict[str, dict[str, float]]],
-                   stages: list[str]) -> list[list[str]]:
+                   stages: list[str],
+                   server_seconds: dict[str, float] | None = None) -> list[list[str]]:
     """One row per stage with timings: the server's seconds, the medians over the clients of
-    each part, of their totals, the slowest total, and the server's seconds less the median
-    total (what no client measured: Flower's transport, process launch and pulls)."""
+    each part, of their totals, the slowest total, the server's own work in the stage (when
+    measured: encoding, decoding and adding the replies), and the server's seconds less the
+    median total and that work (what nobody measured: Flower's transport, process launch and
+    pulls)."""
     rows = []
     for st in stages:
         per = [_parts(f) for f in (timings.get(st) or {}).values()]
@@ -226,7 +230,10 @@ def breakdown_rows(stage_seconds: dict[str, float],
             cells.append(f"{float(np.median(vals)):.3f}" if vals else "—")
         totals = [sum(p.values()) for p in per]
         total = float(np.median(totals))
-        cells += [f"{total:.3f}", f"{max(totals):.3f}", f"{seen - total:.3f}"]
+        own = None if server_seconds is None else server_seconds.get(st)
+        cells += [f"{total:.3f}", f"{max(totals):.3f}",
+                  "—" if own is None else f"{own:.3f}",
+                  f"{seen - total - (own or 0.0):.3f}"]
         rows.append(cells)
     return rows
 
@@ -243,7 +250,8 @@ def breakdown_lines(data: dict[str, Any]) -> list[str]:
     if not named:
         return []
     tables = [(name, breakdown_rows(run["stage_seconds"], run.get("client_timings") or {},
-                                    stages)) for name, run, stages in named]
+                                    stages, run.get("server_seconds")))
+              for name, run, stages in named]
     if not any(rows for _, rows in tables):
         return ["", "Where a deployment stage's time goes (process start, imports, decoding, "
                 f"work, encoding; run config `client-timings`): {NOT_MEASURED}."]
@@ -255,12 +263,14 @@ def breakdown_lines(data: dict[str, Any]) -> list[str]:
              "loads on first use); decode / encode: the request's record to the protocol "
              "message and the reply to its record; work: the rest of the handler (plan, "
              "statistics, masking, shares, state). The floor's handler is its work. Client "
-             "total: the sum of a node's parts (median, and the slowest node); unexplained: "
-             "the server's stage seconds less the median client total (the SuperNode's "
-             "launch of the process, Flower's serialisation and transport, the 0.2 s pull "
-             "interval, waiting for slower nodes)."]
+             "total: the sum of a node's parts (median, and the slowest node); server work: "
+             "the server's own seconds within the stage (encoding the requests, decoding the "
+             "replies, checking and adding each payload; — where not measured); unexplained: "
+             "the server's stage seconds less the median client total and the server work "
+             "(the SuperNode's launch of the process, Flower's serialisation and transport, "
+             "the 0.2 s pull interval, waiting for slower nodes)."]
     head = ["stage", "server-seen s", *(col for col, _ in PARTS), "client total",
-            "slowest client", "unexplained"]
+            "slowest client", "server work", "unexplained"]
     for name, rows in tables:
         lines += ["", f"{name}:" if rows else f"{name}: {NOT_MEASURED}."]
         if rows:
@@ -270,7 +280,10 @@ def breakdown_lines(data: dict[str, Any]) -> list[str]:
 
 def render(data: dict[str, Any]) -> str:
     lines = ["## ghofl on Flower vs in process (`benchmarks/bench_flower.py`)", "",
-             f"Machine: {data['machine']}. CIFAR-10 EfficientNet-Lite0 features "
+             (f"Measured {data['date']}. " if data.get("date") else "")
+             + f"Machine: {data['machine']}. "
+             + (f"{harness.load_sentence(data)} " if harness.load_sentence(data) else "")
+             + "CIFAR-10 EfficientNet-Lite0 features "
              f"({data['n_train']:,} training / {data['n_test']:,} test images), "
              f"{data['clients']} Dirichlet clients (α = 0.5, seed 0), mode `pooled`, clipping "
              f"bound R = {data['clip']:g}, heads {HEADS}. Flower 1.42: the simulation engine "
@@ -345,7 +358,9 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
             ctx.log("deployment floor with ghofl's payload sizes ...")
             fb = floor(args.clients, root, sent_bytes(runs))
             ctx.log(f"  {fb['wall_s']:.1f} s")
-    return {"flower": {"machine": machine_summary(), "clients": args.clients, "clip": clip,
+    return {"flower": {"machine": machine_summary(),
+                       "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                       "clients": args.clients, "clip": clip,
                        "n_train": int(feats.y_train.size), "n_test": int(feats.y_test.size),
                        "runs": runs, "floor": fl, "floor_bytes": fb}}
 

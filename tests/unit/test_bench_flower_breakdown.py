@@ -59,13 +59,17 @@ def test_the_breakdown_takes_medians_over_the_nodes(bench: ModuleType) -> None:
                                 data["runs"][1]["client_timings"], ["input"])
     # totals per node: 1+0.5+0.01+2+0.02 = 3.53, 5.93, 6.63: median 5.93, slowest 6.63
     assert rows == [["input", "9.00", "1.200", "0.600", "0.010", "3.000", "0.020", "5.930",
-                     "6.630", "3.070"]]
+                     "6.630", "—", "3.070"]]
+    # with the server's own work measured, it leaves the unexplained rest
+    rows = bench.breakdown_rows(data["runs"][1]["stage_seconds"],
+                                data["runs"][1]["client_timings"], ["input"], {"input": 1.5})
+    assert rows[0][-2:] == ["1.500", "1.570"]
     floor = bench.breakdown_rows(data["floor"]["stage_seconds"],
                                  data["floor"]["client_timings"], ["advertise"])
     # the floor: start→handler and its handler as work; a node without its start counts its
     # handler only
     assert floor == [["advertise", "4.00", "1.000", "—", "—", "0.002", "—", "0.901", "1.103",
-                      "3.099"]]
+                      "—", "3.099"]]
     assert bench.breakdown_rows({"input": 1.0}, {}, ["input"]) == []
 
 
@@ -73,9 +77,9 @@ def test_render_shows_a_breakdown_table_per_run_and_says_which_were_not_measured
         bench: ModuleType) -> None:
     text = bench.render(_data(bench))
     assert "| stage | server-seen s | process start→handler | imports | decode | work | " \
-           "encode | client total | slowest client | unexplained |" in text
+           "encode | client total | slowest client | server work | unexplained |" in text
     assert "ghofl plain:\n\n| stage |" in text
-    assert "| input | 9.00 | 1.200 | 0.600 | 0.010 | 3.000 | 0.020 | 5.930 | 6.630 | 3.070 |" \
+    assert "| input | 9.00 | 1.200 | 0.600 | 0.010 | 3.000 | 0.020 | 5.930 | 6.630 | — | 3.070 |" \
         in text
     assert f"ghofl plain (warm stats cache): {bench.NOT_MEASURED}." in text
     assert "Flower floor (empty replies):\n\n| stage |" in text

@@ -294,6 +294,28 @@ def test_the_server_keeps_only_finite_seconds_at_least_zero(
                      r"number of seconds >= 0", err)
 
 
+def test_the_server_work_of_a_stage_excludes_the_wait_for_replies(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_process: None) -> None:
+    """``server_seconds``: the stage's seconds less the wait inside ``send_and_receive``; what
+    the caller does with each reply counts (lower bounds from the sleeps: no upper bound on
+    a loaded machine)."""
+    _, ctx = _plain(tmp_path)
+    body = handle_query(message_to_record(REQUEST), ctx)
+    fl = transport.FlowerTransport(_Replies(body, [{}, {}]), {"a": 0, "b": 1}, 5.0)
+    real = transport.send_and_receive
+
+    def slow(*args: Any, **kwargs: Any) -> list[Any]:
+        time.sleep(0.2)  # the nodes' time: waiting, not the server's work
+        out: list[Any] = real(*args, **kwargs)
+        return out
+
+    monkeypatch.setattr(transport, "send_and_receive", slow)
+    for _ in fl.exchange("input", dict.fromkeys("ab", REQUEST)):
+        time.sleep(0.1)  # the caller's work on each reply
+    assert fl.server_seconds["input"] >= 0.2
+    assert fl.stage_seconds["input"] - fl.server_seconds["input"] >= 0.2
+
+
 def test_process_age_reads_proc_and_is_none_where_it_cannot(tmp_path: Path) -> None:
     import os
 

@@ -43,9 +43,11 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
   ``test-path``: an optional ``.npz`` test set scored on the server.
 
 ``results.json`` is written atomically: ``status: "ok"`` with the accuracy per head, per-stage
-seconds and bytes, survivors, dropped and excluded clients (with each node's partition id), or
-``status: "failed"`` with the error and the nodes' refusals, if any (then the ServerApp
-raises). ``flwr run --stream`` exits 0 even when the ServerApp raised: read ``results.json``.
+seconds (``stage_seconds``; ``server_seconds`` the server's own work within them: encoding,
+decoding, adding the replies) and bytes, survivors, dropped and excluded clients (with each
+node's partition id), or ``status: "failed"`` with the error and the nodes' refusals, if any
+(then the ServerApp raises). ``flwr run --stream`` exits 0 even when the ServerApp raised:
+read ``results.json``.
 """
 
 from __future__ import annotations
@@ -230,18 +232,22 @@ def _record_rounds(state: dict[str, Any], transports: list[FlowerTransport], hal
     clients.
     """
     stage_seconds: dict[str, float] = {}
+    server_seconds: dict[str, float] = {}
     timings: dict[str, dict[str, dict[str, float]]] = state.get("client_timings", {})
     for transport in transports:
         for c, part in transport.partitions.items():
             state["nodes"][c]["partition_id"] = part
         for stage, secs in transport.stage_seconds.items():
             stage_seconds[stage] = stage_seconds.get(stage, 0.0) + secs
+        for stage, secs in transport.server_seconds.items():
+            server_seconds[stage] = server_seconds.get(stage, 0.0) + secs
         for stage, by_client in transport.client_timings.items():
             timings.setdefault(stage, {}).update(by_client)
     if timings:
         state["client_timings"] = timings
     state.update(
         stage_seconds=stage_seconds,
+        server_seconds=server_seconds,
         dropped=dict(half.dropped) if half else {},
         excluded=dict(half.excluded) if half else {},
         problems={c: w for t in transports for c, w in t.problems.items()},

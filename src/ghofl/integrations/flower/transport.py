@@ -64,6 +64,11 @@ class FlowerTransport:
         The ``partition-id`` each client reported (when it did).
     stage_seconds : dict of str to float
         Wall time of each stage's exchange (sending to the last reply or the timeout).
+    server_seconds : dict of str to float
+        Of each stage's wall time, the part the server spent working rather than waiting
+        for replies: encoding the requests, decoding the replies, and what the caller did
+        with each reply before asking for the next (e.g. checking a payload and adding it to
+        the total).
     client_timings : dict of str to dict of str to dict of str to float
         Per stage, per client that sent them: the reply's timing fields
         (:data:`~ghofl.integrations.flower.timing.TIMING_FIELDS`, run config key
@@ -85,6 +90,7 @@ class FlowerTransport:
         self.problems: dict[str, str] = {}
         self.partitions: dict[str, int] = {}
         self.stage_seconds: dict[str, float] = {}
+        self.server_seconds: dict[str, float] = {}
         self.client_timings: dict[str, dict[str, dict[str, float]]] = {}
 
     def exchange(self, stage: Stage, requests: Mapping[str, ServerMessage]
@@ -107,7 +113,9 @@ class FlowerTransport:
             messages.append(Message(content=record, dst_node_id=node,
                                     message_type=MESSAGE_TYPE))
         pushed: list[str] = []
+        t_wait = time.perf_counter()
         replies = send_and_receive(self.grid, messages, self.timeout_s, pushed=pushed)
+        waited = time.perf_counter() - t_wait
         # Flower's own error replies (e.g. "node unavailable") come from the SuperLink: match
         # them by the message they answer
         dst_of = {mid: int(m.metadata.dst_node_id) for mid, m in zip(pushed, messages,
@@ -152,6 +160,7 @@ class FlowerTransport:
             if client in self.node_ids and client not in answered:
                 self._problem(stage, client, f"no reply within {self.timeout_s:g} s")
         self.stage_seconds[stage] = time.perf_counter() - t0
+        self.server_seconds[stage] = max(self.stage_seconds[stage] - waited, 0.0)
 
     def _timings(self, stage: str, client: str, info: Any) -> None:
         """Keep the timing fields of a reply's ``info`` record, if it has any."""
