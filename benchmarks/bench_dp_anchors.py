@@ -43,9 +43,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from _dp_modes import (
     MODES_TEXT,
@@ -77,6 +80,7 @@ from ghofl.privacy import DPConfig
 from ghofl.server.job import ServerJob
 from ghofl.server.plan import AggregationSpec, FederationPlan
 from ghofl.server.simulation import Population, simulate
+from ghofl.stats.projection import pca_basis, save_basis
 
 RESULTS = "dp_anchors"
 DELTA = 1e-5
@@ -91,6 +95,15 @@ DATASETS: dict[str, tuple[str, tuple[float, float]]] = {
     "cifar10": ("efficientnet-lite0", (0.0, 6.0)),  # averages of ReLU6 outputs
     "trec": ("minilm", (-1.0, 1.0)),  # unit vectors
 }
+#: dataset -> the public data sets whose train features give the basis of the DP subspace
+#: (``--subspace auto``: ``DPConfig(subspace="auto:<fingerprint>")``); a data set without one
+#: runs ``auto`` with no basis, i.e. in the whole space.
+PUBLIC_BASIS: dict[str, tuple[str, ...]] = {"cifar10": ("tiny-imagenet",),
+                                             "trec": ("sst2", "agnews")}
+#: The method key of a central run in the whole space kept beside a subspace run.
+WHOLE = "ghofl/central@whole"
+#: Directions kept in a public basis file (the auto rule uses round(0.4·d) of them).
+BASIS_DIRECTIONS = 768
 #: dataset -> (train, test) images per class in --quick (0: all)
 QUICK_SUBSET = {"cifar10": (300, 200), "trec": (0, 0)}
 GRID = (SGDConfig(1.0, 2.0, 10, 1024), SGDConfig(1.0, 8.0, 10, 1024),
@@ -110,6 +123,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="ghofl upload mode")
     ap.add_argument("--projection", type=int, default=0,
                     help="public random projection k (0: none)")
+    ap.add_argument("--subspace", default="auto",
+                    help="ghofl's DP subspace (DPConfig.subspace); 'auto' names the public "
+                    "basis of PUBLIC_BASIS when the data set has one")
+    ap.add_argument("--ghofl-only", action="store_true",
+                    help="measure ghofl's runs of the existing full parts again (the anchors "
+                    "are kept, with the commit they were measured at as 'anchors_code')")
     ap.add_argument("--quick", action="store_true",
                     help="small subsets, ε 2, seed 0, K 10, two grid points; writes nothing")
     ap.add_argument("--fresh", action="store_true", help="measure existing parts again")
@@ -133,8 +152,59 @@ def _features(name: str, data_dir: str | None, quick: bool) -> tuple[Features, f
     return feats, clip
 
 
+def public_basis(ds: str, data_dir: str | None, log: Any) -> dict[str, str] | None:
+    """The public principal-direction basis of ``ds``'s encoder (:data:`PUBLIC_BASIS`).
+
+    Built from the train features of the public data sets, written to the first folder of
+    :func:`ghofl.stats.projection.basis_dirs`; ``{"fingerprint", "source"}``, or None when
+    ``ds`` has no public data set.
+    """
+    names = PUBLIC_BASIS.get(ds)
+    if not names:
+        return None
+    enc = DATASETS[ds][0]
+    feats = [load_features(n, enc, config_from_dict({
+        "datasets": [n], "resolution": RESOLUTION, "data_dir": data_dir}), log=log)
+        for n in names]
+    x = np.concatenate([f.x_train for f in feats])
+    t = time.perf_counter()
+    _, fp = save_basis(pca_basis(x, min(BASIS_DIRECTIONS, x.shape[1])),
+                       source=f"{' + '.join(names)} train, {x.shape[0]} rows, {enc}")
+    log(f"public basis of {ds}: {fp} from {x.shape[0]} rows of {', '.join(names)} "
+        f"({time.perf_counter() - t:.1f} s)")
+    return {"fingerprint": fp, "source": f"{' + '.join(names)} train ({x.shape[0]} rows)"}
+
+
+def subspace_option(option: str, basis: dict[str, str] | None
+                    ) -> tuple[str, dict[str, str] | None]:
+    """``DPConfig.subspace`` of a run (``auto`` names the data set's public basis, if any),
+    and the basis it names (None when it names none)."""
+    if option == "auto" and basis:
+        return f"auto:{basis['fingerprint']}", basis
+    named = basis is not None and option.endswith(basis["fingerprint"])
+    return option, basis if named else None
+
+
+#: The post-processing note stating the subspace (:mod:`ghofl.privacy.subspace`).
+_CHOICE = re.compile(r"^fitted in (the first (?P<k>\d+) principal directions|the whole space)")
+_RATIO = re.compile(r"rho = (?:sigma_B\*d/\(R\^2\*\(N-C\)\) = )?(?P<rho>[0-9.e+-]+)")
+
+
+def subspace_choice(notes: list[str]) -> dict[str, Any] | None:
+    """{"k": int or None (whole space), "ratio": ρ or None, "note"} from a release's notes."""
+    for note in notes:
+        m = _CHOICE.match(note)
+        if m:
+            r = _RATIO.search(note)
+            return {"k": int(m["k"]) if m["k"] else None,
+                    "ratio": float(r["rho"]) if r else None, "note": note}
+    return None
+
+
 def _ghofl(f: Features, clip: float, upload: tuple[str, int], dp: DPConfig | None,
-           clients: int, seed: int) -> dict[str, float]:
+           clients: int, seed: int, choice: list[dict[str, Any]] | None = None
+           ) -> dict[str, float]:
+    """ghofl's heads' accuracies; ``choice`` receives the release's subspace choice."""
     mode, k = upload
     distributed = dp is not None and dp.mode == "distributed"
     agg = AggregationSpec("secure", dp=dp) if distributed else AggregationSpec("plain", dp=dp)
@@ -143,6 +213,10 @@ def _ghofl(f: Features, clip: float, upload: tuple[str, int], dp: DPConfig | Non
                   clip_norm=clip), agg, ServerJob(HEADS, seed=seed))
     res = simulate(plan, (f.x_train, f.y_train), (f.x_test, f.y_test),
                    Population(clients, ALPHA))
+    if choice is not None and res.privacy is not None:
+        found = subspace_choice(list(res.privacy.get("postprocessing", [])))
+        if found is not None:
+            choice.append(found)
     return {h: float(r.accuracy) for h, r in res.heads.items()}
 
 
@@ -159,8 +233,29 @@ def _timed(seconds: dict[str, float], name: str, fn: Any) -> Any:
     return out
 
 
+def run_ghofl(f: Features, clip: float, eps: float, seed: int, ks: list[int],
+              upload: tuple[str, int], subspace: str) -> tuple[dict[str, Any], dict[str, float]]:
+    """ghofl central (at ``ks[0]``) and distributed (every K) at one (data set, ε, seed).
+
+    Returns the methods (each ``{"clients", "heads", "subspace"}``: the subspace the release
+    was fitted in, from its notes) and their seconds.
+    """
+    m: dict[str, Any] = {}
+    sec: dict[str, float] = {}
+    runs = [("ghofl/central", "central", ks[0]),
+            *((f"ghofl/distributed/{k}", "distributed", k) for k in ks)]
+    for name, noise, k in runs:
+        choice: list[dict[str, Any]] = []
+        dp = DPConfig(eps, DELTA, noise, subspace=subspace)  # type: ignore[arg-type]
+        heads = _timed(sec, name, lambda dp=dp, k=k, choice=choice: _ghofl(
+            f, clip, upload, dp, k, seed, choice))
+        m[name] = {"clients": k, "heads": heads, "subspace": choice[0] if choice else None}
+    return m, sec
+
+
 def run_part(f: Features, clip: float, eps: float, seed: int, ks: list[int],
-             grid: tuple[SGDConfig, ...], upload: tuple[str, int]) -> dict[str, Any]:
+             grid: tuple[SGDConfig, ...], upload: tuple[str, int],
+             subspace: str) -> dict[str, Any]:
     """Every method at one (data set, ε, seed): the anchors, then ghofl central and distributed."""
     train, test = _scaled(f, clip)
     c, sec = len(f.classes), dict[str, float]()
@@ -180,14 +275,34 @@ def run_part(f: Features, clip: float, eps: float, seed: int, ks: list[int],
         train, test, eps, bounds, seed)), "bounds": list(bounds)}
     m["dp_lr"] = {"accuracy": _timed(sec, "dp_lr", lambda: diffprivlib_lr(
         train, test, eps, 1.0, seed)), "data_norm": 1.0}
-    m["ghofl/central"] = {"clients": ks[0], "heads": _timed(sec, "ghofl/central", lambda: _ghofl(
-        f, clip, upload, DPConfig(eps, DELTA, "central"), ks[0], seed))}
-    for k in ks:
-        dp = DPConfig(eps, DELTA, "distributed")
-        m[f"ghofl/distributed/{k}"] = {"clients": k, "heads": _timed(
-            sec, f"ghofl/distributed/{k}", lambda k=k, dp=dp: _ghofl(f, clip, upload, dp, k,
-                                                                      seed))}
-    return {"dataset": f.dataset, "epsilon": eps, "seed": seed, "methods": m, "seconds": sec}
+    gm, gsec = run_ghofl(f, clip, eps, seed, ks, upload, subspace)
+    m.update(gm)
+    sec.update(gsec)
+    return {"dataset": f.dataset, "epsilon": eps, "seed": seed, "methods": m, "seconds": sec,
+            "subspace": subspace}
+
+
+def remeasure_ghofl(part: dict[str, Any], f: Features, clip: float, ks: list[int],
+                    upload: tuple[str, int], subspace: str) -> dict[str, Any]:
+    """``part`` with ghofl's runs measured again; its anchors kept (``anchors_code``).
+
+    When the central release is now fitted in a subspace and the part's earlier central run
+    was in the whole space, that run is kept as ``ghofl/central@whole`` (the table's
+    whole-space column: what the subspace changed, on the same noise seed).
+    """
+    gm, gsec = run_ghofl(f, clip, float(part["epsilon"]), int(part["seed"]), ks, upload,
+                         subspace)
+    methods = {k: v for k, v in part["methods"].items() if not k.startswith("ghofl/")}
+    before = part["methods"].get("ghofl/central")
+    now = gm["ghofl/central"].get("subspace") or {}
+    if (before is not None and now.get("k") is not None
+            and (before.get("subspace") or {}).get("k") is None):
+        methods[WHOLE] = before
+    elif WHOLE in part["methods"] and now.get("k") is not None:
+        methods[WHOLE] = part["methods"][WHOLE]
+    seconds = {k: v for k, v in part["seconds"].items() if not k.startswith("ghofl/")}
+    return {**part, "methods": {**methods, **gm}, "seconds": {**seconds, **gsec},
+            "subspace": subspace, "anchors_code": part.get("anchors_code", part.get(CODE_KEY))}
 
 
 def run_reference(f: Features, clip: float, upload: tuple[str, int],
@@ -243,15 +358,18 @@ def measure_modes(ctx: harness.Context, block: tuple[int, int]) -> dict[str, Any
         if not todo:
             continue
         f, clip = _features(ds, ctx.data_dir(required=False), False)
+        sub, used = subspace_option(args.subspace, public_basis(
+            ds, ctx.data_dir(required=False), ctx.log))
         for eps in todo:
             t = time.perf_counter()
 
             def run(noise: Any, k: int, seed: int, eps: float = eps, f: Features = f,
-                    clip: float = clip) -> dict[str, float]:
-                return _ghofl(f, clip, upload, DPConfig(eps, DELTA, noise), k, seed)
+                    clip: float = clip, sub: str = sub) -> dict[str, float]:
+                return _ghofl(f, clip, upload, DPConfig(eps, DELTA, noise, subspace=sub), k,
+                              seed)
 
-            part = _stamp(run_modes(run, ds, eps, block, ks, ctx.log), f, clip, tag, (),
-                          ctx.code_version())
+            part = _stamp({**run_modes(run, ds, eps, block, ks, ctx.log), "subspace": sub,
+                           "public_basis": used}, f, clip, tag, (), ctx.code_version())
             name = modes_part_name(ds, eps, block)
             parts[name] = part
             ctx.log(f"{name}: {time.perf_counter() - t:.0f} s")
@@ -280,15 +398,28 @@ def measure(ctx: harness.Context) -> dict[str, Any] | None:
     write = not (quick or args.no_write)
     for ds in [d for d in args.datasets.split(",") if d]:
         todo = [(None, None), *((e, s) for e in eps_list for s in seeds)]
-        todo = [(e, s) for e, s in todo if args.fresh or part_name(ds, e, s) not in parts]
+        if args.ghofl_only:
+            todo = [(e, s) for e, s in todo if e is not None and part_name(ds, e, s) in parts]
+        else:
+            todo = [(e, s) for e, s in todo if args.fresh or part_name(ds, e, s) not in parts]
         if not todo:
             continue
         f, clip = _features(ds, data_dir, quick)
+        sub, used = subspace_option(args.subspace,
+                                    None if quick else public_basis(ds, data_dir, ctx.log))
         for eps, seed in todo:
             t = time.perf_counter()
-            part = (run_reference(f, clip, upload, ks) if eps is None
-                    else run_part(f, clip, eps, seed or 0, ks, grid, upload))
-            part = _stamp(part, f, clip, tag, grid, ctx.code_version())
+            if args.ghofl_only:
+                old = parts[part_name(ds, eps, seed)]
+                part = remeasure_ghofl(old, f, clip, ks, upload, sub)
+                part = {**_stamp(part, f, clip, tag, grid, ctx.code_version()),
+                        "date": old.get("date"), "ghofl_date": time.strftime("%Y-%m-%d"),
+                        "public_basis": used}
+            else:
+                part = (run_reference(f, clip, upload, ks) if eps is None
+                        else {**run_part(f, clip, eps, seed or 0, ks, grid, upload, sub),
+                              "public_basis": used})
+                part = _stamp(part, f, clip, tag, grid, ctx.code_version())
             name = part_name(ds, eps, seed)
             parts[name] = part
             ctx.log(f"{name}: {time.perf_counter() - t:.0f} s "
@@ -319,6 +450,8 @@ def _cells(parts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             continue
         at = cells.setdefault(p["dataset"], {}).setdefault(float(p["epsilon"]), {})
         for name, res in p["methods"].items():
+            if name == "ghofl/central":  # parts before the DP subspace: the whole space
+                at.setdefault("ghofl/central/subspace", []).append(res.get("subspace"))
             if "heads" in res:
                 per = at.setdefault(name, {})
                 for h, acc in res["heads"].items():
@@ -334,9 +467,23 @@ def _best_head(per: dict[str, list[float]]) -> str:
     return max(per, key=lambda h: mean_se(per[h])[0])
 
 
+def subspace_cell(choices: list[dict[str, Any] | None]) -> str:
+    """The central release's subspace over the seeds: ``k = 512 (ρ 0.31)``, ``whole (ρ …)``."""
+    if not choices:
+        return "–"
+    ks = sorted({c["k"] if c else None for c in choices}, key=lambda k: (k is not None, k or 0))
+    where = ", ".join("whole" if k is None else f"k = {k}" for k in ks)
+    ratios = [c["ratio"] for c in choices if c and c.get("ratio") is not None]
+    if len(ratios) < len(choices):
+        return where if ratios else f"{where} (no rule recorded)"
+    return f"{where} (ρ {float(np.mean(ratios)):.2g})"
+
+
 def _anchor_table(cells: dict[float, Any]) -> str:
+    whole = any(WHOLE in m for m in cells.values())
     header = ["ε", "seeds", *(t for _, t in ANCHORS), "tuned: search spends ε",
-              "ghofl central (best head)"]
+              "ghofl central (best head)", "ghofl subspace",
+              *(["ghofl central, whole space (same seeds)"] if whole else [])]
     body = []
     for eps, m in sorted(cells.items()):
         row: list[Any] = [f"{eps:g}", len(m.get("dpsgd", []))]
@@ -346,6 +493,10 @@ def _anchor_table(cells: dict[float, Any]) -> str:
         central = m.get("ghofl/central")
         row.append("–" if not central else
                    f"{fmt_mean_se(central[_best_head(central)])} ({_best_head(central)})")
+        row.append(subspace_cell(m.get("ghofl/central/subspace", [])))
+        if whole:
+            w = m.get(WHOLE)
+            row.append("–" if not w else f"{fmt_mean_se(w[_best_head(w)])} ({_best_head(w)})")
         body.append(row)
     return markdown_table(header, body)
 
@@ -399,6 +550,19 @@ def render(data: dict[str, Any]) -> str:
     return _text(data, parts, blocks)
 
 
+def _bases_text(parts: dict[str, Any]) -> str:
+    """The public basis of each data set, as the parts recorded it."""
+    seen: dict[str, str] = {}
+    for p in parts.values():
+        b = p.get("public_basis")
+        if b:
+            seen.setdefault(p["dataset"], f"{p['dataset']}: `{b['fingerprint']}` from "
+                                           f"{b['source']}")
+    none = sorted({p["dataset"] for p in parts.values()} - set(seen))
+    return "; ".join([*(seen[d] for d in sorted(seen)),
+                      *(f"{d}: none (the rule then keeps the whole space)" for d in none)])
+
+
 def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str:
     first: dict[str, Any] = next((p for p in parts.values() if p.get("grid")), {})
     # every machine the parts were measured on (sorted: the same text from any part order)
@@ -409,6 +573,8 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
     dates = sorted({p.get("date", "?") for p in parts.values()})
     total = sum(sum(p.get("seconds", {}).values()) for p in parts.values())
     n_modes = sum(1 for p in parts.values() if p.get("modes"))
+    again = sorted({str(p.get("ghofl_date")) for p in parts.values() if p.get("anchors_code")})
+    n_again = sum(1 for p in parts.values() if p.get("anchors_code"))
     slowest = max((sum(p.get("seconds", {}).values()) for p in parts.values()), default=0.0)
     return "\n".join([
         "## Differential privacy beside outside anchors (`benchmarks/bench_dp_anchors.py`)",
@@ -436,7 +602,13 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
         "server noises the total; *distributed* = secure aggregation, each client adds a "
         "share. The budget is split over the blocks these heads read (nb adds the per-class "
         "squared sums, which the others do not read), so each row is that head fitted beside "
-        "the others on one release, not alone with the whole budget. "
+        "the others on one release, not alone with the whole budget. The server fits the "
+        "release in a public subspace at its default rule (`DPConfig(subspace=\"auto\")`, "
+        "post-processing: no budget; docs/privacy.md): the noisy total projected onto the "
+        "first round(0.4·d) principal directions of a public basis when the noise ratio "
+        "ρ = σ_B·d/(R²·(N − C)) exceeds 0.12 and they keep 0.9 of the release's between-class "
+        "energy, else the whole space (column *ghofl subspace*, ρ the mean over the seeds). "
+        f"Public bases: {_bases_text(parts)}. "
         "Verdicts (`ghofl.bench.decide`): *at or above* when the mean difference is "
         "≥ −2 standard errors of the difference; *within t* when |difference| ≤ max(t, 2 "
         "standard errors); fewer than 2 seeds: undecided. " + MODES_TEXT,
@@ -445,7 +617,11 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
         f"Machine: {'; '.join(machines) or '–'}. Measured {', '.join(dates)}"
         f"{' (--quick)' if data.get('quick') else ''}: {len(parts)} parts"
         f"{f' ({n_modes} of them ghofl-only modes parts)' if n_modes else ''}, "
-        f"{total / 60:.0f} min in all, the slowest part {slowest / 60:.1f} min.",
+        f"{total / 60:.0f} min in all, the slowest part {slowest / 60:.1f} min."
+        + (f" ghofl's runs of {n_again} full parts measured again (`--ghofl-only`, "
+           f"{', '.join(again)}); "
+           "their anchors are from the earlier run, whose commit each part keeps as "
+           "`anchors_code` (the anchors' code is unchanged)." if n_again else ""),
     ])
 
 

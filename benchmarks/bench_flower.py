@@ -279,10 +279,11 @@ def breakdown_lines(data: dict[str, Any]) -> list[str]:
 
 
 def render(data: dict[str, Any]) -> str:
+    load = harness.load_sentence(data)
     lines = ["## ghofl on Flower vs in process (`benchmarks/bench_flower.py`)", "",
              (f"Measured {data['date']}. " if data.get("date") else "")
              + f"Machine: {data['machine']}. "
-             + (f"{harness.load_sentence(data)} " if harness.load_sentence(data) else "")
+             + (f"{load} " if load else "")
              + "CIFAR-10 EfficientNet-Lite0 features "
              f"({data['n_train']:,} training / {data['n_test']:,} test images), "
              f"{data['clients']} Dirichlet clients (α = 0.5, seed 0), mode `pooled`, clipping "

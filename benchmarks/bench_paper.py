@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from ghofl.bench import harness
+from ghofl.bench.harness import SETTLE_S
 from ghofl.bench.paper_code import (
     CONFIG,
     DEFAULT_FIT_TARGET,
@@ -79,9 +80,6 @@ CLOSED = ("nb", "lda", "qda")
 TRAINED = ("fishermix", "protohyper")
 HEADS = (*CLOSED, *TRAINED)
 PRESETS = ("paper", "default")
-#: Seconds between timed steps: each starts once the threads the step before woke (NumPy's
-#: and SciPy's OpenBLAS, PyTorch's OpenMP pool) have parked instead of spinning on the cores.
-SETTLE_S = 0.3
 STAGES = ("client_stats", "aggregation", "moments", *(f"fit_{h}" for h in HEADS),
           *(f"eval_{h}" for h in HEADS), "eval_all")
 LABELS = {"client_stats": "client statistics", "aggregation": "aggregation",

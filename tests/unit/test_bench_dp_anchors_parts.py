@@ -157,13 +157,90 @@ def test_measure_modes_writes_one_part_per_epsilon_and_resumes(
         return {"lda": 0.8 if dp.mode == "central" else 0.81}
 
     monkeypatch.setattr(b, "_ghofl", ghofl)
+    monkeypatch.setattr(b, "public_basis", lambda *a: None)
     args = Namespace(quick=False, mode_seeds="2-3", mode="pooled", projection=0, clients="10",
-                     epsilons="1,8", datasets="trec", fresh=False, no_write=False)
+                     epsilons="1,8", datasets="trec", fresh=False, no_write=False,
+                     subspace="auto", ghofl_only=False)
     ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
     out = b.measure(ctx)["dp_anchors"]["parts"]
     folder = tmp_path / "benchmarks" / "results" / "dp_anchors"
     assert sorted(p.name for p in folder.glob("*.json")) == sorted(out) == [
         "trec-eps1-modes-s2-3.json", "trec-eps8-modes-s2-3.json"]
+    # without a public basis the default rule runs as "auto" (the whole space)
+    assert {(p["subspace"], p["public_basis"]) for p in out.values()} == {("auto", None)}
     assert len(seen) == 8 and set(seen) == {m.mode_seed(s, e) for s in (2, 3) for e in (1, 8)}
     b.measure(ctx)  # resumes: both parts exist, nothing runs
     assert len(seen) == 8
+
+
+def test_ghofl_only_measures_ghofl_again_and_keeps_the_anchors(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    b = _bench()
+    feats = SimpleNamespace(y_train=[0] * 4, y_test=[0] * 2, encoder_name="fake")
+    monkeypatch.setattr(b, "_features", lambda *a: (feats, 1.0))
+    basis = {"fingerprint": "0123456789abcdef", "source": "public train (9 rows)"}
+    monkeypatch.setattr(b, "public_basis", lambda *a: basis)
+    seen: list[str] = []
+
+    def ghofl(f: Any, clip: float, upload: Any, dp: Any, k: int, seed: int,
+              choice: list[dict[str, Any]] | None = None) -> dict[str, float]:
+        seen.append(dp.subspace)
+        if choice is not None:
+            choice.append({"k": 2, "ratio": 0.3, "note": "fitted in the first 2 ..."})
+        return {"lda": 0.9}
+
+    monkeypatch.setattr(b, "_ghofl", ghofl)
+    folder = tmp_path / "benchmarks" / "results" / "dp_anchors"
+    old = {"dataset": "cifar10", "epsilon": 1.0, "seed": 0, "code": {"commit": "aaaaaaaaaaaa"},
+           "date": "2026-12-01", "methods": {"dpsgd": {"accuracy": 0.7},
+                                             "ghofl/central": {"clients": 10,
+                                                               "heads": {"lda": 0.5}}},
+           "seconds": {"dpsgd": 9.0, "ghofl/central": 1.0}}
+    folder.mkdir(parents=True)
+    (folder / "cifar10-eps1-seed0.json").write_text(json.dumps(old))
+    args = Namespace(quick=False, mode_seeds="", mode="pooled", projection=0, clients="10",
+                     epsilons="1,2", seeds="0", datasets="cifar10", fresh=False, no_write=False,
+                     subspace="auto", ghofl_only=True)
+    ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
+    parts = b.measure(ctx)["dp_anchors"]["parts"]
+    assert sorted(parts) == ["cifar10-eps1-seed0.json"]  # no new part, no reference
+    new = json.loads((folder / "cifar10-eps1-seed0.json").read_text())
+    assert new["methods"]["dpsgd"] == {"accuracy": 0.7} and new["seconds"]["dpsgd"] == 9.0
+    assert new["methods"]["ghofl/central"]["heads"] == {"lda": 0.9}
+    assert new["methods"]["ghofl/central"]["subspace"]["k"] == 2
+    assert new["anchors_code"] == {"commit": "aaaaaaaaaaaa"} and new["date"] == "2026-12-01"
+    assert new["public_basis"] == basis and new["subspace"] == "auto:0123456789abcdef"
+    assert set(seen) == {"auto:0123456789abcdef"} and len(seen) == 2  # central, K = 10
+    text = b.render({"parts": parts})
+    assert "| k = 2 (ρ 0.3) | 50.0 (lda) |" in text  # the earlier whole-space run kept
+    assert new["methods"]["ghofl/central@whole"]["heads"] == {"lda": 0.5}
+    assert "| 1 | central | 1 | 90.0 |" in text  # the ghofl tables show only the new runs
+    assert "cifar10: `0123456789abcdef` from public train (9 rows)" in text
+    assert "ghofl's runs of 1 full parts measured again (`--ghofl-only`" in text
+
+
+def test_subspace_choice_reads_the_release_notes(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from ghofl.privacy.subspace import choose_subspace
+    from ghofl.stats.meta import StatsMeta
+    from ghofl.stats.projection import BASIS_DIR_ENV, pca_basis, save_basis
+
+    b = _bench()
+    monkeypatch.setenv(BASIS_DIR_ENV, str(tmp_path))
+    _, fp = save_basis(pca_basis(np.random.default_rng(0).standard_normal((50, 10)), 10))
+    meta = StatsMeta("pooled", 10, ("a", "b"), clip_norm=1.0)
+    k_note = choose_subspace(f"auto:{fp}", meta, {"scatter": 30.0}, 102.0).reason
+    whole = choose_subspace(f"auto:{fp}", meta, {"scatter": 0.5}, 102.0).reason
+    no_basis = choose_subspace("auto", meta, {"scatter": 30.0}, 102.0).reason
+    assert b.subspace_choice(["counts rounded", k_note]) == {"k": 4, "ratio": 3.0,
+                                                            "note": k_note}
+    assert b.subspace_choice([whole])["k"] is None
+    assert b.subspace_choice([whole])["ratio"] == pytest.approx(0.05)
+    assert b.subspace_choice([no_basis]) == {"k": None, "ratio": 3.0, "note": no_basis}
+    assert b.subspace_choice(["counts rounded"]) is None
+    assert b.subspace_cell([]) == "–"
+    assert b.subspace_cell([None, None]) == "whole (no rule recorded)"
+    assert b.subspace_cell([{"k": None, "ratio": 0.08}, {"k": None, "ratio": 0.1}]) == \
+        "whole (ρ 0.09)"

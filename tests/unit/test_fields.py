@@ -207,6 +207,7 @@ SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
     "aggregation.dp_mode": ("distributed", {**DP, **SECURE}),
     "aggregation.dp_split": ("equal", DP),
     "aggregation.dp_expected_samples": (1000, DP),
+    "aggregation.dp_subspace": ("none", DP),
     "aggregation.store": ("s.db", {}),
     "aggregation.estimate": ("fedcof", {"client.mode": "means", "server.heads": ("lda",)}),
     "server.heads": (("nb", "lda"), {}),
@@ -314,7 +315,8 @@ TAKES: dict[str, tuple[set[str], set[str]]] = {
     "aggregate": ({"aggregation", "server"},
                   {p for p in FIELDS if p.startswith("aggregation.")} - {
                       "aggregation.estimate", "aggregation.dp_epsilon", "aggregation.dp_delta",
-                      "aggregation.dp_split", "aggregation.dp_expected_samples"}),
+                      "aggregation.dp_split", "aggregation.dp_expected_samples",
+                      "aggregation.dp_subspace"}),
 }
 #: The fields each command declares itself under the table's flag, with help of its own.
 OWN: dict[str, set[str]] = {

@@ -380,6 +380,10 @@ def find_data_dir(root: Path, required: bool = True) -> Path | None:
     return None
 
 
+#: Seconds waited, untimed, before each timed call so BLAS threads the last step woke park.
+SETTLE_S = 0.3
+
+
 def median_times(
     fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: bool = False,
     settle: float = 0.0,

@@ -259,7 +259,7 @@ def _client_embeddings(
 @app.command("aggregate")
 @aggregation_options(only=("aggregation.dp_epsilon", "aggregation.dp_delta",
                            "aggregation.dp_split", "aggregation.dp_expected_samples",
-                           "aggregation.estimate"))
+                           "aggregation.dp_subspace", "aggregation.estimate"))
 @server_options()
 def aggregate(
     files: Annotated[list[Path], typer.Argument(help="Client statistics files (.ghs).")],

@@ -316,7 +316,8 @@ class NoisyDecoder:
         kappa = self.kept(params)
         spread = math.sqrt(kappa)
         stats, notes = postprocess(meta, counts, floats, self.plan.min_class_count,
-                                   {b: sig * spread for b, sig in self.plan.sigma.items()})
+                                   {b: sig * spread for b, sig in self.plan.sigma.items()},
+                                   self.plan.config.subspace)
         self.release = self._release(params, stats, kappa, c + floats.size, notes)
         return stats
 

@@ -40,6 +40,7 @@ from ghofl.privacy.accounting import calibrate_noise_multiplier, check_epsilon_d
 from ghofl.privacy.postprocess import postprocess
 from ghofl.privacy.sensitivity import COUNTS, block_sensitivities
 from ghofl.privacy.split import SPLITS, auto_fractions, equal_fractions, given_fractions
+from ghofl.privacy.subspace import check_subspace_option
 from ghofl.secure.bounds import TotalLimits, check_bounds, refuse_total
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
@@ -98,6 +99,14 @@ class DPConfig:
     expected_samples : int, optional
         Public hint of the total number of samples N the release will sum (for ``auto``). It
         sets only how the budget is split: the guarantee holds whatever N turns out to be.
+    subspace : str, default "auto"
+        Where the server fits the release (:mod:`ghofl.privacy.subspace`; post-processing, no
+        budget): ``auto`` projects the noisy total onto the first 0.4·d public principal
+        directions of the encoder's default basis when the noise ratio
+        ρ = σ_B·d/(R²·(N − C)) exceeds 0.12 and they keep 0.9 of the release's between-class
+        energy, else keeps the whole space (and keeps it when no basis is known);
+        ``auto:<fp>`` the same rule with that basis; ``none`` never; ``pca:<k>`` /
+        ``pca:<k>:<fp>`` always k directions. The choice is stated in the release's notes.
     """
 
     epsilon: float
@@ -106,9 +115,11 @@ class DPConfig:
     fractions: Mapping[str, float] | None = None
     split: str = "auto"
     expected_samples: int | None = None
+    subspace: str = "auto"
 
     def __post_init__(self) -> None:
         eps, dlt = check_epsilon_delta(self.epsilon, self.delta)
+        object.__setattr__(self, "subspace", check_subspace_option(self.subspace))
         object.__setattr__(self, "epsilon", eps)
         object.__setattr__(self, "delta", dlt)
         if self.mode not in DP_MODES:
@@ -204,6 +215,7 @@ class NoisePlan:
                 "min_class_count_rule": "server, on the noised counts (post-processing)",
                 "noise_multiplier": self.noise_multiplier,
                 "budget_split": split, "expected_samples": self.config.expected_samples,
+                "subspace": self.config.subspace,
                 "sensitivity": dict(self.sensitivity), "fractions": dict(self.fractions),
                 "sigma": dict(self.sigma),
                 "off_diagonal_sigma": "sigma/sqrt(2) on symmetric matrices (N2s)",
@@ -391,7 +403,7 @@ def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generato
     c = total.num_classes
     dc, df = draw_noise(plan, c, total.dim, rng)
     stats, notes = postprocess(total.meta, ints[:c].astype(np.float64) + dc, floats + df,
-                               plan.min_class_count, plan.sigma)
+                               plan.min_class_count, plan.sigma, plan.config.subspace)
     return PrivateRelease(stats, plan, plan.config.epsilon, plan.config.delta,
                           ("central Gaussian noise added by the server", *notes))
 

@@ -4,6 +4,10 @@ Noise makes the released sums inconsistent (negative variances, indefinite scatt
 non-integer or negative counts). Post-processing uses the noisy values only, so it costs no
 privacy. With n_c the clamped counts and A_c the noisy sums:
 
+* with the noise levels σ and a DP subspace (``DPConfig.subspace``), the noisy sums and
+  second moments may first be projected onto public principal directions, which is the
+  release the clients would have made in that subspace (:mod:`ghofl.privacy.subspace`);
+  the choice is stated among the notes;                                              (P0s)
 * counts: n_c = max(round(ñ_c), 0); a class with n_c < max(k, 1) becomes a placeholder
   (n_c = 1, zero sums) so every head stays fittable, k the minimum-count rule's (under DP the
   rule is this threshold on the noised counts, so it costs no privacy);              (P1)
@@ -34,6 +38,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import NDArray
 
+from ghofl.privacy.subspace import choose_subspace, project_arrays
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.release import NoisyStats
@@ -95,7 +100,8 @@ def clamp_counts(noisy: F64, min_count: int = 1
 
 
 def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count: int = 1,
-                sigma: Mapping[str, float] | None = None) -> tuple[ClientStats, list[str]]:
+                sigma: Mapping[str, float] | None = None,
+                subspace: str = "none") -> tuple[ClientStats, list[str]]:
     """Valid statistics from a noisy flattened release (P1–P4).
 
     Parameters
@@ -111,6 +117,10 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
     sigma : mapping of str to float, optional
         Noise standard deviation per block (``NoisePlan.sigma``); in ``full`` mode it selects
         the noise-aware estimate (P2n) instead of the projection (P2).
+    subspace : str, default "none"
+        ``DPConfig.subspace``: with ``sigma``, the public subspace the release is fitted in
+        (:func:`~ghofl.privacy.subspace.choose_subspace`; P0s, before P2–P4), the choice
+        stated among the notes. Without ``sigma`` it is not consulted.
 
     Returns
     -------
@@ -132,13 +142,19 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
     for spec in sch.float_arrays:
         if spec.axes[0] == "C":
             arrays[spec.name][placeholder] = 0.0
-    sums = arrays["sums"]
     n = counts.astype(np.float64)
     notes = ["counts rounded and clamped at 0"]
     if np.any(placeholder):
         names = ", ".join(repr(meta.classes[i]) for i in np.flatnonzero(placeholder))
         notes.append(f"classes with a noisy count below {k_min} kept as placeholders (N=1, zero "
                      f"sums): {names}")
+    if sigma is not None and subspace != "none":
+        choice = choose_subspace(subspace, meta, sigma, float(n[keep].sum()),
+                                 np.where(keep[:, None], arrays["sums"], 0.0), n)
+        if choice.spec is not None:
+            meta, arrays = project_arrays(meta, arrays, n, choice.spec)
+        notes.append(choice.reason)
+    sums = arrays["sums"]
     shrinkage: tuple[float, ...] | None = None
     if meta.mode == "full" and sigma is not None:
         arrays["class_scatter"], shrinkage = _noise_aware_scatter(arrays, n, keep, sigma)

@@ -534,6 +534,15 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
         "size)",
         cli=CliOption("Differential privacy: the public sample count the auto split "
                       "assumes.")),
+    _dp("subspace", "public subspace the server fits the DP release in: auto, auto:FP, none, "
+        "pca:K or pca:K:FP (post-processing, no budget)",
+        cli=CliOption("Differential privacy: the public subspace the server fits the release "
+                      "in (post-processing: no budget). 'auto' projects the noisy total onto "
+                      "the first 0.4*d principal directions of the encoder's default public "
+                      "basis (ghofl projection-basis) when the noise ratio "
+                      "sigma_B*d/(R^2*(N-C)) exceeds 0.12 and they keep 0.9 of the classes' "
+                      "separation; 'auto:FP' with basis FP; 'none' never; 'pca:K[:FP]' always "
+                      "K directions.", unset=True)),
     FieldSpec("aggregation.store", "store", "--store", str, "",
               "durable store recording every accepted contribution (plain protocol)",
               cli=CliOption("Aggregation store (SQLite file, created if absent) recording each "

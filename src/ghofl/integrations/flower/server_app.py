@@ -16,9 +16,10 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
   ``head_params``, ``seed``, ``preset``, ...);
 * differential privacy: ``dp_epsilon`` (0 = none), ``dp_delta``, ``dp_mode`` (``central``:
   the server noises the total; ``distributed``: every client adds a noise share, needs the
-  secure protocol), ``dp_split``, ``dp_expected_samples`` and ``min_class_count`` (0 = 5 with
-  DP, a threshold on the noised counts at the server; else off); the spent (ε, δ) is recorded
-  in the model directory's manifest (``privacy``) and in ``results.json``;
+  secure protocol), ``dp_split``, ``dp_expected_samples``, ``dp_subspace`` and
+  ``min_class_count`` (0 = 5 with DP, a threshold on the noised counts at the server; else
+  off); the spent (ε, δ) is recorded in the model directory's manifest (``privacy``) and in
+  ``results.json``;
 * ``roster`` (secure protocol): the federation's roster file (``ghofl roster build``); the
   server first binds every node to its roster identity (a signed answer to a fresh
   challenge; it waits up to ``wait-timeout-s`` for every connected node to answer, since this
