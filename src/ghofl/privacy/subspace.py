@@ -40,14 +40,14 @@ energy they keep,
 removed), must reach :data:`AUTO_MIN_CAPTURE`; otherwise, and below the ratio, the whole space.
 N is the noisy total count; ρ and c_k read only the release and public values.
 
-Measured (BENCHMARKS.md "Differential privacy beside outside anchors"; 3–5 seeds, best of LDA
-and ridge, central): on CIFAR-10 (EfficientNet-Lite0, d = 1280, N = 50,000, R = 28, a basis from
-Tiny-ImageNet's train images, c_512 = 0.97) ρ = 0.31 / 0.16 at ε = 0.5 / 1, where k = 512 scores
-71.0 / 73.0 against 70.2 / 72.3 in the whole space, and ρ ≤ 0.085 from ε = 2, where it loses
-0.5–1.2 points (k = 768 and 1,024 fall between); on TREC (MiniLM, d = 384, N = 5,452, a basis
-from SST-2 and AG News sentences, c_154 = 0.84) k = 154 lost 1.3–3.8 points at every ε ≤ 4
-although ρ = 0.12–0.82 there: a basis that misses a sixth of the classes' separation costs more
-than the noise it removes.
+Measured (central, best head): on CIFAR-10 (EfficientNet-Lite0, d = 1280, N = 50,000, R = 28,
+a basis from Tiny-ImageNet's train images, c_512 = 0.97) ρ = 0.30 / 0.16 at ε = 0.5 / 1, where
+k = 512 scores 70.8 / 73.1 against 70.0 / 72.1 in the whole space (BENCHMARKS.md "Differential
+privacy beside outside anchors", 5 seeds), and ρ ≤ 0.085 from ε = 2, where k = 512 lost 0.5–1.2
+points in a scan (3 seeds; k = 768 and 1,024 fell between); on TREC (MiniLM, d = 384,
+N = 5,452, a basis from SST-2 and AG News sentences, c_154 = 0.84) k = 154 lost 1.3–3.8 points
+at every ε ≤ 4 (5 seeds) although ρ = 0.12–0.82 there: a basis that misses a sixth of the
+classes' separation costs more than the noise it removes.
 """
 
 from __future__ import annotations
