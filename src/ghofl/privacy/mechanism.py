@@ -104,9 +104,10 @@ class DPConfig:
         budget): ``auto`` projects the noisy total onto the first 0.4·d public principal
         directions of the encoder's default basis when the noise ratio
         ρ = σ_B·d/(R²·(N − C)) exceeds 0.12 and they keep 0.9 of the release's between-class
-        energy, else keeps the whole space (and keeps it when no basis is known);
-        ``auto:<fp>`` the same rule with that basis; ``none`` never; ``pca:<k>`` /
-        ``pca:<k>:<fp>`` always k directions. The choice is stated in the release's notes.
+        energy (within two standard deviations of its noise), else keeps the whole space
+        (and keeps it when no basis is known); ``auto:<fp>`` the same rule with that basis;
+        ``none`` never; ``pca:<k>`` / ``pca:<k>:<fp>`` always k directions. The choice is
+        stated in the release's notes.
     """
 
     epsilon: float
