@@ -188,16 +188,21 @@ def subspace_option(option: str, basis: dict[str, str] | None
 #: The post-processing note stating the subspace (:mod:`ghofl.privacy.subspace`).
 _CHOICE = re.compile(r"^fitted in (the first (?P<k>\d+) principal directions|the whole space)")
 _RATIO = re.compile(r"rho = (?:sigma_B\*d/\(R\^2\*\(N-C\)\) = )?(?P<rho>[0-9.e+-]+)")
+_CAPTURE = re.compile(r"keep(?:ing| only) (?P<c>[0-9.]+) of the (?:release's )?between-class "
+                      r"energy(?:(?:, at least | \(at least )(?P<low>[0-9.]+))?")
 
 
 def subspace_choice(notes: list[str]) -> dict[str, Any] | None:
-    """{"k": int or None (whole space), "ratio": ρ or None, "note"} from a release's notes."""
+    """{"k": int or None (whole space), "ratio": ρ, "capture": (c_k, bound) or None, "note"}
+    from a release's notes."""
     for note in notes:
         m = _CHOICE.match(note)
         if m:
-            r = _RATIO.search(note)
+            r, c = _RATIO.search(note), _CAPTURE.search(note)
             return {"k": int(m["k"]) if m["k"] else None,
-                    "ratio": float(r["rho"]) if r else None, "note": note}
+                    "ratio": float(r["rho"]) if r else None,
+                    "capture": None if c is None else [
+                        float(c["c"]), float(c["low"]) if c["low"] else None], "note": note}
     return None
 
 
@@ -471,12 +476,20 @@ def subspace_cell(choices: list[dict[str, Any] | None]) -> str:
     """The central release's subspace over the seeds: ``k = 512 (ρ 0.31)``, ``whole (ρ …)``."""
     if not choices:
         return "–"
+    # read from each note again: parts written before a field existed have the note only
+    choices = [subspace_choice([c["note"]]) or c if c and c.get("note") else c
+               for c in choices]
     ks = sorted({c["k"] if c else None for c in choices}, key=lambda k: (k is not None, k or 0))
     where = ", ".join("whole" if k is None else f"k = {k}" for k in ks)
     ratios = [c["ratio"] for c in choices if c and c.get("ratio") is not None]
     if len(ratios) < len(choices):
         return where if ratios else f"{where} (no rule recorded)"
-    return f"{where} (ρ {float(np.mean(ratios)):.2g})"
+    caps = [c["capture"] for c in choices if c and c.get("capture")]
+    lows = [c[1] for c in caps if c[1] is not None]
+    kept = "" if len(caps) < len(choices) else (
+        f"; basis keeps {float(np.mean([c[0] for c in caps])):.2f}"
+        + (f", bound {float(np.mean(lows)):.2f}" if len(lows) == len(caps) else ""))
+    return f"{where} (ρ {float(np.mean(ratios)):.2g}{kept})"
 
 
 def _anchor_table(cells: dict[float, Any]) -> str:

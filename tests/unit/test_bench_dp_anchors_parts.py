@@ -225,7 +225,7 @@ def test_subspace_choice_reads_the_release_notes(tmp_path: Path,
 
     from ghofl.privacy.subspace import choose_subspace
     from ghofl.stats.meta import StatsMeta
-    from ghofl.stats.projection import BASIS_DIR_ENV, pca_basis, save_basis
+    from ghofl.stats.projection import BASIS_DIR_ENV, load_basis, pca_basis, save_basis
 
     b = _bench()
     monkeypatch.setenv(BASIS_DIR_ENV, str(tmp_path))
@@ -235,10 +235,26 @@ def test_subspace_choice_reads_the_release_notes(tmp_path: Path,
     whole = choose_subspace(f"auto:{fp}", meta, {"scatter": 0.5}, 102.0).reason
     no_basis = choose_subspace("auto", meta, {"scatter": 30.0}, 102.0).reason
     assert b.subspace_choice(["counts rounded", k_note]) == {"k": 4, "ratio": 3.0,
-                                                            "note": k_note}
+                                                            "capture": None, "note": k_note}
     assert b.subspace_choice([whole])["k"] is None
     assert b.subspace_choice([whole])["ratio"] == pytest.approx(0.05)
-    assert b.subspace_choice([no_basis]) == {"k": None, "ratio": 3.0, "note": no_basis}
+    assert b.subspace_choice([no_basis]) == {"k": None, "ratio": 3.0, "capture": None,
+                                             "note": no_basis}
+    n = np.array([51.0, 51.0])
+    v = load_basis(fp)
+    first, last = 51.0 * v[:, 0], 51.0 * v[:, 9]
+    sums = np.stack([-first + last, first - last])  # half the separation kept
+    missed = choose_subspace(f"auto:{fp}", meta, {"scatter": 30.0, "sums": 1.0}, 102.0,
+                             sums, n).reason
+    got = b.subspace_choice([missed])
+    assert got["k"] is None and got["capture"][1] <= got["capture"][0] < 0.9
+    sums = np.stack([-first, first])  # all of it
+    kept = b.subspace_choice([choose_subspace(f"auto:{fp}", meta,
+                                              {"scatter": 30.0, "sums": 1.0}, 102.0, sums,
+                                              n).reason])
+    assert kept["k"] == 4 and kept["capture"][1] <= kept["capture"][0]
+    assert b.subspace_cell([got, got]) == (
+        f"whole (ρ 3; basis keeps {got['capture'][0]:.2f}, bound {got['capture'][1]:.2f})")
     assert b.subspace_choice(["counts rounded"]) is None
     assert b.subspace_cell([]) == "–"
     assert b.subspace_cell([None, None]) == "whole (no rule recorded)"
