@@ -77,6 +77,7 @@ from ghofl.bench.report import markdown_table, write_json
 from ghofl.client.encoders import default_clip_norm
 from ghofl.client.job import ClientJob
 from ghofl.privacy import DPConfig
+from ghofl.privacy.prior import save_prior, within_covariance
 from ghofl.server.job import ServerJob
 from ghofl.server.plan import AggregationSpec, FederationPlan
 from ghofl.server.simulation import Population, simulate
@@ -102,6 +103,8 @@ PUBLIC_BASIS: dict[str, tuple[str, ...]] = {"cifar10": ("tiny-imagenet",),
                                              "trec": ("sst2", "agnews")}
 #: The method key of a central run in the whole space kept beside a subspace run.
 WHOLE = "ghofl/central@whole"
+#: The method key of a central run without the public covariance prior kept beside one with it.
+NO_PRIOR = "ghofl/central@noprior"
 #: Directions kept in a public basis file (the auto rule uses round(0.4·d) of them).
 BASIS_DIRECTIONS = 768
 #: dataset -> (train, test) images per class in --quick (0: all)
@@ -126,6 +129,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--subspace", default="auto",
                     help="ghofl's DP subspace (DPConfig.subspace); 'auto' names the public "
                     "basis of PUBLIC_BASIS when the data set has one")
+    ap.add_argument("--prior", default="auto",
+                    help="ghofl's DP prior (DPConfig.prior); 'auto' names the public "
+                    "covariance built from PUBLIC_BASIS's labelled train features")
     ap.add_argument("--ghofl-only", action="store_true",
                     help="measure ghofl's runs of the existing full parts again (the anchors "
                     "are kept, with the commit they were measured at as 'anchors_code')")
@@ -152,12 +158,14 @@ def _features(name: str, data_dir: str | None, quick: bool) -> tuple[Features, f
     return feats, clip
 
 
-def public_basis(ds: str, data_dir: str | None, log: Any) -> dict[str, str] | None:
-    """The public principal-direction basis of ``ds``'s encoder (:data:`PUBLIC_BASIS`).
+def public_basis(ds: str, data_dir: str | None, log: Any,
+                 clip: float | None = None) -> dict[str, str] | None:
+    """The public basis and within-class covariance of ``ds``'s encoder (:data:`PUBLIC_BASIS`).
 
-    Built from the train features of the public data sets, written to the first folder of
-    :func:`ghofl.stats.projection.basis_dirs`; ``{"fingerprint", "source"}``, or None when
-    ``ds`` has no public data set.
+    Built from the labelled train features of the public data sets (the covariance from rows
+    clipped at ``clip``, each public data set's classes its own), written to the first folder
+    of :func:`ghofl.stats.projection.basis_dirs`; ``{"fingerprint", "source"}`` (the basis),
+    plus ``"covariance"`` when ``clip`` is given; None when ``ds`` has no public data set.
     """
     names = PUBLIC_BASIS.get(ds)
     if not names:
@@ -168,11 +176,19 @@ def public_basis(ds: str, data_dir: str | None, log: Any) -> dict[str, str] | No
         for n in names]
     x = np.concatenate([f.x_train for f in feats])
     t = time.perf_counter()
+    source = f"{' + '.join(names)} train ({x.shape[0]} rows)"
     _, fp = save_basis(pca_basis(x, min(BASIS_DIRECTIONS, x.shape[1])),
                        source=f"{' + '.join(names)} train, {x.shape[0]} rows, {enc}")
     log(f"public basis of {ds}: {fp} from {x.shape[0]} rows of {', '.join(names)} "
         f"({time.perf_counter() - t:.1f} s)")
-    return {"fingerprint": fp, "source": f"{' + '.join(names)} train ({x.shape[0]} rows)"}
+    out = {"fingerprint": fp, "source": source}
+    if clip is not None:
+        offsets = np.cumsum([0, *(len(f.classes) for f in feats)])
+        y = np.concatenate([f.y_train + o for f, o in zip(feats, offsets, strict=False)])
+        _, cov = save_prior(within_covariance(x, y, clip), source=f"{source}, clipped at {clip}")
+        log(f"public covariance of {ds}: {cov}")
+        out["covariance"] = cov
+    return out
 
 
 def subspace_option(option: str, basis: dict[str, str] | None
@@ -183,6 +199,27 @@ def subspace_option(option: str, basis: dict[str, str] | None
         return f"auto:{basis['fingerprint']}", basis
     named = basis is not None and option.endswith(basis["fingerprint"])
     return option, basis if named else None
+
+
+def prior_option(option: str, public: dict[str, str] | None) -> str:
+    """``DPConfig.prior`` of a run: ``auto`` names the data set's public covariance, if any."""
+    if option == "auto" and public and public.get("covariance"):
+        return f"auto:{public['covariance']}"
+    return option
+
+
+#: The post-processing note stating the prior's weight (:mod:`ghofl.privacy.prior`).
+_PRIOR = re.compile(r"mixed with the public covariance (?P<fp>[0-9a-f]{16}) \(P3p\): weight "
+                    r"b = (?P<b>[0-9.]+)")
+
+
+def prior_choice(notes: list[str]) -> dict[str, Any] | None:
+    """{"fingerprint", "weight"} of the public covariance a release was mixed with, or None."""
+    for note in notes:
+        m = _PRIOR.search(note)
+        if m:
+            return {"fingerprint": m["fp"], "weight": float(m["b"])}
+    return None
 
 
 #: The post-processing note stating the subspace (:mod:`ghofl.privacy.subspace`).
@@ -209,7 +246,8 @@ def subspace_choice(notes: list[str]) -> dict[str, Any] | None:
 def _ghofl(f: Features, clip: float, upload: tuple[str, int], dp: DPConfig | None,
            clients: int, seed: int, choice: list[dict[str, Any]] | None = None
            ) -> dict[str, float]:
-    """ghofl's heads' accuracies; ``choice`` receives the release's subspace choice."""
+    """ghofl's heads' accuracies; ``choice`` receives the release's subspace choice, with the
+    public covariance prior it was mixed with (``"prior"``: None when none)."""
     mode, k = upload
     distributed = dp is not None and dp.mode == "distributed"
     agg = AggregationSpec("secure", dp=dp) if distributed else AggregationSpec("plain", dp=dp)
@@ -219,9 +257,10 @@ def _ghofl(f: Features, clip: float, upload: tuple[str, int], dp: DPConfig | Non
     res = simulate(plan, (f.x_train, f.y_train), (f.x_test, f.y_test),
                    Population(clients, ALPHA))
     if choice is not None and res.privacy is not None:
-        found = subspace_choice(list(res.privacy.get("postprocessing", [])))
+        notes = list(res.privacy.get("postprocessing", []))
+        found = subspace_choice(notes)
         if found is not None:
-            choice.append(found)
+            choice.append({**found, "prior": prior_choice(notes)})
     return {h: float(r.accuracy) for h, r in res.heads.items()}
 
 
@@ -239,7 +278,8 @@ def _timed(seconds: dict[str, float], name: str, fn: Any) -> Any:
 
 
 def run_ghofl(f: Features, clip: float, eps: float, seed: int, ks: list[int],
-              upload: tuple[str, int], subspace: str) -> tuple[dict[str, Any], dict[str, float]]:
+              upload: tuple[str, int], subspace: str,
+              prior: str = "none") -> tuple[dict[str, Any], dict[str, float]]:
     """ghofl central (at ``ks[0]``) and distributed (every K) at one (data set, ε, seed).
 
     Returns the methods (each ``{"clients", "heads", "subspace"}``: the subspace the release
@@ -251,7 +291,8 @@ def run_ghofl(f: Features, clip: float, eps: float, seed: int, ks: list[int],
             *((f"ghofl/distributed/{k}", "distributed", k) for k in ks)]
     for name, noise, k in runs:
         choice: list[dict[str, Any]] = []
-        dp = DPConfig(eps, DELTA, noise, subspace=subspace)  # type: ignore[arg-type]
+        dp = DPConfig(eps, DELTA, noise, subspace=subspace,  # type: ignore[arg-type]
+                      prior=prior)
         heads = _timed(sec, name, lambda dp=dp, k=k, choice=choice: _ghofl(
             f, clip, upload, dp, k, seed, choice))
         m[name] = {"clients": k, "heads": heads, "subspace": choice[0] if choice else None}
@@ -260,7 +301,7 @@ def run_ghofl(f: Features, clip: float, eps: float, seed: int, ks: list[int],
 
 def run_part(f: Features, clip: float, eps: float, seed: int, ks: list[int],
              grid: tuple[SGDConfig, ...], upload: tuple[str, int],
-             subspace: str) -> dict[str, Any]:
+             subspace: str, prior: str = "none") -> dict[str, Any]:
     """Every method at one (data set, ε, seed): the anchors, then ghofl central and distributed."""
     train, test = _scaled(f, clip)
     c, sec = len(f.classes), dict[str, float]()
@@ -280,23 +321,26 @@ def run_part(f: Features, clip: float, eps: float, seed: int, ks: list[int],
         train, test, eps, bounds, seed)), "bounds": list(bounds)}
     m["dp_lr"] = {"accuracy": _timed(sec, "dp_lr", lambda: diffprivlib_lr(
         train, test, eps, 1.0, seed)), "data_norm": 1.0}
-    gm, gsec = run_ghofl(f, clip, eps, seed, ks, upload, subspace)
+    gm, gsec = run_ghofl(f, clip, eps, seed, ks, upload, subspace, prior)
     m.update(gm)
     sec.update(gsec)
     return {"dataset": f.dataset, "epsilon": eps, "seed": seed, "methods": m, "seconds": sec,
-            "subspace": subspace}
+            "subspace": subspace, "prior": prior}
 
 
 def remeasure_ghofl(part: dict[str, Any], f: Features, clip: float, ks: list[int],
-                    upload: tuple[str, int], subspace: str) -> dict[str, Any]:
+                    upload: tuple[str, int], subspace: str,
+                    prior: str = "none") -> dict[str, Any]:
     """``part`` with ghofl's runs measured again; its anchors kept (``anchors_code``).
 
     When the central release is now fitted in a subspace and the part's earlier central run
     was in the whole space, that run is kept as ``ghofl/central@whole`` (the table's
-    whole-space column: what the subspace changed, on the same noise seed).
+    whole-space column: what the subspace changed, on the same noise seed). Likewise, when it is
+    now mixed with a public covariance and the earlier one was not, that run is kept as
+    ``ghofl/central@noprior``.
     """
     gm, gsec = run_ghofl(f, clip, float(part["epsilon"]), int(part["seed"]), ks, upload,
-                         subspace)
+                         subspace, prior)
     methods = {k: v for k, v in part["methods"].items() if not k.startswith("ghofl/")}
     before = part["methods"].get("ghofl/central")
     now = gm["ghofl/central"].get("subspace") or {}
@@ -305,9 +349,15 @@ def remeasure_ghofl(part: dict[str, Any], f: Features, clip: float, ks: list[int
         methods[WHOLE] = before
     elif WHOLE in part["methods"] and now.get("k") is not None:
         methods[WHOLE] = part["methods"][WHOLE]
+    if before is not None and now.get("prior") and not (before.get("subspace") or {}).get(
+            "prior"):
+        methods[NO_PRIOR] = before
+    elif NO_PRIOR in part["methods"] and now.get("prior"):
+        methods[NO_PRIOR] = part["methods"][NO_PRIOR]
     seconds = {k: v for k, v in part["seconds"].items() if not k.startswith("ghofl/")}
     return {**part, "methods": {**methods, **gm}, "seconds": {**seconds, **gsec},
-            "subspace": subspace, "anchors_code": part.get("anchors_code", part.get(CODE_KEY))}
+            "subspace": subspace, "prior": prior,
+            "anchors_code": part.get("anchors_code", part.get(CODE_KEY))}
 
 
 def run_reference(f: Features, clip: float, upload: tuple[str, int],
@@ -363,18 +413,20 @@ def measure_modes(ctx: harness.Context, block: tuple[int, int]) -> dict[str, Any
         if not todo:
             continue
         f, clip = _features(ds, ctx.data_dir(required=False), False)
-        sub, used = subspace_option(args.subspace, public_basis(
-            ds, ctx.data_dir(required=False), ctx.log))
+        public = public_basis(ds, ctx.data_dir(required=False), ctx.log, clip)
+        sub, used = subspace_option(args.subspace, public)
+        pri = prior_option(args.prior, public)
         for eps in todo:
             t = time.perf_counter()
 
             def run(noise: Any, k: int, seed: int, eps: float = eps, f: Features = f,
-                    clip: float = clip, sub: str = sub) -> dict[str, float]:
-                return _ghofl(f, clip, upload, DPConfig(eps, DELTA, noise, subspace=sub), k,
-                              seed)
+                    clip: float = clip, sub: str = sub, pri: str = pri) -> dict[str, float]:
+                return _ghofl(f, clip, upload, DPConfig(eps, DELTA, noise, subspace=sub,
+                                                        prior=pri), k, seed)
 
             part = _stamp({**run_modes(run, ds, eps, block, ks, ctx.log), "subspace": sub,
-                           "public_basis": used}, f, clip, tag, (), ctx.code_version())
+                           "prior": pri, "public_basis": used or public}, f, clip, tag, (),
+                          ctx.code_version())
             name = modes_part_name(ds, eps, block)
             parts[name] = part
             ctx.log(f"{name}: {time.perf_counter() - t:.0f} s")
@@ -410,20 +462,21 @@ def measure(ctx: harness.Context) -> dict[str, Any] | None:
         if not todo:
             continue
         f, clip = _features(ds, data_dir, quick)
-        sub, used = subspace_option(args.subspace,
-                                    None if quick else public_basis(ds, data_dir, ctx.log))
+        public = None if quick else public_basis(ds, data_dir, ctx.log, clip)
+        sub, used = subspace_option(args.subspace, public)
+        pri = prior_option(args.prior, public)
         for eps, seed in todo:
             t = time.perf_counter()
             if args.ghofl_only:
                 old = parts[part_name(ds, eps, seed)]
-                part = remeasure_ghofl(old, f, clip, ks, upload, sub)
+                part = remeasure_ghofl(old, f, clip, ks, upload, sub, pri)
                 part = {**_stamp(part, f, clip, tag, grid, ctx.code_version()),
                         "date": old.get("date"), "ghofl_date": time.strftime("%Y-%m-%d"),
-                        "public_basis": used}
+                        "public_basis": used or public}
             else:
                 part = (run_reference(f, clip, upload, ks) if eps is None
-                        else {**run_part(f, clip, eps, seed or 0, ks, grid, upload, sub),
-                              "public_basis": used})
+                        else {**run_part(f, clip, eps, seed or 0, ks, grid, upload, sub, pri),
+                              "public_basis": used or public})
                 part = _stamp(part, f, clip, tag, grid, ctx.code_version())
             name = part_name(ds, eps, seed)
             parts[name] = part
@@ -492,11 +545,32 @@ def subspace_cell(choices: list[dict[str, Any] | None]) -> str:
     return f"{where} (ρ {float(np.mean(ratios)):.2g}{kept})"
 
 
+def prior_cell(choices: list[dict[str, Any] | None]) -> str:
+    """The public covariance prior's weight over the seeds: ``b 0.48``, ``none``."""
+    if not choices:
+        return "–"
+    recorded = [c for c in choices if c and "prior" in c]
+    if len(recorded) < len(choices):
+        return "none (no prior recorded)"
+    weights = [c["prior"]["weight"] for c in recorded if c["prior"]]
+    if not weights:
+        return "none"
+    mixed = "" if len(weights) == len(choices) else f" ({len(weights)} of {len(choices)} seeds)"
+    return f"b {float(np.mean(weights)):.2f}{mixed}"
+
+
+def _kept(m: dict[str, Any], key: str) -> str:
+    w = m.get(key)
+    return "–" if not w else f"{fmt_mean_se(w[_best_head(w)])} ({_best_head(w)})"
+
+
 def _anchor_table(cells: dict[float, Any]) -> str:
     whole = any(WHOLE in m for m in cells.values())
+    noprior = any(NO_PRIOR in m for m in cells.values())
     header = ["ε", "seeds", *(t for _, t in ANCHORS), "tuned: search spends ε",
-              "ghofl central (best head)", "ghofl subspace",
-              *(["ghofl central, whole space (same seeds)"] if whole else [])]
+              "ghofl central (best head)", "ghofl subspace", "ghofl prior",
+              *(["ghofl central, whole space (same seeds)"] if whole else []),
+              *(["ghofl central, no prior (same seeds)"] if noprior else [])]
     body = []
     for eps, m in sorted(cells.items()):
         row: list[Any] = [f"{eps:g}", len(m.get("dpsgd", []))]
@@ -507,9 +581,9 @@ def _anchor_table(cells: dict[float, Any]) -> str:
         row.append("–" if not central else
                    f"{fmt_mean_se(central[_best_head(central)])} ({_best_head(central)})")
         row.append(subspace_cell(m.get("ghofl/central/subspace", [])))
-        if whole:
-            w = m.get(WHOLE)
-            row.append("–" if not w else f"{fmt_mean_se(w[_best_head(w)])} ({_best_head(w)})")
+        row.append(prior_cell(m.get("ghofl/central/subspace", [])))
+        row += [_kept(m, WHOLE)] if whole else []
+        row += [_kept(m, NO_PRIOR)] if noprior else []
         body.append(row)
     return markdown_table(header, body)
 
@@ -568,9 +642,10 @@ def _bases_text(parts: dict[str, Any]) -> str:
     seen: dict[str, str] = {}
     for p in parts.values():
         b = p.get("public_basis")
-        if b:
-            seen.setdefault(p["dataset"], f"{p['dataset']}: `{b['fingerprint']}` from "
-                                           f"{b['source']}")
+        if b and (b.get("covariance") or p["dataset"] not in seen):
+            cov = f", covariance `{b['covariance']}`" if b.get("covariance") else ""
+            seen[p["dataset"]] = (f"{p['dataset']}: basis `{b['fingerprint']}`{cov} from "
+                                  f"{b['source']}")
     none = sorted({p["dataset"] for p in parts.values()} - set(seen))
     return "; ".join([*(seen[d] for d in sorted(seen)),
                       *(f"{d}: none (the rule then keeps the whole space)" for d in none)])
@@ -621,7 +696,11 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
         "first round(0.4·d) principal directions of a public basis when the noise ratio "
         "ρ = σ_B·d/(R²·(N − C)) exceeds 0.12 and they keep 0.9 of the release's between-class "
         "energy, else the whole space (column *ghofl subspace*, ρ the mean over the seeds). "
-        f"Public bases: {_bases_text(parts)}. "
+        "It then mixes the denoised pooled covariance with a public within-class covariance "
+        "(`DPConfig(prior=\"auto\")`, post-processing), P̂ = (1 − b)·R + b·s·T at the b that "
+        "minimises an estimate of the Frobenius error (column *ghofl prior*, b the mean over "
+        "the seeds; the earlier runs without it, on the same noise seeds, in the column *no "
+        f"prior*). Public bases and covariances: {_bases_text(parts)}. "
         "Verdicts (`ghofl.bench.decide`): *at or above* when the mean difference is "
         "≥ −2 standard errors of the difference; *within t* when |difference| ≤ max(t, 2 "
         "standard errors); fewer than 2 seeds: undecided. " + MODES_TEXT,

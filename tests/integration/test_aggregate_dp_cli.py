@@ -8,6 +8,7 @@ every input DP cannot serve is refused before anything is written.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -162,3 +163,41 @@ def test_a_refusal_is_one_line_and_exit_status_2(ws: Path, tmp_path: Path) -> No
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.count("\n") == 1 and "have different clipping bounds" in r.stderr
     assert not (tmp_path / "t.ghs").exists() and not (tmp_path / "t.privacy.json").exists()
+
+
+def test_a_public_covariance_prior_built_by_the_cli_is_mixed_in_and_reported(
+        ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ghofl covariance-prior writes a public within-class covariance; ghofl aggregate
+    --dp-prior auto:<fp> mixes the release's denoised pooled covariance with it and the
+    privacy report says so, at the same spent budget; a missing file is one clear error."""
+    monkeypatch.setenv("GHOFL_PROJECTION_DIR", str(tmp_path / "public"))
+    x, y = gaussian_mixture(11, num_classes=6, dim=D, n=3000, sep=2.0)  # other classes
+    np.savez(tmp_path / "public.npz", x=x, y=y)
+    rc = main(["covariance-prior", "--embeddings", str(tmp_path / "public.npz"), "--clip",
+               str(R), "--no-default"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    found = re.search(rf": {D} x {D} within-class covariance of 3000 samples \(6 classes, rows "
+                      r"clipped at 1\), fingerprint ([0-9a-f]{16})", out)
+    assert found, out
+    fp = found.group(1)
+    assert (tmp_path / "public" / f"{fp}.cov.npy").is_file()
+    with_prior, without = tmp_path / "p.ghs", tmp_path / "n.ghs"
+    _aggregate(ws, with_prior, "--dp-epsilon", "1", "--dp-prior", f"auto:{fp}", "--seed", "5",
+               capsys=capsys)
+    _aggregate(ws, without, "--dp-epsilon", "1", "--dp-prior", "none", "--seed", "5",
+               capsys=capsys)
+    rep = json.loads(privacy_report_path(with_prior).read_text())["privacy"]
+    base = json.loads(privacy_report_path(without).read_text())["privacy"]
+    assert rep["prior"] == f"auto:{fp}" and base["prior"] == "none"
+    assert (rep["epsilon_spent"], rep["sigma"]) == (base["epsilon_spent"], base["sigma"])
+    mixed = [n for n in rep["postprocessing"] if "mixed with the public covariance" in n]
+    assert len(mixed) == 1 and fp in mixed[0]
+    assert "no public covariance prior (DP prior: none)" in base["postprocessing"]
+    np.testing.assert_array_equal(load_stats(with_prior).sums, load_stats(without).sums)
+    rc = main(["aggregate", *(str(ws / f) for f in FILES), "--out", str(tmp_path / "x.ghs"),
+               "--dp-epsilon", "1", "--dp-prior", "auto:00000000deadbeef"])
+    assert rc == 2
+    assert "no public covariance with fingerprint 00000000deadbeef" in capsys.readouterr().err
+    assert not (tmp_path / "x.ghs").exists()

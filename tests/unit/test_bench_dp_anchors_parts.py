@@ -160,14 +160,15 @@ def test_measure_modes_writes_one_part_per_epsilon_and_resumes(
     monkeypatch.setattr(b, "public_basis", lambda *a: None)
     args = Namespace(quick=False, mode_seeds="2-3", mode="pooled", projection=0, clients="10",
                      epsilons="1,8", datasets="trec", fresh=False, no_write=False,
-                     subspace="auto", ghofl_only=False)
+                     subspace="auto", prior="auto", ghofl_only=False)
     ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
     out = b.measure(ctx)["dp_anchors"]["parts"]
     folder = tmp_path / "benchmarks" / "results" / "dp_anchors"
     assert sorted(p.name for p in folder.glob("*.json")) == sorted(out) == [
         "trec-eps1-modes-s2-3.json", "trec-eps8-modes-s2-3.json"]
     # without a public basis the default rule runs as "auto" (the whole space)
-    assert {(p["subspace"], p["public_basis"]) for p in out.values()} == {("auto", None)}
+    assert {(p["subspace"], p["prior"], p["public_basis"]) for p in out.values()} == {
+        ("auto", "auto", None)}
     assert len(seen) == 8 and set(seen) == {m.mode_seed(s, e) for s in (2, 3) for e in (1, 8)}
     b.measure(ctx)  # resumes: both parts exist, nothing runs
     assert len(seen) == 8
@@ -178,15 +179,17 @@ def test_ghofl_only_measures_ghofl_again_and_keeps_the_anchors(
     b = _bench()
     feats = SimpleNamespace(y_train=[0] * 4, y_test=[0] * 2, encoder_name="fake")
     monkeypatch.setattr(b, "_features", lambda *a: (feats, 1.0))
-    basis = {"fingerprint": "0123456789abcdef", "source": "public train (9 rows)"}
+    basis = {"fingerprint": "0123456789abcdef", "source": "public train (9 rows)",
+             "covariance": "fedcba9876543210"}
     monkeypatch.setattr(b, "public_basis", lambda *a: basis)
     seen: list[str] = []
 
     def ghofl(f: Any, clip: float, upload: Any, dp: Any, k: int, seed: int,
               choice: list[dict[str, Any]] | None = None) -> dict[str, float]:
-        seen.append(dp.subspace)
+        seen.append(f"{dp.subspace} {dp.prior}")
         if choice is not None:
-            choice.append({"k": 2, "ratio": 0.3, "note": "fitted in the first 2 ..."})
+            choice.append({"k": 2, "ratio": 0.3, "note": "fitted in the first 2 ...",
+                           "prior": {"fingerprint": "fedcba9876543210", "weight": 0.4}})
         return {"lda": 0.9}
 
     monkeypatch.setattr(b, "_ghofl", ghofl)
@@ -200,7 +203,7 @@ def test_ghofl_only_measures_ghofl_again_and_keeps_the_anchors(
     (folder / "cifar10-eps1-seed0.json").write_text(json.dumps(old))
     args = Namespace(quick=False, mode_seeds="", mode="pooled", projection=0, clients="10",
                      epsilons="1,2", seeds="0", datasets="cifar10", fresh=False, no_write=False,
-                     subspace="auto", ghofl_only=True)
+                     subspace="auto", prior="auto", ghofl_only=True)
     ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
     parts = b.measure(ctx)["dp_anchors"]["parts"]
     assert sorted(parts) == ["cifar10-eps1-seed0.json"]  # no new part, no reference
@@ -210,12 +213,16 @@ def test_ghofl_only_measures_ghofl_again_and_keeps_the_anchors(
     assert new["methods"]["ghofl/central"]["subspace"]["k"] == 2
     assert new["anchors_code"] == {"commit": "aaaaaaaaaaaa"} and new["date"] == "2026-12-01"
     assert new["public_basis"] == basis and new["subspace"] == "auto:0123456789abcdef"
-    assert set(seen) == {"auto:0123456789abcdef"} and len(seen) == 2  # central, K = 10
+    assert new["prior"] == "auto:fedcba9876543210"
+    assert set(seen) == {"auto:0123456789abcdef auto:fedcba9876543210"} and len(seen) == 2
     text = b.render({"parts": parts})
-    assert "| k = 2 (ρ 0.3) | 50.0 (lda) |" in text  # the earlier whole-space run kept
+    # the earlier run (whole space, no prior) kept beside the new one, in both columns
+    assert "| k = 2 (ρ 0.3) | b 0.40 | 50.0 (lda) | 50.0 (lda) |" in text
     assert new["methods"]["ghofl/central@whole"]["heads"] == {"lda": 0.5}
+    assert new["methods"]["ghofl/central@noprior"]["heads"] == {"lda": 0.5}
     assert "| 1 | central | 1 | 90.0 |" in text  # the ghofl tables show only the new runs
-    assert "cifar10: `0123456789abcdef` from public train (9 rows)" in text
+    assert "cifar10: basis `0123456789abcdef`, covariance `fedcba9876543210` from public " \
+        "train (9 rows)" in text
     assert "ghofl's runs of 1 full parts measured again (`--ghofl-only`" in text
 
 
@@ -260,3 +267,28 @@ def test_subspace_choice_reads_the_release_notes(tmp_path: Path,
     assert b.subspace_cell([None, None]) == "whole (no rule recorded)"
     assert b.subspace_cell([{"k": None, "ratio": 0.08}, {"k": None, "ratio": 0.1}]) == \
         "whole (ρ 0.09)"
+
+
+def test_prior_choice_reads_the_release_notes() -> None:
+    """The weight column parses the note the post-processing writes (P3p)."""
+    import numpy as np
+
+    from ghofl.privacy.postprocess import _within
+    from ghofl.privacy.prior import PriorChoice
+
+    b = _bench()
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((5, 5))
+    w = 300.0 * (a @ a.T)
+    notes: list[str] = []
+    _within(w, np.array([100.0, 110.0, 120.0]), np.ones(3, dtype=bool),
+            {"sums": 1.0, "scatter": 400.0}, notes,
+            PriorChoice(np.eye(5), "fedcba9876543210", ""))
+    got = b.prior_choice(notes)
+    assert got is not None and got["fingerprint"] == "fedcba9876543210"
+    assert 0.0 <= got["weight"] <= 1.0
+    assert b.prior_choice(["counts rounded"]) is None
+    assert b.prior_cell([{"prior": got}, {"prior": None}]) == \
+        f"b {got['weight']:.2f} (1 of 2 seeds)"
+    assert b.prior_cell([{"prior": None}]) == "none"
+    assert b.prior_cell([{"k": 2}]) == "none (no prior recorded)"

@@ -208,6 +208,7 @@ SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
     "aggregation.dp_split": ("equal", DP),
     "aggregation.dp_expected_samples": (1000, DP),
     "aggregation.dp_subspace": ("none", DP),
+    "aggregation.dp_prior": ("none", DP),
     "aggregation.store": ("s.db", {}),
     "aggregation.estimate": ("fedcof", {"client.mode": "means", "server.heads": ("lda",)}),
     "server.heads": (("nb", "lda"), {}),
@@ -316,7 +317,7 @@ TAKES: dict[str, tuple[set[str], set[str]]] = {
                   {p for p in FIELDS if p.startswith("aggregation.")} - {
                       "aggregation.estimate", "aggregation.dp_epsilon", "aggregation.dp_delta",
                       "aggregation.dp_split", "aggregation.dp_expected_samples",
-                      "aggregation.dp_subspace"}),
+                      "aggregation.dp_subspace", "aggregation.dp_prior"}),
 }
 #: The fields each command declares itself under the table's flag, with help of its own.
 OWN: dict[str, set[str]] = {
@@ -501,9 +502,10 @@ FLAG_LITERALS: dict[str, tuple[set[str], str]] = {
                    "ghofl run runs a bench experiment grid, whose config is no plan"),
     "cli/predict.py": ({"--feature-transform", "--backend"},
                        "ghofl predict: the inputs' transform and encoder runtime, no plan"),
-    "cli/stats_cmds.py": ({"--progress", "--seed"},
+    "cli/stats_cmds.py": ({"--progress", "--seed", "--clip"},
                           "client-stats --progress is the encoder's progress bar, feature-map "
-                          "--seed draws its anchors"),
+                          "--seed draws its anchors, covariance-prior --clip clips the public "
+                          "rows (0: the encoder's default bound)"),
     "cli/store_cmds.py": ({"--store"}, "ghofl store: the store file it reads, no plan"),
 }
 #: Literals equal to a hyphenated spelling of a config key, with the reason.

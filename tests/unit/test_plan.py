@@ -159,7 +159,8 @@ def _part_fields(part: str) -> set[str]:
     if part == "server":
         return {f.name for f in fields(ServerJob)}
     return {f.name for f in fields(AggregationSpec)} | {"dp_epsilon", "dp_delta", "dp_mode", "dp_split",
-                                                        "dp_expected_samples", "dp_subspace"}
+                                                        "dp_expected_samples", "dp_subspace",
+                                                        "dp_prior"}
 
 
 @pytest.mark.parametrize("path", sorted(FIELDS))

@@ -259,7 +259,8 @@ def _client_embeddings(
 @app.command("aggregate")
 @aggregation_options(only=("aggregation.dp_epsilon", "aggregation.dp_delta",
                            "aggregation.dp_split", "aggregation.dp_expected_samples",
-                           "aggregation.dp_subspace", "aggregation.estimate"))
+                           "aggregation.dp_subspace", "aggregation.dp_prior",
+                           "aggregation.estimate"))
 @server_options()
 def aggregate(
     files: Annotated[list[Path], typer.Argument(help="Client statistics files (.ghs).")],
@@ -348,6 +349,54 @@ def projection_basis_cmd(
     typer.echo(f"wrote {path}: {basis.shape[0]} x {basis.shape[1]} principal directions, "
                f"fingerprint {fp}" + (f", default for encoder {info.name}" if default and info
                                       else ""))
+
+
+@app.command("covariance-prior")
+def covariance_prior_cmd(
+    embeddings: Annotated[Path, typer.Option(
+        "--embeddings", help="Labelled embeddings of a PUBLIC dataset (.npz from ghofl embed, "
+        "keys x and y), never the federation's data; its classes need not be the "
+        "federation's.")],
+    clip: Annotated[float, typer.Option(
+        "--clip", help="Clip each row to this L2 norm first, as the federation's clients do; "
+        "0: the encoder's default bound when it has one, else no clipping.")] = 0.0,
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out-dir", help="Folder of public files (default: $GHOFL_PROJECTION_DIR, else "
+        "~/.cache/ghofl/projections).")] = None,
+    default: Annotated[bool, typer.Option(
+        "--default/--no-default", help="Record the covariance as the default of the encoder "
+        "stored in the embeddings (used by --dp-prior auto).")] = True,
+) -> None:
+    """Build a public within-class covariance, the prior of a DP release's pooled covariance.
+
+    Writes <fingerprint>.cov.npy (float32, d x d). Only the server reads it: under
+    differential privacy it mixes the denoised pooled covariance of a pooled or gram release
+    with it (--dp-prior, post-processing: no budget).
+    """
+    import numpy as np
+
+    from ghofl.client.encoders import default_clip_norm
+    from ghofl.client.local_data import read_npz_encoder_info
+    from ghofl.privacy.prior import save_prior, within_covariance
+
+    if clip < 0.0:
+        raise ConfigError(f"--clip must be positive, or 0 for the encoder's default; got {clip}")
+    emb = load_embeddings(embeddings)
+    info = read_npz_encoder_info(embeddings)
+    if default and info is None:
+        raise ConfigError(f"{str(embeddings)!r} records no encoder, so the covariance cannot be "
+                          "its default; embed with ghofl embed, or pass --no-default")
+    bound = clip if clip > 0.0 else (default_clip_norm(info) if info is not None else None)
+    cov = within_covariance(emb.x, emb.y, bound)
+    classes = int(np.unique(emb.y).size)
+    path, fp = save_prior(cov, out_dir, default_for=info.fingerprint() if default and info
+                          else None, source=f"{embeddings.name}: {emb.x.shape[0]} samples of "
+                          f"{classes} classes, clipped at {bound}")
+    typer.echo(f"wrote {path}: {cov.shape[0]} x {cov.shape[1]} within-class covariance of "
+               f"{emb.x.shape[0]} samples ({classes} classes"
+               + (f", rows clipped at {bound:g}" if bound else ", no clipping")
+               + f"), fingerprint {fp}"
+               + (f", default for encoder {info.name}" if default and info else ""))
 
 
 @app.command("feature-map")

@@ -317,7 +317,7 @@ class NoisyDecoder:
         spread = math.sqrt(kappa)
         stats, notes = postprocess(meta, counts, floats, self.plan.min_class_count,
                                    {b: sig * spread for b, sig in self.plan.sigma.items()},
-                                   self.plan.config.subspace)
+                                   self.plan.config.subspace, self.plan.config.prior)
         self.release = self._release(params, stats, kappa, c + floats.size, notes)
         return stats
 

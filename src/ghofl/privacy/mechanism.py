@@ -38,6 +38,7 @@ from numpy.typing import NDArray
 from ghofl.errors import ConfigError
 from ghofl.privacy.accounting import calibrate_noise_multiplier, check_epsilon_delta
 from ghofl.privacy.postprocess import postprocess
+from ghofl.privacy.prior import check_prior_option
 from ghofl.privacy.sensitivity import COUNTS, block_sensitivities
 from ghofl.privacy.split import SPLITS, auto_fractions, equal_fractions, given_fractions
 from ghofl.privacy.subspace import check_subspace_option
@@ -108,6 +109,12 @@ class DPConfig:
         (and keeps it when no basis is known); ``auto:<fp>`` the same rule with that basis;
         ``none`` never; ``pca:<k>`` / ``pca:<k>:<fp>`` always k directions. The choice is
         stated in the release's notes.
+    prior : str, default "auto"
+        A public within-class covariance the server mixes the denoised pooled covariance of a
+        ``pooled`` or ``gram`` release with (:mod:`ghofl.privacy.prior`; post-processing, no
+        budget), at the weight that minimises an estimate of its Frobenius error: ``auto``
+        the encoder's default (``ghofl covariance-prior``; none recorded: no prior),
+        ``auto:<fp>`` that file, ``none`` never. The weight is stated in the release's notes.
     """
 
     epsilon: float
@@ -117,10 +124,12 @@ class DPConfig:
     split: str = "auto"
     expected_samples: int | None = None
     subspace: str = "auto"
+    prior: str = "auto"
 
     def __post_init__(self) -> None:
         eps, dlt = check_epsilon_delta(self.epsilon, self.delta)
         object.__setattr__(self, "subspace", check_subspace_option(self.subspace))
+        object.__setattr__(self, "prior", check_prior_option(self.prior))
         object.__setattr__(self, "epsilon", eps)
         object.__setattr__(self, "delta", dlt)
         if self.mode not in DP_MODES:
@@ -216,7 +225,7 @@ class NoisePlan:
                 "min_class_count_rule": "server, on the noised counts (post-processing)",
                 "noise_multiplier": self.noise_multiplier,
                 "budget_split": split, "expected_samples": self.config.expected_samples,
-                "subspace": self.config.subspace,
+                "subspace": self.config.subspace, "prior": self.config.prior,
                 "sensitivity": dict(self.sensitivity), "fractions": dict(self.fractions),
                 "sigma": dict(self.sigma),
                 "off_diagonal_sigma": "sigma/sqrt(2) on symmetric matrices (N2s)",
@@ -404,7 +413,8 @@ def release_central(total: ClientStats, plan: NoisePlan, rng: np.random.Generato
     c = total.num_classes
     dc, df = draw_noise(plan, c, total.dim, rng)
     stats, notes = postprocess(total.meta, ints[:c].astype(np.float64) + dc, floats + df,
-                               plan.min_class_count, plan.sigma, plan.config.subspace)
+                               plan.min_class_count, plan.sigma, plan.config.subspace,
+                               plan.config.prior)
     return PrivateRelease(stats, plan, plan.config.epsilon, plan.config.delta,
                           ("central Gaussian noise added by the server", *notes))
 

@@ -24,7 +24,9 @@ privacy. With n_c the clamped counts and A_c the noisy sums:
   in ``pooled`` and ``gram`` with the noise levels σ given, W is instead estimated knowing
   the noise (P3n, :func:`noise_aware_within`): the centring's noise bias removed, and each
   eigenvalue replaced by an estimate of the noiseless variance along its eigenvector
-  (:func:`denoise_covariance`);
+  (:func:`denoise_covariance`), then mixed with a public within-class covariance when one
+  is known (``DPConfig.prior``; :mod:`ghofl.privacy.prior`), at the weight that minimises an
+  estimate of its error; the weight is stated among the notes;                         (P3p)
 * ``diag``: D_c = max(D̃_c, A_c²/n_c) (variance clamped at 0).                        (P4)
 
 Symmetric matrices were noised as upper triangles, so they are symmetric by construction.
@@ -38,6 +40,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import NDArray
 
+from ghofl.privacy.prior import PriorChoice, choose_prior, mix_prior
 from ghofl.privacy.subspace import choose_subspace, project_arrays
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.meta import StatsMeta
@@ -53,6 +56,7 @@ __all__ = [
     "noise_aware_covariances",
     "noise_aware_shrinkage",
     "noise_aware_within",
+    "noisy_pooled_covariance",
     "postprocess",
     "project_psd",
 ]
@@ -101,7 +105,7 @@ def clamp_counts(noisy: F64, min_count: int = 1
 
 def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count: int = 1,
                 sigma: Mapping[str, float] | None = None,
-                subspace: str = "none") -> tuple[ClientStats, list[str]]:
+                subspace: str = "none", prior: str = "none") -> tuple[ClientStats, list[str]]:
     """Valid statistics from a noisy flattened release (P1–P4).
 
     Parameters
@@ -121,6 +125,11 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
         ``DPConfig.subspace``: with ``sigma``, the public subspace the release is fitted in
         (:func:`~ghofl.privacy.subspace.choose_subspace`; P0s, before P2–P4), the choice
         stated among the notes. Without ``sigma`` it is not consulted.
+    prior : str, default "none"
+        ``DPConfig.prior``: with ``sigma``, in ``pooled`` and ``gram`` mode, the public
+        within-class covariance the denoised pooled covariance is mixed with
+        (:func:`~ghofl.privacy.prior.choose_prior`; P3p), its weight stated among the notes.
+        Without ``sigma``, or in other modes, it is not consulted.
 
     Returns
     -------
@@ -149,12 +158,16 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
         notes.append(f"classes with a noisy count below {k_min} kept as placeholders (N=1, zero "
                      f"sums): {names}")
     if sigma is not None and subspace != "none":
-        choice = choose_subspace(subspace, meta, sigma, float(n[keep].sum()),
-                                 np.where(keep[:, None], arrays["sums"], 0.0), n)
+        choice = choose_subspace(subspace, meta, sigma, float(n[keep].sum()), arrays["sums"], n)
         if choice.spec is not None:
             meta, arrays = project_arrays(meta, arrays, n, choice.spec)
         notes.append(choice.reason)
     sums = arrays["sums"]
+    target = None
+    if sigma is not None and meta.mode in ("pooled", "gram"):
+        target = choose_prior(prior, meta)
+        if target.target is None:
+            notes.append(target.reason)
     shrinkage: tuple[float, ...] | None = None
     if meta.mode == "full" and sigma is not None:
         arrays["class_scatter"], shrinkage = _noise_aware_scatter(arrays, n, keep, sigma)
@@ -172,7 +185,7 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
     elif meta.mode == "pooled":
         sq, b = arrays["sq_sums"], arrays["scatter"]
         between = (sums.T / n) @ sums
-        w = _within(b - between, n, keep, sigma, notes)
+        w = _within(b - between, n, keep, sigma, notes, target)
         var = np.maximum(sq - sums**2 / n[:, None], 0.0)
         arrays["sq_sums"] = _match_diag(var, np.diagonal(w).copy(), n) + sums**2 / n[:, None]
         arrays["scatter"] = w + between
@@ -180,7 +193,8 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
                      "per-class variances clamped at 0 and rescaled so that diag B = Σ_c D_c")
     elif meta.mode == "gram":
         between = (sums.T / n) @ sums
-        arrays["scatter"] = _within(arrays["scatter"] - between, n, keep, sigma, notes) + between
+        arrays["scatter"] = (_within(arrays["scatter"] - between, n, keep, sigma, notes, target)
+                             + between)
         notes.append("within-class scatter B − Σ_c A_c A_cᵀ/N_c projected to the PSD cone")
     elif meta.mode == "diag":
         arrays["sq_sums"] = np.maximum(arrays["sq_sums"], sums**2 / n[:, None])
@@ -199,8 +213,12 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
 
 
 def _within(w: F64, n: F64, keep: NDArray[np.bool_], sigma: Mapping[str, float] | None,
-            notes: list[str]) -> F64:
-    """The pooled within-class scatter from its noisy value: (P3n) with σ, else (P2)."""
+            notes: list[str], prior: PriorChoice | None = None) -> F64:
+    """The pooled within-class scatter from its noisy value: (P3n) with σ, else (P2).
+
+    With σ and a public covariance in ``prior``, the denoised covariance is mixed with it
+    (P3p).
+    """
     if sigma is None:
         return project_psd(w)
     k = int(np.count_nonzero(keep))
@@ -208,8 +226,48 @@ def _within(w: F64, n: F64, keep: NDArray[np.bool_], sigma: Mapping[str, float] 
                  "of the centring removed, its eigenvalues denoised (rotationally invariant "
                  "estimate of the noiseless variance along each eigenvector, at least the noise "
                  "level)")
-    return noise_aware_within(w, float(n[keep].sum()), k, sigma["sums"], sigma["scatter"],
-                              n[keep])
+    noisy, dof = noisy_pooled_covariance(w, float(n[keep].sum()), k, sigma["sums"], n[keep])
+    out = denoise_covariance(noisy, sigma["scatter"] / dof)
+    if prior is not None and prior.target is not None:
+        mixed = mix_prior(noisy, out, prior.target)
+        out = mixed.cov
+        notes.append(
+            f"pooled within-class covariance mixed with the public covariance "
+            f"{prior.fingerprint} (P3p): weight b = {mixed.weight:.3f} on it (scaled by "
+            f"{mixed.scale:.3g} to the release's total variance), the b that minimises the "
+            "estimated Frobenius error of the mix (a function of the release and public "
+            "values: no budget)")
+    return np.asarray(out * dof)
+
+
+def noisy_pooled_covariance(w: F64, n_total: float, num_classes: int, sigma_sums: float,
+                            counts: F64) -> tuple[F64, float]:
+    """P̃ = (W̃ + σ_A²·Σ_c 1/n_c · I)/(N − C) and N − C (the first step of P3n).
+
+    The centring W̃ = B̃ − Σ_c Ã_c Ã_cᵀ/n_c is biased by the noise on the sums
+    (E[Ã_c Ã_cᵀ] = A_c A_cᵀ + σ_A² I); the bias is added back, so P̃ is the pooled covariance
+    plus noise of mean 0 (standard deviation σ_B/(N − C) on the diagonal, N2s).
+
+    Parameters
+    ----------
+    w : ndarray, shape (d, d)
+    n_total : float
+        N, the (clamped) total count of the classes kept.
+    num_classes : int
+        C, the classes kept.
+    sigma_sums : float
+        σ_A.
+    counts : ndarray, shape (C,)
+        n_c of the classes kept.
+
+    Returns
+    -------
+    (ndarray, shape (d, d), float)
+    """
+    d = w.shape[0]
+    dof = max(n_total - num_classes, 1.0)
+    bias = sigma_sums**2 * float(np.sum(1.0 / np.maximum(counts, 1.0)))
+    return (0.5 * (w + w.T) + bias * np.eye(d)) / dof, dof
 
 
 def noise_aware_within(w: F64, n_total: float, num_classes: int, sigma_sums: float,
@@ -239,10 +297,7 @@ def noise_aware_within(w: F64, n_total: float, num_classes: int, sigma_sums: flo
     -------
     ndarray, shape (d, d), symmetric positive definite.
     """
-    d = w.shape[0]
-    dof = max(n_total - num_classes, 1.0)
-    bias = sigma_sums**2 * float(np.sum(1.0 / np.maximum(counts, 1.0)))
-    p = (0.5 * (w + w.T) + bias * np.eye(d)) / dof
+    p, dof = noisy_pooled_covariance(w, n_total, num_classes, sigma_sums, counts)
     return np.asarray(denoise_covariance(p, sigma_scatter / dof) * dof)
 
 

@@ -69,6 +69,7 @@ from ghofl.stats.projection import (
     PCA_GENERATOR,
     ProjectionSpec,
     default_basis,
+    is_fingerprint,
     load_basis,
 )
 
@@ -131,17 +132,13 @@ def check_subspace_option(text: str) -> str:
     parts = text.strip().split(":")
     ok = parts in (["auto"], ["none"])
     if parts[0] == "auto" and len(parts) == 2:
-        ok = _is_fingerprint(parts[1])
+        ok = is_fingerprint(parts[1])
     if parts[0] == "pca" and len(parts) in (2, 3):
         ok = parts[1].isdigit() and int(parts[1]) >= 1 and (
-            len(parts) == 2 or _is_fingerprint(parts[2]))
+            len(parts) == 2 or is_fingerprint(parts[2]))
     if not ok:
         raise ConfigError(f"invalid DP subspace {text!r}; {SUBSPACE_USAGE}")
     return text.strip()
-
-
-def _is_fingerprint(text: str) -> bool:
-    return len(text) == 16 and all(ch in "0123456789abcdef" for ch in text)
 
 
 def noise_ratio(sigma: Mapping[str, float], mode: str, num_classes: int, dim: int,

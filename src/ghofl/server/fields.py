@@ -543,6 +543,14 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
                       "sigma_B*d/(R^2*(N-C)) exceeds 0.12 and they keep 0.9 of the classes' "
                       "separation; 'auto:FP' with basis FP; 'none' never; 'pca:K[:FP]' always "
                       "K directions.", unset=True)),
+    _dp("prior", "public within-class covariance the server mixes the denoised DP release's "
+        "pooled covariance with: auto, auto:FP or none (post-processing, no budget)",
+        cli=CliOption("Differential privacy: a public within-class covariance the server "
+                      "mixes the denoised pooled covariance of a pooled or gram release with "
+                      "(post-processing: no budget), at the weight that minimises an estimate "
+                      "of its error. 'auto' takes the encoder's default (ghofl "
+                      "covariance-prior; none recorded: no prior); 'auto:FP' covariance FP; "
+                      "'none' never.", unset=True)),
     FieldSpec("aggregation.store", "store", "--store", str, "",
               "durable store recording every accepted contribution (plain protocol)",
               cli=CliOption("Aggregation store (SQLite file, created if absent) recording each "

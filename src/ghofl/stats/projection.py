@@ -177,6 +177,11 @@ class ProjectionSpec:
 
 
 @lru_cache(maxsize=8)
+def is_fingerprint(text: str) -> bool:
+    """Whether ``text`` has the form of a file fingerprint: 16 lowercase hex digits."""
+    return isinstance(text, str) and _FINGERPRINT.fullmatch(text) is not None
+
+
 def _rademacher(seed: int, d: int, k: int) -> NDArray[np.float64]:
     n = d * k
     words = np.random.PCG64(seed).random_raw((n + 63) // 64).astype(np.uint64)

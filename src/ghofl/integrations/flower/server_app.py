@@ -16,7 +16,7 @@ Run config keys (see ``examples/flower_app/pyproject.toml`` for the documented d
   ``head_params``, ``seed``, ``preset``, ...);
 * differential privacy: ``dp_epsilon`` (0 = none), ``dp_delta``, ``dp_mode`` (``central``:
   the server noises the total; ``distributed``: every client adds a noise share, needs the
-  secure protocol), ``dp_split``, ``dp_expected_samples``, ``dp_subspace`` and
+  secure protocol), ``dp_split``, ``dp_expected_samples``, ``dp_subspace``, ``dp_prior`` and
   ``min_class_count`` (0 = 5 with DP, a threshold on the noised counts at the server; else
   off); the spent (ε, δ) is recorded in the model directory's manifest (``privacy``) and in
   ``results.json``;
