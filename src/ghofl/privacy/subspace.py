@@ -44,14 +44,14 @@ about 900 samples a class: single releases' estimates of c_154 ranged from 0.52 
 0.84 from the exact means; their bounds, 0 to 0.61, keep the whole space. On CIFAR-10 at
 ε = 0.5 the estimates are 0.976–0.978 and the bounds 0.968–0.971.)
 
-Measured (central, best head): on CIFAR-10 (EfficientNet-Lite0, d = 1280, N = 50,000, R = 28,
+Calibration (central, best head): on CIFAR-10 (EfficientNet-Lite0, d = 1280, N = 50,000, R = 28,
 a basis from Tiny-ImageNet's train images, c_512 = 0.97) ρ = 0.30 / 0.16 at ε = 0.5 / 1, where
-k = 512 scores 70.8 / 73.1 against 70.0 / 72.1 in the whole space (BENCHMARKS.md "Differential
-privacy beside outside anchors", 5 seeds), and ρ ≤ 0.085 from ε = 2, where k = 512 lost 0.5–1.2
-points in a scan (3 seeds; k = 768 and 1,024 fell between); on TREC (MiniLM, d = 384,
+k = 512 beats the whole space on the same noise seeds (BENCHMARKS.md "Differential privacy
+beside outside anchors", 5 seeds), and ρ ≤ 0.085 from ε = 2, where k = 512 lost 0.5–1.2 points
+in a one-off scan (3 seeds; k = 768 and 1,024 fell between); on TREC (MiniLM, d = 384,
 N = 5,452, a basis from SST-2 and AG News sentences, c_154 = 0.84) k = 154 lost 1.3–3.8 points
-at every ε ≤ 4 (5 seeds) although ρ = 0.12–0.82 there: a basis that misses a sixth of the
-classes' separation costs more than the noise it removes.
+at every ε ≤ 4 in a one-off run (5 seeds) although ρ = 0.12–0.82 there: a basis that misses a
+sixth of the classes' separation costs more than the noise it removes.
 """
 
 from __future__ import annotations
