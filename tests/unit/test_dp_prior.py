@@ -144,7 +144,8 @@ def test_load_and_save_refuse_bad_files(public_dir: Path) -> None:
                                           r"covariance-prior"):
         default_prior("abc")
     (public_dir / "abd.cov.json").write_text('{"covariance": "XYZ"}')
-    with pytest.raises(ConfigError, match=r"names no valid covariance fingerprint"):
+    with pytest.raises(ConfigError, match=r"names no valid covariance fingerprint; rebuild it "
+                                          r"with ghofl covariance-prior"):
         default_prior("abd")
 
 

@@ -88,6 +88,19 @@ def test_tampered_or_missing_basis_is_refused(basis_dir: Path) -> None:
         ProjectionSpec(0, 10, 6, PCA_GENERATOR, fp).matrix()
 
 
+def test_a_malformed_default_record_is_refused(basis_dir: Path) -> None:
+    from ghofl.stats.projection import default_basis
+
+    (basis_dir / "enc.json").write_text("[]")
+    with pytest.raises(ConfigError, match=r"enc.json' is malformed .*rebuild it with ghofl "
+                                          r"projection-basis"):
+        default_basis("enc")
+    (basis_dir / "enc.json").write_text('{"basis": "NOT-A-FINGERPRINT"}')
+    with pytest.raises(ConfigError, match=r"names no valid basis fingerprint; rebuild it with "
+                                          r"ghofl projection-basis"):
+        default_basis("enc")
+
+
 def test_payloads_with_other_basis_or_random_projection_cannot_be_added(basis_dir: Path) -> None:
     _, fa = save_basis(pca_basis(_public(3), 5))
     _, fb = save_basis(pca_basis(_public(4), 5))

@@ -283,15 +283,10 @@ def noise_aware_within(w: F64, n_total: float, num_classes: int, sigma_sums: flo
 
     Parameters
     ----------
-    w : ndarray, shape (d, d)
-    n_total : float
-        N, the (clamped) total count of the classes kept.
-    num_classes : int
-        C, the classes kept.
+    w, n_total, num_classes, counts
+        As :func:`noisy_pooled_covariance`.
     sigma_sums, sigma_scatter : float
         σ_A and σ_B of the release.
-    counts : ndarray, shape (C,)
-        n_c of the classes kept.
 
     Returns
     -------

@@ -40,8 +40,6 @@ both). The server alone reads it.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 from dataclasses import dataclass
@@ -54,7 +52,14 @@ from numpy.typing import NDArray
 
 from ghofl.errors import ConfigError
 from ghofl.stats.meta import StatsMeta
-from ghofl.stats.projection import basis_dirs, is_fingerprint
+from ghofl.stats.projection import (
+    basis_dirs,
+    file_fingerprint,
+    float32_npy,
+    is_fingerprint,
+    read_public_file,
+    recorded_default,
+)
 
 __all__ = [
     "PRIOR_USAGE",
@@ -129,15 +134,9 @@ def within_covariance(x: NDArray[Any], y: NDArray[Any], clip_norm: float | None 
     return out
 
 
-def _npy_bytes(cov: NDArray[np.float32]) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(cov, dtype="<f4"), allow_pickle=False)
-    return buf.getvalue()
-
-
 def prior_fingerprint(cov: NDArray[Any]) -> str:
     """First 16 hex digits of the SHA-256 of the covariance as a float32 ``.npy`` file."""
-    return hashlib.sha256(_npy_bytes(np.asarray(cov, dtype=np.float32))).hexdigest()[:16]
+    return file_fingerprint(float32_npy(cov))
 
 
 def save_prior(cov: NDArray[Any], directory: str | os.PathLike[str] | None = None, *,
@@ -169,8 +168,8 @@ def save_prior(cov: NDArray[Any], directory: str | os.PathLike[str] | None = Non
         raise ConfigError("a public covariance must be symmetric; symmetrise it (0.5*(C + C.T))")
     folder = Path(directory) if directory is not None else basis_dirs()[0]
     folder.mkdir(parents=True, exist_ok=True)
-    blob = _npy_bytes(c32)
-    fp = hashlib.sha256(blob).hexdigest()[:16]
+    blob = float32_npy(c32)
+    fp = file_fingerprint(blob)
     path = folder / f"{fp}{_SUFFIX}"
     tmp = folder / f"{fp}{_SUFFIX}.tmp"
     tmp.write_bytes(blob)
@@ -199,27 +198,17 @@ def load_prior(fingerprint: str) -> F64:
 
 @lru_cache(maxsize=4)
 def _load_cached(fingerprint: str, dirs: tuple[str, ...]) -> F64:
-    for folder in dirs:
-        path = Path(folder) / f"{fingerprint}{_SUFFIX}"
-        if not path.is_file():
-            continue
-        blob = path.read_bytes()
-        got = hashlib.sha256(blob).hexdigest()[:16]
-        if got != fingerprint:
-            raise ConfigError(f"public covariance file {str(path)!r} has fingerprint {got}, not "
-                              f"{fingerprint}; it was changed or corrupted; build it again "
-                              "with ghofl covariance-prior")
-        arr = np.load(io.BytesIO(blob), allow_pickle=False)
-        if (arr.ndim != 2 or arr.shape[0] != arr.shape[1] or not np.all(np.isfinite(arr))
-                or not np.array_equal(arr, arr.T)):
-            raise ConfigError(f"public covariance file {str(path)!r} is not a finite symmetric "
-                              "square array; build it again with ghofl covariance-prior")
-        out: F64 = np.asarray(arr, dtype=np.float64)
-        out.setflags(write=False)
-        return out
-    raise ConfigError(f"no public covariance with fingerprint {fingerprint} in "
-                      f"{', '.join(dirs)}; copy {fingerprint}{_SUFFIX} there (or set "
-                      "$GHOFL_PROJECTION_DIR), or build one with ghofl covariance-prior")
+    again = "build it again with ghofl covariance-prior"
+    arr = read_public_file(fingerprint, _SUFFIX, dirs, "public covariance file", again)
+    if arr is None:
+        raise ConfigError(f"no public covariance with fingerprint {fingerprint} in "
+                          f"{', '.join(dirs)}; copy {fingerprint}{_SUFFIX} there (or set "
+                          "$GHOFL_PROJECTION_DIR), or build one with ghofl covariance-prior")
+    if (arr.ndim != 2 or arr.shape[0] != arr.shape[1] or not np.all(np.isfinite(arr))
+            or not np.array_equal(arr, arr.T)):
+        raise ConfigError(f"public covariance {fingerprint}{_SUFFIX} is not a finite "
+                          f"symmetric square array; {again}")
+    return arr
 
 
 def default_prior(encoder_fingerprint: str) -> str | None:
@@ -230,19 +219,8 @@ def default_prior(encoder_fingerprint: str) -> str | None:
     ConfigError
         The record exists but is malformed.
     """
-    for folder in basis_dirs():
-        path = folder / f"{encoder_fingerprint}{_DEFAULT_SUFFIX}"
-        if path.is_file():
-            try:
-                fp = json.loads(path.read_text())["covariance"]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(f"{str(path)!r} is malformed ({exc!r}); rebuild it with "
-                                  "ghofl covariance-prior") from exc
-            if isinstance(fp, str) and is_fingerprint(fp):
-                return fp
-            raise ConfigError(f"{str(path)!r} names no valid covariance fingerprint; rebuild "
-                              "it with ghofl covariance-prior")
-    return None
+    return recorded_default(encoder_fingerprint, _DEFAULT_SUFFIX, "covariance",
+                            "ghofl covariance-prior")
 
 
 # ---------------------------------------------------------------------- the option

@@ -232,15 +232,49 @@ def pca_basis(x: NDArray[Any], k: int) -> NDArray[np.float32]:
     return out
 
 
-def _npy_bytes(v: NDArray[np.float32]) -> bytes:
+def float32_npy(v: NDArray[Any]) -> bytes:
+    """``v`` as the bytes of a little-endian float32 ``.npy`` file (a public file's content)."""
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(v, dtype="<f4"), allow_pickle=False)
     return buf.getvalue()
 
 
+def file_fingerprint(blob: bytes) -> str:
+    """First 16 hex digits of the SHA-256 of a file's bytes (every public file's name)."""
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
 def basis_fingerprint(v: NDArray[Any]) -> str:
     """First 16 hex digits of the SHA-256 of the basis as a float32 ``.npy`` file."""
-    return hashlib.sha256(_npy_bytes(np.asarray(v, dtype=np.float32))).hexdigest()[:16]
+    return file_fingerprint(float32_npy(v))
+
+
+def read_public_file(fingerprint: str, suffix: str, dirs: tuple[str, ...], what: str,
+                     again: str) -> NDArray[np.float64] | None:
+    """The array in ``<fingerprint><suffix>`` of the first folder of ``dirs`` that holds it.
+
+    Its digest is checked against the fingerprint; None when no folder holds it.
+
+    Raises
+    ------
+    ConfigError
+        The file's content does not hash to ``fingerprint`` (the message names it as
+        ``what`` and says how to get it again: ``again``).
+    """
+    for folder in dirs:
+        path = Path(folder) / f"{fingerprint}{suffix}"
+        if not path.is_file():
+            continue
+        blob = path.read_bytes()
+        got = file_fingerprint(blob)
+        if got != fingerprint:
+            raise ConfigError(f"{what} {str(path)!r} has fingerprint {got}, not {fingerprint}; "
+                              f"it was changed or corrupted; {again}")
+        out: NDArray[np.float64] = np.asarray(np.load(io.BytesIO(blob), allow_pickle=False),
+                                              dtype=np.float64)
+        out.setflags(write=False)
+        return out
+    return None
 
 
 def basis_dirs() -> list[Path]:
@@ -279,8 +313,8 @@ def save_basis(
     v32 = np.asarray(v, dtype=np.float32)
     if v32.ndim != 2 or not np.all(np.isfinite(v32)):
         raise ConfigError(f"a basis must be a finite 2-D array (d, K); got shape {v32.shape}")
-    blob = _npy_bytes(v32)
-    fp = hashlib.sha256(blob).hexdigest()[:16]
+    blob = float32_npy(v32)
+    fp = file_fingerprint(blob)
     path = folder / f"{fp}.npy"
     tmp = path.with_suffix(".npy.tmp")
     tmp.write_bytes(blob)
@@ -309,20 +343,9 @@ def load_basis(fingerprint: str) -> NDArray[np.float64]:
 
 @lru_cache(maxsize=4)
 def _load_basis_cached(fingerprint: str, dirs: tuple[str, ...]) -> NDArray[np.float64]:
-    for folder in dirs:
-        path = Path(folder) / f"{fingerprint}.npy"
-        if not path.is_file():
-            continue
-        blob = path.read_bytes()
-        got = hashlib.sha256(blob).hexdigest()[:16]
-        if got != fingerprint:
-            raise ConfigError(
-                f"basis file {str(path)!r} has fingerprint {got}, not {fingerprint}; it was "
-                "changed or corrupted; fetch the federation's basis file again"
-            )
-        v = np.load(io.BytesIO(blob), allow_pickle=False)
-        out: NDArray[np.float64] = np.asarray(v, dtype=np.float64)
-        out.setflags(write=False)
+    out = read_public_file(fingerprint, ".npy", dirs, "basis file",
+                           "fetch the federation's basis file again")
+    if out is not None:
         return out
     raise ConfigError(
         f"no projection basis with fingerprint {fingerprint} in {', '.join(dirs)}; copy the "
@@ -331,24 +354,44 @@ def _load_basis_cached(fingerprint: str, dirs: tuple[str, ...]) -> NDArray[np.fl
     )
 
 
+def recorded_default(encoder_fingerprint: str, suffix: str, key: str,
+                     command: str) -> str | None:
+    """The fingerprint under ``key`` of ``<encoder_fingerprint><suffix>`` in :func:`basis_dirs`.
+
+    The record of an encoder's default public file (a basis, a covariance); None when no folder
+    holds one.
+
+    Raises
+    ------
+    ConfigError
+        The record is malformed or names no valid fingerprint (``command`` rebuilds it).
+    """
+    for folder in basis_dirs():
+        path = folder / f"{encoder_fingerprint}{suffix}"
+        if path.is_file():
+            try:
+                fp = json.loads(path.read_text())[key]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"{str(path)!r} is malformed ({exc!r}); rebuild it with "
+                                  f"{command}") from exc
+            if isinstance(fp, str) and is_fingerprint(fp):
+                return fp
+            raise ConfigError(f"{str(path)!r} names no valid {key} fingerprint; rebuild it with "
+                              f"{command}")
+    return None
+
+
 def default_basis(encoder_fingerprint: str) -> str:
     """Fingerprint of the default basis recorded for an encoder (see :func:`save_basis`).
 
     Raises
     ------
     ConfigError
-        No default basis is recorded for this encoder.
+        No default basis is recorded for this encoder, or its record is malformed.
     """
-    for folder in basis_dirs():
-        path = folder / f"{encoder_fingerprint}.json"
-        if path.is_file():
-            try:
-                fp = json.loads(path.read_text())["basis"]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(f"{str(path)!r} is malformed ({exc!r}); rebuild it with "
-                                  "ghofl projection-basis") from exc
-            if isinstance(fp, str) and _FINGERPRINT.match(fp):
-                return fp
+    fp = recorded_default(encoder_fingerprint, ".json", "basis", "ghofl projection-basis")
+    if fp is not None:
+        return fp
     raise ConfigError(
         f"no principal-direction basis is recorded for the encoder with fingerprint "
         f"{encoder_fingerprint}; build one with ghofl projection-basis (from a public dataset), "
