@@ -373,3 +373,20 @@ def test_sensitivities_and_noise_are_unchanged_by_the_prior() -> None:
     assert base.sigma == with_prior.sigma and base.sensitivity == with_prior.sensitivity
     assert dict(base.sensitivity) == block_sensitivities("pooled", 3.0)
     assert base.sigma == block_sigmas(base.sensitivity, base.fractions, base.noise_multiplier)
+
+
+def test_named_public_files_are_checked_before_a_round(public_dir: Path) -> None:
+    """DPConfig.check_public_files loads what the options name, so the server refuses a missing
+    or corrupt file before any node is asked; ``auto`` alone names nothing."""
+    DPConfig(1.0).check_public_files()
+    DPConfig(1.0, subspace="none", prior="none").check_public_files()
+    with pytest.raises(ConfigError, match=r"no public covariance with fingerprint "
+                                          r"00000000deadbeef"):
+        DPConfig(1.0, prior="auto:00000000deadbeef").check_public_files()
+    for sub in ("auto:00000000deadbeef", "pca:4:00000000deadbeef"):
+        with pytest.raises(ConfigError, match=r"no projection basis with fingerprint "
+                                              r"00000000deadbeef"):
+            DPConfig(1.0, subspace=sub).check_public_files()
+    _, fp = save_prior(np.eye(D))
+    _, bfp = save_basis(pca_basis(_public(20)[0], 4))
+    DPConfig(1.0, subspace=f"pca:4:{bfp}", prior=f"auto:{fp}").check_public_files()

@@ -101,6 +101,7 @@ class CentralRelease:
                 "running total over every call, and each noised release of it would spend the "
                 "budget again with no accountant counting the releases; drop "
                 f"{store_flag} to release the files' total once, or drop {eps}")
+        dp.check_public_files()
         k = default_min_class_count(dp) if min_class_count is None else min_class_count
         cli_plan(lambda: ClientJob(("0",), min_class_count=k))  # k >= 1, its error by flag
         return cls(dp, k, given_seed(server))

@@ -148,6 +148,29 @@ class DPConfig:
                 f"split) must be a positive integer or None; got {n!r}"
             )
 
+    def check_public_files(self) -> None:
+        """Load the public files the options name (a basis, a covariance) on the server.
+
+        So that a missing or corrupt file is refused before a round starts, not when its
+        release is post-processed. ``auto`` without a fingerprint looks the encoder's default
+        up at release time (none recorded: not used).
+
+        Raises
+        ------
+        ConfigError
+            A named file is missing from the public folders or does not match its fingerprint.
+        """
+        from ghofl.privacy.prior import load_prior
+        from ghofl.stats.projection import load_basis
+
+        sub, pri = self.subspace.split(":"), self.prior.split(":")
+        named = (sub[1] if sub[0] == "auto" and len(sub) == 2 else
+                 sub[2] if sub[0] == "pca" and len(sub) == 3 else None)
+        if named is not None:
+            load_basis(named)
+        if len(pri) == 2:
+            load_prior(pri[1])
+
 
 @dataclass(frozen=True)
 class NoisePlan:

@@ -159,6 +159,8 @@ def run_federation(grid: Any, cfg: Mapping[str, Any], out_dir: Path,
     """
     timings_requested(cfg, TIMINGS_KEY)
     plan = plan_from_config(cfg)
+    if plan.aggregation.dp is not None:  # a named public file refused before any node is asked
+        plan.aggregation.dp.check_public_files()
     protocol = plan.aggregation.protocol
     state["protocol"] = protocol
     test = _load_test(cfg_str(cfg, "test-path"), plan.client)
