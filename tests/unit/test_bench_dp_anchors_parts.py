@@ -160,7 +160,7 @@ def test_measure_modes_writes_one_part_per_epsilon_and_resumes(
     monkeypatch.setattr(b, "public_basis", lambda *a: None)
     args = Namespace(quick=False, mode_seeds="2-3", mode="pooled", projection=0, clients="10",
                      epsilons="1,8", datasets="trec", fresh=False, no_write=False,
-                     subspace="auto", prior="auto", ghofl_only=False)
+                     subspace="auto", prior="auto", ghofl_only=False, dp_clip_runs=False)
     ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
     out = b.measure(ctx)["dp_anchors"]["parts"]
     folder = tmp_path / "benchmarks" / "results" / "dp_anchors"
@@ -203,7 +203,7 @@ def test_ghofl_only_measures_ghofl_again_and_keeps_the_anchors(
     (folder / "cifar10-eps1-seed0.json").write_text(json.dumps(old))
     args = Namespace(quick=False, mode_seeds="", mode="pooled", projection=0, clients="10",
                      epsilons="1,2", seeds="0", datasets="cifar10", fresh=False, no_write=False,
-                     subspace="auto", prior="auto", ghofl_only=True)
+                     subspace="auto", prior="auto", ghofl_only=True, dp_clip_runs=False)
     ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
     parts = b.measure(ctx)["dp_anchors"]["parts"]
     assert sorted(parts) == ["cifar10-eps1-seed0.json"]  # no new part, no reference
@@ -292,3 +292,59 @@ def test_prior_choice_reads_the_release_notes() -> None:
         f"b {got['weight']:.2f} (1 of 2 seeds)"
     assert b.prior_cell([{"prior": None}]) == "none"
     assert b.prior_cell([{"k": 2}]) == "none (no prior recorded)"
+
+
+def test_dp_clip_runs_add_ghofl_at_the_dp_bound_and_keep_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--dp-clip-runs adds central and 10-client distributed runs (and the reference's run
+    without DP) at the encoder's DP bound to the existing parts, keeps everything else, and
+    the section shows them in their own columns and verdict lines."""
+    from ghofl.client.encoders.clipping import MEASURED_WEIGHTS
+    from ghofl.client.encoders.efficientnet_lite import LITE_DIM, lite_preprocessing
+    from ghofl.stats import EncoderInfo
+
+    b = _bench()
+    info = EncoderInfo("efficientnet-lite0", LITE_DIM, MEASURED_WEIGHTS["efficientnet-lite0"],
+                       lite_preprocessing(224), 224)
+    feats = SimpleNamespace(y_train=[0] * 4, y_test=[0] * 2, encoder_name="fake",
+                            encoder_info=info)
+    monkeypatch.setattr(b, "_features", lambda *a: (feats, 28.0))
+    monkeypatch.setattr(b, "public_basis", lambda *a: None)
+    seen: list[tuple[float, str | None]] = []
+
+    def ghofl(f: Any, clip: float, upload: Any, dp: Any, k: int, seed: int,
+              choice: list[dict[str, Any]] | None = None) -> dict[str, float]:
+        seen.append((clip, None if dp is None else dp.mode))
+        return {"lda": 0.75 if dp is not None else 0.80}
+
+    monkeypatch.setattr(b, "_ghofl", ghofl)
+    folder = tmp_path / "benchmarks" / "results" / "dp_anchors"
+    folder.mkdir(parents=True)
+    for eps in (1.0, 8.0):
+        for seed in (0, 1):
+            (folder / b.part_name("cifar10", eps, seed)).write_text(
+                json.dumps(_part(eps, seed, 0.01 * seed)))
+    ref = {"dataset": "cifar10", "reference": True, "seconds": {},
+           "methods": {"nb": 0.7, "lr": 0.79, "dp_nb_large": 0.7, "dp_lr_large": 0.78,
+                       "ghofl/nodp": {"lda": 0.798, "ridge": 0.799}}}
+    (folder / "cifar10-reference.json").write_text(json.dumps(ref))
+    args = Namespace(quick=False, mode_seeds="", mode="pooled", projection=0, clients="10",
+                     epsilons="1,8", seeds="0,1", datasets="cifar10", fresh=False,
+                     no_write=False, subspace="auto", prior="auto", ghofl_only=False,
+                     dp_clip_runs=True)
+    ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
+    parts = b.measure(ctx)["dp_anchors"]["parts"]
+    assert set(seen) == {(17.0, "central"), (17.0, "distributed"), (17.0, None)}
+    assert len(seen) == 4 * 2 + 1
+    one = json.loads((folder / "cifar10-eps8-seed0.json").read_text())
+    assert one["methods"]["ghofl/central@dpclip"] == {"clients": 10, "clip": 17.0,
+                                                     "heads": {"lda": 0.75}, "subspace": None}
+    assert one["methods"]["ghofl/central"] == _part(8.0, 0, 0.0)["methods"]["ghofl/central"]
+    assert one["dp_clip"]["clip"] == 17.0
+    text = b.render({"parts": parts})
+    assert "ghofl central at the DP clip (same seeds) | distributed/10 at the DP clip |" in text
+    assert "at the DP clip R = 17: lda 80.0" in text
+    assert "- cifar10, ε = 8: at the DP clip, best ghofl central head lda (75.0 ± 0.0 %)" in text
+    assert "vs lda without DP (80.0) -5.0" in text
+    b.measure(ctx)  # resumes: every part has its runs
+    assert len(seen) == 9

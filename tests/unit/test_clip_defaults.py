@@ -163,3 +163,39 @@ def test_the_encoder_docstrings_list_the_table_values() -> None:
         values = r"\s+".join(re.escape(f"{row[t]:g}") for t in FEATURE_TRANSFORMS)
         label = re.escape(name) + (r"\s+" + str(res) if res is not None else "")
         assert re.search(label + r"\s+" + values, doc), f"{name} {res} missing from docstring"
+
+
+# ---------------------------------------------------------------------- under DP
+def test_dp_clip_norm_is_the_median_public_norm_where_measured() -> None:
+    from ghofl.client.encoders import DP_CLIP_NORMS, dp_clip_norm
+
+    lite = shipped_info("efficientnet-lite0", 224)
+    text = shipped_info(MINILM_NAME, None)
+    assert sorted(DP_CLIP_NORMS, key=str) == sorted([("efficientnet-lite0", 224),
+                                                      (MINILM_NAME, None)], key=str)
+    for key, row in DP_CLIP_NORMS.items():
+        assert tuple(row) == FEATURE_TRANSFORMS
+        # a median binds on about half of the embeddings: below the bound that never binds
+        for t in FEATURE_TRANSFORMS:
+            assert 0 < row[t] <= DEFAULT_CLIP_NORMS[key][t]
+    assert {t: dp_clip_norm(lite, t) for t in FEATURE_TRANSFORMS} == {
+        "none": 17.0, "sqrt": 16.0, "x+sqrt": 24.0}
+    assert dp_clip_norm(transformed_info(lite, "sqrt")) == 16.0  # the transform read from info
+    # unit vectors: the bound by construction is already the median
+    assert dp_clip_norm(text) == DEFAULT_CLIP_NORMS[(MINILM_NAME, None)]["none"] == 1.01
+    assert dp_clip_norm(EncoderInfo("minilm", MINILM_DIM, text.weights_hash,
+                                    MINILM_PREPROCESSING), "x+sqrt") == 3.0
+
+
+def test_dp_clip_norm_is_none_where_not_measured() -> None:
+    from ghofl.client.encoders import dp_clip_norm
+
+    assert dp_clip_norm(shipped_info("efficientnet-lite0", 160)) is None
+    assert dp_clip_norm(shipped_info("efficientnet-lite1", 224)) is None
+    assert dp_clip_norm(EncoderInfo("my-encoder", 16)) is None
+    lite = shipped_info("efficientnet-lite0", 224)
+    assert dp_clip_norm(EncoderInfo(lite.name, lite.dim, "other", lite.preprocessing,
+                                    224)) is None  # other weights
+    assert dp_clip_norm(lite, "x+sqrt+rbf:0123456789abcdef") is None  # a kernel map
+    with pytest.raises(ConfigError, match=r"already includes the feature transform 'sqrt'"):
+        dp_clip_norm(transformed_info(lite, "sqrt"), "x+sqrt")

@@ -8,16 +8,23 @@ encoder is built.
 """
 
 from ghofl.client.encoders.base import CallableEncoder, Encoder
-from ghofl.client.encoders.clipping import DEFAULT_CLIP_NORMS, default_clip_norm
+from ghofl.client.encoders.clipping import (
+    DEFAULT_CLIP_NORMS,
+    DP_CLIP_NORMS,
+    default_clip_norm,
+    dp_clip_norm,
+)
 from ghofl.client.encoders.factory import available_encoders, get_encoder
 from ghofl.client.encoders.torch_module import TorchModuleEncoder
 
 __all__ = [
     "DEFAULT_CLIP_NORMS",
+    "DP_CLIP_NORMS",
     "CallableEncoder",
     "Encoder",
     "TorchModuleEncoder",
     "available_encoders",
     "default_clip_norm",
+    "dp_clip_norm",
     "get_encoder",
 ]
