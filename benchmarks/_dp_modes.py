@@ -109,11 +109,14 @@ def ghofl_cells(parts: dict[str, Any]) -> dict[str, Any]:
     counts once, whatever order the parts load in, while central runs of one seed made in
     blocks at different K (``ks[0]``: the simulation also draws the partition, so the noise
     differs) are distinct runs. A full part's seed s and a modes part's seed s are different
-    runs (different simulation seeds).
+    runs (different simulation seeds). A part clipped at another bound (``"clip"``) than the
+    data set's reference part is left out.
     """
     keyed: dict[str, Any] = {}
+    # runs at another clipping bound than the data set's reference part are not pooled
+    clip_of = {p["dataset"]: p.get("clip") for p in parts.values() if p.get("reference")}
     for p in parts.values():
-        if p.get("reference"):
+        if p.get("reference") or clip_of.get(p["dataset"], p.get("clip")) != p.get("clip"):
             continue
         if p.get("modes"):
             runs = {s: m for s, m in p["runs"].items()}

@@ -109,6 +109,11 @@ NO_PRIOR = "ghofl/central@noprior"
 DP_CLIP = "ghofl/central@dpclip"
 DP_CLIP_DISTRIBUTED = "ghofl/distributed/10@dpclip"
 DP_CLIP_NODP = "ghofl/nodp@dpclip"
+#: Methods of a replaced part clipped at another bound shown beside the new runs
+#: (:func:`kept_earlier`), and the keys they take in :func:`_cells`.
+EARLIER = ("ghofl/central", "dpsgd_search")
+EARLIER_PREFIX = "earlier:"
+EARLIER_CLIP = "earlier:clip"
 #: Directions kept in a public basis file (the auto rule uses round(0.4·d) of them).
 BASIS_DIRECTIONS = 768
 #: dataset -> (train, test) images per class in --quick (0: all)
@@ -147,6 +152,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--quick", action="store_true",
                     help="small subsets, ε 2, seed 0, K 10, two grid points; writes nothing")
     ap.add_argument("--fresh", action="store_true", help="measure existing parts again")
+    ap.add_argument("--clip", default="dp", choices=("dp", "default"),
+                    help="every method's clipping bound: the encoder's bound for DP "
+                         "(dp_clip_norm, the default; its default bound where it has none) or "
+                         "its default bound (default_clip_norm)")
     ap.add_argument("--mode-seeds", default="",
                     help="'A-B': ghofl central and distributed only, seeds A to B, noise "
                     "seeded from (seed, ε); one modes part per (data set, ε)")
@@ -156,15 +165,28 @@ def _floats(text: str) -> list[float]:
     return [float(v) for v in text.split(",") if v.strip()]
 
 
-def _features(name: str, data_dir: str | None, quick: bool) -> tuple[Features, float]:
+def _features(name: str, data_dir: str | None, quick: bool,
+              rule: str = "dp") -> tuple[Features, float]:
+    """The data set's features and every method's clipping bound under ``rule`` (``--clip``)."""
     enc = DATASETS[name][0]
     per_train, per_test = QUICK_SUBSET[name] if quick else (0, 0)
     cfg = config_from_dict({"datasets": [name], "resolution": RESOLUTION, "data_dir": data_dir,
                             "train_per_class": per_train, "test_per_class": per_test})
     feats = load_features(name, enc, cfg)
-    clip = default_clip_norm(feats.encoder_info)
+    clip = dp_clip_norm(feats.encoder_info) if rule == "dp" else None
+    clip = clip if clip is not None else default_clip_norm(feats.encoder_info)
     assert clip is not None, f"no default clipping bound for {enc}"
     return feats, clip
+
+
+def kept_earlier(part: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+    """``part`` with ``old`` (the part it replaces) kept as ``"earlier"`` when ``old`` clipped
+    at another bound: its methods and clip, the table's columns *at R = <old clip>*."""
+    if old is None or old.get("clip") in (None, part.get("clip")):
+        return part if old is None or "earlier" not in old else {**part,
+                                                                  "earlier": old["earlier"]}
+    return {**part, "earlier": {"clip": old["clip"], "methods": old["methods"],
+                                "date": old.get("date"), CODE_KEY: old.get(CODE_KEY)}}
 
 
 def public_basis(ds: str, data_dir: str | None, log: Any,
@@ -421,7 +443,7 @@ def measure_modes(ctx: harness.Context, block: tuple[int, int]) -> dict[str, Any
                 if args.fresh or modes_part_name(ds, e, block) not in parts]
         if not todo:
             continue
-        f, clip = _features(ds, ctx.data_dir(required=False), False)
+        f, clip = _features(ds, ctx.data_dir(required=False), False, args.clip)
         public = public_basis(ds, ctx.data_dir(required=False), ctx.log, clip)
         sub, used = subspace_option(args.subspace, public)
         pri = prior_option(args.prior, public)
@@ -464,10 +486,14 @@ def measure_dp_clip(ctx: harness.Context) -> dict[str, Any]:
                  or float(parts[n]["epsilon"]) in _floats(args.epsilons)]
         if not names:
             continue
-        f, clip = _features(ds, data_dir, False)
+        f, clip = _features(ds, data_dir, False, "default")
         bound = dp_clip_norm(f.encoder_info)
         if bound is None or bound == clip:
             ctx.log(f"{ds}: the DP bound is {bound} (the bound {clip}): nothing to add")
+            continue
+        # a part measured at the DP bound already (--clip dp) has nothing to add
+        names = [n for n in names if parts[n].get("clip") != bound]
+        if not names:
             continue
         public = public_basis(ds, data_dir, ctx.log, bound)
         sub, _ = subspace_option(args.subspace, public)
@@ -533,7 +559,7 @@ def measure(ctx: harness.Context) -> dict[str, Any] | None:
             todo = [(e, s) for e, s in todo if args.fresh or part_name(ds, e, s) not in parts]
         if not todo:
             continue
-        f, clip = _features(ds, data_dir, quick)
+        f, clip = _features(ds, data_dir, quick, args.clip)
         public = None if quick else public_basis(ds, data_dir, ctx.log, clip)
         sub, used = subspace_option(args.subspace, public)
         pri = prior_option(args.prior, public)
@@ -541,6 +567,11 @@ def measure(ctx: harness.Context) -> dict[str, Any] | None:
             t = time.perf_counter()
             if args.ghofl_only:
                 old = parts[part_name(ds, eps, seed)]
+                if old.get("clip") not in (None, clip):
+                    raise harness.BenchmarkError(
+                        f"{part_name(ds, eps, seed)} clipped its anchors at R = {old.get('clip')}"
+                        f", --clip {args.clip} gives R = {clip}: --ghofl-only would mix the two; "
+                        "run the part again (--fresh) or pass the --clip it was measured at")
                 part = remeasure_ghofl(old, f, clip, ks, upload, sub, pri)
                 part = {**_stamp(part, f, clip, tag, grid, ctx.code_version()),
                         "date": old.get("date"), "ghofl_date": time.strftime("%Y-%m-%d"),
@@ -549,7 +580,8 @@ def measure(ctx: harness.Context) -> dict[str, Any] | None:
                 part = (run_reference(f, clip, upload, ks) if eps is None
                         else {**run_part(f, clip, eps, seed or 0, ks, grid, upload, sub, pri),
                               "public_basis": used or public})
-                part = _stamp(part, f, clip, tag, grid, ctx.code_version())
+                part = kept_earlier(_stamp(part, f, clip, tag, grid, ctx.code_version()),
+                                    parts.get(part_name(ds, eps, seed)))
             name = part_name(ds, eps, seed)
             parts[name] = part
             ctx.log(f"{name}: {time.perf_counter() - t:.0f} s "
@@ -579,6 +611,19 @@ def _cells(parts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         if p.get("modes"):  # ghofl-only: pooled by _dp_modes.ghofl_cells, not here
             continue
         at = cells.setdefault(p["dataset"], {}).setdefault(float(p["epsilon"]), {})
+        earlier = p.get("earlier")
+        if earlier:  # the part this one replaced, clipped at another bound (kept_earlier)
+            at.setdefault(EARLIER_CLIP, set()).add(float(earlier["clip"]))
+            for name in EARLIER:
+                res = earlier["methods"].get(name)
+                if res is None:
+                    continue
+                key = f"{EARLIER_PREFIX}{name}"
+                if "heads" in res:
+                    for h, acc in res["heads"].items():
+                        at.setdefault(key, {}).setdefault(h, []).append(acc)
+                else:
+                    at.setdefault(key, []).append(res["accuracy"])
         for name, res in p["methods"].items():
             if name == "ghofl/central":  # parts before the DP subspace: the whole space
                 at.setdefault("ghofl/central/subspace", []).append(res.get("subspace"))
@@ -640,12 +685,15 @@ def _anchor_table(cells: dict[float, Any]) -> str:
     whole = any(WHOLE in m for m in cells.values())
     noprior = any(NO_PRIOR in m for m in cells.values())
     dpclip = any(DP_CLIP in m for m in cells.values())
+    clips = sorted(set().union(*(m.get(EARLIER_CLIP, set()) for m in cells.values())))
+    at_r = f"at R = {', '.join(f'{c:g}' for c in clips)} (same seeds)"
     header = ["ε", "seeds", *(t for _, t in ANCHORS), "tuned: search spends ε",
               "ghofl central (best head)", "ghofl subspace", "ghofl prior",
               *(["ghofl central, whole space (same seeds)"] if whole else []),
               *(["ghofl central, no prior (same seeds)"] if noprior else []),
               *(["ghofl central at the DP clip (same seeds)",
-                 "distributed/10 at the DP clip"] if dpclip else [])]
+                 "distributed/10 at the DP clip"] if dpclip else []),
+              *([f"ghofl central {at_r}", f"DP-SGD tuned, search ε, {at_r}"] if clips else [])]
     body = []
     for eps, m in sorted(cells.items()):
         row: list[Any] = [f"{eps:g}", len(m.get("dpsgd", []))]
@@ -660,6 +708,10 @@ def _anchor_table(cells: dict[float, Any]) -> str:
         row += [_kept(m, WHOLE)] if whole else []
         row += [_kept(m, NO_PRIOR)] if noprior else []
         row += [_kept(m, DP_CLIP), _kept(m, DP_CLIP_DISTRIBUTED)] if dpclip else []
+        if clips:
+            search = m.get(f"{EARLIER_PREFIX}dpsgd_search")
+            row += [_kept(m, f"{EARLIER_PREFIX}ghofl/central"),
+                    fmt_mean_se(search) if search else "–"]
         body.append(row)
     return markdown_table(header, body)
 
@@ -697,10 +749,16 @@ def _reference_line(ds: str, ref: dict[str, Any] | None) -> str:
         return f"- {ds}: no reference part yet."
     m = ref["methods"]
     nodp = ", ".join(f"{h} {100 * v:.1f}" for h, v in sorted(m["ghofl/nodp"].items()))
+    earlier = ref.get("earlier")
+    if earlier and "ghofl/nodp" in earlier["methods"]:
+        nodp += f" (at R = {earlier['clip']:g}: " + ", ".join(
+            f"{h} {100 * v:.1f}" for h, v in sorted(earlier["methods"]["ghofl/nodp"].items())
+        ) + ")"
     return (f"- {ds} (reference): diffprivlib at ε = {LARGE_EPS_TEXT}: GaussianNB "
             f"{100 * m['dp_nb_large']:.1f} (scikit-learn's non-private GaussianNB "
             f"{100 * m['nb']:.1f}), LogisticRegression {100 * m['dp_lr_large']:.1f} "
-            f"(non-private, C = 1: {100 * m['lr']:.1f}); ghofl without DP: {nodp}"
+            f"(non-private, C = 1: {100 * m['lr']:.1f}); ghofl without DP at R = "
+            f"{ref.get('clip', 0):g}: {nodp}"
             + ("" if DP_CLIP_NODP not in m else
                f"; at the DP clip R = {m[DP_CLIP_NODP]['clip']:g}: " + ", ".join(
                    f"{h} {100 * v:.1f}" for h, v in sorted(m[DP_CLIP_NODP]["heads"].items())))
@@ -754,8 +812,16 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
         "## Differential privacy beside outside anchors (`benchmarks/bench_dp_anchors.py`)",
         "",
         f"Same features for every method: CIFAR-10 (EfficientNet-Lite0 @{RESOLUTION} px, all "
-        "50,000 train / 10,000 test) and TREC (MiniLM, 5,452 / 500), rows clipped to the "
-        "encoder's default bound R (\"Default clipping bounds\"), δ = 1e-5. Test accuracy (%), "
+        "50,000 train / 10,000 test) and TREC (MiniLM, 5,452 / 500), every method's rows "
+        "clipped to one bound R per data set (`--clip dp`, the default: the encoder's bound "
+        "for DP, `ghofl.client.encoders.dp_clip_norm`, the median embedding norm of public "
+        "data, R = 17 for EfficientNet-Lite0 at 224 px; MiniLM's unit vectors keep their "
+        "default 1.01; `--clip default`: the default bounds of \"Default clipping bounds\", "
+        "R = 28 for EfficientNet-Lite0), stated per data set on its reference line; δ = 1e-5. "
+        + ("Columns *at R = … (same seeds)*: the runs these parts replaced, clipped at that "
+           "bound, on the same noise seeds. " if any(p.get("earlier") for p in parts.values())
+           else "") +
+        "Test accuracy (%), "
         "mean ± standard error over the seeds. Anchors train centrally on the clipped rows "
         "scaled by 1/R. **DP-SGD** softmax probe, Opacus's RDP accountant (orders up to "
         f"1024), grid {grid}; *default*: the first grid point, one run at (ε, δ); *tuned*: "
@@ -787,11 +853,10 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
         "minimises an estimate of the Frobenius error (column *ghofl prior*, b the mean over "
         "the seeds; the earlier runs without it, on the same noise seeds, in the column *no "
         f"prior*). Public bases and covariances: {_bases_text(parts)}. "
-        "Columns *at the DP clip* (`--dp-clip-runs`): ghofl's central and 10-client "
-        "distributed runs again, on the same noise seeds, with the clients clipping at the "
-        "encoder's bound for DP (`ghofl.client.encoders.dp_clip_norm`: the median embedding "
-        "norm of public data, R = 17 for EfficientNet-Lite0 at 224 px against 28; MiniLM's "
-        "unit vectors keep 1.01, so TREC has none); the anchors keep their rows. "
+        + ("Columns *at the DP clip* (`--dp-clip-runs`, parts measured at `--clip default`): "
+           "ghofl's central and 10-client distributed runs again at the DP bound, on the same "
+           "noise seeds; the anchors keep their rows. " if any(
+               DP_CLIP in p.get("methods", {}) for p in parts.values()) else "") +
         "Verdicts (`ghofl.bench.decide`): *at or above* when the mean difference is "
         "≥ −2 standard errors of the difference; *within t* when |difference| ≤ max(t, 2 "
         "standard errors); fewer than 2 seeds: undecided. " + MODES_TEXT,

@@ -160,7 +160,8 @@ def test_measure_modes_writes_one_part_per_epsilon_and_resumes(
     monkeypatch.setattr(b, "public_basis", lambda *a: None)
     args = Namespace(quick=False, mode_seeds="2-3", mode="pooled", projection=0, clients="10",
                      epsilons="1,8", datasets="trec", fresh=False, no_write=False,
-                     subspace="auto", prior="auto", ghofl_only=False, dp_clip_runs=False)
+                     subspace="auto", prior="auto", ghofl_only=False, dp_clip_runs=False,
+                     clip="dp")
     ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
     out = b.measure(ctx)["dp_anchors"]["parts"]
     folder = tmp_path / "benchmarks" / "results" / "dp_anchors"
@@ -203,7 +204,8 @@ def test_ghofl_only_measures_ghofl_again_and_keeps_the_anchors(
     (folder / "cifar10-eps1-seed0.json").write_text(json.dumps(old))
     args = Namespace(quick=False, mode_seeds="", mode="pooled", projection=0, clients="10",
                      epsilons="1,2", seeds="0", datasets="cifar10", fresh=False, no_write=False,
-                     subspace="auto", prior="auto", ghofl_only=True, dp_clip_runs=False)
+                     subspace="auto", prior="auto", ghofl_only=True, dp_clip_runs=False,
+                     clip="dp")
     ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
     parts = b.measure(ctx)["dp_anchors"]["parts"]
     assert sorted(parts) == ["cifar10-eps1-seed0.json"]  # no new part, no reference
@@ -331,7 +333,7 @@ def test_dp_clip_runs_add_ghofl_at_the_dp_bound_and_keep_the_rest(
     args = Namespace(quick=False, mode_seeds="", mode="pooled", projection=0, clients="10",
                      epsilons="1,8", seeds="0,1", datasets="cifar10", fresh=False,
                      no_write=False, subspace="auto", prior="auto", ghofl_only=False,
-                     dp_clip_runs=True)
+                     dp_clip_runs=True, clip="dp")
     ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
     parts = b.measure(ctx)["dp_anchors"]["parts"]
     assert set(seen) == {(17.0, "central"), (17.0, "distributed"), (17.0, None)}
@@ -348,3 +350,64 @@ def test_dp_clip_runs_add_ghofl_at_the_dp_bound_and_keep_the_rest(
     assert "vs lda without DP (80.0) -5.0" in text
     b.measure(ctx)  # resumes: every part has its runs
     assert len(seen) == 9
+
+
+def test_a_part_measured_again_at_another_bound_keeps_the_earlier_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--fresh at a new clipping bound: the part it replaces (another clip) is kept as
+    "earlier" and shown in the columns *at R = 28*; the modes parts at the old bound are not
+    pooled; --ghofl-only refuses to mix two bounds in one part."""
+    b = _bench()
+    feats = SimpleNamespace(y_train=[0] * 4, y_test=[0] * 2, encoder_name="fake")
+    monkeypatch.setattr(b, "_features", lambda *a: (feats, 17.0))
+    monkeypatch.setattr(b, "public_basis", lambda *a: None)
+
+    def part(f: Any, clip: float, eps: float, seed: int, *a: Any) -> dict[str, Any]:
+        new = _part(eps, seed, 0.05)
+        return {k: new[k] for k in ("dataset", "epsilon", "seed", "methods", "seconds")}
+
+    def reference(f: Any, clip: float, *a: Any) -> dict[str, Any]:
+        return {"dataset": "cifar10", "reference": True, "seconds": {},
+                "methods": {"nb": 0.7, "lr": 0.79, "dp_nb_large": 0.7, "dp_lr_large": 0.78,
+                            "ghofl/nodp": {"lda": 0.80}}}
+
+    monkeypatch.setattr(b, "run_part", part)
+    monkeypatch.setattr(b, "run_reference", reference)
+    folder = tmp_path / "benchmarks" / "results" / "dp_anchors"
+    folder.mkdir(parents=True)
+    for seed in (0, 1):
+        (folder / b.part_name("cifar10", 8.0, seed)).write_text(
+            json.dumps({**_part(8.0, seed, 0.0), "clip": 28.0}))
+    (folder / "cifar10-reference.json").write_text(json.dumps(
+        {**reference(None, 28.0), "clip": 28.0, "methods": {
+            **reference(None, 28.0)["methods"], "ghofl/nodp": {"lda": 0.79}}}))
+    modes = {"dataset": "cifar10", "epsilon": 8.0, "modes": True, "seeds": [5, 5],
+             "clients": [10], "clip": 28.0, "seconds": {}, "runs": {"5": {
+                 "ghofl/central": {"clients": 10, "heads": {"lda": 0.1}}}}}
+    (folder / "cifar10-eps8-modes-s5-5.json").write_text(json.dumps(modes))
+    args = Namespace(quick=False, mode_seeds="", mode="pooled", projection=0, clients="10",
+                     epsilons="8", seeds="0,1", datasets="cifar10", fresh=True,
+                     no_write=False, subspace="auto", prior="auto", ghofl_only=False,
+                     dp_clip_runs=False, clip="dp")
+    ctx = harness.Context(root=tmp_path, args=args, out=tmp_path / "B.md")
+    parts = b.measure(ctx)["dp_anchors"]["parts"]
+    one = json.loads((folder / "cifar10-eps8-seed0.json").read_text())
+    assert one["clip"] == 17.0 and one["earlier"]["clip"] == 28.0
+    assert one["earlier"]["methods"] == _part(8.0, 0, 0.0)["methods"]
+    assert one["methods"]["ghofl/central"]["heads"]["lda"] == pytest.approx(0.75)
+    text = b.render({"parts": parts})
+    assert ("| ghofl central at R = 28 (same seeds) | DP-SGD tuned, search ε, at R = 28 "
+            "(same seeds) |") in text
+    assert "| 75.0 ± 0.0 (lda) | whole (no rule recorded) | none (no prior recorded) | " \
+        "70.0 ± 0.0 (lda) | 66.0 ± 0.0 |" in text
+    assert "ghofl without DP at R = 17: lda 80.0 (at R = 28: lda 79.0)" in text
+    assert "| 8 | central | 2 | 75.0 ± 0.0 |" in text  # the modes run at R = 28 is left out
+    b.measure(ctx)  # measured again at the same bound: the earlier runs stay
+    assert json.loads((folder / "cifar10-eps8-seed0.json").read_text())["earlier"] == one[
+        "earlier"]
+    ctx.args.ghofl_only, ctx.args.fresh = True, False
+    monkeypatch.setattr(b, "_features", lambda *a: (feats, 28.0))
+    with pytest.raises(b.harness.BenchmarkError,
+                       match=r"cifar10-eps8-seed0.json clipped its anchors at R = 17.0, "
+                             r"--clip dp gives R = 28.0: --ghofl-only would mix the two"):
+        b.measure(ctx)
