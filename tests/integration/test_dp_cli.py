@@ -125,3 +125,40 @@ def test_noise_is_seeded_by_the_simulation_seed(ws: Path, tmp_path: Path) -> Non
         a["heads"][h]["accuracy"] == b["heads"][h]["accuracy"]  # type: ignore[index]
         for h in ("nb", "lda", "qda"))
     assert np.isfinite(a["privacy"]["noise_multiplier"])  # type: ignore[index]
+
+
+def test_dp_without_clip_takes_the_recorded_encoders_dp_bound(tmp_path: Path) -> None:
+    """Embeddings that record EfficientNet-Lite0 at 224 px: --dp-epsilon without --clip clips
+    at its DP bound (R = 17, stated), --secure alone at its default bound (28), and --clip
+    overrides both."""
+    from ghofl.client.encoders.clipping import MEASURED_WEIGHTS
+    from ghofl.client.encoders.efficientnet_lite import LITE_DIM, lite_preprocessing
+    from ghofl.client.local_data import ENCODER_KEY
+    from ghofl.stats import EncoderInfo
+
+    info = EncoderInfo("efficientnet-lite0", LITE_DIM, MEASURED_WEIGHTS["efficientnet-lite0"],
+                       lite_preprocessing(224), 224)
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 40)
+    x = (rng.standard_normal((y.size, LITE_DIM)) * 0.5 + y[:, None]).astype(np.float32)
+    record = {ENCODER_KEY: np.asarray(json.dumps(info.to_dict()))}
+    np.savez(tmp_path / "train.npz", x=x, y=y, **record)
+    np.savez(tmp_path / "test.npz", x=x[::2], y=y[::2], **record)
+    env = {"GHOFL_PROJECTION_DIR": str(tmp_path / "public")}
+
+    def sim(*extra: str) -> tuple[dict[str, object], str]:
+        r = run_cli("simulate", "--train", "train.npz", "--test", "test.npz", "--clients",
+                    "3", "--alpha", "1", "--mode", "diag", "--heads", "ncm,nb", "--json",
+                    "o.json", *extra, cwd=tmp_path, env=env)
+        assert r.returncode == 0, r.stderr
+        return json.loads((tmp_path / "o.json").read_text()), r.stdout
+
+    res, out = sim("--dp-epsilon", "4")
+    assert res["clip_norm"] == 17.0
+    assert ("clipping bound R=17: encoder efficientnet-lite0's bound for differential privacy"
+            " (the median norm of public embeddings") in out
+    res, out = sim("--secure")
+    assert res["clip_norm"] == 28.0 and "clipping bound R=28: encoder efficientnet-lite0's " \
+        "default bound" in out
+    res, out = sim("--dp-epsilon", "4", "--clip", "9")
+    assert res["clip_norm"] == 9.0 and "encoder efficientnet-lite0's" not in out

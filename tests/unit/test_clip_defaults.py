@@ -199,3 +199,27 @@ def test_dp_clip_norm_is_none_where_not_measured() -> None:
     assert dp_clip_norm(lite, "x+sqrt+rbf:0123456789abcdef") is None  # a kernel map
     with pytest.raises(ConfigError, match=r"already includes the feature transform 'sqrt'"):
         dp_clip_norm(transformed_info(lite, "sqrt"), "x+sqrt")
+
+
+def test_recommended_clip_norm_under_dp_falls_back_to_the_default() -> None:
+    """Under DP the DP bound where measured, else the default; without DP the default; an
+    encoder without a measured bound has none. The sentence states R and its source."""
+    from ghofl.client.encoders import recommended_clip_norm
+
+    lite = shipped_info("efficientnet-lite0", 224)
+    bound, why = recommended_clip_norm(lite, dp=True) or (0.0, "")
+    assert bound == 17.0
+    assert re.fullmatch(r"clipping bound R=17: encoder efficientnet-lite0's bound for "
+                        r"differential privacy \(the median norm of public embeddings, "
+                        r"ghofl\.client\.encoders\.dp_clip_norm\); give --clip to choose "
+                        r"another", why)
+    assert recommended_clip_norm(lite, "x+sqrt", dp=True) == (24.0, why.replace("17", "24"))
+    bound, why = recommended_clip_norm(lite, dp=False) or (0.0, "")
+    assert bound == DEFAULT_CLIP_NORMS[("efficientnet-lite0", 224)]["none"] == 28.0
+    assert "default bound (at or above the norms of real data" in why
+    # measured for the default only: DP falls back to it
+    lite160 = shipped_info("efficientnet-lite0", 160)
+    assert recommended_clip_norm(lite160, dp=True) == recommended_clip_norm(lite160, dp=False)
+    assert recommended_clip_norm(lite160, dp=True) is not None
+    assert recommended_clip_norm(EncoderInfo("my-encoder", 16), dp=True) is None
+    assert recommended_clip_norm(EncoderInfo("my-encoder", 16), dp=False) is None

@@ -78,6 +78,7 @@ from ghofl.cli.stats_cmds import projection_basis_option
 from ghofl.client.local_data import read_npz_encoder_info
 from ghofl.data.embeddings import load_embeddings
 from ghofl.errors import ConfigError
+from ghofl.server.plan import AggregationSpec
 from ghofl.server.simulation import Population, SimulationResult
 from ghofl.server.simulation import simulate as simulate_plan
 
@@ -147,7 +148,7 @@ def simulate(
         # the simulated federation's size is public: it steers the auto budget split
         agg = replace(agg, dp=replace(agg.dp, expected_samples=len(tr.y)))
     plan = federation(tuple(class_names), upload, agg, server_job, mode=m,
-                      projection_basis=basis,
+                      projection_basis=basis, **_encoder_clip(train, upload, agg),
                       hint=lambda exc: _clip_hint(tr.x) if exc.field == "client.clip_norm"
                       else "")
     result = simulate_plan(plan, (tr.x, tr.y), (te.x, te.y),
@@ -213,6 +214,26 @@ def _echo_privacy(result: SimulationResult) -> None:
         typer.echo(f"  with the federated evaluation release (noise multiplier "
                    f"{p['evaluation']['noise_multiplier']:.4g}): total epsilon="
                    f"{p['epsilon_total']:g}, delta={p['delta_total']:.3g}")
+
+
+def _encoder_clip(train: Path, upload: UploadOptions, agg: AggregationSpec) -> dict[str, float]:
+    """The clipping bound of a secure or DP run without --clip, from --train's encoder.
+
+    ``{"clip_norm": R}`` when --train records a shipped encoder
+    (:func:`~ghofl.client.encoders.recommended_clip_norm`: under DP the median public norm),
+    stated on stdout; else ``{}`` (the plan then asks for --clip).
+    """
+    if upload["clip_norm"] is not None or (agg.dp is None and agg.protocol != "secure"):
+        return {}
+    from ghofl.client.encoders import recommended_clip_norm
+
+    info = read_npz_encoder_info(train)
+    found = None if info is None else recommended_clip_norm(
+        info, upload["feature_transform"] or "none", dp=agg.dp is not None)
+    if found is None:
+        return {}
+    typer.echo(found[1])
+    return {"clip_norm": found[0]}
 
 
 def _clip_hint(x: np.ndarray) -> str:

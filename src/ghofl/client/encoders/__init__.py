@@ -13,6 +13,7 @@ from ghofl.client.encoders.clipping import (
     DP_CLIP_NORMS,
     default_clip_norm,
     dp_clip_norm,
+    recommended_clip_norm,
 )
 from ghofl.client.encoders.factory import available_encoders, get_encoder
 from ghofl.client.encoders.torch_module import TorchModuleEncoder
@@ -27,4 +28,5 @@ __all__ = [
     "default_clip_norm",
     "dp_clip_norm",
     "get_encoder",
+    "recommended_clip_norm",
 ]

