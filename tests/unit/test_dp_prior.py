@@ -390,3 +390,15 @@ def test_named_public_files_are_checked_before_a_round(public_dir: Path) -> None
     _, fp = save_prior(np.eye(D))
     _, bfp = save_basis(pca_basis(_public(20)[0], 4))
     DPConfig(1.0, subspace=f"pca:4:{bfp}", prior=f"auto:{fp}").check_public_files()
+
+
+def test_named_files_of_the_options() -> None:
+    """One reader of the fingerprint an option names, for the check at start and the release."""
+    from ghofl.privacy.prior import named_prior
+    from ghofl.privacy.subspace import named_basis
+
+    fp = "0123456789abcdef"
+    assert named_basis(f"auto:{fp}") == named_basis(f"pca:12:{fp}") == fp
+    assert named_basis("auto") is named_basis("pca:12") is named_basis("none") is None
+    assert named_prior(f"auto:{fp}") == fp
+    assert named_prior("auto") is named_prior("none") is None

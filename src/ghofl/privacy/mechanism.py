@@ -160,16 +160,15 @@ class DPConfig:
         ConfigError
             A named file is missing from the public folders or does not match its fingerprint.
         """
-        from ghofl.privacy.prior import load_prior
+        from ghofl.privacy.prior import load_prior, named_prior
+        from ghofl.privacy.subspace import named_basis
         from ghofl.stats.projection import load_basis
 
-        sub, pri = self.subspace.split(":"), self.prior.split(":")
-        named = (sub[1] if sub[0] == "auto" and len(sub) == 2 else
-                 sub[2] if sub[0] == "pca" and len(sub) == 3 else None)
-        if named is not None:
-            load_basis(named)
-        if len(pri) == 2:
-            load_prior(pri[1])
+        basis, prior = named_basis(self.subspace), named_prior(self.prior)
+        if basis is not None:
+            load_basis(basis)
+        if prior is not None:
+            load_prior(prior)
 
 
 @dataclass(frozen=True)

@@ -163,11 +163,11 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
             meta, arrays = project_arrays(meta, arrays, n, choice.spec)
         notes.append(choice.reason)
     sums = arrays["sums"]
-    target = None
+    prior_choice = None
     if sigma is not None and meta.mode in ("pooled", "gram"):
-        target = choose_prior(prior, meta)
-        if target.target is None:
-            notes.append(target.reason)
+        prior_choice = choose_prior(prior, meta)
+        if prior_choice.target is None:
+            notes.append(prior_choice.reason)
     shrinkage: tuple[float, ...] | None = None
     if meta.mode == "full" and sigma is not None:
         arrays["class_scatter"], shrinkage = _noise_aware_scatter(arrays, n, keep, sigma)
@@ -185,7 +185,7 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
     elif meta.mode == "pooled":
         sq, b = arrays["sq_sums"], arrays["scatter"]
         between = (sums.T / n) @ sums
-        w = _within(b - between, n, keep, sigma, notes, target)
+        w = _within(b - between, n, keep, sigma, notes, prior_choice)
         var = np.maximum(sq - sums**2 / n[:, None], 0.0)
         arrays["sq_sums"] = _match_diag(var, np.diagonal(w).copy(), n) + sums**2 / n[:, None]
         arrays["scatter"] = w + between
@@ -193,7 +193,8 @@ def postprocess(meta: StatsMeta, noisy_counts: F64, noisy_floats: F64, min_count
                      "per-class variances clamped at 0 and rescaled so that diag B = Σ_c D_c")
     elif meta.mode == "gram":
         between = (sums.T / n) @ sums
-        arrays["scatter"] = (_within(arrays["scatter"] - between, n, keep, sigma, notes, target)
+        arrays["scatter"] = (_within(arrays["scatter"] - between, n, keep, sigma, notes,
+                                     prior_choice)
                              + between)
         notes.append("within-class scatter B − Σ_c A_c A_cᵀ/N_c projected to the PSD cone")
     elif meta.mode == "diag":

@@ -242,6 +242,16 @@ def check_prior_option(text: str) -> str:
     return text.strip()
 
 
+def named_prior(text: str) -> str | None:
+    """The fingerprint of the covariance a (checked) prior option names, or None.
+
+    ``auto:<fp>`` names one; ``auto`` (the encoder's default, looked up at release time) and
+    ``none`` do not.
+    """
+    parts = text.split(":")
+    return parts[1] if len(parts) == 2 else None
+
+
 @dataclass(frozen=True)
 class PriorChoice:
     """The public covariance a release is mixed with, in the release's coordinates.
@@ -277,19 +287,17 @@ def choose_prior(option: str, meta: StatsMeta) -> PriorChoice:
     text = check_prior_option(option)
     if text == "none":
         return PriorChoice(None, None, "no public covariance prior (DP prior: none)")
-    parts = text.split(":")
-    if len(parts) == 2:
-        fp: str | None = parts[1]
-    elif meta.encoder is None:
+    fp = named_prior(text)
+    if fp is None and meta.encoder is None:
         return PriorChoice(None, None, "no public covariance prior: the statistics record no "
                            "encoder (name one: --dp-prior auto:<fingerprint>)")
-    else:
+    if fp is None:
+        assert meta.encoder is not None
         fp = default_prior(meta.encoder.fingerprint())
         if fp is None:
             return PriorChoice(None, None, (
                 "no public covariance prior: none is recorded for the encoder (build one "
                 "with ghofl covariance-prior from public labelled embeddings)"))
-    assert fp is not None
     cov = load_prior(fp)
     proj = meta.projection
     d_in = meta.dim if proj is None else proj.input_dim

@@ -141,6 +141,17 @@ def check_subspace_option(text: str) -> str:
     return text.strip()
 
 
+def named_basis(text: str) -> str | None:
+    """The fingerprint of the basis a (checked) subspace option names, or None.
+
+    ``auto:<fp>`` and ``pca:<k>:<fp>`` name one; ``auto``, ``pca:<k>`` (the encoder's default,
+    looked up at release time) and ``none`` do not.
+    """
+    parts = text.split(":")
+    return (parts[1] if parts[0] == "auto" and len(parts) == 2
+            else parts[2] if parts[0] == "pca" and len(parts) == 3 else None)
+
+
 def noise_ratio(sigma: Mapping[str, float], mode: str, num_classes: int, dim: int,
                 clip_norm: float, n_total: float) -> float | None:
     """ρ = σ_B·d/(R²·(N − C)) of a release; None for modes without a second moment.
@@ -272,7 +283,7 @@ def choose_subspace(option: str, meta: StatsMeta, sigma: Mapping[str, float],
         if k > d:
             raise ConfigError(f"the DP subspace {text!r} has more directions than the "
                               f"statistics' dimension d={d}; use k <= {d}")
-        fp = parts[2] if len(parts) == 3 else _default_fingerprint(meta, text)
+        fp = named_basis(text) or _default_fingerprint(meta, text)
         assert fp is not None
         why = f"DP subspace {text}"
     else:
@@ -281,7 +292,7 @@ def choose_subspace(option: str, meta: StatsMeta, sigma: Mapping[str, float],
                 f"fitted in the whole space: noise ratio rho = sigma_B*d/(R^2*(N-C)) = "
                 f"{ratio:.3g} <= {AUTO_MIN_RATIO:g} (DP subspace auto)"))
         k = max(1, round(AUTO_FRACTION * d))
-        found = parts[1] if len(parts) == 2 else _default_fingerprint(meta, None)
+        found = named_basis(text) or _default_fingerprint(meta, None)
         if found is None:
             return SubspaceChoice(None, ratio, (
                 f"fitted in the whole space: noise ratio rho = {ratio:.3g} > "
