@@ -31,8 +31,10 @@ MODES_TEXT = (
     "and distributed only, at every K) seed it with "
     "`SeedSequence([seed, round(1000 ε)]).generate_state(1)[0]`, an independent noise draw (and "
     "partition) per (seed, ε). The ghofl tables and the distributed-vs-central verdicts pool "
-    "every ghofl run, full and modes parts (their seed counts stated); the comparisons with "
-    "the outside anchors use the full parts only. Distributed vs central: "
+    "every ghofl run, full and modes parts (their seed counts stated), at the data set's "
+    "clipping bound (that of its reference part: a part at another bound is left out, and "
+    "counted); the comparisons with the outside anchors use the full parts only. "
+    "Distributed vs central: "
     f"`within(distributed, central, {TOL:g})` per (ε, K, head), unpaired.")
 
 
@@ -102,6 +104,31 @@ def run_modes(run: Callable[[str, int, int], dict[str, float]], dataset: str, ep
             "clients": ks, "runs": runs, "seconds": sec}
 
 
+def reference_clips(parts: dict[str, Any]) -> dict[str, float]:
+    """dataset -> the clipping bound of its reference part (data sets without one left out)."""
+    return {p["dataset"]: float(p["clip"]) for p in parts.values()
+            if p.get("reference") and p.get("clip") is not None}
+
+
+def at_reference_clip(part: dict[str, Any], clips: dict[str, float]) -> bool:
+    """Whether ``part`` is clipped at its data set's reference bound (:func:`reference_clips`).
+
+    True when either bound is not recorded.
+    """
+    ref, clip = clips.get(part["dataset"]), part.get("clip")
+    return ref is None or clip is None or float(clip) == ref
+
+
+def left_out(parts: dict[str, Any]) -> dict[str, int]:
+    """dataset -> how many of its parts are clipped at another bound than its reference."""
+    clips = reference_clips(parts)
+    out: dict[str, int] = {}
+    for p in parts.values():
+        if not at_reference_clip(p, clips):
+            out[p["dataset"]] = out.get(p["dataset"], 0) + 1
+    return out
+
+
 def ghofl_cells(parts: dict[str, Any]) -> dict[str, Any]:
     """dataset -> ε -> ghofl method -> head -> per-run accuracies, full and modes parts pooled.
 
@@ -113,10 +140,9 @@ def ghofl_cells(parts: dict[str, Any]) -> dict[str, Any]:
     data set's reference part is left out.
     """
     keyed: dict[str, Any] = {}
-    # runs at another clipping bound than the data set's reference part are not pooled
-    clip_of = {p["dataset"]: p.get("clip") for p in parts.values() if p.get("reference")}
+    clips = reference_clips(parts)
     for p in parts.values():
-        if p.get("reference") or clip_of.get(p["dataset"], p.get("clip")) != p.get("clip"):
+        if p.get("reference") or not at_reference_clip(p, clips):
             continue
         if p.get("modes"):
             runs = {s: m for s, m in p["runs"].items()}

@@ -3,9 +3,14 @@
 Features: CIFAR-10 (EfficientNet-Lite0 at 224 px, the features of every other CIFAR-10 table,
 all 50,000 train / 10,000 test) and TREC (MiniLM, 5,452 / 500), read through the embedding
 cache (:func:`ghofl.bench.features.load_features`; embedded on the first run). At ε ∈ {0.5,
-1, 2, 4, 8}, δ = 1e-5, every method sees every row clipped to the encoder's default bound R
-(:func:`ghofl.client.encoders.default_clip_norm`, a public rule: BENCHMARKS.md "Default
-clipping bounds"); the anchors see those rows scaled by 1/R:
+1, 2, 4, 8}, δ = 1e-5, every method sees every row clipped to one public bound R per data set:
+``--clip dp`` (the default), the encoder's bound for DP
+(:func:`ghofl.client.encoders.dp_clip_norm`, the median public norm), its default bound where
+it has none; ``--clip default``, the default bound
+(:func:`ghofl.client.encoders.default_clip_norm`, BENCHMARKS.md "Default clipping bounds").
+A part measured again at another bound keeps the one it replaces as ``"earlier"`` (shown in
+the columns *at R = …*); tables average only the parts at the reference part's bound. The
+anchors see the rows scaled by 1/R:
 
 - DP-SGD softmax probe, central, Opacus's RDP accountant (:mod:`ghofl.bench.dp_anchors`):
   *default* (the first grid point, one run at the row's ε), *tuned* (every grid point a run at
@@ -52,11 +57,14 @@ import numpy as np
 
 from _dp_modes import (
     MODES_TEXT,
+    at_reference_clip,
     ghofl_cells,
     heads_table,
+    left_out,
     modes_part_name,
     modes_table,
     parse_seed_block,
+    reference_clips,
     run_modes,
 )
 from ghofl.bench import harness
@@ -177,6 +185,22 @@ def _features(name: str, data_dir: str | None, quick: bool,
     clip = clip if clip is not None else default_clip_norm(feats.encoder_info)
     assert clip is not None, f"no default clipping bound for {enc}"
     return feats, clip
+
+
+def _check_same_clip(ds: str, names: list[str], parts: dict[str, Any], clip: float,
+                     f: Features) -> None:
+    """Refuse ``--ghofl-only`` on parts whose anchors were clipped at another bound than
+    ``clip`` (before anything is measured), naming the ``--clip`` that matches them."""
+    for name in names:
+        old = parts[name].get("clip")
+        if old is None or float(old) == clip:
+            continue
+        info = f.encoder_info
+        fix = ("pass --clip default" if old == default_clip_norm(info) else
+               "pass --clip dp" if old == dp_clip_norm(info) else "measure them again (--fresh)")
+        raise harness.BenchmarkError(
+            f"{name} clipped its anchors at R = {old:g}, this --clip gives R = {clip:g}: "
+            f"--ghofl-only would mix the two bounds in one part; {fix}")
 
 
 def kept_earlier(part: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
@@ -439,11 +463,13 @@ def measure_modes(ctx: harness.Context, block: tuple[int, int]) -> dict[str, Any
     folder = ctx.results_dir / RESULTS
     parts = load_parts(folder)["parts"]
     for ds in [d for d in args.datasets.split(",") if d]:
+        f, clip = _features(ds, ctx.data_dir(required=False), False, args.clip)
+        # a part at another bound is measured again: it would be left out of every table
         todo = [e for e in _floats(args.epsilons)
-                if args.fresh or modes_part_name(ds, e, block) not in parts]
+                if args.fresh or parts.get(modes_part_name(ds, e, block), {}).get(
+                    "clip", clip) != clip or modes_part_name(ds, e, block) not in parts]
         if not todo:
             continue
-        f, clip = _features(ds, ctx.data_dir(required=False), False, args.clip)
         public = public_basis(ds, ctx.data_dir(required=False), ctx.log, clip)
         sub, used = subspace_option(args.subspace, public)
         pri = prior_option(args.prior, public)
@@ -560,6 +586,8 @@ def measure(ctx: harness.Context) -> dict[str, Any] | None:
         if not todo:
             continue
         f, clip = _features(ds, data_dir, quick, args.clip)
+        if args.ghofl_only:
+            _check_same_clip(ds, [part_name(ds, e, s) for e, s in todo], parts, clip, f)
         public = None if quick else public_basis(ds, data_dir, ctx.log, clip)
         sub, used = subspace_option(args.subspace, public)
         pri = prior_option(args.prior, public)
@@ -567,11 +595,6 @@ def measure(ctx: harness.Context) -> dict[str, Any] | None:
             t = time.perf_counter()
             if args.ghofl_only:
                 old = parts[part_name(ds, eps, seed)]
-                if old.get("clip") not in (None, clip):
-                    raise harness.BenchmarkError(
-                        f"{part_name(ds, eps, seed)} clipped its anchors at R = {old.get('clip')}"
-                        f", --clip {args.clip} gives R = {clip}: --ghofl-only would mix the two; "
-                        "run the part again (--fresh) or pass the --clip it was measured at")
                 part = remeasure_ghofl(old, f, clip, ks, upload, sub, pri)
                 part = {**_stamp(part, f, clip, tag, grid, ctx.code_version()),
                         "date": old.get("date"), "ghofl_date": time.strftime("%Y-%m-%d"),
@@ -604,11 +627,14 @@ def _cells(parts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """
     cells: dict[str, Any] = {}
     refs: dict[str, Any] = {}
+    clips = reference_clips(parts)
     for p in parts.values():
         if p.get("reference"):
             refs[p["dataset"]] = p
             continue
         if p.get("modes"):  # ghofl-only: pooled by _dp_modes.ghofl_cells, not here
+            continue
+        if not at_reference_clip(p, clips):  # another bound: not averaged in (left_out)
             continue
         at = cells.setdefault(p["dataset"], {}).setdefault(float(p["epsilon"]), {})
         earlier = p.get("earlier")
@@ -686,6 +712,8 @@ def _anchor_table(cells: dict[float, Any]) -> str:
     noprior = any(NO_PRIOR in m for m in cells.values())
     dpclip = any(DP_CLIP in m for m in cells.values())
     clips = sorted(set().union(*(m.get(EARLIER_CLIP, set()) for m in cells.values())))
+    # one column per table: parts replaced from several bounds would average them
+    assert len(clips) <= 1, f"parts replaced from several bounds {clips}: measure them again"
     at_r = f"at R = {', '.join(f'{c:g}' for c in clips)} (same seeds)"
     header = ["ε", "seeds", *(t for _, t in ANCHORS), "tuned: search spends ε",
               "ghofl central (best head)", "ghofl subspace", "ghofl prior",
@@ -710,8 +738,10 @@ def _anchor_table(cells: dict[float, Any]) -> str:
         row += [_kept(m, DP_CLIP), _kept(m, DP_CLIP_DISTRIBUTED)] if dpclip else []
         if clips:
             search = m.get(f"{EARLIER_PREFIX}dpsgd_search")
-            row += [_kept(m, f"{EARLIER_PREFIX}ghofl/central"),
-                    fmt_mean_se(search) if search else "–"]
+            seeds = len(search or [])
+            part_of = "" if seeds in (0, len(m.get("dpsgd", []))) else f" ({seeds} seeds)"
+            row += [_kept(m, f"{EARLIER_PREFIX}ghofl/central") + part_of,
+                    (fmt_mean_se(search) if search else "–") + part_of]
         body.append(row)
     return markdown_table(header, body)
 
@@ -757,8 +787,8 @@ def _reference_line(ds: str, ref: dict[str, Any] | None) -> str:
     return (f"- {ds} (reference): diffprivlib at ε = {LARGE_EPS_TEXT}: GaussianNB "
             f"{100 * m['dp_nb_large']:.1f} (scikit-learn's non-private GaussianNB "
             f"{100 * m['nb']:.1f}), LogisticRegression {100 * m['dp_lr_large']:.1f} "
-            f"(non-private, C = 1: {100 * m['lr']:.1f}); ghofl without DP at R = "
-            f"{ref.get('clip', 0):g}: {nodp}"
+            f"(non-private, C = 1: {100 * m['lr']:.1f}); ghofl without DP"
+            + ("" if ref.get("clip") is None else f" at R = {ref['clip']:g}") + f": {nodp}"
             + ("" if DP_CLIP_NODP not in m else
                f"; at the DP clip R = {m[DP_CLIP_NODP]['clip']:g}: " + ", ".join(
                    f"{h} {100 * v:.1f}" for h, v in sorted(m[DP_CLIP_NODP]["heads"].items())))
@@ -777,6 +807,8 @@ def render(data: dict[str, Any]) -> str:
             f"**{ds}**", _reference_line(ds, refs.get(ds)),
             _anchor_table(dcells) if dcells else "(no full ε part yet)",
             "\n".join(_verdicts(ds, dcells, refs.get(ds))),
+            (f"{left_out(parts)[ds]} parts of {ds} clipped at another bound than its "
+             "reference part are left out of its tables." if left_out(parts).get(ds) else ""),
             heads_table(gcells) if gcells else "", *modes] if b).rstrip())
     return _text(data, parts, blocks)
 

@@ -201,3 +201,33 @@ def test_a_public_covariance_prior_built_by_the_cli_is_mixed_in_and_reported(
     assert rc == 2
     assert "no public covariance with fingerprint 00000000deadbeef" in capsys.readouterr().err
     assert not (tmp_path / "x.ghs").exists()
+
+
+def test_covariance_prior_clips_at_the_encoders_dp_bound(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --clip, embeddings that record EfficientNet-Lite0 at 224 px are clipped at its
+    bound for DP (R = 17), the bound its DP clients clip at; --clip overrides it; a negative
+    --clip is one clear error."""
+    from ghofl.client.encoders.clipping import MEASURED_WEIGHTS
+    from ghofl.client.encoders.efficientnet_lite import LITE_DIM, lite_preprocessing
+    from ghofl.client.local_data import ENCODER_KEY
+    from ghofl.stats import EncoderInfo
+
+    monkeypatch.setenv("GHOFL_PROJECTION_DIR", str(tmp_path / "public"))
+    info = EncoderInfo("efficientnet-lite0", LITE_DIM, MEASURED_WEIGHTS["efficientnet-lite0"],
+                       lite_preprocessing(224), 224)
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(2), 30)
+    x = rng.standard_normal((y.size, LITE_DIM))
+    np.savez(tmp_path / "public.npz", x=x, y=y,
+             **{ENCODER_KEY: np.asarray(json.dumps(info.to_dict()))})
+    assert main(["covariance-prior", "--embeddings", str(tmp_path / "public.npz")]) == 0
+    assert "rows clipped at 17), fingerprint" in capsys.readouterr().out
+    assert main(["covariance-prior", "--embeddings", str(tmp_path / "public.npz"), "--clip",
+                 "28", "--no-default"]) == 0
+    assert "rows clipped at 28), fingerprint" in capsys.readouterr().out
+    assert main(["covariance-prior", "--embeddings", str(tmp_path / "public.npz"), "--clip",
+                 "-1"]) == 2
+    assert re.search(r"--clip must be positive, or 0 for the encoder's bound; got -1\.0$",
+                     capsys.readouterr().err.strip())

@@ -261,7 +261,8 @@ MORE_BAD_CASES = [
                              f"{W}/test.npz", "--clients", "5", "--alpha", "0.1", "--secure",
                              "--json", "s.json"],
      r"--secure needs --clip R: the fixed-point encoding of the secure sum needs a per-sample "
-     r"clipping bound\. Embeddings read from an \.npz file have no default clipping bound: "
+     r"clipping bound\. --train records no shipped encoder \(at a measured resolution and "
+     r"weights\), so it has no default clipping bound: "
      r".*\(the largest in --train is 7\.948\), e\.g\. --clip 8\.4$"),
     ("threshold-without-secure", ["simulate", "--train", f"{W}/train.npz", "--test",
                                   f"{W}/test.npz", "--clients", "5", "--alpha", "0.1",

@@ -357,8 +357,15 @@ def test_a_part_measured_again_at_another_bound_keeps_the_earlier_runs(
     """--fresh at a new clipping bound: the part it replaces (another clip) is kept as
     "earlier" and shown in the columns *at R = 28*; the modes parts at the old bound are not
     pooled; --ghofl-only refuses to mix two bounds in one part."""
+    from ghofl.client.encoders.clipping import MEASURED_WEIGHTS
+    from ghofl.client.encoders.efficientnet_lite import LITE_DIM, lite_preprocessing
+    from ghofl.stats import EncoderInfo
+
     b = _bench()
-    feats = SimpleNamespace(y_train=[0] * 4, y_test=[0] * 2, encoder_name="fake")
+    info = EncoderInfo("efficientnet-lite0", LITE_DIM, MEASURED_WEIGHTS["efficientnet-lite0"],
+                       lite_preprocessing(224), 224)
+    feats = SimpleNamespace(y_train=[0] * 4, y_test=[0] * 2, encoder_name="fake",
+                            encoder_info=info)
     monkeypatch.setattr(b, "_features", lambda *a: (feats, 17.0))
     monkeypatch.setattr(b, "public_basis", lambda *a: None)
 
@@ -408,6 +415,15 @@ def test_a_part_measured_again_at_another_bound_keeps_the_earlier_runs(
     ctx.args.ghofl_only, ctx.args.fresh = True, False
     monkeypatch.setattr(b, "_features", lambda *a: (feats, 28.0))
     with pytest.raises(b.harness.BenchmarkError,
-                       match=r"cifar10-eps8-seed0.json clipped its anchors at R = 17.0, "
-                             r"--clip dp gives R = 28.0: --ghofl-only would mix the two"):
+                       match=r"^cifar10-eps8-seed0.json clipped its anchors at R = 17, this "
+                             r"--clip gives R = 28: --ghofl-only would mix the two bounds in "
+                             r"one part; pass --clip dp$"):
         b.measure(ctx)
+    # parts at another bound (the reference's is 17: this one and the modes part) are left
+    # out of the tables, and counted
+    (folder / "cifar10-eps8-seed2.json").write_text(json.dumps(
+        {**_part(8.0, 2, 0.2), "clip": 28.0}))
+    text = b.render(b.load_parts(folder))
+    assert "2 parts of cifar10 clipped at another bound than its reference part are left " \
+        "out of its tables." in text
+    assert "| 8 | central | 2 | 75.0 ± 0.0 |" in text

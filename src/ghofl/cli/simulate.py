@@ -125,7 +125,9 @@ def simulate(
     the plain sum or, with --secure, the secure aggregation protocol; the server fits each
     head from the total and scores it on the test set. With --federated-eval every client also
     scores the heads on its own held-out rows and the sums of these scores go through the same
-    protocol (noised and charged to the privacy budget under DP) and are reported.
+    protocol (noised and charged to the privacy budget under DP) and are reported. A secure or
+    DP run without --clip takes the bound of the shipped encoder --train records, if any: under
+    DP its median public norm (dp_clip_norm), else its default bound.
     """
     fraction = eval_fraction_of(federated_eval, eval_fraction)
     m = check_mode(upload["mode"])
@@ -232,7 +234,7 @@ def _encoder_clip(train: Path, upload: UploadOptions, agg: AggregationSpec) -> d
         info, upload["feature_transform"] or "none", dp=agg.dp is not None)
     if found is None:
         return {}
-    typer.echo(found[1])
+    typer.echo(f"{found[1]}; give --clip to choose another")
     return {"clip_norm": found[0]}
 
 
@@ -244,7 +246,8 @@ def _clip_hint(x: np.ndarray) -> str:
     largest = float(norms.max())
     digits = 1 - math.floor(math.log10(max(largest * 1.05, 1e-300)))
     suggestion = math.ceil(largest * 1.05 * 10**digits) / 10**digits
-    return ("Embeddings read from an .npz file have no default clipping bound: give an R at "
+    return ("--train records no shipped encoder (at a measured resolution and weights), so it "
+            "has no default clipping bound: give an R at "
             f"or above the embeddings' norms (the largest in --train is {largest:.4g}), e.g. "
             f"--clip {suggestion:g}")
 

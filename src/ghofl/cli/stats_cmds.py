@@ -359,7 +359,8 @@ def covariance_prior_cmd(
         "federation's.")],
     clip: Annotated[float, typer.Option(
         "--clip", help="Clip each row to this L2 norm first, as the federation's clients do; "
-        "0: the encoder's default bound when it has one, else no clipping.")] = 0.0,
+        "0: the encoder's bound for DP (its median public norm, dp_clip_norm; the prior is "
+        "used only under DP) when it has one, else its default bound, else no clipping.")] = 0.0,
     out_dir: Annotated[Path | None, typer.Option(
         "--out-dir", help="Folder of public files (default: $GHOFL_PROJECTION_DIR, else "
         "~/.cache/ghofl/projections).")] = None,
@@ -375,18 +376,19 @@ def covariance_prior_cmd(
     """
     import numpy as np
 
-    from ghofl.client.encoders import default_clip_norm
+    from ghofl.client.encoders import recommended_clip_norm
     from ghofl.client.local_data import read_npz_encoder_info
     from ghofl.privacy.prior import save_prior, within_covariance
 
     if clip < 0.0:
-        raise ConfigError(f"--clip must be positive, or 0 for the encoder's default; got {clip}")
+        raise ConfigError(f"--clip must be positive, or 0 for the encoder's bound; got {clip}")
     emb = load_embeddings(embeddings)
     info = read_npz_encoder_info(embeddings)
     if default and info is None:
         raise ConfigError(f"{str(embeddings)!r} records no encoder, so the covariance cannot be "
                           "its default; embed with ghofl embed, or pass --no-default")
-    bound = clip if clip > 0.0 else (default_clip_norm(info) if info is not None else None)
+    found = None if clip > 0.0 or info is None else recommended_clip_norm(info, dp=True)
+    bound = clip if clip > 0.0 else (found[0] if found is not None else None)
     cov = within_covariance(emb.x, emb.y, bound)
     classes = int(np.unique(emb.y).size)
     path, fp = save_prior(cov, out_dir, default_for=info.fingerprint() if default and info

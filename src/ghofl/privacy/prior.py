@@ -70,6 +70,7 @@ __all__ = [
     "default_prior",
     "load_prior",
     "mix_prior",
+    "named_prior",
     "prior_fingerprint",
     "prior_weight",
     "save_prior",

