@@ -38,6 +38,22 @@ def _part(eps: float, seed: int, shift: float) -> dict[str, Any]:
                         "ghofl/distributed/10": {"clients": 10, "heads": heads}}}
 
 
+def _lite_features(b: Any, monkeypatch: pytest.MonkeyPatch, clip: float) -> Any:
+    """Fake features of EfficientNet-Lite0 at 224 px given to ``b`` at bound ``clip``, and no
+    public basis."""
+    from ghofl.client.encoders.clipping import MEASURED_WEIGHTS
+    from ghofl.client.encoders.efficientnet_lite import LITE_DIM, lite_preprocessing
+    from ghofl.stats import EncoderInfo
+
+    info = EncoderInfo("efficientnet-lite0", LITE_DIM, MEASURED_WEIGHTS["efficientnet-lite0"],
+                       lite_preprocessing(224), 224)
+    feats = SimpleNamespace(y_train=[0] * 4, y_test=[0] * 2, encoder_name="fake",
+                            encoder_info=info)
+    monkeypatch.setattr(b, "_features", lambda *a: (feats, clip))
+    monkeypatch.setattr(b, "public_basis", lambda *a: None)
+    return feats
+
+
 def test_part_names_and_load_from_the_folder(tmp_path: Path) -> None:
     b = _bench()
     assert b.part_name("trec", 0.5, 3) == "trec-eps0.5-seed3.json"
@@ -301,17 +317,8 @@ def test_dp_clip_runs_add_ghofl_at_the_dp_bound_and_keep_the_rest(
     """--dp-clip-runs adds central and 10-client distributed runs (and the reference's run
     without DP) at the encoder's DP bound to the existing parts, keeps everything else, and
     the section shows them in their own columns and verdict lines."""
-    from ghofl.client.encoders.clipping import MEASURED_WEIGHTS
-    from ghofl.client.encoders.efficientnet_lite import LITE_DIM, lite_preprocessing
-    from ghofl.stats import EncoderInfo
-
     b = _bench()
-    info = EncoderInfo("efficientnet-lite0", LITE_DIM, MEASURED_WEIGHTS["efficientnet-lite0"],
-                       lite_preprocessing(224), 224)
-    feats = SimpleNamespace(y_train=[0] * 4, y_test=[0] * 2, encoder_name="fake",
-                            encoder_info=info)
-    monkeypatch.setattr(b, "_features", lambda *a: (feats, 28.0))
-    monkeypatch.setattr(b, "public_basis", lambda *a: None)
+    _lite_features(b, monkeypatch, 28.0)
     seen: list[tuple[float, str | None]] = []
 
     def ghofl(f: Any, clip: float, upload: Any, dp: Any, k: int, seed: int,
@@ -357,17 +364,8 @@ def test_a_part_measured_again_at_another_bound_keeps_the_earlier_runs(
     """--fresh at a new clipping bound: the part it replaces (another clip) is kept as
     "earlier" and shown in the columns *at R = 28*; the modes parts at the old bound are not
     pooled; --ghofl-only refuses to mix two bounds in one part."""
-    from ghofl.client.encoders.clipping import MEASURED_WEIGHTS
-    from ghofl.client.encoders.efficientnet_lite import LITE_DIM, lite_preprocessing
-    from ghofl.stats import EncoderInfo
-
     b = _bench()
-    info = EncoderInfo("efficientnet-lite0", LITE_DIM, MEASURED_WEIGHTS["efficientnet-lite0"],
-                       lite_preprocessing(224), 224)
-    feats = SimpleNamespace(y_train=[0] * 4, y_test=[0] * 2, encoder_name="fake",
-                            encoder_info=info)
-    monkeypatch.setattr(b, "_features", lambda *a: (feats, 17.0))
-    monkeypatch.setattr(b, "public_basis", lambda *a: None)
+    feats = _lite_features(b, monkeypatch, 17.0)
 
     def part(f: Any, clip: float, eps: float, seed: int, *a: Any) -> dict[str, Any]:
         new = _part(eps, seed, 0.05)
