@@ -82,7 +82,13 @@ from ghofl.bench.dp_anchors import (
 from ghofl.bench.features import Features, load_features
 from ghofl.bench.provenance import CODE_KEY
 from ghofl.bench.report import markdown_table, write_json
-from ghofl.client.encoders import default_clip_norm, dp_clip_norm
+from ghofl.client.encoders import (
+    DEFAULT_CLIP_NORMS,
+    DP_CLIP_NORMS,
+    default_clip_norm,
+    dp_clip_norm,
+    recommended_clip_norm,
+)
 from ghofl.client.job import ClientJob
 from ghofl.privacy import DPConfig
 from ghofl.privacy.prior import save_prior, within_covariance
@@ -122,6 +128,9 @@ DP_CLIP_NODP = "ghofl/nodp@dpclip"
 EARLIER = ("ghofl/central", "dpsgd_search")
 EARLIER_PREFIX = "earlier:"
 EARLIER_CLIP = "earlier:clip"
+#: Keys of :data:`~ghofl.client.encoders.DP_CLIP_NORMS` whose bounds the section states.
+LITE = ("efficientnet-lite0", RESOLUTION)
+MINILM = ("all-MiniLM-L6-v2", None)
 #: Directions kept in a public basis file (the auto rule uses round(0.4·d) of them).
 BASIS_DIRECTIONS = 768
 #: dataset -> (train, test) images per class in --quick (0: all)
@@ -181,10 +190,9 @@ def _features(name: str, data_dir: str | None, quick: bool,
     cfg = config_from_dict({"datasets": [name], "resolution": RESOLUTION, "data_dir": data_dir,
                             "train_per_class": per_train, "test_per_class": per_test})
     feats = load_features(name, enc, cfg)
-    clip = dp_clip_norm(feats.encoder_info) if rule == "dp" else None
-    clip = clip if clip is not None else default_clip_norm(feats.encoder_info)
-    assert clip is not None, f"no default clipping bound for {enc}"
-    return feats, clip
+    found = recommended_clip_norm(feats.encoder_info, dp=rule == "dp")
+    assert found is not None, f"no default clipping bound for {enc}"
+    return feats, found[0]
 
 
 def _check_same_clip(ds: str, names: list[str], parts: dict[str, Any], clip: float,
@@ -465,9 +473,9 @@ def measure_modes(ctx: harness.Context, block: tuple[int, int]) -> dict[str, Any
     for ds in [d for d in args.datasets.split(",") if d]:
         f, clip = _features(ds, ctx.data_dir(required=False), False, args.clip)
         # a part at another bound is measured again: it would be left out of every table
-        todo = [e for e in _floats(args.epsilons)
-                if args.fresh or parts.get(modes_part_name(ds, e, block), {}).get(
-                    "clip", clip) != clip or modes_part_name(ds, e, block) not in parts]
+        saved = {e: parts.get(modes_part_name(ds, e, block)) for e in _floats(args.epsilons)}
+        todo = [e for e, p in saved.items()
+                if args.fresh or p is None or p.get("clip", clip) != clip]
         if not todo:
             continue
         public = public_basis(ds, ctx.data_dir(required=False), ctx.log, clip)
@@ -800,6 +808,7 @@ def render(data: dict[str, Any]) -> str:
     cells, refs = _cells(parts)
     pooled = ghofl_cells(parts)
     blocks = []
+    outside = left_out(parts)
     for ds in sorted(set(cells) | set(refs) | set(pooled)):
         dcells, gcells = cells.get(ds, {}), pooled.get(ds, {})
         modes = modes_table(gcells) if gcells else ("", "")
@@ -807,8 +816,8 @@ def render(data: dict[str, Any]) -> str:
             f"**{ds}**", _reference_line(ds, refs.get(ds)),
             _anchor_table(dcells) if dcells else "(no full ε part yet)",
             "\n".join(_verdicts(ds, dcells, refs.get(ds))),
-            (f"{left_out(parts)[ds]} parts of {ds} clipped at another bound than its "
-             "reference part are left out of its tables." if left_out(parts).get(ds) else ""),
+            (f"{outside[ds]} parts of {ds} clipped at another bound than its "
+             "reference part are left out of its tables." if outside.get(ds) else ""),
             heads_table(gcells) if gcells else "", *modes] if b).rstrip())
     return _text(data, parts, blocks)
 
@@ -847,9 +856,11 @@ def _text(data: dict[str, Any], parts: dict[str, Any], blocks: list[str]) -> str
         "50,000 train / 10,000 test) and TREC (MiniLM, 5,452 / 500), every method's rows "
         "clipped to one bound R per data set (`--clip dp`, the default: the encoder's bound "
         "for DP, `ghofl.client.encoders.dp_clip_norm`, the median embedding norm of public "
-        "data, R = 17 for EfficientNet-Lite0 at 224 px; MiniLM's unit vectors keep their "
-        "default 1.01; `--clip default`: the default bounds of \"Default clipping bounds\", "
-        "R = 28 for EfficientNet-Lite0), stated per data set on its reference line; δ = 1e-5. "
+        f"data, R = {DP_CLIP_NORMS[LITE]['none']:g} for EfficientNet-Lite0 at 224 px; MiniLM's "
+        f"unit vectors keep their default {DP_CLIP_NORMS[MINILM]['none']:g}; `--clip default`: "
+        "the default bounds of \"Default clipping bounds\", R = "
+        f"{DEFAULT_CLIP_NORMS[LITE]['none']:g} for EfficientNet-Lite0), stated per data set on "
+        "its reference line; δ = 1e-5. "
         + ("Columns *at R = … (same seeds)*: the runs these parts replaced, clipped at that "
            "bound, on the same noise seeds. " if any(p.get("earlier") for p in parts.values())
            else "") +
