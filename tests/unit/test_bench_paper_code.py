@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from ghofl.bench.paper_code import (
     stage_verdicts,
     stubbed_imports,
 )
+from tests.helpers import load_script
 
 
 def _fake_repo(root: Path, client: str = "X = 1\n", server: str = "Y = 2\n") -> Path:
@@ -91,3 +93,26 @@ def test_stage_verdicts_targets() -> None:
     assert nb["verdict_default"] == "met"
     agg = stage_verdicts("aggregation", {"paper": 2.0, "ghofl_paper": 1.0})
     assert agg["verdict_paper"] == "met" and agg["verdict_default"] == "n/a"
+
+
+def test_stage_rows_align_the_paper_stages() -> None:
+    bench: Any = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "bench_paper.py",
+                             "bench_paper")
+    times = {"paper/aggregation": 1.0, "ghofl_paper/aggregation": 0.7,
+             "ghofl_paper/moments": 0.2, "paper/fit_lda": 0.05,
+             "ghofl_paper/fit_from_moments_lda": 0.04, "ghofl_default/fit_from_moments_lda": 0.1,
+             "ghofl_paper/fit_from_moments_nb": 0.01}
+    rows = {r["stage"]: r for r in bench.stage_rows({"parts": {"closed": {"times": times}}})}
+    # aggregation + moments: ghofl's two medians added, against the paper's aggregation alone
+    both = rows["aggregation_moments"]
+    assert both["paper"] == 1.0 and both["ghofl_paper"] == pytest.approx(0.9)
+    assert both["verdict_paper"] == "met" and both["ghofl_default"] is None
+    # a fit from the moments is judged against the paper's fit, which starts there too
+    lda = rows["fit_from_moments_lda"]
+    assert lda["paper"] == 0.05 and lda["ratio_paper"] == pytest.approx(0.8)
+    assert lda["verdict_default"] == "NOT met"  # 0.1 / 0.04 > 2
+    assert rows["fit_from_moments_nb"]["verdict_paper"] == "n/a"  # the paper has no NB fit
+    assert "fit_qda" not in rows and "aggregation_loads" not in rows
+    del times["ghofl_paper/moments"]
+    assert "aggregation_moments" not in {
+        r["stage"] for r in bench.stage_rows({"parts": {"closed": {"times": times}}})}
