@@ -173,11 +173,12 @@ class Setup:
 
         return sum_stats(load_stats(p) for p in self.ghs_paths)
 
-    def ghofl_loads(self) -> list[Any]:
-        """The loads alone of :meth:`ghofl_aggregate` (every payload held at once)."""
+    def ghofl_loads(self) -> None:
+        """The loads alone of :meth:`ghofl_aggregate`, one payload held at a time as there."""
         from ghofl.stats import load_stats
 
-        return [load_stats(p) for p in self.ghs_paths]
+        for p in self.ghs_paths:
+            load_stats(p)
 
 
 # ------------------------------------------------------------------------- the paper's fits
@@ -320,10 +321,10 @@ def measure_closed(setup: Setup, paper: PaperServer, repeats: int,
                    log: Callable[[str], None]) -> dict[str, Any]:
     """Client statistics, aggregation, moments, and the fits and evaluations of NB, LDA, QDA."""
     from ghofl.moments.core import compute_moments
-    from ghofl.stats import sum_stats
+    from ghofl.stats import load_stats, sum_stats
 
     total = setup.ghofl_aggregate()
-    loaded = setup.ghofl_loads()
+    loaded = [load_stats(p) for p in setup.ghs_paths]
     moments = compute_moments(total)
     heads = _ghofl_heads(CLOSED)
     fns: dict[str, Callable[[], Any]] = {
@@ -441,7 +442,10 @@ def stage_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             t["paper"] = times.get(f"paper/{PAPER_STAGE[stage]}")
         if all(v is None for v in t.values()):
             continue
-        rows.append({"stage": stage, **t, **stage_verdicts(stage, t)})
+        row = {"stage": stage, **t, **stage_verdicts(stage, t)}
+        if stage in PAPER_STAGE:  # the default's cost is judged on the whole fit, moments in
+            row.update(ratio_default=None, verdict_default="n/a")
+        rows.append(row)
     return rows
 
 
