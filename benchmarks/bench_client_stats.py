@@ -2,7 +2,9 @@
 
 For d = 1280 and C = 10 (random float64 features in [0, 6), like post-ReLU6 embeddings, random
 labels), timed side by side (:func:`ghofl.bench.harness.median_times`: each repeat runs every
-step once, so a change of machine load falls on all of them alike), medians:
+step once, so a change of machine load falls on all of them alike; each step
+:data:`~ghofl.bench.harness.SETTLE_S` after the one before, once the BLAS threads of the step
+before have parked), medians:
 
 * the *floor* of each mode: the same products done directly in numpy, on arrays prepared
   before the timing: for ``pooled`` one GEMM ``x.T @ x``; for ``full`` one SYRK per class
@@ -18,7 +20,7 @@ average is recorded by the harness beside the timings (the machine is shared).
 
 Writes benchmarks/results/client_stats.json and the ``client_stats`` section of BENCHMARKS.md.
 Run: ``.venv/bin/python benchmarks/bench_client_stats.py [--sizes 1000 50000]
-[--repeats 21 5]`` (about a minute on 2 quiet cores).
+[--repeats 21 9]`` (about two minutes on 2 quiet cores).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ghofl.bench import harness
+from ghofl.bench.harness import SETTLE_S
 from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.client.job import ClientJob, client_statistics
 from ghofl.stats import compute_stats
@@ -74,8 +77,9 @@ def measure_size(n: int, repeats: int, log: Any) -> dict[str, Any]:
         fns[f"client_{mode}"] = lambda j=job: client_statistics((x, y), j)  # type: ignore[misc]
         fns[f"compute_{mode}"] = lambda m=mode: compute_stats(x, y, CLASSES, mode=m)  # type: ignore[misc]
     log(f"n = {n:,}: timing {repeats} repeats ...")
-    times = harness.median_times(fns, repeats, warmup=True)
+    times = harness.median_times(fns, repeats, warmup=True, settle=SETTLE_S)
     row: dict[str, Any] = {"n": n, "dim": DIM, "classes": CLASSES, "repeats": repeats,
+                           "settle_s": SETTLE_S,
                            "target": target_for(n), "samples": {k: v[1] for k, v in times.items()}}
     for name, (t, _) in times.items():
         row[f"{name}_s"] = t
@@ -103,6 +107,14 @@ def verdict(row: dict[str, Any]) -> str:
     return "met" if worst <= row["target"] else f"NOT met (worst {worst:.2f}x)"
 
 
+def _settled(results: dict[str, Any]) -> str:
+    settle = {r.get("settle_s") for r in results["rows"]}
+    if None in settle or len(settle) != 1:
+        return ""
+    return (f", each step timed {settle.pop():g} s after the one before (once the BLAS "
+            "threads the step before woke have parked)")
+
+
 def render(results: dict[str, Any]) -> str:
     lines = [
         "## Client statistics vs their BLAS floor (`benchmarks/bench_client_stats.py`)", "",
@@ -112,8 +124,9 @@ def render(results: dict[str, Any]) -> str:
         "the same products done directly in numpy on operands prepared beforehand (`pooled`: "
         "one GEMM `x.T @ x`; `full`: one SYRK `x_c.T @ x_c` per class on its rows, already "
         "contiguous, plus one GEMM `onehot.T @ x` for the class sums), every step timed side "
-        "by side in each repeat. `client_statistics` is the whole client call on an in-memory "
-        "`(x, y)` (input checks included); `compute_stats` the statistics alone. Targets "
+        "by side in each repeat" + _settled(results) + ". `client_statistics` is the whole "
+        "client call on an in-memory `(x, y)` (input checks included); `compute_stats` the "
+        "statistics alone. Targets "
         "(issue 40), `client_statistics` in `full` and `pooled`: "
         + "; ".join(f"≤ {t:g}× at n = {n:,}" for n, t in sorted(TARGETS.items())) + ".", ""]
     body = []
@@ -132,7 +145,7 @@ def render(results: dict[str, Any]) -> str:
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1_000, 50_000])
-    ap.add_argument("--repeats", type=int, nargs="+", default=[21, 5])
+    ap.add_argument("--repeats", type=int, nargs="+", default=[21, 9])
 
 
 BENCH = harness.Benchmark(
