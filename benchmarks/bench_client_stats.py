@@ -4,7 +4,9 @@ For d = 1280 and C = 10 (random float64 features in [0, 6), like post-ReLU6 embe
 labels), timed side by side (:func:`ghofl.bench.harness.median_times`: each repeat runs every
 step once, so a change of machine load falls on all of them alike; each step
 :data:`~ghofl.bench.harness.SETTLE_S` after the one before, once the BLAS threads of the step
-before have parked), medians:
+before have parked; the order rotated from one repeat to the next, so that whatever a step
+leaves behind falls on every step alike: the step right after a floor ran up to 20% slower
+here, whichever it was), medians:
 
 * the *floor* of each mode: the same products done directly in numpy, on arrays prepared
   before the timing: for ``pooled`` one GEMM ``x.T @ x``; for ``full`` one SYRK per class
@@ -77,9 +79,9 @@ def measure_size(n: int, repeats: int, log: Any) -> dict[str, Any]:
         fns[f"client_{mode}"] = lambda j=job: client_statistics((x, y), j)  # type: ignore[misc]
         fns[f"compute_{mode}"] = lambda m=mode: compute_stats(x, y, CLASSES, mode=m)  # type: ignore[misc]
     log(f"n = {n:,}: timing {repeats} repeats ...")
-    times = harness.median_times(fns, repeats, warmup=True, settle=SETTLE_S)
+    times = harness.median_times(fns, repeats, warmup=True, settle=SETTLE_S, rotate=True)
     row: dict[str, Any] = {"n": n, "dim": DIM, "classes": CLASSES, "repeats": repeats,
-                           "settle_s": SETTLE_S,
+                           "settle_s": SETTLE_S, "rotated": True,
                            "target": target_for(n), "samples": {k: v[1] for k, v in times.items()}}
     for name, (t, _) in times.items():
         row[f"{name}_s"] = t
@@ -111,8 +113,12 @@ def _settled(results: dict[str, Any]) -> str:
     settle = {r.get("settle_s") for r in results["rows"]}
     if None in settle or len(settle) != 1:
         return ""
+    rotated = all(r.get("rotated") for r in results["rows"])
     return (f", each step timed {settle.pop():g} s after the one before (once the BLAS "
-            "threads the step before woke have parked)")
+            "threads the step before woke have parked)"
+            + (", the order of the steps rotated from one repeat to the next (the step "
+               "right after a floor ran up to 20% slower here, whichever it was)"
+               if rotated else ""))
 
 
 def render(results: dict[str, Any]) -> str:

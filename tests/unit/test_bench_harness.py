@@ -86,6 +86,14 @@ def test_median_times_settles_before_every_timed_call(monkeypatch: pytest.Monkey
     assert len(times["a"][1]) == 2
 
 
+def test_median_times_rotates_the_order_when_asked() -> None:
+    calls: list[str] = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
+    times = median_times(fns, 4, rotate=True)
+    assert calls == list("abc" "bca" "cab" "abc")
+    assert list(times) == ["a", "b", "c"] and all(len(v[1]) == 4 for v in times.values())
+
+
 def test_median_times_rejects_zero_repeats() -> None:
     with pytest.raises(BenchmarkError, match=r"median_times needs repeats >= 1; got 0\."):
         median_times({"a": lambda: None}, 0)

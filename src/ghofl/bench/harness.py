@@ -386,7 +386,7 @@ SETTLE_S = 0.3
 
 def median_times(
     fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: bool = False,
-    settle: float = 0.0,
+    settle: float = 0.0, rotate: bool = False,
 ) -> dict[str, tuple[float, list[float]]]:
     """Median wall-clock seconds of each function, the functions timed side by side.
 
@@ -406,6 +406,11 @@ def median_times(
         have parked before the next is timed (OpenBLAS keeps them spinning for a while after a
         call; with two BLAS libraries in the process, NumPy's and SciPy's, the spinning
         threads of one take the cores of the other).
+    rotate : bool
+        Start repeat r at the (r mod k)-th of the k functions (the order rotated), so that each
+        runs after each other one equally often: what a step leaves behind (memory it freed,
+        threads still spinning) then falls on every step alike instead of on the one after
+        it. Only for functions that do not depend on each other's order.
 
     Returns
     -------
@@ -418,8 +423,11 @@ def median_times(
         for fn in fns.values():
             fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    names = list(fns)
+    for r in range(repeats):
+        shift = r % len(names) if rotate else 0
+        for name in names[shift:] + names[:shift]:
+            fn = fns[name]
             if settle > 0.0:
                 time.sleep(settle)
             t0 = time.perf_counter()
