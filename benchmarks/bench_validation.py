@@ -7,7 +7,8 @@ arrays as ``.npy`` files. Timed side by side, medians over the repeats
 (:func:`ghofl.bench.harness.median_times`: each repeat runs every step once, each step
 :data:`~ghofl.bench.harness.SETTLE_S` after the one before, once the BLAS threads the step
 before woke have parked: a load right after SciPy's multi-threaded factorisations took 6.7 s
-here against 3.2 s after half a second):
+here against 3.2 s after half a second; the order rotated from one repeat to the next, so that
+whatever a step leaves behind falls on every step alike):
 
 * *read*: ``np.load`` of the arrays (counts, sums, packed upper triangles): reading the bytes;
 * *Cholesky ×C*: ``scipy.linalg.cholesky`` of a d × d positive definite matrix (a centred class
@@ -113,7 +114,8 @@ def measure_case(num_classes: int, repeats: int, log: Any) -> dict[str, Any]:
         times = harness.median_times(
             {"read": read, "cholesky": factor, "cholesky_1thread": factor_one_thread,
              "load": lambda: load_stats(path),
-             "eigvalsh_one": lambda: np.linalg.eigvalsh(mats[0])}, repeats, settle=SETTLE_S)
+             "eigvalsh_one": lambda: np.linalg.eigvalsh(mats[0])}, repeats, settle=SETTLE_S,
+            rotate=True)
         gc.collect()
         tracemalloc.start()
         load_stats(path)
@@ -138,7 +140,8 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
     rows = [measure_case(c, ctx.args.repeats, ctx.log) for c in ctx.args.classes]
     return {SECTION: {"machine": machine_summary(),
                       "date": time.strftime("%Y-%m-%d", time.gmtime()),
-                      "repeats": ctx.args.repeats, "settle_s": SETTLE_S, "rows": rows}}
+                      "repeats": ctx.args.repeats, "settle_s": SETTLE_S, "rotated": True,
+                      "rows": rows}}
 
 
 def _met(row: dict[str, Any]) -> str:
@@ -158,6 +161,8 @@ def render(results: dict[str, Any]) -> str:
         + (f", each step timed {results['settle_s']:g} s after the one before (once the BLAS "
            "threads the step before woke have parked)" if "settle_s" in results
            else ", on a machine shared with other jobs")
+        + (", the order of the steps rotated from one repeat to the next"
+           if results.get("rotated") else "")
         + f". {harness.load_sentence(results)} "
         "*Read*: `np.load` of the arrays (packed upper triangles). *Cholesky ×C*: "
         "`scipy.linalg.cholesky` of a d × d class matrix, once per class (default BLAS threads "
