@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
-from typing import TypeVar
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -19,6 +21,9 @@ from ghofl.stats.lapack import potrf, trtri
 
 F64 = NDArray[np.float64]
 R = TypeVar("R")
+#: multiply-adds up to which a product runs on one BLAS thread (:func:`small_product_threads`):
+#: about 1.5 ms on one core of a 2-core Xeon, so two threads could save under a millisecond
+ONE_THREAD_MACS = 1 << 24
 
 
 def stable_cholesky(cov: F64, what: str, release_gil: bool = False) -> tuple[F64, float]:
@@ -176,6 +181,62 @@ def one_blas_thread() -> AbstractContextManager[object]:
 
     limits: AbstractContextManager[object] = threadpool_limits(limits=1, user_api="blas")
     return limits
+
+
+@functools.cache
+def _blas_controller() -> Any:
+    """One ``threadpoolctl.ThreadpoolController`` for the process (building one costs ~0.2 ms).
+
+    It sees the BLAS libraries loaded when first called, numpy's among them.
+    """
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+#: held by the one thread inside :func:`small_product_threads`'s limit
+_LIMIT_LOCK = threading.Lock()
+
+
+@contextmanager
+def small_product_threads(macs: float) -> Iterator[None]:
+    """One BLAS thread for a product of at most :data:`ONE_THREAD_MACS` multiply-adds, else as is.
+
+    On a small product a second OpenBLAS thread gains little on an idle machine and loses a
+    scheduler time slice (several ms) whenever the other core is busy, e.g. with another
+    library's spinning OpenMP threads (PyTorch's after each of its operations); large products
+    keep every BLAS thread. The limit is ``threadpoolctl``'s, through a cached controller (the
+    block costs microseconds). OpenBLAS's setting is process-wide, and ``threadpoolctl``
+    restores what it read on entry, so one thread at a time sets it: a thread that finds it
+    held runs as it finds the BLAS, instead of reading another's limit as the original.
+    """
+    if macs > ONE_THREAD_MACS or not _LIMIT_LOCK.acquire(blocking=False):
+        yield
+        return
+    try:
+        with _blas_controller().limit(limits=1, user_api="blas"):
+            yield
+    finally:
+        _LIMIT_LOCK.release()
+
+
+def project_rows(X: F64, V: F64, check_finite: bool = False) -> tuple[F64, bool]:
+    """``X V`` (n, k) under :func:`small_product_threads`, and whether it shows ``X`` finite.
+
+    A NaN or an infinity in row i of ``X`` (n, d) makes row i of ``X V`` NaN or infinite
+    (IEEE arithmetic) when no row of ``V`` is all zeros: each entry of ``X`` then meets a
+    non-zero factor, even in a BLAS that skips zero ones. So with ``check_finite`` a finite
+    ``X V`` and no zero row of ``V`` prove ``X`` finite, at the cost of a pass over the (n, k)
+    product instead of one over ``X``. False (the flag is True unchecked without
+    ``check_finite``): ``X`` may hold a NaN or an infinity, or an entry of ``X V``
+    overflowed, or ``V`` has a zero row; check ``X`` itself.
+    """
+    n, d = X.shape
+    with small_product_threads(float(n) * d * V.shape[1]):
+        z: F64 = X @ V
+    if not check_finite:
+        return z, True
+    return z, bool(np.isfinite(z).all()) and bool(np.any(V != 0.0, axis=1).all())
 
 
 def class_map(fn: Callable[[int], R], n: int) -> list[R]:

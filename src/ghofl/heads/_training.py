@@ -22,8 +22,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import ConfigError, require_extra
+from ghofl.heads._linalg import project_rows
 from ghofl.heads._params import BOOL, Constraint, Integer, Options, Real, ShrinkageParam
-from ghofl.heads.base import Head
+from ghofl.heads.base import Head, check_finite_inputs
 from ghofl.heads.fisher import FisherSubspace, fisher_subspace
 from ghofl.heads.synthesis import (
     FArr,
@@ -646,6 +647,31 @@ class FisherTrainedHead(Head):
     @abstractmethod
     def _train(self, moments: Moments, fs: FisherSubspace, g: FisherGaussians) -> None:
         """Train inside the torch session and store numpy fitted arrays."""
+
+    # ------------------------------------------------------------------ prediction
+    def _scores(self, X: NDArray[Any]) -> F64:
+        """Scores (n, C) of raw inputs, the finiteness check read off z_f = X V_.
+
+        Every check and message of :meth:`~ghofl.heads.base.Head._prepare`, but ``X`` is read
+        once, by the product (:func:`~ghofl.heads._linalg.project_rows`: a finite z_f proves
+        ``X`` finite), and checked itself only when z_f is not finite.
+        """
+        Z = self._checked_input(X)
+        if self.meta_.projection is not None:
+            check_finite_inputs(Z)
+            return self._decision(self.meta_.projection.apply(Z))
+        z, finite = project_rows(Z, self.V_, check_finite=True)
+        if not finite:  # a NaN or an infinity in X, or an overflow in X V_
+            check_finite_inputs(Z)
+        return self._fisher_decision(z)
+
+    def _decision(self, Z: F64) -> F64:
+        """Scores (n, C) on inputs in the statistics space: :meth:`_fisher_decision` of Z V_."""
+        return self._fisher_decision(project_rows(Z, self.V_)[0])
+
+    @abstractmethod
+    def _fisher_decision(self, z: F64) -> F64:
+        """Scores (n, C) on Fisher features z_f = Z V_ (n, k_f), in numpy float64."""
 
 
 __all__ = [

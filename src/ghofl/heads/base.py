@@ -215,6 +215,19 @@ class Head(ABC):
             )
 
     def _prepare(self, X: NDArray[Any]) -> F64:
+        """Checked, finite float64 inputs (n, d), projected when the statistics were."""
+        Z = self._checked_input(X)
+        check_finite_inputs(Z)
+        if self.meta_.projection is not None:
+            Z = self.meta_.projection.apply(Z)
+        return Z
+
+    def _checked_input(self, X: NDArray[Any]) -> F64:
+        """``X`` as a float64 (n, n_features_in_) array, every check but finiteness done.
+
+        No copy when ``X`` is float64 already; finiteness is left to the caller
+        (:func:`check_finite_inputs`, or a check folded into its first product).
+        """
         self._check_fitted()
         X = np.asarray(X)
         if X.dtype.kind == "O":  # e.g. a pandas frame of numbers; non-numbers are refused
@@ -247,12 +260,16 @@ class Head(ABC):
             )
         if X.dtype.kind not in "fiu":
             raise InputError(f"inputs must be numeric; got dtype {X.dtype}")
-        Z = np.asarray(X, dtype=np.float64)
-        if not np.all(np.isfinite(Z)):
-            raise InputError("inputs contain NaN or infinite values; clean them before predicting")
-        if self.meta_.projection is not None:
-            Z = self.meta_.projection.apply(Z)
+        Z: F64 = np.asarray(X, dtype=np.float64)
         return Z
+
+    def _scores(self, X: NDArray[Any]) -> F64:
+        """Per-class scores (n, C) of raw inputs: :meth:`_decision` of :meth:`_prepare`.
+
+        Heads may override it to fold the input checks into their first product; the
+        checks and their messages stay those of :meth:`_prepare`.
+        """
+        return self._decision(self._prepare(X))
 
     def class_scores(self, X: NDArray[Any]) -> F64:
         """Per-class log-scores (joint log-likelihood-like), shape (n, C) for every C.
@@ -277,7 +294,9 @@ class Head(ABC):
             no prediction would be meaningful.
         """
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            scores = self._decision(self._prepare(X))
+            scores = self._scores(X)
+        if np.isfinite(scores).all():  # the common case, in one pass
+            return scores
         bad = np.isnan(scores) | (scores == np.inf)
         if np.any(bad) or (scores.size and np.any(np.max(scores, axis=1) == -np.inf)):
             row = int(np.flatnonzero(bad.any(axis=1) | (np.max(scores, axis=1) == -np.inf))[0])
@@ -446,6 +465,12 @@ class Head(ABC):
 
     def _check_arrays(self, arrays: dict[str, NDArray[Any]]) -> None:  # noqa: B027 - hook
         """Head-specific checks of values (e.g. positive variances); raise InputError."""
+
+
+def check_finite_inputs(Z: F64) -> None:
+    """Raise InputError when the inputs ``Z`` hold a NaN or an infinite value."""
+    if not np.all(np.isfinite(Z)):
+        raise InputError("inputs contain NaN or infinite values; clean them before predicting")
 
 
 def scalar_int(owner: str, scalars: dict[str, Any], name: str, lo: int, hi: int) -> int:

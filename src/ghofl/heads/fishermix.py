@@ -294,9 +294,9 @@ class FisherMixHead(FisherTrainedHead):
 
         return loss_fn
 
-    def _decision(self, Z: F64) -> F64:
-        """Logits (n, C) of eq. M1 (no margin) on z_f = Z V_ plus ``log_priors_``, in numpy."""
-        out: F64 = self._layer_logits(Z @ self.V_) + self.log_priors_
+    def _fisher_decision(self, z: F64) -> F64:
+        """Logits (n, C) of eq. M1 (no margin) on z_f (n, k_f) plus ``log_priors_``, in numpy."""
+        out: F64 = self._layer_logits(z) + self.log_priors_
         return out
 
     def _layer_logits(self, z_f: FArr) -> FArr:

@@ -661,9 +661,8 @@ class ProtoHyperHead(FisherTrainedHead):
         return teacher_logits(bal, z, self.teacher, self._blend(), self.teacher_scale, qda,
                               nb), base
 
-    def _decision(self, Z: F64) -> F64:
-        """Student logits (n, C) of eq. P1 on z_f = Z V_, in numpy float64."""
-        z = Z @ self.V_
+    def _fisher_decision(self, z: F64) -> F64:
+        """Student logits (n, C) of eq. P1 on z_f (n, k_f), in numpy float64."""
         sc = FisherScorers(self.means_f_, self.log_priors_, float(self.sigma2_),
                            np.zeros((0, z.shape[1])), np.zeros(0),
                            self.qda_prec_ if self.base_used_ == "qda" else None,
