@@ -88,7 +88,9 @@ def authenticated(ids: list[str], makers: list[Callable[[], ClientStats]], meta:
     secure protocol: signed keys and shares, consistency check)."""
     keys = {cid: IdentityKey.generate() for cid in ids}
     roster = Roster.from_identities(keys)
-    clients: list[Any] = [SecAggClient(cid, m, meta=meta, identity=keys[cid], roster=roster)
+    # simulated clients: no ledger (the repeats reuse their data; a ledger would refuse them)
+    clients: list[Any] = [SecAggClient(cid, m, meta=meta, identity=keys[cid], roster=roster,
+                                       ledger=None)
                           for cid, m in zip(ids, makers, strict=True)]
     return clients, SecAggServer(SecAggConfig(clip_norm=CLIP), meta, ids, roster=roster)
 
