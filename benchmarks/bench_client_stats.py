@@ -4,9 +4,8 @@ For d = 1280 and C = 10 (random float64 features in [0, 6), like post-ReLU6 embe
 labels), timed side by side (:func:`ghofl.bench.harness.median_times`: each repeat runs every
 step once, so a change of machine load falls on all of them alike; each step
 :data:`~ghofl.bench.harness.SETTLE_S` after the one before, once the BLAS threads of the step
-before have parked; the order rotated from one repeat to the next, so that whatever a step
-leaves behind falls on every step alike: the step right after a floor ran up to 20% slower
-here, whichever it was), medians:
+before have parked; the order rotated from one repeat to the next, so that a different step
+opens each repeat), medians:
 
 * the *floor* of each mode: the same products done directly in numpy, on arrays prepared
   before the timing: for ``pooled`` one GEMM ``x.T @ x``; for ``full`` one SYRK per class
@@ -110,15 +109,11 @@ def verdict(row: dict[str, Any]) -> str:
 
 
 def _settled(results: dict[str, Any]) -> str:
+    """:func:`~ghofl.bench.harness.settle_sentence` of rows measured alike (else ``""``)."""
     settle = {r.get("settle_s") for r in results["rows"]}
-    if None in settle or len(settle) != 1:
+    if len(settle) != 1:
         return ""
-    rotated = all(r.get("rotated") for r in results["rows"])
-    return (f", each step timed {settle.pop():g} s after the one before (once the BLAS "
-            "threads the step before woke have parked)"
-            + (", the order of the steps rotated from one repeat to the next (the step "
-               "right after a floor ran up to 20% slower here, whichever it was)"
-               if rotated else ""))
+    return harness.settle_sentence(settle.pop(), all(r.get("rotated") for r in results["rows"]))
 
 
 def render(results: dict[str, Any]) -> str:

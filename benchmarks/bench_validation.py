@@ -8,7 +8,7 @@ arrays as ``.npy`` files. Timed side by side, medians over the repeats
 :data:`~ghofl.bench.harness.SETTLE_S` after the one before, once the BLAS threads the step
 before woke have parked: a load right after SciPy's multi-threaded factorisations took 6.7 s
 here against 3.2 s after half a second; the order rotated from one repeat to the next, so that
-whatever a step leaves behind falls on every step alike):
+a different step opens each repeat):
 
 * *read*: ``np.load`` of the arrays (counts, sums, packed upper triangles): reading the bytes;
 * *Cholesky ×C*: ``scipy.linalg.cholesky`` of a d × d positive definite matrix (a centred class
@@ -158,11 +158,8 @@ def render(results: dict[str, Any]) -> str:
         f"payload in d = {DIM} (synthetic, {PER_CLASS} samples per class: every centred class "
         "scatter is exactly positive semi-definite of rank 99), float64; steps timed side by "
         f"side, medians of {results['repeats']} repeats"
-        + (f", each step timed {results['settle_s']:g} s after the one before (once the BLAS "
-           "threads the step before woke have parked)" if "settle_s" in results
-           else ", on a machine shared with other jobs")
-        + (", the order of the steps rotated from one repeat to the next"
-           if results.get("rotated") else "")
+        + (harness.settle_sentence(results["settle_s"], bool(results.get("rotated")))
+           if "settle_s" in results else ", on a machine shared with other jobs")
         + f". {harness.load_sentence(results)} "
         "*Read*: `np.load` of the arrays (packed upper triangles). *Cholesky ×C*: "
         "`scipy.linalg.cholesky` of a d × d class matrix, once per class (default BLAS threads "

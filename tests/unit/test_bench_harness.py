@@ -16,6 +16,7 @@ from ghofl.bench.harness import (
     median_times,
     render_sections,
     run_rows,
+    settle_sentence,
     stated_machine,
 )
 from ghofl.bench.report import read_section, replace_section
@@ -92,6 +93,15 @@ def test_median_times_rotates_the_order_when_asked() -> None:
     times = median_times(fns, 4, rotate=True)
     assert calls == list("abc" "bca" "cab" "abc")
     assert list(times) == ["a", "b", "c"] and all(len(v[1]) == 4 for v in times.values())
+
+
+def test_settle_sentence_states_the_spacing_and_the_order() -> None:
+    assert settle_sentence(None, rotated=True) == ""
+    assert settle_sentence(0.3) == (", each step timed 0.3 s after the one before (once the "
+                                    "BLAS threads the step before woke have parked)")
+    assert settle_sentence(0.25, rotated=True).endswith(
+        "0.25 s after the one before (once the BLAS threads the step before woke have "
+        "parked), the order of the steps rotated from one repeat to the next")
 
 
 def test_median_times_rejects_zero_repeats() -> None:

@@ -276,6 +276,30 @@ def check_quiet(force: bool, load: MachineLoad | None = None) -> MachineLoad:
     return now
 
 
+def settle_sentence(settle_s: float | None, rotated: bool = False) -> str:
+    """The clause a section states about how :func:`median_times` spaced and ordered its steps.
+
+    Parameters
+    ----------
+    settle_s : float or None
+        The ``settle`` the timings were taken with (``None``: results saved without it).
+    rotated : bool
+        Whether they were taken with ``rotate=True``.
+
+    Returns
+    -------
+    str
+        E.g. ", each step timed 0.3 s after the one before (once the BLAS threads the step
+        before woke have parked), the order of the steps rotated from one repeat to the next";
+        ``""`` without ``settle_s``.
+    """
+    if settle_s is None:
+        return ""
+    return (f", each step timed {settle_s:g} s after the one before (once the BLAS threads the "
+            "step before woke have parked)"
+            + (", the order of the steps rotated from one repeat to the next" if rotated else ""))
+
+
 def load_sentence(results: Mapping[str, Any]) -> str:
     """The sentence a section states about the load it was measured under.
 
@@ -407,10 +431,12 @@ def median_times(
         call; with two BLAS libraries in the process, NumPy's and SciPy's, the spinning
         threads of one take the cores of the other).
     rotate : bool
-        Start repeat r at the (r mod k)-th of the k functions (the order rotated), so that each
-        runs after each other one equally often: what a step leaves behind (memory it freed,
-        threads still spinning) then falls on every step alike instead of on the one after
-        it. Only for functions that do not depend on each other's order.
+        Start repeat r at the (r mod k)-th of the k functions (the cyclic order kept), so that
+        the step opening a repeat, right after the previous repeat's last one, changes from
+        repeat to repeat. Within a repeat each step still follows its cyclic predecessor, so
+        what one step leaves behind for the next (memory it freed, threads still spinning)
+        is spread only over the repeat boundaries. Only for functions that do not depend on
+        each other's order.
 
     Returns
     -------
