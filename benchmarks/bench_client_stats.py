@@ -4,8 +4,9 @@ For d = 1280 and C = 10 (random float64 features in [0, 6), like post-ReLU6 embe
 labels), timed side by side (:func:`ghofl.bench.harness.median_times`: each repeat runs every
 step once, so a change of machine load falls on all of them alike; each step
 :data:`~ghofl.bench.harness.SETTLE_S` after the one before, once the BLAS threads of the step
-before have parked; the order rotated from one repeat to the next, so that a different step
-opens each repeat), medians:
+before have parked; the steps in the orders of a Williams design, one order per repeat, so
+that every step runs right after every other equally often: a step right after the floor
+had run slower, whichever step it was), medians:
 
 * the *floor* of each mode: the same products done directly in numpy, on arrays prepared
   before the timing: for ``pooled`` one GEMM ``x.T @ x``; for ``full`` one SYRK per class
@@ -78,9 +79,9 @@ def measure_size(n: int, repeats: int, log: Any) -> dict[str, Any]:
         fns[f"client_{mode}"] = lambda j=job: client_statistics((x, y), j)  # type: ignore[misc]
         fns[f"compute_{mode}"] = lambda m=mode: compute_stats(x, y, CLASSES, mode=m)  # type: ignore[misc]
     log(f"n = {n:,}: timing {repeats} repeats ...")
-    times = harness.median_times(fns, repeats, warmup=True, settle=SETTLE_S, rotate=True)
+    times = harness.median_times(fns, repeats, warmup=True, settle=SETTLE_S, order="balanced")
     row: dict[str, Any] = {"n": n, "dim": DIM, "classes": CLASSES, "repeats": repeats,
-                           "settle_s": SETTLE_S, "rotated": True,
+                           "settle_s": SETTLE_S, "order": "balanced",
                            "target": target_for(n), "samples": {k: v[1] for k, v in times.items()}}
     for name, (t, _) in times.items():
         row[f"{name}_s"] = t
@@ -113,7 +114,8 @@ def _settled(results: dict[str, Any]) -> str:
     settle = {r.get("settle_s") for r in results["rows"]}
     if len(settle) != 1:
         return ""
-    return harness.settle_sentence(settle.pop(), all(r.get("rotated") for r in results["rows"]))
+    orders = {harness.saved_order(r) for r in results["rows"]}
+    return harness.settle_sentence(settle.pop(), orders.pop() if len(orders) == 1 else "fixed")
 
 
 def render(results: dict[str, Any]) -> str:
@@ -146,7 +148,9 @@ def render(results: dict[str, Any]) -> str:
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1_000, 50_000])
-    ap.add_argument("--repeats", type=int, nargs="+", default=[21, 9])
+    ap.add_argument("--repeats", type=int, nargs="+", default=[24, 12],
+                    help="repeats per size (multiples of 6, the length of the Williams design "
+                    "of the 6 steps, keep the orders balanced)")
 
 
 BENCH = harness.Benchmark(

@@ -12,7 +12,11 @@ to reach the GH-LDA head's one-shot accuracy (or its gap after 50 and 200 rounds
 Run: ``.venv/bin/python benchmarks/bench_fedavg.py`` (needs ``GHOFL_DATA_DIR`` or
 ../shared/data, and the ``flower`` extra; about 15 minutes on 2 cores when the CIFAR-10
 embeddings are cached); ``--report-only`` (or ``--render-only``) rewrites the section and the
-plot from the saved results.
+plot from the saved results. Resumable: every finished α is saved to
+``benchmarks/results/fedavg_parts.json`` with the settings it ran with and the commit it
+measured, and a later run with the same settings runs only the α values missing (``--fresh``
+runs them all again). A Flower run that has not finished within 120 s + 6 s per round is
+stopped and tried once more.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ghofl.server.plan import FederationPlan
 from ghofl.server.simulation import Population, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
+PARTS = "fedavg_parts.json"
 HEADS = ("nb", "lda", "qda", "fedcgs", "fishermix", "protohyper")
 LR_GRID = (0.003, 0.01, 0.03, 0.1)
 
@@ -68,7 +73,7 @@ def choose_lr(x: np.ndarray, y: np.ndarray, parts: list[np.ndarray], c: int, rou
 
 
 def run_alpha(feats: Any, alpha: float, clients: int, rounds: int, seed: int) -> dict[str, Any]:
-    from ghofl.integrations.flower.runner import run_local
+    from ghofl.integrations.flower.runner import FlowerRunError, run_local
 
     c = len(feats.classes)
     plan = FederationPlan(ClientJob(tuple(feats.classes), "full"),
@@ -90,10 +95,23 @@ def run_alpha(feats: Any, alpha: float, clients: int, rounds: int, seed: int) ->
                   "num-classes": c, "dim": int(feats.x_train.shape[1]), "num-rounds": rounds,
                   "local-epochs": 1, "lr": lr, "batch-size": 64, "seed": seed,
                   "wait-timeout-s": 300.0, "round-timeout-s": 600.0}
-        res = run_local("simulation", clients, config, root / "work",
-                        data_template=str(root / "parts" / "client-{partition_id}.npz"),
-                        app_dir=ROOT / "examples" / "flower_fedavg", timeout_s=7200)
+        for attempt in (1, 2):
+            work = root / f"work-{attempt}"
+            print(f"alpha={alpha}: Flower run (attempt {attempt}; logs in {work})", flush=True)
+            try:
+                res = run_local("simulation", clients, config, work,
+                                data_template=str(root / "parts" / "client-{partition_id}.npz"),
+                                app_dir=ROOT / "examples" / "flower_fedavg",
+                                timeout_s=120.0 + 6.0 * rounds)
+                break
+            except FlowerRunError as exc:
+                if attempt == 2:
+                    raise
+                print(f"alpha={alpha}: the Flower run failed ({str(exc)[:300]}); trying again",
+                      flush=True)
     acc = res["accuracy"]
+    print(f"alpha={alpha}: FedAvg {100 * acc[-1]:.2f}% after {rounds} rounds "
+          f"({res.get('wall_s') or 0.0:.0f} s)", flush=True)
     target = one_shot.heads["lda"].accuracy
     reached = next((r for r, a in enumerate(acc) if a >= target), None)
     return {
@@ -186,18 +204,40 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--train-per-class", type=int, default=0)
     ap.add_argument("--test-per-class", type=int, default=0)
+    ap.add_argument("--fresh", action="store_true",
+                    help=f"run every α again, ignoring the α values saved in {PARTS}")
 
 
 def measure(ctx: harness.Context) -> dict[str, Any]:
     """The one-shot heads and FedAvg at each α (seed 0)."""
     args = ctx.args
     feats = features((args.train_per_class, args.test_per_class), ctx.data_dir())
-    runs = [run_alpha(feats, a, args.clients, args.rounds, seed=0) for a in args.alphas]
+    settings = {"clients": args.clients, "rounds": args.rounds,
+                "train_per_class": args.train_per_class, "test_per_class": args.test_per_class}
+    saved = ctx.load(PARTS, {})
+    done = saved.get("runs", {}) if saved.get("settings") == settings and not args.fresh else {}
+    if done:
+        ctx.log(f"resuming: {', '.join(sorted(done))} saved in {PARTS} with these settings")
+
+    def run_row(alpha: float) -> dict[str, Any]:
+        return {**run_alpha(feats, alpha, args.clients, args.rounds, seed=0),
+                "code": ctx.code_version()}
+
+    by_key = harness.run_rows(args.alphas, _key, run_row, done,
+                              lambda out: ctx.save(PARTS, {"settings": settings, "runs": out}))
+    runs = [by_key[_key(a)] for a in args.alphas]
     data = {"machine": machine_summary(), "runs": runs, "n_train": int(feats.y_train.size),
             "n_test": int(feats.y_test.size), "dim": int(feats.x_train.shape[1]),
-            "num_classes": len(feats.classes)}
+            "num_classes": len(feats.classes),
+            # the commit each α measured (a resumed run keeps earlier ones): the section names them
+            "parts": {_key(a): {"code": r["code"]} for a, r in zip(args.alphas, runs, strict=True)
+                      if r.get("code")}}
     data["pooled_bytes"] = _pooled_bytes(data)
     return {"fedavg": data}
+
+
+def _key(alpha: float) -> str:
+    return f"alpha={alpha:g}"
 
 
 BENCH = harness.Benchmark(

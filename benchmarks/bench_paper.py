@@ -18,9 +18,11 @@ every step once, so a change of machine load falls on all of them alike), median
   into tensors beforehand; ghofl: ``client_statistics((x, y), job)`` in mode ``full``.
 * *aggregation*: from the clients' files (written beforehand) to what the fits start from.
   Paper: ``aggregate_clients_x`` on the ``.pt`` payloads its client writes (load, add, means,
-  pooled, diagonal and per-class covariances); ghofl: ``load_stats`` and ``sum_stats`` on its
-  ``.ghs`` files (the server's aggregation: ghofl's fits start from the sums).
-  ghofl's loads and its sum are also timed apart; the row *aggregation + moments* adds the
+  pooled, diagonal and per-class covariances); ghofl: ``sum_stats`` of ``load_packed_stats``
+  on its ``.ghs`` files (every payload checked as ``load_stats`` checks it, its triangles
+  added packed and the total unpacked once: ghofl's fits start from the sums).
+  ghofl's loads and its sum are also timed apart, and, as a reference, the same aggregation
+  reading every payload unpacked (``load_stats``); the row *aggregation + moments* adds the
   medians of ghofl's aggregation and moments, which together yield what the paper's
   aggregation yields.
 * *fit*, per head: ghofl ``fit_from_stats`` of the total (what ``ghofl fit`` runs: the moments
@@ -85,12 +87,13 @@ CLOSED = ("nb", "lda", "qda")
 TRAINED = ("fishermix", "protohyper")
 HEADS = (*CLOSED, *TRAINED)
 PRESETS = ("paper", "default")
-STAGES = ("client_stats", "aggregation", "aggregation_loads", "aggregation_sum", "moments",
-          "aggregation_moments", *(f"fit_{h}" for h in HEADS),
+STAGES = ("client_stats", "aggregation", "aggregation_loads", "aggregation_sum",
+          "aggregation_unpacked", "moments", "aggregation_moments", *(f"fit_{h}" for h in HEADS),
           *(f"fit_from_moments_{h}" for h in CLOSED), *(f"eval_{h}" for h in HEADS), "eval_all")
 LABELS = {"client_stats": "client statistics", "aggregation": "aggregation",
           "aggregation_loads": "… of which ghofl's loads (read, SHA-256, every check)",
-          "aggregation_sum": "… of which ghofl's sum",
+          "aggregation_sum": "… of which ghofl's sum (packed; one unpack)",
+          "aggregation_unpacked": "aggregation reading every payload unpacked (`load_stats`)",
           "moments": "moments (inside every ghofl fit)",
           "aggregation_moments": "aggregation + moments (what the paper's aggregation yields)",
           "eval_all": "evaluation, all heads",
@@ -169,16 +172,22 @@ class Setup:
         return out
 
     def ghofl_aggregate(self) -> Any:
+        from ghofl.stats import load_packed_stats, sum_stats
+
+        return sum_stats(load_packed_stats(p) for p in self.ghs_paths)
+
+    def ghofl_aggregate_unpacked(self) -> Any:
+        """:meth:`ghofl_aggregate` reading every payload unpacked (``load_stats``)."""
         from ghofl.stats import load_stats, sum_stats
 
         return sum_stats(load_stats(p) for p in self.ghs_paths)
 
     def ghofl_loads(self) -> None:
         """The loads alone of :meth:`ghofl_aggregate`, one payload held at a time as there."""
-        from ghofl.stats import load_stats
+        from ghofl.stats import load_packed_stats
 
         for p in self.ghs_paths:
-            load_stats(p)
+            load_packed_stats(p)
 
 
 # ------------------------------------------------------------------------- the paper's fits
@@ -321,10 +330,10 @@ def measure_closed(setup: Setup, paper: PaperServer, repeats: int,
                    log: Callable[[str], None]) -> dict[str, Any]:
     """Client statistics, aggregation, moments, and the fits and evaluations of NB, LDA, QDA."""
     from ghofl.moments.core import compute_moments
-    from ghofl.stats import load_stats, sum_stats
+    from ghofl.stats import load_packed_stats, sum_stats
 
     total = setup.ghofl_aggregate()
-    loaded = [load_stats(p) for p in setup.ghs_paths]
+    loaded = [load_packed_stats(p) for p in setup.ghs_paths]
     moments = compute_moments(total)
     heads = _ghofl_heads(CLOSED)
     fns: dict[str, Callable[[], Any]] = {
@@ -334,6 +343,7 @@ def measure_closed(setup: Setup, paper: PaperServer, repeats: int,
         "ghofl_paper/aggregation": setup.ghofl_aggregate,
         "ghofl_paper/aggregation_loads": setup.ghofl_loads,
         "ghofl_paper/aggregation_sum": lambda: sum_stats(loaded),
+        "ghofl_paper/aggregation_unpacked": setup.ghofl_aggregate_unpacked,
         "ghofl_paper/moments": lambda: compute_moments(total),
         "paper/fit_lda": paper.fit_lda, "paper/fit_qda": paper.fit_qda,
         "paper_float64/fit_qda": paper.fit_qda_float64,
@@ -530,12 +540,15 @@ def _stage_notes(results: dict[str, Any]) -> list[str]:
         "ghofl_paper/aggregation")
     if loads is not None and total is not None:
         notes.append(
-            f"ghofl's aggregation ({_s(total)} s) is its loads ({_s(loads)} s: every "
+            f"ghofl's aggregation ({_s(total)} s) is its packed loads ({_s(loads)} s: every "
             "payload's bytes read, their SHA-256 compared with the header's, then layout, "
             "finiteness, Cauchy–Schwarz and, per class present, one Cholesky factorisation "
             "proving the centred scatter positive semi-definite: the checks an untrusted "
             "payload gets, see the section *Validating an untrusted payload*) and its sum "
-            f"({_s(times.get('ghofl_paper/aggregation_sum'))} s); the paper's `torch.load`s its "
+            f"({_s(times.get('ghofl_paper/aggregation_sum'))} s: the triangles added as "
+            "they came, the total unpacked once; reading every payload unpacked instead "
+            f"takes {_s(times.get('ghofl_paper/aggregation_unpacked'))} s); the paper's "
+            "`torch.load`s its "
             "pickles without a check. The row *aggregation + moments* ends where the paper's "
             "aggregation ends (means and covariances), and the rows *from the moments* start "
             "where the paper's fits start.")

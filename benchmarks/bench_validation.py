@@ -115,7 +115,7 @@ def measure_case(num_classes: int, repeats: int, log: Any) -> dict[str, Any]:
             {"read": read, "cholesky": factor, "cholesky_1thread": factor_one_thread,
              "load": lambda: load_stats(path),
              "eigvalsh_one": lambda: np.linalg.eigvalsh(mats[0])}, repeats, settle=SETTLE_S,
-            rotate=True)
+            order="rotate")
         gc.collect()
         tracemalloc.start()
         load_stats(path)
@@ -140,7 +140,7 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
     rows = [measure_case(c, ctx.args.repeats, ctx.log) for c in ctx.args.classes]
     return {SECTION: {"machine": machine_summary(),
                       "date": time.strftime("%Y-%m-%d", time.gmtime()),
-                      "repeats": ctx.args.repeats, "settle_s": SETTLE_S, "rotated": True,
+                      "repeats": ctx.args.repeats, "settle_s": SETTLE_S, "order": "rotate",
                       "rows": rows}}
 
 
@@ -158,7 +158,7 @@ def render(results: dict[str, Any]) -> str:
         f"payload in d = {DIM} (synthetic, {PER_CLASS} samples per class: every centred class "
         "scatter is exactly positive semi-definite of rank 99), float64; steps timed side by "
         f"side, medians of {results['repeats']} repeats"
-        + (harness.settle_sentence(results["settle_s"], bool(results.get("rotated")))
+        + (harness.settle_sentence(results["settle_s"], harness.saved_order(results))
            if "settle_s" in results else ", on a machine shared with other jobs")
         + f". {harness.load_sentence(results)} "
         "*Read*: `np.load` of the arrays (packed upper triangles). *Cholesky ×C*: "

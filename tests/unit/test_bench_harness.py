@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
@@ -11,11 +12,13 @@ import pytest
 from ghofl.bench.harness import (
     Benchmark,
     BenchmarkError,
+    balanced_orders,
     find_data_dir,
     in_order,
     median_times,
     render_sections,
     run_rows,
+    saved_order,
     settle_sentence,
     stated_machine,
 )
@@ -90,18 +93,46 @@ def test_median_times_settles_before_every_timed_call(monkeypatch: pytest.Monkey
 def test_median_times_rotates_the_order_when_asked() -> None:
     calls: list[str] = []
     fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
-    times = median_times(fns, 4, rotate=True)
+    times = median_times(fns, 4, order="rotate")
     assert calls == list("abc" "bca" "cab" "abc")
     assert list(times) == ["a", "b", "c"] and all(len(v[1]) == 4 for v in times.values())
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6, 7])
+def test_balanced_orders_put_every_step_after_every_other_equally_often(k: int) -> None:
+    rows = balanced_orders(k)
+    assert len(rows) == (k if k % 2 == 0 or k == 1 else 2 * k)
+    assert all(sorted(row) == list(range(k)) for row in rows)
+    pairs = Counter((row[i], row[i + 1]) for row in rows for i in range(k - 1))
+    assert set(pairs) == {(a, b) for a in range(k) for b in range(k) if a != b}
+    assert len(set(pairs.values())) <= 1  # every ordered pair equally often
+    assert len(set(Counter(row[0] for row in rows).values())) == 1  # every step opens alike
+
+
+def test_median_times_balanced_calls_the_design_rows_in_turn() -> None:
+    calls: list[str] = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in "abcd"}
+    times = median_times(fns, 5, order="balanced")
+    rows = balanced_orders(4)
+    want = [("abcd")[i] for r in range(5) for i in rows[r % 4]]
+    assert calls == want and all(len(v[1]) == 5 for v in times.values())
+    with pytest.raises(BenchmarkError, match=r"median_times has no order 'shuffled'; use one of "
+                       r"fixed, rotate, balanced\."):
+        median_times(fns, 1, order="shuffled")
+
+
 def test_settle_sentence_states_the_spacing_and_the_order() -> None:
-    assert settle_sentence(None, rotated=True) == ""
+    assert settle_sentence(None, order="rotate") == ""
     assert settle_sentence(0.3) == (", each step timed 0.3 s after the one before (once the "
                                     "BLAS threads the step before woke have parked)")
-    assert settle_sentence(0.25, rotated=True).endswith(
+    assert settle_sentence(0.25, order="rotate").endswith(
         "0.25 s after the one before (once the BLAS threads the step before woke have "
         "parked), the order of the steps rotated from one repeat to the next")
+    assert settle_sentence(0.3, order="balanced").endswith(
+        "the steps in the orders of a Williams design (every step right after every other "
+        "equally often)")
+    assert saved_order({"rotated": True}) == "rotate" and saved_order({}) == "fixed"
+    assert saved_order({"order": "balanced", "rotated": True}) == "balanced"
 
 
 def test_median_times_rejects_zero_repeats() -> None:

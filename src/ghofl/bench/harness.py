@@ -276,15 +276,15 @@ def check_quiet(force: bool, load: MachineLoad | None = None) -> MachineLoad:
     return now
 
 
-def settle_sentence(settle_s: float | None, rotated: bool = False) -> str:
+def settle_sentence(settle_s: float | None, order: str = "fixed") -> str:
     """The clause a section states about how :func:`median_times` spaced and ordered its steps.
 
     Parameters
     ----------
     settle_s : float or None
         The ``settle`` the timings were taken with (``None``: results saved without it).
-    rotated : bool
-        Whether they were taken with ``rotate=True``.
+    order : {"fixed", "rotate", "balanced"}
+        The ``order`` they were taken in.
 
     Returns
     -------
@@ -295,9 +295,20 @@ def settle_sentence(settle_s: float | None, rotated: bool = False) -> str:
     """
     if settle_s is None:
         return ""
+    how = {"fixed": "",
+           "rotate": ", the order of the steps rotated from one repeat to the next",
+           "balanced": (", the steps in the orders of a Williams design (every step right "
+                        "after every other equally often)")}[order]
     return (f", each step timed {settle_s:g} s after the one before (once the BLAS threads the "
-            "step before woke have parked)"
-            + (", the order of the steps rotated from one repeat to the next" if rotated else ""))
+            "step before woke have parked)" + how)
+
+
+def saved_order(results: Mapping[str, Any]) -> str:
+    """The ``order`` saved results were timed in (``"rotate"`` for older ones with ``rotated``)."""
+    order = results.get("order")
+    if isinstance(order, str) and order in ORDERS:
+        return order
+    return "rotate" if results.get("rotated") else "fixed"
 
 
 def load_sentence(results: Mapping[str, Any]) -> str:
@@ -410,12 +421,12 @@ SETTLE_S = 0.3
 
 def median_times(
     fns: Mapping[str, Callable[[], Any]], repeats: int, warmup: bool = False,
-    settle: float = 0.0, rotate: bool = False,
+    settle: float = 0.0, order: str = "fixed",
 ) -> dict[str, tuple[float, list[float]]]:
     """Median wall-clock seconds of each function, the functions timed side by side.
 
-    Each repeat calls every function once, in order, so a change in machine load falls on
-    all of them alike.
+    Each repeat calls every function once, so a change in machine load falls on all of them
+    alike.
 
     Parameters
     ----------
@@ -430,36 +441,78 @@ def median_times(
         have parked before the next is timed (OpenBLAS keeps them spinning for a while after a
         call; with two BLAS libraries in the process, NumPy's and SciPy's, the spinning
         threads of one take the cores of the other).
-    rotate : bool
-        Start repeat r at the (r mod k)-th of the k functions (the cyclic order kept), so that
-        the step opening a repeat, right after the previous repeat's last one, changes from
-        repeat to repeat. Within a repeat each step still follows its cyclic predecessor, so
-        what one step leaves behind for the next (memory it freed, threads still spinning)
-        is spread only over the repeat boundaries. Only for functions that do not depend on
-        each other's order.
+    order : {"fixed", "rotate", "balanced"}
+        The order of the calls in a repeat. ``"fixed"``: the order of ``fns``. ``"rotate"``:
+        repeat r starts at the (r mod k)-th of the k functions, the cyclic order kept, so
+        within a repeat each step still follows its cyclic predecessor. ``"balanced"``: the
+        rows of a Williams design (:func:`balanced_orders`), one per repeat in turn, in which
+        every step follows every other step equally often, so that what one step leaves
+        behind for the next (memory it freed, threads still spinning) falls on every step
+        alike; exactly so when ``repeats`` is a multiple of the design's length (k rows for
+        an even k, 2k for an odd one). Only for functions that do not depend on each
+        other's order.
 
     Returns
     -------
     dict
         name -> (median seconds, the ``repeats`` samples).
+
+    Raises
+    ------
+    BenchmarkError
+        ``repeats`` < 1 or an unknown ``order``.
     """
     if repeats < 1:
         raise BenchmarkError(f"median_times needs repeats >= 1; got {repeats}.")
+    if order not in ORDERS:
+        raise BenchmarkError(f"median_times has no order {order!r}; use one of "
+                             f"{', '.join(ORDERS)}.")
     if warmup:
         for fn in fns.values():
             fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
+    k = len(names)
+    rows = balanced_orders(k) if order == "balanced" else [
+        [(i + (r if order == "rotate" else 0)) % k for i in range(k)] for r in range(max(k, 1))]
     for r in range(repeats):
-        shift = r % len(names) if rotate else 0
-        for name in names[shift:] + names[:shift]:
-            fn = fns[name]
+        for i in rows[r % len(rows)]:
+            fn = fns[names[i]]
             if settle > 0.0:
                 time.sleep(settle)
             t0 = time.perf_counter()
             fn()
-            samples[name].append(time.perf_counter() - t0)
+            samples[names[i]].append(time.perf_counter() - t0)
     return {name: (statistics.median(s), s) for name, s in samples.items()}
+
+
+#: The orders :func:`median_times` knows.
+ORDERS = ("fixed", "rotate", "balanced")
+
+
+def balanced_orders(k: int) -> list[list[int]]:
+    """A Williams design for k steps: orders in which each step follows each other equally often.
+
+    Row 0 is 0, 1, k−1, 2, k−2, …; row i adds i (mod k) to it. For an even k these k rows hold
+    every ordered pair of distinct steps side by side exactly once; for an odd k the k rows
+    and their reverses (2k rows) hold each exactly twice. Every step also opens a row equally
+    often.
+
+    Parameters
+    ----------
+    k : int
+        Number of steps (>= 0).
+
+    Returns
+    -------
+    list of list of int
+        The rows, each a permutation of ``range(k)``.
+    """
+    if k <= 1:
+        return [list(range(k))]
+    base = [0] + [(j + 1) // 2 if j % 2 else k - j // 2 for j in range(1, k)]
+    rows = [[(b + i) % k for b in base] for i in range(k)]
+    return rows if k % 2 == 0 else rows + [row[::-1] for row in rows]
 
 
 def run_rows(

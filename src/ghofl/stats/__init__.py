@@ -6,7 +6,14 @@ The rules of each upload mode (arrays, which mode contains which, packing, flat 
 
 from ghofl.stats.accumulate import StatsAccumulator, compute_stats, holdout_mask
 from ghofl.stats.client_stats import ClientStats, StatsTotal, sum_stats
-from ghofl.stats.codec import load_stats, payload_nbytes, save_stats, through_transport
+from ghofl.stats.client_stats.packed import PackedStats
+from ghofl.stats.codec import (
+    load_packed_stats,
+    load_stats,
+    payload_nbytes,
+    save_stats,
+    through_transport,
+)
 from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.meta import MODES, EncoderInfo, Mode, StatsMeta
 from ghofl.stats.projection import ProjectionSpec
@@ -30,6 +37,7 @@ __all__ = [
     "Kind",
     "Mode",
     "ModeSchema",
+    "PackedStats",
     "ProjectionSpec",
     "Segment",
     "StatsAccumulator",
@@ -37,6 +45,7 @@ __all__ = [
     "StatsTotal",
     "compute_stats",
     "holdout_mask",
+    "load_packed_stats",
     "load_stats",
     "mode_supports",
     "modes_supporting",

@@ -17,9 +17,11 @@ from numpy.typing import NDArray
 
 from ghofl.errors import StatsValidationError
 from ghofl.stats._threads import first_failing, thread_count
+from ghofl.stats.schema import sym_diagonal
 
 if TYPE_CHECKING:
     from ghofl.stats.client_stats import ClientStats
+    from ghofl.stats.client_stats.packed import PackedStats
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
@@ -32,14 +34,15 @@ __all__ = ["RESIDUE_RTOL", "check_gram_laws", "check_second_moment_laws"]
 RESIDUE_RTOL = 1e-9
 
 
-def check_second_moment_laws(s: ClientStats, diag: F64, first_res: float,
+def check_second_moment_laws(s: ClientStats | PackedStats, diag: F64, first_res: float,
                              second_res: float) -> None:
     """Refuse statistics whose second moments break a law of sums of samples.
 
     Parameters
     ----------
-    s : ClientStats
-        Statistics with a second moment (not mode ``means``).
+    s : ClientStats or PackedStats
+        Statistics with a second moment (not mode ``means``); the symmetric matrices of
+        :class:`~ghofl.stats.client_stats.packed.PackedStats` are checked packed.
     diag : ndarray, shape (C, d)
         Their per-class sums of squares D_c.
     first_res, second_res : float
@@ -64,7 +67,7 @@ def check_second_moment_laws(s: ClientStats, diag: F64, first_res: float,
         )
     _check_psd(s, second_res)
     if s.scatter is not None and s.sq_sums is not None:
-        tr_b = np.diagonal(s.scatter)
+        tr_b = sym_diagonal(s.scatter, s.dim, packed=s.scatter.ndim == 1)
         tr_d = diag.sum(axis=0)
         atol = (1e-8 * (1.0 + float(np.abs(tr_d).max(initial=0)))
                 + RESIDUE_RTOL * s.num_classes * second_res)
@@ -76,7 +79,7 @@ def check_second_moment_laws(s: ClientStats, diag: F64, first_res: float,
 
 
 
-def check_gram_laws(s: ClientStats, second_res: float) -> None:
+def check_gram_laws(s: ClientStats | PackedStats, second_res: float) -> None:
     """Refuse a global second moment B whose within-class scatter is not PSD (mode ``gram``).
 
     Parameters
@@ -111,7 +114,7 @@ _PSD_RTOL = 1e-9
 _ONE_THREAD_FLOPS = 1e9
 
 
-def _check_psd(s: ClientStats, second_res: float) -> None:
+def _check_psd(s: ClientStats | PackedStats, second_res: float) -> None:
     """Check that second moments are sums of x xᵀ (positive semi-definite scatters).
 
     Per class, S_c − A_c A_cᵀ/N_c ⪰ 0 (mode ``full``); the pooled within-class scatter
@@ -171,7 +174,7 @@ def _check_psd(s: ClientStats, second_res: float) -> None:
             bad = first_failing(len(mats), ok, scratch, thread_count(len(mats)))
     if bad is not None:
         what, m, sums, counts = mats[bad]
-        low = _smallest_eigenvalue(m, sums, counts, second_res)
+        low = _smallest_eigenvalue(d, m, sums, counts, second_res)
         scale, ridge = scales[bad], ridges[bad]
         raise StatsValidationError(
             f"{what} minus its mean part (A Aᵀ/N) is not positive semi-definite (checked "
@@ -182,7 +185,7 @@ def _check_psd(s: ClientStats, second_res: float) -> None:
         )
 
 
-def _psd_matrices(s: ClientStats) -> list[tuple[str, F64, F64, F64]]:
+def _psd_matrices(s: ClientStats | PackedStats) -> list[tuple[str, F64, F64, F64]]:
     """(name, M, A rows, N) of each matrix to check (views, no copy)."""
     counts = s.counts.astype(np.float64)
     if s.class_scatter is not None:
@@ -201,11 +204,11 @@ _LOW_RANK_RATIO = 8
 
 
 def _low_rank_ok(a: F64, steps: int, ridge: float) -> bool:
-    """Whether the symmetric A (upper triangle of ``a``) provably has A + ridge·I ≻ 0.
+    """Whether the symmetric A (lower triangle of ``a``) provably has A + ridge·I ≻ 0.
 
     A certificate for matrices of low rank, of about d²·``steps`` flops: L (d, k ≤ ``steps``)
     takes k steps of a pivoted Cholesky factorisation of A (columns of largest remaining
-    diagonal, stopping once it is below ridge / (8d)), and ``a`` is overwritten with the upper
+    diagonal, stopping once it is below ridge / (8d)), and ``a`` is overwritten with the lower
     triangle of R = A − L Lᵀ (BLAS ``syrk``). Since L Lᵀ ⪰ 0 for any L, λ_min(A) ≥ λ_min(R) ≥
     −‖R‖_∞; the certificate holds when ‖R‖_∞ (LAPACK ``dlansy``) plus a bound on the
     rounding of computing it, (k + d + 2)·ε·(‖R‖_∞ + 2‖|L||L|ᵀ‖_∞), is at most ridge / 2. Its
@@ -216,7 +219,7 @@ def _low_rank_ok(a: F64, steps: int, ridge: float) -> bool:
     Parameters
     ----------
     a : ndarray, shape (d, d), Fortran-ordered
-        Upper triangle read and overwritten; the strict lower triangle is left as it was.
+        Lower triangle read and overwritten; the strict upper triangle is left as it was.
     steps : int
         Most columns of L.
     ridge : float
@@ -234,7 +237,7 @@ def _low_rank_ok(a: F64, steps: int, ridge: float) -> bool:
             pivot = float(res[p])
             if not pivot > stop:  # NaN included
                 break
-            col = np.concatenate((a[: p + 1, p], a[p, p + 1 :]))  # column p of A
+            col = np.concatenate((a[p, :p], a[p:, p]))  # column p of A (row p, then down)
             if k:
                 col -= cols[:, :k] @ cols[p, :k]
             col /= math.sqrt(pivot)
@@ -243,8 +246,8 @@ def _low_rank_ok(a: F64, steps: int, ridge: float) -> bool:
             res[p] = 0.0
             k += 1
         low = cols[:, :k]
-        syrk(a, low, -1.0)
-        norm = norm_inf_sym(a)
+        syrk(a, low, -1.0, lower=True)
+        norm = norm_inf_sym(a, lower=True)
         outer = float(np.max(np.abs(low) @ np.abs(low).sum(axis=0), initial=0.0))
         rounding = (k + d + 2) * float(np.finfo(np.float64).eps) * (norm + 2.0 * outer)
         return bool(norm + rounding <= ridge / 2.0)
@@ -262,48 +265,62 @@ def _is_zero_class(m: F64, counts: F64) -> bool:
 def _centre_into(out: F64, m: F64, sums: F64, counts: F64, floor: float) -> float:
     """Write (M − Σ_c A_c A_cᵀ/N_c) / σ² into ``out``; return σ² = max(max diag M, floor).
 
-    ``out`` is Fortran-ordered.
+    ``out`` (d, d) is Fortran-ordered; the result is its lower triangle (what every step of
+    the check reads). ``m`` is the symmetric M (d, d), or its packed upper triangle
+    (d(d+1)/2,) in row-major order (:func:`~ghofl.stats.schema.pack_upper`), as a payload
+    carries it.
 
-    ``out`` receives Mᵀ / σ² (one contiguous pass), then the rank-k update of its upper
-    triangle, which is the lower triangle of M (the triangle the check has always read).
-    Entries have magnitude ≤ 1 (Cauchy–Schwarz, checked before, bounds A_c²/N_c by the
-    diagonal), so nothing overflows.
+    A full M: ``out`` receives Mᵀ / σ² (one contiguous pass), whose lower triangle is the
+    upper triangle of M. A packed M: row i of its triangle is column i of ``out`` from the
+    diagonal down (one contiguous copy per row); the strict upper triangle of ``out`` is not
+    written. Then the rank-k update of the lower triangle. Entries have magnitude ≤ 1
+    (Cauchy–Schwarz, checked before, bounds A_c²/N_c by the diagonal), so nothing overflows.
     """
-    from scipy.linalg.blas import dsyrk
+    from ghofl.stats.lapack import syrk
 
-    sigma2 = max(float(np.max(np.diagonal(m), initial=0.0)), floor,
+    d = out.shape[0]
+    packed = m.ndim == 1
+    sigma2 = max(float(np.max(sym_diagonal(m, d, packed), initial=0.0)), floor,
                  float(np.finfo(np.float64).tiny))
+    inv = 1.0 / sigma2
     with np.errstate(over="ignore"):  # off-diagonal entries far beyond the diagonal: inf,
-        np.multiply(m, 1.0 / sigma2, out=out.T)  # which the factorisation refuses
+        if packed:  # which the factorisation refuses
+            cols, start = out.T, 0
+            for i in range(d):
+                np.multiply(m[start : start + d - i], inv, out=cols[i, i:])
+                start += d - i
+        else:
+            np.multiply(m, inv, out=out.T)
     keep = counts > 0
     if np.any(keep):  # out -= Wᵀ W, rows w_c = A_c / σ / sqrt(N_c): one rank-k update in place
         w = (sums[keep] / np.sqrt(sigma2)) / np.sqrt(counts[keep])[:, None]
-        res = dsyrk(-1.0, np.asfortranarray(w.T), beta=1.0, c=out, lower=0, overwrite_c=1)
-        if res is not out:  # pragma: no cover - f2py updates an F-ordered float64 in place
-            out[...] = res
+        syrk(out, np.asfortranarray(w.T), -1.0, lower=True)
     return sigma2
 
 
 def _ridged_factor_ok(a: F64, ridge: float) -> bool:
     """Whether the symmetric matrix ``a`` plus ``ridge``·I has a Cholesky factor.
 
-    ``a`` holds the upper triangle (Fortran order) and is overwritten. A non-finite entry of the
+    ``a`` holds the lower triangle (Fortran order) and is overwritten. A non-finite entry of the
     factor reaches a later pivot through its square, and LAPACK reports a non-positive or NaN pivot:
     a factor reported complete is finite.
     """
     from ghofl.stats.lapack import potrf
 
     a[np.diag_indices(a.shape[0])] += ridge
-    info = potrf(a, lower=False)  # in place, without the GIL: the pool's threads overlap
+    info = potrf(a, lower=True)  # in place, without the GIL: the pool's threads overlap
     return info == 0 and bool(np.all(np.isfinite(np.diagonal(a))))
 
 
-def _smallest_eigenvalue(m: F64, sums: F64, counts: F64, floor: float) -> float:
-    """Smallest eigenvalue of (M − Σ_c A_c A_cᵀ/N_c) / σ² (for the message of a refusal)."""
+def _smallest_eigenvalue(d: int, m: F64, sums: F64, counts: F64, floor: float) -> float:
+    """Smallest eigenvalue of (M − Σ_c A_c A_cᵀ/N_c) / σ² (for the message of a refusal).
+
+    ``m``: as :func:`_centre_into` takes it (d × d, or packed).
+    """
     from scipy.linalg import eigvalsh
 
-    buf: F64 = np.empty(m.shape, order="F")
+    buf: F64 = np.empty((d, d), order="F")
     _centre_into(buf, m, sums, counts, floor)
-    if not np.all(np.isfinite(np.triu(buf))):
+    if not np.all(np.isfinite(np.tril(buf))):
         return -math.inf
-    return float(eigvalsh(buf, lower=False, subset_by_index=[0, 0], check_finite=False)[0])
+    return float(eigvalsh(buf, lower=True, subset_by_index=[0, 0], check_finite=False)[0])

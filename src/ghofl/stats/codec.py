@@ -79,6 +79,7 @@ from ghofl.stats._json import (
     parse_json,
 )
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.client_stats.packed import PackedStats
 from ghofl.stats.container import (
     DIGEST_KEY,
     DTYPES,
@@ -115,6 +116,7 @@ __all__ = [
     "TensorInfo",
     "atomic_write",
     "expected_payload_nbytes",
+    "load_packed_stats",
     "load_stats",
     "pack_upper",
     "parse_json",
@@ -365,6 +367,40 @@ def read_stats_file(path: str | os.PathLike[str]) -> tuple[ClientStats, str]:
     _, stats = read_safetensors_into(path, FORMAT, "statistics", build, check, STATS_KEYS,
                                      STATS_DTYPES)
     return stats, state["header"].transport_dtype
+
+
+def load_packed_stats(path: str | os.PathLike[str]) -> PackedStats:
+    """:func:`load_stats`, keeping the symmetric matrices packed, as the file holds them.
+
+    For a server that only adds payloads: every check of :func:`load_stats` runs, with the
+    same messages, on the packed triangles, and :class:`~ghofl.stats.StatsTotal` adds the
+    result without unpacking it (``sum_stats(load_packed_stats(p) for p in paths)`` equals
+    ``sum_stats(load_stats(p) for p in paths)`` bit for bit). :meth:`PackedStats.unpack`
+    gives the :class:`ClientStats`. Statistics with noise levels in their header (a central
+    DP release) are refused: read them with :func:`load_stats`.
+
+    Raises
+    ------
+    StatsFormatError, StatsValidationError
+        As :func:`load_stats`.
+    """
+    state: dict[str, StatsHeader] = {}
+    check = _stats_check(path, state)
+
+    def build(_: dict[str, str], tensors: dict[str, NDArray[Any]]) -> PackedStats:
+        header = state["header"]
+        if header.noise_sigma:
+            raise StatsFormatError(
+                f"{str(path)!r} holds a differentially private release (noise levels in its "
+                "header), not a payload to add; read it with load_stats"
+            )
+        try:
+            return header.packed_stats_from(tensors)
+        except StatsFormatError as exc:
+            raise StatsFormatError(f"{str(path)!r} holds malformed statistics: {exc}") from exc
+
+    return read_safetensors_into(path, FORMAT, "statistics", build, check, STATS_KEYS,
+                                 STATS_DTYPES)[1]
 
 
 def _check_stats_layout(

@@ -50,6 +50,7 @@ from typing import Any, Literal
 from ghofl.errors import GhoflError, StatsFormatError, StatsValidationError
 from ghofl.stats._json import parse_json
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.client_stats.packed import PackedStats
 from ghofl.stats.meta import (
     HOLDOUT_SCHEMA_VERSION,
     MIN_SCHEMA_VERSION,
@@ -60,6 +61,7 @@ from ghofl.stats.release import NoisyStats, noise_shrinkage_problem, noise_sigma
 from ghofl.stats.transport import (
     TRANSPORT_DTYPES,
     TRANSPORT_ROUNDING,
+    packed_stats_from_tensors,
     rounding_name,
     stats_from_tensors,
     transport_dtype_name,
@@ -285,6 +287,16 @@ class StatsHeader:
         if not self.noise_sigma:
             return stats
         return NoisyStats.of(stats, self.noise_sigma, self.noise_shrinkage)
+
+    def packed_stats_from(self, tensors: Mapping[str, Any]) -> PackedStats:
+        """:meth:`stats_from` keeping the symmetric matrices packed (``packed_stats_from_tensors``).
+
+        Only for a header without noise levels (a payload, not a DP release).
+        """
+        assert not self.noise_sigma, "a DP release is read with stats_from"
+        return packed_stats_from_tensors(self.meta, dict(tensors), self.n_clipped,
+                                         self.holdout_n_clipped or 0, self.transport_dtype,
+                                         self.rounded_to)
 
     def to_entries(self, style: Style) -> dict[str, Any]:
         """The header's entries in ``style``, in :data:`HEADER_FIELDS` order.

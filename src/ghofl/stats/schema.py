@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -73,8 +74,10 @@ __all__ = [
     "mode_supports",
     "modes_supporting",
     "pack_upper",
+    "packed_diagonal",
     "parts",
     "schema_for",
+    "sym_diagonal",
     "unpack_upper",
 ]
 
@@ -108,6 +111,34 @@ def pack_upper(m: NDArray[Any]) -> NDArray[Any]:
     for i in range(d):  # row i of the triangle, from the diagonal on: one contiguous copy
         out[..., start : start + d - i] = m[..., i, i:]
         start += d - i
+    return out
+
+
+def packed_diagonal(d: int) -> NDArray[np.intp]:
+    """Positions of the diagonal in a packed triangle of :func:`pack_upper` (read-only).
+
+    Entry (i, i) is at i·d − i(i − 1)/2: row i of the triangle starts there.
+    """
+    return _packed_diagonal(d)
+
+
+@cache
+def _packed_diagonal(d: int) -> NDArray[np.intp]:
+    i = np.arange(d, dtype=np.intp)
+    out: NDArray[np.intp] = i * d - i * (i - 1) // 2
+    out.setflags(write=False)
+    return out
+
+
+def sym_diagonal(m: NDArray[Any], d: int, packed: bool) -> NDArray[Any]:
+    """Diagonals of symmetric matrices, full (..., d, d) or ``packed`` (..., d(d+1)/2).
+
+    Full matrices give a view (``numpy.diagonal`` of the last two axes), packed triangles
+    (:func:`pack_upper`) a copy. Shape (..., d).
+    """
+    if not packed:
+        return np.diagonal(m, axis1=-2, axis2=-1)
+    out: NDArray[Any] = m[..., _packed_diagonal(d)]
     return out
 
 
@@ -268,6 +299,25 @@ class ArraySpec:
         """
         return pack_upper(arr) if self.symmetric else np.ascontiguousarray(arr)
 
+    def check_packed(self, packed: Any, num_classes: int, dim: int) -> NDArray[Any]:
+        """``packed`` as an array, after checking it has :meth:`packed_shape` for C and d.
+
+        Raises
+        ------
+        StatsFormatError
+            It has another shape.
+        """
+        arr = np.asarray(packed)
+        expected = self.packed_shape(num_classes, dim)
+        if arr.shape != expected:
+            how = " (row-major upper triangles)" if self.symmetric else ""
+            raise StatsFormatError(
+                f"array {self.stored_name!r} must have shape {expected}{how} for "
+                f"C={num_classes} classes and d={dim}; got {arr.shape}; the payload is corrupt "
+                "or was written for another class list or dimension"
+            )
+        return arr
+
     def unpack(self, packed: NDArray[Any], num_classes: int, dim: int, dtype: Any = None
                ) -> NDArray[Any]:
         """Inverse of :meth:`pack`, after checking the packed shape.
@@ -291,15 +341,7 @@ class ArraySpec:
         StatsFormatError
             ``packed`` does not have the packed shape for C and d.
         """
-        arr = np.asarray(packed)
-        expected = self.packed_shape(num_classes, dim)
-        if arr.shape != expected:
-            how = " (row-major upper triangles)" if self.symmetric else ""
-            raise StatsFormatError(
-                f"array {self.stored_name!r} must have shape {expected}{how} for "
-                f"C={num_classes} classes and d={dim}; got {arr.shape}; the payload is corrupt "
-                "or was written for another class list or dimension"
-            )
+        arr = self.check_packed(packed, num_classes, dim)
         if self.symmetric:
             return unpack_upper(arr, dim, dtype)
         return arr if dtype is None else np.array(arr, dtype=dtype)

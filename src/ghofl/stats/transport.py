@@ -17,8 +17,9 @@ from numpy.typing import NDArray
 from ghofl.errors import StatsFormatError, StatsValidationError
 from ghofl.stats.client_stats import ClientStats
 from ghofl.stats.client_stats.laws import check_finite
+from ghofl.stats.client_stats.packed import PackedStats
 from ghofl.stats.meta import StatsMeta
-from ghofl.stats.schema import HOLDOUT_PREFIX, schema_for
+from ghofl.stats.schema import HOLDOUT_PREFIX, ArraySpec, schema_for
 
 __all__ = [
     "NUMPY_DTYPES",
@@ -28,6 +29,7 @@ __all__ = [
     "check_array_names",
     "check_declared_arrays",
     "expected_payload_nbytes",
+    "packed_stats_from_tensors",
     "payload_nbytes",
     "rounding_name",
     "stats_from_tensors",
@@ -161,23 +163,13 @@ def stats_from_tensors(
         The arrays do not form valid statistics.
     """
     layout = schema_for(meta.mode).stored_arrays(meta.has_holdout)
-    check_array_names(meta, t)
-    if transport_dtype is None:
-        found = np.asarray(t["sums"]).dtype.name
-        transport_dtype = found if found in TRANSPORT_DTYPES else "float64"
-    tname = transport_dtype_name(transport_dtype)
+    tname = _checked_dtypes(meta, t, layout, transport_dtype)
     sections: dict[str, dict[str, NDArray[Any]]] = {}
     for part, name, spec in layout:
-        arr = np.asarray(t[name])
-        want = TRANSPORT_DTYPES[tname] if spec.dtype.kind == "f" else spec.dtype
-        if arr.dtype != want:
-            raise StatsFormatError(
-                f"array {name!r} has dtype {arr.dtype} but must be {want} (transport dtype "
-                f"{tname}); the payload is corrupt"
-            )
         # Symmetric arrays unpack straight into spec.dtype; the others are copied, so the
         # result holds no view of the (larger) buffer ``t``'s arrays may come from.
-        sections.setdefault(part, {})[spec.name] = spec.unpack(arr, meta.num_classes, meta.dim,
+        sections.setdefault(part, {})[spec.name] = spec.unpack(np.asarray(t[name]),
+                                                              meta.num_classes, meta.dim,
                                                               spec.dtype)
     # Finiteness on the packed arrays (half the entries of the symmetric ones), the held-out
     # section first as it is validated first below; not checked again on the unpacked ones.
@@ -192,6 +184,61 @@ def stats_from_tensors(
     return ClientStats._from_transport(meta, sections[""], n_clipped=n_clipped,
                                        holdout=holdout, rounding=rounding, unpacked=True,
                                        _finite_checked=True)
+
+
+def packed_stats_from_tensors(
+    meta: StatsMeta,
+    t: dict[str, NDArray[Any]],
+    n_clipped: int = 0,
+    holdout_n_clipped: int = 0,
+    transport_dtype: Any = None,
+    rounded_to: Any = "float64",
+) -> PackedStats:
+    """:func:`stats_from_tensors`, keeping the symmetric matrices as they travel (packed).
+
+    The same checks, in the same order, with the same messages, on the packed triangles; the
+    result is :class:`~ghofl.stats.client_stats.packed.PackedStats`, what a server that only
+    adds payloads reads them into (:class:`~ghofl.stats.StatsTotal` unpacks its total once).
+    Float64 arrays are kept as they are given (views of ``t``'s buffer, made read-only); float32
+    ones are upcast. A payload with a held-out section is validated as
+    :func:`stats_from_tensors` validates it (the check of total − held-out needs the
+    matrices), then packed. Parameters, errors: :func:`stats_from_tensors`.
+    """
+    if meta.has_holdout:
+        return PackedStats.of(stats_from_tensors(meta, t, n_clipped, holdout_n_clipped,
+                                                 transport_dtype, rounded_to))
+    layout = schema_for(meta.mode).stored_arrays(False)
+    tname = _checked_dtypes(meta, t, layout, transport_dtype)
+    arrays: dict[str, NDArray[Any]] = {}
+    for _, name, spec in layout:
+        arr = spec.check_packed(t[name], meta.num_classes, meta.dim)
+        arrays[spec.name] = arr if arr.dtype == spec.dtype else arr.astype(spec.dtype)
+    for field_name, arr in arrays.items():
+        check_finite(field_name, arr)
+    rounding = max(TRANSPORT_ROUNDING[tname], TRANSPORT_ROUNDING[transport_dtype_name(rounded_to)])
+    return PackedStats._from_transport(meta, arrays, n_clipped, rounding)
+
+
+def _checked_dtypes(meta: StatsMeta, t: Mapping[str, Any],
+                    layout: tuple[tuple[str, str, ArraySpec], ...], transport_dtype: Any) -> str:
+    """Refuse arrays other than the stored ones of ``meta``, or of another dtype.
+
+    Returns the transport dtype's name (``transport_dtype``, or that of ``t["sums"]``).
+    """
+    check_array_names(meta, t)
+    if transport_dtype is None:
+        found = np.asarray(t["sums"]).dtype.name
+        transport_dtype = found if found in TRANSPORT_DTYPES else "float64"
+    tname = transport_dtype_name(transport_dtype)
+    for _, name, spec in layout:
+        arr = np.asarray(t[name])
+        want = TRANSPORT_DTYPES[tname] if spec.dtype.kind == "f" else spec.dtype
+        if arr.dtype != want:
+            raise StatsFormatError(
+                f"array {name!r} has dtype {arr.dtype} but must be {want} (transport dtype "
+                f"{tname}); the payload is corrupt"
+            )
+    return tname
 
 
 def through_transport(stats: ClientStats, transport_dtype: Any = "float64") -> ClientStats:

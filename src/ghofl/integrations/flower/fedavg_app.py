@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ghofl.errors import require_extra
 
@@ -117,7 +118,12 @@ def _fedavg(grid: Grid, run: dict[str, Any]) -> dict[str, Any]:
     history: list[dict[str, float]] = []
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        acc = softmax_accuracy(_params(arrays), test.x, test.y)
+        # One BLAS thread: under the simulation engine this runs in a thread of the process
+        # that is starting Ray, whose fork() runs OpenBLAS's fork handler; with the product
+        # on OpenBLAS's worker threads at that moment, the run hung before round 1 (the
+        # product is n × d × C, milliseconds on one thread).
+        with threadpool_limits(limits=1, user_api="blas"):
+            acc = softmax_accuracy(_params(arrays), test.x, test.y)
         history.append({"round": server_round, "accuracy": acc,
                         "seconds": time.perf_counter() - t0})
         return MetricRecord({"accuracy": acc})

@@ -19,9 +19,10 @@ from ghofl.errors import StatsOverflowError, StatsValidationError
 from ghofl.stats._laws import RESIDUE_RTOL, check_gram_laws, check_second_moment_laws
 from ghofl.stats._threads import first_failing, thread_count
 from ghofl.stats.meta import StatsMeta
-from ghofl.stats.schema import ARRAY_NAMES, schema_for
+from ghofl.stats.schema import ARRAY_NAMES, schema_for, sym_diagonal
 
 if TYPE_CHECKING:
+    from ghofl.stats.client_stats.packed import PackedStats
     from ghofl.stats.client_stats.value import ClientStats
 
 F64 = NDArray[np.float64]
@@ -67,13 +68,14 @@ class Magnitude:
     rounding: float = 0.0
 
     @classmethod
-    def own(cls, s: ClientStats) -> Magnitude:
+    def own(cls, s: ClientStats | PackedStats) -> Magnitude:
         """The magnitudes of ``s`` itself (O(C·d))."""
         with np.errstate(over="ignore"):  # inf for values near the float range: no residue
             first = float(np.max(np.abs(s.sums), initial=0.0))
             if s.sq_sums is None and s.class_scatter is None:  # 'means', or 'gram': diag B
                 b = s.scatter
-                second = 0.0 if b is None else float(np.max(np.abs(np.diagonal(b)), initial=0.0))
+                second = 0.0 if b is None else float(np.max(
+                    np.abs(sym_diagonal(b, s.dim, packed=b.ndim == 1)), initial=0.0))
                 return cls(first=first, second=second)
             return cls(
                 first=first,
@@ -85,7 +87,7 @@ class Magnitude:
                           max(self.rounding, other.rounding))
 
 # ---------------------------------------------------------------------- validation
-def validate(s: ClientStats, residue: Magnitude | None = None,
+def validate(s: ClientStats | PackedStats, residue: Magnitude | None = None,
              check_symmetry: bool = True, arrays_checked: bool = False) -> None:
     """Check shapes, dtypes and the laws that sums of samples obey.
 
@@ -93,7 +95,9 @@ def validate(s: ClientStats, residue: Magnitude | None = None,
     rounding the checks tolerate (``None`` for statistics built directly).
     ``check_symmetry``: False for matrices symmetric by construction (unpacked triangles).
     ``arrays_checked``: the arrays' shapes, dtypes and finiteness were checked already
-    (:meth:`ClientStats.from_transport`); they are not checked again.
+    (:meth:`ClientStats.from_transport`); they are not checked again. Required for
+    :class:`~ghofl.stats.client_stats.packed.PackedStats`, whose symmetric matrices are
+    packed triangles (checked packed, without unpacking them).
     """
     res = Magnitude(0.0, 0.0) if residue is None else residue
     c, d, mode = s.meta.num_classes, s.meta.dim, s.meta.mode
@@ -133,14 +137,14 @@ def validate(s: ClientStats, residue: Magnitude | None = None,
     _check_empty_classes(s, s.sums, diag)
     check_second_moment_laws(s, diag, res.first, res.second)
 
-def _check_gram(s: ClientStats, res: Magnitude) -> None:
+def _check_gram(s: ClientStats | PackedStats, res: Magnitude) -> None:
     """The laws of a global second moment without per-class diagonals (mode ``gram``).
 
     diag B ≥ 0, B = 0 when no sample is held, and B − Σ_c A_c A_cᵀ/N_c ⪰ 0 (which implies
     Cauchy–Schwarz summed over the classes, diag B ≥ Σ_c A_c²/N_c).
     """
     assert s.scatter is not None
-    diag = np.diagonal(s.scatter)
+    diag = sym_diagonal(s.scatter, s.dim, packed=s.scatter.ndim == 1)
     if np.any(diag < -(_tol(diag) + RESIDUE_RTOL * res.second)):
         raise StatsValidationError(
             "the diagonal of B (sums of squares over all samples) must be non-negative; the "
@@ -153,7 +157,7 @@ def _check_gram(s: ClientStats, res: Magnitude) -> None:
     check_gram_laws(s, res.second)
 
 
-def _check_empty_classes(s: ClientStats, *arrays: F64) -> None:
+def _check_empty_classes(s: ClientStats | PackedStats, *arrays: F64) -> None:
     """Refuse a class with N_c = 0 and a non-zero entry in any of ``arrays`` (C, d)."""
     nonzero = np.zeros(s.meta.num_classes, dtype=bool)
     for arr in arrays:
@@ -165,7 +169,7 @@ def _check_empty_classes(s: ClientStats, *arrays: F64) -> None:
             f"class {cls!r} has zero samples but non-zero sums; the payload is corrupt"
         )
 
-def _check_n_clipped(s: ClientStats) -> None:
+def _check_n_clipped(s: ClientStats | PackedStats) -> None:
     """0 ≤ n_clipped ≤ Σ_c N_c, and clipped samples need a recorded clipping bound."""
     n = s.n_clipped
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
@@ -264,7 +268,7 @@ def _check_symmetric(name: str, m: F64, atol: float = 0.0) -> None:
 _SAFE_MAGNITUDE = float(np.finfo(np.float64).max) / 4.0
 
 def check_arrays_addable(arrays: dict[str, Any], n_clipped: int, magnitude: Magnitude,
-                         b: ClientStats) -> None:
+                         b: ClientStats | PackedStats) -> None:
     """Refuse ``a + b`` (``a`` given by its arrays) when it would overflow.
 
     That is, when its int64 counts would wrap or its floats overflow to inf; checked before

@@ -42,7 +42,7 @@ from ghofl.stats.client_stats.laws import (
 from ghofl.stats.meta import Mode, StatsMeta
 from ghofl.stats.schema import ARRAY_NAMES, schema_for
 
-__all__ = ["ClientStats", "check_combinable"]
+__all__ = ["ClientStats", "check_combinable", "check_meta_combinable", "validate_holdout"]
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
@@ -95,7 +95,7 @@ class ClientStats:
             if arr is not None:
                 arr.setflags(write=False)
         object.__setattr__(self, "_magnitude", Magnitude.own(self))
-        _validate_holdout(self)
+        validate_holdout(self)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -212,7 +212,7 @@ class ClientStats:
             magnitude = Magnitude(own.first * k, own.second * k, rounding)
             object.__setattr__(obj, "_magnitude", magnitude)
         validate(obj, magnitude, check_symmetry=not unpacked, arrays_checked=True)
-        _validate_holdout(obj)
+        validate_holdout(obj)
         return obj
 
     # ------------------------------------------------------------------ shape facts
@@ -467,7 +467,15 @@ def check_combinable(meta: StatsMeta | None, other: object) -> None:
         raise IncompatibleStatsError(
             f"can only combine ClientStats with ClientStats; got {type(other).__name__}"
         )
-    diffs = [] if meta is None else meta.differences(other.meta)
+    check_meta_combinable(meta, other.meta)
+
+
+def check_meta_combinable(meta: StatsMeta | None, other: StatsMeta) -> None:
+    """Raise :class:`IncompatibleStatsError` naming every field in which ``other`` differs.
+
+    Nothing when ``meta`` is None (e.g. for an empty total).
+    """
+    diffs = [] if meta is None else meta.differences(other)
     if diffs:
         raise IncompatibleStatsError(
             "cannot combine these statistics because they differ in "
@@ -477,7 +485,7 @@ def check_combinable(meta: StatsMeta | None, other: object) -> None:
             "if needed)."
         )
 
-def _validate_holdout(s: ClientStats) -> None:
+def validate_holdout(s: ClientStats) -> None:
     """Validate the held-out section of ``s``.
 
     It must be present exactly when ``meta.holdout_fraction > 0``, be statistics with the
