@@ -18,9 +18,10 @@ every step once, so a change of machine load falls on all of them alike), median
   into tensors beforehand; ghofl: ``client_statistics((x, y), job)`` in mode ``full``.
 * *aggregation*: from the clients' files (written beforehand) to what the fits start from.
   Paper: ``aggregate_clients_x`` on the ``.pt`` payloads its client writes (load, add, means,
-  pooled, diagonal and per-class covariances); ghofl: ``sum_stats`` of ``load_packed_stats``
-  on its ``.ghs`` files (every payload checked as ``load_stats`` checks it, its triangles
-  added packed and the total unpacked once: ghofl's fits start from the sums).
+  pooled, diagonal and per-class covariances); ghofl: ``sum_stats(iter_packed_stats(files))``
+  on its ``.ghs`` files (every payload checked as ``load_stats`` checks it, the next file
+  read and hashed while one is checked, the triangles added packed and the total unpacked
+  once: ghofl's fits start from the sums).
   ghofl's loads and its sum are also timed apart, and, as a reference, the same aggregation
   reading every payload unpacked (``load_stats``); the row *aggregation + moments* adds the
   medians of ghofl's aggregation and moments, which together yield what the paper's
@@ -172,9 +173,9 @@ class Setup:
         return out
 
     def ghofl_aggregate(self) -> Any:
-        from ghofl.stats import load_packed_stats, sum_stats
+        from ghofl.stats import iter_packed_stats, sum_stats
 
-        return sum_stats(load_packed_stats(p) for p in self.ghs_paths)
+        return sum_stats(iter_packed_stats(self.ghs_paths))
 
     def ghofl_aggregate_unpacked(self) -> Any:
         """:meth:`ghofl_aggregate` reading every payload unpacked (``load_stats``)."""
@@ -183,11 +184,11 @@ class Setup:
         return sum_stats(load_stats(p) for p in self.ghs_paths)
 
     def ghofl_loads(self) -> None:
-        """The loads alone of :meth:`ghofl_aggregate`, one payload held at a time as there."""
-        from ghofl.stats import load_packed_stats
+        """The loads alone of :meth:`ghofl_aggregate`, as there (the next file read ahead)."""
+        from ghofl.stats import iter_packed_stats
 
-        for p in self.ghs_paths:
-            load_packed_stats(p)
+        for _ in iter_packed_stats(self.ghs_paths):
+            pass
 
 
 # ------------------------------------------------------------------------- the paper's fits

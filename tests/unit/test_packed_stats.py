@@ -314,3 +314,74 @@ def test_a_held_out_section_built_by_hand_is_checked_against_the_totals() -> Non
                        r"class '.' but the totals hold only \d+"):
         PackedStats(s.meta, counts=s.counts, sums=s.sums, class_scatter=p.class_scatter,
                     holdout=more)
+
+
+# ---------------------------------------------------------------------- reading ahead
+def test_iter_packed_stats_yields_each_file_as_load_packed_stats_reads_it(tmp_path: Path) -> None:
+    from ghofl.stats import iter_packed_stats
+
+    files = _files(tmp_path, [_stats(k, "full", n=12 + k, skew=k == 1) for k in range(4)])
+    got = list(iter_packed_stats(files))
+    assert len(got) == 4
+    for p, s in zip(files, got, strict=True):
+        _same(s.unpack(), load_stats(p))
+    _same(sum_stats(iter_packed_stats(files)), sum_stats(load_stats(p) for p in files))
+    assert list(iter_packed_stats([])) == []
+
+
+@pytest.mark.parametrize("bad", [0, 2, 3])
+def test_iter_packed_stats_refuses_a_bad_file_in_its_turn(tmp_path: Path, bad: int) -> None:
+    from ghofl.stats import iter_packed_stats
+
+    files = _files(tmp_path, [_stats(k, "full", n=15) for k in range(4)])
+    raw = bytearray(files[bad].read_bytes())
+    raw[-9] ^= 0x01  # a byte of the data section: the digest no longer matches
+    files[bad].write_bytes(bytes(raw))
+    seen: list[PackedStats] = []
+    with pytest.raises(StatsFormatError, match=rf"'.*c{bad}\.ghs' is corrupt: the SHA-256 of its "
+                       r"content is .* but its header records"):
+        for s in iter_packed_stats(files):
+            seen.append(s)
+    assert len(seen) == bad  # the files before it were yielded, in order
+    for p, s in zip(files, seen, strict=False):
+        _same(s.unpack(), load_stats(p))
+
+
+def test_iter_packed_stats_refuses_a_corrupt_payload_with_load_stats_message(
+        tmp_path: Path) -> None:
+    from ghofl.stats import iter_packed_stats
+
+    good = _files(tmp_path, [_stats(1, "full", d=8)])[0]
+    bad = tmp_path / "bad.ghs"
+    save_stats(ClientStats._trusted(_meta("not PSD"), **_corrupt("not PSD")), bad)
+    with pytest.raises(StatsValidationError) as plain:
+        load_stats(bad)
+    with pytest.raises(StatsValidationError) as ahead:
+        list(iter_packed_stats([good, bad]))
+    assert str(ahead.value) == str(plain.value)
+    missing = tmp_path / "missing.ghs"
+    with pytest.raises(StatsFormatError) as gone_plain:
+        load_stats(missing)
+    with pytest.raises(StatsFormatError) as gone_ahead:
+        list(iter_packed_stats([good, missing]))
+    assert str(gone_ahead.value) == str(gone_plain.value)
+
+
+def test_a_file_without_a_digest_is_read_ahead_with_the_warning(tmp_path: Path) -> None:
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    from ghofl.errors import GhoflWarning
+    from ghofl.stats import iter_packed_stats
+    from ghofl.stats.codec import DIGEST_KEY
+
+    (p,) = _files(tmp_path, [_stats(3, "full", d=6)])
+    with safe_open(str(p), framework="np") as f:
+        header = {k: v for k, v in dict(f.metadata()).items() if k != DIGEST_KEY}
+    save_file(load_file(str(p)), str(p), metadata=header)  # as an older ghofl wrote it
+    match = r"has no content_sha256 integrity digest \(it was written by an older ghofl\)"
+    with pytest.warns(GhoflWarning, match=match):
+        want = load_stats(p)
+    with pytest.warns(GhoflWarning, match=match):
+        (got,) = list(iter_packed_stats([p]))
+    _same(got.unpack(), want)

@@ -8,6 +8,7 @@ from ghofl.stats.accumulate import StatsAccumulator, compute_stats, holdout_mask
 from ghofl.stats.client_stats import ClientStats, StatsTotal, sum_stats
 from ghofl.stats.client_stats.packed import PackedStats
 from ghofl.stats.codec import (
+    iter_packed_stats,
     load_packed_stats,
     load_stats,
     payload_nbytes,
@@ -45,6 +46,7 @@ __all__ = [
     "StatsTotal",
     "compute_stats",
     "holdout_mask",
+    "iter_packed_stats",
     "load_packed_stats",
     "load_stats",
     "mode_supports",

@@ -63,7 +63,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -116,6 +116,7 @@ __all__ = [
     "TensorInfo",
     "atomic_write",
     "expected_payload_nbytes",
+    "iter_packed_stats",
     "load_packed_stats",
     "load_stats",
     "pack_upper",
@@ -236,17 +237,9 @@ def read_safetensors_into(
     header, table, data = read_container(p, what, dtypes, checked)
     expected = header.get(DIGEST_KEY)
     if expected is None:
-        warnings.warn(
-            f"{str(p)!r} has no {DIGEST_KEY} integrity digest (it was written by an older "
-            "ghofl), so its bytes could not be verified; re-save it with this ghofl to add one",
-            GhoflWarning,
-            stacklevel=stacklevel,
-        )
+        _warn_no_digest(p, stacklevel + 1)
         return header, build(header, tensor_views(data, table))
-    plain = {k: v for k, v in header.items() if k != DIGEST_KEY}
-    canon = {name: {"dtype": t.dtype, "shape": list(t.shape),
-                    "data_offsets": [t.begin, t.end]} for name, t in table.items()}
-    h = header_digest(plain, canon)
+    h = _digest_of_header(header, table)
     with ThreadPoolExecutor(max_workers=1) as pool:  # hashlib releases the GIL
         hashed = pool.submit(h.update, data)
         try:
@@ -258,6 +251,23 @@ def read_safetensors_into(
         hashed.result()
     _check_digest(h.hexdigest(), expected, p)
     return header, built
+
+
+def _warn_no_digest(p: Path, stacklevel: int) -> None:
+    warnings.warn(
+        f"{str(p)!r} has no {DIGEST_KEY} integrity digest (it was written by an older "
+        "ghofl), so its bytes could not be verified; re-save it with this ghofl to add one",
+        GhoflWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def _digest_of_header(header: dict[str, str], table: dict[str, TensorInfo]) -> Any:
+    """The SHA-256 state over a file's canonical header, to be updated with its data."""
+    plain = {k: v for k, v in header.items() if k != DIGEST_KEY}
+    canon = {name: {"dtype": t.dtype, "shape": list(t.shape),
+                    "data_offsets": [t.begin, t.end]} for name, t in table.items()}
+    return header_digest(plain, canon)
 
 
 def _header_check(p: Path, expected_format: str, what: str, check: HeaderCheck | None,
@@ -388,19 +398,85 @@ def load_packed_stats(path: str | os.PathLike[str]) -> PackedStats:
     check = _stats_check(path, state)
 
     def build(_: dict[str, str], tensors: dict[str, NDArray[Any]]) -> PackedStats:
-        header = state["header"]
-        if header.noise_sigma:
-            raise StatsFormatError(
-                f"{str(path)!r} holds a differentially private release (noise levels in its "
-                "header), not a payload to add; read it with load_stats"
-            )
-        try:
-            return header.packed_stats_from(tensors)
-        except StatsFormatError as exc:
-            raise StatsFormatError(f"{str(path)!r} holds malformed statistics: {exc}") from exc
+        return _packed_build(path, state["header"], tensors)
 
     return read_safetensors_into(path, FORMAT, "statistics", build, check, STATS_KEYS,
                                  STATS_DTYPES)[1]
+
+
+def iter_packed_stats(paths: Iterable[str | os.PathLike[str]]) -> Iterator[PackedStats]:
+    """:func:`load_packed_stats` of each file in turn, the next one read ahead.
+
+    While one file is validated (its positive semi-definiteness checks run on every core),
+    the next is read and its SHA-256 computed in a second thread: the bytes of two payloads
+    are in memory at once, instead of one. What ``sum_stats`` of many payload files runs
+    fastest on::
+
+        total = sum_stats(iter_packed_stats(paths))
+
+    Every file gets every check of :func:`load_packed_stats`, its digest compared before any
+    of its values is checked, and the files are yielded in order. A file that is refused
+    raises when its turn comes, after the files before it were yielded (the file read ahead
+    of it is dropped unchecked); so does a stop of the caller's loop, which waits for the file
+    being read.
+
+    Raises
+    ------
+    StatsFormatError, StatsValidationError
+        As :func:`load_packed_stats`, for the first file refused.
+    """
+    todo = [Path(p) for p in paths]
+    if not todo:
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead = pool.submit(_read_hashed_stats, todo[0])
+        for k, p in enumerate(todo):
+            read = ahead.result()
+            if k + 1 < len(todo):
+                ahead = pool.submit(_read_hashed_stats, todo[k + 1])
+            yield _packed_from_read(p, *read)
+
+
+def _read_hashed_stats(p: Path) -> tuple[StatsHeader, dict[str, TensorInfo], Any, str | None,
+                                          str]:
+    """A statistics file's checked header, tensors and data, with its digests.
+
+    The digest its header records (``None`` for a file of an older ghofl, which records
+    none) and the SHA-256 of its content (``""`` when none is recorded).
+    """
+    state: dict[str, StatsHeader] = {}
+    checked = _header_check(p, FORMAT, "statistics", _stats_check(p, state), STATS_KEYS)
+    header, table, data = read_container(p, "statistics", STATS_DTYPES, checked)
+    expected = header.get(DIGEST_KEY)
+    if expected is None:
+        return state["header"], table, data, None, ""
+    h = _digest_of_header(header, table)
+    h.update(data)
+    return state["header"], table, data, expected, h.hexdigest()
+
+
+def _packed_from_read(p: Path, header: StatsHeader, table: dict[str, TensorInfo], data: Any,
+                      expected: str | None, actual: str) -> PackedStats:
+    """The statistics of a file read by :func:`_read_hashed_stats`, once its digest matched."""
+    if expected is None:
+        _warn_no_digest(p, 4)
+    else:
+        _check_digest(actual, expected, p)
+    return _packed_build(p, header, tensor_views(data, table))
+
+
+def _packed_build(path: str | os.PathLike[str], header: StatsHeader,
+                  tensors: dict[str, NDArray[Any]]) -> PackedStats:
+    """:class:`PackedStats` of a file's header and tensors (a DP release refused)."""
+    if header.noise_sigma:
+        raise StatsFormatError(
+            f"{str(path)!r} holds a differentially private release (noise levels in its "
+            "header), not a payload to add; read it with load_stats"
+        )
+    try:
+        return header.packed_stats_from(tensors)
+    except StatsFormatError as exc:
+        raise StatsFormatError(f"{str(path)!r} holds malformed statistics: {exc}") from exc
 
 
 def _check_stats_layout(
