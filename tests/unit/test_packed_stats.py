@@ -385,3 +385,59 @@ def test_a_file_without_a_digest_is_read_ahead_with_the_warning(tmp_path: Path) 
     with pytest.warns(GhoflWarning, match=match):
         (got,) = list(iter_packed_stats([p]))
     _same(got.unpack(), want)
+
+
+def test_iter_packed_stats_names_the_file_as_given_and_in_a_note(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ghofl.stats import iter_packed_stats
+
+    monkeypatch.chdir(tmp_path)
+    good = _files(tmp_path, [_stats(1, "full", d=6)])[0]
+    from ghofl.stats.release import NoisyStats
+
+    save_stats(NoisyStats.of(_stats(2, "full", d=6), {"sums": 0.5, "class_scatter": 0.5}),
+               tmp_path / "dp.ghs")
+    with pytest.raises(StatsFormatError, match=r"^'\./dp\.ghs' holds a differentially private "
+                       r"release") as exc:
+        list(iter_packed_stats([good, "./dp.ghs"]))
+    assert exc.value.__notes__ == ["(payload file #1 of 2: './dp.ghs')"]
+    with pytest.raises(StatsFormatError, match=r"^'\./dp\.ghs' holds a differentially private "):
+        load_packed_stats("./dp.ghs")
+    with pytest.raises(TypeError, match=r"iter_packed_stats takes an iterable of paths, not one "
+                       r"path \('\./dp\.ghs'\); pass \[path\]"):
+        list(iter_packed_stats("./dp.ghs"))
+    with pytest.raises(TypeError, match=r"not one path"):
+        list(iter_packed_stats(good))  # type: ignore[arg-type]
+
+
+def test_stopping_early_does_not_wait_for_the_file_read_ahead(tmp_path: Path) -> None:
+    import threading
+
+    from ghofl.stats import iter_packed_stats
+
+    files = _files(tmp_path, [_stats(k, "full", d=6) for k in range(3)])
+    before = threading.active_count()
+    it = iter_packed_stats(files)
+    first = next(it)
+    it.close()
+    _same(first.unpack(), load_stats(files[0]))
+    for t in threading.enumerate():  # the reader thread ends once its one read is done
+        if t is not threading.current_thread() and t.name.startswith("ThreadPoolExecutor"):
+            t.join(timeout=30)
+    assert threading.active_count() <= before
+
+
+def test_packed_stats_from_tensors_copies_the_callers_arrays_unless_told() -> None:
+    from ghofl.stats.transport import packed_stats_from_tensors
+
+    s = _stats(11, "full", d=4)
+    assert s.class_scatter is not None
+    t = {"counts": np.array(s.counts), "sums": np.array(s.sums),
+         "class_scatter_triu": pack_upper(s.class_scatter)}
+    kept = packed_stats_from_tensors(s.meta, t)
+    assert t["sums"].flags.writeable and not np.shares_memory(kept.sums, t["sums"])
+    t["sums"][0, 0] += 1.0  # the caller's array changes: the validated value does not
+    assert kept.sums[0, 0] == s.sums[0, 0]
+    adopted = packed_stats_from_tensors(s.meta, dict(t), copy=False)
+    assert np.shares_memory(adopted.class_scatter, t["class_scatter_triu"])
+    assert not t["class_scatter_triu"].flags.writeable

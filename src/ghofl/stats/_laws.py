@@ -84,7 +84,7 @@ def check_gram_laws(s: ClientStats | PackedStats, second_res: float) -> None:
 
     Parameters
     ----------
-    s : ClientStats
+    s : ClientStats or PackedStats
         Statistics holding B but no per-class diagonal.
     second_res : float
         Residue magnitude of second moments (module docstring).

@@ -63,7 +63,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -71,7 +71,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import GhoflWarning, StatsFormatError
+from ghofl.errors import GhoflError, GhoflWarning, StatsFormatError
 from ghofl.files import atomic_write
 from ghofl.stats._json import (
     MAX_HEADER_BYTES,
@@ -404,48 +404,68 @@ def load_packed_stats(path: str | os.PathLike[str]) -> PackedStats:
                                  STATS_DTYPES)[1]
 
 
-def iter_packed_stats(paths: Iterable[str | os.PathLike[str]]) -> Iterator[PackedStats]:
+def iter_packed_stats(paths: Iterable[str | os.PathLike[str]]
+                      ) -> Generator[PackedStats, None, None]:
     """:func:`load_packed_stats` of each file in turn, the next one read ahead.
 
     While one file is validated (its positive semi-definiteness checks run on every core),
-    the next is read and its SHA-256 computed in a second thread: the bytes of two payloads
-    are in memory at once, instead of one. What ``sum_stats`` of many payload files runs
-    fastest on::
+    the next is read and its SHA-256 computed in a second thread. What ``sum_stats`` of many
+    payload files runs fastest on::
 
         total = sum_stats(iter_packed_stats(paths))
 
-    Every file gets every check of :func:`load_packed_stats`, its digest compared before any
-    of its values is checked, and the files are yielded in order. A file that is refused
-    raises when its turn comes, after the files before it were yielded (the file read ahead
-    of it is dropped unchecked); so does a stop of the caller's loop, which waits for the file
-    being read.
+    Every file gets every check of :func:`load_packed_stats`, with the same messages (naming
+    the file as given), its digest compared before any of its values is checked, and the
+    files are yielded in order. Memory: the payload being checked and the one being read;
+    a caller that keeps the payload it was given (a loop variable) holds a third.
+
+    A file that is refused raises in its turn, after the files before it were yielded; the
+    exception carries a note naming the file and its place in ``paths``. The file being read
+    ahead is then dropped, as it is when the caller stops early: nothing waits for it.
 
     Raises
     ------
+    TypeError
+        ``paths`` is one path (a string or path-like), not an iterable of them.
     StatsFormatError, StatsValidationError
         As :func:`load_packed_stats`, for the first file refused.
     """
-    todo = [Path(p) for p in paths]
-    if not todo:
-        return
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        ahead = pool.submit(_read_hashed_stats, todo[0])
+    if isinstance(paths, str | bytes | os.PathLike):
+        raise TypeError(
+            f"iter_packed_stats takes an iterable of paths, not one path ({str(paths)!r}); "
+            "pass [path]"
+        )
+    todo = list(paths)
+    pool = ThreadPoolExecutor(max_workers=1)
+    ahead = pool.submit(_read_hashed_stats, todo[0]) if todo else None
+    try:
         for k, p in enumerate(todo):
-            read = ahead.result()
-            if k + 1 < len(todo):
-                ahead = pool.submit(_read_hashed_stats, todo[k + 1])
-            yield _packed_from_read(p, *read)
+            assert ahead is not None
+            try:
+                read = ahead.result()
+                ahead = pool.submit(_read_hashed_stats, todo[k + 1]) if k + 1 < len(todo) else None
+                stats = _packed_from_read(p, *read)
+            except GhoflError as exc:
+                exc.add_note(f"(payload file #{k} of {len(todo)}: {str(p)!r})")
+                raise
+            yield stats
+    finally:
+        if ahead is not None:
+            ahead.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _read_hashed_stats(p: Path) -> tuple[StatsHeader, dict[str, TensorInfo], Any, str | None,
-                                          str]:
+def _read_hashed_stats(path: str | os.PathLike[str]
+                       ) -> tuple[StatsHeader, dict[str, TensorInfo], Any, str | None, str]:
     """A statistics file's checked header, tensors and data, with its digests.
 
     The digest its header records (``None`` for a file of an older ghofl, which records
-    none) and the SHA-256 of its content (``""`` when none is recorded).
+    none) and the SHA-256 of its content (``""`` when none is recorded). Messages name the
+    file as ``path`` spells it.
     """
+    p = Path(path)
     state: dict[str, StatsHeader] = {}
-    checked = _header_check(p, FORMAT, "statistics", _stats_check(p, state), STATS_KEYS)
+    checked = _header_check(p, FORMAT, "statistics", _stats_check(path, state), STATS_KEYS)
     header, table, data = read_container(p, "statistics", STATS_DTYPES, checked)
     expected = header.get(DIGEST_KEY)
     if expected is None:
@@ -455,14 +475,16 @@ def _read_hashed_stats(p: Path) -> tuple[StatsHeader, dict[str, TensorInfo], Any
     return state["header"], table, data, expected, h.hexdigest()
 
 
-def _packed_from_read(p: Path, header: StatsHeader, table: dict[str, TensorInfo], data: Any,
-                      expected: str | None, actual: str) -> PackedStats:
+def _packed_from_read(path: str | os.PathLike[str], header: StatsHeader,
+                      table: dict[str, TensorInfo], data: Any, expected: str | None,
+                      actual: str) -> PackedStats:
     """The statistics of a file read by :func:`_read_hashed_stats`, once its digest matched."""
+    p = Path(path)
     if expected is None:
         _warn_no_digest(p, 4)
     else:
         _check_digest(actual, expected, p)
-    return _packed_build(p, header, tensor_views(data, table))
+    return _packed_build(path, header, tensor_views(data, table))
 
 
 def _packed_build(path: str | os.PathLike[str], header: StatsHeader,

@@ -291,12 +291,13 @@ class StatsHeader:
     def packed_stats_from(self, tensors: Mapping[str, Any]) -> PackedStats:
         """:meth:`stats_from` keeping the symmetric matrices packed (``packed_stats_from_tensors``).
 
-        Only for a header without noise levels (a payload, not a DP release).
+        For a file reader: ``tensors`` are views of its own buffer, which the result keeps (no
+        copy). Only for a header without noise levels (a payload, not a DP release).
         """
         assert not self.noise_sigma, "a DP release is read with stats_from"
         return packed_stats_from_tensors(self.meta, dict(tensors), self.n_clipped,
                                          self.holdout_n_clipped or 0, self.transport_dtype,
-                                         self.rounded_to)
+                                         self.rounded_to, copy=False)
 
     def to_entries(self, style: Style) -> dict[str, Any]:
         """The header's entries in ``style``, in :data:`HEADER_FIELDS` order.

@@ -193,16 +193,19 @@ def packed_stats_from_tensors(
     holdout_n_clipped: int = 0,
     transport_dtype: Any = None,
     rounded_to: Any = "float64",
+    *,
+    copy: bool = True,
 ) -> PackedStats:
     """:func:`stats_from_tensors`, keeping the symmetric matrices as they travel (packed).
 
     The same checks, in the same order, with the same messages, on the packed triangles; the
     result is :class:`~ghofl.stats.client_stats.packed.PackedStats`, what a server that only
     adds payloads reads them into (:class:`~ghofl.stats.StatsTotal` unpacks its total once).
-    Float64 arrays are kept as they are given (views of ``t``'s buffer, made read-only); float32
-    ones are upcast. A payload with a held-out section is validated as
-    :func:`stats_from_tensors` validates it (the check of total − held-out needs the
-    matrices), then packed. Parameters, errors: :func:`stats_from_tensors`.
+    A payload with a held-out section is validated as :func:`stats_from_tensors` validates it
+    (the check of total − held-out needs the matrices), then packed. Parameters, errors:
+    :func:`stats_from_tensors`; ``copy=False`` (a reader's own buffer, which nothing else
+    holds) keeps the float64 and int64 arrays of ``t`` as they are, made read-only, instead of
+    copying them (float32 ones are always upcast into new arrays).
     """
     if meta.has_holdout:
         return PackedStats.of(stats_from_tensors(meta, t, n_clipped, holdout_n_clipped,
@@ -212,7 +215,8 @@ def packed_stats_from_tensors(
     arrays: dict[str, NDArray[Any]] = {}
     for _, name, spec in layout:
         arr = spec.check_packed(t[name], meta.num_classes, meta.dim)
-        arrays[spec.name] = arr if arr.dtype == spec.dtype else arr.astype(spec.dtype)
+        arrays[spec.name] = (arr if arr.dtype == spec.dtype and not copy
+                             else arr.astype(spec.dtype))
     for field_name, arr in arrays.items():
         check_finite(field_name, arr)
     rounding = max(TRANSPORT_ROUNDING[tname], TRANSPORT_ROUNDING[transport_dtype_name(rounded_to)])

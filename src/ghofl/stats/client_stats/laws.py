@@ -95,13 +95,15 @@ def validate(s: ClientStats | PackedStats, residue: Magnitude | None = None,
     rounding the checks tolerate (``None`` for statistics built directly).
     ``check_symmetry``: False for matrices symmetric by construction (unpacked triangles).
     ``arrays_checked``: the arrays' shapes, dtypes and finiteness were checked already
-    (:meth:`ClientStats.from_transport`); they are not checked again. Required for
-    :class:`~ghofl.stats.client_stats.packed.PackedStats`, whose symmetric matrices are
-    packed triangles (checked packed, without unpacking them).
+    (:meth:`ClientStats.from_transport`); they are not checked again.
+    :class:`~ghofl.stats.client_stats.packed.PackedStats` are checked with their symmetric
+    matrices packed (shapes (C, d(d+1)/2) and (d(d+1)/2,); the laws read the triangles), and
+    without ``check_symmetry``, which a triangle cannot break.
     """
     res = Magnitude(0.0, 0.0) if residue is None else residue
     c, d, mode = s.meta.num_classes, s.meta.dim, s.meta.mode
     schema = schema_for(mode)
+    packed = _is_packed(s)
     for spec in schema.arrays:
         arr = getattr(s, spec.name)
         if arr is None:
@@ -109,8 +111,9 @@ def validate(s: ClientStats | PackedStats, residue: Magnitude | None = None,
                 f"mode {mode!r} statistics must hold {spec.name}; it is missing"
             )
         if not arrays_checked:
-            check_array(spec.name, arr, spec.shape(c, d), spec.dtype)
-        if spec.symmetric and check_symmetry:
+            check_array(spec.name, arr, spec.packed_shape(c, d) if packed else spec.shape(c, d),
+                        spec.dtype)
+        if spec.symmetric and check_symmetry and not packed:
             _check_symmetric(spec.name, arr, RESIDUE_RTOL * res.second)
     for name in ARRAY_NAMES:
         if not schema.has(name) and getattr(s, name) is not None:
@@ -136,6 +139,12 @@ def validate(s: ClientStats | PackedStats, residue: Magnitude | None = None,
         )
     _check_empty_classes(s, s.sums, diag)
     check_second_moment_laws(s, diag, res.first, res.second)
+
+def _is_packed(s: ClientStats | PackedStats) -> bool:
+    from ghofl.stats.client_stats.packed import PackedStats
+
+    return isinstance(s, PackedStats)
+
 
 def _check_gram(s: ClientStats | PackedStats, res: Magnitude) -> None:
     """The laws of a global second moment without per-class diagonals (mode ``gram``).

@@ -75,13 +75,7 @@ class PackedStats:
     _magnitude: Magnitude = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        schema = schema_for(self.meta.mode)
-        c, d = self.meta.num_classes, self.meta.dim
-        for spec in schema.arrays:
-            arr = getattr(self, spec.name)
-            if arr is not None:
-                check_array(spec.name, arr, spec.packed_shape(c, d), spec.dtype)
-        validate(self, check_symmetry=False, arrays_checked=True)  # names a missing array
+        validate(self)  # as ClientStats, in the same order: shapes (packed), dtypes, laws
         object.__setattr__(self, "n_clipped", int(self.n_clipped))
         object.__setattr__(self, "_magnitude", Magnitude.own(self))
         _freeze(self)
@@ -96,9 +90,10 @@ class PackedStats:
     # ------------------------------------------------------------------ construction
     @classmethod
     def of(cls, stats: ClientStats) -> PackedStats:
-        """``stats`` with its symmetric matrices packed (their upper triangles; a copy).
+        """``stats`` with its symmetric matrices packed (their upper triangles, new arrays).
 
-        Its held-out section is packed too; ``stats`` is valid, so nothing is re-checked.
+        The other arrays are shared (both are read-only). Its held-out section is packed too;
+        ``stats`` is valid, so nothing is re-checked.
         """
         holdout = None if stats.holdout is None else cls.of(stats.holdout)
         arrays = {spec.name: spec.pack(getattr(stats, spec.name))
@@ -178,10 +173,12 @@ class PackedStats:
         if self.sq_sums is not None:
             return self.sq_sums
         if self.class_scatter is None:
+            held = ("class counts, sums and the global B" if self.scatter is not None
+                    else "class counts and sums only")
             raise UnsupportedModeError(
-                f"these are mode {self.mode!r} statistics: they hold no per-class sums of "
-                "squares D_c; recompute the client statistics with --mode pooled (or diag, "
-                "or full)"
+                f"these are mode {self.mode!r} statistics ({held}): they hold no per-class "
+                "sums of squares D_c; recompute the client statistics with --mode pooled "
+                "(or diag, or full)"
             )
         return sym_diagonal(self.class_scatter, self.dim, packed=True)
 

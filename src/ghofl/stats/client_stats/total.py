@@ -64,8 +64,9 @@ class StatsTotal:
     :func:`~ghofl.stats.codec.load_packed_stats` reads) are added as they came: a total
     started from one keeps its symmetric matrices packed (the triangles, d(d+1)/2 numbers
     each), adds the next packed payloads into them and unpacks once, in :meth:`result`. The
-    sum is the same, bit for bit: an unpacked payload's lower triangle is a copy of its upper
-    one, so the unpacked total's lower triangle is too. A :class:`ClientStats` added to a
+    sum is the same, bit for bit, as adding the payloads unpacked (:meth:`PackedStats.unpack`
+    mirrors each upper triangle, and unpacking the total mirrors the sum of the upper
+    triangles, the same additions in the same order). A :class:`ClientStats` added to a
     packed total unpacks the total first (once), and a packed payload added to an unpacked
     total is unpacked, so the two kinds may be mixed in any order.
 
