@@ -22,7 +22,7 @@ average is recorded by the harness beside the timings (the machine is shared).
 
 Writes benchmarks/results/client_stats.json and the ``client_stats`` section of BENCHMARKS.md.
 Run: ``.venv/bin/python benchmarks/bench_client_stats.py [--sizes 1000 50000]
-[--repeats 21 9]`` (about two minutes on 2 quiet cores).
+[--repeats 28 14]`` (about three minutes on 2 quiet cores).
 """
 
 from __future__ import annotations
@@ -65,6 +65,21 @@ def floors(x: np.ndarray, y: np.ndarray) -> dict[str, Callable[[], Any]]:
             "full": lambda: ([b.T @ b for b in blocks], onehot.T @ x)}
 
 
+def gather(x: np.ndarray, y: np.ndarray) -> Callable[[], Any]:
+    """The preparation the ``full`` floor is given: every class's rows copied contiguous.
+
+    What ``full`` statistics of rows in any order must do besides the floor's products (the
+    floor's operands are prepared before the timing): the labels sorted and the rows
+    gathered by class, class by class.
+    """
+    def run() -> list[np.ndarray]:
+        order = np.argsort(y, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(y, minlength=CLASSES))])
+        return [np.ascontiguousarray(x[order[bounds[c] : bounds[c + 1]]])
+                for c in range(CLASSES)]
+    return run
+
+
 def measure_size(n: int, repeats: int, log: Any) -> dict[str, Any]:
     """The side-by-side timings of one client size."""
     rng = np.random.default_rng(0)
@@ -78,6 +93,7 @@ def measure_size(n: int, repeats: int, log: Any) -> dict[str, Any]:
         fns[f"floor_{mode}"] = floor[mode]
         fns[f"client_{mode}"] = lambda j=job: client_statistics((x, y), j)  # type: ignore[misc]
         fns[f"compute_{mode}"] = lambda m=mode: compute_stats(x, y, CLASSES, mode=m)  # type: ignore[misc]
+    fns["gather_full"] = gather(x, y)
     log(f"n = {n:,}: timing {repeats} repeats ...")
     times = harness.median_times(fns, repeats, warmup=True, settle=SETTLE_S, order="balanced")
     row: dict[str, Any] = {"n": n, "dim": DIM, "classes": CLASSES, "repeats": repeats,
@@ -88,6 +104,8 @@ def measure_size(n: int, repeats: int, log: Any) -> dict[str, Any]:
     for step in ("client", "compute"):
         for mode in MODES:
             row[f"{step}_{mode}_ratio"] = times[f"{step}_{mode}"][0] / times[f"floor_{mode}"][0]
+    row["client_full_gathered_ratio"] = times["client_full"][0] / (
+        times["floor_full"][0] + times["gather_full"][0])
     log("  " + ", ".join(f"{k} {row[f'{k}_{m}_ratio']:.2f}x" for k in ("client", "compute")
                          for m in MODES)
         + " (floors " + ", ".join(f"{m} {row[f'floor_{m}_s']:.3f} s" for m in MODES) + ")")
@@ -129,7 +147,9 @@ def render(results: dict[str, Any]) -> str:
         "contiguous, plus one GEMM `onehot.T @ x` for the class sums), every step timed side "
         "by side in each repeat" + _settled(results) + ". `client_statistics` is the whole "
         "client call on an in-memory `(x, y)` (input checks included); `compute_stats` the "
-        "statistics alone. Targets "
+        "statistics alone. *gather*: the preparation the `full` floor is given (labels "
+        "sorted, every class's rows copied contiguous), timed as a step of its own; the "
+        "column after it compares `client_statistics` with the floor plus it. Targets "
         "(issue 40), `client_statistics` in `full` and `pooled`: "
         + "; ".join(f"≤ {t:g}× at n = {n:,}" for n, t in sorted(TARGETS.items())) + ".", ""]
     body = []
@@ -138,19 +158,23 @@ def render(results: dict[str, Any]) -> str:
                     + [f"{r[f'floor_{m}_s']:.4f}" for m in MODES]
                     + [f"{r[f'{k}_{m}_ratio']:.2f}x" for k in ("client", "compute")
                        for m in MODES]
+                    + [f"{r['gather_full_s']:.4f}" if "gather_full_s" in r else "—",
+                       f"{r['client_full_gathered_ratio']:.2f}x"
+                       if "client_full_gathered_ratio" in r else "—"]
                     + [f"≤ {r['target']:g}x", verdict(r)])
     lines.append(markdown_table(
         ["n", "repeats", "floor full s", "floor pooled s", "client_statistics full",
-         "client_statistics pooled", "compute_stats full", "compute_stats pooled", "target",
+         "client_statistics pooled", "compute_stats full", "compute_stats pooled",
+         "gather s", "client_statistics full / (floor full + gather)", "target",
          "verdict"], body))
     return "\n".join(lines)
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1_000, 50_000])
-    ap.add_argument("--repeats", type=int, nargs="+", default=[24, 12],
-                    help="repeats per size (multiples of 6, the length of the Williams design "
-                    "of the 6 steps, keep the orders balanced)")
+    ap.add_argument("--repeats", type=int, nargs="+", default=[28, 14],
+                    help="repeats per size (multiples of 14, the length of the Williams design "
+                    "of the 7 steps, keep the orders balanced)")
 
 
 BENCH = harness.Benchmark(
