@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ghofl.cli._options import AggregationOptions, ServerOptions, cli_plan
-from ghofl.cli.io import check_output_dir, read_stats, table
+from ghofl.cli.io import check_output_dir, read_packed_stats, read_stats, table
 from ghofl.errors import (
     AggregationAbortedError,
     ConfigError,
@@ -186,7 +186,10 @@ def aggregate_files(files: Sequence[Path], digests: Sequence[str], *, out: Path 
             typer.echo(f"{cid!r} already present with the same payload ({path}, SHA-256 "
                        f"{digest}…); not counted again")
 
-    transport = FilesTransport(paths, read=read_stats)
+    # A server that only adds the payloads reads them packed (added packed, unpacked once);
+    # a store records, FedCOF and a DP release read each payload whole.
+    only_adds = store is None and fedcof is None and dp is None
+    transport = FilesTransport(paths, read=read_packed_stats if only_adds else read_stats)
     meta = transport.first_meta()
     plan = payload_plan(meta, store=store)
     plan = plan if fedcof is None else fedcof.plan(plan)

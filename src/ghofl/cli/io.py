@@ -22,7 +22,8 @@ from ghofl.heads.build import head_defaults
 from ghofl.model.directory import check_model_target
 from ghofl.model.manifest import file_sha256
 from ghofl.stats.client_stats import ClientStats
-from ghofl.stats.codec import load_stats
+from ghofl.stats.client_stats.packed import PackedStats
+from ghofl.stats.codec import load_packed_stats, load_stats
 from ghofl.stats.meta import Mode
 from ghofl.stats.release import NoisyStats
 from ghofl.stats.schema import SCHEMAS, schema_for
@@ -99,6 +100,14 @@ def read_stats(path: Path) -> ClientStats:
     """:func:`~ghofl.stats.load_stats`, with the file named in validation errors too."""
     try:
         return load_stats(path)
+    except StatsValidationError as exc:
+        raise StatsValidationError(f"'{path}' holds invalid statistics: {exc}") from exc
+
+
+def read_packed_stats(path: Path) -> PackedStats:
+    """:func:`~ghofl.stats.load_packed_stats`, with the file named as :func:`read_stats` does."""
+    try:
+        return load_packed_stats(path)
     except StatsValidationError as exc:
         raise StatsValidationError(f"'{path}' holds invalid statistics: {exc}") from exc
 

@@ -69,6 +69,7 @@ from numpy.typing import NDArray
 
 from ghofl.errors import ClientRefusalError, StatsValidationError, TotalOutOfBoundsError
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.client_stats.packed import PackedStats
 from ghofl.stats.flat import unflatten_stats
 from ghofl.stats.meta import StatsMeta
 from ghofl.stats.schema import Kind, parts, schema_for, unpack_upper
@@ -325,7 +326,7 @@ def check_bounds(meta: StatsMeta, ints: NDArray[np.generic], floats: NDArray[np.
     return tuple(sorted(out, key=lambda f: order[f.check]))
 
 
-def check_stats_bounds(stats: ClientStats, limits: TotalLimits, psd: bool = True
+def check_stats_bounds(stats: ClientStats | PackedStats, limits: TotalLimits, psd: bool = True
                        ) -> tuple[BoundFailure, ...]:
     """:func:`check_bounds` of ``stats`` (flattened with its mode's schema)."""
     ints, floats = schema_for(stats.mode).flatten(stats)

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.client_stats.packed import PackedStats
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -86,7 +87,7 @@ class PlainRequest(ServerMessage):
 class PlainInput(ClientMessage):
     """A client's statistics, in the clear."""
 
-    stats: ClientStats
+    stats: ClientStats | PackedStats
 
 
 # ---------------------------------------------------------------------- identity binding
@@ -325,7 +326,8 @@ class UnmaskShares(ClientMessage):
 def message_nbytes(message: Any) -> int:
     """Bytes of content of a message: raw bytes, array data, UTF-8 text, 8 per integer.
 
-    ClientStats count their array data (what a file of them holds, without the header).
+    ClientStats (and PackedStats) count their array data (what a file of them holds, without
+    the header).
     """
     if isinstance(message, bytes | bytearray):
         return len(message)
@@ -335,7 +337,7 @@ def message_nbytes(message: Any) -> int:
         return len(message.encode())
     if isinstance(message, bool | int | float) or message is None:
         return 8
-    if isinstance(message, ClientStats):
+    if isinstance(message, ClientStats | PackedStats):
         from ghofl.stats.codec import payload_nbytes
 
         return payload_nbytes(message)

@@ -23,6 +23,7 @@ from ghofl.secure.messages import (
     Stage,
 )
 from ghofl.stats.client_stats import ClientStats, StatsTotal
+from ghofl.stats.client_stats.packed import PackedStats
 from ghofl.stats.meta import StatsMeta
 
 __all__ = ["PlainClient", "PlainServer"]
@@ -34,8 +35,9 @@ class PlainClient:
     Parameters
     ----------
     client_id : str
-    stats : ClientStats or callable returning ClientStats
-        Computed lazily when it is a callable.
+    stats : ClientStats, PackedStats or a callable returning one
+        Computed lazily when it is a callable. :class:`PackedStats` (a payload read packed,
+        :func:`~ghofl.stats.load_packed_stats`) travels as it is: the server adds it packed.
     """
 
     def __init__(self, client_id: str, stats: ClientStats | object) -> None:
@@ -53,7 +55,7 @@ class PlainClient:
                 f"{self.state!r} (out of order or replayed)"
             )
         stats = self._stats() if callable(self._stats) else self._stats
-        assert isinstance(stats, ClientStats)
+        assert isinstance(stats, ClientStats | PackedStats)
         self.state = "done"
         return PlainInput(PROTOCOL_VERSION, request.round_id, "input", self.client_id, stats)
 
@@ -74,7 +76,8 @@ class PlainServer:
         Keep every reply in :attr:`view`.
     on_accept : callable, optional
         Called as ``on_accept(client_id, stats)`` for every contribution accepted into the
-        total, in arrival order (e.g. ``AggregationStore.add`` to record it durably).
+        total, in arrival order (e.g. ``AggregationStore.add`` to record it durably);
+        ``stats`` is :class:`ClientStats` (a payload sent packed is unpacked for it).
 
     Attributes
     ----------
@@ -134,8 +137,9 @@ class PlainServer:
             seen.add(client)
             assert isinstance(msg, PlainInput)
             self._add(msg.stats)
-            if self.on_accept is not None:
-                self.on_accept(client, msg.stats)
+            if self.on_accept is not None:  # called with the values (a packed payload unpacked)
+                self.on_accept(client, msg.stats if isinstance(msg.stats, ClientStats)
+                               else msg.stats.unpack())
             self._survivors.append(client)
         for client in self.clients:
             if client not in seen and client not in self.excluded:
@@ -155,7 +159,8 @@ class PlainServer:
             return "is not one of the invited clients"
         if client in seen:
             return "sent its statistics twice"
-        if not isinstance(msg, PlainInput) or not isinstance(msg.stats, ClientStats):
+        if not isinstance(msg, PlainInput) or not isinstance(msg.stats,
+                                                             ClientStats | PackedStats):
             return f"sent a {type(msg).__name__}, not its statistics (malformed)"
         if msg.version != PROTOCOL_VERSION or msg.round_id != self.round_id:
             return "sent a message of another protocol version or round (replayed)"
@@ -168,7 +173,7 @@ class PlainServer:
                 return "holds statistics that differ from the federation's in " + "; ".join(diffs)
         return _out_of_bounds(msg.stats)
 
-    def _add(self, stats: ClientStats) -> None:
+    def _add(self, stats: ClientStats | PackedStats) -> None:
         self._total.add(stats)
 
     def result(self) -> ClientStats:
@@ -185,7 +190,7 @@ class PlainServer:
         return tuple(self._survivors)
 
 
-def _out_of_bounds(stats: ClientStats) -> str | None:
+def _out_of_bounds(stats: ClientStats | PackedStats) -> str | None:
     """Why one payload is not what clipping at its R can produce.
 
     ``None`` when it is, or when it was not clipped. No public M in the plain protocol, so counts

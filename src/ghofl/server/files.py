@@ -23,6 +23,7 @@ from ghofl.secure.plain import PlainClient
 from ghofl.secure.transport import StageTraffic
 from ghofl.server.plan import AggregationSpec, FederationPlan
 from ghofl.stats.client_stats import ClientStats
+from ghofl.stats.client_stats.packed import PackedStats
 from ghofl.stats.codec import load_stats
 from ghofl.stats.meta import Mode, StatsMeta
 
@@ -39,8 +40,11 @@ class FilesTransport:
     ----------
     files : mapping of str to Path
         Client id → its payload file (``.ghs``); payloads are delivered in this order.
-    read : callable Path -> ClientStats, default :func:`~ghofl.stats.codec.load_stats`
-        Reads one payload; its errors propagate (the round stops there).
+    read : callable Path -> ClientStats or PackedStats, default ``load_stats``
+        Reads one payload (:func:`~ghofl.stats.codec.load_stats`); its errors propagate (the
+        round stops there). A server that only adds the payloads (no store, no per-payload
+        estimate) may read them packed (:func:`~ghofl.stats.codec.load_packed_stats`): it
+        adds them so.
     halt : callable () -> bool, optional
         Asked before each payload is read: once it returns True no further file is read and
         the clients left are absent from the round (dropouts); e.g. stop at the first payload
@@ -58,7 +62,7 @@ class FilesTransport:
     """
 
     def __init__(self, files: Mapping[str, Path], *,
-                 read: Callable[[Path], ClientStats] = load_stats,
+                 read: Callable[[Path], ClientStats | PackedStats] = load_stats,
                  halt: Callable[[], bool] | None = None) -> None:
         self.files = {str(c): Path(p) for c, p in files.items()}
         self.read = read
@@ -66,7 +70,7 @@ class FilesTransport:
         self.traffic: dict[str, StageTraffic] = {}
         self.delivered: list[str] = []
         self.last_meta: StatsMeta | None = None
-        self._first: tuple[str, ClientStats] | None = None
+        self._first: tuple[str, ClientStats | PackedStats] | None = None
 
     def first_meta(self) -> StatsMeta:
         """Metadata of the first payload: read now, and kept until it is delivered.
@@ -118,7 +122,7 @@ class FilesTransport:
             yield client, reply
             del reply  # added by the server by now: one payload in memory at a time
 
-    def _take(self, client: str, path: Path) -> ClientStats:
+    def _take(self, client: str, path: Path) -> ClientStats | PackedStats:
         if self._first is not None and self._first[0] == client:
             stats = self._first[1]
             self._first = None

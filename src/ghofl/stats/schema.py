@@ -62,6 +62,7 @@ from ghofl.stats.meta import MODES, Mode, StatsMeta
 
 if TYPE_CHECKING:
     from ghofl.stats.client_stats import ClientStats
+    from ghofl.stats.client_stats.packed import PackedStats
 
 __all__ = [
     "ARRAY_NAMES",
@@ -504,13 +505,16 @@ class ModeSchema:
         return tuple(a for a in self.arrays if a.dtype.kind != "f")
 
     # ------------------------------------------------------------------ flat vectors
-    def flatten(self, stats: ClientStats) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    def flatten(self, stats: ClientStats | PackedStats
+                ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         """Flatten statistics of this mode (or of a richer one, converted exactly).
 
         Parameters
         ----------
-        stats : ClientStats
-            C classes, dimension d, mode supporting :attr:`mode`.
+        stats : ClientStats or PackedStats
+            C classes, dimension d, mode supporting :attr:`mode`. Packed statistics of this
+            mode are flattened as they are (their triangles are the flat layout's); of a
+            richer mode, unpacked first.
 
         Returns
         -------
@@ -531,13 +535,18 @@ class ModeSchema:
                 f"they lack second moments that mode {self.mode!r} holds; use "
                 f"schema_for({stats.mode!r}) or recompute the statistics with mode {self.mode!r}"
             )
+        from ghofl.stats.client_stats.packed import PackedStats
+
+        if isinstance(stats, PackedStats) and stats.mode != self.mode:
+            stats = stats.unpack()
         sections = [stats] if stats.holdout is None else [stats, stats.holdout]
         ints = np.concatenate([
             np.concatenate([*(np.ravel(getattr(s, a.source)) for a in self._int_arrays),
                             [s.n_clipped]])
             for s in sections
         ]).astype(np.int64, copy=False)
-        pieces = [np.ravel(a.pack(getattr(s, a.source)))
+        pieces = [np.ravel(getattr(s, a.name) if isinstance(s, PackedStats)
+                           else a.pack(getattr(s, a.source)))
                   for s in sections for a in self.float_arrays]
         floats = np.concatenate(pieces).astype(np.float64, copy=False)
         return ints, floats

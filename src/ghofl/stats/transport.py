@@ -390,7 +390,7 @@ def _with_holdout(meta: StatsMeta) -> str:
     return " with a held-out section" if meta.has_holdout else ""
 
 
-def payload_nbytes(stats: ClientStats, transport_dtype: Any = "float64") -> int:
+def payload_nbytes(stats: ClientStats | PackedStats, transport_dtype: Any = "float64") -> int:
     """Bytes of array data one client uploads for ``stats`` (excluding the small header).
 
     Held-out section included, float arrays in ``transport_dtype``.
