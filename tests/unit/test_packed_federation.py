@@ -87,21 +87,19 @@ def test_the_plain_server_refuses_a_packed_payload_out_of_its_bounds() -> None:
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_ghofl_aggregate_reads_packed_to_the_same_total(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, dtype: str) -> None:
-    import ghofl.cli.io as io
-
     payloads = [_stats(k, mode, holdout=0.25) for k in range(4)]
     files = []
     for k, s in enumerate(payloads):
         files.append(tmp_path / f"c{k}.ghs")
         save_stats(s, files[-1], transport_dtype=dtype)
     read: list[str] = []
-    real = io.load_packed_stats
+    from ghofl.stats.codec import load_packed_stats as real
 
     def counting(path: Path) -> PackedStats:
         read.append(Path(path).name)
         return real(path)
 
-    monkeypatch.setattr(io, "load_packed_stats", counting)
+    monkeypatch.setattr("ghofl.cli.io.load_packed_stats", counting)
     assert main(["aggregate", *map(str, files), "--out", str(tmp_path / "total.ghs")]) == 0
     assert read == [p.name for p in files]  # every payload read packed
     _equal(load_stats(tmp_path / "total.ghs"), sum_stats(load_stats(p) for p in files))
