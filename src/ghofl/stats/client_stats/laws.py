@@ -82,6 +82,16 @@ class Magnitude:
                 second=float(np.max(np.abs(s.diag_sums).sum(axis=0), initial=0.0)),
             )
 
+    def after_transport(self, rounding: float, dim: int) -> Magnitude:
+        """These magnitudes inflated to cover rounding every entry to unit roundoff ``rounding``.
+
+        Times max(1, 4·d·rounding / :data:`RESIDUE_RTOL`), so that the checks' residue
+        tolerance covers a perturbation of 4·d·``rounding`` relative to the values
+        (:meth:`ClientStats.from_transport`); ``rounding`` is recorded.
+        """
+        k = max(1.0, 4.0 * dim * rounding / RESIDUE_RTOL)
+        return Magnitude(self.first * k, self.second * k, rounding)
+
     def __add__(self, other: Magnitude) -> Magnitude:
         return Magnitude(self.first + other.first, self.second + other.second,
                           max(self.rounding, other.rounding))

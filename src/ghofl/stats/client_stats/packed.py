@@ -17,12 +17,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ghofl.errors import StatsValidationError, UnsupportedModeError
-from ghofl.stats._laws import RESIDUE_RTOL
+from ghofl.errors import StatsValidationError
 from ghofl.stats.client_stats.laws import Magnitude, check_array, validate
-from ghofl.stats.client_stats.value import ClientStats, validate_holdout
-from ghofl.stats.meta import Mode, StatsMeta
-from ghofl.stats.schema import ARRAY_NAMES, schema_for, sym_diagonal
+from ghofl.stats.client_stats.value import ClientStats, StatsShape, validate_holdout
+from ghofl.stats.meta import StatsMeta
+from ghofl.stats.schema import ARRAY_NAMES, schema_for
 
 __all__ = ["PackedStats"]
 
@@ -31,7 +30,7 @@ I64 = NDArray[np.int64]
 
 
 @dataclass(frozen=True, eq=False)
-class PackedStats:
+class PackedStats(StatsShape):
     """Validated statistics whose symmetric matrices are kept as packed upper triangles.
 
     The value a server reads a payload into when it only adds it: the laws checked are
@@ -134,54 +133,12 @@ class PackedStats:
         obj = cls._trusted(meta, arrays, n_clipped)
         magnitude = None
         if rounding > 0.0:
-            k = max(1.0, 4.0 * d * rounding / RESIDUE_RTOL)
-            own = obj._magnitude
-            magnitude = Magnitude(own.first * k, own.second * k, rounding)
+            magnitude = obj._magnitude.after_transport(rounding, d)
             object.__setattr__(obj, "_magnitude", magnitude)
         validate(obj, magnitude, check_symmetry=False, arrays_checked=True)
         return obj
 
     # ------------------------------------------------------------------ views
-    @property
-    def mode(self) -> Mode:
-        """Upload mode (``meta.mode``)."""
-        return self.meta.mode
-
-    @property
-    def num_classes(self) -> int:
-        """Number of classes C."""
-        return self.meta.num_classes
-
-    @property
-    def dim(self) -> int:
-        """Embedding dimension d."""
-        return self.meta.dim
-
-    @property
-    def n_samples(self) -> int:
-        """Total number of samples: the sum of the class counts."""
-        return int(self.counts.sum())
-
-    @property
-    def rounding(self) -> float:
-        """Unit roundoff of the coarsest transport these sums went through (as ClientStats)."""
-        return self._magnitude.rounding
-
-    @property
-    def diag_sums(self) -> F64:
-        """D_c, shape (C, d): stored, or the diagonals of the packed S_c (mode ``full``)."""
-        if self.sq_sums is not None:
-            return self.sq_sums
-        if self.class_scatter is None:
-            held = ("class counts, sums and the global B" if self.scatter is not None
-                    else "class counts and sums only")
-            raise UnsupportedModeError(
-                f"these are mode {self.mode!r} statistics ({held}): they hold no per-class "
-                "sums of squares D_c; recompute the client statistics with --mode pooled "
-                "(or diag, or full)"
-            )
-        return sym_diagonal(self.class_scatter, self.dim, packed=True)
-
     def unpack(self) -> ClientStats:
         """The :class:`ClientStats` of these statistics (the triangles unpacked; a copy)."""
         schema = schema_for(self.mode)

@@ -28,7 +28,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import IncompatibleStatsError, StatsValidationError, UnsupportedModeError
-from ghofl.stats._laws import RESIDUE_RTOL
 from ghofl.stats.client_stats.laws import (
     Magnitude,
     check_array,
@@ -40,15 +39,76 @@ from ghofl.stats.client_stats.laws import (
     zero_empty_classes,
 )
 from ghofl.stats.meta import Mode, StatsMeta
-from ghofl.stats.schema import ARRAY_NAMES, schema_for
+from ghofl.stats.schema import ARRAY_NAMES, schema_for, sym_diagonal
 
-__all__ = ["ClientStats", "check_combinable", "check_meta_combinable", "validate_holdout"]
+__all__ = ["ClientStats", "StatsShape", "check_combinable", "check_meta_combinable",
+           "validate_holdout"]
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
+class StatsShape:
+    """What statistics are, read off their metadata and counts.
+
+    Shared by :class:`ClientStats` and :class:`~ghofl.stats.client_stats.packed.PackedStats`.
+    """
+
+    meta: StatsMeta
+    counts: I64
+    sq_sums: F64 | None
+    class_scatter: F64 | None
+    scatter: F64 | None
+    _magnitude: Magnitude
+
+    @property
+    def diag_sums(self) -> F64:
+        """D_c, shape (C, d): stored, or the diagonals of S_c in ``full`` mode (a copy)."""
+        if self.sq_sums is not None:
+            return self.sq_sums
+        if self.class_scatter is None:
+            held = ("class counts, sums and the global B" if self.scatter is not None
+                    else "class counts and sums only")
+            raise UnsupportedModeError(
+                f"these are mode {self.mode!r} statistics ({held}): they hold no per-class "
+                "sums of squares D_c; recompute the client statistics with --mode pooled "
+                "(or diag, or full)"
+            )
+        packed = self.class_scatter.ndim == 2  # PackedStats: (C, d(d+1)/2) triangles
+        return np.ascontiguousarray(sym_diagonal(self.class_scatter, self.dim, packed))
+
+    @property
+    def rounding(self) -> float:
+        """Unit roundoff of the coarsest transport these sums went through.
+
+        That includes any payload added into them: 2⁻²⁴ after float32 transport, 0.0 for
+        float64 all the way. Files and stores record it so that re-reading them tolerates that
+        rounding.
+        """
+        return self._magnitude.rounding
+
+    @property
+    def mode(self) -> Mode:
+        """Upload mode (``meta.mode``)."""
+        return self.meta.mode
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes C (``meta.num_classes``)."""
+        return self.meta.num_classes
+
+    @property
+    def dim(self) -> int:
+        """Embedding dimension d (``meta.dim``)."""
+        return self.meta.dim
+
+    @property
+    def n_samples(self) -> int:
+        """Total number of samples: the sum of the class counts."""
+        return int(self.counts.sum())
+
+
 @dataclass(frozen=True, eq=False)
-class ClientStats:
+class ClientStats(StatsShape):
     """Sufficient statistics of one client (or of an aggregate of clients).
 
     Parameters
@@ -207,49 +267,11 @@ class ClientStats:
         obj = cls._trusted(meta, n_clipped=n_clipped, holdout=holdout, **arrays)
         magnitude: Magnitude | None = None
         if rounding > 0.0:
-            k = max(1.0, 4.0 * meta.dim * rounding / RESIDUE_RTOL)
-            own = obj._magnitude
-            magnitude = Magnitude(own.first * k, own.second * k, rounding)
+            magnitude = obj._magnitude.after_transport(rounding, meta.dim)
             object.__setattr__(obj, "_magnitude", magnitude)
         validate(obj, magnitude, check_symmetry=not unpacked, arrays_checked=True)
         validate_holdout(obj)
         return obj
-
-    # ------------------------------------------------------------------ shape facts
-    @property
-    def mode(self) -> Mode:
-        """Upload mode (``meta.mode``)."""
-        return self.meta.mode
-
-    @property
-    def num_classes(self) -> int:
-        """Number of classes C (``meta.num_classes``)."""
-        return self.meta.num_classes
-
-    @property
-    def dim(self) -> int:
-        """Embedding dimension d (``meta.dim``)."""
-        return self.meta.dim
-
-    @property
-    def n_samples(self) -> int:
-        """Total number of samples: the sum of the class counts."""
-        return int(self.counts.sum())
-
-    @property
-    def diag_sums(self) -> F64:
-        """D_c, shape (C, d): stored, or diag(S_c) in ``full`` mode."""
-        if self.sq_sums is not None:
-            return self.sq_sums
-        if self.class_scatter is None:
-            held = ("class counts, sums and the global B" if self.scatter is not None
-                    else "class counts and sums only")
-            raise UnsupportedModeError(
-                f"these are mode {self.mode!r} statistics ({held}): they hold no per-class "
-                "sums of squares D_c; recompute the client statistics with --mode pooled "
-                "(or diag, or full)"
-            )
-        return np.ascontiguousarray(np.diagonal(self.class_scatter, axis1=1, axis2=2))
 
     @property
     def total_scatter(self) -> F64 | None:
@@ -268,16 +290,6 @@ class ClientStats:
         return {name: getattr(self, name) for name in ARRAY_NAMES}
 
     # ------------------------------------------------------------------ held-out section
-    @property
-    def rounding(self) -> float:
-        """Unit roundoff of the coarsest transport these sums went through.
-
-        That includes any payload added into them: 2⁻²⁴ after float32 transport, 0.0 for
-        float64 all the way. Files and stores record it so that re-reading them tolerates that
-        rounding.
-        """
-        return self._magnitude.rounding
-
     @property
     def holdout_fraction(self) -> float:
         """``meta.holdout_fraction`` (0.0: no held-out section)."""
