@@ -535,9 +535,7 @@ class ModeSchema:
                 f"they lack second moments that mode {self.mode!r} holds; use "
                 f"schema_for({stats.mode!r}) or recompute the statistics with mode {self.mode!r}"
             )
-        from ghofl.stats.client_stats.packed import PackedStats
-
-        if isinstance(stats, PackedStats) and stats.mode != self.mode:
+        if stats.packed and stats.mode != self.mode:
             stats = stats.unpack()
         sections = [stats] if stats.holdout is None else [stats, stats.holdout]
         ints = np.concatenate([
@@ -545,8 +543,7 @@ class ModeSchema:
                             [s.n_clipped]])
             for s in sections
         ]).astype(np.int64, copy=False)
-        pieces = [np.ravel(getattr(s, a.name) if isinstance(s, PackedStats)
-                           else a.pack(getattr(s, a.source)))
+        pieces = [np.ravel(getattr(s, a.name) if s.packed else a.pack(getattr(s, a.source)))
                   for s in sections for a in self.float_arrays]
         floats = np.concatenate(pieces).astype(np.float64, copy=False)
         return ints, floats

@@ -113,7 +113,7 @@ def validate(s: ClientStats | PackedStats, residue: Magnitude | None = None,
     res = Magnitude(0.0, 0.0) if residue is None else residue
     c, d, mode = s.meta.num_classes, s.meta.dim, s.meta.mode
     schema = schema_for(mode)
-    packed = _is_packed(s)
+    packed = s.packed
     for spec in schema.arrays:
         arr = getattr(s, spec.name)
         if arr is None:
@@ -149,12 +149,6 @@ def validate(s: ClientStats | PackedStats, residue: Magnitude | None = None,
         )
     _check_empty_classes(s, s.sums, diag)
     check_second_moment_laws(s, diag, res.first, res.second)
-
-def _is_packed(s: ClientStats | PackedStats) -> bool:
-    from ghofl.stats.client_stats.packed import PackedStats
-
-    return isinstance(s, PackedStats)
-
 
 def _check_gram(s: ClientStats | PackedStats, res: Magnitude) -> None:
     """The laws of a global second moment without per-class diagonals (mode ``gram``).

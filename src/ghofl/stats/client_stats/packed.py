@@ -12,7 +12,7 @@ unpacks the total once, in :meth:`~ghofl.stats.StatsTotal.result`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -72,6 +72,7 @@ class PackedStats(StatsShape):
     n_clipped: int = 0
     holdout: PackedStats | None = None
     _magnitude: Magnitude = field(init=False, repr=False, compare=False)
+    packed: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         validate(self)  # as ClientStats, in the same order: shapes (packed), dtypes, laws

@@ -22,7 +22,7 @@ subtraction, mode conversion, flattening and the file format act on both section
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -53,6 +53,9 @@ class StatsShape:
     Shared by :class:`ClientStats` and :class:`~ghofl.stats.client_stats.packed.PackedStats`.
     """
 
+    #: Whether the symmetric matrices are packed triangles (PackedStats) or d × d (ClientStats).
+    packed: ClassVar[bool] = False
+
     meta: StatsMeta
     counts: I64
     sq_sums: F64 | None
@@ -73,8 +76,7 @@ class StatsShape:
                 "sums of squares D_c; recompute the client statistics with --mode pooled "
                 "(or diag, or full)"
             )
-        packed = self.class_scatter.ndim == 2  # PackedStats: (C, d(d+1)/2) triangles
-        return np.ascontiguousarray(sym_diagonal(self.class_scatter, self.dim, packed))
+        return np.ascontiguousarray(sym_diagonal(self.class_scatter, self.dim, self.packed))
 
     @property
     def rounding(self) -> float:
@@ -281,6 +283,10 @@ class ClientStats(StatsShape):
         if self.class_scatter is not None:
             return np.asarray(self.class_scatter.sum(axis=0))
         return None
+
+    def unpack(self) -> ClientStats:
+        """These statistics, as they are (``PackedStats.unpack`` gives them for packed ones)."""
+        return self
 
     def arrays(self) -> dict[str, Any]:
         """The stored arrays by field name (``None`` for the ones this mode does not hold).
