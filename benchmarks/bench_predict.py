@@ -111,10 +111,12 @@ def _write_pngs(images: NDArray[np.uint8], folder: Path) -> None:
 def _cli(argv: list[str]) -> None:
     from ghofl.cli.main import main
 
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         rc = main(argv)
     if rc != 0:
-        raise harness.BenchmarkError(f"ghofl {' '.join(argv)} exited with {rc}")
+        raise harness.BenchmarkError(f"ghofl {' '.join(argv)} exited with {rc}: "
+                                     f"{err.getvalue().strip()[-2000:]}")
 
 
 def _throughput(ctx: harness.Context) -> dict[str, Any]:
