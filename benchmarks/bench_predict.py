@@ -152,7 +152,8 @@ def _throughput(ctx: harness.Context) -> dict[str, Any]:
 
         def predict() -> None:
             _cli(["predict", str(model), "--data", str(root / "images"), "--out",
-                  str(root / "out.csv"), "--batch-size", str(bs), "--no-progress"])
+                  str(root / "out.csv"), "--batch-size", str(bs), "--no-progress",
+                  "--force"])  # every repeat rewrites the same file
 
         def exported() -> None:
             for i in range(0, len(images), bs):
