@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ghofl.data.embeddings import Embeddings, load_embeddings
 from ghofl.errors import ConfigError, InputError, StatsValidationError
@@ -28,6 +28,8 @@ from ghofl.stats.meta import Mode
 from ghofl.stats.release import NoisyStats
 from ghofl.stats.schema import SCHEMAS, schema_for
 
+T = TypeVar("T")
+
 __all__ = [
     "Embeddings",  # re-exported from ghofl.data.embeddings
     "check_mode",
@@ -36,6 +38,7 @@ __all__ = [
     "load_embeddings",  # re-exported from ghofl.data.embeddings
     "parse_param_options",
     "parse_value",
+    "read_packed_stats",
     "read_stats",
     "resolve_classes",
     "table",
@@ -98,16 +101,17 @@ def resolve_classes(
 
 def read_stats(path: Path) -> ClientStats:
     """:func:`~ghofl.stats.load_stats`, with the file named in validation errors too."""
-    try:
-        return load_stats(path)
-    except StatsValidationError as exc:
-        raise StatsValidationError(f"'{path}' holds invalid statistics: {exc}") from exc
+    return _named(load_stats, path)
 
 
 def read_packed_stats(path: Path) -> PackedStats:
     """:func:`~ghofl.stats.load_packed_stats`, with the file named as :func:`read_stats` does."""
+    return _named(load_packed_stats, path)
+
+
+def _named(load: Callable[[Path], T], path: Path) -> T:
     try:
-        return load_packed_stats(path)
+        return load(path)
     except StatsValidationError as exc:
         raise StatsValidationError(f"'{path}' holds invalid statistics: {exc}") from exc
 

@@ -63,8 +63,9 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -368,11 +369,8 @@ def read_stats_file(path: str | os.PathLike[str]) -> tuple[ClientStats, str]:
     check = _stats_check(path, state)
 
     def build(_: dict[str, str], tensors: dict[str, NDArray[Any]]) -> ClientStats:
-        header = state["header"]
-        try:
-            return header.stats_from(tensors)
-        except StatsFormatError as exc:
-            raise StatsFormatError(f"{str(path)!r} holds malformed statistics: {exc}") from exc
+        with _naming(path):
+            return state["header"].stats_from(tensors)
 
     _, stats = read_safetensors_into(path, FORMAT, "statistics", build, check, STATS_KEYS,
                                      STATS_DTYPES)
@@ -495,8 +493,15 @@ def _packed_build(path: str | os.PathLike[str], header: StatsHeader,
             f"{str(path)!r} holds a differentially private release (noise levels in its "
             "header), not a payload to add; read it with load_stats"
         )
-    try:
+    with _naming(path):
         return header.packed_stats_from(tensors)
+
+
+@contextmanager
+def _naming(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Re-raise a :class:`StatsFormatError` of the arrays with the file named in it."""
+    try:
+        yield
     except StatsFormatError as exc:
         raise StatsFormatError(f"{str(path)!r} holds malformed statistics: {exc}") from exc
 

@@ -164,6 +164,7 @@ def stats_from_tensors(
     """
     layout = schema_for(meta.mode).stored_arrays(meta.has_holdout)
     tname = _checked_dtypes(meta, t, layout, transport_dtype)
+    rounding = _rounding(tname, rounded_to)
     sections: dict[str, dict[str, NDArray[Any]]] = {}
     for part, name, spec in layout:
         # Symmetric arrays unpack straight into spec.dtype; the others are copied, so the
@@ -175,7 +176,6 @@ def stats_from_tensors(
     # section first as it is validated first below; not checked again on the unpacked ones.
     for _, name, spec in sorted(layout, key=lambda item: item[0] != HOLDOUT_PREFIX):
         check_finite(spec.name, np.asarray(t[name]))
-    rounding = max(TRANSPORT_ROUNDING[tname], TRANSPORT_ROUNDING[transport_dtype_name(rounded_to)])
     holdout = None
     if meta.has_holdout:
         holdout = ClientStats._from_transport(meta.without_holdout(), sections[HOLDOUT_PREFIX],
@@ -219,8 +219,12 @@ def packed_stats_from_tensors(
                              else arr.astype(spec.dtype))
     for field_name, arr in arrays.items():
         check_finite(field_name, arr)
-    rounding = max(TRANSPORT_ROUNDING[tname], TRANSPORT_ROUNDING[transport_dtype_name(rounded_to)])
-    return PackedStats._from_transport(meta, arrays, n_clipped, rounding)
+    return PackedStats._from_transport(meta, arrays, n_clipped, _rounding(tname, rounded_to))
+
+
+def _rounding(tname: str, rounded_to: Any) -> float:
+    """Unit roundoff of the coarsest of the transport dtype and the earlier ``rounded_to``."""
+    return max(TRANSPORT_ROUNDING[tname], TRANSPORT_ROUNDING[transport_dtype_name(rounded_to)])
 
 
 def _checked_dtypes(meta: StatsMeta, t: Mapping[str, Any],

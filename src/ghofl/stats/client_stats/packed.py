@@ -150,10 +150,6 @@ class PackedStats(StatsShape):
         return ClientStats._trusted(self.meta, n_clipped=self.n_clipped,
                                     magnitude=self._magnitude, holdout=holdout, **arrays)
 
-    def arrays(self) -> dict[str, Any]:
-        """The stored arrays by field name, packed (``None`` for those of other modes)."""
-        return {name: getattr(self, name) for name in ARRAY_NAMES}
-
     def __repr__(self) -> str:
         held = "" if self.holdout is None else f", holdout n={self.holdout.n_samples}"
         return (f"PackedStats(mode={self.mode!r}, dim={self.dim}, classes={self.num_classes}, "

@@ -88,6 +88,14 @@ class StatsShape:
         """
         return self._magnitude.rounding
 
+    def arrays(self) -> dict[str, Any]:
+        """The stored arrays by field name (``None`` for the ones this mode does not hold).
+
+        The main section only; the held-out one is ``self.holdout.arrays()``. Packed
+        statistics give their triangles.
+        """
+        return {name: getattr(self, name) for name in ARRAY_NAMES}
+
     @property
     def mode(self) -> Mode:
         """Upload mode (``meta.mode``)."""
@@ -287,13 +295,6 @@ class ClientStats(StatsShape):
     def unpack(self) -> ClientStats:
         """These statistics, as they are (``PackedStats.unpack`` gives them for packed ones)."""
         return self
-
-    def arrays(self) -> dict[str, Any]:
-        """The stored arrays by field name (``None`` for the ones this mode does not hold).
-
-        The main section only; the held-out one is ``self.holdout.arrays()``.
-        """
-        return {name: getattr(self, name) for name in ARRAY_NAMES}
 
     # ------------------------------------------------------------------ held-out section
     @property
