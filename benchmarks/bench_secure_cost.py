@@ -29,96 +29,26 @@ Run: ``.venv/bin/python benchmarks/bench_secure_cost.py [--clients 100 1000]
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-import ghofl
+from _secure_cost_run import CLIP, C, D, N, reference, run
 from ghofl.bench import harness
 from ghofl.bench.report import machine_summary, markdown_table
-from ghofl.secure import (
-    IdentityKey,
-    InMemoryTransport,
-    PlainClient,
-    PlainServer,
-    Roster,
-    SecAggClient,
-    SecAggConfig,
-    SecAggServer,
-    run_aggregation,
-)
-from ghofl.secure.messages import PROTOCOL_VERSION
-from ghofl.stats import ClientStats, compute_stats
-from ghofl.stats.accumulate import StatsAccumulator
 
 SECTION = "secure_cost"
-CLIP = 30.0
-D, C, N = 512, 10, 200
-
-
-def _stats(i: int) -> Callable[[], ClientStats]:
-    def make() -> ClientStats:
-        rng = np.random.default_rng(1000 + i)
-        y = rng.integers(0, C, N)
-        x = rng.normal(size=(N, D)) + y[:, None] * 0.05
-        return compute_stats(x, y, C, "pooled", clip_norm=CLIP)
-    return make
 
 
 #: The last revision of protocol version 2 (the baseline of the side-by-side run).
 BASELINE_REF = "9c6a676"
-
-
-def _halves(variant: str, n: int) -> tuple[list[Any], Any]:
-    ids = [f"c{i:05d}" for i in range(n)]
-    makers = [_stats(i) for i in range(n)]
-    meta = StatsAccumulator(C, D, "pooled", clip_norm=CLIP).meta  # type: ignore[arg-type]
-    if variant == "plain":
-        return [PlainClient(c, m) for c, m in zip(ids, makers, strict=True)], PlainServer(ids, meta)
-    keys = {c: IdentityKey.generate() for c in ids}
-    roster = Roster.from_identities(keys)
-    # no ledger in either version (v2's default; v3 takes ledger=None)
-    extra: dict[str, Any] = ({"ledger": None} if "allow_unauthenticated" in
-                             inspect.signature(SecAggClient).parameters else {})
-    clients = [SecAggClient(c, m, meta=meta, identity=keys[c], roster=roster, **extra)
-               for c, m in zip(ids, makers, strict=True)]
-    return clients, SecAggServer(SecAggConfig(clip_norm=CLIP), meta, roster=roster)
-
-
-def _reference(n: int) -> ClientStats:
-    reference = _stats(0)()
-    for i in range(1, n):
-        reference = reference + _stats(i)()
-    return reference
-
-
-def _run(variant: str, n: int, reference: ClientStats) -> dict[str, Any]:
-    clients, server = _halves(variant, n)
-    load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    report = run_aggregation(server, InMemoryTransport(clients))
-    wall = time.perf_counter() - t0
-    client_s = sum(s.client_seconds_total for s in report.stages.values())
-    sent = sum(s.client_sent_bytes_mean for s in report.stages.values())
-    received = sum(s.client_received_bytes_mean for s in report.stages.values())
-    err = max(float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-300))
-              for a, b in ((report.total.sums, reference.sums),
-                           (report.total.scatter, reference.scatter)))
-    return {"variant": variant, "clients": n, "wall_s": wall, "client_s": client_s,
-            "client_s_per_client": client_s / n, "server_s": max(wall - client_s, 0.0),
-            "sent_bytes_per_client": sent, "received_bytes_per_client": received,
-            "rel_error": err, "params": report.params, "stages": list(report.stages),
-            "protocol_version": PROTOCOL_VERSION, "ghofl_source": str(Path(ghofl.__file__).parent),
-            "load_before": load, "load_after": os.getloadavg()[0]}
+#: The file each run's child executes (the baseline's row: with that revision's source).
+WORKER = Path(__file__).with_name("_secure_cost_run.py")
 
 
 def _baseline(ctx: harness.Context, n: int) -> dict[str, Any]:
@@ -134,7 +64,7 @@ def _baseline(ctx: harness.Context, n: int) -> dict[str, Any]:
                 "or give --baseline-ref")
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         env = {**os.environ, "PYTHONPATH": str(Path(tmp) / "src")}
-        child = subprocess.run([sys.executable, __file__, "--baseline-worker", str(n)],
+        child = subprocess.run([sys.executable, str(WORKER), str(n)],
                                env=env, capture_output=True, text=True, check=False)
     if child.returncode != 0:
         raise harness.BenchmarkError(f"the baseline run failed:\n{child.stderr[-2000:]}")
@@ -148,19 +78,15 @@ def _baseline(ctx: harness.Context, n: int) -> dict[str, Any]:
 
 
 def measure(ctx: harness.Context) -> dict[str, Any]:
-    if ctx.args.baseline_worker:  # the child: this file run against the baseline's ghofl
-        n = ctx.args.baseline_worker
-        print(json.dumps(_run("now", n, _reference(n)), default=str), flush=True)
-        raise SystemExit(0)
     old = ctx.load("secure_cost.json", {}) or {}
     asked = set(ctx.args.clients)
     rows = [r for r in old.get("rows", []) if r["clients"] not in asked
             and r["variant"] in ("plain", "v2", "now") and "load_before" in r]
     for n in ctx.args.clients:
-        reference = _reference(n)
+        reference_total = reference(n)
         for variant in ("plain", "v2", "now"):
             ctx.log(f"n = {n}: {variant} ...")
-            rows.append(_baseline(ctx, n) if variant == "v2" else _run(variant, n, reference))
+            rows.append(_baseline(ctx, n) if variant == "v2" else run(variant, n, reference_total))
             r = rows[-1]
             ctx.log(f"  wall {r['wall_s']:.1f} s, client {r['client_s']:.1f} s, server "
                     f"{r['server_s']:.1f} s, sent {r['sent_bytes_per_client'] / 1e3:.1f} kB, "
@@ -223,7 +149,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[100, 1000])
     ap.add_argument("--baseline-ref", default=BASELINE_REF,
                     help="git revision of the protocol-version-2 baseline")
-    ap.add_argument("--baseline-worker", type=int, default=0, help=argparse.SUPPRESS)
 
 
 BENCH = harness.Benchmark(
