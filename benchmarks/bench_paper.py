@@ -52,7 +52,8 @@ Writes benchmarks/results/paper.json and the ``paper_code`` section of BENCHMARK
 ``GHOFL_DATA_DIR`` or ../shared/data, torch and PyYAML; ``--parts closed`` or ``trained`` runs
 one part and keeps the other's saved results; ``--train-per-class`` takes a subset of the
 training set; the test set is 100 samples per class unless ``--test-per-class`` says
-otherwise). About 7 minutes on 2 cores.
+otherwise, and all 1,000 per class for the evaluations and accuracies of FisherMix and
+Proto-Hyper unless ``--trained-test-per-class`` says otherwise). About 7 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ import io
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -134,10 +136,18 @@ class Setup:
         bs = int(self.s["batch_size"])
         self.paper_batches = [[(torch.from_numpy(x[j:j + bs]), torch.from_numpy(y[j:j + bs]))
                                for j in range(0, len(y), bs)] for x, y in self.clients]
-        tb = int(self.s["test_batch"])
-        self.test_batches = [(torch.from_numpy(f.x_test[j:j + tb]),
-                              torch.from_numpy(f.y_test[j:j + tb]))
-                             for j in range(0, len(f.y_test), tb)]
+        # the trained heads' evaluations: a larger test set (theirs take milliseconds)
+        self.f_eval = f if args.trained_test_per_class == args.test_per_class else load_features(
+            "cifar10", "efficientnet-lite0",
+            replace(cfg, test_per_class=args.trained_test_per_class), log=ctx.log)
+        self.test_batches = self._batches(f.x_test, f.y_test)
+        self.eval_batches = self._batches(self.f_eval.x_test, self.f_eval.y_test)
+
+    def _batches(self, x: Any, y: Any) -> list[tuple[Any, Any]]:
+        """The test set as the paper's evaluation takes it: tensors of its ``test_batch``."""
+        tb, torch = int(self.s["test_batch"]), self.torch
+        return [(torch.from_numpy(x[j:j + tb]), torch.from_numpy(y[j:j + tb]))
+                for j in range(0, len(y), tb)]
 
     # the clients' statistics, as each code computes them
     def paper_client_stats(self) -> list[dict[str, Any]]:
@@ -287,11 +297,11 @@ class PaperServer:
             return srv.nb_scores_f(zf, fitted["g_f"]) + fitted["protohyper"](zf)
         return ph
 
-    def evaluate(self, head: str) -> float:
-        """Accuracy (%) of ``head`` on the test batches."""
+    def evaluate(self, head: str, batches: list[tuple[Any, Any]] | None = None) -> float:
+        """Accuracy (%) of ``head`` on ``batches`` (default: the test batches)."""
         score, correct, total = self.scorer(head), 0, 0
         with self.torch.no_grad():
-            for x, y in self.setup.test_batches:
+            for x, y in self.setup.test_batches if batches is None else batches:
                 correct += self.srv.top1_correct(score(x), y)
                 total += int(y.shape[0])
         return 100.0 * correct / max(total, 1)
@@ -312,18 +322,20 @@ def _ghofl_heads(names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     return {p: build_heads(names, preset=p, seed=0) for p in PRESETS}
 
 
-def _accuracy(head: Any, setup: Setup) -> float:
-    return 100.0 * float(np.mean(head.predict(setup.f.x_test) == setup.f.y_test))
+def _accuracy(head: Any, f: Any) -> float:
+    """Accuracy (%) of ``head`` on the test split of the features ``f``."""
+    return 100.0 * float(np.mean(head.predict(f.x_test) == f.y_test))
 
 
-def _ghofl_fns(heads: dict[str, dict[str, Any]], total: Any, setup: Setup,
+def _ghofl_fns(heads: dict[str, dict[str, Any]], total: Any, x_test: Any,
                kind: str) -> dict[str, Callable[[], Any]]:
+    """Each head's fit on ``total`` (``kind`` "fit") or predict of ``x_test`` ("eval")."""
     fns: dict[str, Callable[[], Any]] = {}
     for preset, hs in heads.items():
         for name, h in hs.items():
             fns[f"ghofl_{preset}/{kind}_{name}"] = (
                 (lambda h=h: h.fit_from_stats(total)) if kind == "fit"  # type: ignore[misc]
-                else (lambda h=h: h.predict(setup.f.x_test)))  # type: ignore[misc]
+                else (lambda h=h: h.predict(x_test)))  # type: ignore[misc]
     return fns
 
 
@@ -348,17 +360,17 @@ def measure_closed(setup: Setup, paper: PaperServer, repeats: int,
         "ghofl_paper/moments": lambda: compute_moments(total),
         "paper/fit_lda": paper.fit_lda, "paper/fit_qda": paper.fit_qda,
         "paper_float64/fit_qda": paper.fit_qda_float64,
-        **_ghofl_fns(heads, total, setup, "fit"),
+        **_ghofl_fns(heads, total, setup.f.x_test, "fit"),
         **{f"ghofl_{p}/fit_from_moments_{n}": (lambda h=h: h.fit_from_moments(moments))  # type: ignore[misc]
            for p, hs in heads.items() for n, h in hs.items()},
         **{f"paper/eval_{h}": (lambda h=h: paper.evaluate(h)) for h in CLOSED},  # type: ignore[misc]
-        **_ghofl_fns(heads, total, setup, "eval"),
+        **_ghofl_fns(heads, total, setup.f.x_test, "eval"),
     }
     log(f"closed-form part: {len(fns)} steps, {repeats} repeats ...")
     with contextlib.redirect_stdout(io.StringIO()):
         times = harness.median_times(fns, repeats, warmup=True, settle=SETTLE_S)
     acc = {"paper": {h: paper.evaluate(h) for h in CLOSED},
-           **{f"ghofl_{p}": {n: _accuracy(h, setup) for n, h in hs.items()}
+           **{f"ghofl_{p}": {n: _accuracy(h, setup.f) for n, h in hs.items()}
               for p, hs in heads.items()}}
     return {"times": {k: v[0] for k, v in times.items()},
             "samples": {k: v[1] for k, v in times.items()}, "accuracy": acc,
@@ -372,7 +384,7 @@ def measure_trained(setup: Setup, paper: PaperServer, repeats: int, eval_repeats
     heads = _ghofl_heads(TRAINED)
     fits = {"paper/fit_fishermix": paper.fit_fishermix,
             "paper/fit_protohyper": paper.fit_protohyper,
-            **_ghofl_fns(heads, total, setup, "fit")}
+            **_ghofl_fns(heads, total, setup.f_eval.x_test, "fit")}
     log(f"trained heads: fits, {repeats} repeats ...")
     # the last repeat's heads are evaluated
     times = harness.median_times(fits, repeats, settle=SETTLE_S)
@@ -383,8 +395,9 @@ def measure_trained(setup: Setup, paper: PaperServer, repeats: int, eval_repeats
     paper.fit_lda()
     paper.fit_qda()
     every = {p: {**closed[p], **heads[p]} for p in PRESETS}
-    evals = {**{f"paper/eval_{h}": (lambda h=h: paper.evaluate(h)) for h in TRAINED},  # type: ignore[misc]
-             **_ghofl_fns(heads, total, setup, "eval"),
+    evals = {**{f"paper/eval_{h}": (lambda h=h: paper.evaluate(h, setup.eval_batches))  # type: ignore[misc]
+                for h in TRAINED},
+             **_ghofl_fns(heads, total, setup.f_eval.x_test, "eval"),
              "paper/eval_all": paper.evaluate_all,
              **{f"ghofl_{p}/eval_all": (lambda p=p: [h.predict(setup.f.x_test)  # type: ignore[misc]
                                                     for h in every[p].values()])
@@ -392,12 +405,13 @@ def measure_trained(setup: Setup, paper: PaperServer, repeats: int, eval_repeats
     log(f"trained heads: evaluations, {eval_repeats} repeats ...")
     with contextlib.redirect_stdout(io.StringIO()):
         times.update(harness.median_times(evals, eval_repeats, warmup=True, settle=SETTLE_S))
-    acc = {"paper": {h: paper.evaluate(h) for h in TRAINED},
-           **{f"ghofl_{p}": {n: _accuracy(h, setup) for n, h in hs.items()}
+    acc = {"paper": {h: paper.evaluate(h, setup.eval_batches) for h in TRAINED},
+           **{f"ghofl_{p}": {n: _accuracy(h, setup.f_eval) for n, h in hs.items()}
               for p, hs in heads.items()}}
     return {"times": {k: v[0] for k, v in times.items()},
             "samples": {k: v[1] for k, v in times.items()}, "accuracy": acc,
-            "repeats": repeats, "eval_repeats": eval_repeats}
+            "repeats": repeats, "eval_repeats": eval_repeats,
+            "n_test_eval": int(setup.f_eval.y_test.size)}
 
 
 def measure(ctx: harness.Context) -> dict[str, Any]:
@@ -498,7 +512,8 @@ def render(results: dict[str, Any]) -> str:
         "per class), on the CPU. Both codes get the same CIFAR-10 EfficientNet-Lite0 224 px "
         f"features (d = {any_part['dim']}, C = {any_part['classes']}, "
         f"{any_part['n_train']:,} training samples split among {any_part['clients']} clients "
-        f"with Dirichlet α = {any_part['alpha']:g}, {any_part['n_test']:,} test samples). "
+        f"with Dirichlet α = {any_part['alpha']:g}, {any_part['n_test']:,} test samples"
+        + _eval_rows_clause(parts) + "). "
         "Medians of side-by-side repeats (closed-form part "
         f"{parts.get('closed', {}).get('repeats', '—')}, trained fits "
         f"{parts.get('trained', {}).get('repeats', '—')})"
@@ -529,6 +544,15 @@ def render(results: dict[str, Any]) -> str:
               markdown_table(["head", "paper", "ghofl `--preset paper`", "ghofl default"],
                              _accuracy_rows(parts))]
     return "\n".join(lines)
+
+
+def _eval_rows_clause(parts: dict[str, Any]) -> str:
+    """The trained heads' own test set, where their part used another one (else nothing)."""
+    n_eval = parts.get("trained", {}).get("n_test_eval")
+    if n_eval is None or n_eval == parts["trained"]["n_test"]:
+        return ""
+    return (f"; the evaluations and accuracies of FisherMix and Proto-Hyper, milliseconds "
+            f"per 1,000 samples, on {n_eval:,} test samples (`--trained-test-per-class`)")
 
 
 def _stage_notes(results: dict[str, Any]) -> list[str]:
@@ -593,6 +617,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--test-per-class", type=int, default=100,
                     help="test samples per class (0: all 1,000; the paper's QDA evaluation "
                     "takes about 20 s per 1,000 samples here)")
+    ap.add_argument("--trained-test-per-class", type=int, default=0,
+                    help="test samples per class of the FisherMix and Proto-Hyper evaluations "
+                    "and accuracies (0: all 1,000; each takes milliseconds per 1,000 samples)")
 
 
 BENCH = harness.Benchmark(

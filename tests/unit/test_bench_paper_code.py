@@ -117,3 +117,14 @@ def test_stage_rows_align_the_paper_stages() -> None:
     del times["ghofl_paper/moments"]
     assert "aggregation_moments" not in {
         r["stage"] for r in bench.stage_rows({"parts": {"closed": {"times": times}}})}
+
+
+def test_render_names_the_trained_heads_test_set_only_when_it_differs() -> None:
+    bench: Any = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "bench_paper.py",
+                             "bench_paper")
+    trained = {"n_test": 1000, "n_test_eval": 10000}
+    assert "on 10,000 test samples (`--trained-test-per-class`)" in bench._eval_rows_clause(
+        {"trained": trained})
+    assert bench._eval_rows_clause({"trained": {**trained, "n_test_eval": 1000}}) == ""
+    assert bench._eval_rows_clause({"trained": {"n_test": 1000}}) == ""  # saved before
+    assert bench._eval_rows_clause({"closed": {"n_test": 1000}}) == ""
