@@ -441,3 +441,47 @@ def test_packed_stats_from_tensors_copies_the_callers_arrays_unless_told() -> No
     adopted = packed_stats_from_tensors(s.meta, dict(t), copy=False)
     assert np.shares_memory(adopted.class_scatter, t["class_scatter_triu"])
     assert not t["class_scatter_triu"].flags.writeable
+
+
+def test_iter_packed_stats_recycles_a_buffer_only_once_nothing_holds_it() -> None:
+    from ghofl.stats.codec import _free_buffer, _keep_buffer
+
+    buffers: list[np.ndarray] = []
+    first = np.empty(64, np.uint8)
+    _keep_buffer(buffers, first[:40])  # a payload read into a new buffer: the owner is kept
+    assert len(buffers) == 1 and buffers[0] is first
+    view = first[:40]
+    del first
+    assert _free_buffer(buffers) is None  # an array of the payload is alive
+    del view
+    assert _free_buffer(buffers) is buffers[0]
+    owners = [np.empty(64, np.uint8) for _ in range(3)]
+    for o in owners:
+        _keep_buffer(buffers, o)
+    # full (3): the free one made room for the first new buffer; then none was free
+    assert len(buffers) == 3 and all(any(b is o for o in owners) for b in buffers)
+    held = buffers[1][:8]
+    del owners, o
+    free = _free_buffer(buffers)
+    assert free is not None and free is not held.base
+
+
+def test_iter_packed_stats_never_overwrites_a_payload_the_caller_keeps(tmp_path: Path) -> None:
+    from ghofl.stats import iter_packed_stats
+
+    # sizes that grow and shrink: a smaller file reuses a larger buffer, a larger one does not
+    dims = (12, 12, 20, 8, 8, 20, 12, 30, 12)
+    files = _files(tmp_path, [_stats(k, "full", d=d, n=30) for k, d in enumerate(dims)])
+    kept = list(iter_packed_stats(files))  # every payload alive at once
+    for p, got in zip(files, kept, strict=True):
+        _same(got.unpack(), load_stats(p))
+    some = []
+    for k, s in enumerate(iter_packed_stats(files)):  # every other one kept, its arrays only
+        if k % 2 == 0:
+            some.append((k, s.sums, s.class_scatter))
+    for k, sums, scatter in some:
+        again = load_packed_stats(files[k])
+        np.testing.assert_array_equal(sums, again.sums)
+        np.testing.assert_array_equal(scatter, again.class_scatter)
+    for p, got in zip(files, iter_packed_stats(files), strict=True):  # nothing kept
+        _same(got.unpack(), load_stats(p))

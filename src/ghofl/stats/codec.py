@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -415,7 +416,12 @@ def iter_packed_stats(paths: Iterable[str | os.PathLike[str]]
     Every file gets every check of :func:`load_packed_stats`, with the same messages (naming
     the file as given), its digest compared before any of its values is checked, and the
     files are yielded in order. Memory: the payload being checked and the one being read;
-    a caller that keeps the payload it was given (a loop variable) holds a third.
+    a caller that keeps the payload it was given (a loop variable) holds a third. Their data
+    buffers are recycled: a file is read into the buffer of an earlier one once nothing
+    references that buffer any more (no array of its payload is alive), so a caller that
+    drops each payload, as ``sum_stats`` does, has three buffers allocated in all, not one per
+    file (a fresh buffer costs a page fault per page, far more on a machine whose free memory
+    is fragmented); a payload the caller keeps is never overwritten.
 
     A file that is refused raises in its turn, after the files before it were yielded; the
     exception carries a note naming the file and its place in ``paths``. The file being read
@@ -435,13 +441,19 @@ def iter_packed_stats(paths: Iterable[str | os.PathLike[str]]
         )
     todo = list(paths)
     pool = ThreadPoolExecutor(max_workers=1)
-    ahead = pool.submit(_read_hashed_stats, todo[0]) if todo else None
+    buffers: list[NDArray[np.uint8]] = []
+
+    def read_ahead(path: str | os.PathLike[str]) -> Any:
+        return pool.submit(_read_hashed_stats, path, _free_buffer(buffers))
+
+    ahead = read_ahead(todo[0]) if todo else None
     try:
         for k, p in enumerate(todo):
             assert ahead is not None
             try:
                 read = ahead.result()
-                ahead = pool.submit(_read_hashed_stats, todo[k + 1]) if k + 1 < len(todo) else None
+                _keep_buffer(buffers, read[2])
+                ahead = read_ahead(todo[k + 1]) if k + 1 < len(todo) else None
                 stats = _packed_from_read(p, *read)
             except GhoflError as exc:
                 exc.add_note(f"(payload file #{k} of {len(todo)}: {str(p)!r})")
@@ -453,18 +465,54 @@ def iter_packed_stats(paths: Iterable[str | os.PathLike[str]]
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _read_hashed_stats(path: str | os.PathLike[str]
+#: Data buffers :func:`iter_packed_stats` keeps for reuse: the file read ahead, the payload
+#: being checked and the one its caller holds (a loop variable).
+_RECYCLED_BUFFERS = 3
+
+
+def _free_buffer(buffers: list[NDArray[np.uint8]]) -> NDArray[np.uint8] | None:
+    """A buffer of ``buffers`` that nothing else references, or ``None``.
+
+    Every array of a payload read into a buffer is a view holding a reference to it, so a
+    buffer whose only references are the list's and this call's (CPython's reference count
+    2) has no payload array alive and can be read into again.
+    """
+    for i in range(len(buffers)):
+        if sys.getrefcount(buffers[i]) == 2:
+            return buffers[i]
+    return None
+
+
+def _keep_buffer(buffers: list[NDArray[np.uint8]], data: NDArray[np.uint8]) -> None:
+    """Keep the buffer ``data`` was read into, at most :data:`_RECYCLED_BUFFERS` in all.
+
+    A new buffer replaces a free one when the list is full (a larger payload came); with
+    none free it is not kept.
+    """
+    owner = data if data.base is None else data.base
+    if any(b is owner for b in buffers) or not isinstance(owner, np.ndarray):
+        return
+    if len(buffers) >= _RECYCLED_BUFFERS:
+        free = _free_buffer(buffers)
+        if free is None:
+            return
+        del buffers[next(i for i, b in enumerate(buffers) if b is free)]
+    buffers.append(owner)
+
+
+def _read_hashed_stats(path: str | os.PathLike[str], buffer: NDArray[np.uint8] | None = None,
                        ) -> tuple[StatsHeader, dict[str, TensorInfo], Any, str | None, str]:
     """A statistics file's checked header, tensors and data, with its digests.
 
     The digest its header records (``None`` for a file of an older ghofl, which records
     none) and the SHA-256 of its content (``""`` when none is recorded). Messages name the
-    file as ``path`` spells it.
+    file as ``path`` spells it. The data is read into ``buffer`` when it is large enough
+    (:func:`~ghofl.stats.container.read_container`).
     """
     p = Path(path)
     state: dict[str, StatsHeader] = {}
     checked = _header_check(p, FORMAT, "statistics", _stats_check(path, state), STATS_KEYS)
-    header, table, data = read_container(p, "statistics", STATS_DTYPES, checked)
+    header, table, data = read_container(p, "statistics", STATS_DTYPES, checked, buffer)
     expected = header.get(DIGEST_KEY)
     if expected is None:
         return state["header"], table, data, None, ""

@@ -148,7 +148,8 @@ def tensor_views(data: NDArray[np.uint8], table: Mapping[str, TensorInfo]
 
 
 def read_container(
-    p: Path, what: str, dtypes: Mapping[str, np.dtype[Any]], check: HeaderCheck
+    p: Path, what: str, dtypes: Mapping[str, np.dtype[Any]], check: HeaderCheck,
+    buffer: NDArray[np.uint8] | None = None,
 ) -> tuple[dict[str, str], dict[str, TensorInfo], NDArray[np.uint8]]:
     """Read a safetensors file, trusting nothing in it; the digest is left to the caller.
 
@@ -166,6 +167,10 @@ def read_container(
         The safetensors dtypes accepted.
     check : callable
         The caller's checks of the header; raises to refuse the file.
+    buffer : ndarray of uint8, shape (m,), optional
+        Where to read the data section when it holds at least its n bytes (``data`` is then
+        ``buffer[:n]``, and every tensor view keeps ``buffer`` alive); else a new array. The
+        caller must not read or write it while the file is read.
 
     Returns
     -------
@@ -186,7 +191,7 @@ def read_container(
         size = os.fstat(f.fileno()).st_size
         metadata, table, data_start = _read_header(f, p, size, what, dtypes)
         check(metadata, table)
-        data = _read_data(f, p, size - data_start, what)
+        data = _read_data(f, p, size - data_start, what, buffer)
     return metadata, table, data
 
 
@@ -362,12 +367,14 @@ def _prod(shape: tuple[int, ...]) -> int:
     return out
 
 
-def _read_data(f: Any, p: Path, n: int, what: str) -> NDArray[np.uint8]:
+def _read_data(f: Any, p: Path, n: int, what: str,
+               buffer: NDArray[np.uint8] | None = None) -> NDArray[np.uint8]:
     """The ``n`` bytes of the data section, read straight into one uninitialised buffer.
 
-    No zero fill, no joined copies: the tensors are views of it.
+    ``buffer[:n]`` when ``buffer`` holds at least ``n`` bytes, else a new array. No zero
+    fill, no joined copies: the tensors are views of it.
     """
-    data = np.empty(n, dtype=np.uint8)
+    data = buffer[:n] if buffer is not None and buffer.size >= n else np.empty(n, np.uint8)
     view = memoryview(data.data)
     got = 0
     while got < n:
