@@ -653,16 +653,18 @@ class FisherTrainedHead(Head):
         """Scores (n, C) of raw inputs, the finiteness check read off z_f = X V_.
 
         Every check and message of :meth:`~ghofl.heads.base.Head._prepare`, but ``X`` is read
-        once, by the product (:func:`~ghofl.heads._linalg.project_rows`: a finite z_f proves
+        once, in its own dtype, by the product (:func:`~ghofl.heads._linalg.project_rows`
+        casts a float32 or integer ``X`` to float64 block by block, and a finite z_f proves
         ``X`` finite), and checked itself only when z_f is not finite.
         """
-        Z = self._checked_input(X)
+        X = self._validated_input(X)
         if self.meta_.projection is not None:
+            Z = np.asarray(X, dtype=np.float64)
             check_finite_inputs(Z)
             return self._decision(self.meta_.projection.apply(Z))
-        z, finite = project_rows(Z, self.V_, check_finite=True)
+        z, finite = project_rows(X, self.V_, check_finite=True)
         if not finite:  # a NaN or an infinity in X, or an overflow in X V_
-            check_finite_inputs(Z)
+            check_finite_inputs(X)
         return self._fisher_decision(z)
 
     def _decision(self, Z: F64) -> F64:

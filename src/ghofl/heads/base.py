@@ -225,8 +225,21 @@ class Head(ABC):
     def _checked_input(self, X: NDArray[Any]) -> F64:
         """``X`` as a float64 (n, n_features_in_) array, every check but finiteness done.
 
-        No copy when ``X`` is float64 already; finiteness is left to the caller
-        (:func:`check_finite_inputs`, or a check folded into its first product).
+        :meth:`_validated_input` converted to float64: no copy when ``X`` is float64 already;
+        finiteness is left to the caller (:func:`check_finite_inputs`, or a check folded into
+        its first product).
+        """
+        Z: F64 = np.asarray(self._validated_input(X), dtype=np.float64)
+        return Z
+
+    def _validated_input(self, X: NDArray[Any]) -> NDArray[Any]:
+        """``X`` as a numeric (n, n_features_in_) array in its own dtype, checked but finiteness.
+
+        The checks and messages of :meth:`_checked_input`, without its float64 conversion:
+        a float32 or integer ``X`` stays float32 or integer (an object array, e.g. a pandas
+        frame of numbers, is converted as :func:`~ghofl.heads._inputs.check_features` does).
+        For heads whose first product converts ``X`` block by block
+        (:func:`~ghofl.heads._linalg.project_rows`) instead of as a whole (n, d) float64 copy.
         """
         self._check_fitted()
         X = np.asarray(X)
@@ -260,8 +273,7 @@ class Head(ABC):
             )
         if X.dtype.kind not in "fiu":
             raise InputError(f"inputs must be numeric; got dtype {X.dtype}")
-        Z: F64 = np.asarray(X, dtype=np.float64)
-        return Z
+        return X
 
     def _scores(self, X: NDArray[Any]) -> F64:
         """Per-class scores (n, C) of raw inputs: :meth:`_decision` of :meth:`_prepare`.
@@ -467,8 +479,8 @@ class Head(ABC):
         """Head-specific checks of values (e.g. positive variances); raise InputError."""
 
 
-def check_finite_inputs(Z: F64) -> None:
-    """Raise InputError when the inputs ``Z`` hold a NaN or an infinite value."""
+def check_finite_inputs(Z: NDArray[Any]) -> None:
+    """Raise InputError when the inputs ``Z`` (any numeric dtype) hold a NaN or an infinity."""
     if not np.all(np.isfinite(Z)):
         raise InputError("inputs contain NaN or infinite values; clean them before predicting")
 
