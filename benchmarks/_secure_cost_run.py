@@ -40,18 +40,22 @@ CLIP = 30.0
 D, C, N = 512, 10, 200
 
 
-def _stats(i: int) -> Callable[[], ClientStats]:
+def client_stats(i: int, d: int = D) -> Callable[[], ClientStats]:
+    """Client ``i``'s statistics, made when called: C classes, ``d`` features, N samples.
+
+    Also the clients of ``bench_secure_regions.py``.
+    """
     def make() -> ClientStats:
         rng = np.random.default_rng(1000 + i)
         y = rng.integers(0, C, N)
-        x = rng.normal(size=(N, D)) + y[:, None] * 0.05
+        x = rng.normal(size=(N, d)) + y[:, None] * 0.05
         return compute_stats(x, y, C, "pooled", clip_norm=CLIP)
     return make
 
 
 def _halves(variant: str, n: int) -> tuple[list[Any], Any]:
     ids = [f"c{i:05d}" for i in range(n)]
-    makers = [_stats(i) for i in range(n)]
+    makers = [client_stats(i) for i in range(n)]
     meta = StatsAccumulator(C, D, "pooled", clip_norm=CLIP).meta  # type: ignore[arg-type]
     if variant == "plain":
         return [PlainClient(c, m) for c, m in zip(ids, makers, strict=True)], PlainServer(ids, meta)
@@ -66,9 +70,9 @@ def _halves(variant: str, n: int) -> tuple[list[Any], Any]:
 
 
 def reference(n: int) -> ClientStats:
-    reference = _stats(0)()
+    reference = client_stats(0)()
     for i in range(1, n):
-        reference = reference + _stats(i)()
+        reference = reference + client_stats(i)()
     return reference
 
 

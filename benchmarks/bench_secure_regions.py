@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from scipy.optimize import nnls
 
+from _secure_cost_run import CLIP, C, N, client_stats
 from ghofl.bench import harness
 from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.secure import InMemoryTransport, SecAggClient, SecAggConfig, SecAggServer
@@ -55,23 +55,11 @@ from ghofl.secure.hierarchy import (
 )
 from ghofl.secure.identity import IdentityKey, Roster
 from ghofl.secure.messages import PROTOCOL_VERSION
-from ghofl.stats import ClientStats, compute_stats
 from ghofl.stats.accumulate import StatsAccumulator
 from ghofl.stats.schema import schema_for
 
 SECTION = "secure_regions"
-CLIP = 30.0
-C, N = 10, 200
 EXTRAPOLATE = ((100_000, 100), (1_000_000, 100), (1_000_000, 1_000))
-
-
-def _stats(i: int, d: int) -> Callable[[], ClientStats]:
-    def make() -> ClientStats:
-        rng = np.random.default_rng(1000 + i)
-        y = rng.integers(0, C, N)
-        x = rng.normal(size=(N, d)) + y[:, None] * 0.05
-        return compute_stats(x, y, C, "pooled", clip_norm=CLIP)
-    return make
 
 
 def _run(n: int, d: int, size: int, ctx: harness.Context) -> dict[str, Any]:
@@ -83,9 +71,9 @@ def _run(n: int, d: int, size: int, ctx: harness.Context) -> dict[str, Any]:
     t0 = time.perf_counter()
     schema = schema_for("pooled")
     flat = np.zeros(codec.length(meta), np.uint64)
-    naive, exact = _stats(0, d)(), _CompensatedSum()
+    naive, exact = client_stats(0, d)(), _CompensatedSum()
     for i in range(n):
-        s = _stats(i, d)() if i else naive
+        s = client_stats(i, d)() if i else naive
         if i:
             naive = naive + s
         exact.add(schema.flatten(s)[1])
@@ -98,7 +86,7 @@ def _run(n: int, d: int, size: int, ctx: harness.Context) -> dict[str, Any]:
         keys = {c: IdentityKey.generate() for c in region.clients}
         rosters[region.name] = Roster.from_identities(keys)
         return InMemoryTransport([
-            SecAggClient(c, _stats(int(c[1:]), d), meta=meta, encode=encode,
+            SecAggClient(c, client_stats(int(c[1:]), d), meta=meta, encode=encode,
                          identity=keys[c], roster=rosters[region.name], ledger=None)
             for c in region.clients])  # simulated clients: no ledger (runs reuse their data)
 
