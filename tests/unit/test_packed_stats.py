@@ -485,3 +485,17 @@ def test_iter_packed_stats_never_overwrites_a_payload_the_caller_keeps(tmp_path:
         np.testing.assert_array_equal(scatter, again.class_scatter)
     for p, got in zip(files, iter_packed_stats(files), strict=True):  # nothing kept
         _same(got.unpack(), load_stats(p))
+
+
+def test_a_recycled_buffer_is_the_smallest_free_one_at_most_twice_the_file() -> None:
+    from ghofl.stats.codec import _free_buffer
+
+    big, small = np.empty(1000, np.uint8), np.empty(300, np.uint8)
+    buffers = [big, small]
+    del big, small
+    assert _free_buffer(buffers) is buffers[1]  # the smallest free one
+    assert _free_buffer(buffers, 200) is buffers[1]
+    assert _free_buffer(buffers, 100) is None  # 300 bytes would pin 3x a 100-byte payload
+    held = buffers[1][:10]
+    assert _free_buffer(buffers, 600) is buffers[0]
+    assert _free_buffer(buffers, 400) is None and held.base is buffers[1]

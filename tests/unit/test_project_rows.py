@@ -263,3 +263,31 @@ def test_validated_input_keeps_the_dtype_and_the_checks(fitted: dict[str, Any]) 
         with pytest.raises(InputError) as validated:
             head._validated_input(bad)
         assert str(validated.value) == str(checked.value)
+
+
+def test_block_products_keep_the_callers_errstate_callback_and_release_the_blas_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from threadpoolctl import threadpool_info
+
+    from ghofl.heads import _linalg
+
+    before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    monkeypatch.setattr(_linalg, "PROJECT_BLOCK_BYTES", 8 * 12 * 4)  # 4 rows per block
+    X = np.ones((40, 12), np.float32)
+    X[-1, :2] = [np.inf, -np.inf]  # inf - inf in the last block's product: 'invalid'
+    seen: list[str] = []
+    with np.errstate(invalid="call", call=lambda kind, flag: seen.append(kind)):
+        z, finite = _linalg.project_rows(X, np.ones((12, 3)), check_finite=True)
+    assert not finite and np.isnan(z[-1]).all() and seen and "invalid" in seen[0]
+    after = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    assert after == before
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_long_double_beyond_float64_is_refused_as_not_finite(
+        fitted: dict[str, Any], name: str) -> None:
+    if np.finfo(np.longdouble).max <= np.finfo(np.float64).max:
+        pytest.skip("long double is float64 on this platform")
+    X = np.full((2, D), np.longdouble("1e400"))  # finite as long double, inf as float64
+    with pytest.raises(InputError, match=NAN_MESSAGE):
+        fitted[name].predict(X)

@@ -8,7 +8,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
 import numpy as np
@@ -247,9 +247,10 @@ def project_rows(X: NDArray[Any], V: F64, check_finite: bool = False) -> tuple[F
         :func:`small_product_threads`). Any other ``X`` (float32, float16, integers, strided
         views) is never converted as a whole: its blocks of rows are cast to float64 in a
         buffer of :data:`PROJECT_BLOCK_BYTES` per worker and multiplied into the matching rows
-        of ``X V``, the blocks spread over :func:`worker_count` threads with one BLAS thread
-        each (numpy's casts and BLAS release the GIL). The block boundaries depend on ``n``
-        and ``d`` only, so the result does not depend on the number of threads.
+        of ``X V``, the blocks spread over :func:`worker_count` threads, each product under
+        :func:`small_product_threads` (numpy's casts and BLAS release the GIL). The block
+        boundaries depend on ``n`` and ``d`` only, so the result does not depend on the number
+        of threads.
     V : ndarray of shape (d, k)
         float64 projection.
     check_finite : bool, default False
@@ -286,32 +287,36 @@ def _project_blocks(X: NDArray[Any], V: F64) -> F64:
     Block b holds rows [b·r, (b + 1)·r), r = :data:`PROJECT_BLOCK_BYTES` // (8 d); worker w
     of :func:`worker_count` takes a contiguous run of blocks and casts each into its own
     (r, d) buffer, then writes the block's product into ``z`` in place, under the caller's
-    :func:`numpy.errstate`.
+    :func:`numpy.errstate` (callback included) and :func:`small_product_threads`, which
+    holds the process-wide BLAS limit for one block's product at a time.
     """
     n, d = X.shape
     rows = max(1, PROJECT_BLOCK_BYTES // (8 * max(d, 1)))
     blocks = -(-n // rows)
     z: F64 = np.empty((n, V.shape[1]), dtype=np.float64)
     workers = worker_count(blocks)
-    errors = np.geterr()  # the caller's np.errstate: pool threads do not inherit it
+    # the caller's np.errstate, its callback included: pool threads do not inherit it
+    errors, callback = np.geterr(), np.geterrcall()
+    macs = float(rows) * d * V.shape[1]
 
     def run(w: int) -> None:
         first, last = blocks * w // workers, blocks * (w + 1) // workers
         if first == last:
             return
         buf = np.empty((min(rows, n - first * rows), d), dtype=np.float64)
-        with np.errstate(**errors):
+        with np.errstate(**errors), (nullcontext() if callback is None
+                                     else np.errstate(call=callback)):
             for b in range(first, last):
                 s, e = b * rows, min((b + 1) * rows, n)
                 np.copyto(buf[: e - s], X[s:e], casting="unsafe")
-                np.matmul(buf[: e - s], V, out=z[s:e])
+                with small_product_threads(macs):  # the limit held for one product at a time
+                    np.matmul(buf[: e - s], V, out=z[s:e])
 
-    with _single_blas_thread():
-        if workers == 1:
-            run(0)
-        else:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(run, range(workers)))
+    if workers == 1:
+        run(0)
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(run, range(workers)))
     return z
 
 

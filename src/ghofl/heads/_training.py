@@ -658,6 +658,8 @@ class FisherTrainedHead(Head):
         ``X`` finite), and checked itself only when z_f is not finite.
         """
         X = self._validated_input(X)
+        if X.dtype.itemsize > 8:  # long double: cast as a whole, its overflow to inf refused
+            X = np.asarray(X, dtype=np.float64)
         if self.meta_.projection is not None:
             Z = np.asarray(X, dtype=np.float64)
             check_finite_inputs(Z)

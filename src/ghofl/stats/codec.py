@@ -444,7 +444,7 @@ def iter_packed_stats(paths: Iterable[str | os.PathLike[str]]
     buffers: list[NDArray[np.uint8]] = []
 
     def read_ahead(path: str | os.PathLike[str]) -> Any:
-        return pool.submit(_read_hashed_stats, path, _free_buffer(buffers))
+        return pool.submit(_read_hashed_stats, path, _free_buffer(buffers, _file_size(path)))
 
     ahead = read_ahead(todo[0]) if todo else None
     try:
@@ -470,17 +470,27 @@ def iter_packed_stats(paths: Iterable[str | os.PathLike[str]]
 _RECYCLED_BUFFERS = 3
 
 
-def _free_buffer(buffers: list[NDArray[np.uint8]]) -> NDArray[np.uint8] | None:
-    """A buffer of ``buffers`` that nothing else references, or ``None``.
+def _free_buffer(buffers: list[NDArray[np.uint8]], size: int | None = None
+                 ) -> NDArray[np.uint8] | None:
+    """The smallest buffer of ``buffers`` that nothing else references, or ``None``.
 
     Every array of a payload read into a buffer is a view holding a reference to it, so a
     buffer whose only references are the list's and this call's (CPython's reference count
-    2) has no payload array alive and can be read into again.
+    2) has no payload array alive and can be read into again. With ``size`` (the bytes of
+    the file to read), only a buffer of at most twice that many bytes: a small payload the
+    caller keeps never pins a much larger buffer.
     """
-    for i in range(len(buffers)):
-        if sys.getrefcount(buffers[i]) == 2:
-            return buffers[i]
-    return None
+    free = [i for i in range(len(buffers)) if sys.getrefcount(buffers[i]) == 2
+            and (size is None or buffers[i].size <= 2 * size)]
+    return min((buffers[i] for i in free), key=lambda b: b.size, default=None)
+
+
+def _file_size(path: str | os.PathLike[str]) -> int | None:
+    """Bytes of the file ``path`` (``None`` when it cannot be read: its read then says why)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
 
 
 def _keep_buffer(buffers: list[NDArray[np.uint8]], data: NDArray[np.uint8]) -> None:
