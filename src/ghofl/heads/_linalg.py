@@ -247,8 +247,8 @@ def project_rows(X: NDArray[Any], V: F64, check_finite: bool = False) -> tuple[F
         :func:`small_product_threads`). Any other ``X`` (float32, float16, integers, strided
         views) is never converted as a whole: its blocks of rows are cast to float64 in a
         buffer of :data:`PROJECT_BLOCK_BYTES` per worker and multiplied into the matching rows
-        of ``X V``, the blocks spread over :func:`worker_count` threads, each product under
-        :func:`small_product_threads` (numpy's casts and BLAS release the GIL). The block
+        of ``X V``, the blocks spread over :func:`worker_count` threads (numpy's casts and BLAS
+        release the GIL; no process-wide BLAS limit is taken). The block
         boundaries depend on ``n`` and ``d`` only, so the result does not depend on the number
         of threads.
     V : ndarray of shape (d, k)
@@ -287,8 +287,11 @@ def _project_blocks(X: NDArray[Any], V: F64) -> F64:
     Block b holds rows [b·r, (b + 1)·r), r = :data:`PROJECT_BLOCK_BYTES` // (8 d); worker w
     of :func:`worker_count` takes a contiguous run of blocks and casts each into its own
     (r, d) buffer, then writes the block's product into ``z`` in place, under the caller's
-    :func:`numpy.errstate` (callback included) and :func:`small_product_threads`, which
-    holds the process-wide BLAS limit for one block's product at a time.
+    :func:`numpy.errstate` (callback included). No BLAS thread limit is set: a block's
+    product (at most 65,536·k multiply-adds) runs on OpenBLAS's single-threaded small-matrix
+    kernel for k ≤ 15, and setting the process-wide limit per block cost more than the
+    product (10 ms on 10,000 rows), while holding it for the whole call could leave BLAS
+    limited for the process when another thread set its own limit meanwhile.
     """
     n, d = X.shape
     rows = max(1, PROJECT_BLOCK_BYTES // (8 * max(d, 1)))
@@ -297,7 +300,6 @@ def _project_blocks(X: NDArray[Any], V: F64) -> F64:
     workers = worker_count(blocks)
     # the caller's np.errstate, its callback included: pool threads do not inherit it
     errors, callback = np.geterr(), np.geterrcall()
-    macs = float(rows) * d * V.shape[1]
 
     def run(w: int) -> None:
         first, last = blocks * w // workers, blocks * (w + 1) // workers
@@ -309,8 +311,7 @@ def _project_blocks(X: NDArray[Any], V: F64) -> F64:
             for b in range(first, last):
                 s, e = b * rows, min((b + 1) * rows, n)
                 np.copyto(buf[: e - s], X[s:e], casting="unsafe")
-                with small_product_threads(macs):  # the limit held for one product at a time
-                    np.matmul(buf[: e - s], V, out=z[s:e])
+                np.matmul(buf[: e - s], V, out=z[s:e])
 
     if workers == 1:
         run(0)
