@@ -216,17 +216,7 @@ def small_product_threads(macs: float) -> Iterator[None]:
     restores what it read on entry, so one thread at a time sets it: a thread that finds it
     held runs as it finds the BLAS, instead of reading another's limit as the original.
     """
-    if macs > ONE_THREAD_MACS:
-        yield
-        return
-    with _single_blas_thread():
-        yield
-
-
-@contextmanager
-def _single_blas_thread() -> Iterator[None]:
-    """One BLAS thread in the block, unless another thread holds the limit (then as is)."""
-    if not _LIMIT_LOCK.acquire(blocking=False):
+    if macs > ONE_THREAD_MACS or not _LIMIT_LOCK.acquire(blocking=False):
         yield
         return
     try:
