@@ -37,6 +37,7 @@ from typing import Any
 from ghofl.bench import harness
 from ghofl.bench.config import ExperimentConfig, load_config
 from ghofl.bench.features import Features
+from ghofl.bench.provenance import CODE_KEY, code_phrase
 from ghofl.bench.report import machine_summary, markdown_table, write_json
 from ghofl.bench.runner import run_experiment
 from ghofl.bench.tables import accuracy_tables, invariance_summary
@@ -205,8 +206,20 @@ def summary(results_root: Path) -> str:
                 ],
                 rows,
             ),
+            "",
+            summary_code(results_root),
         ]
     )
+
+
+def summary_code(results_root: Path) -> str:
+    """The sentence naming the code each experiment's results measured, config by config."""
+    said = []
+    for path in sorted(results_root.glob("*/results.json")):
+        rec = json.loads(path.read_text()).get(CODE_KEY)
+        said.append(f"`{path.parent.name}` " + (code_phrase(rec) if isinstance(rec, dict)
+                                                 and "commit" in rec else "names no commit"))
+    return "Code measured, by experiment: " + "; ".join(said) + "." if said else ""
 
 
 # ---------------------------------------------------------------------- one federation
@@ -436,8 +449,12 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
             )
             if full.invariance_check:
                 check = run_invariance(full, name, folder, records, memo, args)
+            # the runner writes results.json; the code it measured is recorded beside its records
+            saved = {**json.loads((folder / "results.json").read_text()),
+                     CODE_KEY: ctx.code_version()}
+            write_json(folder / "results.json", saved)
             out[f"experiment-{name}"] = {
-                **json.loads((folder / "results.json").read_text()),  # wall_seconds: all resumes
+                **saved,  # wall_seconds: all resumes
                 "records": records,
                 "machine": machine_summary(),
                 "date": time.strftime("%Y-%m-%d"),

@@ -81,6 +81,7 @@ from ghofl.bench.paper_code import (
     server_settings,
     stage_verdicts,
 )
+from ghofl.bench.provenance import CODE_KEY
 from ghofl.bench.quiet import machine_load
 from ghofl.bench.report import machine_summary, markdown_table
 
@@ -441,7 +442,8 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
             before = machine_load(0.5).to_dict()
             part = runs[name]()
             result["parts"][name] = {**common, **part, "load_before": before,
-                                     "load_after": machine_load(0.5).to_dict()}
+                                     "load_after": machine_load(0.5).to_dict(),
+                                     CODE_KEY: ctx.code_version()}
             ctx.save(RESULTS, result)
     return {SECTION: result}
 

@@ -4,6 +4,7 @@ the invariance measured (and stated in every section) on the config that asks fo
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
@@ -111,3 +112,18 @@ def test_a_check_on_a_grid_that_is_not_invariant_is_refused(
     with pytest.raises(ConfigError, match=r"^invariance_check is set in a, b; set it in one "
                                           r"config only$"):
         bench.check_config()
+
+
+def test_the_summary_names_the_code_of_every_experiment(bench: ModuleType,
+                                                        tmp_path: Path) -> None:
+    assert bench.summary_code(tmp_path) == ""
+    for name, extra in (("a_cfg", {"code": {"commit": "abc123abc123", "changed_files": 0}}),
+                        ("b_cfg", {"code": {"commit": "def456def456", "changed_files": 2}}),
+                        ("c_cfg", {})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({"records": [], **extra}))
+    said = ("Code measured, by experiment: `a_cfg` commit `abc123abc123`; `b_cfg` commit "
+            "`def456def456` with 2 changed source files, committed with these results; `c_cfg` "
+            "names no commit.")
+    assert bench.summary_code(tmp_path) == said
+    assert bench.summary(tmp_path).endswith(said)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CODE_KEY", "code_sentence", "code_version", "recorded_versions"]
+__all__ = ["CODE_KEY", "code_phrase", "code_sentence", "code_version", "recorded_versions"]
 
 #: The key under which results (or each part of them) carry :func:`code_version`.
 CODE_KEY = "code"
@@ -68,7 +68,8 @@ def recorded_versions(results: Any) -> list[dict[str, Any]]:
             and isinstance(p.get(CODE_KEY), Mapping) and "commit" in p[CODE_KEY]]
 
 
-def _one(rec: Mapping[str, Any]) -> str:
+def code_phrase(rec: Mapping[str, Any]) -> str:
+    """One record as a phrase: "commit `abc…`" (with its changed source files when any)."""
     n = int(rec.get("changed_files", 0))
     changes = "" if n == 0 else (f" with {n} changed source file{'s' if n > 1 else ''}, "
                                  "committed with these results")
@@ -87,7 +88,7 @@ def code_sentence(results: Any) -> str:
     if not recs:
         return ""
     counts: dict[str, int] = {}
-    for what in map(_one, recs):
+    for what in map(code_phrase, recs):
         counts[what] = counts.get(what, 0) + 1
     parts = isinstance(results, Mapping) and isinstance(results.get("parts"), Mapping)
     if len(counts) == 1 and not parts:
