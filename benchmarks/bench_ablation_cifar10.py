@@ -71,11 +71,16 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
                 "fit_seconds": secs, "note": note, "machine": machine_summary()}
 
     rows = harness.run_rows(VARIANTS, key=lambda v: v[0], run_row=run_row)
-    return {"ablation_cifar10": out + list(rows.values())}
+    return {"ablation_cifar10": {"entries": out + list(rows.values())}}
 
 
-def render(entries: list[dict[str, Any]]) -> str:
-    """The section from the results list (the machine of the first entry that records it)."""
+def render(results: dict[str, Any] | list[dict[str, Any]]) -> str:
+    """The section from the results (the machine of the first entry that records it).
+
+    ``{"entries": [...], "code": ...}``; results saved before the code was recorded are the
+    bare list of entries.
+    """
+    entries = results["entries"] if isinstance(results, dict) else results
     rows = []
     for e in entries:
         if e.get("reference"):

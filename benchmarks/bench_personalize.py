@@ -56,6 +56,7 @@ from numpy.typing import NDArray
 from ghofl.baselines.fedavg import fedavg_rounds, local_sgd, softmax_accuracy
 from ghofl.bench import harness
 from ghofl.bench.decide import paired_lead
+from ghofl.bench.provenance import CODE_KEY
 from ghofl.bench.report import machine_summary, markdown_table
 from ghofl.data.partition import dirichlet_partition
 from ghofl.errors import ConfigError
@@ -319,7 +320,7 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
                      earlier: dict[str, Any] = earlier) -> None:
                 every = {**earlier, **runs}
                 part.update({"runs": every, "load_end": os.getloadavg()[0],
-                             "summary": summarise(every)})
+                             "summary": summarise(every), CODE_KEY: ctx.code_version()})
                 result["parts"][key] = part
                 ctx.save("personalize.json", result)
 
