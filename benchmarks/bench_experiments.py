@@ -37,7 +37,7 @@ from typing import Any
 from ghofl.bench import harness
 from ghofl.bench.config import ExperimentConfig, load_config
 from ghofl.bench.features import Features
-from ghofl.bench.provenance import CODE_KEY, code_phrase
+from ghofl.bench.provenance import CODE_KEY
 from ghofl.bench.report import machine_summary, markdown_table, write_json
 from ghofl.bench.runner import run_experiment
 from ghofl.bench.tables import accuracy_tables, invariance_summary
@@ -206,20 +206,8 @@ def summary(results_root: Path) -> str:
                 ],
                 rows,
             ),
-            "",
-            summary_code(results_root),
         ]
     )
-
-
-def summary_code(results_root: Path) -> str:
-    """The sentence naming the code each experiment's results measured, config by config."""
-    said = []
-    for path in sorted(results_root.glob("*/results.json")):
-        rec = json.loads(path.read_text()).get(CODE_KEY)
-        said.append(f"`{path.parent.name}` " + (code_phrase(rec) if isinstance(rec, dict)
-                                                 and "commit" in rec else "names no commit"))
-    return "Code measured, by experiment: " + "; ".join(said) + "." if said else ""
 
 
 # ---------------------------------------------------------------------- one federation
@@ -406,8 +394,17 @@ def _results(path: Path) -> Any:
             "invariance_config": check_config()}
 
 
-def _folder(path: Path) -> Path:
-    return path
+def _folder(path: Path) -> dict[str, Any]:
+    """The summary's results: the results folder and, per experiment, the code it measured."""
+    parts = {}
+    for file in sorted(path.glob("*/results.json")):
+        rec = json.loads(file.read_text()).get(CODE_KEY)
+        parts[file.parent.name] = {CODE_KEY: rec} if isinstance(rec, dict) else {}
+    return {"root": str(path), "parts": parts}
+
+
+def _render_summary(results: dict[str, Any]) -> str:
+    return summary(Path(results["root"]))
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -462,7 +459,7 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
         for name in args.configs:  # the check of this run, if it ran, is what they state
             out[f"experiment-{name}"].update(invariance=check,
                                               invariance_config=check_config())
-    out[SUMMARY] = ctx.results_dir
+    out[SUMMARY] = _folder(ctx.results_dir)
     return out
 
 
@@ -470,7 +467,7 @@ BENCH = harness.Benchmark(
     script=__file__,
     description=__doc__ or "",
     sections=(
-        harness.Section(SUMMARY, "", summary, first=True, load=_folder),
+        harness.Section(SUMMARY, "", _render_summary, first=True, load=_folder),
         *(
             harness.Section(f"experiment-{p.stem}", f"{p.stem}/results.json",
                             functools.partial(render_experiment, p.stem), load=_results,

@@ -15,6 +15,7 @@ import pytest
 
 from ghofl.bench.config import config_from_dict, load_config
 from ghofl.bench.features import Features
+from ghofl.bench.provenance import code_sentence
 from ghofl.errors import ConfigError
 from ghofl.stats.meta import EncoderInfo
 from tests.helpers import gaussian_mixture, load_script
@@ -116,14 +117,14 @@ def test_a_check_on_a_grid_that_is_not_invariant_is_refused(
 
 def test_the_summary_names_the_code_of_every_experiment(bench: ModuleType,
                                                         tmp_path: Path) -> None:
-    assert bench.summary_code(tmp_path) == ""
+    assert code_sentence(bench._folder(tmp_path)) == ""
     for name, extra in (("a_cfg", {"code": {"commit": "abc123abc123", "changed_files": 0}}),
                         ("b_cfg", {"code": {"commit": "def456def456", "changed_files": 2}}),
                         ("c_cfg", {})):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps({"records": [], **extra}))
-    said = ("Code measured, by experiment: `a_cfg` commit `abc123abc123`; `b_cfg` commit "
-            "`def456def456` with 2 changed source files, committed with these results; `c_cfg` "
-            "names no commit.")
-    assert bench.summary_code(tmp_path) == said
-    assert bench.summary(tmp_path).endswith(said)
+    data = bench._folder(tmp_path)
+    assert code_sentence(data) == (
+        "Code measured: commit `abc123abc123` (1 part); commit `def456def456` with 2 changed "
+        "source files, committed with these results (1 part); 1 part names no commit.")
+    assert bench._render_summary(data) == bench.summary(tmp_path)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import shutil
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +16,15 @@ import pytest
 
 from ghofl.bench import harness
 from ghofl.bench.harness import Benchmark, Section
-from ghofl.bench.provenance import code_sentence, code_version, recorded_versions
+from ghofl.bench.provenance import (
+    changed_since,
+    code_sentence,
+    code_version,
+    loaded_sources,
+    recorded_versions,
+    section_age,
+)
+from tests.helpers import load_script
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -73,10 +85,26 @@ def test_the_sentence_names_one_commit_or_each_commit_of_the_parts() -> None:
     assert code_sentence({"parts": {"a.json": {"rows": []}}}) == ""
 
 
+def _import(path: Path, name: str) -> None:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+@pytest.fixture(autouse=True)
+def _forget_toys() -> Iterator[None]:
+    yield
+    for name in [n for n in sys.modules if n.startswith("_toy_")]:
+        del sys.modules[name]
+
+
 def _bench(root: Path, in_parts: bool) -> Benchmark:
     script = root / "benchmarks" / "bench_toy.py"
 
     def measure(ctx: harness.Context) -> dict[str, Any]:
+        _import(root / "src" / "m.py", "_toy_m")  # the code it ran
         if in_parts:
             return {"toy": {"parts": {"p.json": {"x": 1, "code": ctx.code_version()}}}}
         return {"toy": {"x": 1}}
@@ -91,7 +119,7 @@ def _bench(root: Path, in_parts: bool) -> Benchmark:
 
 @pytest.mark.parametrize("in_parts", [False, True])
 def test_a_measured_section_names_its_commit(repo: Path, in_parts: bool) -> None:
-    (repo / "src" / "m.py").write_text("changed\n")
+    (repo / "src" / "m.py").write_text("X = 2\n")
     out = repo / "B.md"
     harness.main(_bench(repo, in_parts), ["--out", str(out)])
     head = _git(repo, "rev-parse", "--short=12", "HEAD")
@@ -100,7 +128,7 @@ def test_a_measured_section_names_its_commit(repo: Path, in_parts: bool) -> None
             "with these results") in out.read_text()
     if not in_parts:  # a one-file section saves the record with its results
         saved = json.loads((repo / "benchmarks" / "results" / "toy.json").read_text())
-        assert saved["code"] == {"commit": head, "changed_files": 1}
+        assert saved["code"] == {"commit": head, "changed_files": 1, "modules": ["src/m.py"]}
 
 
 def test_the_record_is_the_commit_when_the_run_started(repo: Path) -> None:
@@ -115,4 +143,81 @@ def test_the_record_is_the_commit_when_the_run_started(repo: Path) -> None:
                       measure=measure, sections=(Section("toy", "toy.json", lambda r: "## T"),))
     harness.main(bench, ["--out", str(repo / "B.md")])
     saved = json.loads((repo / "benchmarks" / "results" / "toy.json").read_text())
-    assert saved["code"] == saved["part"] == {"commit": start, "changed_files": 0}
+    assert saved["code"] == saved["part"] == {"commit": start, "changed_files": 0,
+                                              "modules": []}
+
+
+def test_loaded_sources_are_the_repository_files_imported(repo: Path) -> None:
+    assert loaded_sources(repo) == []
+    (repo / "benchmarks" / "b.py").write_text("X = 1\n")
+    _import(repo / "benchmarks" / "b.py", "_toy_b")
+    _import(repo / "src" / "m.py", "_toy_m")
+    assert loaded_sources(repo) == ["benchmarks/b.py", "src/m.py"]
+
+
+def _commit_all(repo: Path, message: str) -> str:
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
+    return _git(repo, "rev-parse", "--short=12", "HEAD")
+
+
+def test_a_section_is_stale_when_the_code_it_ran_changed(repo: Path) -> None:
+    (repo / "src" / "other.py").write_text("0\n")
+    (repo / "benchmarks" / "bench_t.py").write_text("0\n")
+    first = _commit_all(repo, "two")
+    ran = {"code": {"commit": first, "changed_files": 0, "modules": ["src/m.py"]}}
+    age = section_age("t", "benchmarks/bench_t.py", ran, repo)
+    assert (age.commits, age.changed, age.stale) == ((first,), (), False)
+    (repo / "src" / "other.py").write_text("1\n")  # code the run did not import
+    _commit_all(repo, "three")
+    assert not section_age("t", "benchmarks/bench_t.py", ran, repo).stale
+    # a record without modules counts the whole library
+    whole = section_age("t", "benchmarks/bench_t.py", {"code": {"commit": first}}, repo)
+    assert whole.whole_library and whole.changed == ("src/other.py",) and whole.stale
+    (repo / "benchmarks" / "bench_t.py").write_text("1\n")  # the script itself
+    (repo / "src" / "m.py").write_text("1\n")
+    _commit_all(repo, "four")
+    assert section_age("t", "benchmarks/bench_t.py", ran, repo).changed == (
+        "benchmarks/bench_t.py", "src/m.py")
+    assert changed_since(repo, first, ["src/m.py"]) == ("src/m.py",)
+
+
+def test_a_section_without_a_commit_or_with_an_unknown_one_is_stale(repo: Path) -> None:
+    none = section_age("t", "benchmarks/b.py", {"rows": []}, repo)
+    assert none.commits == () and none.stale
+    parts = {"parts": {"a": {"code": {"commit": _git(repo, "rev-parse", "--short=12", "HEAD"),
+                                      "modules": ["src/m.py"]}}, "b": {}}}
+    some = section_age("t", "benchmarks/b.py", parts, repo)
+    assert some.untracked == 1 and some.changed == () and some.stale
+    gone = section_age("t", "benchmarks/b.py", {"code": {"commit": "0123456789ab"}}, repo)
+    assert gone.unknown == ("0123456789ab",) and gone.stale
+    assert changed_since(repo, "0123456789ab", ["src"]) is None
+
+
+def test_the_audit_finds_every_section_of_the_report_once() -> None:
+    root = Path(__file__).resolve().parents[2]
+    stale: Any = load_script(root / "benchmarks" / "stale_sections.py", "_stale_sections")
+    markers = [a.marker for a in stale.ages(root)]
+    in_report = re.findall(r"<!-- BEGIN (\S+) -->", (root / "BENCHMARKS.md").read_text())
+    assert sorted(markers) == sorted(in_report)
+
+
+def test_the_audit_reads_each_scripts_saved_results(repo: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    stale: Any = load_script(root / "benchmarks" / "stale_sections.py", "_stale_sections")
+    (repo / "benchmarks" / "bench_toy.py").write_text(
+        "from ghofl.bench.harness import Benchmark, Section\n"
+        "BENCH = Benchmark(script=__file__, description='toy', measure=lambda ctx: {},\n"
+        "                  sections=(Section('toy', 'toy.json', str),\n"
+        "                            Section('unmeasured', 'none.json', str)))\n")
+    head = _commit_all(repo, "toy")
+    (repo / "benchmarks" / "results" / "toy.json").write_text(json.dumps(
+        {"code": {"commit": head, "changed_files": 0, "modules": ["src/m.py"]}}))
+    toy, unmeasured = stale.ages(repo)
+    assert (toy.marker, toy.script, toy.commits, toy.stale) == (
+        "toy", "benchmarks/bench_toy.py", (head,), False)
+    assert unmeasured.commits == () and unmeasured.stale
+    (repo / "src" / "m.py").write_text("1\n")
+    _commit_all(repo, "changed")
+    assert stale.ages(repo)[0].changed == ("src/m.py",)
+    assert stale._state(stale.ages(repo)[0], files=True) == "1 file changed since: src/m.py"

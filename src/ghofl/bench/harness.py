@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ghofl.bench.provenance import CODE_KEY, code_sentence, code_version
+from ghofl.bench.provenance import CODE_KEY, code_sentence, code_version, loaded_sources
 from ghofl.bench.quiet import MachineLoad, machine_load
 from ghofl.bench.report import machine_summary, read_section, replace_section, write_json
 from ghofl.errors import GhoflError
@@ -148,10 +148,18 @@ class Context:
         return json.loads(path.read_text()) if path.exists() else default
 
     def code_version(self) -> dict[str, Any] | None:
-        """The commit this run measures (read when it started), for results saved in parts."""
+        """The commit this run measures (read when it started) and the sources it has loaded.
+
+        For results saved in parts (the harness records it for a section saved as one file):
+        ``{"commit", "changed_files", "modules"}``, ``modules`` the repository's source files
+        imported so far (:func:`~ghofl.bench.provenance.loaded_sources`), so call it once the
+        part has run.
+        """
         if self.code == "now":
             object.__setattr__(self, "code", code_version(self.root))
-        return None if isinstance(self.code, str) else self.code
+        if not isinstance(self.code, dict):
+            return None
+        return {**self.code, "modules": loaded_sources(self.root)}
 
     def save(self, name: str, data: Any) -> None:
         """Write the results file ``name`` atomically (never under ``--no-write``)."""

@@ -12,11 +12,14 @@ Results saved before this existed name no commit.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CODE_KEY", "code_phrase", "code_sentence", "code_version", "recorded_versions"]
+__all__ = ["CODE_KEY", "RECORDING_FILES", "SectionAge", "changed_since", "code_phrase",
+           "code_sentence", "code_version", "loaded_sources", "recorded_versions", "section_age"]
 
 #: The key under which results (or each part of them) carry :func:`code_version`.
 CODE_KEY = "code"
@@ -31,6 +34,29 @@ def _git(root: Path, *args: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
+
+
+def loaded_sources(root: Path) -> list[str]:
+    """The repository's source files this process has imported, relative to ``root``, sorted.
+
+    Modules of the library (``src/``) and of the benchmarks (``benchmarks/``) in
+    ``sys.modules``: the code a benchmark ran (imports made only by the processes it started
+    are not seen). Recorded beside the commit (``"modules"``), so that
+    :func:`section_age` can tell whether that code changed since.
+    """
+    base = root.resolve()
+    found = set()
+    for mod in list(sys.modules.values()):
+        file = getattr(mod, "__file__", None)
+        if not file:
+            continue
+        try:
+            rel = Path(file).resolve().relative_to(base)
+        except ValueError:
+            continue
+        if rel.parts and rel.parts[0] in ("src", "benchmarks") and rel.suffix == ".py":
+            found.add(rel.as_posix())
+    return sorted(found)
 
 
 def code_version(root: Path) -> dict[str, Any] | None:
@@ -99,3 +125,95 @@ def code_sentence(results: Any) -> str:
     older = "" if not untracked else (
         f"; {untracked} part{'s name' if untracked > 1 else ' names'} no commit")
     return f"Code measured: {listed}{older}."
+
+
+
+#: Files that only record and render what a benchmark measured (its provenance, tables,
+#: plots): a change to them changes no measurement, so no section is older than them.
+RECORDING_FILES = tuple(f"src/ghofl/bench/{name}.py"
+                        for name in ("provenance", "report", "tables", "plots"))
+
+
+def changed_since(root: Path, commit: str, paths: Sequence[str]) -> tuple[str, ...] | None:
+    """Files under ``paths`` that differ between ``commit`` and ``HEAD`` at ``root``.
+
+    :data:`RECORDING_FILES` are left out. ``None`` when the checkout does not hold ``commit``
+    (or git cannot tell).
+    """
+    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}") is None:
+        return None
+    diff = _git(root, "diff", "--name-only", commit, "HEAD", "--", *paths,
+                *(f":(exclude){f}" for f in RECORDING_FILES))
+    return None if diff is None else tuple(diff.split())
+
+
+@dataclass(frozen=True)
+class SectionAge:
+    """How a section of the benchmark report stands against the code it measured.
+
+    Attributes
+    ----------
+    marker : str
+        The section's name (``<!-- BEGIN marker -->``).
+    script : str
+        The benchmark script that writes it, relative to the repository root.
+    commits : tuple of str
+        The commits its saved results record (none: they name no commit).
+    changed : tuple of str
+        Files changed since those commits, up to ``HEAD``: of the code each run recorded
+        having imported (``"modules"``), else of the whole library (``src/``), and the script.
+    unknown : tuple of str
+        Recorded commits this checkout does not hold.
+    untracked : int
+        Parts of the results that record no commit.
+    whole_library : bool
+        Some record lists no modules, so the whole library counted for it.
+    """
+
+    marker: str
+    script: str
+    commits: tuple[str, ...]
+    changed: tuple[str, ...]
+    unknown: tuple[str, ...]
+    untracked: int
+    whole_library: bool
+
+    @property
+    def stale(self) -> bool:
+        """Names no commit (or some part none), a commit this checkout lacks, or code changed."""
+        return (not self.commits or self.untracked > 0 or bool(self.unknown)
+                or bool(self.changed))
+
+
+def section_age(marker: str, script: str, results: Any, root: Path) -> SectionAge:
+    """A section's saved ``results`` against the checkout at ``root``.
+
+    Parameters
+    ----------
+    marker : str
+        The section's name.
+    script : str
+        The script that writes it, relative to ``root``.
+    results : object
+        Its saved results, as the section reads them (see :func:`recorded_versions`).
+    root : Path
+        The repository root (a git checkout).
+    """
+    recs = recorded_versions(results)
+    parts = results.get("parts") if isinstance(results, Mapping) else None
+    untracked = (len(parts) - len(recs)) if isinstance(parts, Mapping) else 0
+    changed: set[str] = set()
+    unknown: list[str] = []
+    whole = False
+    for rec in recs:
+        modules = rec.get("modules")
+        whole = whole or not modules
+        paths = [*(modules or ["src"]), script]
+        found = changed_since(root, str(rec["commit"]), paths)
+        if found is None:
+            unknown.append(str(rec["commit"]))
+        else:
+            changed.update(found)
+    commits = tuple(dict.fromkeys(str(r["commit"]) for r in recs))
+    return SectionAge(marker, script, commits, tuple(sorted(changed)),
+                      tuple(dict.fromkeys(unknown)), untracked, whole)
