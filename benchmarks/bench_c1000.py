@@ -346,6 +346,7 @@ BENCH = harness.Benchmark(
     measure=measure,
     timings=True,
     add_arguments=add_arguments,
+    child_processes=True,
 )
 
 if __name__ == "__main__":

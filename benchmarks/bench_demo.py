@@ -132,6 +132,7 @@ BENCH = harness.Benchmark(
     description=__doc__ or "",
     sections=(harness.Section("demo", "demo.json", render),),
     measure=measure,
+    child_processes=True,
 )
 
 if __name__ == "__main__":

@@ -394,11 +394,25 @@ def _results(path: Path) -> Any:
             "invariance_config": check_config()}
 
 
+def _earlier_code(folder: Path) -> tuple[dict[str, Any] | None] | None:
+    """The code record of the results a resumed run keeps (``None``: it keeps none).
+
+    A one-tuple holding the record, or ``None`` in it when those results record none.
+    """
+    path = folder / "results.json"
+    earlier = json.loads(path.read_text()) if path.exists() else {}
+    if not isinstance(earlier, dict) or not earlier.get("records"):
+        return None
+    rec = earlier.get(CODE_KEY)
+    return (rec if isinstance(rec, dict) else None,)
+
+
 def _folder(path: Path) -> dict[str, Any]:
     """The summary's results: the results folder and, per experiment, the code it measured."""
     parts = {}
     for file in sorted(path.glob("*/results.json")):
-        rec = json.loads(file.read_text()).get(CODE_KEY)
+        saved = json.loads(file.read_text())
+        rec = saved.get(CODE_KEY) if isinstance(saved, dict) else None
         parts[file.parent.name] = {CODE_KEY: rec} if isinstance(rec, dict) else {}
     return {"root": str(path), "parts": parts}
 
@@ -432,6 +446,7 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
             full = load_config(CONFIGS / f"{name}.toml")
             cfg = federation_grid(full, name)
             folder = ctx.results_dir / name
+            earlier = _earlier_code(folder) if args.resume else None
             if args.no_write:  # the runner writes its files: into a scratch copy then
                 if args.resume and folder.is_dir():
                     shutil.copytree(folder, Path(scratch) / name)
@@ -446,9 +461,15 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
             )
             if full.invariance_check:
                 check = run_invariance(full, name, folder, records, memo, args)
-            # the runner writes results.json; the code it measured is recorded beside its records
-            saved = {**json.loads((folder / "results.json").read_text()),
-                     CODE_KEY: ctx.code_version()}
+            # the runner writes results.json; the code it measured is recorded beside its
+            # records (with the config); a resumed run that kept earlier records keeps their
+            # record (or none), the older code
+            config = str((CONFIGS / f"{name}.toml").relative_to(ctx.root))
+            code = ctx.code_version([config]) if earlier is None else earlier[0]
+            saved = {k: v for k, v in json.loads((folder / "results.json").read_text()).items()
+                     if k != CODE_KEY}
+            if code is not None:
+                saved[CODE_KEY] = code
             write_json(folder / "results.json", saved)
             out[f"experiment-{name}"] = {
                 **saved,  # wall_seconds: all resumes

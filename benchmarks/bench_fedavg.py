@@ -230,8 +230,8 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
             "n_test": int(feats.y_test.size), "dim": int(feats.x_train.shape[1]),
             "num_classes": len(feats.classes),
             # the commit each α measured (a resumed run keeps earlier ones): the section names them
-            "parts": {_key(a): {"code": r["code"]} for a, r in zip(args.alphas, runs, strict=True)
-                      if r.get("code")}}
+            "parts": {_key(a): {"code": r["code"]} if r.get("code") else {}
+                      for a, r in zip(args.alphas, runs, strict=True)}}
     data["pooled_bytes"] = _pooled_bytes(data)
     return {"fedavg": data}
 
@@ -247,6 +247,7 @@ BENCH = harness.Benchmark(
     measure=measure,
     add_arguments=add_arguments,
     report_aliases=("--render-only",),
+    child_processes=True,
 )
 
 if __name__ == "__main__":

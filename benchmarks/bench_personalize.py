@@ -319,8 +319,11 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
             def save(runs: dict[str, Any], key: str = key, part: dict[str, Any] = part,
                      earlier: dict[str, Any] = earlier) -> None:
                 every = {**earlier, **runs}
+                # runs kept from an earlier run keep its code record (or none) until
+                # every one of them is measured again
+                code = ctx.code_version() if set(earlier) <= set(runs) else part.get(CODE_KEY)
                 part.update({"runs": every, "load_end": os.getloadavg()[0],
-                             "summary": summarise(every), CODE_KEY: ctx.code_version()})
+                             "summary": summarise(every), CODE_KEY: code})
                 result["parts"][key] = part
                 ctx.save("personalize.json", result)
 

@@ -649,6 +649,7 @@ BENCH = harness.Benchmark(
     timings=True,
     add_arguments=add_arguments,
     report_aliases=("--render",),
+    child_processes=True,
 )
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """Which sections of BENCHMARKS.md are older than the code they measure.
 
-Every benchmark records, beside its results, the commit it ran and the repository's source
-files it imported (:meth:`ghofl.bench.harness.Context.code_version`). This lists every section
-of every benchmark script with the commits its saved results record and the files of that
-code (and of the script itself) changed since, up to the checkout's ``HEAD``
+Every benchmark records, beside its results, the commit it ran and the git blob id of each of
+the repository's source files it imported (:meth:`ghofl.bench.harness.Context.code_version`).
+This lists every section of every benchmark script with the commits its saved results record
+and the files of that code changed since, up to the checkout's ``HEAD``
 (:func:`ghofl.bench.provenance.section_age`): a section is stale when its results name no
-commit, a commit this checkout lacks, or code it ran that changed since. Results recorded
-before the modules were counts the whole library (``src/``) instead. Re-run a stale section's
+commit, a commit this checkout lacks, or code it ran that changed since. For results that
+record no sources (recorded before they were, or by a benchmark that runs ghofl in processes
+it starts) the whole library (``src/``) and the script count instead. Re-run a stale section's
 script to bring it up to date.
 
 Run: ``.venv/bin/python benchmarks/stale_sections.py`` (``--stale`` lists only the stale
@@ -46,13 +47,23 @@ def ages(root: Path = ROOT) -> list[SectionAge]:
     out = []
     rdir = root / "benchmarks" / "results"
     for path in sorted((root / "benchmarks").glob("bench_*.py")):
-        bench = _benchmark(path)
+        script = str(path.relative_to(root))
+        try:
+            bench = _benchmark(path)
+        except Exception as exc:  # one broken script must not hide the others' sections
+            print(f"{script}: cannot be imported ({type(exc).__name__}: {exc}); its sections "
+                  "are not listed", file=sys.stderr)
+            continue
         for sec in bench.sections if bench is not None else ():
             try:
                 results: Any = sec.read(rdir)
             except BenchmarkError:
                 results = None
-            out.append(section_age(sec.marker, str(path.relative_to(root)), results, root))
+            except Exception as exc:  # unreadable results: the section names no commit
+                print(f"{script}: the results of section {sec.marker!r} cannot be read "
+                      f"({type(exc).__name__}: {exc}); re-run the script", file=sys.stderr)
+                results = None
+            out.append(section_age(sec.marker, script, results, root))
     return out
 
 
@@ -61,7 +72,7 @@ def _state(age: SectionAge, files: bool) -> str:
         return "names no commit"
     said = []
     if age.unknown:
-        said.append("names commits this checkout lacks: " + ", ".join(age.unknown))
+        said.append("records commits this checkout lacks: " + ", ".join(age.unknown))
     if age.untracked:
         said.append(f"{age.untracked} part{'s name' if age.untracked > 1 else ' names'} "
                     "no commit")

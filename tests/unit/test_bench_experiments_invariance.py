@@ -128,3 +128,17 @@ def test_the_summary_names_the_code_of_every_experiment(bench: ModuleType,
         "Code measured: commit `abc123abc123` (1 part); commit `def456def456` with 2 changed "
         "source files, committed with these results (1 part); 1 part names no commit.")
     assert bench._render_summary(data) == bench.summary(tmp_path)
+
+
+def test_a_resumed_run_keeps_the_code_record_of_the_results_it_keeps(
+        bench: ModuleType, tmp_path: Path) -> None:
+    folder = tmp_path / "cfg"
+    assert bench._earlier_code(folder) is None  # nothing kept: the run records its own code
+    folder.mkdir()
+    rec = {"commit": "abc123abc123", "changed_files": 0, "sources": {}}
+    (folder / "results.json").write_text(json.dumps({"records": [], "code": rec}))
+    assert bench._earlier_code(folder) is None
+    (folder / "results.json").write_text(json.dumps({"records": [{"head": "lda"}], "code": rec}))
+    assert bench._earlier_code(folder) == (rec,)
+    (folder / "results.json").write_text(json.dumps({"records": [{"head": "lda"}]}))
+    assert bench._earlier_code(folder) == (None,)  # kept records of unknown code: none

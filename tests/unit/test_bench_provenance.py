@@ -23,6 +23,7 @@ from ghofl.bench.provenance import (
     loaded_sources,
     recorded_versions,
     section_age,
+    source_blobs,
 )
 from tests.helpers import load_script
 
@@ -128,7 +129,8 @@ def test_a_measured_section_names_its_commit(repo: Path, in_parts: bool) -> None
             "with these results") in out.read_text()
     if not in_parts:  # a one-file section saves the record with its results
         saved = json.loads((repo / "benchmarks" / "results" / "toy.json").read_text())
-        assert saved["code"] == {"commit": head, "changed_files": 1, "modules": ["src/m.py"]}
+        assert saved["code"] == {"commit": head, "changed_files": 1, "sources": {
+            "src/m.py": _git(repo, "hash-object", "src/m.py")}}
 
 
 def test_the_record_is_the_commit_when_the_run_started(repo: Path) -> None:
@@ -143,16 +145,22 @@ def test_the_record_is_the_commit_when_the_run_started(repo: Path) -> None:
                       measure=measure, sections=(Section("toy", "toy.json", lambda r: "## T"),))
     harness.main(bench, ["--out", str(repo / "B.md")])
     saved = json.loads((repo / "benchmarks" / "results" / "toy.json").read_text())
+    # nothing of src/ imported: the code run is unknown, so no sources are listed
     assert saved["code"] == saved["part"] == {"commit": start, "changed_files": 0,
-                                              "modules": []}
+                                              "sources": None}
 
 
 def test_loaded_sources_are_the_repository_files_imported(repo: Path) -> None:
-    assert loaded_sources(repo) == []
+    assert loaded_sources(repo) is None  # no file of src/: the code run is unknown
     (repo / "benchmarks" / "b.py").write_text("X = 1\n")
     _import(repo / "benchmarks" / "b.py", "_toy_b")
+    assert loaded_sources(repo) is None
     _import(repo / "src" / "m.py", "_toy_m")
     assert loaded_sources(repo) == ["benchmarks/b.py", "src/m.py"]
+    blobs = source_blobs(repo, ["src/m.py", "benchmarks/b.py"])
+    assert blobs == {"src/m.py": _git(repo, "rev-parse", "HEAD:src/m.py"),
+                     "benchmarks/b.py": _git(repo, "hash-object", "benchmarks/b.py")}
+    assert source_blobs(repo, []) == {}
 
 
 def _commit_all(repo: Path, message: str) -> str:
@@ -165,13 +173,15 @@ def test_a_section_is_stale_when_the_code_it_ran_changed(repo: Path) -> None:
     (repo / "src" / "other.py").write_text("0\n")
     (repo / "benchmarks" / "bench_t.py").write_text("0\n")
     first = _commit_all(repo, "two")
-    ran = {"code": {"commit": first, "changed_files": 0, "modules": ["src/m.py"]}}
+    sources = source_blobs(repo, ["src/m.py", "benchmarks/bench_t.py"])
+    ran = {"code": {"commit": first, "changed_files": 0, "sources": sources}}
     age = section_age("t", "benchmarks/bench_t.py", ran, repo)
-    assert (age.commits, age.changed, age.stale) == ((first,), (), False)
+    assert (age.commits, age.changed, age.whole_library, age.stale) == (
+        (first,), (), False, False)
     (repo / "src" / "other.py").write_text("1\n")  # code the run did not import
     _commit_all(repo, "three")
     assert not section_age("t", "benchmarks/bench_t.py", ran, repo).stale
-    # a record without modules counts the whole library
+    # a record without sources counts the whole library
     whole = section_age("t", "benchmarks/bench_t.py", {"code": {"commit": first}}, repo)
     assert whole.whole_library and whole.changed == ("src/other.py",) and whole.stale
     (repo / "benchmarks" / "bench_t.py").write_text("1\n")  # the script itself
@@ -182,16 +192,54 @@ def test_a_section_is_stale_when_the_code_it_ran_changed(repo: Path) -> None:
     assert changed_since(repo, first, ["src/m.py"]) == ("src/m.py",)
 
 
+def test_uncommitted_code_measured_then_committed_is_up_to_date(repo: Path) -> None:
+    """The blobs are the files as measured: a change measured before its commit counts."""
+    (repo / "src" / "m.py").write_text("measured\n")
+    before = _git(repo, "rev-parse", "--short=12", "HEAD")
+    ran = {"code": {"commit": before, "changed_files": 1,
+                    "sources": source_blobs(repo, ["src/m.py"])}}
+    _commit_all(repo, "the change with its results")
+    assert not section_age("t", "benchmarks/b.py", ran, repo).stale
+    (repo / "src" / "m.py").write_text("0\n")  # the measured change taken back
+    _commit_all(repo, "reverted")
+    assert section_age("t", "benchmarks/b.py", ran, repo).changed == ("src/m.py",)
+
+
+def test_recording_files_change_no_measurement(repo: Path) -> None:
+    path = repo / "src" / "ghofl" / "bench" / "report.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("0\n")
+    first = _commit_all(repo, "report")
+    ran = {"code": {"commit": first,
+                    "sources": source_blobs(repo, ["src/ghofl/bench/report.py", "src/m.py"])}}
+    path.write_text("1\n")
+    _commit_all(repo, "tables reworded")
+    assert not section_age("t", "benchmarks/b.py", ran, repo).stale
+    assert not section_age("t", "benchmarks/b.py", {"code": {"commit": first}}, repo).stale
+
+
 def test_a_section_without_a_commit_or_with_an_unknown_one_is_stale(repo: Path) -> None:
     none = section_age("t", "benchmarks/b.py", {"rows": []}, repo)
     assert none.commits == () and none.stale
-    parts = {"parts": {"a": {"code": {"commit": _git(repo, "rev-parse", "--short=12", "HEAD"),
-                                      "modules": ["src/m.py"]}}, "b": {}}}
+    head = _git(repo, "rev-parse", "--short=12", "HEAD")
+    parts = {"parts": {"a": {"code": {"commit": head,
+                                      "sources": source_blobs(repo, ["src/m.py"])}}, "b": {}}}
     some = section_age("t", "benchmarks/b.py", parts, repo)
     assert some.untracked == 1 and some.changed == () and some.stale
     gone = section_age("t", "benchmarks/b.py", {"code": {"commit": "0123456789ab"}}, repo)
     assert gone.unknown == ("0123456789ab",) and gone.stale
     assert changed_since(repo, "0123456789ab", ["src"]) is None
+    assert section_age("t", "benchmarks/b.py", [1, 2], repo).commits == ()
+
+
+def test_benchmarks_that_start_processes_record_no_sources() -> None:
+    """Their children's imports are not seen: the whole library must count for them."""
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted((root / "benchmarks").glob("bench_*.py")):
+        text = path.read_text()
+        starts = any(s in text for s in ("sys.executable", "run_local", "flower_secaggplus"))
+        bench: Any = load_script(path, f"_procs_{path.stem}")
+        assert bench.BENCH.child_processes == starts, path.name
 
 
 def test_the_audit_finds_every_section_of_the_report_once() -> None:
@@ -212,7 +260,8 @@ def test_the_audit_reads_each_scripts_saved_results(repo: Path) -> None:
         "                            Section('unmeasured', 'none.json', str)))\n")
     head = _commit_all(repo, "toy")
     (repo / "benchmarks" / "results" / "toy.json").write_text(json.dumps(
-        {"code": {"commit": head, "changed_files": 0, "modules": ["src/m.py"]}}))
+        {"code": {"commit": head, "changed_files": 0,
+                  "sources": {"src/m.py": _git(repo, "hash-object", "src/m.py")}}}))
     toy, unmeasured = stale.ages(repo)
     assert (toy.marker, toy.script, toy.commits, toy.stale) == (
         "toy", "benchmarks/bench_toy.py", (head,), False)

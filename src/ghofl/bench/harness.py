@@ -32,7 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ghofl.bench.provenance import CODE_KEY, code_sentence, code_version, loaded_sources
+from ghofl.bench.provenance import (
+    CODE_KEY,
+    code_sentence,
+    code_version,
+    loaded_sources,
+    source_blobs,
+)
 from ghofl.bench.quiet import MachineLoad, machine_load
 from ghofl.bench.report import machine_summary, read_section, replace_section, write_json
 from ghofl.errors import GhoflError
@@ -125,12 +131,15 @@ class Context:
 
     ``code`` is the code version when the run started (:func:`~ghofl.bench.provenance.
     code_version`; ``None`` outside a git checkout); ``"now"`` reads it on first use.
+    ``whole_library``: the benchmark runs ghofl in processes it starts too
+    (:attr:`Benchmark.child_processes`), so its records list no sources.
     """
 
     root: Path
     args: argparse.Namespace
     out: Path
     code: dict[str, Any] | str | None = "now"
+    whole_library: bool = False
 
     @property
     def results_dir(self) -> Path:
@@ -147,19 +156,24 @@ class Context:
         path = self.results_dir / name
         return json.loads(path.read_text()) if path.exists() else default
 
-    def code_version(self) -> dict[str, Any] | None:
-        """The commit this run measures (read when it started) and the sources it has loaded.
+    def code_version(self, inputs: Sequence[str] = ()) -> dict[str, Any] | None:
+        """The commit this run measures (read when it started) and the sources it ran.
 
         For results saved in parts (the harness records it for a section saved as one file):
-        ``{"commit", "changed_files", "modules"}``, ``modules`` the repository's source files
-        imported so far (:func:`~ghofl.bench.provenance.loaded_sources`), so call it once the
-        part has run.
+        ``{"commit", "changed_files", "sources"}``, ``sources`` the git blob id of each of the
+        repository's source files imported so far and of ``inputs`` (files relative to the
+        root that the results depend on, a config), so call it once the part has run;
+        ``None`` for a benchmark whose code also runs in processes it starts
+        (``whole_library``) or when the code run is unknown
+        (:func:`~ghofl.bench.provenance.loaded_sources`).
         """
         if self.code == "now":
             object.__setattr__(self, "code", code_version(self.root))
         if not isinstance(self.code, dict):
             return None
-        return {**self.code, "modules": loaded_sources(self.root)}
+        files = None if self.whole_library else loaded_sources(self.root)
+        sources = None if files is None else source_blobs(self.root, [*files, *inputs])
+        return {**self.code, "sources": sources}
 
     def save(self, name: str, data: Any) -> None:
         """Write the results file ``name`` atomically (never under ``--no-write``)."""
@@ -194,6 +208,11 @@ class Benchmark:
     timings : bool
         It reports timings: it takes :data:`ALLOW_BUSY_FLAG`, refuses a busy machine
         without it, and its results record the machine's load.
+    child_processes : bool
+        It runs ghofl in processes it starts (workers, the CLI, Flower apps), whose imports
+        its own process does not see: its code records list no sources, and a change anywhere
+        in the library makes its sections stale
+        (:func:`~ghofl.bench.provenance.section_age`).
     """
 
     script: str
@@ -203,6 +222,7 @@ class Benchmark:
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
     report_aliases: tuple[str, ...] = ()
     timings: bool = False
+    child_processes: bool = False
     _by_marker: dict[str, Section] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -675,7 +695,8 @@ def main(bench: Benchmark, argv: Sequence[str] | None = None) -> None:
         The arguments (default ``sys.argv[1:]``).
     """
     args = bench.parser().parse_args(argv)
-    ctx = Context(root=bench.root, args=args, out=args.out, code=code_version(bench.root))
+    ctx = Context(root=bench.root, args=args, out=args.out, code=code_version(bench.root),
+                  whole_library=bench.child_processes)
     try:
         measured: Mapping[str, Any] | None = None
         if not args.report_only:

@@ -7,6 +7,14 @@ whether a section is older than the code it describes. Results are usually measu
 with the change under test not yet committed: the record then also counts the changed source
 files (under ``src/`` and ``benchmarks/``, results excluded), which land with the results.
 Results saved before this existed name no commit.
+
+The record also holds ``"sources"``: the git blob id of every source file of the repository the
+run imported (:func:`source_blobs` of :func:`loaded_sources`), as the files were when measured,
+uncommitted changes included; ``None`` when the run's code is not all in this process (a
+benchmark that starts processes running ghofl, or ghofl imported from elsewhere).
+:func:`section_age` compares them with ``HEAD``: a section is older than its code when one of
+those files differs (without the blob ids: when ``src/`` or its script changed since the
+commit); ``benchmarks/stale_sections.py`` lists them.
 """
 
 from __future__ import annotations
@@ -18,8 +26,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CODE_KEY", "RECORDING_FILES", "SectionAge", "changed_since", "code_phrase",
-           "code_sentence", "code_version", "loaded_sources", "recorded_versions", "section_age"]
+__all__ = [
+    "CODE_KEY",
+    "RECORDING_FILES",
+    "SectionAge",
+    "changed_blobs",
+    "changed_since",
+    "code_phrase",
+    "code_sentence",
+    "code_version",
+    "loaded_sources",
+    "recorded_versions",
+    "section_age",
+    "source_blobs",
+]
 
 #: The key under which results (or each part of them) carry :func:`code_version`.
 CODE_KEY = "code"
@@ -36,13 +56,22 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def loaded_sources(root: Path) -> list[str]:
+def loaded_sources(root: Path) -> list[str] | None:
     """The repository's source files this process has imported, relative to ``root``, sorted.
 
     Modules of the library (``src/``) and of the benchmarks (``benchmarks/``) in
-    ``sys.modules``: the code a benchmark ran (imports made only by the processes it started
-    are not seen). Recorded beside the commit (``"modules"``), so that
-    :func:`section_age` can tell whether that code changed since.
+    ``sys.modules``: the code a benchmark ran in this process.
+
+    Parameters
+    ----------
+    root : Path
+        The repository root.
+
+    Returns
+    -------
+    list of str or None
+        POSIX paths relative to ``root``; ``None`` when no file of ``src/`` is among them
+        (ghofl imported from outside ``root``, an installed copy): the code run is unknown.
     """
     base = root.resolve()
     found = set()
@@ -56,7 +85,20 @@ def loaded_sources(root: Path) -> list[str]:
             continue
         if rel.parts and rel.parts[0] in ("src", "benchmarks") and rel.suffix == ".py":
             found.add(rel.as_posix())
-    return sorted(found)
+    return sorted(found) if any(f.startswith("src/") for f in found) else None
+
+
+def source_blobs(root: Path, paths: Sequence[str]) -> dict[str, str] | None:
+    """The git blob id of each file of ``paths`` (relative to ``root``) as it is on disk.
+
+    ``None`` without git. What ``git ls-tree`` lists for a committed file of the same bytes,
+    so that :func:`section_age` can compare them with any commit.
+    """
+    if not paths:
+        return {}
+    out = _git(root, "hash-object", "--", *paths)
+    ids = out.split() if out is not None else []
+    return dict(zip(paths, ids, strict=True)) if len(ids) == len(paths) else None
 
 
 def code_version(root: Path) -> dict[str, Any] | None:
@@ -127,7 +169,6 @@ def code_sentence(results: Any) -> str:
     return f"Code measured: {listed}{older}."
 
 
-
 #: Files that only record and render what a benchmark measured (its provenance, tables,
 #: plots): a change to them changes no measurement, so no section is older than them.
 RECORDING_FILES = tuple(f"src/ghofl/bench/{name}.py"
@@ -137,14 +178,44 @@ RECORDING_FILES = tuple(f"src/ghofl/bench/{name}.py"
 def changed_since(root: Path, commit: str, paths: Sequence[str]) -> tuple[str, ...] | None:
     """Files under ``paths`` that differ between ``commit`` and ``HEAD`` at ``root``.
 
-    :data:`RECORDING_FILES` are left out. ``None`` when the checkout does not hold ``commit``
-    (or git cannot tell).
+    Parameters
+    ----------
+    root : Path
+        The repository root (a git checkout).
+    commit : str
+        The commit compared with ``HEAD``.
+    paths : sequence of str
+        Files or folders relative to ``root``; :data:`RECORDING_FILES` are left out.
+
+    Returns
+    -------
+    tuple of str or None
+        Paths relative to the repository's top level, sorted; ``None`` when the checkout does
+        not hold ``commit`` (or git cannot tell).
     """
     if _git(root, "cat-file", "-e", f"{commit}^{{commit}}") is None:
         return None
     diff = _git(root, "diff", "--name-only", commit, "HEAD", "--", *paths,
                 *(f":(exclude){f}" for f in RECORDING_FILES))
-    return None if diff is None else tuple(diff.split())
+    return None if diff is None else tuple(sorted(diff.splitlines()))
+
+
+def changed_blobs(root: Path, sources: Mapping[str, str]) -> tuple[str, ...] | None:
+    """Files of ``sources`` (path -> blob id) whose blob in ``HEAD`` differs (or is gone).
+
+    :data:`RECORDING_FILES` are left out. ``None`` without git.
+    """
+    paths = [p for p in sources if p not in RECORDING_FILES]
+    if not paths:
+        return ()
+    out = _git(root, "ls-tree", "HEAD", "--", *paths)
+    if out is None:
+        return None
+    head = {}
+    for line in out.splitlines():  # "<mode> blob <id>\t<path>"
+        meta, _, path = line.partition("\t")
+        head[path] = meta.split()[-1]
+    return tuple(sorted(p for p in paths if head.get(p) != sources[p]))
 
 
 @dataclass(frozen=True)
@@ -160,14 +231,16 @@ class SectionAge:
     commits : tuple of str
         The commits its saved results record (none: they name no commit).
     changed : tuple of str
-        Files changed since those commits, up to ``HEAD``: of the code each run recorded
-        having imported (``"modules"``), else of the whole library (``src/``), and the script.
+        Files changed since it was measured, up to ``HEAD``: of the sources a record lists,
+        those whose blob differs; for a record without them, the files of the library
+        (``src/``) and of the script changed since its commit. :data:`RECORDING_FILES` are
+        left out.
     unknown : tuple of str
-        Recorded commits this checkout does not hold.
+        Recorded commits this checkout does not hold (for records without sources).
     untracked : int
         Parts of the results that record no commit.
     whole_library : bool
-        Some record lists no modules, so the whole library counted for it.
+        Some record lists no sources, so the whole library counted for it.
     """
 
     marker: str
@@ -198,6 +271,10 @@ def section_age(marker: str, script: str, results: Any, root: Path) -> SectionAg
         Its saved results, as the section reads them (see :func:`recorded_versions`).
     root : Path
         The repository root (a git checkout).
+
+    Returns
+    -------
+    SectionAge
     """
     recs = recorded_versions(results)
     parts = results.get("parts") if isinstance(results, Mapping) else None
@@ -206,10 +283,16 @@ def section_age(marker: str, script: str, results: Any, root: Path) -> SectionAg
     unknown: list[str] = []
     whole = False
     for rec in recs:
-        modules = rec.get("modules")
-        whole = whole or not modules
-        paths = [*(modules or ["src"]), script]
-        found = changed_since(root, str(rec["commit"]), paths)
+        sources = rec.get("sources")
+        found: tuple[str, ...] | None
+        if isinstance(sources, Mapping) and sources:
+            found = changed_blobs(root, sources)
+            if script not in sources and found is not None:
+                more = changed_since(root, str(rec["commit"]), [script])
+                found = None if more is None else (*found, *more)
+        else:
+            whole = True
+            found = changed_since(root, str(rec["commit"]), ["src", script])
         if found is None:
             unknown.append(str(rec["commit"]))
         else:
