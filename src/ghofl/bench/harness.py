@@ -40,7 +40,14 @@ from ghofl.bench.provenance import (
     source_blobs,
 )
 from ghofl.bench.quiet import MachineLoad, machine_load
-from ghofl.bench.report import machine_summary, read_section, replace_section, write_json
+from ghofl.bench.report import (
+    load_sentence,
+    machine_summary,
+    read_section,
+    replace_section,
+    settle_sentence,
+    write_json,
+)
 from ghofl.errors import GhoflError
 from ghofl.files import atomic_write
 
@@ -58,6 +65,7 @@ __all__ = [
     "median_times",
     "render_sections",
     "run_rows",
+    "settle_sentence",
     "stated_machine",
 ]
 
@@ -304,65 +312,12 @@ def check_quiet(force: bool, load: MachineLoad | None = None) -> MachineLoad:
     return now
 
 
-def settle_sentence(settle_s: float | None, order: str = "fixed") -> str:
-    """The clause a section states about how :func:`median_times` spaced and ordered its steps.
-
-    Parameters
-    ----------
-    settle_s : float or None
-        The ``settle`` the timings were taken with (``None``: results saved without it).
-    order : {"fixed", "rotate", "balanced"}
-        The ``order`` they were taken in.
-
-    Returns
-    -------
-    str
-        E.g. ", each step timed 0.3 s after the one before (once the BLAS threads the step
-        before woke have parked), the order of the steps rotated from one repeat to the next";
-        ``""`` without ``settle_s``.
-    """
-    if settle_s is None:
-        return ""
-    how = {"fixed": "",
-           "rotate": ", the order of the steps rotated from one repeat to the next",
-           "balanced": (", the steps in the orders of a Williams design (every step right "
-                        "after every other equally often)")}[order]
-    return (f", each step timed {settle_s:g} s after the one before (once the BLAS threads the "
-            "step before woke have parked)" + how)
-
-
 def saved_order(results: Mapping[str, Any]) -> str:
     """The ``order`` saved results were timed in (``"rotate"`` for older ones with ``rotated``)."""
     order = results.get("order")
     if isinstance(order, str) and order in ORDERS:
         return order
     return "rotate" if results.get("rotated") else "fixed"
-
-
-def load_sentence(results: Mapping[str, Any]) -> str:
-    """The sentence a section states about the load it was measured under.
-
-    Parameters
-    ----------
-    results : mapping
-        A section's results, with the ``machine_load`` a timing benchmark records.
-
-    Returns
-    -------
-    str
-        E.g. "1-minute load average 0.42 at the start (2 cores; other processes 0.03
-        cores), 0.95 at the end." (with "measured on a busy machine" when forced); ``""``
-        for results saved without it.
-    """
-    rec = results.get("machine_load")
-    if not rec:
-        return ""
-    start, end = rec["start"], rec["end"]
-    other = start.get("other_cores")
-    used = "" if other is None else f"; other processes {other:.2f} cores"
-    busy = ", measured on a busy machine" if rec.get("forced") else ""
-    return (f"1-minute load average {start['load_average'][0]:.2f} at the start "
-            f"({start['cores']} cores{used}{busy}), {end['load_average'][0]:.2f} at the end.")
 
 
 def _with_load(measured: Mapping[str, Any], start: MachineLoad,

@@ -1,4 +1,7 @@
-"""Helpers for benchmark scripts: write JSON results and replace one section of BENCHMARKS.md.
+"""Helpers for benchmark scripts: JSON results, sections of BENCHMARKS.md, common sentences.
+
+Besides writing results and replacing one section, the sentences every timing section states
+(the load it was measured under, how its steps were spaced).
 
 Each benchmark script owns one section, delimited by ``<!-- BEGIN name -->`` and
 ``<!-- END name -->``; re-running a script rewrites only its section, atomically.
@@ -11,7 +14,7 @@ import platform
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +106,56 @@ def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def settle_sentence(settle_s: float | None, order: str = "fixed") -> str:
+    """The clause a section states about how :func:`~ghofl.bench.harness.median_times` spaced and ordered its steps.
+
+    Parameters
+    ----------
+    settle_s : float or None
+        The ``settle`` the timings were taken with (``None``: results saved without it).
+    order : {"fixed", "rotate", "balanced"}
+        The ``order`` they were taken in.
+
+    Returns
+    -------
+    str
+        E.g. ", each step timed 0.3 s after the one before (once the BLAS threads the step
+        before woke have parked), the order of the steps rotated from one repeat to the next";
+        ``""`` without ``settle_s``.
+    """
+    if settle_s is None:
+        return ""
+    how = {"fixed": "",
+           "rotate": ", the order of the steps rotated from one repeat to the next",
+           "balanced": (", the steps in the orders of a Williams design (every step right "
+                        "after every other equally often)")}[order]
+    return (f", each step timed {settle_s:g} s after the one before (once the BLAS threads the "
+            "step before woke have parked)" + how)
+
+
+def load_sentence(results: Mapping[str, Any]) -> str:
+    """The sentence a section states about the load it was measured under.
+
+    Parameters
+    ----------
+    results : mapping
+        A section's results, with the ``machine_load`` a timing benchmark records.
+
+    Returns
+    -------
+    str
+        E.g. "1-minute load average 0.42 at the start (2 cores; other processes 0.03
+        cores), 0.95 at the end." (with "measured on a busy machine" when forced); ``""``
+        for results saved without it.
+    """
+    rec = results.get("machine_load")
+    if not rec:
+        return ""
+    start, end = rec["start"], rec["end"]
+    other = start.get("other_cores")
+    used = "" if other is None else f"; other processes {other:.2f} cores"
+    busy = ", measured on a busy machine" if rec.get("forced") else ""
+    return (f"1-minute load average {start['load_average'][0]:.2f} at the start "
+            f"({start['cores']} cores{used}{busy}), {end['load_average'][0]:.2f} at the end.")
