@@ -466,17 +466,15 @@ def measure(ctx: harness.Context) -> dict[str, Any]:
             # record (or none), the older code
             config = str((CONFIGS / f"{name}.toml").relative_to(ctx.root))
             code = ctx.code_version([config]) if earlier is None else earlier[0]
+            # with the machine and the date, which a section rendered from the saved results
+            # states (not those of the text it replaces)
             saved = {k: v for k, v in json.loads((folder / "results.json").read_text()).items()
                      if k != CODE_KEY}
+            saved.update(machine=machine_summary(), date=time.strftime("%Y-%m-%d"))
             if code is not None:
                 saved[CODE_KEY] = code
             write_json(folder / "results.json", saved)
-            out[f"experiment-{name}"] = {
-                **saved,  # wall_seconds: all resumes
-                "records": records,
-                "machine": machine_summary(),
-                "date": time.strftime("%Y-%m-%d"),
-            }
+            out[f"experiment-{name}"] = {**saved, "records": records}  # wall_seconds: all resumes
         for name in args.configs:  # the check of this run, if it ran, is what they state
             out[f"experiment-{name}"].update(invariance=check,
                                               invariance_config=check_config())
