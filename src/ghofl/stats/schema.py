@@ -57,6 +57,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ghofl.errors import StatsFormatError, StatsValidationError
+from ghofl.stats._pages import page_backed_empty
 from ghofl.stats._threads import first_failing, thread_count
 from ghofl.stats.meta import MODES, Mode, StatsMeta
 
@@ -176,7 +177,8 @@ def unpack_upper(packed: NDArray[Any], d: int, dtype: Any = None) -> NDArray[Any
             "the file is corrupt"
         )
     rows = packed.reshape(math.prod(packed.shape[:-1]), tri)
-    out = np.empty((rows.shape[0], d, d), dtype=packed.dtype if dtype is None else dtype)
+    # written once in full: on ordinary pages (:mod:`ghofl.stats._pages`)
+    out = page_backed_empty((rows.shape[0], d, d), packed.dtype if dtype is None else dtype)
     below = [np.tri(min(_TILE, d - i0), k=-1, dtype=bool) for i0 in range(0, d, _TILE)]
     # Large stacks: blocks of matrices (a few per core) on every core; the copies release the GIL.
     threads = thread_count(rows.shape[0]) if out.size >= _THREADED_ENTRIES else 1
