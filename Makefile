@@ -61,12 +61,17 @@ test-fast: $(VENV)/.stamp-$(TEST_EXTRAS)
 pytest-parallel: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(VENV)/bin/pytest -q -n 2 --dist loadgroup --durations=15
 
-# Every benchmark script rewrites its own BENCHMARKS.md section: about 9 hours in all on 2 quiet
-# cores (the scripts' own estimates add up to about 5.5 hours; the DP anchors' grid, about 5
-# minutes per CIFAR-10 part and 25 parts, and the peers' 40 minutes come on top), plus about 10
-# minutes the first time to embed CIFAR-10, Tiny-ImageNet and the text sets (then cached). The
-# long grids resume from their saved parts. The order matters: the experiments cache the
-# embeddings the later scripts read.
+# Every benchmark script rewrites its own BENCHMARKS.md section: about 8 hours in all on 2 quiet
+# cores. Timed on 2026-12-08 (SkylakeX, 2 cores): the first embedding of CIFAR-10 8.5 minutes,
+# of the text sets and Tiny-ImageNet 7 (then cached); every experiment config 2.5 minutes from
+# the cache; bench_paper 11, bench_qda_floor 10, bench_client_stats 3.5, bench_tiny_imagenet 3,
+# bench_demo, bench_validation 2 each, bench_core 1.5, bench_trainable_heads 1.3, the ablation
+# and dp_synthetic under a minute. The long ones: the DP anchors' grid (about 5 minutes per
+# CIFAR-10 part, 25 parts), bench_accuracy_bytes 30-60 minutes, the peers 40, bench_c1000 25,
+# bench_defaults_cv 20, bench_fedavg and bench_clip_norms 15 each, the secure benchmarks about
+# 10 each. The long grids resume from their saved parts. The order matters: the experiments
+# cache the embeddings the later scripts read. `benchmarks/stale_sections.py --stale` lists the
+# sections older than the code they ran, to re-run only those.
 bench: $(VENV)/.stamp-$(BENCH_EXTRAS)
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_payload_bytes.py
