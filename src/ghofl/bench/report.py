@@ -109,7 +109,9 @@ def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def settle_sentence(settle_s: float | None, order: str = "fixed") -> str:
-    """The clause a section states about how :func:`~ghofl.bench.harness.median_times` spaced and ordered its steps.
+    """The clause a section states about how the timings spaced and ordered their steps.
+
+    Of :func:`~ghofl.bench.harness.median_times`.
 
     Parameters
     ----------
