@@ -271,14 +271,3 @@ def test_the_audit_reads_each_scripts_saved_results(repo: Path) -> None:
     assert stale.ages(repo)[0].changed == ("src/m.py",)
     assert stale._state(stale.ages(repo)[0], files=True) == "1 file changed since: src/m.py"
 
-
-def test_a_record_of_module_paths_counts_the_changes_since_its_commit(repo: Path) -> None:
-    (repo / "src" / "other.py").write_text("0\n")
-    first = _commit_all(repo, "two")
-    ran = {"code": {"commit": first, "modules": ["src/m.py"]}}
-    (repo / "src" / "other.py").write_text("1\n")
-    _commit_all(repo, "three")
-    assert not section_age("t", "benchmarks/b.py", ran, repo).stale
-    (repo / "src" / "m.py").write_text("1\n")
-    _commit_all(repo, "four")
-    assert section_age("t", "benchmarks/b.py", ran, repo).changed == ("src/m.py",)

@@ -232,9 +232,8 @@ class SectionAge:
         The commits its saved results record (none: they name no commit).
     changed : tuple of str
         Files changed since it was measured, up to ``HEAD``: of the sources a record lists,
-        those whose blob differs (a record listing only their paths, ``"modules"``: those
-        changed since its commit, and the script); for a record without them, the files of
-        the library (``src/``) and of the script changed since its commit.
+        those whose blob differs; for a record without them, the files of the library
+        (``src/``) and of the script changed since its commit.
         :data:`RECORDING_FILES` are left out.
     unknown : tuple of str
         Recorded commits this checkout does not hold (for records without sources).
@@ -285,15 +284,12 @@ def section_age(marker: str, script: str, results: Any, root: Path) -> SectionAg
     whole = False
     for rec in recs:
         sources = rec.get("sources")
-        modules = rec.get("modules")  # the paths alone, as records of 2026-12-07 kept them
         found: tuple[str, ...] | None
         if isinstance(sources, Mapping) and sources:
             found = changed_blobs(root, sources)
             if script not in sources and found is not None:
                 more = changed_since(root, str(rec["commit"]), [script])
                 found = None if more is None else (*found, *more)
-        elif isinstance(modules, list) and any(str(m).startswith("src/") for m in modules):
-            found = changed_since(root, str(rec["commit"]), [*map(str, modules), script])
         else:
             whole = True
             found = changed_since(root, str(rec["commit"]), ["src", script])
